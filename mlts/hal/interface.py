@@ -1,0 +1,157 @@
+"""The abstract driver interface: Device, PreparedModel, Burst, Buffer (HAL 1.3 method set).
+
+Every method a driver does not override raises HalError(GENERAL_FAILURE)
+naming the method, so a partial driver fails clearly instead of crashing.
+Errors are raised as `HalError`; successful calls return values.
+Method names are the HAL's so they can be matched against the spec.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Sequence
+
+from mlts.hal.enums import DeviceType, ExecutionPreference, MeasureTiming, Priority
+from mlts.hal.errors import not_implemented
+from mlts.hal.types import (
+    LOOP_TIMEOUT_DEFAULT_NS,
+    BufferDesc,
+    BufferRole,
+    CacheFilesNeeded,
+    Capabilities,
+    ExecutionResult,
+    Extension,
+    Model,
+    OptionalTimeoutDuration,
+    OptionalTimePoint,
+    Request,
+    Timing,
+)
+
+
+class Burst(ABC):
+    """A burst object: executions that reuse memory mappings (HAL 1.2)."""
+
+    def execute(self, request: Request, measure: MeasureTiming = MeasureTiming.NO) -> ExecutionResult:
+        raise not_implemented("Burst.execute")
+
+    def freeMemory(self, slot: int) -> None:
+        raise not_implemented("Burst.freeMemory")
+
+    def close(self) -> None:
+        """Release the burst; idempotent."""
+
+
+class Buffer(ABC):
+    """A driver-managed buffer (memory domains, HAL 1.3)."""
+
+    token: int = 0
+
+    def copyTo(self, dst: memoryview) -> None:
+        raise not_implemented("Buffer.copyTo")
+
+    def copyFrom(self, src: memoryview, dimensions: Sequence[int]) -> None:
+        raise not_implemented("Buffer.copyFrom")
+
+
+class PreparedModel(ABC):
+    """A model compiled for one device."""
+
+    @abstractmethod
+    def executeSynchronously(
+        self,
+        request: Request,
+        measure: MeasureTiming = MeasureTiming.NO,
+        deadline: OptionalTimePoint = None,
+        loop_timeout_duration: OptionalTimeoutDuration = None,
+    ) -> ExecutionResult:
+        """Run `request`, writing outputs into its pools."""
+
+    def execute(
+        self,
+        request: Request,
+        measure: MeasureTiming = MeasureTiming.NO,
+        deadline: OptionalTimePoint = None,
+        loop_timeout_duration: OptionalTimeoutDuration = None,
+    ):
+        """Asynchronous execution; returns a future-like object with `.result()`."""
+        raise not_implemented("PreparedModel.execute")
+
+    def executeFenced(
+        self,
+        request: Request,
+        wait_for: Sequence[int] = (),
+        measure: MeasureTiming = MeasureTiming.NO,
+        deadline: OptionalTimePoint = None,
+        loop_timeout_duration: OptionalTimeoutDuration = None,
+        timeout_after_fence: OptionalTimeoutDuration = None,
+    ) -> tuple[int, Timing, Timing]:
+        raise not_implemented("PreparedModel.executeFenced")
+
+    def configureExecutionBurst(self) -> Burst:
+        raise not_implemented("PreparedModel.configureExecutionBurst")
+
+    def close(self) -> None:
+        """Release the prepared model; idempotent."""
+
+
+class Device(ABC):
+    """A driver: answers capability queries and prepares models."""
+
+    #: The name the driver is registered under (e.g. "sample-all").
+    name: str = "unnamed"
+
+    @abstractmethod
+    def getCapabilities(self) -> Capabilities: ...
+
+    @abstractmethod
+    def getSupportedOperations(self, model: Model) -> tuple[bool, ...]:
+        """One boolean per operation of model.main, in order."""
+
+    def getType(self) -> DeviceType:
+        return DeviceType.OTHER
+
+    def getVersionString(self) -> str:
+        return "unknown"
+
+    def getSupportedExtensions(self) -> tuple[Extension, ...]:
+        return ()
+
+    def getNumberOfCacheFilesNeeded(self) -> CacheFilesNeeded:
+        return CacheFilesNeeded(0, 0)
+
+    @abstractmethod
+    def prepareModel(
+        self,
+        model: Model,
+        preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+        priority: Priority = Priority.MEDIUM,
+        deadline: OptionalTimePoint = None,
+        model_cache: Sequence[int] = (),
+        data_cache: Sequence[int] = (),
+        token: bytes = b"",
+    ) -> PreparedModel: ...
+
+    def prepareModelFromCache(
+        self,
+        model_cache: Sequence[int],
+        data_cache: Sequence[int],
+        token: bytes,
+        deadline: OptionalTimePoint = None,
+    ) -> PreparedModel:
+        raise not_implemented("Device.prepareModelFromCache")
+
+    def allocate(
+        self,
+        desc: BufferDesc,
+        prepared_models: Sequence[PreparedModel],
+        input_roles: Sequence[BufferRole],
+        output_roles: Sequence[BufferRole],
+    ) -> Buffer:
+        raise not_implemented("Device.allocate")
+
+    def close(self) -> None:
+        """Release the device's resources; idempotent."""
+
+
+__all__ = ["Burst", "Buffer", "Device", "PreparedModel", "LOOP_TIMEOUT_DEFAULT_NS"]
