@@ -1,0 +1,185 @@
+"""The sample driver's Device and PreparedModel, parameterised by a variant's support rule and capabilities."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from mlts.hal.enums import DeviceType, ErrorStatus, ExecutionPreference, MeasureTiming, Priority
+from mlts.hal.errors import HalError
+from mlts.hal.interface import Device, PreparedModel
+from mlts.hal.types import (
+    CacheFilesNeeded,
+    Capabilities,
+    ExecutionResult,
+    Model,
+    Operation,
+    OutputShape,
+    Request,
+    Timing,
+)
+from mlts.hal import validate
+
+from driver.executor import Plan, deadline_checkpoint, prepare_operation
+from driver.operands import dtype_of, pool_view
+
+VERSION = "mlts-sample-1.3.0"
+
+# A variant's rule: may this driver run operation `op` of `model` at all (before asking the kernel)?
+SupportRule = Callable[[Model, Operation], bool]
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    supports: SupportRule
+    capabilities: Capabilities
+
+
+def _check_deadline_before(deadline: int | None, what: str) -> None:
+    if deadline is not None and time.monotonic_ns() > deadline:
+        raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, f"{what}: the deadline had already passed")
+
+
+class SampleDevice(Device):
+    """NumPy reference driver; what it accepts and reports comes from its Variant."""
+
+    variant: Variant
+
+    def __init__(self) -> None:
+        self.name = self.variant.name
+
+    def getCapabilities(self) -> Capabilities:
+        return self.variant.capabilities
+
+    def getType(self) -> DeviceType:
+        return DeviceType.CPU
+
+    def getVersionString(self) -> str:
+        return VERSION
+
+    def getNumberOfCacheFilesNeeded(self) -> CacheFilesNeeded:
+        return CacheFilesNeeded(0, 0)
+
+    def getSupportedOperations(self, model: Model) -> tuple[bool, ...]:
+        validate.validate_model(model)
+        result = []
+        for index, op in enumerate(model.main.operations):
+            ok = not model.referenced and self.variant.supports(model, op)
+            if ok:
+                try:
+                    prepare_operation(model, index)
+                except HalError:
+                    ok = False
+            result.append(ok)
+        return tuple(result)
+
+    def prepareModel(
+        self,
+        model: Model,
+        preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+        priority: Priority = Priority.MEDIUM,
+        deadline: int | None = None,
+        model_cache: Sequence[int] = (),
+        data_cache: Sequence[int] = (),
+        token: bytes = b"",
+    ) -> PreparedModel:
+        validate.validate_execution_preference(preference)
+        validate.validate_priority(priority)
+        validate.validate_model(model)
+        _check_deadline_before(deadline, "prepareModel")
+        for index, op in enumerate(model.main.operations):
+            if not self.variant.supports(model, op):
+                raise HalError(
+                    ErrorStatus.INVALID_ARGUMENT,
+                    f"{self.name} does not support operation {index} ({op.type}); it can prepare only models it fully supports",
+                )
+        return SamplePreparedModel(model, Plan(model), self.name)
+
+
+class SamplePreparedModel(PreparedModel):
+    """A prepared plan; executions may run concurrently (the plan is read-only)."""
+
+    def __init__(self, model: Model, plan: Plan, device_name: str) -> None:
+        self.model = model
+        self.plan = plan
+        self.device_name = device_name
+        self._closed = threading.Event()
+
+    def executeSynchronously(
+        self,
+        request: Request,
+        measure: MeasureTiming = MeasureTiming.NO,
+        deadline: int | None = None,
+        loop_timeout_duration: int | None = None,
+    ) -> ExecutionResult:
+        t0 = time.perf_counter_ns()
+        if self._closed.is_set():
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, "prepared model was released")
+        validate.validate_request(request, self.model)
+        if loop_timeout_duration is not None:
+            validate.validate_loop_timeout(loop_timeout_duration)
+        _check_deadline_before(deadline, "executeSynchronously")
+        inputs = read_inputs(self.model, request)
+        t1 = time.perf_counter_ns()
+        outputs = self.plan.run(inputs, deadline_checkpoint(deadline))
+        t2 = time.perf_counter_ns()
+        shapes = write_outputs(self.model, request, outputs)
+        t3 = time.perf_counter_ns()
+        if measure == MeasureTiming.YES:
+            timing = Timing(time_on_device=(t2 - t1) // 1000, time_in_driver=(t3 - t0) // 1000)
+        else:
+            timing = Timing()
+        return ExecutionResult(shapes, timing)
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+def read_inputs(model: Model, request: Request) -> list[np.ndarray | None]:
+    """Zero-copy, read-only views of the request's inputs."""
+    sub = model.main
+    result: list[np.ndarray | None] = []
+    for k, (arg, idx) in enumerate(zip(request.inputs, sub.input_indexes)):
+        if arg.has_no_value:
+            result.append(None)
+            continue
+        operand = sub.operands[idx]
+        dims = arg.dimensions or operand.dimensions
+        raw = pool_view(request.pools, arg.location, f"input {k}")
+        arr = np.frombuffer(raw, dtype=dtype_of(operand.type)).reshape(dims)
+        arr.flags.writeable = False
+        result.append(arr)
+    return result
+
+
+def write_outputs(model: Model, request: Request, outputs: list[np.ndarray]) -> tuple[OutputShape, ...]:
+    """Copy results into the request's output regions, or report which are too small."""
+    sub = model.main
+    shapes = []
+    insufficient = []
+    for k, (arg, arr) in enumerate(zip(request.outputs, outputs)):
+        if arg.has_no_value:
+            shapes.append(OutputShape(tuple(arr.shape), True))
+            continue
+        if arg.dimensions and tuple(arg.dimensions) != tuple(arr.shape) and all(arg.dimensions):
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"output {k}: request gives dimensions {list(arg.dimensions)} but the result is {list(arr.shape)}")
+        ok = arr.nbytes <= arg.location.length
+        shapes.append(OutputShape(tuple(int(d) for d in arr.shape), ok))
+        if not ok:
+            insufficient.append(f"output {k} needs {arr.nbytes} bytes, has {arg.location.length}")
+    if insufficient:
+        raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "; ".join(insufficient), tuple(shapes))
+    for k, (arg, arr) in enumerate(zip(request.outputs, outputs)):
+        if arg.has_no_value:
+            continue
+        raw = pool_view(request.pools, arg.location, f"output {k}")
+        if raw.readonly:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"output {k}: its pool is read-only")
+        dst = np.frombuffer(raw, dtype=dtype_of(sub.operands[sub.output_indexes[k]].type), count=arr.size)
+        dst[...] = arr.reshape(-1)
+    return tuple(shapes)

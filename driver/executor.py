@@ -1,0 +1,168 @@
+"""The executor: a plan built once at prepare time, run for every request.
+
+The plan holds, per operation, the kernel's `run` closure (weights already
+packed), where each input comes from, and after which step each temporary
+can be dropped, so intermediate tensors live no longer than needed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mlts.hal.enums import ErrorStatus, OperandLifeTime, OperandType, OperationType
+from mlts.hal.errors import HalError
+from mlts.hal.types import Model
+
+import driver.ops  # noqa: F401  (registers every kernel)
+from driver.operands import arg_info, constant_value, dtype_of
+from driver.ops import kernel_for
+
+# Deadline check between operations: called with the operation index; raises to abort.
+Checkpoint = Callable[[int], None]
+
+
+def op_name(code: int) -> str:
+    try:
+        return OperationType(code).name
+    except ValueError:
+        return f"operation type {code}"
+
+
+def type_name(code: int) -> str:
+    try:
+        return OperandType(code).name
+    except ValueError:
+        return f"type {code}"
+
+
+@dataclass(slots=True)
+class Step:
+    index: int
+    type: int
+    run: Callable[[Sequence[Any]], list[np.ndarray]]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    release: tuple[int, ...]  # temporaries whose last reader is this step
+
+
+def prepare_operation(model: Model, index: int) -> Callable[[Sequence[Any]], list[np.ndarray]]:
+    """Ask the kernel for operation `index` of main to prepare; errors name the operation."""
+    sub = model.main
+    op = sub.operations[index]
+    prepare = kernel_for(op.type)
+    if prepare is None:
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"operation {index} ({op_name(op.type)}): no kernel for this operation")
+    ins = [arg_info(model, sub.operands[i]) for i in op.inputs]
+    outs = [arg_info(model, sub.operands[i]) for i in op.outputs]
+    try:
+        return prepare(ins, outs)
+    except HalError as e:
+        raise HalError(e.status, f"operation {index} ({op_name(op.type)}): {e.message}") from None
+    except Exception as e:  # a kernel bug must not take the driver down
+        raise HalError(ErrorStatus.GENERAL_FAILURE, f"operation {index} ({op_name(op.type)}): prepare failed: {type(e).__name__}: {e}") from None
+
+
+class Plan:
+    """A validated model compiled for the NumPy executor."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        sub = model.main
+        if model.referenced:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, "control flow (referenced subgraphs) is not supported by this driver")
+        self.input_indexes = sub.input_indexes
+        self.output_indexes = sub.output_indexes
+        # Values available before the first step: constants and omitted operands.
+        self.constants: dict[int, Any] = {}
+        for i, operand in enumerate(sub.operands):
+            if operand.lifetime in (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE):
+                self.constants[i] = constant_value(model, operand)
+            elif operand.lifetime == OperandLifeTime.NO_VALUE:
+                self.constants[i] = None
+        last_read: dict[int, int] = {}
+        for s, op in enumerate(sub.operations):
+            for i in op.inputs:
+                last_read[i] = s
+        keep = set(self.output_indexes) | set(self.constants)
+        self.steps: list[Step] = []
+        for s, op in enumerate(sub.operations):
+            release = tuple(i for i in set(op.inputs) if last_read.get(i) == s and i not in keep)
+            self.steps.append(Step(s, op.type, prepare_operation(model, s), op.inputs, op.outputs, release))
+
+    def run(self, inputs: Sequence[np.ndarray | None], checkpoint: Checkpoint | None = None) -> list[np.ndarray]:
+        """Run the plan on the model inputs (in input_indexes order); returns the outputs."""
+        sub = self.model.main
+        values: dict[int, Any] = dict(self.constants)
+        for idx, arr in zip(self.input_indexes, inputs, strict=True):
+            values[idx] = arr
+        for step in self.steps:
+            if checkpoint is not None:
+                checkpoint(step.index)
+            args = [values[i] for i in step.inputs]
+            try:
+                results = step.run(args)
+            except HalError as e:
+                raise HalError(e.status, f"operation {step.index} ({op_name(step.type)}): {e.message}", e.output_shapes) from None
+            except Exception as e:
+                raise HalError(
+                    ErrorStatus.GENERAL_FAILURE,
+                    f"operation {step.index} ({op_name(step.type)}) failed on inputs {describe_args(args)}: {type(e).__name__}: {e}",
+                ) from None
+            if len(results) != len(step.outputs):
+                raise HalError(ErrorStatus.GENERAL_FAILURE, f"operation {step.index} ({op_name(step.type)}): kernel returned {len(results)} outputs, expected {len(step.outputs)}")
+            for idx, arr in zip(step.outputs, results):
+                values[idx] = check_output(step, idx, sub.operands[idx], arr)
+            for idx in step.release:
+                values.pop(idx, None)
+        return [values[i] for i in self.output_indexes]
+
+
+def describe_args(args: Sequence[Any]) -> str:
+    parts = []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            parts.append(f"{a.dtype}{list(a.shape)}")
+        else:
+            parts.append(repr(a))
+    return "(" + ", ".join(parts) + ")"
+
+
+def check_output(step: Step, index: int, operand, arr: np.ndarray) -> np.ndarray:
+    """The kernel's result must have the operand's dtype and agree with its known dimensions."""
+    want = dtype_of(operand.type)
+    if arr.dtype != want:
+        raise HalError(ErrorStatus.GENERAL_FAILURE, f"operation {step.index} ({op_name(step.type)}): output operand {index} is {arr.dtype}, expected {want} ({type_name(operand.type)})")
+    dims = operand.dimensions
+    if dims and (len(dims) != arr.ndim or any(d and d != a for d, a in zip(dims, arr.shape))):
+        raise HalError(ErrorStatus.GENERAL_FAILURE, f"operation {step.index} ({op_name(step.type)}): output operand {index} has shape {list(arr.shape)}, model declares {list(dims)}")
+    return arr
+
+
+def run_model(model: Model, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Validate, prepare and run `model` once on NumPy inputs (a convenience for tests and tools)."""
+    from mlts.hal.validate import validate_model
+
+    validate_model(model)
+    plan = Plan(model)
+    sub = model.main
+    cast = []
+    for idx, arr in zip(sub.input_indexes, inputs, strict=True):
+        cast.append(np.ascontiguousarray(arr, dtype=dtype_of(sub.operands[idx].type)))
+    return [np.array(o, copy=True) for o in plan.run(cast)]
+
+
+def deadline_checkpoint(deadline_ns: int | None) -> Checkpoint | None:
+    """MISSED_DEADLINE_TRANSIENT when the deadline passes during the work (checked before every operation)."""
+    if deadline_ns is None:
+        return None
+
+    def check(index: int) -> None:
+        if time.monotonic_ns() > deadline_ns:
+            raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed before operation {index}")
+
+    return check
