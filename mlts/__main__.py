@@ -1,0 +1,5 @@
+"""`python -m mlts` runs the command line."""
+
+from mlts.cli import main
+
+main()

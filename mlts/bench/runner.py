@@ -1,0 +1,151 @@
+"""The benchmark: each model on each selected driver and on the onnxruntime CPU reference.
+
+Measurement: warm-up iterations are run and discarded; each timed iteration is
+the wall clock around one whole execution call (inputs in, outputs out), with
+inputs cycling through a set of distinct, non-zero procedural images. Backends
+run in a random (seeded) order per model so slow drift does not favour one.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from mlts.bench.accuracy import compare
+from mlts.bench.inputs import make_inputs
+from mlts.bench.reference import OnnxRuntimeReference
+from mlts.bench.sources import ModelSource
+from mlts.bench.stats import PERCENTILE_ESTIMATOR, summarize_ms
+from mlts.hal.enums import UINT64_MAX
+from mlts.hal.errors import HalError
+from mlts.report.environment import environment
+from mlts.report.results import SCHEMA_VERSION
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BenchmarkConfig:
+    threads: int = 1
+    warmup: int = 5
+    iterations: int = 30
+    inputs: int = 8
+    seed: int = 0
+    in_process: bool = False
+    plugin_files: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _timed(fn, inputs_sets, warmup: int, iterations: int) -> tuple[list[float], list]:
+    for i in range(warmup):
+        fn(inputs_sets[i % len(inputs_sets)])
+    samples = []
+    extras = []
+    for i in range(iterations):
+        feed = inputs_sets[i % len(inputs_sets)]
+        t0 = time.perf_counter()
+        extra = fn(feed)
+        samples.append(time.perf_counter() - t0)
+        extras.append(extra)
+    return samples, extras
+
+
+def _timing_summary(results) -> dict | None:
+    dev = [r.timing.time_on_device for r in results if r.timing.time_on_device != UINT64_MAX]
+    drv = [r.timing.time_in_driver for r in results if r.timing.time_in_driver != UINT64_MAX]
+    if not dev and not drv:
+        return None
+    return {
+        "time_on_device_us_median": float(np.median(dev)) if dev else None,
+        "time_in_driver_us_median": float(np.median(drv)) if drv else None,
+    }
+
+
+def _record(model: str, backend: str, config: BenchmarkConfig, **extra) -> dict:
+    rec = {
+        "model": model,
+        "backend": backend,
+        "status": "ok",
+        "threads": config.threads,
+        "warmup_iterations": config.warmup,
+        "iterations": config.iterations,
+        "inputs": config.inputs,
+        "percentile_estimator": PERCENTILE_ESTIMATOR,
+    }
+    rec.update(extra)
+    return rec
+
+
+def benchmark_model(source: ModelSource, devices: dict, config: BenchmarkConfig, progress: Progress) -> list[dict]:
+    """All backends on one model; a failing driver gives an error row, not an exception."""
+    import onnx
+
+    from mlts.convert import convert
+    from mlts.runtime.session import Session
+
+    path = source.onnx_path()
+    proto = onnx.load(str(path))
+    conv = convert(proto)
+    specs = [(t.shape, t.dtype) for t in conv.inputs]
+    feeds = make_inputs(specs, config.inputs, seed=config.seed)
+    reference = OnnxRuntimeReference(proto.SerializeToString(), config.threads)
+    expected = [reference.run(f) for f in feeds]
+
+    backends = ["ref"] + sorted(devices)
+    random.Random(f"{config.seed}:{source.name}").shuffle(backends)
+    rows: dict[str, dict] = {}
+    for backend in backends:
+        if backend == "ref":
+            progress(f"{source.name}: {reference.backend}")
+            samples, _ = _timed(reference.run, feeds, config.warmup, config.iterations)
+            rows[backend] = _record(source.name, reference.backend, config, latency_ms=summarize_ms(samples))
+            continue
+        label = f"driver:{backend}"
+        progress(f"{source.name}: {label}")
+        try:
+            session = Session(devices[backend], conv.model)
+            try:
+                run = lambda feed: session.run(feed)  # noqa: E731
+                samples, results = _timed(run, feeds, config.warmup, config.iterations)
+                outputs = [session.run(f)[0] for f in feeds]
+            finally:
+                session.close()
+        except HalError as e:
+            rows[backend] = _record(source.name, label, config, status="error", error=str(e))
+            continue
+        rows[backend] = _record(
+            source.name,
+            label,
+            config,
+            latency_ms=summarize_ms(samples),
+            driver_timing=_timing_summary([r[1] for r in results]),
+            accuracy=compare(outputs, expected),
+        )
+    return [rows["ref"]] + [rows[d] for d in sorted(devices)]
+
+
+def run_benchmark(sources: list[ModelSource], driver_specs: list, config: BenchmarkConfig, progress: Progress) -> dict:
+    """The whole benchmark; returns the results document (see docs/results-schema.md)."""
+    from mlts.runtime.discovery import open_device
+
+    devices = {}
+    records: list[dict] = []
+    try:
+        for spec in driver_specs:
+            progress(f"starting driver {spec.name}")
+            devices[spec.name] = open_device(spec, in_process=config.in_process, threads=config.threads)
+        for source in sources:
+            records += benchmark_model(source, devices, config, progress)
+    finally:
+        for dev in devices.values():
+            dev.close()
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "benchmark",
+        "environment": environment(config.threads),
+        "config": {**asdict(config), "models": [s.name for s in sources], "drivers": [s.name for s in driver_specs]},
+        "results": records,
+    }

@@ -1,0 +1,52 @@
+"""Which models a benchmark runs: zoo models chosen by regex and the user's own ONNX files."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ModelSelectionError(ValueError):
+    """A model regex, name or file the user gave cannot be used."""
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    name: str
+    path: Path | None  # None: a zoo model, built on first use
+    zoo_name: str | None = None
+
+    def onnx_path(self) -> Path:
+        if self.path is not None:
+            return self.path
+        from mlts.models import zoo
+
+        return zoo.model_path(self.zoo_name)
+
+
+def compile_regex(pattern: str, what: str) -> re.Pattern:
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise ModelSelectionError(f"bad {what} regex {pattern!r}: {e}") from None
+
+
+def select_models(models_regex: str | None, model_files: tuple[str, ...] = ()) -> list[ModelSource]:
+    """Zoo models whose name matches `models_regex` (all when None and no files are given), then the files."""
+    from mlts.models import zoo
+
+    sources: list[ModelSource] = []
+    if models_regex is not None or not model_files:
+        rx = compile_regex(models_regex or ".*", "--models")
+        names = [m.name for m in zoo.list_models()]
+        chosen = [n for n in names if rx.search(n)]
+        if not chosen:
+            raise ModelSelectionError(f"--models {models_regex!r} matches no model; available: {', '.join(names)}")
+        sources += [ModelSource(n, None, n) for n in chosen]
+    for f in model_files:
+        p = Path(f)
+        if not p.is_file():
+            raise ModelSelectionError(f"{f}: no such model file")
+        sources.append(ModelSource(p.stem, p))
+    return sources

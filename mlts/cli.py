@@ -1,0 +1,78 @@
+"""The `mlts` command line: thin click commands that call one library function each and print."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from mlts import __version__
+
+# Errors a user can cause with bad input: shown as one line, never as a traceback.
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from mlts.bench.sources import ModelSelectionError
+    from mlts.hal.errors import HalError
+
+    kinds: list[type[BaseException]] = [ModelSelectionError, HalError, OSError, ValueError, KeyError]
+    return tuple(kinds)
+
+
+class MltsGroup(click.Group):
+    """Turns user errors raised by commands into one-line messages (`-v` shows the traceback)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            click.echo("mlts: interrupted", err=True)
+            sys.exit(130)
+        except Exception as e:
+            verbose = (ctx.obj or {}).get("verbose", False)
+            if verbose:
+                traceback.print_exc()
+            if isinstance(e, _user_errors()) or verbose:
+                raise click.ClickException(_one_line(e)) from None
+            raise click.ClickException(f"internal error: {type(e).__name__}: {_one_line(e)} (run with -v for the traceback)") from None
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+    if isinstance(e, OSError) and e.filename:
+        text = f"{e.filename}: {e.strerror or text}"
+    return " ".join(text.split()) or type(e).__name__
+
+
+@click.group(cls=MltsGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks and driver logs on errors.")
+@click.version_option(__version__, prog_name="mlts")
+@click.pass_context
+def main(ctx: click.Context, verbose: bool) -> None:
+    """MLTS-style benchmark suite for NN-HAL-style drivers.
+
+    Converts ONNX models to NN graphs, runs them on drivers (each in its own
+    process) and on onnxruntime's CPU provider, and compares latency and
+    accuracy.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["verbose"] = verbose
+
+
+from mlts.commands import benchmark as _benchmark  # noqa: E402
+from mlts.commands import devices as _devices  # noqa: E402
+from mlts.commands import graph as _graph  # noqa: E402
+from mlts.commands import models as _models  # noqa: E402
+
+for _cmd in (_models.models, _devices.devices, _graph.convert_cmd, _graph.inspect_cmd, _benchmark.benchmark):
+    main.add_command(_cmd)
+
+
+def echo_json(doc) -> None:
+    click.echo(json.dumps(doc, indent=2))
+
+
+__all__ = ["main", "echo_json", "Path"]

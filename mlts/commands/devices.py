@@ -1,0 +1,46 @@
+"""`mlts devices`: each driver's name, type, version, capabilities, extensions and cache files."""
+
+from __future__ import annotations
+
+import click
+
+from mlts.commands._common import driver_plugin_option, echo_json
+
+
+def _perf(info) -> str:
+    return f"{{exec {info.exec_time:g}, power {info.power_usage:g}}}"
+
+
+@click.command("devices")
+@click.option("--drivers", "drivers_regex", default=None, metavar="REGEX", help="Only drivers whose name matches.")
+@driver_plugin_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def devices(drivers_regex: str | None, plugin_files: tuple[str, ...], as_json: bool) -> None:
+    """List the available drivers and what each reports about itself."""
+    from mlts.runtime.devices_info import query_all
+
+    infos = query_all(drivers_regex, plugin_files)
+    if as_json:
+        echo_json(infos)
+        return
+    for d in infos:
+        if d.get("error"):
+            click.echo(f"{d['name']}  ({d['source']})  UNAVAILABLE: {d['error']}")
+            continue
+        click.echo(f"{d['name']}  ({d['source']})")
+        click.echo(f"  type {d['type']}, version {d['version']}")
+        cf = d["cache_files_needed"]
+        click.echo(f"  cache files needed: {cf['model']} model, {cf['data']} data")
+        click.echo(f"  extensions: {', '.join(e['name'] for e in d['extensions']) or 'none'}")
+        caps = d["capabilities"]
+        click.echo(f"  relaxed fp32->fp16: scalar {_perf_d(caps['relaxed_scalar'])}, tensor {_perf_d(caps['relaxed_tensor'])}")
+        click.echo(f"  if {_perf_d(caps['if'])}, while {_perf_d(caps['while'])}")
+        groups: dict[str, list[str]] = {}
+        for entry in caps["operand_performance"]:
+            groups.setdefault(_perf_d(entry), []).append(entry["type"])
+        for perf, types in groups.items():
+            click.echo(f"  {perf}: {', '.join(types)}")
+
+
+def _perf_d(d: dict) -> str:
+    return f"{{exec {d['exec_time']:g}, power {d['power_usage']:g}}}"

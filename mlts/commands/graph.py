@@ -1,0 +1,74 @@
+"""`mlts convert` and `mlts inspect`: ONNX to .nnm, and what a .nnm holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from mlts.commands._common import echo_json
+
+
+@click.command("convert")
+@click.argument("onnx_file", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .nnm file to write.")
+@click.option("--dot", "dot_file", type=click.Path(dir_okay=False), help="Also write the graph as Graphviz .dot.")
+@click.option("--batch-size", default=1, show_default=True, type=click.IntRange(1, 1 << 16), help="Value for symbolic batch dimensions.")
+@click.option("--nhwc-io", is_flag=True, help="Give the NN model NHWC inputs/outputs instead of keeping the ONNX layout.")
+def convert_cmd(onnx_file: str, output: str, dot_file: str | None, batch_size: int, nhwc_io: bool) -> None:
+    """Convert an ONNX model to an NN graph file (.nnm)."""
+    from mlts.convert import convert
+    from mlts.hal import nnfile
+    from mlts.hal.dot import to_dot
+    from mlts.hal.validate import validate_model
+
+    conv = convert(onnx_file, batch_size=batch_size, keep_io_layout=not nhwc_io)
+    validate_model(conv.model)
+    meta = {
+        "source": Path(onnx_file).name,
+        "onnx_opset": str(conv.opset),
+        "inputs": ",".join(f"{t.name}:{'x'.join(map(str, t.shape))}:{t.dtype}" for t in conv.inputs),
+        "outputs": ",".join(f"{t.name}:{'x'.join(map(str, t.shape))}:{t.dtype}" for t in conv.outputs),
+    }
+    dot_text = to_dot(conv.model, name=Path(onnx_file).stem) if dot_file else None
+    nnfile.write(conv.model, output, metadata=meta)
+    if dot_text is not None:
+        _write_text_atomic(Path(dot_file), dot_text)
+    sub = conv.model.main
+    click.echo(f"wrote {output}: {len(sub.operations)} operations, {len(sub.operands)} operands")
+    for note in conv.notes:
+        click.echo(f"  {note}")
+    if dot_file:
+        click.echo(f"wrote {dot_file}")
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    import os
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent) else ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@click.command("inspect")
+@click.argument("nnm_file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def inspect_cmd(nnm_file: str, as_json: bool) -> None:
+    """Print the operands, operations, constants and pools of an .nnm file."""
+    from mlts.hal import nnfile
+    from mlts.hal.describe import describe, to_json
+
+    f = nnfile.load(nnm_file)
+    if as_json:
+        echo_json(to_json(f.model, f.metadata))
+        return
+    for key, value in sorted(f.metadata.items()):
+        click.echo(f"{key}: {value}")
+    for line in describe(f.model):
+        click.echo(line)

@@ -1,0 +1,57 @@
+"""The results document (results.json): its schema version, writing it safely, and a text table."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+
+
+def write_json_atomic(doc: dict, path: Path) -> None:
+    """Write `doc` so that `path` is either the old file or the complete new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=2, sort_keys=False, allow_nan=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _fmt(value, spec: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(value, spec)
+
+
+def format_table(records: list[dict]) -> list[str]:
+    """One line per model x backend: latency and accuracy against the CPU reference."""
+    header = f"{'model':<26} {'backend':<22} {'iters':>5} {'median ms':>10} {'p90 ms':>9} {'mean±std ms':>16} {'max|err|':>9} {'top1 agr':>8} {'CTS':>4}"
+    lines = [header, "-" * len(header)]
+    for r in records:
+        if r.get("status") != "ok":
+            lines.append(f"{r['model']:<26} {r['backend']:<22} ERROR {r.get('error', '')}")
+            continue
+        lat = r["latency_ms"]
+        acc = r.get("accuracy") or {}
+        cts = acc.get("cts_pass")
+        mean_std = f"{lat['mean']:.2f}±{lat['std']:.2f}"
+        top1 = acc.get("top1_agreement")
+        lines.append(
+            f"{r['model']:<26} {r['backend']:<22} {r['iterations']:>5} {lat['median']:>10.2f} {lat['p90']:>9.2f} {mean_std:>16} "
+            f"{_fmt(acc.get('max_abs_error'), '.2e'):>9} {_fmt(top1 * 100 if top1 is not None else None, '.0f') + ('%' if top1 is not None else ''):>8} "
+            f"{'-' if cts is None else ('yes' if cts else 'NO'):>4}"
+        )
+    return lines

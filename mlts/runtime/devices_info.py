@@ -1,0 +1,62 @@
+"""Gather what each driver reports about itself (for `mlts devices`)."""
+
+from __future__ import annotations
+
+from mlts.hal.enums import DeviceType, OperandType
+from mlts.hal.errors import HalError
+from mlts.hal.types import Capabilities, PerformanceInfo
+
+
+def _perf(info: PerformanceInfo) -> dict:
+    return {"exec_time": info.exec_time, "power_usage": info.power_usage}
+
+
+def capabilities_dict(caps: Capabilities) -> dict:
+    def tname(t: int) -> str:
+        try:
+            return OperandType(t).name
+        except ValueError:
+            return str(t)
+
+    return {
+        "relaxed_scalar": _perf(caps.relaxed_float32_to_float16_performance_scalar),
+        "relaxed_tensor": _perf(caps.relaxed_float32_to_float16_performance_tensor),
+        "operand_performance": [{"type": tname(e.type), **_perf(e.info)} for e in caps.operand_performance],
+        "if": _perf(caps.if_performance),
+        "while": _perf(caps.while_performance),
+    }
+
+
+def query_all(drivers_regex: str | None, plugin_files: tuple[str, ...] = ()) -> list[dict]:
+    """Start each matching driver, ask the HAL queries, stop it; a driver that fails is listed with its error."""
+    from mlts.runtime.discovery import discover, open_device, select
+
+    specs = discover(plugin_files)
+    chosen = select(specs, drivers_regex) if drivers_regex else list(specs.values())
+    out = []
+    for spec in chosen:
+        entry: dict = {"name": spec.name, "source": spec.source}
+        try:
+            dev = open_device(spec)
+        except (HalError, OSError) as e:
+            entry["error"] = str(e)
+            out.append(entry)
+            continue
+        try:
+            caps = dev.getCapabilities()
+            cache = dev.getNumberOfCacheFilesNeeded()
+            entry.update(
+                {
+                    "type": DeviceType(dev.getType()).name,
+                    "version": dev.getVersionString(),
+                    "capabilities": capabilities_dict(caps),
+                    "extensions": [{"name": e.name} for e in dev.getSupportedExtensions()],
+                    "cache_files_needed": {"model": cache.num_model_cache, "data": cache.num_data_cache},
+                }
+            )
+        except HalError as e:
+            entry["error"] = str(e)
+        finally:
+            dev.close()
+        out.append(entry)
+    return out
