@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Run the whole mlts test suite: sets up .venv when missing, installs the project with
+# its test extras, then runs pytest (extra arguments go to pytest).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
+ensure_env "[test]"
+cd "$ROOT"
+exec "$VENV/bin/python" -m pytest "$@"
