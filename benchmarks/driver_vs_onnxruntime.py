@@ -1,0 +1,57 @@
+"""Median latency of the sample driver and of onnxruntime on the same inputs and thread count, and their ratio.
+
+usage: python benchmarks/driver_vs_onnxruntime.py [--threads N] [--iterations N] [--warmup N] [--in-process] [MODEL ...]
+
+Both backends see the same procedural images; each timed iteration is the wall
+clock around one whole execution call (for the driver: request into shared
+memory, executeSynchronously in the driver process, outputs back); warm-up
+iterations are discarded. The estimator is the median of the timed iterations.
+Measured in one run, so the ratio is comparable even on a noisy machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("models", nargs="*", default=["mobilenet_v1_1.0_224", "mobilenet_v2_1.0_224"])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--iterations", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--driver", default="sample-all")
+    p.add_argument("--in-process", action="store_true", help="load the driver in this process (no IPC)")
+    a = p.parse_args()
+    # BLAS threads of this process (in-process driver) follow --threads too.
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(a.threads)
+
+    from mlts.bench.runner import BenchmarkConfig, benchmark_model
+    from mlts.bench.sources import ModelSource
+    from mlts.runtime.discovery import discover, open_device
+
+    spec = discover()[a.driver]
+    config = BenchmarkConfig(threads=a.threads, warmup=a.warmup, iterations=a.iterations, inputs=4, in_process=a.in_process)
+    device = open_device(spec, in_process=a.in_process, threads=a.threads)
+    print(f"threads={a.threads} warmup={a.warmup} iterations={a.iterations} estimator=median driver={a.driver}"
+          f" ({'in-process' if a.in_process else 'own process'})")
+    print(f"{'model':<24} {'driver ms':>10} {'onnxruntime ms':>15} {'ratio':>7} {'max|err|':>9}")
+    try:
+        for name in a.models:
+            rows = benchmark_model(ModelSource(name, None, name), {a.driver: device}, config, lambda m: None)
+            ref, drv = rows[0], rows[1]
+            if drv["status"] != "ok":
+                print(f"{name:<24} driver error: {drv['error']}")
+                continue
+            r, d = ref["latency_ms"]["median"], drv["latency_ms"]["median"]
+            print(f"{name:<24} {d:>10.2f} {r:>15.2f} {d / r:>7.2f} {drv['accuracy']['max_abs_error']:>9.2e}")
+    finally:
+        device.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
