@@ -1,0 +1,20 @@
+"""Suite-wide fixtures: a private model cache and single-threaded math."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Both the tests' own NumPy and every driver process they start use one BLAS thread,
+# so tests running beside each other don't compete for the two cores.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _model_cache(tmp_path_factory):
+    """Zoo models are built once per test session into a private cache, unless one is given."""
+    if "MLTS_CACHE_DIR" not in os.environ:
+        os.environ["MLTS_CACHE_DIR"] = str(tmp_path_factory.mktemp("mlts-cache"))
+    yield
