@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mlts.hal.enums import EXTENSION_TYPE_LOW_BITS, OperandLifeTime, OperandType, OperationType
+from mlts.hal.enums import ELEMENT_SIZE, EXTENSION_TYPE_LOW_BITS, OperandLifeTime, OperandType, OperationType
 from mlts.hal.errors import invalid
 
 # HAL dimensions, offsets and lengths are uint32; sizes above this cannot be expressed.
@@ -17,6 +17,8 @@ MAX_RANK = 32
 OPERAND_TYPE_CODES = frozenset(int(t) for t in OperandType)
 OPERATION_TYPE_CODES = frozenset(int(t) for t in OperationType)
 LIFETIME_CODES = frozenset(int(t) for t in OperandLifeTime)
+# Element size by plain int code, so untrusted ints can be looked up directly.
+ELEMENT_BYTES: dict[int, int] = {int(t): n for t, n in ELEMENT_SIZE.items()}
 
 
 def is_int(value: Any) -> bool:
@@ -76,16 +78,18 @@ def check_dims(dims: Any, where: str) -> tuple[int, ...]:
         raise invalid(f"{where}: rank {len(dims)} exceeds the maximum rank {MAX_RANK}")
     for axis, d in enumerate(dims):
         if not is_int(d) or d < 0 or d > UINT32_MAX:
-            raise invalid(f"{where}: dimension {axis} is {d!r}; valid dimensions are ints in [0, {UINT32_MAX}] (0 = unknown)")
+            raise invalid(
+                f"{where}: dimension {axis} is {d!r}; valid dimensions are ints in [0, {UINT32_MAX}] (0 = unknown)"
+            )
     return tuple(dims)
 
 
 def check_location_fields(loc: Any, where: str) -> tuple[int, int, int]:
     """(pool_index, offset, length) as uint32 ints, else invalid."""
-    values = []
+    values: list[int] = []
     for name in ("pool_index", "offset", "length"):
         v = getattr(loc, name, None)
-        if not is_int(v) or v < 0 or v > UINT32_MAX:
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0 or v > UINT32_MAX:
             raise invalid(f"{where}: location.{name} is {v!r}; valid values are ints in [0, {UINT32_MAX}]")
         values.append(v)
     return values[0], values[1], values[2]
