@@ -1,5 +1,46 @@
 """Operation kernels, one module per NNAPI operation, registered by code on import."""
 
+# Imported for their @register side effect: importing driver.ops registers every kernel.
+from driver.ops import (  # noqa: F401
+    abs,
+    add,
+    average_pool_2d,
+    concatenation,
+    conv_2d,
+    depthwise_conv_2d,
+    div,
+    elu,
+    exp,
+    expand_dims,
+    floor,
+    fully_connected,
+    hard_swish,
+    l2_pool_2d,
+    log_softmax,
+    logistic,
+    max_pool_2d,
+    mean,
+    mul,
+    neg,
+    pad,
+    pad_v2,
+    reduce_max,
+    reduce_sum,
+    relu,
+    relu1,
+    relu6,
+    reshape,
+    resize_bilinear,
+    rsqrt,
+    slice,
+    softmax,
+    sqrt,
+    squeeze,
+    strided_slice,
+    sub,
+    tanh,
+    transpose,
+)
 from driver.ops._base import ArgInfo, kernel_for, register, registered_operations
 
 __all__ = ["ArgInfo", "kernel_for", "register", "registered_operations"]

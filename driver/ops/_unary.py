@@ -1,0 +1,31 @@
+"""What the elementwise float32 operations share: one input tensor, one output of the same shape."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from driver.ops._base import ArgInfo, Run, expect_count
+from driver.ops._params import float_outputs, float_tensor
+
+# x -> a fresh float32 array of x's shape.
+Elementwise = Callable[[np.ndarray], np.ndarray]
+
+
+def prepare_unary(
+    name: str, ins: Sequence[ArgInfo], outs: Sequence[ArgInfo], fn: Elementwise, n_in: int = 1
+) -> Run:
+    """A kernel applying `fn` to input 0; inputs after the first are parameters the caller already parsed."""
+    expect_count(name, ins, (n_in,), outs)
+    float_tensor(name, "input", ins[0])
+    float_outputs(name, outs)
+
+    def run(args: Sequence[Any]) -> list[np.ndarray]:
+        # Overflow to inf and nan for out-of-domain inputs are the IEEE answers; silence the warnings.
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            y = fn(np.asarray(args[0]))
+        return [np.asarray(y, dtype=np.float32)]
+
+    return run

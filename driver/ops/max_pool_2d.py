@@ -1,0 +1,28 @@
+"""MAX_POOL_2D: maximum of each window's valid elements (padding never wins), plus fused activation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from driver.ops._base import ArgInfo, Run, register
+from driver.ops._pooling import prepare_pool
+from driver.ops._window import Geometry
+from mlts.hal.enums import OperationType
+
+# Padding value: the lowest float, which is also what a window of padding alone yields.
+_LOWEST = float(np.finfo(np.float32).min)
+
+
+def _max(xp: np.ndarray, g: Geometry) -> np.ndarray:
+    taps = g.taps(xp)
+    acc = np.array(next(taps), dtype=np.float32)
+    for view in taps:
+        np.maximum(acc, view, out=acc)
+    return acc
+
+
+@register(OperationType.MAX_POOL_2D)
+def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
+    return prepare_pool("MAX_POOL_2D", ins, outs, _max, _LOWEST)

@@ -1,0 +1,16 @@
+"""REDUCE_MAX: maximum of input 0 over the axes of input 1 (TENSOR_INT32); input 2 is keep_dims (BOOL)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from driver.ops._base import ArgInfo, Run, register
+from driver.ops._reduce import prepare_reduce
+from mlts.hal.enums import OperandType, OperationType
+
+
+@register(OperationType.REDUCE_MAX)
+def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
+    return prepare_reduce("REDUCE_MAX", ins, outs, np.max, OperandType.BOOL)

@@ -1,0 +1,48 @@
+"""RESHAPE: the input's elements in a new shape (input 1, a 1-D TENSOR_INT32 that may hold one -1)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from driver.ops._base import ArgInfo, Run, expect_count, register
+from driver.ops._params import float_outputs, float_tensor, int_tensor_input, int_values
+from mlts.hal.enums import OperationType
+from mlts.hal.errors import invalid
+
+NAME = "RESHAPE"
+
+
+def target_shape(shape: np.ndarray, size: int) -> tuple[int, ...]:
+    """`shape` with its -1 resolved so that it holds `size` elements."""
+    dims = [int(d) for d in shape.reshape(-1)]
+    unknown = [i for i, d in enumerate(dims) if d == -1]
+    if len(unknown) > 1 or any(d < -1 for d in dims):
+        raise invalid(f"{NAME}: shape {dims} must hold non-negative sizes and at most one -1")
+    known = int(np.prod([d for d in dims if d != -1], dtype=np.int64))
+    if unknown:
+        if known == 0 or size % known:
+            raise invalid(f"{NAME}: cannot infer the -1 of shape {dims} for {size} elements")
+        dims[unknown[0]] = size // known
+    elif known != size:
+        raise invalid(f"{NAME}: shape {dims} holds {known} elements, the input has {size}")
+    return tuple(dims)
+
+
+@register(OperationType.RESHAPE)
+def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
+    expect_count(NAME, ins, (2,), outs)
+    float_tensor(NAME, "input", ins[0])
+    float_outputs(NAME, outs)
+    shape = int_tensor_input(NAME, "shape", ins[1])
+    if shape is not None and shape.ndim != 1:
+        raise invalid(f"{NAME}: shape tensor has rank {shape.ndim}, expected 1")
+
+    def run(args: Sequence[Any]) -> list[np.ndarray]:
+        x = args[0]
+        # A copy, so the output never aliases an input buffer.
+        return [x.reshape(target_shape(int_values(shape, args[1]), x.size)).copy()]
+
+    return run

@@ -1,0 +1,20 @@
+"""RSQRT: 1 / sqrt(x) (inf at 0, nan for x < 0), elementwise."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from driver.ops._base import ArgInfo, Run, register
+from driver.ops._unary import prepare_unary
+from mlts.hal.enums import OperationType
+
+
+def _rsqrt(x: np.ndarray) -> np.ndarray:
+    return np.reciprocal(np.sqrt(x))
+
+
+@register(OperationType.RSQRT)
+def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
+    return prepare_unary("RSQRT", ins, outs, _rsqrt)

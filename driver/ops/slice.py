@@ -1,0 +1,44 @@
+"""SLICE: the block of input 0 starting at begin (input 1) with size (input 2, -1 = to the end), both TENSOR_INT32."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from driver.ops._base import ArgInfo, Run, expect_count, register
+from driver.ops._params import float_outputs, float_tensor, int_tensor_input, int_values
+from mlts.hal.enums import OperationType
+from mlts.hal.errors import invalid
+
+NAME = "SLICE"
+
+
+def _index(shape: tuple[int, ...], begin: np.ndarray, size: np.ndarray) -> tuple[slice, ...]:
+    if begin.shape != (len(shape),) or size.shape != (len(shape),):
+        raise invalid(
+            f"{NAME}: begin {begin.tolist()} and size {size.tolist()} must each hold {len(shape)} values"
+        )
+    index = []
+    for d, (dim, b, s) in enumerate(zip(shape, begin.tolist(), size.tolist(), strict=True)):
+        end = dim if s == -1 else b + s
+        if b < 0 or s < -1 or end > dim:
+            raise invalid(f"{NAME}: dimension {d} of size {dim}: begin {b} and size {s} are out of range")
+        index.append(slice(b, end))
+    return tuple(index)
+
+
+@register(OperationType.SLICE)
+def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
+    expect_count(NAME, ins, (3,), outs)
+    float_tensor(NAME, "input", ins[0])
+    float_outputs(NAME, outs)
+    begin = int_tensor_input(NAME, "begin", ins[1])
+    size = int_tensor_input(NAME, "size", ins[2])
+
+    def run(args: Sequence[Any]) -> list[np.ndarray]:
+        x = args[0]
+        return [x[_index(x.shape, int_values(begin, args[1]), int_values(size, args[2]))].copy()]
+
+    return run

@@ -1,0 +1,20 @@
+"""SQRT: sqrt(x) (nan for x < 0), elementwise."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from driver.ops._base import ArgInfo, Run, register
+from driver.ops._unary import prepare_unary
+from mlts.hal.enums import OperationType
+
+
+def _sqrt(x: np.ndarray) -> np.ndarray:
+    return np.sqrt(x)
+
+
+@register(OperationType.SQRT)
+def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
+    return prepare_unary("SQRT", ins, outs, _sqrt)

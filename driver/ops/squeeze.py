@@ -1,0 +1,46 @@
+"""SQUEEZE: drop size-1 dimensions: those listed in input 1 (TENSOR_INT32), or all when it is absent or empty."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from driver.ops._base import ArgInfo, Run, expect_count, register
+from driver.ops._params import (
+    float_outputs,
+    float_tensor,
+    int_tensor_input,
+    int_values,
+    is_absent,
+    normalize_axis,
+)
+from mlts.hal.enums import OperationType
+from mlts.hal.errors import invalid
+
+NAME = "SQUEEZE"
+
+
+@register(OperationType.SQUEEZE)
+def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
+    expect_count(NAME, ins, (1, 2), outs)
+    float_tensor(NAME, "input", ins[0])
+    float_outputs(NAME, outs)
+    all_dims = is_absent(ins, 1)
+    axes = None if all_dims else int_tensor_input(NAME, "axes", ins[1])
+
+    def run(args: Sequence[Any]) -> list[np.ndarray]:
+        x = args[0]
+        listed = () if all_dims else tuple(int(a) for a in int_values(axes, args[1]).reshape(-1))
+        if not listed:
+            return [np.squeeze(x).copy()]
+        dims = sorted({normalize_axis(NAME, "axis", a, x.ndim) for a in listed})
+        bad = [d for d in dims if x.shape[d] != 1]
+        if bad:
+            raise invalid(
+                f"{NAME}: cannot squeeze dimensions {bad} of shape {x.shape}: only size-1 dimensions can be squeezed"
+            )
+        return [np.squeeze(x, axis=tuple(dims)).copy()]
+
+    return run

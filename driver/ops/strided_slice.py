@@ -1,0 +1,81 @@
+"""STRIDED_SLICE: input 0 sliced by begin/end/strides (inputs 1-3, TENSOR_INT32) and the
+begin/end/shrink-axis bit masks (inputs 4-6, INT32), with TensorFlow's clamping rules."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from driver.ops._base import ArgInfo, Run, expect_count, register
+from driver.ops._params import float_outputs, float_tensor, int_param, int_tensor_input, int_values
+from mlts.hal.enums import OperationType
+from mlts.hal.errors import invalid
+
+NAME = "STRIDED_SLICE"
+
+
+def _clamp(v: int, lo: int, hi: int) -> int:
+    return max(lo, min(v, hi))
+
+
+def axis_index(
+    dim: int, begin: int, end: int, stride: int, masked_begin: bool, masked_end: bool, shrink: bool
+) -> int | slice:
+    """The index of one dimension: an int when the dimension shrinks away, else a Python slice."""
+    if shrink:
+        i = begin + dim if begin < 0 else begin
+        if not 0 <= i < dim:
+            raise invalid(
+                f"{NAME}: shrunk dimension of size {dim} has begin {begin}, expected [{-dim}, {dim})"
+            )
+        return i
+    # A negative stride walks from dim-1 down to -1 (exclusive).
+    lo, hi = (0, dim) if stride > 0 else (-1, dim - 1)
+    start = (
+        (lo if stride > 0 else hi) if masked_begin else _clamp(begin + dim if begin < 0 else begin, lo, hi)
+    )
+    stop = (hi if stride > 0 else lo) if masked_end else _clamp(end + dim if end < 0 else end, lo, hi)
+    if (stop - start) * stride <= 0:
+        return slice(0, 0)
+    return slice(start, stop if stop >= 0 else None, stride)
+
+
+@register(OperationType.STRIDED_SLICE)
+def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
+    expect_count(NAME, ins, (7,), outs)
+    float_tensor(NAME, "input", ins[0])
+    float_outputs(NAME, outs)
+    consts = [int_tensor_input(NAME, what, ins[i]) for i, what in ((1, "begin"), (2, "end"), (3, "strides"))]
+    begin_mask, end_mask, shrink_mask = (
+        int_param(NAME, what, ins, i)
+        for i, what in ((4, "begin_mask"), (5, "end_mask"), (6, "shrink_axis_mask"))
+    )
+
+    def run(args: Sequence[Any]) -> list[np.ndarray]:
+        x = args[0]
+        begin, end, strides = (int_values(c, args[i + 1]).reshape(-1).tolist() for i, c in enumerate(consts))
+        if not len(begin) == len(end) == len(strides) == x.ndim:
+            raise invalid(
+                f"{NAME}: begin {begin}, end {end} and strides {strides} must each hold {x.ndim} values"
+            )
+        if 0 in strides:
+            raise invalid(f"{NAME}: strides {strides} hold a 0, expected non-zero strides")
+        index = tuple(
+            axis_index(
+                x.shape[d],
+                begin[d],
+                end[d],
+                strides[d],
+                bool(begin_mask >> d & 1),
+                bool(end_mask >> d & 1),
+                bool(shrink_mask >> d & 1),
+            )
+            for d in range(x.ndim)
+        )
+        y = np.array(x[index], dtype=np.float32)
+        # Shrinking every dimension leaves one element; NNAPI tensors have rank >= 1.
+        return [y.reshape(1) if y.ndim == 0 else y]
+
+    return run

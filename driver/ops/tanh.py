@@ -1,0 +1,20 @@
+"""TANH: hyperbolic tangent, elementwise."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from driver.ops._base import ArgInfo, Run, register
+from driver.ops._unary import prepare_unary
+from mlts.hal.enums import OperationType
+
+
+def _tanh(x: np.ndarray) -> np.ndarray:
+    return np.tanh(x)
+
+
+@register(OperationType.TANH)
+def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
+    return prepare_unary("TANH", ins, outs, _tanh)

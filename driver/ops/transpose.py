@@ -1,0 +1,40 @@
+"""TRANSPOSE: dimensions permuted by input 1 (TENSOR_INT32), or reversed when it is absent or omitted."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from driver.ops._base import ArgInfo, Run, expect_count, register
+from driver.ops._params import float_outputs, float_tensor, int_tensor_input, int_values, is_absent
+from mlts.hal.enums import OperationType
+from mlts.hal.errors import invalid
+
+NAME = "TRANSPOSE"
+
+
+def _perm(values: np.ndarray, rank: int) -> tuple[int, ...]:
+    perm = tuple(int(p) for p in values.reshape(-1))
+    if sorted(perm) != list(range(rank)):
+        raise invalid(f"{NAME}: perm {list(perm)} is not a permutation of 0..{rank - 1}")
+    return perm
+
+
+@register(OperationType.TRANSPOSE)
+def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
+    expect_count(NAME, ins, (1, 2), outs)
+    float_tensor(NAME, "input", ins[0])
+    float_outputs(NAME, outs)
+    reverse = is_absent(ins, 1)
+    perm = None if reverse else int_tensor_input(NAME, "perm", ins[1])
+    if perm is not None and ins[0].shape:
+        _perm(perm, len(ins[0].shape))
+
+    def run(args: Sequence[Any]) -> list[np.ndarray]:
+        x = args[0]
+        axes = None if reverse else _perm(int_values(perm, args[1]), x.ndim)
+        return [np.transpose(x, axes).copy()]
+
+    return run
