@@ -1,0 +1,1 @@
+"""Input data: procedural images and MLTS's preprocessing."""

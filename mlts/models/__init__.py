@@ -1,0 +1,1 @@
+"""The model zoo: generated MobileNets, their registry and cache, and size statistics."""

@@ -1,0 +1,160 @@
+"""The model zoo: MLTS's MobileNet names, built on first use into a per-user cache and reused afterwards.
+
+Cache directory: $MLTS_CACHE_DIR, else $XDG_CACHE_HOME/mlts, else
+~/.cache/mlts; models live in its `models/` folder under file names that carry
+the generator version, so a changed generator never serves stale bytes.
+Builds are atomic (temporary file + os.replace) and serialised per model by an
+fcntl lock file, so concurrent processes all end with the same valid file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fcntl
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import onnx
+
+from mlts.models import mobilenet
+
+GENERATOR_VERSION = mobilenet.GENERATOR_VERSION
+"""Part of every cached file name; a new version rebuilds instead of reusing old files."""
+
+
+class UnknownModelError(ValueError):
+    """A model name that is not in the zoo."""
+
+
+@dataclass(frozen=True, slots=True)
+class ZooModel:
+    """One zoo entry: MLTS's name, tensor shapes and the zero-argument builder of its ONNX graph."""
+
+    name: str
+    family: str
+    dtype: str
+    input_shape: tuple[int, ...]
+    output_shape: tuple[int, ...]
+    description: str
+    builder: Callable[[], onnx.ModelProto]
+    synthetic: bool = True
+
+    def build(self) -> onnx.ModelProto:
+        """Generate the model now, bypassing the cache."""
+        return self.builder()
+
+
+def _mobilenet(family: str, alpha: float, resolution: int, seed: int) -> ZooModel:
+    make = mobilenet.mobilenet_v1 if family == "mobilenet_v1" else mobilenet.mobilenet_v2
+    version = family.rsplit("_", 1)[1]
+    return ZooModel(
+        name=f"{family}_{alpha}_{resolution}",
+        family=family,
+        dtype="float32",
+        input_shape=(1, 3, resolution, resolution),
+        output_shape=(1, mobilenet.NUM_CLASSES),
+        description=(
+            f"MobileNet {version}, width {alpha}, {resolution}x{resolution} RGB input, "
+            f"{mobilenet.NUM_CLASSES} classes (synthetic weights, seed {seed})"
+        ),
+        builder=partial(make, alpha, resolution, seed=seed),
+    )
+
+
+_REGISTRY: dict[str, ZooModel] = {
+    m.name: m
+    for m in (
+        _mobilenet("mobilenet_v1", 1.0, 224, seed=101),
+        _mobilenet("mobilenet_v1", 0.75, 192, seed=102),
+        _mobilenet("mobilenet_v1", 0.5, 160, seed=103),
+        _mobilenet("mobilenet_v1", 0.25, 128, seed=104),
+        _mobilenet("mobilenet_v2", 0.35, 128, seed=201),
+        _mobilenet("mobilenet_v2", 0.5, 160, seed=202),
+        _mobilenet("mobilenet_v2", 0.75, 192, seed=203),
+        _mobilenet("mobilenet_v2", 1.0, 224, seed=204),
+    )
+}
+
+
+def list_models() -> list[ZooModel]:
+    """Every zoo model, in registry order."""
+    return list(_REGISTRY.values())
+
+
+def get(name: str) -> ZooModel:
+    """The zoo entry called `name`; UnknownModelError names close matches and every valid name."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        pass
+    close = difflib.get_close_matches(name, _REGISTRY, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    raise UnknownModelError(f"unknown model {name!r}; {hint}valid names: {', '.join(_REGISTRY)}")
+
+
+def cache_dir() -> Path:
+    """Where built models are cached: <$MLTS_CACHE_DIR | $XDG_CACHE_HOME/mlts | ~/.cache/mlts>/models."""
+    root = os.environ.get("MLTS_CACHE_DIR")
+    if not root:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        root = os.path.join(xdg, "mlts") if xdg else os.path.join(Path.home(), ".cache", "mlts")
+    return Path(root) / "models"
+
+
+def _cached_file(entry: ZooModel) -> Path:
+    return cache_dir() / f"{entry.name}.g{GENERATOR_VERSION}.onnx"
+
+
+def _is_valid(path: Path, entry: ZooModel) -> bool:
+    """True when `path` loads, passes the checker and has the entry's input and output signature."""
+    try:
+        model = onnx.load(str(path))
+        onnx.checker.check_model(model)
+    except Exception:  # any failure to load means the file cannot be trusted
+        return False
+
+    def signature(values: object) -> list[tuple[str, tuple[int, ...]]]:
+        return [(v.name, tuple(d.dim_value for d in v.type.tensor_type.shape.dim)) for v in values]
+
+    inputs, outputs = signature(model.graph.input), signature(model.graph.output)
+    return inputs == [("input", entry.input_shape)] and outputs == [("probabilities", entry.output_shape)]
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def model_path(name: str) -> Path:
+    """Path of the cached ONNX file of model `name`, building it first when missing or corrupt."""
+    entry = get(name)
+    path = _cached_file(entry)
+    if path.is_file() and _is_valid(path, entry):
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            # Another process may have finished the build while this one waited for the lock.
+            if not (path.is_file() and _is_valid(path, entry)):
+                _write_atomically(path, entry.build().SerializeToString())
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return path
+
+
+def load(name: str) -> onnx.ModelProto:
+    """The ONNX model `name`, from the cache (built on first use)."""
+    return onnx.load(str(model_path(name)))
