@@ -158,3 +158,44 @@ def model_path(name: str) -> Path:
 def load(name: str) -> onnx.ModelProto:
     """The ONNX model `name`, from the cache (built on first use)."""
     return onnx.load(str(model_path(name)))
+
+
+def summary(name: str) -> dict:
+    """Name, family, dtype, shapes, parameter count and MACs of model `name`.
+
+    The counts depend only on the topology, so they come from a structure-only
+    build (no calibration) and are cached beside the models.
+    """
+    import json
+
+    from mlts.models.stats import count_macs, count_params
+
+    entry = get(name)
+    store = cache_dir() / f"summaries.g{GENERATOR_VERSION}.json"
+    try:
+        known = json.loads(store.read_text(encoding="utf-8"))
+        if not isinstance(known, dict):
+            known = {}
+    except (OSError, ValueError):
+        known = {}
+    counts = known.get(name)
+    if not (isinstance(counts, dict) and isinstance(counts.get("params"), int) and isinstance(counts.get("macs"), int)):
+        graph = partial(entry.builder, calibrate=False)()
+        counts = {"params": count_params(graph), "macs": count_macs(graph)}
+        known[name] = counts
+        try:
+            store.parent.mkdir(parents=True, exist_ok=True)
+            _write_atomically(store, json.dumps(known, indent=1).encode())
+        except OSError:
+            pass  # a read-only cache only costs recomputation
+    return {
+        "name": entry.name,
+        "family": entry.family,
+        "dtype": entry.dtype,
+        "input_shape": list(entry.input_shape),
+        "output_shape": list(entry.output_shape),
+        "params": counts["params"],
+        "macs": counts["macs"],
+        "synthetic_weights": entry.synthetic,
+        "description": entry.description,
+    }
