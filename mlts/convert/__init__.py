@@ -1,0 +1,7 @@
+"""ONNX -> NN HAL Model converter: NCHW graphs become NHWC NNAPI operations."""
+
+from mlts.convert.converter import Conversion, TensorInfo, convert
+from mlts.convert.errors import ConversionError
+from mlts.convert.registry import supported_ops
+
+__all__ = ["Conversion", "ConversionError", "TensorInfo", "convert", "supported_ops"]

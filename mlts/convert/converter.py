@@ -1,0 +1,206 @@
+"""convert(): one pass over the ONNX graph in topological order, building the NN model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+
+import mlts.convert.ops  # noqa: F401  (registers every handler)
+from mlts.convert.context import Context, Tensor, where
+from mlts.convert.errors import ConversionError
+from mlts.convert.fold import fold_node, foldable
+from mlts.convert.load import DEFAULT_DOMAINS, ModelSource, default_opset, fix_batch, infer_shapes, load_model
+from mlts.convert.registry import first_version, lookup, supported_ops
+from mlts.hal.builder import ModelBuilder
+from mlts.hal.enums import OperandType, OperationType
+from mlts.hal.types import Model
+
+NEWEST_TESTED_OPSET = 21
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """One model input or output: ONNX name, the NN model's shape, NumPy dtype name."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class Conversion:
+    """The NN model and how its inputs/outputs map to the ONNX graph's (same order)."""
+
+    model: Model
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+    opset: int
+    notes: tuple[str, ...] = ()
+
+
+def _live_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """Nodes that contribute to a graph output, in graph order."""
+    needed = {o.name for o in graph.output}
+    live = []
+    for node in reversed(graph.node):
+        if any(o in needed for o in node.output if o):
+            live.append(node)
+            needed.update(n for n in node.input if n)
+    return live[::-1]
+
+
+def _shapes(model: onnx.ModelProto) -> dict[str, tuple[int | None, ...]]:
+    shapes: dict[str, tuple[int | None, ...]] = {}
+    g = model.graph
+    for vi in [*g.input, *g.value_info, *g.output]:
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.HasField("shape"):
+            shapes[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+    return shapes
+
+
+def _notes(ctx: Context, pruned: int) -> list[str]:
+    c = ctx.counts
+    plural = {
+        "bn_into_conv": "folded {} BatchNormalization into Conv",
+        "bn_into_gemm": "folded {} BatchNormalization into Gemm/MatMul",
+        "bn_standalone": "converted {} BatchNormalization to MUL+ADD",
+        "bias_into_fc": "folded {} Add of a constant vector into FULLY_CONNECTED bias",
+        "fused_activation": "fused {} Relu/Clip into the preceding operation",
+        "folded_constant": "folded {} constant nodes",
+        "dropped_identity": "dropped {} Identity/Dropout/Cast nodes",
+        "cancelled_transpose": "removed {} Transpose nodes absorbed by the NHWC layout",
+        "layout_transpose": "inserted {} TRANSPOSE for NCHW<->NHWC layout",
+    }
+    notes = [text.format(c[key]) for key, text in plural.items() if c[key]]
+    if pruned:
+        notes.append(f"removed {pruned} nodes that no output depends on")
+    return notes
+
+
+def _check_domain(node: onnx.NodeProto) -> None:
+    if node.domain not in DEFAULT_DOMAINS:
+        raise ConversionError(
+            f"unsupported ONNX op '{node.op_type}' (node '{node.name}', domain '{node.domain}'); "
+            f"supported: {', '.join(supported_ops())} (default domain)"
+        )
+
+
+def _convert_node(ctx: Context, node: onnx.NodeProto) -> None:
+    _check_domain(node)
+    if foldable(node, ctx.consts):
+        ctx.consts.update(fold_node(node, ctx.consts, ctx.opset))
+        ctx.counts["folded_constant"] += 1
+        return
+    handler = lookup(node.op_type, ctx.opset)
+    if handler is None:
+        first = first_version(node.op_type)
+        if first is not None:
+            raise ConversionError(
+                f"ONNX op '{node.op_type}' (node '{node.name}') is not supported at opset {ctx.opset}; supported from opset {first}"
+            )
+        raise ConversionError(
+            f"unsupported ONNX op '{node.op_type}' (node '{node.name}', domain '{node.domain}'); supported: {', '.join(supported_ops())}"
+        )
+    try:
+        handler(ctx, node)
+    except ConversionError:
+        raise
+    except (ValueError, KeyError, IndexError, TypeError) as e:
+        raise ConversionError(f"{where(node)}: conversion failed: {type(e).__name__}: {e}") from None
+
+
+def _add_inputs(ctx: Context, graph: onnx.GraphProto, keep_io_layout: bool) -> list[TensorInfo]:
+    infos = []
+    for inp in graph.input:
+        if inp.name in ctx.consts:
+            continue
+        elem = inp.type.tensor_type.elem_type
+        if elem != TensorProto.FLOAT:
+            name = TensorProto.DataType.Name(elem) if elem in TensorProto.DataType.values() else str(elem)
+            raise ConversionError(
+                f"input '{inp.name}' has element type {name}; only FLOAT (float32) inputs are supported"
+            )
+        shape = ctx.shape_of(inp.name)
+        if not shape:
+            raise ConversionError(f"input '{inp.name}' is a scalar; NN model inputs need rank >= 1")
+        nhwc = not keep_io_layout and len(shape) == 4
+        t = Tensor(0, shape, nhwc)
+        t = Tensor(ctx.builder.add_input(OperandType.TENSOR_FLOAT32, t.nn_shape), shape, nhwc)
+        ctx.bind(inp.name, t)
+        infos.append(TensorInfo(inp.name, t.nn_shape, "float32"))
+    return infos
+
+
+def _add_outputs(
+    ctx: Context, graph: onnx.GraphProto, keep_io_layout: bool, input_operands: set[int]
+) -> list[TensorInfo]:
+    infos = []
+    marked: set[int] = set()
+    for out in graph.output:
+        name = out.name
+        if name in ctx.consts and not np.issubdtype(ctx.consts[name].dtype, np.floating):
+            raise ConversionError(
+                f"output '{name}' is a constant of dtype {ctx.consts[name].dtype}; only float32 outputs are supported"
+            )
+        if name not in ctx.consts and name not in ctx.tensors:
+            raise ConversionError(f"output '{name}' is not produced by any node")
+        t = ctx.in_layout(name, not keep_io_layout and len(ctx.shape_of(name)) == 4)
+        if not t.shape:
+            raise ConversionError(f"output '{name}' is a scalar; NN model outputs need rank >= 1")
+        if t.operand in marked or t.operand in input_operands or ctx.builder.value_of(t.operand) is not None:
+            # An operand can be only one output and never an input or constant: copy it.
+            copy = ctx.temp(t.shape, t.nhwc)
+            ctx.emit(OperationType.RESHAPE, [t.operand, ctx.ints(t.nn_shape)], [copy.operand])
+            t = copy
+        ctx.builder.mark_outputs(t.operand)
+        marked.add(t.operand)
+        infos.append(TensorInfo(name, t.nn_shape, "float32"))
+    return infos
+
+
+def convert(onnx_model: ModelSource, *, batch_size: int = 1, keep_io_layout: bool = True) -> Conversion:
+    """Convert an ONNX model (proto, path or bytes) to an NN HAL Model.
+
+    Rank-4 activations are carried in NHWC inside the graph; with
+    `keep_io_layout` the model's rank-4 inputs and outputs stay NCHW (one
+    TRANSPOSE each), otherwise they are NHWC. Raises ConversionError.
+    """
+    model = load_model(onnx_model)
+    opset = default_opset(model)
+    notes = fix_batch(model, batch_size)
+    model = infer_shapes(model)
+    graph = model.graph
+    if graph.sparse_initializer:
+        raise ConversionError("sparse initializers are not supported; store them as dense tensors")
+
+    nodes = _live_nodes(graph)
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in nodes:
+        for name in dict.fromkeys(n for n in node.input if n):
+            consumers.setdefault(name, []).append(node)
+    builder = ModelBuilder()
+    ctx = Context(builder, opset, _shapes(model), consumers, {o.name for o in graph.output})
+    for init in graph.initializer:
+        ctx.consts[init.name] = numpy_helper.to_array(init)
+
+    inputs = _add_inputs(ctx, graph, keep_io_layout)
+    input_operands = {ctx.tensors[i.name].operand for i in inputs}
+    for node in nodes:
+        if not ctx.is_absorbed(node):
+            _convert_node(ctx, node)
+    outputs = _add_outputs(ctx, graph, keep_io_layout, input_operands)
+    try:
+        nn_model = builder.build()
+    except ValueError as e:
+        raise ConversionError(f"the converted model is invalid: {e}") from None
+
+    notes += _notes(ctx, len(graph.node) - len(nodes))
+    if opset > NEWEST_TESTED_OPSET:
+        notes.append(
+            f"opset {opset} is newer than {NEWEST_TESTED_OPSET}, the newest this converter is tested with"
+        )
+    return Conversion(nn_model, tuple(inputs), tuple(outputs), opset, tuple(notes))

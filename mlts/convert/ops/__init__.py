@@ -1,0 +1,17 @@
+"""ONNX op handlers, one small module per op family; importing this package registers them all."""
+
+from mlts.convert.ops import (  # noqa: F401
+    activation,
+    concat,
+    conv,
+    elementwise,
+    gemm,
+    norm,
+    pad,
+    passthrough,
+    pool,
+    reduce,
+    reshape,
+    softmax,
+    transpose,
+)

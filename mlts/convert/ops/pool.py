@@ -1,0 +1,121 @@
+"""AveragePool, MaxPool, GlobalAveragePool, GlobalMaxPool -> AVERAGE_POOL_2D / MAX_POOL_2D / MEAN on NHWC.
+
+NNAPI pooling never counts padding and has no ceil mode: ceil_mode=1 becomes
+extra padding at the end, and count_include_pad=1 becomes an explicit
+zero PAD followed by a pool without padding.
+"""
+
+from __future__ import annotations
+
+from onnx import NodeProto
+
+from mlts.convert.context import Context, where
+from mlts.convert.errors import ConversionError
+from mlts.convert.ops._common import attrs, fuse_activation, ints_attr, require_rank, spatial_padding
+from mlts.convert.registry import register
+from mlts.hal.enums import FusedActivationFunc, OperationType
+
+
+def _ceil_extra(node: NodeProto, size: int, begin: int, end: int, k: int, s: int, out: int) -> int:
+    """Padding to add at the end so that NNAPI's floor formula gives the ONNX output size `out`."""
+    extra = max(0, (out - 1) * s + k - (size + begin + end))
+    got = (size + begin + end + extra - k) // s + 1
+    if got != out:
+        raise ConversionError(
+            f"{where(node)}: output size {out} cannot be reached with kernel {k}, stride {s}, pads ({begin}, {end}) on size {size}"
+        )
+    return extra
+
+
+def _pool(ctx: Context, node: NodeProto, op: OperationType, *, ceil: bool, include_pad: bool) -> None:
+    a = attrs(node)
+    x_shape = ctx.shape_of(node.input[0])
+    require_rank(node, x_shape, 4, "input (only 2-D pooling)")
+    for extra in node.output[1:]:
+        if extra and (ctx.consumers.get(extra) or extra in ctx.graph_outputs):
+            raise ConversionError(
+                f"{where(node)}: output '{extra}' (Indices) is used; only the pooled values are supported"
+            )
+    if "kernel_shape" not in a:
+        raise ConversionError(f"{where(node)} has no kernel_shape")
+    kh, kw = ints_attr(node, a, "kernel_shape", [], 2)
+    strides = ints_attr(node, a, "strides", [1, 1], 2)
+    dilations = ints_attr(node, a, "dilations", [1, 1], 2)
+    if dilations != [1, 1]:
+        raise ConversionError(
+            f"{where(node)} has dilations {dilations}; pooling supports only dilations [1, 1]"
+        )
+    if not ceil and a.get("ceil_mode", 0):
+        raise ConversionError(
+            f"{where(node)} has ceil_mode at opset {ctx.opset}, where the attribute does not exist"
+        )
+    top, left, bottom, right = spatial_padding(node, a, x_shape[2:], (kh, kw), strides, dilations)
+    out_shape = ctx.shape_of(node.output[0], node)
+    h, w = x_shape[2], x_shape[3]
+
+    x = ctx.in_layout(node.input[0], True)
+    if (
+        op == OperationType.AVERAGE_POOL_2D
+        and include_pad
+        and a.get("count_include_pad", 0)
+        and any((top, left, bottom, right))
+    ):
+        padded_shape = (x_shape[0], x_shape[1], h + top + bottom, w + left + right)
+        padded = ctx.temp(padded_shape, nhwc=True)
+        paddings = ctx.ints([[0, 0], [top, bottom], [left, right], [0, 0]])
+        ctx.emit(OperationType.PAD, [x.operand, paddings], [padded.operand])
+        x, h, w = padded, padded_shape[2], padded_shape[3]
+        top = left = bottom = right = 0
+    bottom += _ceil_extra(node, h, top, bottom, kh, strides[0], out_shape[2])
+    right += _ceil_extra(node, w, left, right, kw, strides[1], out_shape[3])
+
+    act, out_name = fuse_activation(ctx, node.output[0])
+    out = ctx.new_tensor(out_name, out_shape, nhwc=True)
+    params = [left, right, top, bottom, strides[1], strides[0], kw, kh, int(act)]
+    ctx.emit(op, [x.operand, *(ctx.i32(v) for v in params)], [out.operand])
+
+
+@register("AveragePool", 1)
+def average_pool_1(ctx: Context, node: NodeProto) -> None:
+    """No ceil_mode; count_include_pad from opset 7 (absent means 0)."""
+    _pool(ctx, node, OperationType.AVERAGE_POOL_2D, ceil=False, include_pad=True)
+
+
+@register("AveragePool", 10)
+def average_pool_10(ctx: Context, node: NodeProto) -> None:
+    """ceil_mode appears (dilations from 19 are accepted only when all 1)."""
+    _pool(ctx, node, OperationType.AVERAGE_POOL_2D, ceil=True, include_pad=True)
+
+
+@register("MaxPool", 1)
+def max_pool_1(ctx: Context, node: NodeProto) -> None:
+    """No ceil_mode; the optional Indices output (opset 8) must be unused."""
+    _pool(ctx, node, OperationType.MAX_POOL_2D, ceil=False, include_pad=False)
+
+
+@register("MaxPool", 10)
+def max_pool_10(ctx: Context, node: NodeProto) -> None:
+    """ceil_mode and dilations appear (dilations accepted only when all 1)."""
+    _pool(ctx, node, OperationType.MAX_POOL_2D, ceil=True, include_pad=False)
+
+
+@register("GlobalAveragePool", 1)
+def global_average_pool(ctx: Context, node: NodeProto) -> None:
+    """MEAN over H and W, keeping dims, in whichever layout the input already has."""
+    x = ctx.tensor(node)
+    require_rank(node, x.shape, 4)
+    out = ctx.new_tensor(node.output[0], (x.shape[0], x.shape[1], 1, 1), nhwc=x.nhwc)
+    ctx.emit(
+        OperationType.MEAN, [x.operand, ctx.ints([x.nn_axis(2), x.nn_axis(3)]), ctx.i32(1)], [out.operand]
+    )
+
+
+@register("GlobalMaxPool", 1)
+def global_max_pool(ctx: Context, node: NodeProto) -> None:
+    """MAX_POOL_2D with a window of the whole image."""
+    x_shape = ctx.shape_of(node.input[0])
+    require_rank(node, x_shape, 4)
+    x = ctx.in_layout(node.input[0], True)
+    out = ctx.new_tensor(node.output[0], (x_shape[0], x_shape[1], 1, 1), nhwc=True)
+    params = [0, 0, 0, 0, 1, 1, x_shape[3], x_shape[2], int(FusedActivationFunc.NONE)]
+    ctx.emit(OperationType.MAX_POOL_2D, [x.operand, *(ctx.i32(v) for v in params)], [out.operand])

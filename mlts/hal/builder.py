@@ -1,0 +1,278 @@
+"""ModelBuilder: assemble a valid HAL Model operand by operand and operation by operation."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mlts.hal.enums import DTYPE_NAME, SCALAR_TYPES, OperandLifeTime, OperandType
+from mlts.hal.memory import HostMemory
+from mlts.hal.types import DataLocation, ExtraParams, Model, Operand, Operation, Subgraph
+
+# NNAPI copies constants of at most this many bytes into operandValues.
+MAX_COPY_BYTES = 128
+POOL_ALIGNMENT = 64
+# Copied values are padded to this so every scalar and small tensor starts aligned.
+COPY_ALIGNMENT = 4
+
+
+@dataclass(slots=True)
+class _Spec:
+    type: int
+    dims: tuple[int, ...]
+    scale: float
+    zero_point: int
+    lifetime: OperandLifeTime
+    location: DataLocation
+    extra_params: ExtraParams
+    value: np.ndarray | None = None
+
+
+def _infer_type(arr: np.ndarray, scalar: bool) -> OperandType:
+    if arr.dtype == np.bool_:
+        return OperandType.BOOL if scalar else OperandType.TENSOR_BOOL8
+    if np.issubdtype(arr.dtype, np.floating):
+        if arr.dtype == np.float16:
+            return OperandType.FLOAT16 if scalar else OperandType.TENSOR_FLOAT16
+        return OperandType.FLOAT32 if scalar else OperandType.TENSOR_FLOAT32
+    if np.issubdtype(arr.dtype, np.integer):
+        return OperandType.INT32 if scalar else OperandType.TENSOR_INT32
+    raise ValueError(
+        f"constant of dtype {arr.dtype} has no operand type; pass one of bool, int, float arrays or an explicit type"
+    )
+
+
+def _type_name(code: int) -> str:
+    return OperandType(code).name if code in OperandType._value2member_map_ else str(code)
+
+
+class ModelBuilder:
+    """Builds a Model: operands get indexes in creation order, operations run in insertion order."""
+
+    def __init__(self) -> None:
+        self._specs: list[_Spec] = []
+        self._operations: list[Operation] = []
+        self._inputs: list[int] = []
+        self._outputs: list[int] = []
+        self._values = bytearray()
+        self._pool = bytearray()
+        # Keyed by a digest of the bytes so large weights are not held twice.
+        self._copy_offsets: dict[bytes, int] = {}
+        self._pool_offsets: dict[bytes, int] = {}
+
+    # ------------------------------------------------------------ operands
+
+    def _add(self, spec: _Spec) -> int:
+        self._specs.append(spec)
+        return len(self._specs) - 1
+
+    def add_operand(
+        self,
+        type: int,
+        dims: Sequence[int] = (),
+        scale: float = 0.0,
+        zero_point: int = 0,
+        extra_params: ExtraParams = None,
+    ) -> int:
+        """A temporary operand (written by one operation); returns its index."""
+        dims = tuple(int(d) for d in dims)
+        if type in SCALAR_TYPES and dims:
+            raise ValueError(
+                f"scalar operand type {_type_name(type)} cannot have dimensions {list(dims)}; use ()"
+            )
+        if any(d < 0 for d in dims):
+            raise ValueError(f"operand dimensions {list(dims)} must be >= 0 (0 = unknown)")
+        return self._add(
+            _Spec(
+                int(type),
+                dims,
+                float(scale),
+                int(zero_point),
+                OperandLifeTime.TEMPORARY_VARIABLE,
+                DataLocation(),
+                extra_params,
+            )
+        )
+
+    def add_input(self, type: int, dims: Sequence[int], scale: float = 0.0, zero_point: int = 0) -> int:
+        """A model input (SUBGRAPH_INPUT), in the order of the calls."""
+        index = self.add_operand(type, dims, scale, zero_point)
+        self._specs[index].lifetime = OperandLifeTime.SUBGRAPH_INPUT
+        self._inputs.append(index)
+        return index
+
+    def add_omitted(self, type: int, dims: Sequence[int] = ()) -> int:
+        """An optional input left out (NO_VALUE)."""
+        index = self.add_operand(type, dims)
+        self._specs[index].lifetime = OperandLifeTime.NO_VALUE
+        return index
+
+    def add_scalar(self, value: bool | int | float, type: int) -> int:
+        """A constant scalar of `type` (e.g. INT32 stride, FLOAT32 beta, BOOL layout)."""
+        if type not in SCALAR_TYPES or type not in DTYPE_NAME:
+            raise ValueError(
+                f"add_scalar: {_type_name(type)} is not a scalar type with a value; use add_constant for tensors"
+            )
+        return self.add_constant(np.asarray(value, dtype=DTYPE_NAME[OperandType(type)]), type)
+
+    def add_constant(
+        self,
+        value: Any,
+        type: int | None = None,
+        scale: float = 0.0,
+        zero_point: int = 0,
+        extra_params: ExtraParams = None,
+    ) -> int:
+        """A constant from a NumPy array or a Python bool/int/float.
+
+        Rank-0 values become scalar operands, others tensors. The type is
+        inferred when not given (float -> FLOAT32, int -> INT32, bool -> BOOL).
+        Values of at most 128 bytes are copied into operandValues, larger ones
+        are placed 64-byte aligned in the model's single memory pool.
+        """
+        arr = np.asarray(value)
+        scalar = arr.ndim == 0
+        code = _infer_type(arr, scalar) if type is None else OperandType(type)
+        if (code in SCALAR_TYPES) != scalar:
+            kind = "scalar" if code in SCALAR_TYPES else "tensor"
+            raise ValueError(
+                f"add_constant: a value of shape {list(arr.shape)} cannot have {kind} type {code.name}"
+            )
+        if code not in DTYPE_NAME:
+            raise ValueError(f"add_constant: type {code.name} has no element representation")
+        if arr.size == 0:
+            raise ValueError(
+                f"add_constant: empty constant of shape {list(arr.shape)}; constants need at least one element"
+            )
+        arr = np.array(arr, dtype=DTYPE_NAME[code], order="C")  # a copy: callers may mutate theirs
+        data = arr.tobytes()
+        if len(data) <= MAX_COPY_BYTES:
+            lifetime = OperandLifeTime.CONSTANT_COPY
+            location = DataLocation(
+                0, self._place(self._values, self._copy_offsets, data, COPY_ALIGNMENT), len(data)
+            )
+        else:
+            lifetime = OperandLifeTime.CONSTANT_REFERENCE
+            location = DataLocation(
+                0, self._place(self._pool, self._pool_offsets, data, POOL_ALIGNMENT), len(data)
+            )
+        arr.setflags(write=False)
+        return self._add(
+            _Spec(
+                int(code),
+                tuple(arr.shape),
+                float(scale),
+                int(zero_point),
+                lifetime,
+                location,
+                extra_params,
+                arr,
+            )
+        )
+
+    @staticmethod
+    def _place(buf: bytearray, seen: dict[bytes, int], data: bytes, alignment: int) -> int:
+        # Identical constants (zero biases, repeated scalars) share one copy of their bytes.
+        key = hashlib.blake2b(data, digest_size=20).digest() + len(data).to_bytes(8, "little")
+        offset = seen.get(key)
+        if offset is None:
+            buf.extend(b"\0" * (-len(buf) % alignment))
+            offset = len(buf)
+            buf.extend(data)
+            seen[key] = offset
+        return offset
+
+    # ------------------------------------------------------------ queries
+
+    @property
+    def operand_count(self) -> int:
+        return len(self._specs)
+
+    def type_of(self, index: int) -> int:
+        """The operand type of operand `index`."""
+        return self._specs[index].type
+
+    def dims_of(self, index: int) -> tuple[int, ...]:
+        """The dimensions of operand `index`."""
+        return self._specs[index].dims
+
+    def value_of(self, index: int) -> np.ndarray | None:
+        """The value of a constant operand (read-only), else None."""
+        return self._specs[index].value
+
+    # ------------------------------------------------------------ operations
+
+    def add_operation(self, op_type: int, inputs: Sequence[int], outputs: Sequence[int]) -> int:
+        """Append an operation; returns its index. Operations must be added in execution order."""
+        for what, idxs in (("input", inputs), ("output", outputs)):
+            for i in idxs:
+                if not 0 <= i < len(self._specs):
+                    raise ValueError(
+                        f"add_operation: {what} operand {i} does not exist (have {len(self._specs)} operands)"
+                    )
+        self._operations.append(
+            Operation(int(op_type), tuple(int(i) for i in inputs), tuple(int(i) for i in outputs))
+        )
+        return len(self._operations) - 1
+
+    def mark_outputs(self, *indexes: int | Iterable[int]) -> None:
+        """Declare model outputs, in order; accepts indexes or iterables of indexes."""
+        for item in indexes:
+            for i in [item] if isinstance(item, (int, np.integer)) else item:
+                i = int(i)
+                spec = self._specs[i]
+                if spec.lifetime != OperandLifeTime.TEMPORARY_VARIABLE or i in self._outputs:
+                    raise ValueError(
+                        f"mark_outputs: operand {i} has lifetime {spec.lifetime.name}"
+                        f"{' and is already an output' if i in self._outputs else ''}; only temporaries written by an operation can be outputs"
+                    )
+                self._outputs.append(i)
+
+    # ------------------------------------------------------------ build
+
+    def _check_order(self) -> None:
+        available = {i for i, s in enumerate(self._specs) if s.lifetime != OperandLifeTime.TEMPORARY_VARIABLE}
+        written: set[int] = set()
+        for n, op in enumerate(self._operations):
+            for i in op.inputs:
+                if i not in available:
+                    raise ValueError(f"operation {n} reads operand {i} before any operation writes it")
+            for i in op.outputs:
+                spec = self._specs[i]
+                if spec.lifetime != OperandLifeTime.TEMPORARY_VARIABLE or i in written:
+                    raise ValueError(
+                        f"operation {n} writes operand {i}, which is {'already written' if i in written else spec.lifetime.name}"
+                    )
+                written.add(i)
+                available.add(i)
+        for i in self._outputs:
+            if i not in written:
+                raise ValueError(f"model output operand {i} is never written by an operation")
+
+    def build(self, relax: bool = False) -> Model:
+        """The Model: consumers counted, lifetimes of inputs/outputs set; raises ValueError if ill-formed."""
+        if not self._operations:
+            raise ValueError("a model needs at least one operation")
+        if not self._outputs:
+            raise ValueError("a model needs at least one output; call mark_outputs")
+        self._check_order()
+        consumers = [0] * len(self._specs)
+        for op in self._operations:
+            for i in op.inputs:
+                consumers[i] += 1
+        outputs = set(self._outputs)
+        operands = []
+        for i, s in enumerate(self._specs):
+            lifetime = OperandLifeTime.SUBGRAPH_OUTPUT if i in outputs else s.lifetime
+            operands.append(
+                Operand(
+                    s.type, s.dims, consumers[i], s.scale, s.zero_point, lifetime, s.location, s.extra_params
+                )
+            )
+        main = Subgraph(tuple(operands), tuple(self._operations), tuple(self._inputs), tuple(self._outputs))
+        pools = (HostMemory(bytes(self._pool)),) if self._pool else ()
+        return Model(main, (), bytes(self._values), pools, bool(relax))

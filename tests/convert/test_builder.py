@@ -1,0 +1,98 @@
+"""ModelBuilder (mlts/hal/builder.py): constants placement, lifetimes, consumers, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mlts.hal.builder import ModelBuilder
+from mlts.hal.enums import OperandLifeTime, OperandType, OperationType
+
+
+def _add_model(b: ModelBuilder, const) -> tuple[int, int, int]:
+    x = b.add_input(OperandType.TENSOR_FLOAT32, (2, 3))
+    k = b.add_constant(const)
+    y = b.add_operand(OperandType.TENSOR_FLOAT32, (2, 3))
+    b.add_operation(OperationType.ADD, [x, k, b.add_scalar(0, OperandType.INT32)], [y])
+    b.mark_outputs(y)
+    return x, k, y
+
+
+def test_small_constants_copied_large_ones_in_one_aligned_pool() -> None:
+    b = ModelBuilder()
+    small = b.add_constant(np.arange(32, dtype=np.float32))  # exactly 128 bytes
+    big1 = b.add_constant(np.arange(33, dtype=np.float32))
+    big2 = b.add_constant(np.ones(50, dtype=np.float32))
+    x, k, y = _add_model(b, np.ones((2, 3), np.float32))
+    model = b.build()
+    ops = model.main.operands
+    assert ops[small].lifetime == OperandLifeTime.CONSTANT_COPY
+    assert ops[big1].lifetime == ops[big2].lifetime == OperandLifeTime.CONSTANT_REFERENCE
+    assert len(model.pools) == 1
+    assert ops[big1].location.offset % 64 == 0 and ops[big2].location.offset % 64 == 0
+    loc = ops[big2].location
+    pool = bytes(model.pools[0].buffer)
+    np.testing.assert_array_equal(
+        np.frombuffer(pool[loc.offset : loc.offset + loc.length], np.float32), np.ones(50)
+    )
+    loc = ops[small].location
+    np.testing.assert_array_equal(
+        np.frombuffer(model.operand_values[loc.offset : loc.offset + loc.length], np.float32), np.arange(32)
+    )
+
+
+def test_identical_constants_share_bytes_and_types_are_inferred() -> None:
+    b = ModelBuilder()
+    a = b.add_constant(np.zeros(64, np.float32))
+    c = b.add_constant(np.zeros(64, np.float32))
+    s1, s2 = b.add_scalar(3, OperandType.INT32), b.add_scalar(3, OperandType.INT32)
+    f, flag = b.add_constant(1.5), b.add_constant(True)
+    t = b.add_constant(np.array([1, 2], dtype=np.int64))
+    _add_model(b, np.ones((2, 3), np.float32))
+    ops = b.build().main.operands
+    assert ops[a].location == ops[c].location and ops[s1].location == ops[s2].location
+    assert (ops[f].type, ops[flag].type, ops[t].type) == (
+        OperandType.FLOAT32,
+        OperandType.BOOL,
+        OperandType.TENSOR_INT32,
+    )
+    assert ops[s1].dimensions == () and ops[t].dimensions == (2,)
+
+
+def test_consumers_lifetimes_omitted_and_relax() -> None:
+    b = ModelBuilder()
+    x = b.add_input(OperandType.TENSOR_FLOAT32, (4,))
+    act = b.add_scalar(0, OperandType.INT32)
+    y = b.add_operand(OperandType.TENSOR_FLOAT32, (4,))
+    b.add_operation(OperationType.ADD, [x, x, act], [y])
+    z = b.add_operand(OperandType.TENSOR_FLOAT32, (4,))
+    b.add_operation(OperationType.MUL, [y, x, act], [z])
+    omitted = b.add_omitted(OperandType.TENSOR_FLOAT32)
+    b.mark_outputs(y, [z])
+    model = b.build(relax=True)
+    ops = model.main.operands
+    assert [ops[i].number_of_consumers for i in (x, act, y, z, omitted)] == [3, 2, 1, 0, 0]
+    assert ops[x].lifetime == OperandLifeTime.SUBGRAPH_INPUT
+    assert ops[y].lifetime == ops[z].lifetime == OperandLifeTime.SUBGRAPH_OUTPUT
+    assert ops[omitted].lifetime == OperandLifeTime.NO_VALUE
+    assert model.main.output_indexes == (y, z) and model.relax_computation_float32_to_float16
+
+
+def test_ill_formed_models_rejected() -> None:
+    b = ModelBuilder()
+    x = b.add_input(OperandType.TENSOR_FLOAT32, (4,))
+    y = b.add_operand(OperandType.TENSOR_FLOAT32, (4,))
+    z = b.add_operand(OperandType.TENSOR_FLOAT32, (4,))
+    b.add_operation(OperationType.RELU, [y], [z])  # reads y before anything writes it
+    b.add_operation(OperationType.RELU, [x], [y])
+    b.mark_outputs(z)
+    with pytest.raises(ValueError, match="reads operand 1 before"):
+        b.build()
+    with pytest.raises(ValueError, match="only temporaries"):
+        b.mark_outputs(x)
+    with pytest.raises(ValueError, match="scalar type"):
+        b.add_constant(np.ones(2, np.float32), OperandType.FLOAT32)
+    with pytest.raises(ValueError, match="dimensions"):
+        b.add_operand(OperandType.INT32, (1,))
+    with pytest.raises(ValueError, match="does not exist"):
+        b.add_operation(OperationType.RELU, [99], [z])
