@@ -64,7 +64,7 @@ class Frame:
     minor: int = 0
 
     def close_fds(self) -> None:
-        """Close every fd that came with the frame (idempotence is the caller's concern)."""
+        """Close every fd that came with the frame."""
         close_fds(self.fds)
 
 
@@ -93,9 +93,7 @@ def loads(data: bytes) -> dict[str, Any]:
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise WireError(f"message is not valid UTF-8 JSON: {e}", fatal=False) from None
     if not isinstance(message, dict):
-        raise WireError(
-            f"message must be a JSON object, got {type(message).__name__}", fatal=False
-        )
+        raise WireError(f"message must be a JSON object, got {type(message).__name__}", fatal=False)
     return message
 
 
@@ -145,7 +143,10 @@ def _read_exact(sock: socket.socket, n: int, wait: Wait | None, what: str) -> by
     while len(buf) < n:
         if wait is not None:
             wait(True)
-        chunk = sock.recv(min(n - len(buf), _CHUNK))
+        try:
+            chunk = sock.recv(min(n - len(buf), _CHUNK))
+        except ConnectionResetError:
+            chunk = b""
         if not chunk:
             raise WireError(
                 f"truncated frame: connection closed after {len(buf)} of {n} {what} bytes",
@@ -168,7 +169,11 @@ def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
         while len(head) < FIXED_HEADER.size:
             if wait is not None:
                 wait(bool(head) or bool(fds))
-            data, ancdata, flags, _ = sock.recvmsg(FIXED_HEADER.size - len(head), _ANC_BUFSIZE)
+            try:
+                data, ancdata, flags, _ = sock.recvmsg(FIXED_HEADER.size - len(head), _ANC_BUFSIZE)
+            except ConnectionResetError:
+                # The peer closed with our bytes unread: for this side, an end of stream.
+                data, ancdata, flags = b"", [], 0
             fds.extend(_fds_of(ancdata))
             truncated_fds |= bool(flags & socket.MSG_CTRUNC)
             if not data:

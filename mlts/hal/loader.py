@@ -1,0 +1,109 @@
+"""Load a Device factory from "package.module:attr" or "path/file.py[:Class]"."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+from mlts.hal.interface import Device
+
+DeviceFactory = Callable[..., Device]
+
+
+class FactoryError(ValueError):
+    """A factory spec cannot be resolved to something that makes a Device."""
+
+
+def split_file_spec(spec: str) -> tuple[str, str] | None:
+    """(path, class name or "") when `spec` names a Python file, else None."""
+    if spec.endswith(".py"):
+        return spec, ""
+    path, sep, attr = spec.rpartition(":")
+    if sep and (path.endswith(".py") or "/" in path):
+        return path, attr
+    return None
+
+
+def load_file(path: str | Path) -> ModuleType:
+    """Import a Python file as a module (once per resolved path)."""
+    resolved = Path(path).expanduser().resolve()
+    if not resolved.is_file():
+        raise FactoryError(f"driver file {str(path)!r} does not exist or is not a file")
+    digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:12]
+    module_name = f"mlts_driver_plugin_{resolved.stem}_{digest}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, resolved)
+    if spec is None or spec.loader is None:
+        raise FactoryError(f"driver file {str(resolved)!r} cannot be imported as Python")
+    module = importlib.util.module_from_spec(spec)
+    # Registered first so dataclasses and pickling-free introspection find the module.
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
+def device_classes(module: ModuleType) -> list[type[Device]]:
+    """The concrete Device subclasses defined (not merely imported) in `module`."""
+    found = []
+    for _, obj in vars(module).items():
+        if (
+            isinstance(obj, type)
+            and issubclass(obj, Device)
+            and obj.__module__ == module.__name__
+            and not inspect.isabstract(obj)
+        ):
+            found.append(obj)
+    return found
+
+
+def load_factory(spec: str) -> DeviceFactory:
+    """Resolve `spec` to a callable returning a Device (usually a Device subclass)."""
+    if not isinstance(spec, str) or not spec:
+        raise FactoryError(
+            f"driver factory spec {spec!r} is empty; expected 'module:attr' or 'file.py[:Class]'"
+        )
+    file_spec = split_file_spec(spec)
+    if file_spec is not None:
+        path, attr = file_spec
+        module = load_file(path)
+        if not attr:
+            classes = device_classes(module)
+            if len(classes) != 1:
+                names = ", ".join(c.__name__ for c in classes) or "none"
+                raise FactoryError(
+                    f"driver file {path!r} defines {len(classes)} Device classes ({names}); "
+                    f"name one as '{path}:Class'"
+                )
+            return classes[0]
+    else:
+        module_name, sep, attr = spec.partition(":")
+        if not sep or not module_name or not attr:
+            raise FactoryError(
+                f"driver factory spec {spec!r} is malformed; expected 'module:attr' or 'file.py[:Class]'"
+            )
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise FactoryError(f"cannot import module {module_name!r} of driver spec {spec!r}: {e}") from e
+    target: object = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise FactoryError(
+                f"{module.__name__!r} has no attribute {attr!r} (driver spec {spec!r})"
+            ) from None
+    if not callable(target):
+        raise FactoryError(f"driver spec {spec!r} names a {type(target).__name__}, not a class or function")
+    return target  # type: ignore[return-value]

@@ -1,0 +1,122 @@
+"""Find drivers (entry points of group "mlts.drivers" and plugin files), pick them by regex, open them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from mlts.hal.interface import Device
+from mlts.hal.loader import device_classes, load_factory, load_file
+from mlts.runtime.remote import RemoteDevice
+
+ENTRY_POINT_GROUP = "mlts.drivers"
+#: The built-in drivers, as pyproject.toml registers them; used when the project is not installed.
+BUILTIN_DRIVERS: Mapping[str, str] = {
+    "sample-all": "driver.variants:SampleAll",
+}
+
+
+class DiscoveryError(ValueError):
+    """A driver cannot be found, is defined twice, or a selection matches nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class DriverSpec:
+    """A driver's name, its factory spec ('module:attr' or 'file.py:Class') and where it came from."""
+
+    name: str
+    factory: str
+    source: str  # "builtin", "entry point <dist>" or "plugin <file>"
+
+
+def _entry_points() -> list[tuple[str, str, str]]:
+    """(name, value, distribution) of every installed entry point of the group."""
+    found = []
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = ep.dist.name if ep.dist is not None else "unknown distribution"
+        found.append((ep.name, ep.value, dist))
+    return found
+
+
+def _add(specs: dict[str, DriverSpec], spec: DriverSpec) -> None:
+    other = specs.get(spec.name)
+    if other is not None and other != spec:
+        raise DiscoveryError(
+            f"driver name {spec.name!r} is defined twice: by {other.source} ({other.factory}) "
+            f"and by {spec.source} ({spec.factory}); rename one of them"
+        )
+    specs[spec.name] = spec
+
+
+def plugin_specs(path: str | Path) -> list[DriverSpec]:
+    """One DriverSpec per Device subclass defined in the Python file `path`."""
+    resolved = Path(path).expanduser().resolve()
+    module = load_file(resolved)
+    classes = device_classes(module)
+    if not classes:
+        raise DiscoveryError(f"driver plugin {str(path)!r} defines no Device subclass")
+    specs = []
+    for cls in classes:
+        name = getattr(cls, "name", None)
+        if not isinstance(name, str) or not name or name == Device.name:
+            raise DiscoveryError(
+                f"driver plugin {str(path)!r}: class {cls.__name__} needs a 'name' class attribute "
+                '(the name it is selected by, e.g. name = "my-npu")'
+            )
+        specs.append(DriverSpec(name, f"{resolved}:{cls.__name__}", f"plugin {resolved}"))
+    return specs
+
+
+def discover(plugin_files: Iterable[str | Path] = ()) -> dict[str, DriverSpec]:
+    """Every known driver by name: installed entry points (or the built-in table) plus plugin files."""
+    specs: dict[str, DriverSpec] = {}
+    installed = _entry_points()
+    if installed:
+        for name, value, dist in installed:
+            _add(specs, DriverSpec(name, value, f"entry point {dist}"))
+    else:
+        for name, value in BUILTIN_DRIVERS.items():
+            _add(specs, DriverSpec(name, value, "builtin"))
+    for path in plugin_files:
+        seen_in_file: set[str] = set()
+        for spec in plugin_specs(path):
+            if spec.name in seen_in_file:
+                raise DiscoveryError(f"driver plugin {str(path)!r} defines driver name {spec.name!r} twice")
+            seen_in_file.add(spec.name)
+            _add(specs, spec)
+    return specs
+
+
+def select(specs: Mapping[str, DriverSpec], regex: str) -> list[DriverSpec]:
+    """The drivers whose name matches `regex` (re.search), sorted by name."""
+    try:
+        pattern = re.compile(regex)
+    except re.error as e:
+        raise DiscoveryError(f"bad driver regex {regex!r}: {e}") from None
+    chosen = [specs[name] for name in sorted(specs) if pattern.search(name)]
+    if not chosen:
+        available = ", ".join(sorted(specs)) or "none"
+        raise DiscoveryError(f"no driver matches {regex!r}; available: {available}")
+    return chosen
+
+
+def open_device(
+    spec: DriverSpec,
+    *,
+    in_process: bool = False,
+    options: Mapping[str, str] | None = None,
+    log_path: str | None = None,
+    **timeouts: float,
+) -> Device:
+    """The driver's Device: built here (`in_process`) or a RemoteDevice over a fresh service process."""
+    if in_process:
+        device = load_factory(spec.factory)(**dict(options or {}))
+        if not isinstance(device, Device):
+            raise DiscoveryError(
+                f"driver {spec.name!r}: {spec.factory} made a {type(device).__name__}, not a Device"
+            )
+        return device
+    return RemoteDevice.start(spec.factory, name=spec.name, options=options, log_path=log_path, **timeouts)

@@ -1,0 +1,220 @@
+"""Spawn, stop and reap a driver service process connected by a Unix socketpair."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mlts.hal import wire
+from mlts.hal.enums import ErrorStatus
+from mlts.hal.errors import HalError
+
+DEFAULT_START_TIMEOUT = 30.0
+DEFAULT_STOP_TIMEOUT = 5.0
+_TAIL_BYTES = 64 * 1024
+
+
+def describe_returncode(returncode: int | None) -> str:
+    """'exited with status 3', 'killed by signal 9 (SIGKILL)' or 'still running'."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            signame = signal.Signals(-returncode).name
+        except ValueError:
+            signame = "unknown signal"
+        return f"killed by signal {-returncode} ({signame})"
+    return f"exited with status {returncode}"
+
+
+class DriverProcess:
+    """A driver service in a child process; `sock` is the client end of its connection."""
+
+    def __init__(
+        self,
+        name: str,
+        popen: subprocess.Popen[bytes],
+        sock: socket.socket,
+        log_path: str,
+        hello: dict[str, Any],
+    ) -> None:
+        self.name = name
+        self.popen = popen
+        self.sock = sock
+        self.log_path = log_path
+        self.hello = hello
+
+    @classmethod
+    def start(
+        cls,
+        spec: str,
+        *,
+        options: Mapping[str, str] | None = None,
+        name: str | None = None,
+        log_path: str | os.PathLike[str] | None = None,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
+        service_args: Sequence[str] = (),
+    ) -> DriverProcess:
+        """Start `python -m mlts.hal.service` for factory `spec` and wait for its hello."""
+        label = name or spec
+        if log_path is None:
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)[:40]
+            fd, path = tempfile.mkstemp(prefix=f"mlts-driver-{safe}-", suffix=".log")
+            os.close(fd)
+        else:
+            path = os.fspath(log_path)
+        cmd = [sys.executable, "-m", "mlts.hal.service", "--factory", spec, "--name", label]
+        for key, value in (options or {}).items():
+            cmd += ["--option", f"{key}={value}"]
+        cmd += list(service_args)
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            cmd += ["--fd", str(child.fileno())]
+            with open(path, "ab") as log:
+                # A new session: a Ctrl-C meant for the client must not kill the driver behind its back.
+                popen = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    pass_fds=(child.fileno(),),
+                    start_new_session=True,
+                )
+        except BaseException:
+            parent.close()
+            raise
+        finally:
+            # Only the child may hold its end, or its death would not show as EOF here.
+            child.close()
+        proc = cls(label, popen, parent, path, {})
+        try:
+            proc.hello = proc._await_hello(start_timeout)
+        except BaseException:
+            proc.kill()
+            raise
+        return proc
+
+    def _await_hello(self, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+
+        def wait(partial: bool) -> None:
+            while not wire.wait_readable(self.sock, 0.1):
+                if time.monotonic() > deadline:
+                    raise TimeoutError
+                # A dead child whose socket a grandchild still holds never shows end of file.
+                if self.popen.poll() is not None:
+                    raise wire.ConnectionClosed()
+
+        try:
+            frame = wire.recv_frame(self.sock, wait)
+        except TimeoutError:
+            self.kill()
+            raise self._start_error(f"sent no hello within {timeout:.1f} s; stopped it") from None
+        except (wire.WireError, OSError) as e:
+            self.wait(2.0)
+            if isinstance(e, wire.ConnectionClosed):
+                raise self._start_error(f"{self.describe_exit()} before its hello") from None
+            raise self._start_error(f"sent a bad hello ({e})") from None
+        frame.close_fds()
+        hello = frame.message
+        protocol = hello.get("protocol")
+        if (
+            hello.get("kind") != "hello"
+            or not isinstance(protocol, list)
+            or protocol[:1] != [wire.PROTOCOL_VERSION[0]]
+        ):
+            raise self._start_error(
+                f"sent {str(hello)[:200]} instead of a hello for protocol {wire.PROTOCOL_VERSION[0]}.x"
+            )
+        return hello
+
+    def _start_error(self, what: str) -> HalError:
+        tail = "\n".join("    " + line for line in self.tail(20)) or "    (empty)"
+        return HalError(
+            ErrorStatus.DEVICE_UNAVAILABLE,
+            f"driver {self.name!r} failed to start: {what}; last lines of {self.log_path}:\n{tail}",
+        )
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once the process has ended (negative: killed by that signal)."""
+        return self.popen.poll()
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def describe_exit(self) -> str:
+        """'exited with status 3', 'killed by signal 9 (SIGKILL)' or 'still running'."""
+        return describe_returncode(self.returncode)
+
+    def tail(self, n: int = 20) -> list[str]:
+        """The last `n` lines of the driver's log."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - _TAIL_BYTES))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return []
+        return text.splitlines()[-n:] if n > 0 else []
+
+    # ------------------------------------------------------------ ending
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the process to end and reap it; True if it has."""
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def close_socket(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def kill(self) -> int:
+        """SIGKILL the process (if still running) and reap it."""
+        self.close_socket()
+        if self.popen.poll() is None:
+            try:
+                self.popen.kill()
+            except ProcessLookupError:
+                pass
+        return self.popen.wait()
+
+    def stop(self, timeout: float = DEFAULT_STOP_TIMEOUT) -> int:
+        """Close the connection and wait; then SIGTERM, then SIGKILL. Always reaps."""
+        self.close_socket()
+        if self.wait(timeout):
+            return self.popen.returncode
+        try:
+            self.popen.terminate()
+        except ProcessLookupError:
+            pass
+        if self.wait(timeout):
+            return self.popen.returncode
+        return self.kill()
+
+    def __enter__(self) -> DriverProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"DriverProcess(name={self.name!r}, pid={self.pid}, {self.describe_exit()})"

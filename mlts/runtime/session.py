@@ -1,0 +1,186 @@
+"""Session: prepare a model once, then run NumPy inputs through it via one reused shared memory pool."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from mlts.hal.enums import DTYPE_NAME, ErrorStatus, ExecutionPreference, MeasureTiming, OperandType, Priority
+from mlts.hal.errors import HalError
+from mlts.hal.interface import Device, PreparedModel
+from mlts.hal.memory import SharedMemory
+from mlts.hal.types import DataLocation, ExecutionResult, Model, Operand, Request, RequestArgument
+from mlts.runtime.remote import RemoteDevice
+
+#: Every input and output region starts at a multiple of this.
+ALIGNMENT = 64
+_PAGE = 4096
+
+
+def _align(n: int, to: int = ALIGNMENT) -> int:
+    return (n + to - 1) // to * to
+
+
+def _dtype(operand: Operand, what: str) -> np.dtype:
+    name = (
+        DTYPE_NAME.get(OperandType(operand.type)) if operand.type in OperandType._value2member_map_ else None
+    )
+    if name is None:
+        raise HalError(
+            ErrorStatus.INVALID_ARGUMENT, f"{what} has operand type {operand.type}, which has no NumPy dtype"
+        )
+    return np.dtype(name)
+
+
+class Session:
+    """A prepared model plus the pool its executions use; not thread-safe (one run at a time)."""
+
+    def __init__(
+        self,
+        device: Device,
+        model: Model,
+        *,
+        preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+        priority: Priority = Priority.MEDIUM,
+        measure: bool = True,
+    ) -> None:
+        self.device = device
+        self.model = model
+        self.measure = MeasureTiming.YES if measure else MeasureTiming.NO
+        sub = model.main
+        self._inputs = [sub.operands[i] for i in sub.input_indexes]
+        self._outputs = [sub.operands[i] for i in sub.output_indexes]
+        self._in_dtypes = [_dtype(op, f"input {k}") for k, op in enumerate(self._inputs)]
+        self._out_dtypes = [_dtype(op, f"output {k}") for k, op in enumerate(self._outputs)]
+        # Bytes reserved per output; unknown sizes are learnt from the driver's answers.
+        self._out_bytes: list[int | None] = [
+            op.byte_size() if op.is_fully_specified else None for op in self._outputs
+        ]
+        self._pool: SharedMemory | None = None
+        self.prepared: PreparedModel | None = device.prepareModel(model, preference, priority)
+
+    # ------------------------------------------------------------ layout
+
+    def _check_inputs(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if len(inputs) != len(self._inputs):
+            raise HalError(
+                ErrorStatus.INVALID_ARGUMENT,
+                f"the model has {len(self._inputs)} inputs, {len(inputs)} arrays were given",
+            )
+        arrays = []
+        for k, (value, dtype) in enumerate(zip(inputs, self._in_dtypes, strict=True)):
+            arr = np.asarray(value)
+            if arr.dtype != dtype:
+                raise HalError(
+                    ErrorStatus.INVALID_ARGUMENT,
+                    f"input {k} has dtype {arr.dtype}; the model's operand is {OperandType(self._inputs[k].type).name} "
+                    f"({dtype})",
+                )
+            arrays.append(arr)
+        return arrays
+
+    def _ensure_pool(self, size: int) -> SharedMemory:
+        pool = self._pool
+        if pool is not None and pool.size >= size:
+            return pool
+        self._release_pool()
+        grown = max(size, 2 * pool.size if pool is not None else 0)
+        self._pool = SharedMemory.create(_align(max(grown, ALIGNMENT), _PAGE), "mlts-session")
+        return self._pool
+
+    def _release_pool(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if isinstance(self.device, RemoteDevice):
+            try:
+                self.device.freeMemory([pool])
+            except HalError:
+                pass  # a dead driver holds no mappings any more
+        pool.close()
+
+    def _request(self, arrays: list[np.ndarray]) -> tuple[Request, list[int]]:
+        """Write the inputs into the pool; the request and each output's offset."""
+        guess = max([ALIGNMENT, *(a.nbytes for a in arrays)])
+        offset = 0
+        in_locs = []
+        for arr in arrays:
+            in_locs.append(DataLocation(0, offset, arr.nbytes))
+            offset = _align(offset + arr.nbytes)
+        out_locs = []
+        for size in self._out_bytes:
+            size = guess if size is None else size
+            out_locs.append(DataLocation(0, offset, size))
+            offset = _align(offset + size)
+        pool = self._ensure_pool(offset)
+        for arr, loc in zip(arrays, in_locs, strict=True):
+            if arr.nbytes:
+                np.ndarray(arr.shape, arr.dtype, buffer=pool.buffer, offset=loc.offset)[...] = arr
+        request = Request(
+            tuple(
+                RequestArgument(False, loc, tuple(int(d) for d in arr.shape))
+                for arr, loc in zip(arrays, in_locs, strict=True)
+            ),
+            tuple(RequestArgument(False, loc, ()) for loc in out_locs),
+            (pool,),
+        )
+        return request, [loc.offset for loc in out_locs]
+
+    # ------------------------------------------------------------ running
+
+    def run(self, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], ExecutionResult]:
+        """Execute once; returns copies of the outputs (shaped as the driver reports) and the result."""
+        if self.prepared is None:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, "the session is closed")
+        arrays = self._check_inputs(inputs)
+        request, offsets = self._request(arrays)
+        try:
+            result = self.prepared.executeSynchronously(request, self.measure)
+        except HalError as e:
+            unknown = [k for k, op in enumerate(self._outputs) if not op.is_fully_specified]
+            if (
+                e.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE
+                or not unknown
+                or len(e.output_shapes) != len(self._outputs)
+            ):
+                raise
+            for k in unknown:
+                shape = e.output_shapes[k]
+                needed = int(np.prod(shape.dimensions, dtype=np.int64)) * self._out_dtypes[k].itemsize
+                self._out_bytes[k] = max(needed, request.outputs[k].location.length)
+            request, offsets = self._request(arrays)
+            result = self.prepared.executeSynchronously(request, self.measure)
+        return self._read_outputs(request, offsets, result), result
+
+    def _read_outputs(
+        self, request: Request, offsets: list[int], result: ExecutionResult
+    ) -> list[np.ndarray]:
+        pool = self._pool
+        assert pool is not None
+        outputs = []
+        for k, (op, dtype, offset) in enumerate(zip(self._outputs, self._out_dtypes, offsets, strict=True)):
+            reported = result.output_shapes[k].dimensions if k < len(result.output_shapes) else ()
+            dims = tuple(reported) if reported or op.is_scalar_type else tuple(op.dimensions)
+            count = int(np.prod(dims, dtype=np.int64))
+            if count * dtype.itemsize > request.outputs[k].location.length:
+                raise HalError(
+                    ErrorStatus.GENERAL_FAILURE,
+                    f"output {k}: the driver reports shape {list(dims)}, larger than the "
+                    f"{request.outputs[k].location.length} bytes it was given",
+                )
+            outputs.append(np.frombuffer(pool.buffer, dtype, count, offset).reshape(dims).copy())
+        return outputs
+
+    def close(self) -> None:
+        """Release the prepared model and the pool; idempotent."""
+        prepared, self.prepared = self.prepared, None
+        if prepared is not None:
+            prepared.close()
+        self._release_pool()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
