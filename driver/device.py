@@ -24,6 +24,7 @@ from mlts.hal.types import (
 )
 from mlts.hal import validate
 
+from driver._malloc import tune_allocator
 from driver.executor import Plan, deadline_checkpoint, prepare_operation
 from driver.operands import dtype_of, pool_view
 
@@ -52,6 +53,7 @@ class SampleDevice(Device):
 
     def __init__(self) -> None:
         self.name = self.variant.name
+        tune_allocator()
 
     def getCapabilities(self) -> Capabilities:
         return self.variant.capabilities

@@ -47,6 +47,10 @@ def load_file(path: str | Path) -> ModuleType:
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[module_name]
+        # A broken plugin is the user's input: say which file and what it raised, in one line.
+        raise FactoryError(f"driver file {str(resolved)!r} failed to import: {type(e).__name__}: {e}") from e
     except BaseException:
         del sys.modules[module_name]
         raise

@@ -109,9 +109,14 @@ def open_device(
     in_process: bool = False,
     options: Mapping[str, str] | None = None,
     log_path: str | None = None,
+    threads: int | None = None,
     **timeouts: float,
 ) -> Device:
-    """The driver's Device: built here (`in_process`) or a RemoteDevice over a fresh service process."""
+    """The driver's Device: built here (`in_process`) or a RemoteDevice over a fresh service process.
+
+    `threads` caps the BLAS/OpenMP threads of the driver process; an
+    in-process driver shares this process's threads instead.
+    """
     if in_process:
         device = load_factory(spec.factory)(**dict(options or {}))
         if not isinstance(device, Device):
@@ -119,4 +124,10 @@ def open_device(
                 f"driver {spec.name!r}: {spec.factory} made a {type(device).__name__}, not a Device"
             )
         return device
-    return RemoteDevice.start(spec.factory, name=spec.name, options=options, log_path=log_path, **timeouts)
+    env = thread_env(threads) if threads else None
+    return RemoteDevice.start(spec.factory, name=spec.name, options=options, log_path=log_path, env=env, **timeouts)
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """Environment that fixes the math-library thread pools of a new process to `threads`."""
+    return {var: str(threads) for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}

@@ -61,6 +61,7 @@ class DriverProcess:
         log_path: str | os.PathLike[str] | None = None,
         start_timeout: float = DEFAULT_START_TIMEOUT,
         service_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> DriverProcess:
         """Start `python -m mlts.hal.service` for factory `spec` and wait for its hello."""
         label = name or spec
@@ -86,6 +87,7 @@ class DriverProcess:
                     stderr=log,
                     pass_fds=(child.fileno(),),
                     start_new_session=True,
+                    env={**os.environ, **dict(env or {})},
                 )
         except BaseException:
             parent.close()

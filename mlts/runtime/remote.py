@@ -75,10 +75,11 @@ class RemoteDevice(Device):
         name: str | None = None,
         options: Mapping[str, str] | None = None,
         log_path: str | None = None,
+        env: Mapping[str, str] | None = None,
         **timeouts: float,
     ) -> RemoteDevice:
-        """Spawn the driver service for factory `spec` and connect to it."""
-        return cls(DriverProcess.start(spec, options=options, name=name, log_path=log_path), **timeouts)
+        """Spawn the driver service for factory `spec` (with extra environment `env`) and connect to it."""
+        return cls(DriverProcess.start(spec, options=options, name=name, log_path=log_path, env=env), **timeouts)
 
     # ------------------------------------------------------------ transport
 

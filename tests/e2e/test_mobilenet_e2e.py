@@ -6,13 +6,15 @@ import numpy as np
 import onnx
 import pytest
 
-from mlts.bench.accuracy import within_tolerance
+from mlts.bench.accuracy import FP32_ATOL, within_tolerance
 from mlts.bench.inputs import make_inputs
 from mlts.bench.reference import OnnxRuntimeReference
 from mlts.convert import convert
 from mlts.models import zoo
 from mlts.runtime.discovery import discover, open_device
 from mlts.runtime.session import Session
+
+NETWORK_ATOL = 10 * FP32_ATOL
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +38,10 @@ def test_zoo_model_matches_onnxruntime(device, name):
             actual, result = session.run(feed)
             assert [a.shape for a in actual] == [e.shape for e in expected]
             assert actual[0].dtype == np.float32
-            # Softmax probabilities: CTS fp32 tolerance holds for the whole network.
-            assert within_tolerance(actual[0], expected[0]), float(np.max(np.abs(actual[0] - expected[0])))
+            # CTS's fp32 tolerance is per operation; across ~30 layers two float32
+            # implementations summing in different orders drift further, so the
+            # whole network is held to ten times CTS's atol on the probabilities.
+            assert within_tolerance(actual[0], expected[0], atol=NETWORK_ATOL), float(np.max(np.abs(actual[0] - expected[0])))
             assert int(np.argmax(actual[0])) == int(np.argmax(expected[0]))
     finally:
         session.close()
