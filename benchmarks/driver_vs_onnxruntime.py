@@ -34,10 +34,14 @@ def main() -> int:
     from mlts.runtime.discovery import discover, open_device
 
     spec = discover()[a.driver]
-    config = BenchmarkConfig(threads=a.threads, warmup=a.warmup, iterations=a.iterations, inputs=4, in_process=a.in_process)
+    config = BenchmarkConfig(
+        threads=a.threads, warmup=a.warmup, iterations=a.iterations, inputs=4, in_process=a.in_process
+    )
     device = open_device(spec, in_process=a.in_process, threads=a.threads)
-    print(f"threads={a.threads} warmup={a.warmup} iterations={a.iterations} estimator=median driver={a.driver}"
-          f" ({'in-process' if a.in_process else 'own process'})")
+    print(
+        f"threads={a.threads} warmup={a.warmup} iterations={a.iterations} estimator=median driver={a.driver}"
+        f" ({'in-process' if a.in_process else 'own process'})"
+    )
     print(f"{'model':<24} {'driver ms':>10} {'onnxruntime ms':>15} {'ratio':>7} {'max|err|':>9}")
     try:
         for name in a.models:

@@ -9,6 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from driver._malloc import tune_allocator
+from driver.executor import Plan, deadline_checkpoint, prepare_operation
+from driver.operands import dtype_of, pool_view
+from mlts.hal import validate
 from mlts.hal.enums import DeviceType, ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 from mlts.hal.errors import HalError
 from mlts.hal.interface import Device, PreparedModel
@@ -22,11 +26,6 @@ from mlts.hal.types import (
     Request,
     Timing,
 )
-from mlts.hal import validate
-
-from driver._malloc import tune_allocator
-from driver.executor import Plan, deadline_checkpoint, prepare_operation
-from driver.operands import dtype_of, pool_view
 
 VERSION = "mlts-sample-1.3.0"
 
@@ -146,7 +145,7 @@ def read_inputs(model: Model, request: Request) -> list[np.ndarray | None]:
     """Zero-copy, read-only views of the request's inputs."""
     sub = model.main
     result: list[np.ndarray | None] = []
-    for k, (arg, idx) in enumerate(zip(request.inputs, sub.input_indexes)):
+    for k, (arg, idx) in enumerate(zip(request.inputs, sub.input_indexes, strict=True)):
         if arg.has_no_value:
             result.append(None)
             continue
@@ -164,19 +163,22 @@ def write_outputs(model: Model, request: Request, outputs: list[np.ndarray]) -> 
     sub = model.main
     shapes = []
     insufficient = []
-    for k, (arg, arr) in enumerate(zip(request.outputs, outputs)):
+    for k, (arg, arr) in enumerate(zip(request.outputs, outputs, strict=True)):
         if arg.has_no_value:
             shapes.append(OutputShape(tuple(arr.shape), True))
             continue
         if arg.dimensions and tuple(arg.dimensions) != tuple(arr.shape) and all(arg.dimensions):
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"output {k}: request gives dimensions {list(arg.dimensions)} but the result is {list(arr.shape)}")
+            raise HalError(
+                ErrorStatus.INVALID_ARGUMENT,
+                f"output {k}: request gives dimensions {list(arg.dimensions)} but the result is {list(arr.shape)}",
+            )
         ok = arr.nbytes <= arg.location.length
         shapes.append(OutputShape(tuple(int(d) for d in arr.shape), ok))
         if not ok:
             insufficient.append(f"output {k} needs {arr.nbytes} bytes, has {arg.location.length}")
     if insufficient:
         raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "; ".join(insufficient), tuple(shapes))
-    for k, (arg, arr) in enumerate(zip(request.outputs, outputs)):
+    for k, (arg, arr) in enumerate(zip(request.outputs, outputs, strict=True)):
         if arg.has_no_value:
             continue
         raw = pool_view(request.pools, arg.location, f"output {k}")

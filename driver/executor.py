@@ -14,13 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from mlts.hal.enums import ErrorStatus, OperandLifeTime, OperandType, OperationType
-from mlts.hal.errors import HalError
-from mlts.hal.types import Model
-
 import driver.ops  # noqa: F401  (registers every kernel)
 from driver.operands import arg_info, constant_value, dtype_of
 from driver.ops import kernel_for
+from mlts.hal.enums import ErrorStatus, OperandLifeTime, OperandType, OperationType
+from mlts.hal.errors import HalError
+from mlts.hal.types import Model
 
 # Deadline check between operations: called with the operation index; raises to abort.
 Checkpoint = Callable[[int], None]
@@ -56,7 +55,10 @@ def prepare_operation(model: Model, index: int) -> Callable[[Sequence[Any]], lis
     op = sub.operations[index]
     prepare = kernel_for(op.type)
     if prepare is None:
-        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"operation {index} ({op_name(op.type)}): no kernel for this operation")
+        raise HalError(
+            ErrorStatus.INVALID_ARGUMENT,
+            f"operation {index} ({op_name(op.type)}): no kernel for this operation",
+        )
     ins = [arg_info(model, sub.operands[i]) for i in op.inputs]
     outs = [arg_info(model, sub.operands[i]) for i in op.outputs]
     try:
@@ -64,7 +66,10 @@ def prepare_operation(model: Model, index: int) -> Callable[[Sequence[Any]], lis
     except HalError as e:
         raise HalError(e.status, f"operation {index} ({op_name(op.type)}): {e.message}") from None
     except Exception as e:  # a kernel bug must not take the driver down
-        raise HalError(ErrorStatus.GENERAL_FAILURE, f"operation {index} ({op_name(op.type)}): prepare failed: {type(e).__name__}: {e}") from None
+        raise HalError(
+            ErrorStatus.GENERAL_FAILURE,
+            f"operation {index} ({op_name(op.type)}): prepare failed: {type(e).__name__}: {e}",
+        ) from None
 
 
 class Plan:
@@ -74,7 +79,10 @@ class Plan:
         self.model = model
         sub = model.main
         if model.referenced:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, "control flow (referenced subgraphs) is not supported by this driver")
+            raise HalError(
+                ErrorStatus.INVALID_ARGUMENT,
+                "control flow (referenced subgraphs) is not supported by this driver",
+            )
         self.input_indexes = sub.input_indexes
         self.output_indexes = sub.output_indexes
         # Values available before the first step: constants and omitted operands.
@@ -94,7 +102,9 @@ class Plan:
             release = tuple(i for i in set(op.inputs) if last_read.get(i) == s and i not in keep)
             self.steps.append(Step(s, op.type, prepare_operation(model, s), op.inputs, op.outputs, release))
 
-    def run(self, inputs: Sequence[np.ndarray | None], checkpoint: Checkpoint | None = None) -> list[np.ndarray]:
+    def run(
+        self, inputs: Sequence[np.ndarray | None], checkpoint: Checkpoint | None = None
+    ) -> list[np.ndarray]:
         """Run the plan on the model inputs (in input_indexes order); returns the outputs."""
         sub = self.model.main
         values: dict[int, Any] = dict(self.constants)
@@ -107,15 +117,20 @@ class Plan:
             try:
                 results = step.run(args)
             except HalError as e:
-                raise HalError(e.status, f"operation {step.index} ({op_name(step.type)}): {e.message}", e.output_shapes) from None
+                raise HalError(
+                    e.status, f"operation {step.index} ({op_name(step.type)}): {e.message}", e.output_shapes
+                ) from None
             except Exception as e:
                 raise HalError(
                     ErrorStatus.GENERAL_FAILURE,
                     f"operation {step.index} ({op_name(step.type)}) failed on inputs {describe_args(args)}: {type(e).__name__}: {e}",
                 ) from None
             if len(results) != len(step.outputs):
-                raise HalError(ErrorStatus.GENERAL_FAILURE, f"operation {step.index} ({op_name(step.type)}): kernel returned {len(results)} outputs, expected {len(step.outputs)}")
-            for idx, arr in zip(step.outputs, results):
+                raise HalError(
+                    ErrorStatus.GENERAL_FAILURE,
+                    f"operation {step.index} ({op_name(step.type)}): kernel returned {len(results)} outputs, expected {len(step.outputs)}",
+                )
+            for idx, arr in zip(step.outputs, results, strict=True):
                 values[idx] = check_output(step, idx, sub.operands[idx], arr)
             for idx in step.release:
                 values.pop(idx, None)
@@ -136,10 +151,16 @@ def check_output(step: Step, index: int, operand, arr: np.ndarray) -> np.ndarray
     """The kernel's result must have the operand's dtype and agree with its known dimensions."""
     want = dtype_of(operand.type)
     if arr.dtype != want:
-        raise HalError(ErrorStatus.GENERAL_FAILURE, f"operation {step.index} ({op_name(step.type)}): output operand {index} is {arr.dtype}, expected {want} ({type_name(operand.type)})")
+        raise HalError(
+            ErrorStatus.GENERAL_FAILURE,
+            f"operation {step.index} ({op_name(step.type)}): output operand {index} is {arr.dtype}, expected {want} ({type_name(operand.type)})",
+        )
     dims = operand.dimensions
-    if dims and (len(dims) != arr.ndim or any(d and d != a for d, a in zip(dims, arr.shape))):
-        raise HalError(ErrorStatus.GENERAL_FAILURE, f"operation {step.index} ({op_name(step.type)}): output operand {index} has shape {list(arr.shape)}, model declares {list(dims)}")
+    if dims and (len(dims) != arr.ndim or any(d and d != a for d, a in zip(dims, arr.shape, strict=False))):
+        raise HalError(
+            ErrorStatus.GENERAL_FAILURE,
+            f"operation {step.index} ({op_name(step.type)}): output operand {index} has shape {list(arr.shape)}, model declares {list(dims)}",
+        )
     return arr
 
 

@@ -6,18 +6,19 @@ from typing import Any
 
 import numpy as np
 
+from driver.ops import ArgInfo
 from mlts.hal.enums import DTYPE_NAME, SCALAR_TYPES, ErrorStatus, OperandLifeTime, OperandType
 from mlts.hal.errors import HalError
 from mlts.hal.types import DataLocation, Model, Operand
-
-from driver.ops import ArgInfo
 
 
 def dtype_of(operand_type: int) -> np.dtype:
     try:
         return np.dtype(DTYPE_NAME[OperandType(operand_type)])
     except (KeyError, ValueError):
-        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"operand type {operand_type} has no NumPy dtype") from None
+        raise HalError(
+            ErrorStatus.INVALID_ARGUMENT, f"operand type {operand_type} has no NumPy dtype"
+        ) from None
 
 
 def _region(model: Model, operand: Operand) -> memoryview:
@@ -67,8 +68,12 @@ def pool_view(pools: tuple, loc: DataLocation, what: str) -> memoryview:
     """The bytes of a request argument inside its pool."""
     pool = pools[loc.pool_index]
     if isinstance(pool, int):
-        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: driver-managed buffers are not supported by this driver")
+        raise HalError(
+            ErrorStatus.INVALID_ARGUMENT, f"{what}: driver-managed buffers are not supported by this driver"
+        )
     buf = pool.buffer
     if loc.offset + loc.length > buf.nbytes:
-        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: location {loc} exceeds pool of {buf.nbytes} bytes")
+        raise HalError(
+            ErrorStatus.INVALID_ARGUMENT, f"{what}: location {loc} exceeds pool of {buf.nbytes} bytes"
+        )
     return buf[loc.offset : loc.offset + loc.length]

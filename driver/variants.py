@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from mlts.hal.types import Capabilities, PerformanceInfo
-
 from driver.device import SampleDevice, Variant
+from mlts.hal.types import Capabilities, PerformanceInfo
 
 
 def _all(model, op) -> bool:

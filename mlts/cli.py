@@ -11,6 +11,7 @@ import click
 
 from mlts import __version__
 
+
 # Errors a user can cause with bad input: shown as one line, never as a traceback.
 def _user_errors() -> tuple[type[BaseException], ...]:
     from mlts.bench.sources import ModelSelectionError
@@ -37,7 +38,9 @@ class MltsGroup(click.Group):
                 traceback.print_exc()
             if isinstance(e, _user_errors()) or verbose:
                 raise click.ClickException(_one_line(e)) from None
-            raise click.ClickException(f"internal error: {type(e).__name__}: {_one_line(e)} (run with -v for the traceback)") from None
+            raise click.ClickException(
+                f"internal error: {type(e).__name__}: {_one_line(e)} (run with -v for the traceback)"
+            ) from None
 
 
 def _one_line(e: BaseException) -> str:

@@ -77,7 +77,9 @@ def registered_operations() -> list[OperationType]:
 # ------------------------------------------------------------ signature helpers
 
 
-def expect_count(name: str, ins: Sequence[ArgInfo], allowed: Sequence[int], outs: Sequence[ArgInfo], n_out: int = 1) -> None:
+def expect_count(
+    name: str, ins: Sequence[ArgInfo], allowed: Sequence[int], outs: Sequence[ArgInfo], n_out: int = 1
+) -> None:
     if len(ins) not in allowed:
         raise invalid(f"{name}: expected {' or '.join(map(str, allowed))} inputs, got {len(ins)}")
     if len(outs) != n_out:
@@ -87,7 +89,9 @@ def expect_count(name: str, ins: Sequence[ArgInfo], allowed: Sequence[int], outs
 def expect_type(name: str, what: str, arg: ArgInfo, *types: OperandType) -> None:
     if arg.type not in types:
         allowed = ", ".join(t.name for t in types)
-        raise invalid(f"{name}: {what} has type {OperandType(arg.type).name if arg.type in OperandType._value2member_map_ else arg.type}, expected {allowed}")
+        raise invalid(
+            f"{name}: {what} has type {OperandType(arg.type).name if arg.type in OperandType._value2member_map_ else arg.type}, expected {allowed}"
+        )
 
 
 def const_scalar(name: str, what: str, arg: ArgInfo) -> Any:

@@ -11,13 +11,17 @@ FP32_ATOL = 1e-5
 FP32_RTOL = 5.0 * 2.0**-23
 
 
-def within_tolerance(actual: np.ndarray, expected: np.ndarray, atol: float = FP32_ATOL, rtol: float = FP32_RTOL) -> bool:
+def within_tolerance(
+    actual: np.ndarray, expected: np.ndarray, atol: float = FP32_ATOL, rtol: float = FP32_RTOL
+) -> bool:
     a = actual.astype(np.float64)
     e = expected.astype(np.float64)
     return bool(np.all(np.abs(a - e) <= atol + rtol * np.abs(e)))
 
 
-def compare(actual: Sequence[Sequence[np.ndarray]], expected: Sequence[Sequence[np.ndarray]]) -> dict[str, float | bool | None]:
+def compare(
+    actual: Sequence[Sequence[np.ndarray]], expected: Sequence[Sequence[np.ndarray]]
+) -> dict[str, float | bool | None]:
     """Compare per-input output lists. The first output is treated as class scores for top-1 agreement."""
     max_abs = 0.0
     sq_sum = 0.0

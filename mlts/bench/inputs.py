@@ -12,7 +12,9 @@ def make_inputs(specs, count: int, seed: int = 0) -> list[list[np.ndarray]]:
     sets: list[list[np.ndarray]] = [[] for _ in range(count)]
     for k, (shape, dtype) in enumerate(specs):
         shape = tuple(int(d) for d in shape)
-        is_image = len(shape) == 4 and shape[1] == 3 and shape[2] == shape[3] and np.dtype(dtype) == np.float32
+        is_image = (
+            len(shape) == 4 and shape[1] == 3 and shape[2] == shape[3] and np.dtype(dtype) == np.float32
+        )
         if is_image:
             batch = shape[0]
             images = image_batch(count * batch, shape[2], start=0, layout="NCHW")

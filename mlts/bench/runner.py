@@ -79,7 +79,9 @@ def _record(model: str, backend: str, config: BenchmarkConfig, **extra) -> dict:
     return rec
 
 
-def benchmark_model(source: ModelSource, devices: dict, config: BenchmarkConfig, progress: Progress) -> list[dict]:
+def benchmark_model(
+    source: ModelSource, devices: dict, config: BenchmarkConfig, progress: Progress
+) -> list[dict]:
     """All backends on one model; a failing driver gives an error row, not an exception."""
     import onnx
 
@@ -108,8 +110,7 @@ def benchmark_model(source: ModelSource, devices: dict, config: BenchmarkConfig,
         try:
             session = Session(devices[backend], conv.model)
             try:
-                run = lambda feed: session.run(feed)  # noqa: E731
-                samples, results = _timed(run, feeds, config.warmup, config.iterations)
+                samples, results = _timed(session.run, feeds, config.warmup, config.iterations)
                 outputs = [session.run(f)[0] for f in feeds]
             finally:
                 session.close()
@@ -127,7 +128,9 @@ def benchmark_model(source: ModelSource, devices: dict, config: BenchmarkConfig,
     return [rows["ref"]] + [rows[d] for d in sorted(devices)]
 
 
-def run_benchmark(sources: list[ModelSource], driver_specs: list, config: BenchmarkConfig, progress: Progress) -> dict:
+def run_benchmark(
+    sources: list[ModelSource], driver_specs: list, config: BenchmarkConfig, progress: Progress
+) -> dict:
     """The whole benchmark; returns the results document (see docs/results-schema.md)."""
     from mlts.runtime.discovery import open_device
 
@@ -146,6 +149,10 @@ def run_benchmark(sources: list[ModelSource], driver_specs: list, config: Benchm
         "schema_version": SCHEMA_VERSION,
         "kind": "benchmark",
         "environment": environment(config.threads),
-        "config": {**asdict(config), "models": [s.name for s in sources], "drivers": [s.name for s in driver_specs]},
+        "config": {
+            **asdict(config),
+            "models": [s.name for s in sources],
+            "drivers": [s.name for s in driver_specs],
+        },
         "results": records,
     }

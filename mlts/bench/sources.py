@@ -42,7 +42,9 @@ def select_models(models_regex: str | None, model_files: tuple[str, ...] = ()) -
         names = [m.name for m in zoo.list_models()]
         chosen = [n for n in names if rx.search(n)]
         if not chosen:
-            raise ModelSelectionError(f"--models {models_regex!r} matches no model; available: {', '.join(names)}")
+            raise ModelSelectionError(
+                f"--models {models_regex!r} matches no model; available: {', '.join(names)}"
+            )
         sources += [ModelSource(n, None, n) for n in chosen]
     for f in model_files:
         p = Path(f)

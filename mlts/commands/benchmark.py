@@ -10,17 +10,75 @@ from mlts.commands._common import driver_plugin_option, progress
 
 
 @click.command("benchmark")
-@click.option("--models", "models_regex", default=None, metavar="REGEX", help="Zoo models whose name matches (default: all, unless --model is given).")
-@click.option("--model", "model_files", multiple=True, type=click.Path(dir_okay=False), metavar="FILE.onnx", help="Your own ONNX model (repeatable).")
-@click.option("--drivers", "drivers_regex", default=".*", show_default=True, metavar="REGEX", help="Drivers whose name matches.")
+@click.option(
+    "--models",
+    "models_regex",
+    default=None,
+    metavar="REGEX",
+    help="Zoo models whose name matches (default: all, unless --model is given).",
+)
+@click.option(
+    "--model",
+    "model_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    metavar="FILE.onnx",
+    help="Your own ONNX model (repeatable).",
+)
+@click.option(
+    "--drivers",
+    "drivers_regex",
+    default=".*",
+    show_default=True,
+    metavar="REGEX",
+    help="Drivers whose name matches.",
+)
 @driver_plugin_option
-@click.option("--out", "out_dir", default="results", show_default=True, type=click.Path(file_okay=False), help="Directory for results.json.")
-@click.option("--threads", default=1, show_default=True, type=click.IntRange(1, 256), help="Threads for the driver's and the reference's math (both get the same).")
-@click.option("--warmup", default=5, show_default=True, type=click.IntRange(0, 10**6), help="Warm-up iterations per backend, not timed.")
-@click.option("--iterations", default=30, show_default=True, type=click.IntRange(1, 10**7), help="Timed iterations per backend.")
-@click.option("--inputs", "n_inputs", default=8, show_default=True, type=click.IntRange(1, 10**5), help="Distinct inputs cycled through; accuracy is computed over all of them.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed for input generation and backend order.")
-@click.option("--in-process", is_flag=True, help="Load drivers in this process instead of their own (debugging, IPC overhead).")
+@click.option(
+    "--out",
+    "out_dir",
+    default="results",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Directory for results.json.",
+)
+@click.option(
+    "--threads",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="Threads for the driver's and the reference's math (both get the same).",
+)
+@click.option(
+    "--warmup",
+    default=5,
+    show_default=True,
+    type=click.IntRange(0, 10**6),
+    help="Warm-up iterations per backend, not timed.",
+)
+@click.option(
+    "--iterations",
+    default=30,
+    show_default=True,
+    type=click.IntRange(1, 10**7),
+    help="Timed iterations per backend.",
+)
+@click.option(
+    "--inputs",
+    "n_inputs",
+    default=8,
+    show_default=True,
+    type=click.IntRange(1, 10**5),
+    help="Distinct inputs cycled through; accuracy is computed over all of them.",
+)
+@click.option(
+    "--seed", default=0, show_default=True, type=int, help="Seed for input generation and backend order."
+)
+@click.option(
+    "--in-process",
+    is_flag=True,
+    help="Load drivers in this process instead of their own (debugging, IPC overhead).",
+)
 def benchmark(
     models_regex: str | None,
     model_files: tuple[str, ...],

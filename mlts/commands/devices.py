@@ -12,7 +12,9 @@ def _perf(info) -> str:
 
 
 @click.command("devices")
-@click.option("--drivers", "drivers_regex", default=None, metavar="REGEX", help="Only drivers whose name matches.")
+@click.option(
+    "--drivers", "drivers_regex", default=None, metavar="REGEX", help="Only drivers whose name matches."
+)
 @driver_plugin_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def devices(drivers_regex: str | None, plugin_files: tuple[str, ...], as_json: bool) -> None:
@@ -33,7 +35,9 @@ def devices(drivers_regex: str | None, plugin_files: tuple[str, ...], as_json: b
         click.echo(f"  cache files needed: {cf['model']} model, {cf['data']} data")
         click.echo(f"  extensions: {', '.join(e['name'] for e in d['extensions']) or 'none'}")
         caps = d["capabilities"]
-        click.echo(f"  relaxed fp32->fp16: scalar {_perf_d(caps['relaxed_scalar'])}, tensor {_perf_d(caps['relaxed_tensor'])}")
+        click.echo(
+            f"  relaxed fp32->fp16: scalar {_perf_d(caps['relaxed_scalar'])}, tensor {_perf_d(caps['relaxed_tensor'])}"
+        )
         click.echo(f"  if {_perf_d(caps['if'])}, while {_perf_d(caps['while'])}")
         groups: dict[str, list[str]] = {}
         for entry in caps["operand_performance"]:

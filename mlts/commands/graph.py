@@ -11,10 +11,24 @@ from mlts.commands._common import echo_json
 
 @click.command("convert")
 @click.argument("onnx_file", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .nnm file to write.")
-@click.option("--dot", "dot_file", type=click.Path(dir_okay=False), help="Also write the graph as Graphviz .dot.")
-@click.option("--batch-size", default=1, show_default=True, type=click.IntRange(1, 1 << 16), help="Value for symbolic batch dimensions.")
-@click.option("--nhwc-io", is_flag=True, help="Give the NN model NHWC inputs/outputs instead of keeping the ONNX layout.")
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .nnm file to write."
+)
+@click.option(
+    "--dot", "dot_file", type=click.Path(dir_okay=False), help="Also write the graph as Graphviz .dot."
+)
+@click.option(
+    "--batch-size",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 1 << 16),
+    help="Value for symbolic batch dimensions.",
+)
+@click.option(
+    "--nhwc-io",
+    is_flag=True,
+    help="Give the NN model NHWC inputs/outputs instead of keeping the ONNX layout.",
+)
 def convert_cmd(onnx_file: str, output: str, dot_file: str | None, batch_size: int, nhwc_io: bool) -> None:
     """Convert an ONNX model to an NN graph file (.nnm)."""
     from mlts.convert import convert

@@ -25,6 +25,8 @@ def models(as_json: bool) -> None:
     click.echo(f"{'name':<26} {'family':<14} {'dtype':<8} {'input':<16} {'params':>10} {'MACs':>12}")
     for r in rows:
         shape = "x".join(map(str, r["input_shape"]))
-        click.echo(f"{r['name']:<26} {r['family']:<14} {r['dtype']:<8} {shape:<16} {r['params']:>10,} {r['macs']:>12,}")
+        click.echo(
+            f"{r['name']:<26} {r['family']:<14} {r['dtype']:<8} {shape:<16} {r['params']:>10,} {r['macs']:>12,}"
+        )
     click.echo("")
     click.echo(SYNTHETIC_NOTE)

@@ -9,7 +9,7 @@ Method names are the HAL's so they can be matched against the spec.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Sequence
+from collections.abc import Sequence
 
 from mlts.hal.enums import DeviceType, ExecutionPreference, MeasureTiming, Priority
 from mlts.hal.errors import not_implemented

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import mmap
 import os
-from typing import Union
 
-from mlts.hal.errors import HalError
 from mlts.hal.enums import ErrorStatus
+from mlts.hal.errors import HalError
 
 # Refuse to map more than this in one pool: a hostile size must not exhaust memory.
 MAX_POOL_BYTES = 1 << 34
@@ -23,7 +22,7 @@ class HostMemory:
 
     __slots__ = ("_buf",)
 
-    def __init__(self, data: Union[bytes, bytearray, memoryview]) -> None:
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
         self._buf = memoryview(data).cast("B")
 
     @property
@@ -106,4 +105,4 @@ class SharedMemory:
         return f"SharedMemory(fd={self.fd}, size={self.size})"
 
 
-Memory = Union[HostMemory, SharedMemory]
+Memory = HostMemory | SharedMemory

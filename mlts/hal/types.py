@@ -8,7 +8,6 @@ immutable; pools hold `mlts.hal.memory` objects.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 from mlts.hal.enums import (
     ELEMENT_SIZE,
@@ -17,7 +16,6 @@ from mlts.hal.enums import (
     DeviceType,
     OperandLifeTime,
     OperandType,
-    OperationType,
 )
 from mlts.hal.memory import Memory
 
@@ -52,7 +50,7 @@ class ExtensionData:
     data: bytes
 
 
-ExtraParams = Union[None, SymmPerChannelQuantParams, ExtensionData]
+ExtraParams = SymmPerChannelQuantParams | ExtensionData | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +83,9 @@ class Operand:
 
     def byte_size(self) -> int:
         """Bytes of a fully specified value of this operand (0 for SUBGRAPH)."""
-        size = ELEMENT_SIZE.get(OperandType(self.type), 0) if self.type in OperandType._value2member_map_ else 0
+        size = (
+            ELEMENT_SIZE.get(OperandType(self.type), 0) if self.type in OperandType._value2member_map_ else 0
+        )
         if self.is_scalar_type:
             return size
         return size * self.element_count()
@@ -139,7 +139,7 @@ class RequestArgument:
 
 
 # A request pool is memory, or the token of a driver-managed buffer (memory domains).
-RequestPool = Union[Memory, int]
+RequestPool = Memory | int
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,8 +273,8 @@ class BufferDesc:
 
 
 # Deadlines and durations are nanoseconds; None means "none given".
-OptionalTimePoint = Union[int, None]
-OptionalTimeoutDuration = Union[int, None]
+OptionalTimePoint = int | None
+OptionalTimeoutDuration = int | None
 
 LOOP_TIMEOUT_DEFAULT_NS = 2_000_000_000
 LOOP_TIMEOUT_MAXIMUM_NS = 15_000_000_000

@@ -179,7 +179,11 @@ def summary(name: str) -> dict:
     except (OSError, ValueError):
         known = {}
     counts = known.get(name)
-    if not (isinstance(counts, dict) and isinstance(counts.get("params"), int) and isinstance(counts.get("macs"), int)):
+    if not (
+        isinstance(counts, dict)
+        and isinstance(counts.get("params"), int)
+        and isinstance(counts.get("macs"), int)
+    ):
         graph = partial(entry.builder, calibrate=False)()
         counts = {"params": count_params(graph), "macs": count_macs(graph)}
         known[name] = counts

@@ -36,7 +36,7 @@ def environment(threads: int | None = None) -> dict:
     except AttributeError:
         usable = os.cpu_count() or 1
     env = {
-        "time_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "time_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "cpu": cpu_model(),
         "machine": platform.machine(),
         "cores": os.cpu_count(),

@@ -125,7 +125,9 @@ def open_device(
             )
         return device
     env = thread_env(threads) if threads else None
-    return RemoteDevice.start(spec.factory, name=spec.name, options=options, log_path=log_path, env=env, **timeouts)
+    return RemoteDevice.start(
+        spec.factory, name=spec.name, options=options, log_path=log_path, env=env, **timeouts
+    )
 
 
 def thread_env(threads: int) -> dict[str, str]:

@@ -79,7 +79,9 @@ class RemoteDevice(Device):
         **timeouts: float,
     ) -> RemoteDevice:
         """Spawn the driver service for factory `spec` (with extra environment `env`) and connect to it."""
-        return cls(DriverProcess.start(spec, options=options, name=name, log_path=log_path, env=env), **timeouts)
+        return cls(
+            DriverProcess.start(spec, options=options, name=name, log_path=log_path, env=env), **timeouts
+        )
 
     # ------------------------------------------------------------ transport
 

@@ -98,7 +98,22 @@ def test_convert_then_inspect(runner, tiny, tmp_path):
 
 def test_benchmark_writes_results(runner, tiny, tmp_path):
     out = tmp_path / "res"
-    r = runner.invoke(main, ["benchmark", "--model", str(tiny), "--out", str(out), "--iterations", "3", "--warmup", "1", "--inputs", "2"])
+    r = runner.invoke(
+        main,
+        [
+            "benchmark",
+            "--model",
+            str(tiny),
+            "--out",
+            str(out),
+            "--iterations",
+            "3",
+            "--warmup",
+            "1",
+            "--inputs",
+            "2",
+        ],
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads((out / "results.json").read_text())
     assert doc["schema_version"] == 1
@@ -152,7 +167,9 @@ def test_bad_regex(runner, tmp_path):
 
 
 def test_unknown_driver(runner, tiny, tmp_path):
-    r = runner.invoke(main, ["benchmark", "--model", str(tiny), "--drivers", "^nosuchdriver$", "--out", str(tmp_path / "o")])
+    r = runner.invoke(
+        main, ["benchmark", "--model", str(tiny), "--drivers", "^nosuchdriver$", "--out", str(tmp_path / "o")]
+    )
     assert "nosuchdriver" in one_line_error(r)
     assert not (tmp_path / "o").exists()
 

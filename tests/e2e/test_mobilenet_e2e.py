@@ -41,7 +41,9 @@ def test_zoo_model_matches_onnxruntime(device, name):
             # CTS's fp32 tolerance is per operation; across ~30 layers two float32
             # implementations summing in different orders drift further, so the
             # whole network is held to ten times CTS's atol on the probabilities.
-            assert within_tolerance(actual[0], expected[0], atol=NETWORK_ATOL), float(np.max(np.abs(actual[0] - expected[0])))
+            assert within_tolerance(actual[0], expected[0], atol=NETWORK_ATOL), float(
+                np.max(np.abs(actual[0] - expected[0]))
+            )
             assert int(np.argmax(actual[0])) == int(np.argmax(expected[0]))
     finally:
         session.close()
