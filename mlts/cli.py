@@ -29,6 +29,13 @@ class MltsGroup(click.Group):
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
+        except BrokenPipeError:
+            # The reader went away (`mlts inspect x.nnm | head`): stop quietly, like other tools.
+            import os
+
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(0)
         except KeyboardInterrupt:
             click.echo("mlts: interrupted", err=True)
             sys.exit(130)

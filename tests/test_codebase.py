@@ -82,7 +82,9 @@ def _tool(name: str) -> str:
 
 
 def test_ruff_is_clean():
-    r = subprocess.run([_tool("ruff"), "check", "--output-format", "concise", "."], cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run(
+        [_tool("ruff"), "check", "--output-format", "concise", "."], cwd=ROOT, capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 

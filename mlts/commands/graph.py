@@ -10,7 +10,7 @@ from mlts.commands._common import echo_json
 
 
 @click.command("convert")
-@click.argument("onnx_file", type=click.Path(dir_okay=False))
+@click.argument("onnx_file", metavar="MODEL.onnx|ZOO_NAME")
 @click.option(
     "-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .nnm file to write."
 )
@@ -30,12 +30,13 @@ from mlts.commands._common import echo_json
     help="Give the NN model NHWC inputs/outputs instead of keeping the ONNX layout.",
 )
 def convert_cmd(onnx_file: str, output: str, dot_file: str | None, batch_size: int, nhwc_io: bool) -> None:
-    """Convert an ONNX model to an NN graph file (.nnm)."""
+    """Convert an ONNX model (a file, or a zoo model's name) to an NN graph file (.nnm)."""
     from mlts.convert import convert
     from mlts.hal import nnfile
     from mlts.hal.dot import to_dot
     from mlts.hal.validate import validate_model
 
+    onnx_file = _resolve_model(onnx_file)
     conv = convert(onnx_file, batch_size=batch_size, keep_io_layout=not nhwc_io)
     validate_model(conv.model)
     meta = {
@@ -54,6 +55,17 @@ def convert_cmd(onnx_file: str, output: str, dot_file: str | None, batch_size: i
         click.echo(f"  {note}")
     if dot_file:
         click.echo(f"wrote {dot_file}")
+
+
+def _resolve_model(arg: str) -> str:
+    """A path as given; a zoo name (when no such file exists) as its cached ONNX file."""
+    if Path(arg).exists():
+        return arg
+    from mlts.models import zoo
+
+    if arg in {m.name for m in zoo.list_models()}:
+        return str(zoo.model_path(arg))
+    raise FileNotFoundError(2, "no such file, and not a zoo model name (see mlts models)", arg)
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
