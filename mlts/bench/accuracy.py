@@ -11,6 +11,17 @@ FP32_ATOL = 1e-5
 FP32_RTOL = 5.0 * 2.0**-23
 
 
+def tolerance_ratio(
+    actual: np.ndarray, expected: np.ndarray, atol: float = FP32_ATOL, rtol: float = FP32_RTOL
+) -> float:
+    """max |a - e| / (atol + rtol * |e|): at most 1 passes; 3 means three times the allowed error."""
+    if actual.size == 0:
+        return 0.0
+    a = actual.astype(np.float64)
+    e = expected.astype(np.float64)
+    return float(np.max(np.abs(a - e) / (atol + rtol * np.abs(e))))
+
+
 def within_tolerance(
     actual: np.ndarray, expected: np.ndarray, atol: float = FP32_ATOL, rtol: float = FP32_RTOL
 ) -> bool:
@@ -27,6 +38,7 @@ def compare(
     sq_sum = 0.0
     count = 0
     cts = True
+    ratio = 0.0
     agree = 0
     scored = 0
     for outs_a, outs_e in zip(actual, expected, strict=True):
@@ -39,6 +51,7 @@ def compare(
             sq_sum += float(np.sum(d * d))
             count += d.size
             cts = cts and within_tolerance(a, e)
+            ratio = max(ratio, tolerance_ratio(a, e))
         first_a, first_e = outs_a[0], outs_e[0]
         if first_a.ndim >= 1 and first_a.shape[-1] > 1:
             la = first_a.reshape(-1, first_a.shape[-1]).argmax(axis=-1)
@@ -50,5 +63,6 @@ def compare(
         "mse": sq_sum / count if count else 0.0,
         "top1_agreement": agree / scored if scored else None,
         "cts_pass": cts,
+        "cts_ratio": ratio,
         "tolerance": f"|a-e| <= {FP32_ATOL:g} + {FP32_RTOL:.3g}*|e| (CTS fp32)",
     }

@@ -96,7 +96,9 @@ def benchmark(
 
     Latency is the wall clock around each whole execution call, warm-up
     excluded; accuracy compares the driver's outputs with onnxruntime's on
-    the same inputs (CTS fp32 tolerance). Writes OUT/results.json.
+    the same inputs (CTS fp32 tolerance). Writes OUT/results.json. Exits
+    with status 1 when any driver failed to prepare or run a model (the
+    failures are in the results too).
     """
     from mlts.bench.runner import BenchmarkConfig, run_benchmark
     from mlts.bench.sources import select_models
@@ -112,3 +114,6 @@ def benchmark(
     for line in format_table(doc["results"]):
         click.echo(line)
     click.echo(f"results: {path}")
+    failed = [r for r in doc["results"] if r.get("status") != "ok"]
+    if failed:
+        raise click.ClickException(f"{len(failed)} of {len(doc['results'])} runs failed; see {path}")

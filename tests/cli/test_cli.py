@@ -191,3 +191,78 @@ def test_verbose_shows_traceback(runner, tmp_path):
     bad.write_bytes(b"garbage")
     r = runner.invoke(main, ["-v", "convert", str(bad), "-o", str(tmp_path / "x.nnm")])
     assert r.exit_code != 0
+
+
+FAILING_PLUGIN = '''
+from mlts.hal.enums import ErrorStatus
+from mlts.hal.errors import HalError
+from driver.variants import SampleAll
+
+
+class Refuses(SampleAll):
+    """Answers every query like the sample driver but cannot prepare anything."""
+
+    name = "refuses"
+
+    def __init__(self):
+        super().__init__()
+        self.name = "refuses"
+
+    def prepareModel(self, model, *args, **kwargs):
+        raise HalError(ErrorStatus.GENERAL_FAILURE, "this driver prepares nothing")
+'''
+
+
+def test_driver_failure_is_a_row_and_a_nonzero_exit(runner, tiny, tmp_path):
+    plugin = tmp_path / "refuses.py"
+    plugin.write_text(FAILING_PLUGIN)
+    out = tmp_path / "res"
+    r = runner.invoke(
+        main,
+        [
+            "benchmark",
+            "--model",
+            str(tiny),
+            "--driver-plugin",
+            str(plugin),
+            "--drivers",
+            "refuses|sample-all",
+            "--out",
+            str(out),
+            "--iterations",
+            "2",
+            "--warmup",
+            "0",
+            "--inputs",
+            "1",
+        ],
+    )
+    assert "1 of 3 runs failed" in one_line_error(r)
+    doc = json.loads((out / "results.json").read_text())
+    rows = {rec["backend"]: rec for rec in doc["results"]}
+    assert rows["driver:refuses"]["status"] == "error"
+    assert "prepares nothing" in rows["driver:refuses"]["error"]
+    assert rows["driver:sample-all"]["status"] == "ok"
+
+
+def test_in_process_driver_gives_the_same_results(runner, tiny, tmp_path):
+    out = tmp_path / "res"
+    r = runner.invoke(
+        main,
+        [
+            "benchmark",
+            "--model",
+            str(tiny),
+            "--in-process",
+            "--out",
+            str(out),
+            "--iterations",
+            "2",
+            "--inputs",
+            "2",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    doc = json.loads((out / "results.json").read_text())
+    drv = next(rec for rec in doc["results"] if rec["backend"] == "driver:sample-all")
+    assert drv["accuracy"]["cts_pass"] is True and doc["config"]["in_process"] is True
