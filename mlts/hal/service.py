@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
-from mlts.hal import codec, nnfile, wire
+from mlts.hal import codec, nnfile, validate, wire
 from mlts.hal.enums import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.interface import Device, PreparedModel
@@ -168,17 +168,6 @@ def _close_memory(memory: SharedMemory | None) -> None:
     except (BufferError, OSError):
         # Something still views the mapping; the fd is gone, the map goes with the GC.
         pass
-
-
-def _try_validate(name: str, *args: object) -> None:
-    """Call mlts.hal.validate.`name` when that module provides it."""
-    try:
-        from mlts.hal import validate
-    except ImportError:
-        return
-    check = getattr(validate, name, None)
-    if check is not None:
-        check(*args)
 
 
 # ------------------------------------------------------------------ service
@@ -351,7 +340,7 @@ class Service:
         memory = self._map(call, _arg(call.args, call.method, "model", dict), "model")
         try:
             model = nnfile.decode(memory.buffer).model
-            _try_validate("validate_model", model)
+            validate.validate_model(model)
         except HalError:
             _close_memory(memory)
             raise
@@ -517,7 +506,7 @@ class Service:
             loop_timeout = _opt_ns(call.args, m, "loop_timeout")
             request = codec.request_from_dict(request_doc, tuple(pools))
             if entry.model is not None:
-                _try_validate("validate_request", request, entry.model)
+                validate.validate_request(request, entry.model)
             result = entry.prepared.executeSynchronously(request, measure, deadline, loop_timeout)
             return codec.execution_result_to_dict(result)
         finally:
