@@ -1,4 +1,4 @@
-"""What ADD, SUB, MUL and DIV share: a broadcasting float32 ufunc followed by the fused activation."""
+"""What ADD, SUB, MUL, DIV, MAXIMUM and MINIMUM share: a broadcasting float32 ufunc, then the fused activation if the op has one."""
 
 from __future__ import annotations
 
@@ -22,13 +22,20 @@ def _broadcast(name: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, 
         ) from None
 
 
-def prepare_binary(name: str, ins: Sequence[ArgInfo], outs: Sequence[ArgInfo], ufunc: np.ufunc) -> Run:
-    """A kernel computing `ufunc(a, b)` with NumPy broadcasting, then the activation of input 2."""
-    expect_count(name, ins, (3,), outs)
+def prepare_binary(
+    name: str,
+    ins: Sequence[ArgInfo],
+    outs: Sequence[ArgInfo],
+    ufunc: np.ufunc,
+    *,
+    fused_activation: bool = True,
+) -> Run:
+    """A kernel computing `ufunc(a, b)` with NumPy broadcasting, then the activation of input 2 (when the op has one)."""
+    expect_count(name, ins, (3,) if fused_activation else (2,), outs)
     float_tensor(name, "input 0", ins[0])
     float_tensor(name, "input 1", ins[1])
     float_outputs(name, outs)
-    act = parse_activation(name, ins, 2)
+    act = parse_activation(name, ins, 2) if fused_activation else 0
     sa, sb = ins[0].shape, ins[1].shape
     if sa and sb and 0 not in sa and 0 not in sb:
         _broadcast(name, sa, sb)

@@ -425,3 +425,32 @@ def test_non_constant_parameter_is_rejected():
     act = ArgInfo(int(OperandType.INT32), ())
     with pytest.raises(HalError, match="ADD: fused activation must be a constant"):
         prepare(Op.ADD, [x, x, act])
+
+
+@pytest.mark.parametrize(
+    ("code", "fn"), [(OperationType.MAXIMUM, np.maximum), (OperationType.MINIMUM, np.minimum)]
+)
+@pytest.mark.parametrize(("sa", "sb"), [((2, 3, 4), (2, 3, 4)), ((1, 5, 5, 8), (8,)), ((3, 1), (1, 4))])
+def test_maximum_minimum_broadcast_exactly(code, fn, sa, sb):
+    rng = np.random.default_rng(11)
+    a = rng.uniform(-1, 1, sa).astype(np.float32)
+    b = rng.uniform(-1, 1, sb).astype(np.float32)
+    from driver.ops import ArgInfo, kernel_for
+    from mlts.hal.enums import OperandType
+
+    ins = [ArgInfo(OperandType.TENSOR_FLOAT32, sa), ArgInfo(OperandType.TENSOR_FLOAT32, sb)]
+    outs = [ArgInfo(OperandType.TENSOR_FLOAT32, np.broadcast_shapes(sa, sb))]
+    (out,) = kernel_for(code)(ins, outs)([a, b])
+    assert out.shape == np.broadcast_shapes(sa, sb) and out.dtype == np.float32
+    np.testing.assert_array_equal(out, fn(a.astype(np.float64), b.astype(np.float64)).astype(np.float32))
+
+
+def test_maximum_rejects_an_activation_input():
+    from driver.ops import ArgInfo, kernel_for
+    from mlts.hal.enums import ErrorStatus, OperandType
+    from mlts.hal.errors import HalError
+
+    t = ArgInfo(OperandType.TENSOR_FLOAT32, (2,))
+    with pytest.raises(HalError) as e:
+        kernel_for(OperationType.MAXIMUM)([t, t, ArgInfo(OperandType.INT32, (), value=0)], [t])
+    assert e.value.status == ErrorStatus.INVALID_ARGUMENT
