@@ -58,7 +58,7 @@ def _one_line(e: BaseException) -> str:
 
 
 @click.group(cls=MltsGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks and driver logs on errors.")
+@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks on errors.")
 @click.version_option(__version__, prog_name="mlts")
 @click.pass_context
 def main(ctx: click.Context, verbose: bool) -> None:

@@ -47,7 +47,7 @@ from mlts.commands._common import driver_plugin_option, progress
     default=1,
     show_default=True,
     type=click.IntRange(1, 256),
-    help="Threads for the driver's and the reference's math (both get the same).",
+    help="Threads for the driver's math (BLAS, in its own process) and onnxruntime's intra-op pool; both get the same.",
 )
 @click.option(
     "--warmup",
