@@ -79,11 +79,11 @@ class Geometry:
                 w0 = j * self.dilation_w
                 yield xp[:, h0 : h0 + span_h : self.stride_h, w0 : w0 + span_w : self.stride_w, :]
 
-    def im2col(self, xp: np.ndarray) -> np.ndarray:
-        """Padded `xp` [N,H,W,C] unfolded to a contiguous [N*OH*OW, KH*KW*C] patch matrix."""
+    def patches(self, xp: np.ndarray) -> np.ndarray:
+        """Padded `xp` [N,H,W,C] as a read-only strided view [N,OH,OW,KH,KW,C] of every window (no copy)."""
         n, _, _, c = xp.shape
         sn, sh, sw, sc = xp.strides
-        patches = as_strided(
+        return as_strided(
             xp,
             shape=(n, self.out_h, self.out_w, self.k_h, self.k_w, c),
             strides=(
@@ -96,7 +96,12 @@ class Geometry:
             ),
             writeable=False,
         )
-        return np.ascontiguousarray(patches).reshape(n * self.out_h * self.out_w, self.k_h * self.k_w * c)
+
+    def im2col(self, xp: np.ndarray) -> np.ndarray:
+        """Padded `xp` [N,H,W,C] unfolded to a contiguous [N*OH*OW, KH*KW*C] patch matrix."""
+        n, _, _, c = xp.shape
+        cols = np.ascontiguousarray(self.patches(xp))
+        return cols.reshape(n * self.out_h * self.out_w, self.k_h * self.k_w * c)
 
     def valid_counts(self) -> np.ndarray:
         """[OH, OW, 1] float32: how many input (non-padding) elements each window covers."""
