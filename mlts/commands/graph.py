@@ -33,6 +33,7 @@ def convert_cmd(onnx_file: str, output: str, dot_file: str | None, batch_size: i
     """Convert an ONNX model (a file, or a zoo model's name) to an NN graph file (.nnm)."""
     from mlts.convert import convert
     from mlts.hal import nnfile
+    from mlts.hal.atomic import write_atomic
     from mlts.hal.dot import to_dot
     from mlts.hal.validate import validate_model
 
@@ -48,7 +49,7 @@ def convert_cmd(onnx_file: str, output: str, dot_file: str | None, batch_size: i
     dot_text = to_dot(conv.model, name=Path(onnx_file).stem) if dot_file else None
     nnfile.write(conv.model, output, metadata=meta)
     if dot_text is not None:
-        _write_text_atomic(Path(dot_file), dot_text)
+        write_atomic(dot_file, dot_text.encode("utf-8"))
     sub = conv.model.main
     click.echo(f"wrote {output}: {len(sub.operations)} operations, {len(sub.operands)} operands")
     for note in conv.notes:
@@ -66,20 +67,6 @@ def _resolve_model(arg: str) -> str:
     if arg in {m.name for m in zoo.list_models()}:
         return str(zoo.model_path(arg))
     raise FileNotFoundError(2, "no such file, and not a zoo model name (see mlts models)", arg)
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    import os
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @click.command("inspect")

@@ -21,12 +21,12 @@ import json
 import mmap
 import os
 import struct
-import tempfile
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlts.hal.atomic import write_atomic
 from mlts.hal.codec import model_from_dict, model_to_dict
 from mlts.hal.errors import HalError
 from mlts.hal.memory import HostMemory
@@ -146,44 +146,9 @@ def encode(model: Model, *, metadata: dict[str, str] | None = None) -> bytes:
 
 
 def write(model: Model, path: str | os.PathLike[str], *, metadata: dict[str, str] | None = None) -> None:
-    """Write `model` to `path` atomically: a temp file in the same directory, fsync, rename.
-
-    On any failure the temp file is removed and `path` is left as it was.
-    """
+    """Write `model` to `path` atomically (see `mlts.hal.atomic`); a model that cannot be encoded leaves no file."""
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            plan = _plan(model, metadata, name=path)
-            for chunk in plan.chunks():
-                f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-            # mkstemp creates 0600; a model file is as readable as any other output.
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_directory(directory)
-
-
-def _fsync_directory(directory: str) -> None:
-    """Make the rename durable; some filesystems cannot open directories, which is fine."""
-    try:
-        dfd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
+    write_atomic(path, _plan(model, metadata, name=path).chunks())
 
 
 # ------------------------------------------------------------ decoding

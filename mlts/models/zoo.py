@@ -12,7 +12,6 @@ from __future__ import annotations
 import difflib
 import fcntl
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import onnx
 
+from mlts.hal.atomic import write_atomic
 from mlts.models import mobilenet
 
 GENERATOR_VERSION = mobilenet.GENERATOR_VERSION
@@ -124,19 +124,6 @@ def _is_valid(path: Path, entry: ZooModel) -> bool:
     return inputs == [("input", entry.input_shape)] and outputs == [("probabilities", entry.output_shape)]
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def model_path(name: str) -> Path:
     """Path of the cached ONNX file of model `name`, building it first when missing or corrupt."""
     entry = get(name)
@@ -149,7 +136,7 @@ def model_path(name: str) -> Path:
         try:
             # Another process may have finished the build while this one waited for the lock.
             if not (path.is_file() and _is_valid(path, entry)):
-                _write_atomically(path, entry.build().SerializeToString())
+                write_atomic(path, entry.build().SerializeToString())
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return path
@@ -189,7 +176,7 @@ def summary(name: str) -> dict:
         known[name] = counts
         try:
             store.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomically(store, json.dumps(known, indent=1).encode())
+            write_atomic(store, json.dumps(known, indent=1).encode())
         except OSError:
             pass  # a read-only cache only costs recomputation
     return {
