@@ -47,6 +47,7 @@ class Step:
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     release: tuple[int, ...]  # temporaries whose last reader is this step
+    out_dtypes: tuple[np.dtype, ...]  # what each output must be, looked up once at prepare
 
 
 def prepare_operation(model: Model, index: int) -> Callable[[Sequence[Any]], list[np.ndarray]]:
@@ -100,7 +101,10 @@ class Plan:
         self.steps: list[Step] = []
         for s, op in enumerate(sub.operations):
             release = tuple(i for i in set(op.inputs) if last_read.get(i) == s and i not in keep)
-            self.steps.append(Step(s, op.type, prepare_operation(model, s), op.inputs, op.outputs, release))
+            out_dtypes = tuple(dtype_of(sub.operands[i].type) for i in op.outputs)
+            self.steps.append(
+                Step(s, op.type, prepare_operation(model, s), op.inputs, op.outputs, release, out_dtypes)
+            )
 
     def run(
         self, inputs: Sequence[np.ndarray | None], checkpoint: Checkpoint | None = None
@@ -130,8 +134,8 @@ class Plan:
                     ErrorStatus.GENERAL_FAILURE,
                     f"operation {step.index} ({op_name(step.type)}): kernel returned {len(results)} outputs, expected {len(step.outputs)}",
                 )
-            for idx, arr in zip(step.outputs, results, strict=True):
-                values[idx] = check_output(step, idx, sub.operands[idx], arr)
+            for idx, want, arr in zip(step.outputs, step.out_dtypes, results, strict=True):
+                values[idx] = check_output(step, idx, sub.operands[idx], want, arr)
             for idx in step.release:
                 values.pop(idx, None)
         return [values[i] for i in self.output_indexes]
@@ -147,9 +151,8 @@ def describe_args(args: Sequence[Any]) -> str:
     return "(" + ", ".join(parts) + ")"
 
 
-def check_output(step: Step, index: int, operand, arr: np.ndarray) -> np.ndarray:
-    """The kernel's result must have the operand's dtype and agree with its known dimensions."""
-    want = dtype_of(operand.type)
+def check_output(step: Step, index: int, operand, want: np.dtype, arr: np.ndarray) -> np.ndarray:
+    """The kernel's result must have the operand's dtype `want` and agree with its known dimensions."""
     if arr.dtype != want:
         raise HalError(
             ErrorStatus.GENERAL_FAILURE,
