@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import traceback
-from pathlib import Path
 
 import click
 
@@ -79,10 +77,3 @@ from mlts.commands import models as _models  # noqa: E402
 
 for _cmd in (_models.models, _devices.devices, _graph.convert_cmd, _graph.inspect_cmd, _benchmark.benchmark):
     main.add_command(_cmd)
-
-
-def echo_json(doc) -> None:
-    click.echo(json.dumps(doc, indent=2))
-
-
-__all__ = ["main", "echo_json", "Path"]
