@@ -31,6 +31,7 @@ def main() -> int:
 
     from mlts.bench.runner import BenchmarkConfig, benchmark_model
     from mlts.bench.sources import ModelSource
+    from mlts.convert import load_model
     from mlts.runtime.discovery import discover, open_device
 
     spec = discover()[a.driver]
@@ -45,7 +46,10 @@ def main() -> int:
     print(f"{'model':<24} {'driver ms':>10} {'onnxruntime ms':>15} {'ratio':>7} {'max|err|':>9}")
     try:
         for name in a.models:
-            rows = benchmark_model(ModelSource(name, None, name), {a.driver: device}, config, lambda m: None)
+            source = ModelSource(name, None, name)
+            rows = benchmark_model(
+                source, load_model(source.onnx_path()), {a.driver: device}, config, lambda m: None
+            )
             ref, drv = rows[0], rows[1]
             if drv["status"] != "ok":
                 print(f"{name:<24} driver error: {drv['error']}")

@@ -80,16 +80,12 @@ def _record(model: str, backend: str, config: BenchmarkConfig, **extra) -> dict:
 
 
 def benchmark_model(
-    source: ModelSource, devices: dict, config: BenchmarkConfig, progress: Progress
+    source: ModelSource, proto, devices: dict, config: BenchmarkConfig, progress: Progress
 ) -> list[dict]:
-    """All backends on one model; a failing driver gives an error row, not an exception."""
-    import onnx
-
+    """All backends on one loaded ONNX model; a failing driver gives an error row, not an exception."""
     from mlts.convert import convert
     from mlts.runtime.session import Session
 
-    path = source.onnx_path()
-    proto = onnx.load(str(path))
     conv = convert(proto)
     specs = [(t.shape, t.dtype) for t in conv.inputs]
     feeds = make_inputs(specs, config.inputs, seed=config.seed)
@@ -131,17 +127,23 @@ def benchmark_model(
 def run_benchmark(
     sources: list[ModelSource], driver_specs: list, config: BenchmarkConfig, progress: Progress
 ) -> dict:
-    """The whole benchmark; returns the results document (see docs/results-schema.md)."""
+    """The whole benchmark; returns the results document (see docs/results-schema.md).
+
+    Every model is loaded before any driver starts, so a bad model file fails
+    the run at once instead of after the other models were measured.
+    """
+    from mlts.convert import load_model
     from mlts.runtime.discovery import open_device
 
+    protos = [load_model(source.onnx_path()) for source in sources]
     devices = {}
     records: list[dict] = []
     try:
         for spec in driver_specs:
             progress(f"starting driver {spec.name}")
             devices[spec.name] = open_device(spec, in_process=config.in_process, threads=config.threads)
-        for source in sources:
-            records += benchmark_model(source, devices, config, progress)
+        for source, proto in zip(sources, protos, strict=True):
+            records += benchmark_model(source, proto, devices, config, progress)
     finally:
         for dev in devices.values():
             dev.close()

@@ -2,6 +2,7 @@
 
 from mlts.convert.converter import Conversion, TensorInfo, convert
 from mlts.convert.errors import ConversionError
+from mlts.convert.load import load_model
 from mlts.convert.registry import supported_ops
 
-__all__ = ["Conversion", "ConversionError", "TensorInfo", "convert", "supported_ops"]
+__all__ = ["Conversion", "ConversionError", "TensorInfo", "convert", "load_model", "supported_ops"]

@@ -266,3 +266,13 @@ def test_in_process_driver_gives_the_same_results(runner, tiny, tmp_path):
     doc = json.loads((out / "results.json").read_text())
     drv = next(rec for rec in doc["results"] if rec["backend"] == "driver:sample-all")
     assert drv["accuracy"]["cts_pass"] is True and doc["config"]["in_process"] is True
+
+
+def test_benchmark_garbage_model_fails_before_any_driver_starts(runner, tmp_path):
+    bad = tmp_path / "random.onnx"
+    bad.write_bytes(bytes(range(256)) * 3)
+    r = runner.invoke(main, ["benchmark", "--model", str(bad), "--out", str(tmp_path / "o")])
+    line = one_line_error(r)
+    assert "random.onnx" in line and "not an ONNX model" in line and "internal error" not in line
+    assert "starting driver" not in r.output
+    assert not (tmp_path / "o").exists()
