@@ -9,7 +9,7 @@ import numpy as np
 from driver.ops import ArgInfo
 from mlts.hal.enums import DTYPE_NAME, SCALAR_TYPES, ErrorStatus, OperandLifeTime, OperandType
 from mlts.hal.errors import HalError
-from mlts.hal.types import DataLocation, Model, Operand
+from mlts.hal.types import DataLocation, Model, Operand, SymmPerChannelQuantParams
 
 
 def dtype_of(operand_type: int) -> np.dtype:
@@ -50,8 +50,6 @@ def constant_value(model: Model, operand: Operand) -> Any:
 
 def arg_info(model: Model, operand: Operand, shape: tuple[int, ...] | None = None) -> ArgInfo:
     """What a kernel learns about `operand` at prepare time."""
-    from mlts.hal.types import SymmPerChannelQuantParams
-
     cq = operand.extra_params if isinstance(operand.extra_params, SymmPerChannelQuantParams) else None
     return ArgInfo(
         type=operand.type,
