@@ -136,3 +136,37 @@ def activation_range(code: int, operand_type: int, scale: float, zero_point: int
 def saturate(x: np.ndarray, lo: int, hi: int, operand_type: int) -> np.ndarray:
     """Clamp int64 values to [lo, hi] and store them in the type's 8-bit dtype."""
     return np.clip(x, lo, hi).astype(QUANT8_DTYPE[operand_type])
+
+
+# ------------------------------------------------------------ signature helpers for quantized kernels
+
+
+def type_label(code: int) -> str:
+    try:
+        return OperandType(code).name
+    except ValueError:
+        return f"type {code}"
+
+
+def check_quant8(name: str, what: str, arg) -> None:
+    """`arg` (an ArgInfo) must be TENSOR_QUANT8_ASYMM or TENSOR_QUANT8_ASYMM_SIGNED."""
+    if arg.type not in QUANT8_RANGE:
+        raise invalid(
+            f"{name}: {what} has type {type_label(arg.type)}, expected TENSOR_QUANT8_ASYMM or TENSOR_QUANT8_ASYMM_SIGNED"
+        )
+
+
+def check_same_type(name: str, what: str, arg, like) -> None:
+    """`arg` must have the operand type of `like` (e.g. an output of an input's type)."""
+    if arg.type != like.type:
+        raise invalid(f"{name}: {what} has type {type_label(arg.type)}, expected {type_label(like.type)}")
+
+
+def check_same_quant(name: str, what: str, arg, like, like_what: str = "input 0") -> None:
+    """`arg` must share type, scale and zero point with `like` (NNAPI's rule for data-movement ops)."""
+    check_same_type(name, what, arg, like)
+    if arg.scale != like.scale or arg.zero_point != like.zero_point:
+        raise invalid(
+            f"{name}: {what} has scale {arg.scale} and zero point {arg.zero_point}; "
+            f"it must equal {like_what}'s ({like.scale}, {like.zero_point})"
+        )
