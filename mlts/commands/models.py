@@ -1,4 +1,4 @@
-"""`mlts models`: the model zoo with family, dtype, input shape, parameter count and MACs."""
+"""`mlts models`: the model zoo with family, activation dtype, weights, input shape, parameter count and MACs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from mlts.commands._common import echo_json
 
 SYNTHETIC_NOTE = (
     "Weights are synthetic (seeded, with data-dependent BatchNorm statistics): no trained weights can be "
-    "downloaded here, so latency is real but top-1 labels are not ImageNet classes."
+    "downloaded here, so latency is real but top-1 labels are not ImageNet classes. The _quant models are "
+    "made from the float ones by onnxruntime's static quantization, calibrated on procedural images."
 )
 
 
@@ -22,11 +23,15 @@ def models(as_json: bool) -> None:
     if as_json:
         echo_json({"models": rows, "note": SYNTHETIC_NOTE})
         return
-    click.echo(f"{'name':<26} {'family':<14} {'dtype':<8} {'input':<16} {'params':>10} {'MACs':>12}")
+    width = max(len(r["name"]) for r in rows)
+    click.echo(
+        f"{'name':<{width}} {'family':<13} {'dtype':<8} {'weights':<17} {'input':<14} {'params':>10} {'MACs':>12}"
+    )
     for r in rows:
         shape = "x".join(map(str, r["input_shape"]))
         click.echo(
-            f"{r['name']:<26} {r['family']:<14} {r['dtype']:<8} {shape:<16} {r['params']:>10,} {r['macs']:>12,}"
+            f"{r['name']:<{width}} {r['family']:<13} {r['dtype']:<8} {r['weights']:<17} {shape:<14} "
+            f"{r['params']:>10,} {r['macs']:>12,}"
         )
     click.echo("")
     click.echo(SYNTHETIC_NOTE)

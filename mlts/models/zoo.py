@@ -20,7 +20,7 @@ from pathlib import Path
 import onnx
 
 from mlts.hal.atomic import write_atomic
-from mlts.models import mobilenet
+from mlts.models import mobilenet, quantized
 
 GENERATOR_VERSION = mobilenet.GENERATOR_VERSION
 """Part of every cached file name; a new version rebuilds instead of reusing old files."""
@@ -42,6 +42,24 @@ class ZooModel:
     description: str
     builder: Callable[[], onnx.ModelProto]
     synthetic: bool = True
+    weights: str = "float32"  # how the weights are stored: float32, uint8, int8 or int8 per-channel
+    float_name: str | None = None  # for quantized models: the float model they were made from
+    quant_variant: str | None = None  # "_quant", "_quant_signed" or "_quant_perchannel"
+    input_scale: float = 0.0  # quantized input: scale and zero point
+    input_zero_point: int = 0
+
+    @property
+    def quantized(self) -> bool:
+        return self.quant_variant is not None
+
+    @property
+    def cache_key(self) -> str:
+        """What the cached file name carries so that a changed generator is never served stale bytes."""
+        if not self.quantized:
+            return f"g{GENERATOR_VERSION}"
+        import onnxruntime
+
+        return f"g{GENERATOR_VERSION}.q{quantized.QUANT_GENERATOR_VERSION}.ort{onnxruntime.__version__}"
 
     def build(self) -> onnx.ModelProto:
         """Generate the model now, bypassing the cache."""
@@ -65,19 +83,52 @@ def _mobilenet(family: str, alpha: float, resolution: int, seed: int) -> ZooMode
     )
 
 
-_REGISTRY: dict[str, ZooModel] = {
-    m.name: m
-    for m in (
-        _mobilenet("mobilenet_v1", 1.0, 224, seed=101),
-        _mobilenet("mobilenet_v1", 0.75, 192, seed=102),
-        _mobilenet("mobilenet_v1", 0.5, 160, seed=103),
-        _mobilenet("mobilenet_v1", 0.25, 128, seed=104),
-        _mobilenet("mobilenet_v2", 0.35, 128, seed=201),
-        _mobilenet("mobilenet_v2", 0.5, 160, seed=202),
-        _mobilenet("mobilenet_v2", 0.75, 192, seed=203),
-        _mobilenet("mobilenet_v2", 1.0, 224, seed=204),
+def _build_quantized(float_name: str, variant: quantized.Variant, resolution: int) -> onnx.ModelProto:
+    return quantized.quantize(load(float_name), variant, resolution)
+
+
+def _quantized(base: ZooModel, suffix: str) -> ZooModel:
+    variant = quantized.VARIANTS[suffix]
+    resolution = base.input_shape[-1]
+    return ZooModel(
+        name=base.name + suffix,
+        family=base.family,
+        dtype=variant.dtype,
+        weights=variant.weights,
+        input_shape=base.input_shape,
+        output_shape=base.output_shape,
+        description=f"{base.name} quantized by onnxruntime (QDQ): {variant.description}",
+        builder=partial(_build_quantized, base.name, variant, resolution),
+        float_name=base.name,
+        quant_variant=suffix,
+        input_scale=quantized.INPUT_SCALE,
+        input_zero_point=variant.input_zero_point,
     )
-}
+
+
+_FLOAT = [
+    _mobilenet("mobilenet_v1", 1.0, 224, seed=101),
+    _mobilenet("mobilenet_v1", 0.75, 192, seed=102),
+    _mobilenet("mobilenet_v1", 0.5, 160, seed=103),
+    _mobilenet("mobilenet_v1", 0.25, 128, seed=104),
+    _mobilenet("mobilenet_v2", 0.35, 128, seed=201),
+    _mobilenet("mobilenet_v2", 0.5, 160, seed=202),
+    _mobilenet("mobilenet_v2", 0.75, 192, seed=203),
+    _mobilenet("mobilenet_v2", 1.0, 224, seed=204),
+]
+# MLTS's quantized MobileNets, each also in a signed and a per-channel variant.
+_QUANT_BASES = (
+    "mobilenet_v1_1.0_224",
+    "mobilenet_v1_0.75_192",
+    "mobilenet_v1_0.5_160",
+    "mobilenet_v1_0.25_128",
+    "mobilenet_v2_1.0_224",
+)
+_REGISTRY: dict[str, ZooModel] = {m.name: m for m in _FLOAT}
+for _suffix in quantized.VARIANTS:
+    for _base in _QUANT_BASES:
+        _q = _quantized(_REGISTRY[_base], _suffix)
+        _REGISTRY[_q.name] = _q
 
 
 def list_models() -> list[ZooModel]:
@@ -106,7 +157,7 @@ def cache_dir() -> Path:
 
 
 def _cached_file(entry: ZooModel) -> Path:
-    return cache_dir() / f"{entry.name}.g{GENERATOR_VERSION}.onnx"
+    return cache_dir() / f"{entry.name}.{entry.cache_key}.onnx"
 
 
 def _is_valid(path: Path, entry: ZooModel) -> bool:
@@ -121,7 +172,14 @@ def _is_valid(path: Path, entry: ZooModel) -> bool:
         return [(v.name, tuple(d.dim_value for d in v.type.tensor_type.shape.dim)) for v in values]
 
     inputs, outputs = signature(model.graph.input), signature(model.graph.output)
-    return inputs == [("input", entry.input_shape)] and outputs == [("probabilities", entry.output_shape)]
+    elem = {"uint8": onnx.TensorProto.UINT8, "int8": onnx.TensorProto.INT8}.get(
+        entry.dtype, onnx.TensorProto.FLOAT
+    )
+    return (
+        inputs == [("input", entry.input_shape)]
+        and outputs == [("probabilities", entry.output_shape)]
+        and all(v.type.tensor_type.elem_type == elem for v in [*model.graph.input, *model.graph.output])
+    )
 
 
 def model_path(name: str) -> Path:
@@ -158,6 +216,8 @@ def summary(name: str) -> dict:
     from mlts.models.stats import count_macs, count_params
 
     entry = get(name)
+    # A quantized model has its float model's topology, hence its parameter and MAC counts.
+    base = get(entry.float_name) if entry.float_name else entry
     store = cache_dir() / f"summaries.g{GENERATOR_VERSION}.json"
     try:
         known = json.loads(store.read_text(encoding="utf-8"))
@@ -165,15 +225,15 @@ def summary(name: str) -> dict:
             known = {}
     except (OSError, ValueError):
         known = {}
-    counts = known.get(name)
+    counts = known.get(base.name)
     if not (
         isinstance(counts, dict)
         and isinstance(counts.get("params"), int)
         and isinstance(counts.get("macs"), int)
     ):
-        graph = partial(entry.builder, calibrate=False)()
+        graph = partial(base.builder, calibrate=False)()
         counts = {"params": count_params(graph), "macs": count_macs(graph)}
-        known[name] = counts
+        known[base.name] = counts
         try:
             store.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(store, json.dumps(known, indent=1).encode())
@@ -183,6 +243,11 @@ def summary(name: str) -> dict:
         "name": entry.name,
         "family": entry.family,
         "dtype": entry.dtype,
+        "weights": entry.weights,
+        "float_model": entry.float_name,
+        "input_quantization": (
+            {"scale": entry.input_scale, "zero_point": entry.input_zero_point} if entry.quantized else None
+        ),
         "input_shape": list(entry.input_shape),
         "output_shape": list(entry.output_shape),
         "params": counts["params"],

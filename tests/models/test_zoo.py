@@ -51,10 +51,23 @@ def counting(monkeypatch) -> list[int]:
     return calls
 
 
+QUANT_NAMES = [
+    f"{base}{suffix}"
+    for suffix in ("_quant", "_quant_signed", "_quant_perchannel")
+    for base in (
+        "mobilenet_v1_1.0_224",
+        "mobilenet_v1_0.75_192",
+        "mobilenet_v1_0.5_160",
+        "mobilenet_v1_0.25_128",
+        "mobilenet_v2_1.0_224",
+    )
+]
+
+
 def test_registry_has_mltss_names_and_shapes():
     models = zoo.list_models()
-    assert [m.name for m in models] == MLTS_NAMES
-    for m in models:
+    assert [m.name for m in models] == MLTS_NAMES + QUANT_NAMES
+    for m in models[: len(MLTS_NAMES)]:
         resolution = int(m.name.rsplit("_", 1)[1])
         assert m.input_shape == (1, 3, resolution, resolution) and m.output_shape == (1, 1001)
         assert m.family == m.name[:12] and m.dtype == "float32" and m.synthetic
