@@ -52,12 +52,9 @@ def compare(
             count += d.size
             cts = cts and within_tolerance(a, e)
             ratio = max(ratio, tolerance_ratio(a, e))
-        first_a, first_e = outs_a[0], outs_e[0]
-        if first_a.ndim >= 1 and first_a.shape[-1] > 1:
-            la = first_a.reshape(-1, first_a.shape[-1]).argmax(axis=-1)
-            le = first_e.reshape(-1, first_e.shape[-1]).argmax(axis=-1)
-            agree += int(np.sum(la == le))
-            scored += la.size
+        agree_n, scored_n = _top1(outs_a[0], outs_e[0])
+        agree += agree_n
+        scored += scored_n
     return {
         "max_abs_error": max_abs,
         "mse": sq_sum / count if count else 0.0,
@@ -66,3 +63,85 @@ def compare(
         "cts_ratio": ratio,
         "tolerance": f"|a-e| <= {FP32_ATOL:g} + {FP32_RTOL:.3g}*|e| (CTS fp32)",
     }
+
+
+# CTS/VTS precision for quantized outputs, in quantized units (3 for the MobileNet models).
+QUANT_TOLERANCE_UNITS = 1
+QUANT_TOLERANCE_UNITS_MOBILENET = 3
+HISTOGRAM_MAX_UNITS = 8  # the histogram's last bucket counts deviations of this many units or more
+ROUNDING_NOTE = (
+    "onnxruntime requantizes in float32 and rounds half to even; NNAPI requantizes with a fixed-point "
+    "multiplier and shift and rounds ties up/away from zero, so single layers can differ by one unit "
+    "and the difference can grow through the network"
+)
+
+
+def compare_quantized(
+    actual: Sequence[Sequence[np.ndarray]],
+    expected: Sequence[Sequence[np.ndarray]],
+    scales: Sequence[float],
+    tolerance_units: int = QUANT_TOLERANCE_UNITS,
+) -> dict:
+    """Compare 8-bit outputs in quantized units: max deviation, its histogram, top-1 agreement.
+
+    `scales` are the output scales (for MSE and max error in real units). A
+    backend passes CTS's rule when no value deviates by more than
+    `tolerance_units`.
+    """
+    hist = np.zeros(HISTOGRAM_MAX_UNITS + 1, dtype=np.int64)
+    max_units = 0
+    max_abs = 0.0
+    sq_sum = 0.0
+    count = 0
+    agree = 0
+    scored = 0
+    for outs_a, outs_e in zip(actual, expected, strict=True):
+        for a, e, scale in zip(outs_a, outs_e, scales, strict=True):
+            if a.shape != e.shape:
+                raise ValueError(f"output shape {a.shape} differs from reference shape {e.shape}")
+            units = np.abs(a.astype(np.int64) - e.astype(np.int64))
+            if units.size:
+                max_units = max(max_units, int(units.max()))
+            hist += np.bincount(
+                np.minimum(units, HISTOGRAM_MAX_UNITS).ravel(), minlength=HISTOGRAM_MAX_UNITS + 1
+            )
+            real = units.astype(np.float64) * scale
+            if real.size:
+                max_abs = max(max_abs, float(real.max()))
+            sq_sum += float(np.sum(real * real))
+            count += units.size
+        agree_n, scored_n = _top1(outs_a[0], outs_e[0])
+        agree += agree_n
+        scored += scored_n
+    return {
+        "max_abs_error": max_abs,
+        "mse": sq_sum / count if count else 0.0,
+        "top1_agreement": agree / scored if scored else None,
+        "max_quant_deviation": max_units,
+        "quant_deviation_histogram": {
+            (f">={i}" if i == HISTOGRAM_MAX_UNITS else str(i)): int(n) for i, n in enumerate(hist)
+        },
+        "cts_pass": max_units <= tolerance_units,
+        "cts_ratio": max_units / tolerance_units,
+        "tolerance": f"|a-e| <= {tolerance_units} quantized unit{'s' if tolerance_units != 1 else ''} (CTS quant8)",
+        "rounding_note": ROUNDING_NOTE,
+    }
+
+
+def _top1(a: np.ndarray, e: np.ndarray) -> tuple[int, int]:
+    """(agreeing, scored) argmax positions of two score tensors over their last axis."""
+    if a.ndim < 1 or a.shape[-1] <= 1:
+        return 0, 0
+    la = a.reshape(-1, a.shape[-1]).argmax(axis=-1)
+    le = e.reshape(-1, e.shape[-1]).argmax(axis=-1)
+    return int(np.sum(la == le)), int(la.size)
+
+
+def top1_agreement(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> float | None:
+    """Share of inputs whose argmax of the first output agrees (e.g. a quantized model vs its float model)."""
+    agree = scored = 0
+    for a, e in zip(actual, expected, strict=True):
+        n, m = _top1(np.asarray(a), np.asarray(e))
+        agree += n
+        scored += m
+    return agree / scored if scored else None

@@ -15,7 +15,13 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from mlts.bench.accuracy import compare
+from mlts.bench.accuracy import (
+    QUANT_TOLERANCE_UNITS,
+    QUANT_TOLERANCE_UNITS_MOBILENET,
+    compare,
+    compare_quantized,
+    top1_agreement,
+)
 from mlts.bench.inputs import make_inputs
 from mlts.bench.reference import OnnxRuntimeReference
 from mlts.bench.sources import ModelSource
@@ -87,10 +93,25 @@ def benchmark_model(
     from mlts.runtime.session import Session
 
     conv = convert(proto)
-    specs = [(t.shape, t.dtype) for t in conv.inputs]
+    specs = [(t.shape, t.dtype, getattr(t, "scale", 0.0), getattr(t, "zero_point", 0)) for t in conv.inputs]
     feeds = make_inputs(specs, config.inputs, seed=config.seed)
     reference = OnnxRuntimeReference(proto.SerializeToString(), config.threads)
     expected = [reference.run(f) for f in feeds]
+    quantized = bool(conv.outputs) and all(t.dtype in ("uint8", "int8") for t in conv.outputs)
+    if quantized:
+        units = QUANT_TOLERANCE_UNITS_MOBILENET if "mobilenet" in source.name else QUANT_TOLERANCE_UNITS
+        scales = [getattr(t, "scale", 0.0) for t in conv.outputs]
+
+        def score(outputs: list) -> dict:
+            return compare_quantized(outputs, expected, scales, units)
+
+        float_check = _float_model_top1(source, conv, config, progress)
+    else:
+
+        def score(outputs: list) -> dict:
+            return compare(outputs, expected)
+
+        float_check = None
 
     backends = ["ref"] + sorted(devices)
     random.Random(f"{config.seed}:{source.name}").shuffle(backends)
@@ -100,6 +121,8 @@ def benchmark_model(
             progress(f"{source.name}: {reference.backend}")
             samples, _ = _timed(reference.run, feeds, config.warmup, config.iterations)
             rows[backend] = _record(source.name, reference.backend, config, latency_ms=summarize_ms(samples))
+            if float_check is not None:
+                rows[backend]["quantization"] = float_check(expected)
             continue
         label = f"driver:{backend}"
         progress(f"{source.name}: {label}")
@@ -119,9 +142,40 @@ def benchmark_model(
             config,
             latency_ms=summarize_ms(samples),
             driver_timing=_timing_summary([r[1] for r in results]),
-            accuracy=compare(outputs, expected),
+            accuracy=score(outputs),
         )
+        if float_check is not None:
+            rows[backend]["quantization"] = float_check(outputs)
     return [rows["ref"]] + [rows[d] for d in sorted(devices)]
+
+
+def _float_model_top1(source: ModelSource, conv, config: BenchmarkConfig, progress: Progress):
+    """For a quantized zoo model: a function giving a backend's top-1 agreement with the float model.
+
+    The float model runs on onnxruntime over the float images that the
+    quantized inputs were made from, so the figure is the top-1 agreement lost
+    by quantizing (input quantization included). None for models without a
+    float counterpart.
+    """
+    if source.zoo_name is None:
+        return None
+    from mlts.models import zoo
+
+    float_name = zoo.get(source.zoo_name).float_name
+    if float_name is None:
+        return None
+    progress(f"{source.name}: float model {float_name} on onnxruntime")
+    float_ref = OnnxRuntimeReference(zoo.model_path(float_name).read_bytes(), config.threads)
+    specs = [(t.shape, "float32") for t in conv.inputs]
+    float_outputs = [float_ref.run(f)[0] for f in make_inputs(specs, config.inputs, seed=config.seed)]
+
+    def check(outputs: list) -> dict:
+        return {
+            "float_model": float_name,
+            "top1_agreement_with_float": top1_agreement([o[0] for o in outputs], float_outputs),
+        }
+
+    return check
 
 
 def run_benchmark(

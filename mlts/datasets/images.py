@@ -18,7 +18,8 @@ IMAGE_SIZE = 256
 """Side of the source images `image_batch` generates before preprocessing."""
 
 CROP_FRACTION = 0.875
-QUANT_SCALE = 0.007812
+QUANT_SCALE = 1.0 / 128.0
+"""MLTS's quantized input scale: it prints 0.007812, the quantized MobileNets store exactly 1/128."""
 QUANT_ZERO_POINT = 128
 LAYOUTS = ("NCHW", "NHWC")
 
@@ -148,10 +149,18 @@ def inception_preprocess(image: np.ndarray, resolution: int) -> np.ndarray:
 
 
 def quantize_input(x: np.ndarray) -> np.ndarray:
-    """Quantize preprocessed floats to MLTS's uint8 input: scale 0.007812, zero point 128."""
-    scaled = np.asarray(x, dtype=np.float64) / QUANT_SCALE
-    rounded = np.sign(scaled) * np.floor(np.abs(scaled) + 0.5)  # half away from zero
-    return np.clip(rounded + QUANT_ZERO_POINT, 0, 255).astype(np.uint8)
+    """Quantize preprocessed floats to MLTS's uint8 input: scale 1/128 (MLTS prints 0.007812), zero point 128."""
+    return quantize_images(x, QUANT_SCALE, QUANT_ZERO_POINT, np.uint8)
+
+
+def quantize_images(x: np.ndarray, scale: float, zero_point: int, dtype: type) -> np.ndarray:
+    """round(x / scale) + zero_point (ties away from zero), saturated to `dtype` (uint8 or int8)."""
+    if not scale > 0:
+        raise ValueError(f"quantization scale {scale!r} must be > 0")
+    info = np.iinfo(dtype)
+    scaled = np.asarray(x, dtype=np.float64) / scale
+    rounded = np.sign(scaled) * np.floor(np.abs(scaled) + 0.5)
+    return np.clip(rounded + zero_point, info.min, info.max).astype(dtype)
 
 
 def image_batch(count: int, resolution: int, *, start: int = 0, layout: str = "NCHW") -> np.ndarray:

@@ -34,10 +34,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from mlts.datasets.images import QUANT_SCALE
+
 QUANT_GENERATOR_VERSION = "1"
 CALIBRATION_IMAGES = 32
 CALIBRATION_START = 100_000
-INPUT_SCALE = 1.0 / 128.0  # MLTS prints it as 0.007812
+INPUT_SCALE = QUANT_SCALE  # 1/128; MLTS prints it as 0.007812
 SOFTMAX_SCALE = 1.0 / 256.0
 
 

@@ -22,26 +22,40 @@ def _fmt(value, spec: str) -> str:
     return format(value, spec)
 
 
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.0f}%"
+
+
 def format_table(records: list[dict]) -> list[str]:
     """One line per model x backend: latency and accuracy against the CPU reference.
 
-    "CTS err" is the largest error as a multiple of the CTS fp32 tolerance
-    (at most 1.00x passes CTS's per-operation rule).
+    "CTS err" is the largest error as a multiple of the CTS tolerance (fp32:
+    atol + rtol*|e|; quantized: 1 unit, 3 for MobileNets); at most 1.00x passes.
+    For quantized models "max|err|" is in quantized units ("2u") and "vs float"
+    is the top-1 agreement with the float model the quantized one was made from.
     """
-    header = f"{'model':<26} {'backend':<22} {'iters':>5} {'median ms':>10} {'p90 ms':>9} {'mean±std ms':>16} {'max|err|':>9} {'top1 agr':>8} {'CTS err':>8}"
+    w = max([26, *(len(r["model"]) for r in records)])
+    header = (
+        f"{'model':<{w}} {'backend':<22} {'iters':>5} {'median ms':>10} {'p90 ms':>9} {'mean±std ms':>16} "
+        f"{'max|err|':>9} {'top1 agr':>8} {'CTS err':>8} {'vs float':>8}"
+    )
     lines = [header, "-" * len(header)]
     for r in records:
         if r.get("status") != "ok":
-            lines.append(f"{r['model']:<26} {r['backend']:<22} ERROR {r.get('error', '')}")
+            lines.append(f"{r['model']:<{w}} {r['backend']:<22} ERROR {r.get('error', '')}")
             continue
         lat = r["latency_ms"]
         acc = r.get("accuracy") or {}
         ratio = acc.get("cts_ratio")
         mean_std = f"{lat['mean']:.2f}±{lat['std']:.2f}"
         top1 = acc.get("top1_agreement")
+        if "max_quant_deviation" in acc:
+            err = f"{acc['max_quant_deviation']}u"
+        else:
+            err = _fmt(acc.get("max_abs_error"), ".2e")
+        vs_float = (r.get("quantization") or {}).get("top1_agreement_with_float")
         lines.append(
-            f"{r['model']:<26} {r['backend']:<22} {r['iterations']:>5} {lat['median']:>10.2f} {lat['p90']:>9.2f} {mean_std:>16} "
-            f"{_fmt(acc.get('max_abs_error'), '.2e'):>9} {_fmt(top1 * 100 if top1 is not None else None, '.0f') + ('%' if top1 is not None else ''):>8} "
-            f"{'-' if ratio is None else f'{ratio:.2f}x':>8}"
+            f"{r['model']:<{w}} {r['backend']:<22} {r['iterations']:>5} {lat['median']:>10.2f} {lat['p90']:>9.2f} {mean_std:>16} "
+            f"{err:>9} {_percent(top1):>8} {'-' if ratio is None else f'{ratio:.2f}x':>8} {_percent(vs_float):>8}"
         )
     return lines
