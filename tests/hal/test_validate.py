@@ -334,6 +334,16 @@ MODEL_RULES: list[tuple[str, Callable[[], Model], tuple[str, ...]]] = [
     ),
     # extra params
     (
+        "quant8-zero-point-missing",
+        lambda: set_operand(M(), 0, type=T.TENSOR_QUANT8_ASYMM, scale=1.0, zero_point=None),
+        ("operand 0", "zero_point None is not an int"),
+    ),
+    (
+        "quant8-signed-negative-scale",
+        lambda: set_operand(M(), 0, type=T.TENSOR_QUANT8_ASYMM_SIGNED, scale=-0.5, zero_point=0),
+        ("operand 0", "scale -0.5 <= 0"),
+    ),
+    (
         "per-channel-missing",
         lambda: set_operand(per_channel(M()), 4, extra_params=None),
         ("operand 4", "require SymmPerChannelQuantParams"),
