@@ -31,11 +31,17 @@ def is_explicit(
     return not implicit
 
 
-def check_filter_and_bias(name: str, ins: Sequence[ArgInfo], cout_axis: int) -> tuple[int, int, int, int]:
-    """Types and shapes of input, filter [D0,KH,KW,D3] and bias [filter dim `cout_axis`]; returns the filter shape."""
-    float_tensor(name, "input", ins[0])
-    float_tensor(name, "filter", ins[1])
-    float_tensor(name, "bias", ins[2])
+def check_filter_and_bias(
+    name: str, ins: Sequence[ArgInfo], cout_axis: int, *, quant: bool = False
+) -> tuple[int, int, int, int]:
+    """Types and shapes of input, filter [D0,KH,KW,D3] and bias [filter dim `cout_axis`]; returns the filter shape.
+
+    With `quant` only the shapes are checked: `_qconv.quant_signature` checks the quantized types.
+    """
+    if not quant:
+        float_tensor(name, "input", ins[0])
+        float_tensor(name, "filter", ins[1])
+        float_tensor(name, "bias", ins[2])
     if len(ins[0].shape) not in (0, 4):
         raise invalid(f"{name}: input has rank {len(ins[0].shape)} (shape {ins[0].shape}), expected 4")
     fshape = ins[1].value.shape if ins[1].value is not None else ins[1].shape

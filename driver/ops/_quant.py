@@ -95,12 +95,38 @@ def rounding_divide_by_pot(x: np.ndarray, exponent: np.ndarray | int) -> np.ndar
 def multiply_by_quantized_multiplier(
     x: np.ndarray, multiplier: np.ndarray | int, exponent: np.ndarray | int
 ) -> np.ndarray:
-    """x * real multiplier in NNAPI's fixed-point form; `multiplier`/`exponent` may be per-channel arrays."""
+    """x * real multiplier in NNAPI's fixed-point form; `multiplier`/`exponent` may be per-channel arrays.
+
+    Bit-identical to rounding_divide_by_pot(srdhm(x << left, m), right), in
+    fewer in-place int64 passes using two identities: srdhm(a, m) equals
+    floor((a*m + 2^30) / 2^31) for either sign (the reference's negative nudge
+    1 - 2^30 with truncating division comes to the same floor), and the
+    rounding shift by r > 0 equals floor((y + 2^(r-1) - [y < 0]) / 2^r).
+    """
     e = np.asarray(exponent, dtype=I64)
+    if e.ndim == 0:
+        left, right = max(int(e), 0), max(-int(e), 0)
+        y = np.array(x, dtype=I64, copy=True)
+        if left:
+            y <<= left
+        y *= I64(multiplier)
+        y += I64(1 << 30)
+        y >>= 31
+        if right:
+            y += I64((1 << right) >> 1)
+            y -= y < 0
+            y >>= right
+        return y
     left = np.maximum(e, 0)
     right = np.maximum(-e, 0)
-    shifted = np.asarray(x, dtype=I64) << left
-    return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(shifted, multiplier), right)
+    y = np.left_shift(np.asarray(x, dtype=I64), left)
+    y *= np.asarray(multiplier, dtype=I64)
+    y += I64(1 << 30)
+    y >>= 31
+    y += (I64(1) << right) >> 1
+    y -= (y < 0) & (right > 0)
+    y >>= right
+    return y
 
 
 def quantize_multipliers(reals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -2,6 +2,12 @@
 
 Explicit padding (10, 11 or 13 inputs) or implicit SAME/VALID (7, 8 or 10), optional layout and
 dilation. Pointwise convolutions are one matmul; the rest are im2col then one matmul.
+
+Quantized (NNAPI 1.3): a TENSOR_QUANT8_ASYMM input takes a TENSOR_QUANT8_ASYMM filter (any zero
+point) or a TENSOR_QUANT8_SYMM_PER_CHANNEL one (channelDim 0), a TENSOR_QUANT8_ASYMM_SIGNED input a
+TENSOR_QUANT8_ASYMM_SIGNED or per-channel filter; bias TENSOR_INT32, output of the input's type.
+The input is centred (x - zp_x, so padding is 0 = the zero point) into float64 and multiplied by
+the centred float64 filter: an exact integer GEMM (see `_qconv`), then requantized per channel.
 """
 
 from __future__ import annotations
@@ -15,11 +21,29 @@ from driver.ops._activation import apply_activation
 from driver.ops._base import ArgInfo, Run, expect_count, register
 from driver.ops._conv_common import bias_vector, check_filter_and_bias, constant_or_none, is_explicit
 from driver.ops._params import as_f32, float_outputs
-from driver.ops._window import channel_dim, from_nhwc, geometry, parse_window_params, to_nhwc
+from driver.ops._qconv import (
+    bias_f64,
+    centered,
+    centered_padded,
+    check_exact,
+    quant_signature,
+    requantize,
+)
+from driver.ops._quant import is_quant8
+from driver.ops._window import (
+    Geometry,
+    WindowParams,
+    channel_dim,
+    from_nhwc,
+    geometry,
+    parse_window_params,
+    to_nhwc,
+)
 from mlts.hal.enums import OperationType
 from mlts.hal.errors import invalid
 
 NAME = "CONV_2D"
+PER_CHANNEL_DIM = 0  # per-channel filter scales run along Cout
 
 
 def pack_filter(f: np.ndarray) -> np.ndarray:
@@ -27,16 +51,41 @@ def pack_filter(f: np.ndarray) -> np.ndarray:
     return as_f32(np.asarray(f, dtype=np.float32).reshape(f.shape[0], -1).T)
 
 
+def pack_qfilter(f: np.ndarray, zero_point: int) -> np.ndarray:
+    """[Cout,KH,KW,Cin] quantized to the contiguous float64 [KH*KW*Cin, Cout] matrix of f - zero_point."""
+    f = np.asarray(f)
+    return np.ascontiguousarray(centered(f.reshape(f.shape[0], -1), zero_point).T)
+
+
+def _check_channels(c: int, cin: int) -> None:
+    if c != cin:
+        raise invalid(f"{NAME}: input has {c} channels, filter expects {cin}")
+
+
+def _pointwise(g: Geometry) -> bool:
+    """A 1x1 filter without padding: the strided input itself is the patch matrix."""
+    return g.k_h == g.k_w == 1 and not g.padded
+
+
 @register(OperationType.CONV_2D)
 def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     expect_count(NAME, ins, (7, 8, 10, 11, 13), outs)
     explicit = is_explicit(NAME, ins, 7, (10, 11, 13), (7, 8, 10))
-    float_outputs(NAME, outs)
-    cout, kh, kw, cin = check_filter_and_bias(NAME, ins, 0)
+    quant = is_quant8(ins[0].type)
+    if not quant:
+        float_outputs(NAME, outs)
+    fshape = check_filter_and_bias(NAME, ins, 0, quant=quant)
     p = parse_window_params(NAME, ins, 3, explicit)
     known_cin = channel_dim(ins[0], p.nchw)
-    if known_cin and known_cin != cin:
-        raise invalid(f"{NAME}: input has {known_cin} channels, filter expects {cin}")
+    if known_cin and known_cin != fshape[3]:
+        raise invalid(f"{NAME}: input has {known_cin} channels, filter expects {fshape[3]}")
+    if quant:
+        return _prepare_quant(ins, outs, p, fshape)
+    return _prepare_float(ins, p, fshape)
+
+
+def _prepare_float(ins: Sequence[ArgInfo], p: WindowParams, fshape: tuple[int, int, int, int]) -> Run:
+    cout, kh, kw, cin = fshape
     packed = constant_or_none(ins[1], pack_filter)
     bias = constant_or_none(ins[2], bias_vector)
     window, act, nchw = p.window, p.activation, p.nchw
@@ -44,19 +93,47 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     def run(args: Sequence[Any]) -> list[np.ndarray]:
         x = to_nhwc(args[0], nchw, NAME)
         n, h, w, c = x.shape
-        if c != cin:
-            raise invalid(f"{NAME}: input has {c} channels, filter expects {cin}")
+        _check_channels(c, cin)
         wmat = packed if packed is not None else pack_filter(args[1])
         b = bias if bias is not None else bias_vector(args[2])
         g = geometry(NAME, window, h, w, kh, kw)
-        if kh == kw == 1 and not g.padded:
-            # Pointwise: the strided input itself is the patch matrix.
+        if _pointwise(g):
             cols = x[:, :: g.stride_h, :: g.stride_w, :].reshape(-1, cin)
         else:
             cols = g.im2col(g.pad(x))
         y = cols @ wmat
         y += b
         apply_activation(act, y)
+        return [from_nhwc(y.reshape(n, g.out_h, g.out_w, cout), nchw)]
+
+    return run
+
+
+def _prepare_quant(
+    ins: Sequence[ArgInfo], outs: Sequence[ArgInfo], p: WindowParams, fshape: tuple[int, int, int, int]
+) -> Run:
+    cout, kh, kw, cin = fshape
+    q = quant_signature(NAME, ins, outs, cout, p.activation, PER_CHANNEL_DIM)
+    check_exact(NAME, kh * kw * cin)
+    zp_x, zp_w = q.input_zp, q.filter_zp
+    packed = constant_or_none(ins[1], lambda f: pack_qfilter(f, zp_w))
+    bias = constant_or_none(ins[2], bias_f64)
+    window, nchw = p.window, p.nchw
+
+    def run(args: Sequence[Any]) -> list[np.ndarray]:
+        x = to_nhwc(args[0], nchw, NAME)
+        n, h, w, c = x.shape
+        _check_channels(c, cin)
+        wmat = packed if packed is not None else pack_qfilter(args[1], zp_w)
+        b = bias if bias is not None else bias_f64(args[2])
+        g = geometry(NAME, window, h, w, kh, kw)
+        if _pointwise(g):
+            cols = centered(x[:, :: g.stride_h, :: g.stride_w, :], zp_x).reshape(-1, cin)
+        else:
+            cols = g.im2col(centered_padded(x, zp_x, g))
+        acc = cols @ wmat  # exact: integers below 2^53
+        acc += b
+        y = requantize(acc, q)
         return [from_nhwc(y.reshape(n, g.out_h, g.out_w, cout), nchw)]
 
     return run

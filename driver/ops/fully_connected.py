@@ -1,4 +1,10 @@
-"""FULLY_CONNECTED: input flattened to [batch, input_size] times weights[units, input_size]^T, plus bias and activation."""
+"""FULLY_CONNECTED: input flattened to [batch, input_size] times weights[units, input_size]^T, plus bias and activation.
+
+Quantized (NNAPI 1.3): input, weights and output all TENSOR_QUANT8_ASYMM or all
+TENSOR_QUANT8_ASYMM_SIGNED (weights with any zero point; no per-channel weights), bias
+TENSOR_INT32 with scale input_scale * weights_scale. The centred input and weights are multiplied
+in float64, exact for input_size terms (see `_qconv`), then requantized.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ from driver.ops._activation import apply_activation, parse_activation
 from driver.ops._base import ArgInfo, Run, expect_count, register
 from driver.ops._conv_common import bias_vector, constant_or_none
 from driver.ops._params import as_f32, float_outputs, float_tensor
+from driver.ops._qconv import bias_f64, centered, check_exact, quant_signature, requantize
+from driver.ops._quant import is_quant8
 from mlts.hal.enums import OperationType
 from mlts.hal.errors import invalid
 
@@ -22,12 +30,13 @@ def pack_weights(w: np.ndarray) -> np.ndarray:
     return as_f32(np.asarray(w).T)
 
 
-@register(OperationType.FULLY_CONNECTED)
-def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
-    expect_count(NAME, ins, (4,), outs)
-    for i, what in enumerate(("input", "weights", "bias")):
-        float_tensor(NAME, what, ins[i])
-    float_outputs(NAME, outs)
+def pack_qweights(w: np.ndarray, zero_point: int) -> np.ndarray:
+    """[units, input_size] quantized to the contiguous float64 [input_size, units] matrix of w - zero_point."""
+    return np.ascontiguousarray(centered(np.asarray(w), zero_point).T)
+
+
+def _shapes(ins: Sequence[ArgInfo]) -> tuple[int, int]:
+    """Check the input rank and the weights and bias shapes; (units, input_size)."""
     if 0 < len(ins[0].shape) < 2:
         raise invalid(
             f"{NAME}: input has rank {len(ins[0].shape)} (shape {ins[0].shape}), expected rank >= 2"
@@ -39,17 +48,50 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     bshape = ins[2].value.shape if ins[2].value is not None else ins[2].shape
     if tuple(bshape) not in ((units,), (0,), ()):
         raise invalid(f"{NAME}: bias shape is {tuple(bshape)}, expected ({units},)")
+    return units, size
+
+
+def _flat(x: np.ndarray, size: int) -> np.ndarray:
+    """The input as [batch, input_size]."""
+    if x.ndim < 2 or x.size % size:
+        raise invalid(f"{NAME}: input shape {x.shape} cannot be flattened to [batch, {size}]")
+    return x.reshape(-1, size)
+
+
+@register(OperationType.FULLY_CONNECTED)
+def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
+    expect_count(NAME, ins, (4,), outs)
+    if is_quant8(ins[0].type):
+        return _prepare_quant(ins, outs)
+    for i, what in enumerate(("input", "weights", "bias")):
+        float_tensor(NAME, what, ins[i])
+    float_outputs(NAME, outs)
+    _, size = _shapes(ins)
     act = parse_activation(NAME, ins, 3)
     packed = constant_or_none(ins[1], pack_weights)
     bias = constant_or_none(ins[2], bias_vector)
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
-        x = args[0]
-        if x.ndim < 2 or x.size % size:
-            raise invalid(f"{NAME}: input shape {x.shape} cannot be flattened to [batch, {size}]")
         w = packed if packed is not None else pack_weights(args[1])
-        y = x.reshape(-1, size) @ w
+        y = _flat(args[0], size) @ w
         y += bias if bias is not None else bias_vector(args[2])
         return [apply_activation(act, y)]
+
+    return run
+
+
+def _prepare_quant(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
+    units, size = _shapes(ins)
+    q = quant_signature(NAME, ins, outs, units, parse_activation(NAME, ins, 3), None, "weights")
+    check_exact(NAME, size)
+    zp_x, zp_w = q.input_zp, q.filter_zp
+    packed = constant_or_none(ins[1], lambda w: pack_qweights(w, zp_w))
+    bias = constant_or_none(ins[2], bias_f64)
+
+    def run(args: Sequence[Any]) -> list[np.ndarray]:
+        w = packed if packed is not None else pack_qweights(args[1], zp_w)
+        acc = centered(_flat(args[0], size), zp_x) @ w  # exact: integers below 2^53
+        acc += bias if bias is not None else bias_f64(args[2])
+        return [requantize(acc, q)]
 
     return run

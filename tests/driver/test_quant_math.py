@@ -117,3 +117,17 @@ def test_activation_ranges():
     # Bounds outside the type's range are cut to it.
     assert activation_range(A.RELU6, T.TENSOR_QUANT8_ASYMM_SIGNED, 0.01, 0) == (0, 127)
     assert activation_range(A.RELU, T.TENSOR_QUANT8_ASYMM, 0.1, -20 + 20) == (0, 255)
+
+
+def test_fast_form_equals_the_two_step_reference_on_wide_values():
+    rng = np.random.default_rng(11)
+    x = rng.integers(-(1 << 31), 1 << 31, size=(2000, 8))
+    x[:20] = rng.integers(-300, 300, size=(20, 8))
+    mants, exps = quantize_multipliers(np.array([1e-5, 0.001, 0.25, 0.5, 0.75, 0.999, 1.0, 3.0]))
+    two_step = rounding_divide_by_pot(
+        saturating_rounding_doubling_high_mul(x << np.maximum(exps, 0), mants), np.maximum(-exps, 0)
+    )
+    assert np.array_equal(multiply_by_quantized_multiplier(x, mants, exps), two_step)
+    for c in range(8):
+        m, e = int(mants[c]), int(exps[c])
+        assert np.array_equal(multiply_by_quantized_multiplier(x[:, c], m, e), two_step[:, c])
