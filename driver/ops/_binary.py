@@ -1,8 +1,16 @@
-"""What ADD, SUB, MUL, DIV, MAXIMUM and MINIMUM share: a broadcasting float32 ufunc, then the fused activation if the op has one."""
+"""What ADD, SUB, MUL, DIV, MAXIMUM and MINIMUM share: a broadcasting float32 ufunc, then the fused activation if the op has one.
+
+ADD and MUL also take quant8 inputs: both inputs and the output share one
+8-bit type (scales and zero points may differ); the op's `quant` factory
+gives the int64 result before the activation clamp, which is
+`activation_range` of the output, then the result saturates to the type.
+The result depends only on the two input bytes, so prepare tabulates it for
+all 65536 pairs and run is one lookup per element.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -10,7 +18,14 @@ import numpy as np
 from driver.ops._activation import apply_activation, parse_activation
 from driver.ops._base import ArgInfo, Run, expect_count
 from driver.ops._params import float_outputs, float_tensor
+from driver.ops._qelementwise import as_bytes, check_quant_params, quant8_output, tensor_kind
+from driver.ops._quant import QUANT8_DTYPE, activation_range, check_same_type, saturate
 from mlts.hal.errors import invalid
+
+# (a, b) int8/uint8 arrays -> int64 result before the activation clamp, NumPy broadcasting.
+QuantBinary = Callable[[np.ndarray, np.ndarray], np.ndarray]
+# (op name, input 0, input 1, output) -> QuantBinary; raises INVALID_ARGUMENT for scales it cannot honour.
+QuantFactory = Callable[[str, ArgInfo, ArgInfo, ArgInfo], QuantBinary]
 
 
 def _broadcast(name: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -29,16 +44,20 @@ def prepare_binary(
     ufunc: np.ufunc,
     *,
     fused_activation: bool = True,
+    quant: QuantFactory | None = None,
 ) -> Run:
-    """A kernel computing `ufunc(a, b)` with NumPy broadcasting, then the activation of input 2 (when the op has one)."""
+    """A kernel computing `ufunc(a, b)` with NumPy broadcasting, then the activation of input 2 (if any).
+
+    With `quant`, quant8 inputs are accepted and computed by the factory's function.
+    """
     expect_count(name, ins, (3,) if fused_activation else (2,), outs)
+    if quant is not None and tensor_kind(name, "input 0", ins[0]):
+        return _prepare_quant(name, ins, outs, quant, fused_activation)
     float_tensor(name, "input 0", ins[0])
     float_tensor(name, "input 1", ins[1])
     float_outputs(name, outs)
     act = parse_activation(name, ins, 2) if fused_activation else 0
-    sa, sb = ins[0].shape, ins[1].shape
-    if sa and sb and 0 not in sa and 0 not in sb:
-        _broadcast(name, sa, sb)
+    _check_static_shapes(name, ins)
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
         a, b = args[0], args[1]
@@ -49,3 +68,38 @@ def prepare_binary(
         return [apply_activation(act, out)]
 
     return run
+
+
+def _check_static_shapes(name: str, ins: Sequence[ArgInfo]) -> None:
+    sa, sb = ins[0].shape, ins[1].shape
+    if sa and sb and 0 not in sa and 0 not in sb:
+        _broadcast(name, sa, sb)
+
+
+def _prepare_quant(
+    name: str, ins: Sequence[ArgInfo], outs: Sequence[ArgInfo], quant: QuantFactory, fused_activation: bool
+) -> Run:
+    a, b, out = ins[0], ins[1], outs[0]
+    check_same_type(name, "input 1", b, a)
+    check_quant_params(name, "input 1", b)
+    quant8_output(name, "output 0", out, a)
+    act = parse_activation(name, ins, 2) if fused_activation else 0
+    _check_static_shapes(name, ins)
+    lo, hi = activation_range(act, out.type, out.scale, out.zero_point)
+    table = _pair_table(quant(name, a, b, out), a, b, lo, hi, out.type)
+
+    def run(args: Sequence[Any]) -> list[np.ndarray]:
+        x, y = args[0], args[1]
+        _broadcast(name, x.shape, y.shape)
+        index = (as_bytes(x).astype(np.intp) << 8) | as_bytes(y)
+        return [np.take(table, index)]
+
+    return run
+
+
+def _pair_table(fn: QuantBinary, a: ArgInfo, b: ArgInfo, lo: int, hi: int, out_type: int) -> np.ndarray:
+    """The saturated result for every pair of bytes, flat: entry (byte_a << 8) | byte_b."""
+    every = np.arange(256, dtype=np.uint8)
+    xs: np.ndarray = every.view(QUANT8_DTYPE[a.type])[:, None]
+    ys: np.ndarray = every.view(QUANT8_DTYPE[b.type])[None, :]
+    return saturate(fn(xs, ys), lo, hi, out_type).reshape(-1)

@@ -113,8 +113,9 @@ def multiply_by_quantized_multiplier(
         y += I64(1 << 30)
         y >>= 31
         if right:
+            negative = y < 0
             y += I64((1 << right) >> 1)
-            y -= y < 0
+            y -= negative
             y >>= right
         return y
     left = np.maximum(e, 0)
@@ -123,8 +124,9 @@ def multiply_by_quantized_multiplier(
     y *= np.asarray(multiplier, dtype=I64)
     y += I64(1 << 30)
     y >>= 31
+    negative = (y < 0) & (right > 0)
     y += (I64(1) << right) >> 1
-    y -= (y < 0) & (right > 0)
+    y -= negative
     y >>= right
     return y
 

@@ -1,4 +1,9 @@
-"""What MEAN and the REDUCE_* operations share: axes (input 1), keep_dims (input 2), NNAPI's [1] for a full reduction."""
+"""What MEAN and the REDUCE_* operations share: axes (input 1), keep_dims (input 2), NNAPI's [1] for a full reduction.
+
+An op that passes `quant` also takes quant8 input: the factory sees the input
+and output operands at prepare time and returns the reduction of the 8-bit
+values into the output's type.
+"""
 
 from __future__ import annotations
 
@@ -18,10 +23,15 @@ from driver.ops._params import (
     known_rank,
     normalize_axis,
 )
+from driver.ops._qelementwise import tensor_kind
 from mlts.hal.enums import OperandType
 from mlts.hal.errors import invalid
 
 Reducer = Callable[..., np.ndarray]  # numpy-style reducer: fn(x, axis=tuple, keepdims=bool)
+# (8-bit input, axes, keep_dims) -> output of the output operand's dtype.
+QuantReducer = Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]
+# (op name, input operand, output operand) -> QuantReducer; raises INVALID_ARGUMENT for a bad signature.
+QuantReducerFactory = Callable[[str, ArgInfo, ArgInfo], QuantReducer]
 
 
 def _axes(name: str, values: np.ndarray, rank: int) -> tuple[int, ...]:
@@ -32,12 +42,21 @@ def _axes(name: str, values: np.ndarray, rank: int) -> tuple[int, ...]:
 
 
 def prepare_reduce(
-    name: str, ins: Sequence[ArgInfo], outs: Sequence[ArgInfo], fn: Reducer, keep_type: OperandType
+    name: str,
+    ins: Sequence[ArgInfo],
+    outs: Sequence[ArgInfo],
+    fn: Reducer,
+    keep_type: OperandType,
+    quant: QuantReducerFactory | None = None,
 ) -> Run:
     """A kernel reducing input 0 with `fn` over the axes of input 1; keep_dims is INT32 (> 0) or BOOL."""
     expect_count(name, ins, (3,), outs)
-    float_tensor(name, "input", ins[0])
-    float_outputs(name, outs)
+    qfn: QuantReducer | None = None
+    if quant is not None and tensor_kind(name, "input", ins[0]):
+        qfn = quant(name, ins[0], outs[0])
+    else:
+        float_tensor(name, "input", ins[0])
+        float_outputs(name, outs)
     axes = int_tensor_input(name, "axes", ins[1])
     rank = known_rank(ins[0])
     if axes is not None and rank is not None:
@@ -50,7 +69,10 @@ def prepare_reduce(
     def run(args: Sequence[Any]) -> list[np.ndarray]:
         x = args[0]
         ax = _axes(name, int_values(axes, args[1]), x.ndim)
-        y = np.asarray(fn(x, axis=ax, keepdims=keep), dtype=np.float32)
+        if qfn is not None:
+            y = qfn(x, ax, keep)
+        else:
+            y = np.asarray(fn(x, axis=ax, keepdims=keep), dtype=np.float32)
         # NNAPI: reducing every dimension without keep_dims yields shape [1], not a scalar.
         return [y.reshape(1) if y.ndim == 0 else y]
 

@@ -1,4 +1,7 @@
-"""PAD: zeros added before and after each dimension, amounts from input 1 (TENSOR_INT32 [rank, 2])."""
+"""PAD: zeros added before and after each dimension, amounts from input 1 (TENSOR_INT32 [rank, 2]).
+
+Quant8 pads with the zero point (the output's, which equals the input's), i.e. with the real value 0.
+"""
 
 from __future__ import annotations
 
@@ -12,4 +15,4 @@ from mlts.hal.enums import OperationType
 @register(OperationType.PAD)
 def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     expect_count("PAD", ins, (2,), outs)
-    return prepare_pad("PAD", ins, outs, 0.0)
+    return prepare_pad("PAD", ins, outs, None)

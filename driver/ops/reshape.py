@@ -1,4 +1,7 @@
-"""RESHAPE: the input's elements in a new shape (input 1, a 1-D TENSOR_INT32 that may hold one -1)."""
+"""RESHAPE: the input's elements in a new shape (input 1, a 1-D TENSOR_INT32 that may hold one -1).
+
+Float32, or quant8 with the output sharing the input's type, scale and zero point.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from driver.ops._base import ArgInfo, Run, expect_count, register
-from driver.ops._params import float_outputs, float_tensor, int_tensor_input, int_values
+from driver.ops._params import int_tensor_input, int_values
+from driver.ops._qelementwise import moving_signature
 from mlts.hal.enums import OperationType
 from mlts.hal.errors import invalid
 
@@ -34,8 +38,7 @@ def target_shape(shape: np.ndarray, size: int) -> tuple[int, ...]:
 @register(OperationType.RESHAPE)
 def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     expect_count(NAME, ins, (2,), outs)
-    float_tensor(NAME, "input", ins[0])
-    float_outputs(NAME, outs)
+    moving_signature(NAME, ins[0], outs)
     shape = int_tensor_input(NAME, "shape", ins[1])
     if shape is not None and shape.ndim != 1:
         raise invalid(f"{NAME}: shape tensor has rank {shape.ndim}, expected 1")

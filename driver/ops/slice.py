@@ -1,4 +1,7 @@
-"""SLICE: the block of input 0 starting at begin (input 1) with size (input 2, -1 = to the end), both TENSOR_INT32."""
+"""SLICE: the block of input 0 starting at begin (input 1) with size (input 2, -1 = to the end), both TENSOR_INT32.
+
+Float32, or quant8 with the output sharing the input's type, scale and zero point.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from driver.ops._base import ArgInfo, Run, expect_count, register
-from driver.ops._params import float_outputs, float_tensor, int_tensor_input, int_values
+from driver.ops._params import int_tensor_input, int_values
+from driver.ops._qelementwise import moving_signature
 from mlts.hal.enums import OperationType
 from mlts.hal.errors import invalid
 
@@ -32,8 +36,7 @@ def _index(shape: tuple[int, ...], begin: np.ndarray, size: np.ndarray) -> tuple
 @register(OperationType.SLICE)
 def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     expect_count(NAME, ins, (3,), outs)
-    float_tensor(NAME, "input", ins[0])
-    float_outputs(NAME, outs)
+    moving_signature(NAME, ins[0], outs)
     begin = int_tensor_input(NAME, "begin", ins[1])
     size = int_tensor_input(NAME, "size", ins[2])
 

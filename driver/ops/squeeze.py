@@ -1,4 +1,7 @@
-"""SQUEEZE: drop size-1 dimensions: those listed in input 1 (TENSOR_INT32), or all when it is absent or empty."""
+"""SQUEEZE: drop size-1 dimensions: those listed in input 1 (TENSOR_INT32), or all when it is absent or empty.
+
+Float32, or quant8 with the output sharing the input's type, scale and zero point.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +11,8 @@ from typing import Any
 import numpy as np
 
 from driver.ops._base import ArgInfo, Run, expect_count, register
-from driver.ops._params import (
-    float_outputs,
-    float_tensor,
-    int_tensor_input,
-    int_values,
-    is_absent,
-    normalize_axis,
-)
+from driver.ops._params import int_tensor_input, int_values, is_absent, normalize_axis
+from driver.ops._qelementwise import moving_signature
 from mlts.hal.enums import OperationType
 from mlts.hal.errors import invalid
 
@@ -25,8 +22,7 @@ NAME = "SQUEEZE"
 @register(OperationType.SQUEEZE)
 def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     expect_count(NAME, ins, (1, 2), outs)
-    float_tensor(NAME, "input", ins[0])
-    float_outputs(NAME, outs)
+    moving_signature(NAME, ins[0], outs)
     all_dims = is_absent(ins, 1)
     axes = None if all_dims else int_tensor_input(NAME, "axes", ins[1])
 

@@ -1,5 +1,8 @@
 """STRIDED_SLICE: input 0 sliced by begin/end/strides (inputs 1-3, TENSOR_INT32) and the
-begin/end/shrink-axis bit masks (inputs 4-6, INT32), with TensorFlow's clamping rules."""
+begin/end/shrink-axis bit masks (inputs 4-6, INT32), with TensorFlow's clamping rules.
+
+Float32, or quant8 with the output sharing the input's type, scale and zero point.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from driver.ops._base import ArgInfo, Run, expect_count, register
-from driver.ops._params import float_outputs, float_tensor, int_param, int_tensor_input, int_values
+from driver.ops._params import int_param, int_tensor_input, int_values
+from driver.ops._qelementwise import moving_signature
 from mlts.hal.enums import OperationType
 from mlts.hal.errors import invalid
 
@@ -45,8 +49,7 @@ def axis_index(
 @register(OperationType.STRIDED_SLICE)
 def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     expect_count(NAME, ins, (7,), outs)
-    float_tensor(NAME, "input", ins[0])
-    float_outputs(NAME, outs)
+    moving_signature(NAME, ins[0], outs)
     consts = [int_tensor_input(NAME, what, ins[i]) for i, what in ((1, "begin"), (2, "end"), (3, "strides"))]
     begin_mask, end_mask, shrink_mask = (
         int_param(NAME, what, ins, i)
@@ -74,7 +77,7 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
             )
             for d in range(x.ndim)
         )
-        y = np.array(x[index], dtype=np.float32)
+        y = np.array(x[index], dtype=x.dtype)
         # Shrinking every dimension leaves one element; NNAPI tensors have rank >= 1.
         return [y.reshape(1) if y.ndim == 0 else y]
 

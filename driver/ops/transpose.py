@@ -1,4 +1,7 @@
-"""TRANSPOSE: dimensions permuted by input 1 (TENSOR_INT32), or reversed when it is absent or omitted."""
+"""TRANSPOSE: dimensions permuted by input 1 (TENSOR_INT32), or reversed when it is absent or omitted.
+
+Float32, or quant8 with the output sharing the input's type, scale and zero point.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from driver.ops._base import ArgInfo, Run, expect_count, register
-from driver.ops._params import float_outputs, float_tensor, int_tensor_input, int_values, is_absent
+from driver.ops._params import int_tensor_input, int_values, is_absent
+from driver.ops._qelementwise import moving_signature
 from mlts.hal.enums import OperationType
 from mlts.hal.errors import invalid
 
@@ -25,8 +29,7 @@ def _perm(values: np.ndarray, rank: int) -> tuple[int, ...]:
 @register(OperationType.TRANSPOSE)
 def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     expect_count(NAME, ins, (1, 2), outs)
-    float_tensor(NAME, "input", ins[0])
-    float_outputs(NAME, outs)
+    moving_signature(NAME, ins[0], outs)
     reverse = is_absent(ins, 1)
     perm = None if reverse else int_tensor_input(NAME, "perm", ins[1])
     if perm is not None and ins[0].shape:

@@ -131,3 +131,12 @@ def test_fast_form_equals_the_two_step_reference_on_wide_values():
     for c in range(8):
         m, e = int(mants[c]), int(exps[c])
         assert np.array_equal(multiply_by_quantized_multiplier(x[:, c], m, e), two_step[:, c])
+    # Exact negative ties after the high multiply: -0.5 and -1.5 round away from zero.
+    assert int(multiply_by_quantized_multiplier(-2, 1 << 30, -1)) == -1
+    assert int(multiply_by_quantized_multiplier(-4, 1 << 30, -2)) == -1
+    small = np.arange(-600, 600)
+    for real in (0.5, 0.25, 0.125, 0.0625, 0.3):
+        m, e = quantize_multiplier(real)
+        want = [ref_mbqm(int(v), m, e) for v in small]
+        assert multiply_by_quantized_multiplier(small, m, e).tolist() == want
+        assert multiply_by_quantized_multiplier(small, np.array([m]), np.array([e])).tolist() == want
