@@ -106,7 +106,9 @@ def test_primitives_match_reference_including_ties():
             assert int(rounding_divide_by_pot(x, e)) == ref_rdbp(x, e)
             if e:
                 exact = x / 2**e
-                assert int(rounding_divide_by_pot(x, e)) == int(math.copysign(math.floor(abs(exact) + 0.5), exact))
+                assert int(rounding_divide_by_pot(x, e)) == int(
+                    math.copysign(math.floor(abs(exact) + 0.5), exact)
+                )
 
 
 def test_activation_ranges():
