@@ -7,6 +7,8 @@ clock around one whole execution call (for the driver: request into shared
 memory, executeSynchronously in the driver process, outputs back); warm-up
 iterations are discarded. The estimator is the median of the timed iterations.
 Measured in one run, so the ratio is comparable even on a noisy machine.
+Quantized models are compared with onnxruntime running the same quantized
+ONNX file; their error column is the largest deviation in quantized units.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ import sys
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("models", nargs="*", default=["mobilenet_v1_1.0_224", "mobilenet_v2_1.0_224"])
+    p.add_argument(
+        "models",
+        nargs="*",
+        default=["mobilenet_v1_1.0_224", "mobilenet_v2_1.0_224", "mobilenet_v1_1.0_224_quant"],
+    )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--iterations", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
@@ -43,7 +49,9 @@ def main() -> int:
         f"threads={a.threads} warmup={a.warmup} iterations={a.iterations} estimator=median driver={a.driver}"
         f" ({'in-process' if a.in_process else 'own process'})"
     )
-    print(f"{'model':<24} {'driver ms':>10} {'onnxruntime ms':>15} {'ratio':>7} {'max|err|':>9}")
+    print(
+        f"{'model':<28} {'driver ms':>10} {'onnxruntime ms':>15} {'ratio':>7} {'max|err|':>9} {'top1 agr':>8}"
+    )
     try:
         for name in a.models:
             source = ModelSource(name, None, name)
@@ -52,10 +60,16 @@ def main() -> int:
             )
             ref, drv = rows[0], rows[1]
             if drv["status"] != "ok":
-                print(f"{name:<24} driver error: {drv['error']}")
+                print(f"{name:<28} driver error: {drv['error']}")
                 continue
             r, d = ref["latency_ms"]["median"], drv["latency_ms"]["median"]
-            print(f"{name:<24} {d:>10.2f} {r:>15.2f} {d / r:>7.2f} {drv['accuracy']['max_abs_error']:>9.2e}")
+            acc = drv["accuracy"]
+            err = (
+                f"{acc['max_quant_deviation']} units"
+                if "max_quant_deviation" in acc
+                else f"{acc['max_abs_error']:.2e}"
+            )
+            print(f"{name:<28} {d:>10.2f} {r:>15.2f} {d / r:>7.2f} {err:>9} {acc['top1_agreement']:>8.0%}")
     finally:
         device.close()
     return 0
