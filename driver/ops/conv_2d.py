@@ -22,10 +22,12 @@ from driver.ops._base import ArgInfo, Run, expect_count, register
 from driver.ops._conv_common import bias_vector, check_filter_and_bias, constant_or_none, is_explicit
 from driver.ops._params import as_f32, float_outputs
 from driver.ops._qconv import (
-    bias_f64,
+    accumulation_dtype,
+    bias_i64,
     centered,
     centered_padded,
     check_exact,
+    input_bound,
     quant_signature,
     requantize,
 )
@@ -51,10 +53,10 @@ def pack_filter(f: np.ndarray) -> np.ndarray:
     return as_f32(np.asarray(f, dtype=np.float32).reshape(f.shape[0], -1).T)
 
 
-def pack_qfilter(f: np.ndarray, zero_point: int) -> np.ndarray:
-    """[Cout,KH,KW,Cin] quantized to the contiguous float64 [KH*KW*Cin, Cout] matrix of f - zero_point."""
+def pack_qfilter(f: np.ndarray, zero_point: int, dtype: type = np.float64) -> np.ndarray:
+    """[Cout,KH,KW,Cin] quantized to the contiguous float [KH*KW*Cin, Cout] matrix of f - zero_point."""
     f = np.asarray(f)
-    return np.ascontiguousarray(centered(f.reshape(f.shape[0], -1), zero_point).T)
+    return np.ascontiguousarray(centered(f.reshape(f.shape[0], -1), zero_point, dtype).T)
 
 
 def _check_channels(c: int, cin: int) -> None:
@@ -117,7 +119,10 @@ def _prepare_quant(
     check_exact(NAME, kh * kw * cin)
     zp_x, zp_w = q.input_zp, q.filter_zp
     packed = constant_or_none(ins[1], lambda f: pack_qfilter(f, zp_w))
-    bias = constant_or_none(ins[2], bias_f64)
+    dtype = accumulation_dtype(packed, 0, input_bound(ins[0].type, zp_x))
+    if packed is not None:
+        packed = packed.astype(dtype)
+    bias = constant_or_none(ins[2], bias_i64)
     window, nchw = p.window, p.nchw
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
@@ -125,15 +130,14 @@ def _prepare_quant(
         n, h, w, c = x.shape
         _check_channels(c, cin)
         wmat = packed if packed is not None else pack_qfilter(args[1], zp_w)
-        b = bias if bias is not None else bias_f64(args[2])
+        b = bias if bias is not None else bias_i64(args[2])
         g = geometry(NAME, window, h, w, kh, kw)
         if _pointwise(g):
-            cols = centered(x[:, :: g.stride_h, :: g.stride_w, :], zp_x).reshape(-1, cin)
+            cols = centered(x[:, :: g.stride_h, :: g.stride_w, :], zp_x, dtype).reshape(-1, cin)
         else:
-            cols = g.im2col(centered_padded(x, zp_x, g))
-        acc = cols @ wmat  # exact: integers below 2^53
-        acc += b
-        y = requantize(acc, q)
+            cols = g.im2col(centered_padded(x, zp_x, g, dtype))
+        acc = cols @ wmat  # exact: integers within the chosen float type's exact range
+        y = requantize(acc, b, q)
         return [from_nhwc(y.reshape(n, g.out_h, g.out_w, cout), nchw)]
 
     return run

@@ -22,7 +22,16 @@ from driver.ops._activation import apply_activation
 from driver.ops._base import ArgInfo, Run, expect_count, register
 from driver.ops._conv_common import bias_vector, check_filter_and_bias, constant_or_none, is_explicit
 from driver.ops._params import as_f32, float_outputs
-from driver.ops._qconv import bias_f64, centered, centered_padded, check_exact, quant_signature, requantize
+from driver.ops._qconv import (
+    accumulation_dtype,
+    bias_i64,
+    centered,
+    centered_padded,
+    check_exact,
+    input_bound,
+    quant_signature,
+    requantize,
+)
 from driver.ops._quant import is_quant8
 from driver.ops._window import WindowParams, channel_dim, from_nhwc, geometry, parse_window_params, to_nhwc
 from mlts.hal.enums import OperationType
@@ -110,17 +119,20 @@ def _prepare_quant(
     check_exact(NAME, kh * kw)
     zp_x, zp_w = q.input_zp, q.filter_zp
     packed = constant_or_none(ins[1], lambda f: pack_qfilter(f, zp_w))
-    bias = constant_or_none(ins[2], bias_f64)
+    dtype = accumulation_dtype(packed, (0, 1), input_bound(ins[0].type, zp_x))
+    if packed is not None:
+        packed = packed.astype(dtype)
+    bias = constant_or_none(ins[2], bias_i64)
     window, nchw = p.window, p.nchw
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
         x = to_nhwc(args[0], nchw, NAME)
         _check_channels(x.shape[3], cout // mult, mult)
         taps_w = packed if packed is not None else pack_qfilter(args[1], zp_w)
-        b = bias if bias is not None else bias_f64(args[2])
+        b = bias if bias is not None else bias_i64(args[2])
         g = geometry(NAME, window, x.shape[1], x.shape[2], kh, kw)
-        acc = depthwise(g.patches(centered_padded(x, zp_x, g)), taps_w, mult)  # exact in float64
-        acc += b
-        return [from_nhwc(requantize(acc, q), nchw)]
+        # Exact: integers within the chosen float type's exact range (see _qconv).
+        acc = depthwise(g.patches(centered_padded(x, zp_x, g, dtype)), taps_w, mult)
+        return [from_nhwc(requantize(acc, b, q), nchw)]
 
     return run

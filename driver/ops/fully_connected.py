@@ -17,7 +17,15 @@ from driver.ops._activation import apply_activation, parse_activation
 from driver.ops._base import ArgInfo, Run, expect_count, register
 from driver.ops._conv_common import bias_vector, constant_or_none
 from driver.ops._params import as_f32, float_outputs, float_tensor
-from driver.ops._qconv import bias_f64, centered, check_exact, quant_signature, requantize
+from driver.ops._qconv import (
+    accumulation_dtype,
+    bias_i64,
+    centered,
+    check_exact,
+    input_bound,
+    quant_signature,
+    requantize,
+)
 from driver.ops._quant import is_quant8
 from mlts.hal.enums import OperationType
 from mlts.hal.errors import invalid
@@ -86,12 +94,15 @@ def _prepare_quant(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     check_exact(NAME, size)
     zp_x, zp_w = q.input_zp, q.filter_zp
     packed = constant_or_none(ins[1], lambda w: pack_qweights(w, zp_w))
-    bias = constant_or_none(ins[2], bias_f64)
+    dtype = accumulation_dtype(packed, 0, input_bound(ins[0].type, zp_x))
+    if packed is not None:
+        packed = packed.astype(dtype)
+    bias = constant_or_none(ins[2], bias_i64)
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
         w = packed if packed is not None else pack_qweights(args[1], zp_w)
-        acc = centered(_flat(args[0], size), zp_x) @ w  # exact: integers below 2^53
-        acc += bias if bias is not None else bias_f64(args[2])
-        return [requantize(acc, q)]
+        acc = centered(_flat(args[0], size), zp_x, dtype) @ w  # exact (see _qconv)
+        b = bias if bias is not None else bias_i64(args[2])
+        return [requantize(acc, b, q)]
 
     return run

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from driver.ops._qconv import MAX_PRODUCT, check_exact
+from driver.ops._qconv import MAX_PRODUCT, accumulation_dtype, check_exact
 from mlts.hal.enums import ErrorStatus, OperationType
 from mlts.hal.errors import HalError
 from tests.driver.qkit import (
@@ -587,3 +587,20 @@ def test_other_bad_signatures():
         with pytest.raises(HalError, match=match) as e:
             qcall(op, ins, outs)
         assert e.value.status == ErrorStatus.INVALID_ARGUMENT, match
+
+
+@pytest.mark.parametrize(("cin", "dtype"), [(258, np.float32), (259, np.float64)])
+def test_float32_accumulation_only_where_every_partial_sum_is_exact(cin, dtype):
+    """258 * 255 * 255 < 2^24 <= 259 * 255 * 255: the kernel switches to float64 exactly at the bound,
+    and the worst-case sum (every input and weight at 255, zero points 0) is exact either way."""
+    w = np.full((cin, 1), 255.0)
+    assert accumulation_dtype(w, 0, 255) is dtype
+    assert accumulation_dtype(None, 0, 255) is np.float64
+    x = Q(np.full((1, 1, 1, cin), 255, np.uint8), 0.5, 0)
+    filt = Q(np.full((2, 1, 1, cin), 255, np.uint8), 0.25, 0, const=True)
+    bias = Q(np.array([0, -(1 << 20)], np.int32), 0.125, 0, const=True)
+    acc = np.array([cin * 255 * 255, cin * 255 * 255 - (1 << 20)], dtype=np.int64)
+    sy = 0.125 * 2.0**17  # keeps the result inside [0, 255]
+    (got,) = qcall(OperationType.CONV_2D, [x, filt, bias, 0, 0, 0, 0, 1, 1, 0], [out(U8, sy, 0)])
+    want = ref_requant(acc.reshape(1, 2), [0.125 / sy], 0, 0, 255)
+    assert got.reshape(-1).tolist() == want.reshape(-1).tolist()
