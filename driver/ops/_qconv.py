@@ -199,7 +199,7 @@ def accumulation_dtype(centred_weights: np.ndarray | None, k_axes: int | tuple[i
 
 def centered(x: np.ndarray, zero_point: int, dtype: type = F64) -> np.ndarray:
     """`x - zero_point` as a new C-contiguous float array (one pass; also linearises strided views)."""
-    out = np.empty(x.shape, dtype=dtype)
+    out: np.ndarray = np.empty(x.shape, dtype=dtype)
     np.subtract(x, zero_point, out=out, dtype=dtype)
     return out
 

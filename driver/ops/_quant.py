@@ -118,16 +118,16 @@ def multiply_by_quantized_multiplier(
             y -= negative
             y >>= right
         return y
-    left = np.maximum(e, 0)
-    right = np.maximum(-e, 0)
-    y = np.left_shift(np.asarray(x, dtype=I64), left)
+    lefts = np.maximum(e, 0)
+    rights = np.maximum(-e, 0)
+    y = np.left_shift(np.asarray(x, dtype=I64), lefts)
     y *= np.asarray(multiplier, dtype=I64)
     y += I64(1 << 30)
     y >>= 31
-    negative = (y < 0) & (right > 0)
-    y += (I64(1) << right) >> 1
+    negative = (y < 0) & (rights > 0)
+    y += (I64(1) << rights) >> 1
     y -= negative
-    y >>= right
+    y >>= rights
     return y
 
 

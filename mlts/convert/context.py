@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from onnx import NodeProto
 
 from mlts.convert.errors import ConversionError
+from mlts.convert.qflow import EXACT, out_quant, quant_of
+from mlts.convert.quant import QConst, QParams
 from mlts.hal.builder import ModelBuilder
 from mlts.hal.enums import OperandType, OperationType
 
@@ -32,11 +34,16 @@ def same_order(shape: Sequence[int]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Tensor:
-    """A runtime value: NN operand `operand` holding the ONNX tensor of `shape`, NHWC if `nhwc`."""
+    """A runtime value: NN operand `operand` holding the ONNX tensor of `shape`, NHWC if `nhwc`.
+
+    `quant` is set when the operand is 8-bit quantized (the ONNX name may be
+    the float value that a DequantizeLinear would give: same operand).
+    """
 
     operand: int
     shape: tuple[int, ...]
     nhwc: bool = False
+    quant: QParams | None = None
 
     @property
     def rank(self) -> int:
@@ -78,10 +85,18 @@ class Context:
         self.graph_outputs = graph_outputs
         self.consts: dict[str, np.ndarray] = {}
         self.tensors: dict[str, Tensor] = {}
-        self._other_layout: dict[str, Tensor] = {}
+        # The other-layout copy of an operand, by (operand, ONNX shape, layout): aliases share it.
+        self._other_layout: dict[tuple[int, tuple[int, ...], bool], Tensor] = {}
         self._const_operands: dict[tuple[str, bool], int] = {}
         self.absorbed: set[int] = set()
         self.counts: Counter[str] = Counter()
+        # Quantized constants: DequantizeLinear outputs of initializers, by ONNX name.
+        self.qconsts: dict[str, QConst] = {}
+        self.input_operands: set[int] = set()
+        # The node being converted (named by messages raised below the handlers) and every emitted operation.
+        self.node: NodeProto | None = None
+        self.emitted: list[tuple[OperationType, tuple[int, ...], tuple[int, ...]]] = []
+        self._quant_cache: dict[str, QParams | None] = {}
 
     # ------------------------------------------------------------ lookups
 
@@ -95,18 +110,61 @@ class Context:
         """Name of input `index`, or None when absent or left empty (optional inputs)."""
         return node.input[index] if index < len(node.input) and node.input[index] else None
 
+    def _named_input(self, node: NodeProto, index: int, what: str, required: bool) -> str | None:
+        """Name of input `index`; ConversionError when it is missing but `required`."""
+        name = self.input(node, index)
+        if name is None and required:
+            raise ConversionError(f"{where(node)} has no {what} (input {index})")
+        return name
+
     def const_input(self, node: NodeProto, index: int, what: str, required: bool = True) -> np.ndarray | None:
         """A constant input; ConversionError if it is computed at run time (or missing when required)."""
-        name = self.input(node, index)
+        name = self._named_input(node, index, what, required)
         if name is None:
-            if required:
-                raise ConversionError(f"{where(node)} has no {what} (input {index})")
             return None
+        if name in self.qconsts:
+            raise ConversionError(
+                f"{where(node)}: {what} '{name}' is quantized (DequantizeLinear of a constant) but the node "
+                f"computes in float32 (its data input '{node.input[0]}' is not quantized); mixing is not supported"
+            )
         if name not in self.consts:
             raise ConversionError(
                 f"{where(node)}: {what} '{name}' is computed at run time; only constant {what} values are supported"
             )
         return self.consts[name]
+
+    def qconst_input(self, node: NodeProto, index: int, what: str, required: bool = True) -> QConst | None:
+        """A quantized constant input (DequantizeLinear of an initializer) of a quantized node."""
+        name = self._named_input(node, index, what, required)
+        if name is None:
+            return None
+        if name in self.qconsts:
+            return self.qconsts[name]
+        got = f"a {self.consts[name].dtype} constant" if name in self.consts else "computed at run time"
+        raise ConversionError(
+            f"{where(node)}: {what} '{name}' is {got}; a quantized {node.op_type} needs its {what} "
+            f"from a DequantizeLinear of a constant"
+        )
+
+    def real_const_input(self, node: NodeProto, index: int, what: str) -> np.ndarray | None:
+        """An optional constant parameter as real values (a quantized constant dequantized).
+
+        For bounds and fill values read at conversion time, never for weights.
+        """
+        name = self.input(node, index)
+        if name is not None and name in self.qconsts:
+            return self.qconsts[name].real()
+        return self.const_input(node, index, what, required=False)
+
+    def quantized(self, name: str) -> bool:
+        """`name` is a quantized constant or a runtime tensor held in an 8-bit quantized operand."""
+        return name in self.qconsts or (name in self.tensors and self.tensors[name].quant is not None)
+
+    def quant_of(self, name: str) -> QParams | None:
+        """The QParams of the QuantizeLinear nodes that alone read float tensor `name`, or None."""
+        if name not in self._quant_cache:
+            self._quant_cache[name] = quant_of(self, name)
+        return self._quant_cache[name]
 
     def tensor(self, node: NodeProto, index: int = 0) -> Tensor:
         """The runtime tensor of input `index` (constants are added as operands in ONNX order)."""
@@ -115,7 +173,7 @@ class Context:
             raise ConversionError(f"{where(node)} has no input {index}")
         if name in self.tensors:
             return self.tensors[name]
-        if name in self.consts:
+        if name in self.consts or name in self.qconsts:
             return self.in_layout(name, False)
         raise ConversionError(f"{where(node)}: input '{name}' is not produced by any converted node")
 
@@ -123,6 +181,8 @@ class Context:
         """The static ONNX shape of `name` (from constants, converted tensors or shape inference)."""
         if name in self.consts:
             return tuple(self.consts[name].shape)
+        if name in self.qconsts:
+            return tuple(self.qconsts[name].values.shape)
         if name in self.tensors:
             return self.tensors[name].shape
         shape = self.shapes.get(name)
@@ -137,20 +197,22 @@ class Context:
     def unique(self, base: str) -> str:
         """A tensor name derived from `base` that no ONNX or converter tensor uses."""
         name, n = base, 0
-        while name in self.tensors or name in self.consts or name in self.shapes:
+        while name in self.tensors or name in self.consts or name in self.qconsts or name in self.shapes:
             n += 1
             name = f"{base}#{n}"
         return name
 
     # ------------------------------------------------------------ producers
 
-    def const_operand(self, arr: np.ndarray, nhwc: bool = False) -> int:
-        """`arr` as a float32 (or int32) constant tensor operand, transposed to NHWC if asked."""
+    def const_operand(self, arr: np.ndarray, nhwc: bool = False, quant: QParams | None = None) -> int:
+        """`arr` as a float32 (or int32, or 8-bit `quant`) constant tensor operand, transposed to NHWC if asked."""
         arr = np.asarray(arr)
         if nhwc and arr.ndim == 4:
             arr = arr.transpose(TO_NHWC)
         if arr.ndim == 0:
             arr = arr.reshape(1)
+        if quant is not None:
+            return self.builder.add_constant(arr, quant.type, quant.scale, quant.zero_point)
         if np.issubdtype(arr.dtype, np.floating):
             return self.builder.add_constant(arr.astype(np.float32), OperandType.TENSOR_FLOAT32)
         if np.issubdtype(arr.dtype, np.integer):
@@ -173,63 +235,83 @@ class Context:
         arr = np.asarray(values, dtype=np.int32)
         return self.builder.add_constant(arr.reshape(1) if arr.ndim == 0 else arr, OperandType.TENSOR_INT32)
 
-    def new_tensor(self, name: str, shape: Sequence[int], nhwc: bool = False) -> Tensor:
-        """A fresh temporary operand for ONNX tensor `name`, bound to it."""
+    def new_tensor(
+        self, name: str, shape: Sequence[int], nhwc: bool = False, quant: QParams | None = None
+    ) -> Tensor:
+        """A fresh temporary operand for ONNX tensor `name` (float32, or 8-bit with `quant`), bound to it."""
         shape = tuple(int(d) for d in shape)
         if not shape:
             raise ConversionError(f"tensor '{name}' is a rank-0 runtime value; NN tensors need rank >= 1")
         if any(d <= 0 for d in shape):
             raise ConversionError(f"tensor '{name}' has shape {list(shape)}; empty tensors are not supported")
-        nhwc = nhwc and len(shape) == 4
-        t = Tensor(self.builder.add_operand(OperandType.TENSOR_FLOAT32, nn_dims(shape, nhwc)), shape, nhwc)
+        t = self.temp(shape, nhwc, quant)
         self.bind(name, t)
         return t
 
-    def temp(self, shape: Sequence[int], nhwc: bool = False) -> Tensor:
-        """A fresh unnamed temporary."""
+    def temp(self, shape: Sequence[int], nhwc: bool = False, quant: QParams | None = None) -> Tensor:
+        """A fresh unnamed temporary (float32, or 8-bit with `quant`)."""
         nhwc = nhwc and len(shape) == 4
         shape = tuple(int(d) for d in shape)
-        return Tensor(self.builder.add_operand(OperandType.TENSOR_FLOAT32, nn_dims(shape, nhwc)), shape, nhwc)
+        dims = nn_dims(shape, nhwc)
+        if quant is None:
+            operand = self.builder.add_operand(OperandType.TENSOR_FLOAT32, dims)
+        else:
+            operand = self.builder.add_operand(quant.type, dims, quant.scale, quant.zero_point)
+        return Tensor(operand, shape, nhwc, quant)
 
     def bind(self, name: str, tensor: Tensor) -> None:
         self.tensors[name] = tensor
 
     def alias(self, out: str, src: str) -> None:
-        """`out` is the same value as `src` (Identity, Dropout)."""
+        """`out` is the same value as `src` (Identity, Dropout, folded QuantizeLinear/DequantizeLinear)."""
         if src in self.consts:
             self.consts[out] = self.consts[src]
+        elif src in self.qconsts:
+            self.qconsts[out] = self.qconsts[src]
         else:
             self.tensors[out] = self.tensors[src]
-            if src in self._other_layout:
-                self._other_layout[out] = self._other_layout[src]
 
     def emit(self, op: OperationType, inputs: Sequence[int], outputs: Sequence[int]) -> None:
         self.builder.add_operation(op, inputs, outputs)
+        self.emitted.append((op, tuple(inputs), tuple(outputs)))
         self.counts[f"op:{op.name}"] += 1
 
     # ------------------------------------------------------------ layout
 
     def in_layout(self, name: str, nhwc: bool) -> Tensor:
         """Tensor `name` with its rank-4 operand in the asked layout (other ranks are unchanged)."""
-        if name in self.consts:
-            arr = self.consts[name]
+        if name in self.consts or name in self.qconsts:
+            qc = self.qconsts.get(name)
+            arr = self.consts[name] if qc is None else qc.values
+            quant = None if qc is None else self.qconst_params(qc)
             nhwc = nhwc and arr.ndim == 4
             key = (name, nhwc)
             if key not in self._const_operands:
-                self._const_operands[key] = self.const_operand(arr, nhwc)
-            return Tensor(self._const_operands[key], tuple(arr.shape), nhwc)
+                self._const_operands[key] = self.const_operand(arr, nhwc, quant)
+            return Tensor(self._const_operands[key], tuple(arr.shape), nhwc, quant)
         t = self.tensors[name]
         if t.rank != 4 or t.nhwc == nhwc:
             return t
-        cached = self._other_layout.get(name)
+        key = (t.operand, t.shape, t.nhwc)
+        cached = self._other_layout.get(key)
         if cached is None:
             cached = self.relayout(t, nhwc)
-            self._other_layout[name] = cached
+            self._other_layout[key] = cached
         return cached
+
+    def qconst_params(self, qc: QConst) -> QParams:
+        quant = qc.per_tensor()
+        if quant is None:
+            what = "per axis" if qc.axis is not None else f"as {qc.values.dtype}"
+            raise ConversionError(
+                f"{where(self.node) if self.node else 'a node'} reads constant '{qc.name}' quantized {what} "
+                f"as a tensor; only uint8/int8 per-tensor constants can be"
+            )
+        return quant
 
     def relayout(self, t: Tensor, nhwc: bool) -> Tensor:
         """A copy of rank-4 `t` in the other layout: a RESHAPE when the orders agree, else a TRANSPOSE."""
-        out = self.temp(t.shape, nhwc)
+        out = self.temp(t.shape, nhwc, t.quant)
         if same_order(t.shape):
             self.emit(OperationType.RESHAPE, [t.operand, self.ints(out.nn_shape)], [out.operand])
         else:
@@ -239,7 +321,10 @@ class Context:
         return out
 
     def reshaped(self, name: str, shape: Sequence[int], out_name: str | None = None) -> Tensor:
-        """Tensor `name` reshaped (in ONNX element order) to `shape`; rank-4 results are NHWC when free."""
+        """Tensor `name` reshaped (in ONNX element order) to `shape`; rank-4 results are NHWC when free.
+
+        A quantized tensor keeps its parameters; a QuantizeLinear on `out_name` must repeat them.
+        """
         shape = tuple(int(d) for d in shape)
         src = self.tensors.get(name)
         if src is None:
@@ -247,12 +332,13 @@ class Context:
         elif src.nhwc and not same_order(src.shape):
             src = self.in_layout(name, False)
         nhwc = same_order(shape)
+        quant = src.quant if out_name is None else out_quant(self, out_name, src.quant, EXACT)
         if out_name is not None and src.nn_shape == nn_dims(shape, nhwc):
             # Same NN dims: the operand already holds the result, no copy needed.
-            out = Tensor(src.operand, shape, nhwc)
+            out = replace(src, shape=shape, nhwc=nhwc)
             self.bind(out_name, out)
             return out
-        out = self.new_tensor(out_name, shape, nhwc) if out_name else self.temp(shape, nhwc)
+        out = self.new_tensor(out_name, shape, nhwc, quant) if out_name else self.temp(shape, nhwc, quant)
         self.emit(OperationType.RESHAPE, [src.operand, self.ints(out.nn_shape)], [out.operand])
         return out
 

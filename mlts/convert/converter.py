@@ -1,4 +1,9 @@
-"""convert(): one pass over the ONNX graph in topological order, building the NN model."""
+"""convert(): one pass over the ONNX graph in topological order, building the NN model.
+
+Quantized graphs (QDQ or QOperator) become integer NN graphs: see qflow for
+how tensors get their quantization, ops/qdq for QuantizeLinear and
+DequantizeLinear, ops/qlinear for the QOperator ops.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,18 @@ import mlts.convert.ops  # noqa: F401  (registers every handler)
 from mlts.convert.context import Context, Tensor, where
 from mlts.convert.errors import ConversionError
 from mlts.convert.fold import fold_node, foldable
-from mlts.convert.load import DEFAULT_DOMAINS, ModelSource, default_opset, fix_batch, infer_shapes, load_model
+from mlts.convert.load import (
+    DEFAULT_DOMAINS,
+    MICROSOFT_DOMAIN,
+    MICROSOFT_OPS,
+    ModelSource,
+    default_opset,
+    fix_batch,
+    infer_shapes,
+    load_model,
+)
+from mlts.convert.qflow import check_emitted, check_quantized_inputs, input_quant
+from mlts.convert.quant import ELEM_DTYPES, QUANT8_TYPES, QParams
 from mlts.convert.registry import first_version, lookup, supported_ops
 from mlts.hal.builder import ModelBuilder
 from mlts.hal.enums import OperandType, OperationType
@@ -23,11 +39,23 @@ NEWEST_TESTED_OPSET = 21
 
 @dataclass(frozen=True, slots=True)
 class TensorInfo:
-    """One model input or output: ONNX name, the NN model's shape, NumPy dtype name."""
+    """One model input or output: ONNX name, the NN model's shape, NumPy dtype name.
+
+    Quantized (uint8/int8) tensors also give their scale and zero point:
+    real = (value - zero_point) * scale.
+    """
 
     name: str
     shape: tuple[int, ...]
     dtype: str
+    scale: float = 0.0
+    zero_point: int = 0
+
+    @classmethod
+    def of(cls, name: str, shape: tuple[int, ...], quant: QParams | None) -> TensorInfo:
+        if quant is None:
+            return cls(name, shape, "float32")
+        return cls(name, shape, quant.dtype, quant.scale, quant.zero_point)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,23 +102,39 @@ def _notes(ctx: Context, pruned: int) -> list[str]:
         "dropped_identity": "dropped {} Identity/Dropout/Cast nodes",
         "cancelled_transpose": "removed {} Transpose nodes absorbed by the NHWC layout",
         "layout_transpose": "inserted {} TRANSPOSE for NCHW<->NHWC layout",
+        "quantized_constant": "kept {} DequantizeLinear constants as quantized weights, biases and tensors",
+        "fc_as_conv": "emitted {} per-channel fully connected layers as 1x1 CONV_2D",
     }
     notes = [text.format(c[key]) for key, text in plural.items() if c[key]]
+    pairs = c["folded_dq"] + c["fused_qdq"] // 2
+    if pairs:
+        notes.append(f"folded {pairs} QuantizeLinear/DequantizeLinear pairs into quantized operands")
+    casts = [f"{c[f'op:{op}']} {op}" for op in ("QUANTIZE", "DEQUANTIZE") if c[f"op:{op}"]]
+    if casts:
+        notes.append(f"inserted {' and '.join(casts)} at float32 inputs/outputs")
     if pruned:
         notes.append(f"removed {pruned} nodes that no output depends on")
     return notes
 
 
 def _check_domain(node: onnx.NodeProto) -> None:
-    if node.domain not in DEFAULT_DOMAINS:
-        raise ConversionError(
-            f"unsupported ONNX op '{node.op_type}' (node '{node.name}', domain '{node.domain}'); "
-            f"supported: {', '.join(supported_ops())} (default domain)"
-        )
+    if node.domain in DEFAULT_DOMAINS or (node.domain == MICROSOFT_DOMAIN and node.op_type in MICROSOFT_OPS):
+        return
+    default = [op for op in supported_ops() if op not in MICROSOFT_OPS]
+    raise ConversionError(
+        f"unsupported ONNX op '{node.op_type}' (node '{node.name}', domain '{node.domain}'); "
+        f"supported: {', '.join(default)} (default domain); {', '.join(sorted(MICROSOFT_OPS))} ({MICROSOFT_DOMAIN})"
+    )
 
 
 def _convert_node(ctx: Context, node: onnx.NodeProto) -> None:
-    _check_domain(node)
+    ctx.node = node
+    first = len(ctx.emitted)
+    _dispatch(ctx, node)
+    check_emitted(ctx, node, first)
+
+
+def _dispatch(ctx: Context, node: onnx.NodeProto) -> None:
     if foldable(node, ctx.consts):
         ctx.consts.update(fold_node(node, ctx.consts, ctx.opset))
         ctx.counts["folded_constant"] += 1
@@ -105,6 +149,7 @@ def _convert_node(ctx: Context, node: onnx.NodeProto) -> None:
         raise ConversionError(
             f"unsupported ONNX op '{node.op_type}' (node '{node.name}', domain '{node.domain}'); supported: {', '.join(supported_ops())}"
         )
+    check_quantized_inputs(ctx, node)
     try:
         handler(ctx, node)
     except ConversionError:
@@ -113,30 +158,62 @@ def _convert_node(ctx: Context, node: onnx.NodeProto) -> None:
         raise ConversionError(f"{where(node)}: conversion failed: {type(e).__name__}: {e}") from None
 
 
-def _add_inputs(ctx: Context, graph: onnx.GraphProto, keep_io_layout: bool) -> list[TensorInfo]:
+def _elem_name(elem: int) -> str:
+    return TensorProto.DataType.Name(elem) if elem in TensorProto.DataType.values() else str(elem)
+
+
+def _add_inputs(
+    ctx: Context, graph: onnx.GraphProto, keep_io_layout: bool, notes: list[str]
+) -> list[TensorInfo]:
     infos = []
     for inp in graph.input:
         if inp.name in ctx.consts:
             continue
         elem = inp.type.tensor_type.elem_type
-        if elem != TensorProto.FLOAT:
-            name = TensorProto.DataType.Name(elem) if elem in TensorProto.DataType.values() else str(elem)
+        if elem != TensorProto.FLOAT and elem not in ELEM_DTYPES:
             raise ConversionError(
-                f"input '{inp.name}' has element type {name}; only FLOAT (float32) inputs are supported"
+                f"input '{inp.name}' has element type {_elem_name(elem)}; only FLOAT (float32) inputs and "
+                f"UINT8/INT8 inputs read by DequantizeLinear or QLinear nodes are supported"
             )
         shape = ctx.shape_of(inp.name)
         if not shape:
             raise ConversionError(f"input '{inp.name}' is a scalar; NN model inputs need rank >= 1")
+        quant = None if elem == TensorProto.FLOAT else input_quant(ctx, inp.name, elem)
         nhwc = not keep_io_layout and len(shape) == 4
-        t = Tensor(0, shape, nhwc)
-        t = Tensor(ctx.builder.add_input(OperandType.TENSOR_FLOAT32, t.nn_shape), shape, nhwc)
-        ctx.bind(inp.name, t)
-        infos.append(TensorInfo(inp.name, t.nn_shape, "float32"))
+        nn_shape = Tensor(0, shape, nhwc).nn_shape
+        if quant is None:
+            operand = ctx.builder.add_input(OperandType.TENSOR_FLOAT32, nn_shape)
+        else:
+            operand = ctx.builder.add_input(quant.type, nn_shape, quant.scale, quant.zero_point)
+            notes.append(f"quantized model input '{inp.name}' ({quant.describe()})")
+        ctx.bind(inp.name, Tensor(operand, shape, nhwc, quant))
+        ctx.input_operands.add(operand)
+        infos.append(TensorInfo.of(inp.name, nn_shape, quant))
     return infos
 
 
+def _output_tensor(ctx: Context, out: onnx.ValueInfoProto, nhwc: bool, notes: list[str]) -> Tensor:
+    """The operand holding graph output `out`: DEQUANTIZE for a float output of a quantized tensor."""
+    name = out.name
+    t = ctx.in_layout(name, nhwc)
+    if not t.shape:
+        raise ConversionError(f"output '{name}' is a scalar; NN model outputs need rank >= 1")
+    elem = out.type.tensor_type.elem_type
+    if elem in ELEM_DTYPES:
+        if t.quant is None or t.quant.type != QUANT8_TYPES[ELEM_DTYPES[elem]]:
+            got = "float32" if t.quant is None else t.quant.type.name
+            raise ConversionError(f"output '{name}' is {_elem_name(elem)} but the converted tensor is {got}")
+        notes.append(f"quantized model output '{name}' ({t.quant.describe()})")
+    elif t.quant is not None and elem == TensorProto.FLOAT:
+        # ONNX gives the float value (a DequantizeLinear output): dequantize at the end.
+        out_t = ctx.temp(t.shape, t.nhwc)
+        ctx.emit(OperationType.DEQUANTIZE, [t.operand], [out_t.operand])
+        return out_t
+    return t
+
+
 def _add_outputs(
-    ctx: Context, graph: onnx.GraphProto, keep_io_layout: bool, input_operands: set[int]
+    ctx: Context, graph: onnx.GraphProto, keep_io_layout: bool, notes: list[str]
 ) -> list[TensorInfo]:
     infos = []
     marked: set[int] = set()
@@ -146,19 +223,21 @@ def _add_outputs(
             raise ConversionError(
                 f"output '{name}' is a constant of dtype {ctx.consts[name].dtype}; only float32 outputs are supported"
             )
-        if name not in ctx.consts and name not in ctx.tensors:
+        if name not in ctx.consts and name not in ctx.tensors and name not in ctx.qconsts:
             raise ConversionError(f"output '{name}' is not produced by any node")
-        t = ctx.in_layout(name, not keep_io_layout and len(ctx.shape_of(name)) == 4)
-        if not t.shape:
-            raise ConversionError(f"output '{name}' is a scalar; NN model outputs need rank >= 1")
-        if t.operand in marked or t.operand in input_operands or ctx.builder.value_of(t.operand) is not None:
+        t = _output_tensor(ctx, out, not keep_io_layout and len(ctx.shape_of(name)) == 4, notes)
+        if (
+            t.operand in marked
+            or t.operand in ctx.input_operands
+            or ctx.builder.value_of(t.operand) is not None
+        ):
             # An operand can be only one output and never an input or constant: copy it.
-            copy = ctx.temp(t.shape, t.nhwc)
+            copy = ctx.temp(t.shape, t.nhwc, t.quant)
             ctx.emit(OperationType.RESHAPE, [t.operand, ctx.ints(t.nn_shape)], [copy.operand])
             t = copy
         ctx.builder.mark_outputs(t.operand)
         marked.add(t.operand)
-        infos.append(TensorInfo(name, t.nn_shape, "float32"))
+        infos.append(TensorInfo.of(name, t.nn_shape, t.quant))
     return infos
 
 
@@ -187,18 +266,21 @@ def convert(onnx_model: ModelSource, *, batch_size: int = 1, keep_io_layout: boo
     for init in graph.initializer:
         ctx.consts[init.name] = numpy_helper.to_array(init)
 
-    inputs = _add_inputs(ctx, graph, keep_io_layout)
-    input_operands = {ctx.tensors[i.name].operand for i in inputs}
+    for node in nodes:
+        _check_domain(node)
+    io_notes: list[str] = []
+    inputs = _add_inputs(ctx, graph, keep_io_layout, io_notes)
     for node in nodes:
         if not ctx.is_absorbed(node):
             _convert_node(ctx, node)
-    outputs = _add_outputs(ctx, graph, keep_io_layout, input_operands)
+    ctx.node = None
+    outputs = _add_outputs(ctx, graph, keep_io_layout, io_notes)
     try:
         nn_model = builder.build()
     except ValueError as e:
         raise ConversionError(f"the converted model is invalid: {e}") from None
 
-    notes += _notes(ctx, len(graph.node) - len(nodes))
+    notes += _notes(ctx, len(graph.node) - len(nodes)) + io_notes
     if opset > NEWEST_TESTED_OPSET:
         notes.append(
             f"opset {opset} is newer than {NEWEST_TESTED_OPSET}, the newest this converter is tested with"

@@ -40,4 +40,6 @@ def foldable(node: NodeProto, consts: dict[str, np.ndarray]) -> bool:
     """Every input is a known constant (nodes without inputs, such as Constant, qualify)."""
     if node.op_type in NONDETERMINISTIC or node.domain not in ("", "ai.onnx"):
         return False
+    if node.op_type == "DequantizeLinear":
+        return False  # a quantized constant stays quantized (see ops/qdq.py)
     return all(n in consts for n in node.input if n)

@@ -6,11 +6,26 @@ import os
 
 import onnx
 from google.protobuf.message import DecodeError
+from onnx import NodeProto, helper
 
 from mlts.convert.errors import ConversionError
 
 ModelSource = onnx.ModelProto | str | os.PathLike | bytes
 DEFAULT_DOMAINS = ("", "ai.onnx")
+MICROSOFT_DOMAIN = "com.microsoft"
+# The onnxruntime contrib ops the converter accepts (quantized ops of the QOperator format).
+MICROSOFT_OPS = frozenset(
+    {
+        "QLinearAdd",
+        "QLinearMul",
+        "QLinearGlobalAveragePool",
+        "QLinearAveragePool",
+        "QLinearSoftmax",
+        "QLinearSigmoid",
+        "QLinearConcat",
+        "QGemm",
+    }
+)
 
 
 def load_model(source: ModelSource) -> onnx.ModelProto:
@@ -98,13 +113,56 @@ def fix_batch(model: onnx.ModelProto, batch_size: int) -> list[str]:
 
 
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Static shapes for every tensor: declared intermediate/output shapes are dropped and re-inferred."""
+    """Static shapes for every tensor: declared intermediate/output shapes are dropped and re-inferred.
+
+    ONNX has no shape inference for the com.microsoft ops: they are inferred
+    through a stand-in default-domain op of the same output shape (QLinearAdd
+    as Add, ...), and the shapes are copied back to the model.
+    """
     del model.graph.value_info[:]
     for out in model.graph.output:
         if out.type.HasField("tensor_type"):
             out.type.tensor_type.ClearField("shape")
+    if not any(n.domain == MICROSOFT_DOMAIN for n in model.graph.node):
+        return _infer(model)
+    proxy = onnx.ModelProto()
+    proxy.CopyFrom(model)
+    del proxy.graph.node[:]
+    proxy.graph.node.extend(_stand_in(n) if n.domain == MICROSOFT_DOMAIN else n for n in model.graph.node)
+    inferred = _infer(proxy)
+    model.graph.value_info.extend(inferred.graph.value_info)
+    for out, known in zip(model.graph.output, inferred.graph.output, strict=True):
+        out.type.CopyFrom(known.type)
+    return model
+
+
+def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except Exception as e:  # onnx raises several types (InferenceError, ValidationError, RuntimeError)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConversionError(f"ONNX shape inference failed: {first}") from None
+
+
+def _stand_in(node: NodeProto) -> NodeProto:
+    """A default-domain node with the output shape of com.microsoft `node` (itself when there is none)."""
+    a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+    ins, out = list(node.input), [node.output[0]]
+    if node.op_type in ("QLinearAdd", "QLinearMul") and len(ins) >= 4:
+        return helper.make_node(node.op_type[len("QLinear") :], [ins[0], ins[3]], out)
+    if node.op_type == "QLinearGlobalAveragePool" and not a.get("channels_last", 0):
+        return helper.make_node("GlobalAveragePool", ins[:1], out)
+    if node.op_type == "QLinearAveragePool" and not a.get("channels_last", 0):
+        return helper.make_node(
+            "AveragePool", ins[:1], out, **{k: v for k, v in a.items() if k != "channels_last"}
+        )
+    if node.op_type == "QLinearSoftmax":
+        return helper.make_node("Softmax", ins[:1], out, axis=a.get("axis", -1))
+    if node.op_type == "QLinearSigmoid":
+        return helper.make_node("Sigmoid", ins[:1], out)
+    if node.op_type == "QLinearConcat":
+        return helper.make_node("Concat", ins[2::3], out, axis=a.get("axis", 0))
+    if node.op_type == "QGemm" and len(ins) >= 4:
+        keep = {k: v for k, v in a.items() if k in ("transA", "transB")}
+        return helper.make_node("Gemm", [ins[0], ins[3]], out, **keep)
+    return node

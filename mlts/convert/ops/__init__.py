@@ -10,6 +10,8 @@ from mlts.convert.ops import (  # noqa: F401
     pad,
     passthrough,
     pool,
+    qdq,
+    qlinear,
     reduce,
     reshape,
     softmax,

@@ -11,6 +11,7 @@ from onnx import NodeProto, helper
 
 from mlts.convert.context import Context, where
 from mlts.convert.errors import ConversionError
+from mlts.convert.qflow import qdq_activation
 from mlts.hal.enums import FusedActivationFunc
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -95,8 +96,8 @@ def clip_bounds_attrs(node: NodeProto) -> tuple[float | None, float | None]:
 
 def clip_bounds_inputs(ctx: Context, node: NodeProto) -> tuple[float | None, float | None]:
     """Clip from opset 11: optional constant min/max inputs; None = unbounded."""
-    lo = ctx.const_input(node, 1, "min", required=False)
-    hi = ctx.const_input(node, 2, "max", required=False)
+    lo = ctx.real_const_input(node, 1, "min")
+    hi = ctx.real_const_input(node, 2, "max")
     return (
         None if lo is None else float(np.asarray(lo).reshape(-1)[0]),
         None if hi is None else float(np.asarray(hi).reshape(-1)[0]),
@@ -129,14 +130,26 @@ def activation_code(ctx: Context, node: NodeProto) -> FusedActivationFunc | None
     return None
 
 
-def fuse_activation(ctx: Context, name: str) -> tuple[FusedActivationFunc, str]:
-    """Absorb a Relu/Clip that is the only reader of `name`: (activation, name of the result)."""
+def fuse_activation(ctx: Context, name: str, quantized: bool = False) -> tuple[FusedActivationFunc, str]:
+    """Absorb a Relu/Clip that is the only reader of `name`: (activation, name of the result).
+
+    For a quantized op the Relu/Clip may also follow a QuantizeLinear ->
+    DequantizeLinear pair whose parameters its own output repeats: clamping
+    then requantizing with the same parameters is the fused clamp.
+    """
     node = ctx.sole_consumer(name, {"Relu", "Clip"})
-    if node is None or node.input[0] != name:
+    pair: tuple[NodeProto, ...] = ()
+    if node is None and quantized:
+        chain = qdq_activation(ctx, name)
+        if chain is not None:
+            pair, node = chain[:2], chain[2]
+    if node is None or (not pair and node.input[0] != name):
         return FusedActivationFunc.NONE, name
     code = activation_code(ctx, node)
     if code is None:
         return FusedActivationFunc.NONE, name
+    for qdq in pair:
+        ctx.absorb(qdq, "fused_qdq")
     ctx.absorb(node, "fused_activation")
     return code, node.output[0]
 
@@ -183,3 +196,16 @@ def foldable_batchnorm(
     if scale.shape != (channels,) or shift.shape != (channels,):
         return None
     return bn, scale, shift
+
+
+BN_NOT_EXACT = (
+    "folding BatchNormalization into quantized weights is not exact; fold it before quantizing "
+    "(onnxruntime's quant_pre_process does)"
+)
+
+
+def refuse_batchnorm(ctx: Context, node: NodeProto, name: str) -> None:
+    """ConversionError when a BatchNormalization alone reads the output `name` of quantized `node`."""
+    bn = ctx.sole_consumer(name, {"BatchNormalization"})
+    if bn is not None:
+        raise ConversionError(f"{where(bn)} follows the quantized {where(node)}: {BN_NOT_EXACT}")

@@ -1,6 +1,15 @@
-"""Conv -> CONV_2D or DEPTHWISE_CONV_2D (explicit padding, NHWC), folding a following BatchNormalization and activation."""
+"""Conv -> CONV_2D or DEPTHWISE_CONV_2D (explicit padding, NHWC), folding a following BatchNormalization and activation.
+
+A Conv whose input is quantized becomes the quantized NN op: 8-bit filter
+and int32 bias from the DequantizeLinear constants (see _qweights), output
+parameters from the QuantizeLinear after it.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from onnx import NodeProto
@@ -12,27 +21,39 @@ from mlts.convert.ops._common import (
     foldable_batchnorm,
     fuse_activation,
     ints_attr,
+    refuse_batchnorm,
     require_rank,
     spatial_padding,
 )
+from mlts.convert.ops._qweights import bias_operand, filter_operand
+from mlts.convert.qflow import ANY, out_quant
+from mlts.convert.quant import QConst, QParams
 from mlts.convert.registry import register
-from mlts.hal.enums import OperationType
+from mlts.hal.enums import FusedActivationFunc, OperationType
 
 
-@register("Conv", 1)
-def conv(ctx: Context, node: NodeProto) -> None:
-    """2-D convolution; group 1 or depthwise (group == input channels)."""
-    a = attrs(node)
+@dataclass(frozen=True, slots=True)
+class ConvShape:
+    """What the NN op needs besides operands: kind, channels, strides, dilations, padding, output shape."""
+
+    depthwise: bool
+    cout: int
+    cin: int
+    strides: list[int]
+    dilations: list[int]
+    pads: tuple[int, int, int, int]  # top, left, bottom, right
+    out_shape: tuple[int, ...]
+
+
+def conv_shape(ctx: Context, node: NodeProto, a: dict[str, Any], w_shape: Sequence[int]) -> ConvShape:
+    """Check the input against the ONNX weight shape [Cout, Cin/group, KH, KW] and read the geometry."""
     x_shape = ctx.shape_of(node.input[0])
     require_rank(node, x_shape, 4, "input (only 2-D convolution)")
-    w = np.asarray(ctx.const_input(node, 1, "weight"), dtype=np.float64)
-    if w.ndim != 4:
+    if len(w_shape) != 4:
         raise ConversionError(
-            f"{where(node)}: weight has shape {list(w.shape)}; expected rank 4 [Cout, Cin/group, KH, KW]"
+            f"{where(node)}: weight has shape {list(w_shape)}; expected rank 4 [Cout, Cin/group, KH, KW]"
         )
-    cout, cin_per_group, kh, kw = w.shape
-    b = ctx.const_input(node, 2, "bias", required=False)
-    bias = np.zeros(cout) if b is None else np.asarray(b, dtype=np.float64).reshape(-1)
+    cout, cin_per_group, kh, kw = w_shape
     cin = x_shape[1]
     group = int(a.get("group", 1))
     depthwise = group != 1 and group == cin and cin_per_group == 1 and cout % cin == 0
@@ -47,11 +68,51 @@ def conv(ctx: Context, node: NodeProto) -> None:
         )
     strides = ints_attr(node, a, "strides", [1, 1], 2)
     dilations = ints_attr(node, a, "dilations", [1, 1], 2)
-    top, left, bottom, right = spatial_padding(node, a, x_shape[2:], (kh, kw), strides, dilations)
+    pads = spatial_padding(node, a, x_shape[2:], (kh, kw), strides, dilations)
     out_shape = ctx.shape_of(node.output[0], node)
+    return ConvShape(depthwise, cout, cin, strides, dilations, pads, out_shape)
+
+
+def emit_conv(
+    ctx: Context,
+    g: ConvShape,
+    x_name: str,
+    filt: int,
+    bias: int,
+    out_name: str,
+    act: FusedActivationFunc,
+    quant: QParams | None,
+) -> None:
+    """CONV_2D / DEPTHWISE_CONV_2D (explicit padding, NHWC) from `x_name` to a new tensor `out_name`."""
+    x = ctx.in_layout(x_name, True)
+    out = ctx.new_tensor(out_name, g.out_shape, True, quant)
+    top, left, bottom, right = g.pads
+    pads = [ctx.i32(v) for v in (left, right, top, bottom, g.strides[1], g.strides[0])]
+    dil = [ctx.i32(g.dilations[1]), ctx.i32(g.dilations[0])]
+    if g.depthwise:
+        multiplier = ctx.i32(g.cout // g.cin)
+        ins = [x.operand, filt, bias, *pads, multiplier, ctx.i32(act), ctx.flag(False), *dil]
+        ctx.emit(OperationType.DEPTHWISE_CONV_2D, ins, [out.operand])
+    else:
+        ins = [x.operand, filt, bias, *pads, ctx.i32(act), ctx.flag(False), *dil]
+        ctx.emit(OperationType.CONV_2D, ins, [out.operand])
+
+
+@register("Conv", 1)
+def conv(ctx: Context, node: NodeProto) -> None:
+    """2-D convolution; group 1 or depthwise (group == input channels)."""
+    if ctx.quantized(node.input[0]):
+        qw = ctx.qconst_input(node, 1, "weight")
+        assert qw is not None
+        conv_quantized(ctx, node, qw, ctx.qconst_input(node, 2, "bias", required=False))
+        return
+    w = np.asarray(ctx.const_input(node, 1, "weight"), dtype=np.float64)
+    g = conv_shape(ctx, node, attrs(node), w.shape)
+    b = ctx.const_input(node, 2, "bias", required=False)
+    bias = np.zeros(g.cout) if b is None else np.asarray(b, dtype=np.float64).reshape(-1)
 
     out_name = node.output[0]
-    bn = foldable_batchnorm(ctx, out_name, cout)
+    bn = foldable_batchnorm(ctx, out_name, g.cout)
     if bn is not None:
         bn_node, scale, shift = bn
         w = w * scale[:, None, None, None]
@@ -59,19 +120,24 @@ def conv(ctx: Context, node: NodeProto) -> None:
         ctx.absorb(bn_node, "bn_into_conv")
         out_name = bn_node.output[0]
     act, out_name = fuse_activation(ctx, out_name)
+    # NN filter layouts: [1, KH, KW, Cout] (depthwise) or [Cout, KH, KW, Cin].
+    filt = ctx.const_operand(w.transpose(1, 2, 3, 0) if g.depthwise else w.transpose(0, 2, 3, 1))
+    emit_conv(ctx, g, node.input[0], filt, ctx.const_operand(bias), out_name, act, None)
 
-    x = ctx.in_layout(node.input[0], True)
-    if depthwise:
-        filt = ctx.const_operand(w.transpose(1, 2, 3, 0))  # [1, KH, KW, Cout]
-    else:
-        filt = ctx.const_operand(w.transpose(0, 2, 3, 1))  # [Cout, KH, KW, Cin]
-    bias_op = ctx.const_operand(bias)
-    out = ctx.new_tensor(out_name, out_shape, nhwc=True)
-    pads = [ctx.i32(v) for v in (left, right, top, bottom, strides[1], strides[0])]
-    dil = [ctx.i32(dilations[1]), ctx.i32(dilations[0])]
-    if depthwise:
-        ins = [x.operand, filt, bias_op, *pads, ctx.i32(cout // cin), ctx.i32(act), ctx.flag(False), *dil]
-        ctx.emit(OperationType.DEPTHWISE_CONV_2D, ins, [out.operand])
-    else:
-        ins = [x.operand, filt, bias_op, *pads, ctx.i32(act), ctx.flag(False), *dil]
-        ctx.emit(OperationType.CONV_2D, ins, [out.operand])
+
+def conv_quantized(
+    ctx: Context, node: NodeProto, w: QConst, b: QConst | None, out_q: QParams | None = None
+) -> None:
+    """The quantized op; `out_q` None (QDQ) takes the output parameters from the QuantizeLinear after it."""
+    g = conv_shape(ctx, node, attrs(node), w.values.shape)
+    xq = ctx.tensor(node).quant
+    assert xq is not None
+    out_name, act = node.output[0], FusedActivationFunc.NONE
+    if out_q is None:
+        refuse_batchnorm(ctx, node, out_name)
+        act, out_name = fuse_activation(ctx, out_name, quantized=True)
+        out_q = out_quant(ctx, out_name, xq, ANY)
+    perm, channel_dim = ((1, 2, 3, 0), 3) if g.depthwise else ((0, 2, 3, 1), 0)
+    filt = filter_operand(ctx, node, xq, w, 0, perm, channel_dim)
+    bias = bias_operand(ctx, node, xq, filt, b)
+    emit_conv(ctx, g, node.input[0], filt.operand, bias, out_name, act, out_q)

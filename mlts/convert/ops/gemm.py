@@ -1,7 +1,11 @@
 """Gemm and MatMul with a constant 2-D B -> FULLY_CONNECTED (weights [units, in], bias [units]).
 
 A following BatchNormalization, Add of a constant vector and Relu/Clip are
-folded in when each is the only reader of the previous result.
+folded in when each is the only reader of the previous result. With a
+quantized input the weights and bias are the DequantizeLinear constants (see
+_qweights) and only a Relu/Clip is folded: rescaling them is not exact.
+NNAPI's FULLY_CONNECTED has no per-channel weights: those become a 1x1
+CONV_2D on the input reshaped to [rows, 1, 1, in], the same arithmetic.
 """
 
 from __future__ import annotations
@@ -11,10 +15,13 @@ import math
 import numpy as np
 from onnx import NodeProto
 
-from mlts.convert.context import Context, where
+from mlts.convert.context import Context, Tensor, where
 from mlts.convert.errors import ConversionError
-from mlts.convert.ops._common import attrs, foldable_batchnorm, fuse_activation
+from mlts.convert.ops._common import attrs, foldable_batchnorm, fuse_activation, refuse_batchnorm
+from mlts.convert.ops._qweights import bias_operand, filter_operand
 from mlts.convert.ops.elementwise import emit_with_const
+from mlts.convert.qflow import ANY, out_quant
+from mlts.convert.quant import QConst, QParams
 from mlts.convert.registry import register
 from mlts.hal.enums import FusedActivationFunc, OperationType
 
@@ -60,12 +67,39 @@ def emit_fully_connected(
             ctx.absorb(add_node, "bias_into_fc")
             out_name = add_node.output[0]
         act, out_name = fuse_activation(ctx, out_name)
+    weights_op, bias_op = ctx.const_operand(weights), ctx.const_operand(bias)
+    _emit(ctx, node, (weights_op, bias_op, units), out_name, act, None, extra_add)
 
+
+def _emit(
+    ctx: Context,
+    node: NodeProto,
+    params: tuple[int, int, int],
+    out_name: str,
+    act: FusedActivationFunc,
+    quant: QParams | None,
+    extra_add: np.ndarray | None = None,
+    as_conv: bool = False,
+) -> None:
+    """FULLY_CONNECTED with (weights, bias, units) on input 0 flattened to 2-D, then the shape restored.
+
+    `as_conv`: a 1x1 CONV_2D instead, whose filter is [units, 1, 1, in].
+    """
+    weights, bias, units = params
+    x_shape = ctx.shape_of(node.input[0])
+    k = x_shape[-1]
+    out_shape = tuple(x_shape[:-1]) + (units,)
     rows = math.prod(x_shape[:-1])
-    x = ctx.in_layout(node.input[0], False) if len(x_shape) == 2 else ctx.reshaped(node.input[0], (rows, k))
-    result = ctx.temp((rows, units))
-    ins = [x.operand, ctx.const_operand(weights), ctx.const_operand(bias), ctx.i32(act)]
-    ctx.emit(OperationType.FULLY_CONNECTED, ins, [result.operand])
+    if as_conv:
+        result = _conv_1x1(ctx, node, (weights, bias, units), rows, k, act, quant)
+    else:
+        x = (
+            ctx.in_layout(node.input[0], False)
+            if len(x_shape) == 2
+            else ctx.reshaped(node.input[0], (rows, k))
+        )
+        result = ctx.temp((rows, units), quant=quant)
+        ctx.emit(OperationType.FULLY_CONNECTED, [x.operand, weights, bias, ctx.i32(act)], [result.operand])
     if extra_add is not None:
         plus_c = ctx.unique(out_name + "/plus_c")
         emit_with_const(ctx, OperationType.ADD, result, extra_add, plus_c)
@@ -78,6 +112,62 @@ def emit_fully_connected(
         ctx.reshaped(flat, out_shape, out_name)
 
 
+def _conv_1x1(
+    ctx: Context,
+    node: NodeProto,
+    params: tuple[int, int, int],
+    rows: int,
+    k: int,
+    act: FusedActivationFunc,
+    quant: QParams | None,
+) -> Tensor:
+    """CONV_2D of input 0 as NHWC [rows, 1, 1, k] with a [units, 1, 1, k] filter (result NHWC [rows, 1, 1, units])."""
+    weights, bias, units = params
+    x = ctx.reshaped(node.input[0], (rows, k, 1, 1))  # ONNX order; its NHWC operand is [rows, 1, 1, k]
+    y = ctx.temp((rows, units, 1, 1), nhwc=True, quant=quant)
+    geometry = [ctx.i32(v) for v in (0, 0, 0, 0, 1, 1)]
+    ins = [x.operand, weights, bias, *geometry, ctx.i32(act), ctx.flag(False), ctx.i32(1), ctx.i32(1)]
+    ctx.emit(OperationType.CONV_2D, ins, [y.operand])
+    ctx.counts["fc_as_conv"] += 1
+    return y
+
+
+def fc_quantized(
+    ctx: Context, node: NodeProto, w: QConst, out_axis: int, b: QConst | None, out_q: QParams | None = None
+) -> None:
+    """Quantized FULLY_CONNECTED; `w` is 2-D with the units on `out_axis`; `out_q` None: from QuantizeLinear."""
+    if w.values.ndim != 2:
+        raise ConversionError(f"{where(node)}: weights have shape {list(w.values.shape)}; expected rank 2")
+    xq = ctx.tensor(node).quant
+    assert xq is not None
+    units, k = w.values.shape[out_axis], w.values.shape[1 - out_axis]
+    x_shape = ctx.shape_of(node.input[0])
+    if x_shape[-1] != k:
+        raise ConversionError(
+            f"{where(node)}: input shape {list(x_shape)} does not match weights for {k} inputs"
+        )
+    out_name, act = node.output[0], FusedActivationFunc.NONE
+    if out_q is None:
+        if len(x_shape) == 2:
+            refuse_batchnorm(ctx, node, out_name)
+        act, out_name = fuse_activation(ctx, out_name, quantized=True)
+        out_q = out_quant(ctx, out_name, xq, ANY)
+    perm = (0, 1) if out_axis == 0 else (1, 0)
+    filt = filter_operand(ctx, node, xq, w, out_axis, perm, 0, (units, 1, 1, k))
+    bias = bias_operand(ctx, node, xq, filt, b)
+    _emit(ctx, node, (filt.operand, bias, units), out_name, act, out_q, as_conv=filt.per_channel)
+
+
+def _gemm_quantized(ctx: Context, node: NodeProto, a: dict) -> None:
+    for key in ("alpha", "beta"):
+        if float(a.get(key, 1.0)) != 1.0:
+            raise ConversionError(f"{where(node)} has {key}={a[key]}; a quantized Gemm supports only {key}=1")
+    w = ctx.qconst_input(node, 1, "B (weights)")
+    assert w is not None
+    b = ctx.qconst_input(node, 2, "C (bias)", required=False)
+    fc_quantized(ctx, node, w, 0 if a.get("transB", 0) else 1, b)
+
+
 @register("Gemm", 7)
 def gemm(ctx: Context, node: NodeProto) -> None:
     """alpha*A*B' + beta*C with A at run time (transA=0), B and C constant."""
@@ -86,6 +176,9 @@ def gemm(ctx: Context, node: NodeProto) -> None:
         raise ConversionError(f"{where(node)} has transA=1; only transA=0 is supported")
     if ctx.is_const(node.input[0]) or len(ctx.shape_of(node.input[0])) != 2:
         raise ConversionError(f"{where(node)}: input A must be a rank-2 runtime tensor")
+    if ctx.quantized(node.input[0]):
+        _gemm_quantized(ctx, node, a)
+        return
     b = np.asarray(ctx.const_input(node, 1, "B (weights)"), dtype=np.float64)
     if b.ndim != 2:
         raise ConversionError(f"{where(node)}: B has shape {list(b.shape)}; expected rank 2")
@@ -111,11 +204,18 @@ def matmul(ctx: Context, node: NodeProto) -> None:
     """A (run time, rank >= 2) times constant 2-D B."""
     if ctx.is_const(node.input[0]):
         raise ConversionError(f"{where(node)}: only the second input may be constant")
+    if len(ctx.shape_of(node.input[0])) < 2:
+        raise ConversionError(f"{where(node)}: input A must have rank >= 2")
+    if ctx.quantized(node.input[0]):
+        w = ctx.qconst_input(node, 1, "B (weights)")
+        assert w is not None
+        fc_quantized(ctx, node, w, 1, None)
+        return
+    if node.input[1] in ctx.qconsts:
+        ctx.const_input(node, 1, "B (weights)")  # raises: quantized weights, float input
     b = ctx.const(node.input[1])
     if b is None or b.ndim != 2:
         got = "computed at run time" if b is None else f"of shape {list(b.shape)}"
         raise ConversionError(f"{where(node)}: input B is {got}; only a constant 2-D B is supported")
-    if len(ctx.shape_of(node.input[0])) < 2:
-        raise ConversionError(f"{where(node)}: input A must have rank >= 2")
     b = np.asarray(b, dtype=np.float64)
     emit_fully_connected(ctx, node, b.T, np.zeros(b.shape[1]))

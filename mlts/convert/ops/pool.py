@@ -3,6 +3,10 @@
 NNAPI pooling never counts padding and has no ceil mode: ceil_mode=1 becomes
 extra padding at the end, and count_include_pad=1 becomes an explicit
 zero PAD followed by a pool without padding.
+
+On quantized tensors NNAPI's pools keep the input's parameters: MaxPool
+output inherits them, an AveragePool output must be quantized with them;
+GlobalAveragePool (MEAN) requantizes to its QuantizeLinear's parameters.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from onnx import NodeProto
 from mlts.convert.context import Context, where
 from mlts.convert.errors import ConversionError
 from mlts.convert.ops._common import attrs, fuse_activation, ints_attr, require_rank, spatial_padding
+from mlts.convert.qflow import ANY, EXACT, SAME, out_quant
+from mlts.convert.quant import QParams
 from mlts.convert.registry import register
 from mlts.hal.enums import FusedActivationFunc, OperationType
 
@@ -27,7 +33,15 @@ def _ceil_extra(node: NodeProto, size: int, begin: int, end: int, k: int, s: int
     return extra
 
 
-def _pool(ctx: Context, node: NodeProto, op: OperationType, *, ceil: bool, include_pad: bool) -> None:
+def _pool(
+    ctx: Context,
+    node: NodeProto,
+    op: OperationType,
+    *,
+    ceil: bool,
+    include_pad: bool,
+    declared: QParams | None = None,
+) -> None:
     a = attrs(node)
     x_shape = ctx.shape_of(node.input[0])
     require_rank(node, x_shape, 4, "input (only 2-D pooling)")
@@ -61,7 +75,7 @@ def _pool(ctx: Context, node: NodeProto, op: OperationType, *, ceil: bool, inclu
         and any((top, left, bottom, right))
     ):
         padded_shape = (x_shape[0], x_shape[1], h + top + bottom, w + left + right)
-        padded = ctx.temp(padded_shape, nhwc=True)
+        padded = ctx.temp(padded_shape, nhwc=True, quant=x.quant)  # quantized PAD fills with the zero point
         paddings = ctx.ints([[0, 0], [top, bottom], [left, right], [0, 0]])
         ctx.emit(OperationType.PAD, [x.operand, paddings], [padded.operand])
         x, h, w = padded, padded_shape[2], padded_shape[3]
@@ -69,10 +83,25 @@ def _pool(ctx: Context, node: NodeProto, op: OperationType, *, ceil: bool, inclu
     bottom += _ceil_extra(node, h, top, bottom, kh, strides[0], out_shape[2])
     right += _ceil_extra(node, w, left, right, kw, strides[1], out_shape[3])
 
-    act, out_name = fuse_activation(ctx, node.output[0])
-    out = ctx.new_tensor(out_name, out_shape, nhwc=True)
+    act, out_name = FusedActivationFunc.NONE, node.output[0]
+    if declared is None:
+        act, out_name = fuse_activation(ctx, node.output[0], quantized=x.quant is not None)
+        # A max pool (and a clamp at 0) keeps values on the input's grid; a clamp at 1 or 6 may not.
+        exact = op == OperationType.MAX_POOL_2D and act in (
+            FusedActivationFunc.NONE,
+            FusedActivationFunc.RELU,
+        )
+        quant = out_quant(ctx, out_name, x.quant, EXACT if exact else SAME)
+    else:
+        quant = _same(node, x.quant, declared)
+    out = ctx.new_tensor(out_name, out_shape, True, quant)
     params = [left, right, top, bottom, strides[1], strides[0], kw, kh, int(act)]
     ctx.emit(op, [x.operand, *(ctx.i32(v) for v in params)], [out.operand])
+
+
+def average_pool_quantized(ctx: Context, node: NodeProto, declared: QParams) -> None:
+    """AVERAGE_POOL_2D with declared output parameters (QOperator), which must be the input's."""
+    _pool(ctx, node, OperationType.AVERAGE_POOL_2D, ceil=True, include_pad=True, declared=declared)
 
 
 @register("AveragePool", 1)
@@ -99,15 +128,30 @@ def max_pool_10(ctx: Context, node: NodeProto) -> None:
     _pool(ctx, node, OperationType.MAX_POOL_2D, ceil=True, include_pad=False)
 
 
+def _same(node: NodeProto, xq: QParams | None, declared: QParams) -> QParams:
+    if xq != declared:
+        raise ConversionError(
+            f"{where(node)}: output quantization ({declared.describe()}) differs from the input's "
+            f"({xq.describe() if xq else 'float32'}); NNAPI pooling keeps the input's parameters"
+        )
+    return declared
+
+
+def global_mean(ctx: Context, node: NodeProto, axes: tuple[int, int], quant: QParams | None) -> None:
+    """MEAN over the ONNX `axes` (the spatial ones), keeping dims, in whichever layout the input has."""
+    x = ctx.tensor(node)
+    require_rank(node, x.shape, 4)
+    out_shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    out = ctx.new_tensor(node.output[0], out_shape, x.nhwc, quant)
+    nn_axes = sorted(x.nn_axis(a) for a in axes)
+    ctx.emit(OperationType.MEAN, [x.operand, ctx.ints(nn_axes), ctx.i32(1)], [out.operand])
+
+
 @register("GlobalAveragePool", 1)
 def global_average_pool(ctx: Context, node: NodeProto) -> None:
     """MEAN over H and W, keeping dims, in whichever layout the input already has."""
-    x = ctx.tensor(node)
-    require_rank(node, x.shape, 4)
-    out = ctx.new_tensor(node.output[0], (x.shape[0], x.shape[1], 1, 1), nhwc=x.nhwc)
-    ctx.emit(
-        OperationType.MEAN, [x.operand, ctx.ints([x.nn_axis(2), x.nn_axis(3)]), ctx.i32(1)], [out.operand]
-    )
+    xq = ctx.tensor(node).quant
+    global_mean(ctx, node, (2, 3), out_quant(ctx, node.output[0], xq, ANY))
 
 
 @register("GlobalMaxPool", 1)
@@ -116,6 +160,7 @@ def global_max_pool(ctx: Context, node: NodeProto) -> None:
     x_shape = ctx.shape_of(node.input[0])
     require_rank(node, x_shape, 4)
     x = ctx.in_layout(node.input[0], True)
-    out = ctx.new_tensor(node.output[0], (x_shape[0], x_shape[1], 1, 1), nhwc=True)
+    quant = out_quant(ctx, node.output[0], x.quant, EXACT)
+    out = ctx.new_tensor(node.output[0], (x_shape[0], x_shape[1], 1, 1), True, quant)
     params = [0, 0, 0, 0, 1, 1, x_shape[3], x_shape[2], int(FusedActivationFunc.NONE)]
     ctx.emit(OperationType.MAX_POOL_2D, [x.operand, *(ctx.i32(v) for v in params)], [out.operand])

@@ -9,6 +9,7 @@ from onnx import NodeProto
 
 from mlts.convert.context import TO_NHWC, Context
 from mlts.convert.ops._common import attrs, norm_axis
+from mlts.convert.qflow import ANY, out_quant
 from mlts.convert.registry import register
 from mlts.hal.enums import OperationType
 
@@ -32,7 +33,8 @@ def _mean(
         out_shape = [1 if i in axes else d for i, d in enumerate(x.shape)]
     else:
         out_shape = [d for i, d in enumerate(x.shape) if i not in axes]
-    out = ctx.new_tensor(node.output[0], out_shape, x.nhwc and keepdims)
+    quant = out_quant(ctx, node.output[0], x.quant, ANY)
+    out = ctx.new_tensor(node.output[0], out_shape, x.nhwc and keepdims, quant)
     nn_axes = sorted(x.nn_axis(a) for a in axes)
     ctx.emit(OperationType.MEAN, [x.operand, ctx.ints(nn_axes), ctx.i32(int(keepdims))], [out.operand])
 
