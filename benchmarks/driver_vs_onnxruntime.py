@@ -50,7 +50,7 @@ def main() -> int:
         f" ({'in-process' if a.in_process else 'own process'})"
     )
     print(
-        f"{'model':<28} {'driver ms':>10} {'onnxruntime ms':>15} {'ratio':>7} {'max|err|':>9} {'top1 agr':>8}"
+        f"{'model':<38} {'driver ms':>10} {'onnxruntime ms':>15} {'ratio':>7} {'max|err|':>9} {'top1 agr':>8}"
     )
     try:
         for name in a.models:
@@ -60,7 +60,7 @@ def main() -> int:
             )
             ref, drv = rows[0], rows[1]
             if drv["status"] != "ok":
-                print(f"{name:<28} driver error: {drv['error']}")
+                print(f"{name:<38} driver error: {drv['error']}")
                 continue
             r, d = ref["latency_ms"]["median"], drv["latency_ms"]["median"]
             acc = drv["accuracy"]
@@ -69,7 +69,7 @@ def main() -> int:
                 if "max_quant_deviation" in acc
                 else f"{acc['max_abs_error']:.2e}"
             )
-            print(f"{name:<28} {d:>10.2f} {r:>15.2f} {d / r:>7.2f} {err:>9} {acc['top1_agreement']:>8.0%}")
+            print(f"{name:<38} {d:>10.2f} {r:>15.2f} {d / r:>7.2f} {err:>9} {acc['top1_agreement']:>8.0%}")
     finally:
         device.close()
     return 0
