@@ -179,7 +179,7 @@ def test_window_param_errors(op, params, match):
     assert e.value.status == ErrorStatus.INVALID_ARGUMENT
 
 
-def test_conv_rejects_quantized_input_and_channel_mismatch():
+def test_conv_rejects_a_quantized_input_with_a_float_filter_and_channel_mismatch():
     from driver.ops import ArgInfo
 
     q = ArgInfo(int(OperandType.TENSOR_QUANT8_ASYMM), (1, 4, 4, 2), scale=0.5)
