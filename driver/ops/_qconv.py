@@ -33,7 +33,7 @@ saturation bounds move by 128 with the zero point, so the outputs agree up to th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -185,7 +185,9 @@ def input_bound(input_type: int, zero_point: int) -> int:
     return max(zero_point - qmin, qmax - zero_point)
 
 
-def accumulation_dtype(centred_weights: np.ndarray | None, k_axes: int | tuple[int, ...], x_bound: int) -> type:
+def accumulation_dtype(
+    centred_weights: np.ndarray | None, k_axes: int | tuple[int, ...], x_bound: int
+) -> type:
     """float32 when every partial sum provably stays below 2^24 (see the module docstring), else float64.
 
     `centred_weights` holds w - zp_w (None when the weights arrive at run time: float64);
@@ -195,6 +197,19 @@ def accumulation_dtype(centred_weights: np.ndarray | None, k_axes: int | tuple[i
         return F64
     worst = float(np.abs(centred_weights).sum(axis=k_axes).max())
     return F32 if worst * x_bound < F32_EXACT_LIMIT else F64
+
+
+def packed_weights(
+    weights: ArgInfo, pack: Callable[[np.ndarray], np.ndarray], k_axes: int | tuple[int, ...], inp: ArgInfo
+) -> tuple[np.ndarray | None, type]:
+    """Constant weights packed once as w - zp_w (None for run-time weights) and the accumulation dtype.
+
+    `pack` turns the weight tensor into the float64 layout the kernel multiplies; `k_axes` are the
+    packed axes summed into one output; the packed weights are returned in the chosen dtype.
+    """
+    packed = None if weights.value is None else pack(np.asarray(weights.value))
+    dtype = accumulation_dtype(packed, k_axes, input_bound(inp.type, inp.zero_point))
+    return (None if packed is None else packed.astype(dtype)), dtype
 
 
 def centered(x: np.ndarray, zero_point: int, dtype: type = F64) -> np.ndarray:

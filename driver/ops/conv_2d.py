@@ -6,8 +6,8 @@ dilation. Pointwise convolutions are one matmul; the rest are im2col then one ma
 Quantized (NNAPI 1.3): a TENSOR_QUANT8_ASYMM input takes a TENSOR_QUANT8_ASYMM filter (any zero
 point) or a TENSOR_QUANT8_SYMM_PER_CHANNEL one (channelDim 0), a TENSOR_QUANT8_ASYMM_SIGNED input a
 TENSOR_QUANT8_ASYMM_SIGNED or per-channel filter; bias TENSOR_INT32, output of the input's type.
-The input is centred (x - zp_x, so padding is 0 = the zero point) into float64 and multiplied by
-the centred float64 filter: an exact integer GEMM (see `_qconv`), then requantized per channel.
+The input is centred (x - zp_x, so padding is 0 = the zero point) into float32 or float64 (whichever `_qconv.accumulation_dtype`
+proves exact) and multiplied by the centred filter: an exact integer GEMM (see `_qconv`), then requantized per channel.
 """
 
 from __future__ import annotations
@@ -22,12 +22,11 @@ from driver.ops._base import ArgInfo, Run, expect_count, register
 from driver.ops._conv_common import bias_vector, check_filter_and_bias, constant_or_none, is_explicit
 from driver.ops._params import as_f32, float_outputs
 from driver.ops._qconv import (
-    accumulation_dtype,
     bias_i64,
     centered,
     centered_padded,
     check_exact,
-    input_bound,
+    packed_weights,
     quant_signature,
     requantize,
 )
@@ -118,10 +117,7 @@ def _prepare_quant(
     q = quant_signature(NAME, ins, outs, cout, p.activation, PER_CHANNEL_DIM)
     check_exact(NAME, kh * kw * cin)
     zp_x, zp_w = q.input_zp, q.filter_zp
-    packed = constant_or_none(ins[1], lambda f: pack_qfilter(f, zp_w))
-    dtype = accumulation_dtype(packed, 0, input_bound(ins[0].type, zp_x))
-    if packed is not None:
-        packed = packed.astype(dtype)
+    packed, dtype = packed_weights(ins[1], lambda f: pack_qfilter(f, zp_w), 0, ins[0])
     bias = constant_or_none(ins[2], bias_i64)
     window, nchw = p.window, p.nchw
 

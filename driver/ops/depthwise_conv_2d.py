@@ -7,8 +7,8 @@ a single pass over the output, measured 1.0-2x faster than one multiply-add pass
 Quantized (NNAPI 1.3): a TENSOR_QUANT8_ASYMM input takes a TENSOR_QUANT8_ASYMM filter (any zero
 point) or a TENSOR_QUANT8_SYMM_PER_CHANNEL one (channelDim 3), a TENSOR_QUANT8_ASYMM_SIGNED input a
 TENSOR_QUANT8_ASYMM_SIGNED or per-channel filter; bias TENSOR_INT32, output of the input's type.
-The same einsum runs on the centred input (x - zp_x, padding 0) and centred filter in float64,
-exact for KH*KW terms (see `_qconv`), then each output channel is requantized.
+The same einsum runs on the centred input (x - zp_x, padding 0) and centred filter in float32
+(exact for 3x3 and any filter whose bound `_qconv.accumulation_dtype` proves) or float64 (see `_qconv`), then each output channel is requantized.
 """
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ from driver.ops._base import ArgInfo, Run, expect_count, register
 from driver.ops._conv_common import bias_vector, check_filter_and_bias, constant_or_none, is_explicit
 from driver.ops._params import as_f32, float_outputs
 from driver.ops._qconv import (
-    accumulation_dtype,
     bias_i64,
     centered,
     centered_padded,
     check_exact,
-    input_bound,
+    packed_weights,
     quant_signature,
     requantize,
 )
@@ -118,10 +117,7 @@ def _prepare_quant(
     q = quant_signature(NAME, ins, outs, cout, p.activation, PER_CHANNEL_DIM)
     check_exact(NAME, kh * kw)
     zp_x, zp_w = q.input_zp, q.filter_zp
-    packed = constant_or_none(ins[1], lambda f: pack_qfilter(f, zp_w))
-    dtype = accumulation_dtype(packed, (0, 1), input_bound(ins[0].type, zp_x))
-    if packed is not None:
-        packed = packed.astype(dtype)
+    packed, dtype = packed_weights(ins[1], lambda f: pack_qfilter(f, zp_w), (0, 1), ins[0])
     bias = constant_or_none(ins[2], bias_i64)
     window, nchw = p.window, p.nchw
 

@@ -3,7 +3,7 @@
 Quantized (NNAPI 1.3): input, weights and output all TENSOR_QUANT8_ASYMM or all
 TENSOR_QUANT8_ASYMM_SIGNED (weights with any zero point; no per-channel weights), bias
 TENSOR_INT32 with scale input_scale * weights_scale. The centred input and weights are multiplied
-in float64, exact for input_size terms (see `_qconv`), then requantized.
+in float32 or float64, whichever is proven exact for input_size terms (see `_qconv`), then requantized.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from driver.ops._base import ArgInfo, Run, expect_count, register
 from driver.ops._conv_common import bias_vector, constant_or_none
 from driver.ops._params import as_f32, float_outputs, float_tensor
 from driver.ops._qconv import (
-    accumulation_dtype,
     bias_i64,
     centered,
     check_exact,
-    input_bound,
+    packed_weights,
     quant_signature,
     requantize,
 )
@@ -93,10 +92,7 @@ def _prepare_quant(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     q = quant_signature(NAME, ins, outs, units, parse_activation(NAME, ins, 3), None, "weights")
     check_exact(NAME, size)
     zp_x, zp_w = q.input_zp, q.filter_zp
-    packed = constant_or_none(ins[1], lambda w: pack_qweights(w, zp_w))
-    dtype = accumulation_dtype(packed, 0, input_bound(ins[0].type, zp_x))
-    if packed is not None:
-        packed = packed.astype(dtype)
+    packed, dtype = packed_weights(ins[1], lambda w: pack_qweights(w, zp_w), 0, ins[0])
     bias = constant_or_none(ins[2], bias_i64)
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:

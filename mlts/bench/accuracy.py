@@ -39,8 +39,6 @@ def compare(
     count = 0
     cts = True
     ratio = 0.0
-    agree = 0
-    scored = 0
     for outs_a, outs_e in zip(actual, expected, strict=True):
         for a, e in zip(outs_a, outs_e, strict=True):
             if a.shape != e.shape:
@@ -52,13 +50,10 @@ def compare(
             count += d.size
             cts = cts and within_tolerance(a, e)
             ratio = max(ratio, tolerance_ratio(a, e))
-        agree_n, scored_n = _top1(outs_a[0], outs_e[0])
-        agree += agree_n
-        scored += scored_n
     return {
         "max_abs_error": max_abs,
         "mse": sq_sum / count if count else 0.0,
-        "top1_agreement": agree / scored if scored else None,
+        "top1_agreement": top1_agreement([o[0] for o in actual], [o[0] for o in expected]),
         "cts_pass": cts,
         "cts_ratio": ratio,
         "tolerance": f"|a-e| <= {FP32_ATOL:g} + {FP32_RTOL:.3g}*|e| (CTS fp32)",
@@ -93,8 +88,6 @@ def compare_quantized(
     max_abs = 0.0
     sq_sum = 0.0
     count = 0
-    agree = 0
-    scored = 0
     for outs_a, outs_e in zip(actual, expected, strict=True):
         for a, e, scale in zip(outs_a, outs_e, scales, strict=True):
             if a.shape != e.shape:
@@ -110,13 +103,10 @@ def compare_quantized(
                 max_abs = max(max_abs, float(real.max()))
             sq_sum += float(np.sum(real * real))
             count += units.size
-        agree_n, scored_n = _top1(outs_a[0], outs_e[0])
-        agree += agree_n
-        scored += scored_n
     return {
         "max_abs_error": max_abs,
         "mse": sq_sum / count if count else 0.0,
-        "top1_agreement": agree / scored if scored else None,
+        "top1_agreement": top1_agreement([o[0] for o in actual], [o[0] for o in expected]),
         "max_quant_deviation": max_units,
         "quant_deviation_histogram": {
             (f">={i}" if i == HISTOGRAM_MAX_UNITS else str(i)): int(n) for i, n in enumerate(hist)
