@@ -93,14 +93,14 @@ def benchmark_model(
     from mlts.runtime.session import Session
 
     conv = convert(proto)
-    specs = [(t.shape, t.dtype, getattr(t, "scale", 0.0), getattr(t, "zero_point", 0)) for t in conv.inputs]
+    specs = [(t.shape, t.dtype, t.scale, t.zero_point) for t in conv.inputs]
     feeds = make_inputs(specs, config.inputs, seed=config.seed)
     reference = OnnxRuntimeReference(proto.SerializeToString(), config.threads)
     expected = [reference.run(f) for f in feeds]
     quantized = bool(conv.outputs) and all(t.dtype in ("uint8", "int8") for t in conv.outputs)
     if quantized:
         units = QUANT_TOLERANCE_UNITS_MOBILENET if "mobilenet" in source.name else QUANT_TOLERANCE_UNITS
-        scales = [getattr(t, "scale", 0.0) for t in conv.outputs]
+        scales = [t.scale for t in conv.outputs]
 
         def score(outputs: list) -> dict:
             return compare_quantized(outputs, expected, scales, units)

@@ -176,8 +176,3 @@ def _integer_io(model: onnx.ModelProto, variant: Variant) -> onnx.ModelProto:
         model.metadata_props.append(onnx.StringStringEntryProto(key=key, value=value))
     onnx.checker.check_model(model)
     return model
-
-
-def signature_dtype(model: onnx.ModelProto) -> int:
-    """The ONNX element type of the model's first input (for cache validation)."""
-    return model.graph.input[0].type.tensor_type.elem_type
