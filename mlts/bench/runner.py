@@ -43,6 +43,7 @@ class BenchmarkConfig:
     seed: int = 0
     in_process: bool = False
     plugin_files: tuple[str, ...] = field(default_factory=tuple)
+    sequences: int = 50  # recurrent models: how many of the dataset's sequences to run
 
 
 def _timed(fn, inputs_sets, warmup: int, iterations: int) -> tuple[list[float], list]:
@@ -92,6 +93,9 @@ def benchmark_model(
     from mlts.convert import convert
     from mlts.runtime.session import Session
 
+    entry = _zoo_entry(source)
+    if entry is not None and entry.recurrent:
+        return benchmark_recurrent(source, entry, proto, devices, config, progress)
     conv = convert(proto)
     specs = [(t.shape, t.dtype, t.scale, t.zero_point) for t in conv.inputs]
     feeds = make_inputs(specs, config.inputs, seed=config.seed)
@@ -113,10 +117,8 @@ def benchmark_model(
 
         float_check = None
 
-    backends = ["ref"] + sorted(devices)
-    random.Random(f"{config.seed}:{source.name}").shuffle(backends)
     rows: dict[str, dict] = {}
-    for backend in backends:
+    for backend in _backend_order(config, source.name, devices):
         if backend == "ref":
             progress(f"{source.name}: {reference.backend}")
             samples, _ = _timed(reference.run, feeds, config.warmup, config.iterations)
@@ -146,6 +148,81 @@ def benchmark_model(
         )
         if float_check is not None:
             rows[backend]["quantization"] = float_check(outputs)
+    return [rows["ref"]] + [rows[d] for d in sorted(devices)]
+
+
+def _zoo_entry(source: ModelSource):
+    if source.zoo_name is None:
+        return None
+    from mlts.models import zoo
+
+    return zoo.get(source.zoo_name)
+
+
+def _backend_order(config: BenchmarkConfig, name: str, devices: dict) -> list[str]:
+    backends = ["ref"] + sorted(devices)
+    random.Random(f"{config.seed}:{name}").shuffle(backends)
+    return backends
+
+
+def benchmark_recurrent(
+    source: ModelSource, entry, proto, devices: dict, config: BenchmarkConfig, progress: Progress
+) -> list[dict]:
+    """A per-step LSTM zoo model: the speech sequences step by step on every backend (see bench.recurrent)."""
+    from mlts.bench import recurrent
+    from mlts.convert import convert
+    from mlts.datasets import speech
+    from mlts.datasets.golden import golden_outputs
+    from mlts.models import zoo
+    from mlts.runtime.session import Session
+
+    if entry.form != "step":
+        raise ValueError(
+            f"{entry.name} takes a whole sequence per call; benchmark its per-step form {entry.step_model} instead"
+        )
+    conv = convert(proto)
+    sig = recurrent.StepSignature.of(entry, conv)
+    n_inputs = len(conv.inputs)
+    seqs = speech.sequences(entry.name, config.sequences)
+    progress(f"{source.name}: golden outputs (float64 reference, cached)")
+    whole = zoo.load(entry.name + "_sequence")
+    golden = golden_outputs(whole, [{entry.input_name: s[:, None, :]} for s in seqs], entry.name)
+    reference = OnnxRuntimeReference(proto.SerializeToString(), config.threads)
+
+    def ref_step(feed):
+        return reference.run(feed), None
+
+    runs: dict[str, recurrent.SequenceRun] = {}
+    rows: dict[str, dict] = {}
+    for backend in _backend_order(config, source.name, devices):
+        if backend == "ref":
+            progress(f"{source.name}: {reference.backend}, {len(seqs)} sequences step by step")
+            runs[backend] = recurrent.run_sequences(ref_step, sig, n_inputs, seqs, config.warmup)
+            continue
+        label = f"driver:{backend}"
+        progress(f"{source.name}: {label}, {len(seqs)} sequences step by step")
+        try:
+            session = Session(devices[backend], conv.model)
+            try:
+                runs[backend] = recurrent.run_sequences(session.run, sig, n_inputs, seqs, config.warmup)
+            finally:
+                session.close()
+        except HalError as e:
+            rows[backend] = _record(source.name, label, config, status="error", error=str(e))
+    for backend, run in runs.items():
+        accuracy = recurrent.score(entry.name, sig, run, golden, None if backend == "ref" else runs["ref"])
+        label = reference.backend if backend == "ref" else f"driver:{backend}"
+        rows[backend] = _record(
+            source.name,
+            label,
+            config,
+            **recurrent.latency_fields(run, config.warmup),
+            driver_timing=None if backend == "ref" else _timing_summary(run.extras),
+            accuracy=accuracy,
+            validation_errors=recurrent.validation_errors(accuracy),
+        )
+        rows[backend]["iterations"] = len(run.samples)
+        rows[backend]["inputs"] = len(seqs)
     return [rows["ref"]] + [rows[d] for d in sorted(devices)]
 
 

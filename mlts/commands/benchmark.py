@@ -72,6 +72,13 @@ from mlts.commands._common import driver_plugin_option, progress
     help="Distinct inputs cycled through; accuracy is computed over all of them.",
 )
 @click.option(
+    "--sequences",
+    default=50,
+    show_default=True,
+    type=click.IntRange(1, 50),
+    help="LSTM models (asr_float, tts_float): how many of the 50 dataset sequences to run step by step.",
+)
+@click.option(
     "--seed", default=0, show_default=True, type=int, help="Seed for input generation and backend order."
 )
 @click.option(
@@ -89,6 +96,7 @@ def benchmark(
     warmup: int,
     iterations: int,
     n_inputs: int,
+    sequences: int,
     seed: int,
     in_process: bool,
 ) -> None:
@@ -96,9 +104,14 @@ def benchmark(
 
     Latency is the wall clock around each whole execution call, warm-up
     excluded; accuracy compares the driver's outputs with onnxruntime's on
-    the same inputs (CTS fp32 tolerance). Writes OUT/results.json. Exits
-    with status 1 when any driver failed to prepare or run a model (the
-    failures are in the results too).
+    the same inputs (CTS fp32 tolerance). The LSTM models asr_float and
+    tts_float run their dataset sequences step by step instead (state carried
+    within a sequence, reset between sequences; --iterations and --inputs do
+    not apply, --warmup counts steps): latency is per step and accuracy is
+    MLTS's PhoneErrorRate / MelCepLogF0 against float64 golden outputs and
+    against onnxruntime. Writes OUT/results.json. Exits with status 1 when
+    any driver failed to prepare or run a model, or when a run broke an
+    accuracy limit (both are in the results too).
     """
     from mlts.bench.runner import BenchmarkConfig, run_benchmark
     from mlts.bench.sources import select_models
@@ -107,7 +120,9 @@ def benchmark(
 
     sources = select_models(models_regex, model_files)
     specs = select(discover(plugin_files), drivers_regex)
-    config = BenchmarkConfig(threads, warmup, iterations, n_inputs, seed, in_process, tuple(plugin_files))
+    config = BenchmarkConfig(
+        threads, warmup, iterations, n_inputs, seed, in_process, tuple(plugin_files), sequences
+    )
     doc = run_benchmark(sources, specs, config, progress)
     path = Path(out_dir) / "results.json"
     write_json_atomic(doc, path)
@@ -117,3 +132,9 @@ def benchmark(
     failed = [r for r in doc["results"] if r.get("status") != "ok"]
     if failed:
         raise click.ClickException(f"{len(failed)} of {len(doc['results'])} runs failed; see {path}")
+    invalid = [r for r in doc["results"] if r.get("validation_errors")]
+    if invalid:
+        first = f"{invalid[0]['model']} on {invalid[0]['backend']}: {invalid[0]['validation_errors'][0]}"
+        raise click.ClickException(
+            f"{len(invalid)} of {len(doc['results'])} runs broke an accuracy limit ({first}); see {path}"
+        )

@@ -38,11 +38,19 @@ class GraphBuilder:
         )
         return name
 
+    def multi_node(
+        self, op_type: str, inputs: Sequence[str], outputs: Sequence[str], **attributes: object
+    ) -> list[str]:
+        """Add a node with several outputs (named by `outputs`; the first names the node); return them."""
+        names = [self._claim(o) for o in outputs]
+        self._nodes.append(helper.make_node(op_type, list(inputs), names, name=names[0], **attributes))
+        return names
+
     def finish(
         self,
         graph_name: str,
-        inputs: Sequence[tuple[str, Sequence[int]]],
-        outputs: Sequence[tuple[str, Sequence[int]]],
+        inputs: Sequence[tuple[str, Sequence[int | str]]],
+        outputs: Sequence[tuple[str, Sequence[int | str]]],
         *,
         doc: str = "",
         metadata: dict[str, str] | None = None,

@@ -15,6 +15,7 @@ _WEIGHT_INPUTS = {
     "Gemm": (1, 2),
     "MatMul": (0, 1),
     "BatchNormalization": (1, 2),
+    "LSTM": (1, 2, 3, 7),  # W, R, B, peepholes P
 }
 
 
@@ -53,7 +54,11 @@ def _shape(shapes: dict[str, list[int]], node: onnx.NodeProto, name: str) -> lis
 
 
 def count_macs(model: onnx.ModelProto) -> int:
-    """Multiply-accumulates of Conv (N*OH*OW*Cout*KH*KW*Cin/group), Gemm (M*N*K) and MatMul."""
+    """Multiply-accumulates of Conv (N*OH*OW*Cout*KH*KW*Cin/group), Gemm (M*N*K), MatMul and LSTM.
+
+    An LSTM costs steps*batch*(4H*(input+H) + 3H peephole) per direction: the gate
+    products; element-wise gate arithmetic is not counted.
+    """
     shapes = _known_shapes(model)
     total = 0
     for node in model.graph.node:
@@ -71,4 +76,10 @@ def count_macs(model: onnx.ModelProto) -> int:
             a = _shape(shapes, node, node.input[0])
             out = _shape(shapes, node, node.output[0])
             total += math.prod(out) * a[-1]
+        elif node.op_type == "LSTM":
+            x = _shape(shapes, node, node.input[0])
+            w = _shape(shapes, node, node.input[1])  # [directions, 4H, input]
+            r = _shape(shapes, node, node.input[2])  # [directions, 4H, H]
+            peep = 3 * r[2] if len(node.input) > 7 and node.input[7] else 0
+            total += x[0] * x[1] * w[0] * (w[1] * (w[2] + r[2]) + peep)
     return total

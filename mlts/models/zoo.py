@@ -1,4 +1,5 @@
-"""The model zoo: MLTS's MobileNet names, built on first use into a per-user cache and reused afterwards.
+"""The model zoo: MLTS's MobileNet and LSTM speech model names, built on first use into a per-user
+cache and reused afterwards.
 
 Cache directory: $MLTS_CACHE_DIR, else $XDG_CACHE_HOME/mlts, else
 ~/.cache/mlts; models live in its `models/` folder under file names that carry
@@ -10,8 +11,6 @@ fcntl lock file, so concurrent processes all end with the same valid file.
 from __future__ import annotations
 
 import difflib
-import fcntl
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -19,8 +18,9 @@ from pathlib import Path
 
 import onnx
 
+from mlts.datasets.cache import cache_root, cached_file
 from mlts.hal.atomic import write_atomic
-from mlts.models import mobilenet, quantized
+from mlts.models import mobilenet, quantized, speech
 
 GENERATOR_VERSION = mobilenet.GENERATOR_VERSION
 """Part of every cached file name; a new version rebuilds instead of reusing old files."""
@@ -32,7 +32,13 @@ class UnknownModelError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ZooModel:
-    """One zoo entry: MLTS's name, tensor shapes and the zero-argument builder of its ONNX graph."""
+    """One zoo entry: MLTS's name, tensor shapes and the zero-argument builder of its ONNX graph.
+
+    `input_shape`/`output_shape` describe the main input and output (0 marks
+    the symbolic time dimension of a whole-sequence model). A per-step
+    recurrent model (`form` "step") also has `state`: (input name, output
+    name, shape) of every state tensor the caller carries between steps.
+    """
 
     name: str
     family: str
@@ -47,6 +53,22 @@ class ZooModel:
     quant_variant: str | None = None  # "_quant", "_quant_signed" or "_quant_perchannel"
     input_scale: float = 0.0  # quantized input: scale and zero point
     input_zero_point: int = 0
+    input_name: str = "input"
+    output_name: str = "probabilities"
+    form: str = "single"  # "single" (one input, one output), "step" or "sequence" (recurrent models)
+    state: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
+    structure: Callable[[], onnx.ModelProto] | None = None  # a cheap build for counting params and MACs
+    step_model: str | None = None  # a whole-sequence model's per-step twin
+
+    @property
+    def recurrent(self) -> bool:
+        return self.form in ("step", "sequence")
+
+    def signature(self) -> tuple[list[tuple[str, tuple[int, ...]]], list[tuple[str, tuple[int, ...]]]]:
+        """(inputs, outputs) as (name, shape) in graph order; 0 for a symbolic dimension."""
+        inputs = [(self.input_name, self.input_shape)] + [(i, shape) for i, _, shape in self.state]
+        outputs = [(self.output_name, self.output_shape)] + [(o, shape) for _, o, shape in self.state]
+        return inputs, outputs
 
     @property
     def quantized(self) -> bool:
@@ -55,6 +77,8 @@ class ZooModel:
     @property
     def cache_key(self) -> str:
         """What the cached file name carries so that a changed generator is never served stale bytes."""
+        if self.recurrent:
+            return f"s{speech.SPEECH_GENERATOR_VERSION}"
         if not self.quantized:
             return f"g{GENERATOR_VERSION}"
         import onnxruntime
@@ -80,7 +104,47 @@ def _mobilenet(family: str, alpha: float, resolution: int, seed: int) -> ZooMode
             f"{mobilenet.NUM_CLASSES} classes (synthetic weights, seed {seed})"
         ),
         builder=partial(make, alpha, resolution, seed=seed),
+        structure=partial(make, alpha, resolution, seed=seed, calibrate=False),
     )
+
+
+def _speech(net: speech.SpeechNet) -> list[ZooModel]:
+    """The per-step model (MLTS's name) and its whole-sequence twin."""
+    kind = "speech recognition" if net is speech.ASR else "text-to-speech"
+    layers = f"{net.layers} LSTM layers of {net.lstm_units[0]} units" + (
+        " with peepholes" if net.peepholes else ""
+    )
+    common = dict(
+        family=net.name.split("_")[0],
+        dtype="float32",
+        input_name=net.input_name,
+        output_name=net.output_name,
+        structure=partial(speech.speech_step_model, net),
+    )
+    step = ZooModel(
+        name=net.name,
+        input_shape=(1, net.input_size),
+        output_shape=net.step_output_shape,
+        description=f"LSTM acoustic model for {kind}, one step per call: {layers} (synthetic weights, seed {net.seed})",
+        builder=partial(speech.speech_step_model, net),
+        form="step",
+        state=tuple(
+            (i, o, shape) for (i, o), shape in zip(net.state_names(), net.state_shapes(), strict=True)
+        ),
+        **common,
+    )
+    tail = (1, net.output_size) if net is speech.ASR else net.step_output_shape[1:]
+    sequence = ZooModel(
+        name=net.name + "_sequence",
+        input_shape=(0, 1, net.input_size),
+        output_shape=(0, *tail),
+        description=f"{net.name} over a whole sequence (ONNX LSTM over the symbolic dimension 'time')",
+        builder=partial(speech.speech_sequence_model, net),
+        form="sequence",
+        step_model=net.name,
+        **common,
+    )
+    return [step, sequence]
 
 
 def _build_quantized(float_name: str, variant: quantized.Variant, resolution: int) -> onnx.ModelProto:
@@ -129,6 +193,8 @@ for _suffix in quantized.VARIANTS:
     for _base in _QUANT_BASES:
         _q = _quantized(_REGISTRY[_base], _suffix)
         _REGISTRY[_q.name] = _q
+for _net in speech.NETS.values():
+    _REGISTRY.update((m.name, m) for m in _speech(_net))
 
 
 def list_models() -> list[ZooModel]:
@@ -149,11 +215,7 @@ def get(name: str) -> ZooModel:
 
 def cache_dir() -> Path:
     """Where built models are cached: <$MLTS_CACHE_DIR | $XDG_CACHE_HOME/mlts | ~/.cache/mlts>/models."""
-    root = os.environ.get("MLTS_CACHE_DIR")
-    if not root:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        root = os.path.join(xdg, "mlts") if xdg else os.path.join(Path.home(), ".cache", "mlts")
-    return Path(root) / "models"
+    return cache_root() / "models"
 
 
 def _cached_file(entry: ZooModel) -> Path:
@@ -175,9 +237,10 @@ def _is_valid(path: Path, entry: ZooModel) -> bool:
     elem = {"uint8": onnx.TensorProto.UINT8, "int8": onnx.TensorProto.INT8}.get(
         entry.dtype, onnx.TensorProto.FLOAT
     )
+    want_inputs, want_outputs = entry.signature()
     return (
-        inputs == [("input", entry.input_shape)]
-        and outputs == [("probabilities", entry.output_shape)]
+        inputs == want_inputs
+        and outputs == want_outputs
         and all(v.type.tensor_type.elem_type == elem for v in [*model.graph.input, *model.graph.output])
     )
 
@@ -185,19 +248,9 @@ def _is_valid(path: Path, entry: ZooModel) -> bool:
 def model_path(name: str) -> Path:
     """Path of the cached ONNX file of model `name`, building it first when missing or corrupt."""
     entry = get(name)
-    path = _cached_file(entry)
-    if path.is_file() and _is_valid(path, entry):
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a+b") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            # Another process may have finished the build while this one waited for the lock.
-            if not (path.is_file() and _is_valid(path, entry)):
-                write_atomic(path, entry.build().SerializeToString())
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    return path
+    return cached_file(
+        _cached_file(entry), partial(_is_valid, entry=entry), lambda: entry.build().SerializeToString()
+    )
 
 
 def load(name: str) -> onnx.ModelProto:
@@ -218,7 +271,7 @@ def summary(name: str) -> dict:
     entry = get(name)
     # A quantized model has its float model's topology, hence its parameter and MAC counts.
     base = get(entry.float_name) if entry.float_name else entry
-    store = cache_dir() / f"summaries.g{GENERATOR_VERSION}.json"
+    store = cache_dir() / f"summaries.g{GENERATOR_VERSION}.s{speech.SPEECH_GENERATOR_VERSION}.json"
     try:
         known = json.loads(store.read_text(encoding="utf-8"))
         if not isinstance(known, dict):
@@ -231,7 +284,7 @@ def summary(name: str) -> dict:
         and isinstance(counts.get("params"), int)
         and isinstance(counts.get("macs"), int)
     ):
-        graph = partial(base.builder, calibrate=False)()
+        graph = (base.structure or base.builder)()
         counts = {"params": count_params(graph), "macs": count_macs(graph)}
         known[base.name] = counts
         try:
@@ -248,10 +301,14 @@ def summary(name: str) -> dict:
         "input_quantization": (
             {"scale": entry.input_scale, "zero_point": entry.input_zero_point} if entry.quantized else None
         ),
+        "form": entry.form,
         "input_shape": list(entry.input_shape),
         "output_shape": list(entry.output_shape),
+        "state": [{"input": i, "output": o, "shape": list(shape)} for i, o, shape in entry.state],
+        "sequence_dimension": "time" if entry.form == "sequence" else None,
         "params": counts["params"],
         "macs": counts["macs"],
+        "macs_per": "step" if entry.recurrent else "inference",
         "synthetic_weights": entry.synthetic,
         "description": entry.description,
     }

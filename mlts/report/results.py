@@ -26,7 +26,7 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.0f}%"
 
 
-def format_table(records: list[dict]) -> list[str]:
+def _image_table(records: list[dict]) -> list[str]:
     """One line per model x backend: latency and accuracy against the CPU reference.
 
     "CTS err" is the largest error as a multiple of the CTS tolerance (fp32:
@@ -58,4 +58,55 @@ def format_table(records: list[dict]) -> list[str]:
             f"{r['model']:<{w}} {r['backend']:<22} {r['iterations']:>5} {lat['median']:>10.2f} {lat['p90']:>9.2f} {mean_std:>16} "
             f"{err:>9} {_percent(top1):>8} {'-' if ratio is None else f'{ratio:.2f}x':>8} {_percent(vs_float):>8}"
         )
+    return lines
+
+
+def _metric_text(metric: dict | None) -> str:
+    if not metric:
+        return "-"
+    if metric.get("name") == "PhoneErrorRate":
+        return f"PER {metric['phone_error_rate']:.2f}%"
+    f0 = metric.get("log_f0_rms")
+    return f"MCD {metric['mel_cep_distortion']:.1e} F0 {'-' if f0 is None else f'{f0:.1e}'}"
+
+
+def _max_abs(side: dict | None) -> float | None:
+    if not side:
+        return None
+    return max(o["max_abs_error"] for o in side["outputs"].values())
+
+
+def _recurrent_table(records: list[dict]) -> list[str]:
+    """LSTM models run step by step: per-step latency, MLTS's metric vs golden and vs onnxruntime."""
+    w = max([18, *(len(r["model"]) for r in records)])
+    header = (
+        f"{'model':<{w}} {'backend':<22} {'steps':>6} {'ms/step':>8} {'p90 ms':>8} {'mean±std ms':>14} "
+        f"{'vs golden':>24} {'max|err| gold':>13} {'vs onnxruntime':>24} {'max|err| ort':>12}"
+    )
+    lines = [header, "-" * len(header)]
+    for r in records:
+        if r.get("status") != "ok":
+            lines.append(f"{r['model']:<{w}} {r['backend']:<22} ERROR {r.get('error', '')}")
+            continue
+        lat, acc = r["latency_ms"], r.get("accuracy") or {}
+        gold, ort = acc.get("vs_golden"), acc.get("vs_reference")
+        mean_std = f"{lat['mean']:.3f}±{lat['std']:.3f}"
+        lines.append(
+            f"{r['model']:<{w}} {r['backend']:<22} {r['steps']:>6} {lat['median']:>8.3f} {lat['p90']:>8.3f} "
+            f"{mean_std:>14} {_metric_text(gold and gold['metric']):>24} {_fmt(_max_abs(gold), '.2e'):>13} "
+            f"{_metric_text(ort and ort['metric']):>24} {_fmt(_max_abs(ort), '.2e'):>12}"
+        )
+        lines += [f"  validation error: {e}" for e in r.get("validation_errors") or []]
+    return lines
+
+
+def format_table(records: list[dict]) -> list[str]:
+    """The image models' table, then (when any ran) the step-by-step LSTM models' table."""
+    # A failed LSTM run has no mode: it goes with its model's other rows.
+    lstm_models = {r["model"] for r in records if r.get("mode") == "step-by-step"}
+    recurrent = [r for r in records if r["model"] in lstm_models]
+    images = [r for r in records if r["model"] not in lstm_models]
+    lines = _image_table(images) if images else []
+    if recurrent:
+        lines += ([""] if lines else []) + _recurrent_table(recurrent)
     return lines

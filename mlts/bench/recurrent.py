@@ -1,0 +1,154 @@
+"""Recurrent (LSTM) models: the speech sequences run step by step, as MLTS runs asr_float and tts_float.
+
+Every backend runs the same sequences through the per-step model. The state
+outputs of one step are the state inputs of the next; every sequence starts
+from zero state. Latency is the wall clock around each step's execution call
+(so per-step statistics); warm-up steps (the first steps of the first
+sequence, state reset afterwards) are excluded. Accuracy is scored with
+MLTS's metric for the model (PhoneErrorRate for ASR, MelCepLogF0 for TTS)
+plus MSE and max absolute error, against the float64 golden outputs and,
+for drivers, against onnxruntime's outputs; a metric beyond its limit
+records a validation error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mlts.bench import speech_metrics
+from mlts.bench.stats import summarize_ms
+
+# One step: the model's inputs in order -> (outputs in order, backend-specific extra such as driver timing).
+StepFn = Callable[[Sequence[np.ndarray]], tuple[list[np.ndarray], Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class StepSignature:
+    """Where the per-step model's features and states sit among its converted inputs and outputs."""
+
+    feature_input: int
+    main_output: int
+    states: tuple[tuple[int, int, tuple[int, ...]], ...]  # (input index, output index, shape)
+    output_names: tuple[str, ...]
+
+    @classmethod
+    def of(cls, entry, conv) -> StepSignature:
+        """From a zoo entry (its state names) and the Conversion of its ONNX model (the order)."""
+        ins = [t.name for t in conv.inputs]
+        outs = [t.name for t in conv.outputs]
+        states = tuple((ins.index(i), outs.index(o), tuple(shape)) for i, o, shape in entry.state)
+        return cls(ins.index(entry.input_name), outs.index(entry.output_name), states, tuple(outs))
+
+
+@dataclass(slots=True)
+class SequenceRun:
+    """Per-step latencies (s), per sequence the stacked outputs ([steps, ...] per output), and the extras."""
+
+    samples: list[float]
+    sequence_seconds: list[float]
+    outputs: list[list[np.ndarray]]
+    extras: list[Any]
+
+
+def _feed(sig: StepSignature, x: np.ndarray, state: list[np.ndarray], n_inputs: int) -> list[np.ndarray]:
+    feed: list[np.ndarray] = [np.empty(0)] * n_inputs
+    feed[sig.feature_input] = x
+    for (i, _, _), value in zip(sig.states, state, strict=True):
+        feed[i] = value
+    return feed
+
+
+def _zero_state(sig: StepSignature) -> list[np.ndarray]:
+    return [np.zeros(shape, np.float32) for _, _, shape in sig.states]
+
+
+def run_sequences(
+    step: StepFn, sig: StepSignature, n_inputs: int, sequences: Sequence[np.ndarray], warmup: int
+) -> SequenceRun:
+    """Every sequence step by step with state carried and reset per sequence; see the module docstring."""
+    state = _zero_state(sig)
+    first = sequences[0]
+    for k in range(warmup):
+        outs, _ = step(_feed(sig, first[k % len(first)][None], state, n_inputs))
+        state = [outs[o] for _, o, _ in sig.states]
+    run = SequenceRun([], [], [], [])
+    for seq in sequences:
+        state = _zero_state(sig)
+        per_step: list[list[np.ndarray]] = []
+        start = len(run.samples)
+        for x in seq:
+            feed = _feed(sig, x[None], state, n_inputs)
+            t0 = time.perf_counter()
+            outs, extra = step(feed)
+            run.samples.append(time.perf_counter() - t0)
+            run.extras.append(extra)
+            state = [outs[o] for _, o, _ in sig.states]
+            per_step.append(outs)
+        run.sequence_seconds.append(sum(run.samples[start:]))
+        run.outputs.append([np.stack([o[k] for o in per_step]) for k in range(len(sig.output_names))])
+    return run
+
+
+def _metric(model: str, actual: list[np.ndarray], expected: list[np.ndarray]) -> dict:
+    """MLTS's metric for the model family on the main outputs of every sequence."""
+    expected = [e.reshape(a.shape) for a, e in zip(actual, expected, strict=True)]
+    if model.startswith("asr"):
+        return {"name": "PhoneErrorRate", **speech_metrics.phone_error_rate_many(actual, expected)}
+    return {"name": "MelCepLogF0", **speech_metrics.mel_cep_log_f0_many(actual, expected)}
+
+
+def score(
+    model: str, sig: StepSignature, run: SequenceRun, golden: list[np.ndarray], reference: SequenceRun | None
+) -> dict:
+    """Accuracy of one backend's run: vs the golden outputs, and vs onnxruntime's run when given."""
+    main = [outs[sig.main_output] for outs in run.outputs]
+    golden_shaped = [g.reshape(a.shape) for a, g in zip(main, golden, strict=True)]
+    result = {
+        "vs_golden": {
+            "metric": _metric(model, main, golden_shaped),
+            "outputs": {
+                sig.output_names[sig.main_output]: speech_metrics.output_errors_many(main, golden_shaped)
+            },
+        }
+    }
+    if reference is not None:
+        ref_main = [outs[sig.main_output] for outs in reference.outputs]
+        result["vs_reference"] = {
+            "metric": _metric(model, main, ref_main),
+            "outputs": {
+                name: speech_metrics.output_errors_many(
+                    [outs[k] for outs in run.outputs], [outs[k] for outs in reference.outputs]
+                )
+                for k, name in enumerate(sig.output_names)
+            },
+        }
+    return result
+
+
+def validation_errors(accuracy: dict) -> list[str]:
+    """The broken limits of a score() result, each naming what it was compared against."""
+    errors = []
+    for against, label in (("vs_golden", "golden outputs"), ("vs_reference", "onnxruntime")):
+        if against in accuracy:
+            errors += [
+                f"{v} (against the {label})" for v in accuracy[against]["metric"].get("violations", [])
+            ]
+    return errors
+
+
+def latency_fields(run: SequenceRun, warmup: int) -> dict:
+    """Per-step latency statistics plus per-sequence totals for the results row."""
+    return {
+        "mode": "step-by-step",
+        "sequences": len(run.outputs),
+        "steps": len(run.samples),
+        "warmup_steps": warmup,
+        "latency_ms": summarize_ms(run.samples),
+        "latency_unit": "step",
+        "sequence_latency_ms": summarize_ms(run.sequence_seconds),
+    }
