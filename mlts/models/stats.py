@@ -20,16 +20,20 @@ _WEIGHT_INPUTS = {
 
 
 def count_params(model: onnx.ModelProto) -> int:
-    """Trainable parameters: elements of constant Conv/Gemm/MatMul weights and biases plus BN gamma and beta.
+    """Trainable parameters: elements of constant Conv/Gemm/MatMul/LSTM weights and biases plus BN gamma and beta.
 
-    Each initializer counts once even when several nodes share it.
+    A MatMul's bias is the constant of the Add that reads its output. Each
+    initializer counts once even when several nodes share it.
     """
     sizes = {t.name: math.prod(t.dims) for t in model.graph.initializer}
+    matmul_outputs = {n.output[0] for n in model.graph.node if n.op_type == "MatMul"}
     counted: set[str] = set()
     for node in model.graph.node:
         for index in _WEIGHT_INPUTS.get(node.op_type, ()):
             if index < len(node.input) and node.input[index] in sizes:
                 counted.add(node.input[index])
+        if node.op_type == "Add" and any(i in matmul_outputs for i in node.input):
+            counted.update(i for i in node.input if i in sizes)
     return sum(sizes[name] for name in counted)
 
 

@@ -1,0 +1,112 @@
+"""Golden outputs: the float64 reference is float64, agrees with hand computation, and is cached safely."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from mlts.datasets import golden
+
+
+def _tiny_lstm() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """x [T, 1, 2] -> LSTM(hidden 3) -> Y; returns the model and its float32 weights."""
+    rng = np.random.default_rng(5)
+    w = {
+        "W": rng.normal(0, 0.6, (1, 12, 2)).astype(np.float32),
+        "R": rng.normal(0, 0.6, (1, 12, 3)).astype(np.float32),
+        "B": rng.normal(0, 0.2, (1, 24)).astype(np.float32),
+    }
+    node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y"], hidden_size=3)
+    graph = helper.make_graph(
+        [node],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["time", 1, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in w.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 10
+    return model, w
+
+
+def _lstm64(x: np.ndarray, w: dict[str, np.ndarray]) -> np.ndarray:
+    """ONNX LSTM (gates i, o, f, c; zero initial state) in float64, one gate at a time."""
+    W, R, B = (w[k][0].astype(np.float64) for k in "WRB")
+    H = R.shape[1]
+    h, c = np.zeros(H), np.zeros(H)
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    out = []
+    for xt in x[:, 0].astype(np.float64):
+        gate = [
+            W[k * H : (k + 1) * H] @ xt
+            + R[k * H : (k + 1) * H] @ h
+            + B[k * H : (k + 1) * H]
+            + B[(4 + k) * H : (5 + k) * H]
+            for k in range(4)
+        ]
+        i, o, f, g = sig(gate[0]), sig(gate[1]), sig(gate[2]), np.tanh(gate[3])
+        c = f * c + i * g
+        h = o * np.tanh(c)
+        out.append(h.copy())
+    return np.array(out)[:, None, None, :]
+
+
+def test_float64_copy_is_float64_throughout():
+    model, _ = _tiny_lstm()
+    copy = golden.float64_copy(model)
+    assert all(t.data_type == TensorProto.DOUBLE for t in copy.graph.initializer)
+    assert copy.graph.input[0].type.tensor_type.elem_type == TensorProto.DOUBLE
+    assert model.graph.initializer[0].data_type == TensorProto.FLOAT  # the original is untouched
+
+
+def test_reference_matches_a_hand_written_float64_lstm():
+    model, w = _tiny_lstm()
+    x = np.random.default_rng(1).normal(size=(9, 1, 2))
+    (out,) = golden.reference_outputs(model, [{"x": x}])[0]
+    assert out.dtype == np.float64
+    np.testing.assert_allclose(out, _lstm64(x, w), rtol=1e-12, atol=1e-14)
+
+
+def test_golden_outputs_are_cached_and_a_corrupt_cache_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLTS_CACHE_DIR", str(tmp_path))
+    model, w = _tiny_lstm()
+    feeds = [
+        {"x": np.full((4, 1, 2), 0.5, np.float32)},
+        {"x": np.linspace(-1, 1, 10, dtype=np.float32).reshape(5, 1, 2)},
+    ]
+    first = golden.golden_outputs(model, feeds, "tiny")
+    (path,) = (tmp_path / "golden").glob("tiny.*.npz")
+    np.testing.assert_allclose(first[1], _lstm64(feeds[1]["x"], w), rtol=1e-12, atol=1e-14)
+    stamp = path.stat().st_mtime_ns
+    again = golden.golden_outputs(model, feeds, "tiny")
+    assert path.stat().st_mtime_ns == stamp and all(
+        np.array_equal(a, b) for a, b in zip(first, again, strict=True)
+    )
+    path.write_bytes(b"PK\x03\x04 not really a zip")
+    rebuilt = golden.golden_outputs(model, feeds, "tiny")
+    assert all(np.array_equal(a, b) for a, b in zip(first, rebuilt, strict=True))
+    # Other inputs are another cache entry, never the stale one.
+    other = golden.golden_outputs(model, feeds[:1], "tiny")
+    assert len(list((tmp_path / "golden").glob("tiny.*.npz"))) == 2 and np.array_equal(other[0], first[0])
+
+
+@pytest.mark.parametrize("model_name", ["asr_float", "tts_float"])
+def test_zoo_golden_outputs_agree_with_onnxruntime(model_name):
+    import onnxruntime as ort
+
+    from mlts.datasets.speech import sequences
+    from mlts.models import zoo
+
+    entry = zoo.get(model_name + "_sequence")
+    proto = zoo.load(entry.name)
+    seqs = sequences(model_name, 2)
+    feeds = [{entry.input_name: s[:, None, :]} for s in seqs]
+    gold = golden.golden_outputs(proto, feeds, model_name + "-test")
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    session = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    for feed, g in zip(feeds, gold, strict=True):
+        # onnxruntime computes in float32: its rounding over a few hundred steps stays far below 1e-4.
+        np.testing.assert_allclose(session.run(None, feed)[0], g, atol=2e-5, rtol=1e-5)
