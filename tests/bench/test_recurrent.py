@@ -1,0 +1,74 @@
+"""Step-by-step sequence runs: state carried within a sequence, reset between them, warm-up excluded."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mlts.bench import recurrent
+
+
+class _Accumulator:
+    """A fake step model: inputs (x, total) -> outputs (total + x, total + x); records every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def __call__(self, feed):
+        x, total = feed
+        self.calls.append((x.copy(), total.copy()))
+        new = total + x
+        return [new, new.copy()], ("extra", len(self.calls))
+
+
+SIG = recurrent.StepSignature(
+    feature_input=0, main_output=0, states=((1, 1, (1, 2)),), output_names=("y", "total")
+)
+
+
+def test_state_is_carried_within_a_sequence_and_reset_between_sequences():
+    seqs = [np.arange(6, dtype=np.float32).reshape(3, 2), np.ones((2, 2), np.float32)]
+    step = _Accumulator()
+    run = recurrent.run_sequences(step, SIG, 2, seqs, warmup=0)
+    np.testing.assert_array_equal(run.outputs[0][0][:, 0], [[0, 1], [2, 4], [6, 9]])  # running sums
+    np.testing.assert_array_equal(run.outputs[1][0][:, 0], [[1, 1], [2, 2]])  # starts again from zero
+    assert [c[1].tolist() for c in step.calls] == [[[0, 0]], [[0, 1]], [[2, 4]], [[0, 0]], [[1, 1]]]
+    assert len(run.samples) == 5 and all(s >= 0 for s in run.samples)
+    assert len(run.sequence_seconds) == 2 and run.sequence_seconds[0] == pytest.approx(sum(run.samples[:3]))
+    assert run.extras[-1] == ("extra", 5)
+
+
+def test_warm_up_steps_are_not_timed_and_do_not_leak_state():
+    seqs = [np.full((2, 2), 3.0, np.float32)]
+    step = _Accumulator()
+    run = recurrent.run_sequences(step, SIG, 2, seqs, warmup=5)
+    assert len(step.calls) == 7 and len(run.samples) == 2
+    # Warm-up wraps around the first sequence with its own carried state, then state is reset.
+    assert step.calls[4][1].tolist() == [[12, 12]] and step.calls[5][1].tolist() == [[0, 0]]
+    np.testing.assert_array_equal(run.outputs[0][0][:, 0], [[3, 3], [6, 6]])
+
+
+def test_scores_and_validation_errors():
+    golden = [np.eye(4)[[0, 1, 2, 3, 3]].reshape(5, 1, 4)]  # phones 0 1 2 3 3
+    good = recurrent.SequenceRun(
+        [0.1] * 5, [0.5], [[golden[0].astype(np.float32), np.zeros((5, 1, 2))]], [None] * 5
+    )
+    bad_scores = golden[0].copy()
+    bad_scores[1] = [[0, 0, 0, 1]]  # one wrong phone in five frames: PER 20%
+    bad = recurrent.SequenceRun([0.1] * 5, [0.5], [[bad_scores, np.ones((5, 1, 2))]], [None] * 5)
+    ok = recurrent.score("asr_float", SIG, good, golden, None)
+    assert ok["vs_golden"]["metric"]["name"] == "PhoneErrorRate"
+    assert ok["vs_golden"]["metric"]["phone_error_rate"] == 0 and recurrent.validation_errors(ok) == []
+    assert "vs_reference" not in ok
+    res = recurrent.score("asr_float", SIG, bad, golden, good)
+    assert res["vs_golden"]["metric"]["phone_error_rate"] == pytest.approx(20.0)
+    assert res["vs_reference"]["outputs"]["total"]["max_abs_error"] == 1.0
+    errors = recurrent.validation_errors(res)
+    assert len(errors) >= 2 and any("golden" in e for e in errors) and any("onnxruntime" in e for e in errors)
+
+
+def test_latency_fields_are_per_step():
+    run = recurrent.SequenceRun([0.001, 0.002, 0.003], [0.003, 0.003], [[], []], [None] * 3)
+    fields = recurrent.latency_fields(run, 4)
+    assert fields["steps"] == 3 and fields["sequences"] == 2 and fields["warmup_steps"] == 4
+    assert fields["latency_unit"] == "step" and fields["latency_ms"]["median"] == pytest.approx(2.0)
