@@ -1,6 +1,7 @@
 """Median latency of the sample driver and of onnxruntime on the same inputs and thread count, and their ratio.
 
-usage: python benchmarks/driver_vs_onnxruntime.py [--threads N] [--iterations N] [--warmup N] [--in-process] [MODEL ...]
+usage: python benchmarks/driver_vs_onnxruntime.py [--threads N] [--iterations N] [--warmup N]
+       [--sequences N] [--in-process] [MODEL ...]
 
 Both backends see the same procedural images; each timed iteration is the wall
 clock around one whole execution call (for the driver: request into shared
@@ -9,6 +10,10 @@ iterations are discarded. The estimator is the median of the timed iterations.
 Measured in one run, so the ratio is comparable even on a noisy machine.
 Quantized models are compared with onnxruntime running the same quantized
 ONNX file; their error column is the largest deviation in quantized units.
+The LSTM models (asr_float, tts_float) run --sequences dataset sequences step
+by step on both backends (state carried, reset per sequence); their figure is
+the median per-step latency and their accuracy column is MLTS's metric
+(PhoneErrorRate / mel-cepstral distortion) of the driver against onnxruntime.
 """
 
 from __future__ import annotations
@@ -23,11 +28,20 @@ def main() -> int:
     p.add_argument(
         "models",
         nargs="*",
-        default=["mobilenet_v1_1.0_224", "mobilenet_v2_1.0_224", "mobilenet_v1_1.0_224_quant"],
+        default=[
+            "mobilenet_v1_1.0_224",
+            "mobilenet_v2_1.0_224",
+            "mobilenet_v1_1.0_224_quant",
+            "asr_float",
+            "tts_float",
+        ],
     )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--iterations", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument(
+        "--sequences", type=int, default=10, help="LSTM models: dataset sequences run step by step"
+    )
     p.add_argument("--driver", default="sample-all")
     p.add_argument("--in-process", action="store_true", help="load the driver in this process (no IPC)")
     a = p.parse_args()
@@ -42,7 +56,12 @@ def main() -> int:
 
     spec = discover()[a.driver]
     config = BenchmarkConfig(
-        threads=a.threads, warmup=a.warmup, iterations=a.iterations, inputs=4, in_process=a.in_process
+        threads=a.threads,
+        warmup=a.warmup,
+        iterations=a.iterations,
+        inputs=4,
+        in_process=a.in_process,
+        sequences=a.sequences,
     )
     device = open_device(spec, in_process=a.in_process, threads=a.threads)
     print(
@@ -64,6 +83,17 @@ def main() -> int:
                 continue
             r, d = ref["latency_ms"]["median"], drv["latency_ms"]["median"]
             acc = drv["accuracy"]
+            if drv.get("latency_unit") == "step":
+                metric = acc["vs_reference"]["metric"]
+                score = (
+                    f"PER {metric['phone_error_rate']:.1f}%"
+                    if metric["name"] == "PhoneErrorRate"
+                    else f"MCD {metric['mel_cep_distortion']:.0e}"
+                )
+                err = max(o["max_abs_error"] for o in acc["vs_reference"]["outputs"].values())
+                label = f"{name} (per step, {drv['steps']} steps)"
+                print(f"{label:<38} {d:>10.3f} {r:>15.3f} {d / r:>7.2f} {err:>9.2e} {score:>8}")
+                continue
             err = (
                 f"{acc['max_quant_deviation']} units"
                 if "max_quant_deviation" in acc
