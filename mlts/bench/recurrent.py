@@ -1,5 +1,7 @@
 """Recurrent (LSTM) models: the speech sequences run step by step, as MLTS runs asr_float and tts_float.
 
+(The whole-sequence forms run each sequence in one call instead: see run_whole.)
+
 Every backend runs the same sequences through the per-step model. The state
 outputs of one step are the state inputs of the next; every sequence starts
 from zero state. Latency is the wall clock around each step's execution call
@@ -94,6 +96,32 @@ def run_sequences(
     return run
 
 
+def run_whole(
+    execute: Callable[[np.ndarray], tuple[list[np.ndarray], Any]],
+    sequences: Sequence[np.ndarray],
+    warmup: int,
+) -> SequenceRun:
+    """Each sequence [steps, features] in one call on [steps, 1, features]; `warmup` untimed calls first.
+
+    The warm-up calls run on each sequence before its timed call, since a
+    backend may prepare per sequence length. `samples` holds one latency per
+    sequence.
+    """
+    run = SequenceRun([], [], [], [])
+    for seq in sequences:
+        x = np.ascontiguousarray(seq[:, None, :])
+        for _ in range(warmup):
+            execute(x)
+        t0 = time.perf_counter()
+        outs, extra = execute(x)
+        elapsed = time.perf_counter() - t0
+        run.samples.append(elapsed)
+        run.sequence_seconds.append(elapsed)
+        run.extras.append(extra)
+        run.outputs.append(list(outs))
+    return run
+
+
 def _metric(model: str, actual: list[np.ndarray], expected: list[np.ndarray]) -> dict:
     """MLTS's metric for the model family on the main outputs of every sequence."""
     expected = [e.reshape(a.shape) for a, e in zip(actual, expected, strict=True)]
@@ -141,8 +169,23 @@ def validation_errors(accuracy: dict) -> list[str]:
     return errors
 
 
-def latency_fields(run: SequenceRun, warmup: int) -> dict:
-    """Per-step latency statistics plus per-sequence totals for the results row."""
+def latency_fields(run: SequenceRun, warmup: int, whole: bool = False) -> dict:
+    """Per-step latency statistics plus per-sequence totals for the results row.
+
+    `whole`: one sample per sequence (run_whole); the per-step figure is then
+    each sequence's latency divided by its steps.
+    """
+    if whole:
+        steps = [len(outs[0]) for outs in run.outputs]
+        return {
+            "mode": "whole-sequence",
+            "sequences": len(run.outputs),
+            "steps": sum(steps),
+            "warmup_calls_per_sequence": warmup,
+            "latency_ms": summarize_ms(run.samples),
+            "latency_unit": "sequence",
+            "step_latency_ms": summarize_ms([s / n for s, n in zip(run.samples, steps, strict=True)]),
+        }
     return {
         "mode": "step-by-step",
         "sequences": len(run.outputs),

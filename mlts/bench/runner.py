@@ -172,21 +172,15 @@ def benchmark_recurrent(
     from mlts.bench import recurrent
     from mlts.convert import convert
     from mlts.datasets import speech
-    from mlts.datasets.golden import golden_outputs
-    from mlts.models import zoo
     from mlts.runtime.session import Session
 
-    if entry.form != "step":
-        raise ValueError(
-            f"{entry.name} takes a whole sequence per call; benchmark its per-step form {entry.step_model} instead"
-        )
+    if entry.form == "sequence":
+        return _benchmark_whole_sequences(source, entry, proto, devices, config, progress)
     conv = convert(proto)
     sig = recurrent.StepSignature.of(entry, conv)
     n_inputs = len(conv.inputs)
     seqs = speech.sequences(entry.name, config.sequences)
-    progress(f"{source.name}: golden outputs (float64 reference, cached)")
-    whole = zoo.load(entry.name + "_sequence")
-    golden = golden_outputs(whole, [{entry.input_name: s[:, None, :]} for s in seqs], entry.name)
+    golden = _speech_golden(entry.name, entry.input_name, seqs, source, progress)
     reference = OnnxRuntimeReference(proto.SerializeToString(), config.threads)
 
     def ref_step(feed):
@@ -221,8 +215,73 @@ def benchmark_recurrent(
             accuracy=accuracy,
             validation_errors=recurrent.validation_errors(accuracy),
         )
-        rows[backend]["iterations"] = len(run.samples)
-        rows[backend]["inputs"] = len(seqs)
+        rows[backend].update(iterations=len(run.samples), inputs=len(seqs), warmup_iterations=config.warmup)
+    return [rows["ref"]] + [rows[d] for d in sorted(devices)]
+
+
+def _speech_golden(
+    step_name: str, input_name: str, seqs: list, source: ModelSource, progress: Progress
+) -> list:
+    from mlts.datasets.golden import golden_outputs
+    from mlts.models import zoo
+
+    progress(f"{source.name}: golden outputs (float64 reference, cached)")
+    whole = zoo.load(step_name + "_sequence")
+    return golden_outputs(whole, [{input_name: s[:, None, :]} for s in seqs], step_name)
+
+
+def _benchmark_whole_sequences(
+    source: ModelSource, entry, proto, devices: dict, config: BenchmarkConfig, progress: Progress
+) -> list[dict]:
+    """A whole-sequence LSTM zoo model: each sequence in one call; drivers prepare once per sequence length."""
+    from mlts.bench import recurrent
+    from mlts.convert import convert
+    from mlts.datasets import speech
+    from mlts.runtime.session import Session
+
+    step_name = entry.step_model
+    seqs = speech.sequences(step_name, config.sequences)
+    golden = _speech_golden(step_name, entry.input_name, seqs, source, progress)
+    reference = OnnxRuntimeReference(proto.SerializeToString(), config.threads)
+    sig = recurrent.StepSignature(0, 0, (), (entry.output_name,))
+    warmup = min(config.warmup, 1)
+    runs: dict[str, recurrent.SequenceRun] = {}
+    rows: dict[str, dict] = {}
+    for backend in _backend_order(config, source.name, devices):
+        if backend == "ref":
+            progress(f"{source.name}: {reference.backend}, {len(seqs)} whole sequences")
+            runs[backend] = recurrent.run_whole(lambda x: (reference.run([x]), None), seqs, warmup)
+            continue
+        label = f"driver:{backend}"
+        progress(f"{source.name}: {label}, {len(seqs)} whole sequences (prepared per length)")
+        sessions: dict[int, Session] = {}
+
+        def execute(x, device=devices[backend], sessions=sessions):
+            if len(x) not in sessions:
+                conv = convert(proto, input_shapes={entry.input_name: x.shape})
+                sessions[len(x)] = Session(device, conv.model)
+            return sessions[len(x)].run([x])
+
+        try:
+            runs[backend] = recurrent.run_whole(execute, seqs, warmup)
+        except HalError as e:
+            rows[backend] = _record(source.name, label, config, status="error", error=str(e))
+        finally:
+            for session in sessions.values():
+                session.close()
+    for backend, run in runs.items():
+        accuracy = recurrent.score(step_name, sig, run, golden, None if backend == "ref" else runs["ref"])
+        label = reference.backend if backend == "ref" else f"driver:{backend}"
+        rows[backend] = _record(
+            source.name,
+            label,
+            config,
+            **recurrent.latency_fields(run, warmup, whole=True),
+            driver_timing=None if backend == "ref" else _timing_summary(run.extras),
+            accuracy=accuracy,
+            validation_errors=recurrent.validation_errors(accuracy),
+        )
+        rows[backend].update(iterations=len(run.samples), inputs=len(seqs), warmup_iterations=warmup)
     return [rows["ref"]] + [rows[d] for d in sorted(devices)]
 
 

@@ -77,7 +77,10 @@ def _max_abs(side: dict | None) -> float | None:
 
 
 def _recurrent_table(records: list[dict]) -> list[str]:
-    """LSTM models run step by step: per-step latency, MLTS's metric vs golden and vs onnxruntime."""
+    """LSTM models: per-step latency, MLTS's metric vs golden and vs onnxruntime.
+
+    Whole-sequence rows give each sequence's latency divided by its steps.
+    """
     w = max([18, *(len(r["model"]) for r in records)])
     header = (
         f"{'model':<{w}} {'backend':<22} {'steps':>6} {'ms/step':>8} {'p90 ms':>8} {'mean±std ms':>14} "
@@ -88,7 +91,8 @@ def _recurrent_table(records: list[dict]) -> list[str]:
         if r.get("status") != "ok":
             lines.append(f"{r['model']:<{w}} {r['backend']:<22} ERROR {r.get('error', '')}")
             continue
-        lat, acc = r["latency_ms"], r.get("accuracy") or {}
+        lat = r["step_latency_ms"] if r.get("mode") == "whole-sequence" else r["latency_ms"]
+        acc = r.get("accuracy") or {}
         gold, ort = acc.get("vs_golden"), acc.get("vs_reference")
         mean_std = f"{lat['mean']:.3f}±{lat['std']:.3f}"
         lines.append(
@@ -103,7 +107,7 @@ def _recurrent_table(records: list[dict]) -> list[str]:
 def format_table(records: list[dict]) -> list[str]:
     """The image models' table, then (when any ran) the step-by-step LSTM models' table."""
     # A failed LSTM run has no mode: it goes with its model's other rows.
-    lstm_models = {r["model"] for r in records if r.get("mode") == "step-by-step"}
+    lstm_models = {r["model"] for r in records if r.get("mode") in ("step-by-step", "whole-sequence")}
     recurrent = [r for r in records if r["model"] in lstm_models]
     images = [r for r in records if r["model"] not in lstm_models]
     lines = _image_table(images) if images else []

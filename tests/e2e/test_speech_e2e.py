@@ -104,3 +104,19 @@ def test_benchmark_command_scores_both_models(tmp_path):
         )
         assert ("vs_reference" in r["accuracy"]) == backend.startswith("driver")
     assert "PER 0.00%" in result.output and "MCD" in result.output
+
+
+def test_benchmark_runs_the_whole_sequence_form_per_sequence(tmp_path):
+    args = ["benchmark", "--models", "^tts_float_sequence$", "--drivers", "sample-all", "--sequences", "2"]
+    result = CliRunner().invoke(main, [*args, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads((tmp_path / "results.json").read_text())["results"]
+    lengths = [len(s) for s in sequences("tts_float", 2)]
+    assert [r["backend"] for r in rows] == ["cpu:onnxruntime", "driver:sample-all"]
+    for r in rows:
+        assert (
+            r["mode"] == "whole-sequence" and r["latency_unit"] == "sequence" and r["steps"] == sum(lengths)
+        )
+        assert r["latency_ms"]["max"] >= r["step_latency_ms"]["max"] > 0
+        assert r["accuracy"]["vs_golden"]["metric"]["ok"] and r["validation_errors"] == []
+    assert rows[1]["accuracy"]["vs_reference"]["outputs"]["acoustic_frames"]["max_abs_error"] < 1e-4
