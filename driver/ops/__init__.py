@@ -19,6 +19,7 @@ from driver.ops import (  # noqa: F401
     l2_pool_2d,
     log_softmax,
     logistic,
+    lstm,
     max_pool_2d,
     maximum,
     mean,
@@ -38,12 +39,14 @@ from driver.ops import (  # noqa: F401
     rsqrt,
     slice,
     softmax,
+    split,
     sqrt,
     squeeze,
     strided_slice,
     sub,
     tanh,
     transpose,
+    unidirectional_sequence_lstm,
 )
 from driver.ops._base import ArgInfo, kernel_for, register, registered_operations
 

@@ -29,8 +29,28 @@ from mlts.commands._common import echo_json
     is_flag=True,
     help="Give the NN model NHWC inputs/outputs instead of keeping the ONNX layout.",
 )
-def convert_cmd(onnx_file: str, output: str, dot_file: str | None, batch_size: int, nhwc_io: bool) -> None:
-    """Convert an ONNX model (a file, or a zoo model's name) to an NN graph file (.nnm)."""
+@click.option(
+    "--input-shape",
+    "input_shapes",
+    multiple=True,
+    metavar="NAME=D1,D2,...",
+    callback=lambda _ctx, _param, specs: parse_input_shapes(specs),
+    help="The whole shape of input NAME, fixing its symbolic dimensions (e.g. a time axis: "
+    "features=50,1,320); repeatable, one per input.",
+)
+def convert_cmd(
+    onnx_file: str,
+    output: str,
+    dot_file: str | None,
+    batch_size: int,
+    nhwc_io: bool,
+    input_shapes: dict[str, tuple[int, ...]],
+) -> None:
+    """Convert an ONNX model (a file, or a zoo model's name) to an NN graph file (.nnm).
+
+    Symbolic batch dimensions become --batch-size; any other symbolic
+    dimension needs the input's shape from --input-shape.
+    """
     from mlts.convert import convert
     from mlts.hal import nnfile
     from mlts.hal.atomic import write_atomic
@@ -38,7 +58,7 @@ def convert_cmd(onnx_file: str, output: str, dot_file: str | None, batch_size: i
     from mlts.hal.validate import validate_model
 
     onnx_file = _resolve_model(onnx_file)
-    conv = convert(onnx_file, batch_size=batch_size, keep_io_layout=not nhwc_io)
+    conv = convert(onnx_file, batch_size=batch_size, keep_io_layout=not nhwc_io, input_shapes=input_shapes)
     validate_model(conv.model)
     meta = {
         "source": Path(onnx_file).name,
@@ -56,6 +76,24 @@ def convert_cmd(onnx_file: str, output: str, dot_file: str | None, batch_size: i
         click.echo(f"  {note}")
     if dot_file:
         click.echo(f"wrote {dot_file}")
+
+
+def parse_input_shapes(specs: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """{NAME: dims} from NAME=D1,D2,... specs; click.BadParameter for a malformed or repeated one."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, sep, dims = spec.partition("=")
+        name = name.strip()
+        parts = [p.strip() for p in dims.split(",")]
+        if not sep or not name or not all(p.isascii() and p.isdigit() and int(p) > 0 for p in parts):
+            raise click.BadParameter(
+                f"'{spec}' is not NAME=D1,D2,... with positive integer dimensions",
+                param_hint="'--input-shape'",
+            )
+        if name in shapes:
+            raise click.BadParameter(f"input '{name}' is given twice", param_hint="'--input-shape'")
+        shapes[name] = tuple(int(p) for p in parts)
+    return shapes
 
 
 def _resolve_model(arg: str) -> str:

@@ -7,6 +7,7 @@ DequantizeLinear, ops/qlinear for the QOperator ops.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +25,7 @@ from mlts.convert.load import (
     ModelSource,
     default_opset,
     fix_batch,
+    fix_input_shapes,
     infer_shapes,
     load_model,
 )
@@ -104,6 +106,7 @@ def _notes(ctx: Context, pruned: int) -> list[str]:
         "layout_transpose": "inserted {} TRANSPOSE for NCHW<->NHWC layout",
         "quantized_constant": "kept {} DequantizeLinear constants as quantized weights, biases and tensors",
         "fc_as_conv": "emitted {} per-channel fully connected layers as 1x1 CONV_2D",
+        "fused_squeeze": "folded {} Squeeze of LSTM outputs into the LSTM's output shape",
     }
     notes = [text.format(c[key]) for key, text in plural.items() if c[key]]
     pairs = c["folded_dq"] + c["fused_qdq"] // 2
@@ -241,16 +244,29 @@ def _add_outputs(
     return infos
 
 
-def convert(onnx_model: ModelSource, *, batch_size: int = 1, keep_io_layout: bool = True) -> Conversion:
+def convert(
+    onnx_model: ModelSource,
+    *,
+    batch_size: int = 1,
+    keep_io_layout: bool = True,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+) -> Conversion:
     """Convert an ONNX model (proto, path or bytes) to an NN HAL Model.
 
     Rank-4 activations are carried in NHWC inside the graph; with
     `keep_io_layout` the model's rank-4 inputs and outputs stay NCHW (one
-    TRANSPOSE each), otherwise they are NHWC. Raises ConversionError.
+    TRANSPOSE each), otherwise they are NHWC. `input_shapes` gives the whole
+    shape of named graph inputs before shape inference (e.g. {"features":
+    [50, 1, 320]} fixes a symbolic time dimension): their symbolic dims take
+    the given values, and a value that contradicts a static dim, a wrong rank
+    or an unknown name is an error. The symbolic leading (batch) dim of every
+    other input becomes `batch_size`; no other dim may be symbolic. Raises
+    ConversionError.
     """
     model = load_model(onnx_model)
     opset = default_opset(model)
-    notes = fix_batch(model, batch_size)
+    notes = fix_input_shapes(model, input_shapes or {})
+    notes += fix_batch(model, batch_size, skip=set(input_shapes or {}))
     model = infer_shapes(model)
     graph = model.graph
     if graph.sparse_initializer:

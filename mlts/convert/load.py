@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Mapping, Sequence
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -80,19 +81,78 @@ def default_opset(model: onnx.ModelProto) -> int:
     raise ConversionError("the model imports no opset of the default ONNX domain ('' / 'ai.onnx')")
 
 
-def fix_batch(model: onnx.ModelProto, batch_size: int) -> list[str]:
-    """Set symbolic or unknown leading dims of the graph inputs to `batch_size`; returns notes."""
+def _runtime_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """Graph inputs that are not initializers (the values a caller feeds)."""
+    initializers = {i.name for i in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in initializers]
+
+
+def fix_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> list[str]:
+    """Set every dim of the named graph inputs: symbolic ones take the given values; returns notes.
+
+    A value that contradicts a static dim, a wrong rank or an unknown input
+    name is a ConversionError.
+    """
+    inputs = {i.name: i for i in _runtime_inputs(model)}
+    notes = []
+    for name, dims in input_shapes.items():
+        inp = inputs.get(name)
+        if inp is None or not inp.type.HasField("tensor_type"):
+            listed = ", ".join(f"'{n}'" for n in inputs) or "none"
+            raise ConversionError(
+                f"input_shapes names '{name}', which is not a tensor input of the model; its inputs: {listed}"
+            )
+        notes += _set_dims(inp, [int(d) for d in dims])
+    return notes
+
+
+def _set_dims(inp: onnx.ValueInfoProto, dims: list[int]) -> list[str]:
+    name = inp.name
+    bad = [d for d in dims if d < 1]
+    if bad:
+        raise ConversionError(f"input_shapes gives input '{name}' shape {dims}; every dimension must be >= 1")
+    tt = inp.type.tensor_type
+    if not tt.HasField("shape"):
+        tt.shape.dim.extend(onnx.TensorShapeProto.Dimension(dim_value=d) for d in dims)
+        return [f"set the shape of input '{name}' (declared without one) to {dims}"]
+    declared = [
+        d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
+        for d in tt.shape.dim
+    ]
+    if len(declared) != len(dims):
+        raise ConversionError(
+            f"input_shapes gives input '{name}' {len(dims)} dimensions {dims}; the model declares rank "
+            f"{len(declared)} {declared}"
+        )
+    notes = []
+    for i, (dim, value) in enumerate(zip(tt.shape.dim, dims, strict=True)):
+        if dim.HasField("dim_value") and dim.dim_value > 0:
+            if dim.dim_value != value:
+                raise ConversionError(
+                    f"input_shapes gives input '{name}' shape {dims}, but its dimension {i} is fixed to "
+                    f"{dim.dim_value} (declared {declared})"
+                )
+            continue
+        label = dim.dim_param or "?"
+        dim.Clear()
+        dim.dim_value = value
+        notes.append(f"fixed symbolic dimension '{label}' of input '{name}' to {value}")
+    return notes
+
+
+def fix_batch(model: onnx.ModelProto, batch_size: int, skip: Collection[str] = ()) -> list[str]:
+    """Set symbolic or unknown leading dims of the graph inputs (but those in `skip`) to `batch_size`; returns notes."""
     if batch_size < 1:
         raise ConversionError(f"batch_size {batch_size} is invalid; expected >= 1")
-    initializers = {i.name for i in model.graph.initializer}
     notes = []
-    for inp in model.graph.input:
-        if inp.name in initializers or not inp.type.HasField("tensor_type"):
+    for inp in _runtime_inputs(model):
+        if inp.name in skip or not inp.type.HasField("tensor_type"):
             continue
         tt = inp.type.tensor_type
         if not tt.HasField("shape"):
             raise ConversionError(
-                f"input '{inp.name}' has no shape; the converter needs the rank and every dimension but the batch"
+                f"input '{inp.name}' has no shape; the converter needs the rank and every dimension but the batch "
+                f"(or the whole shape from input_shapes, mlts convert --input-shape)"
             )
         for i, dim in enumerate(tt.shape.dim):
             if dim.HasField("dim_value") and dim.dim_value > 0:
@@ -104,7 +164,8 @@ def fix_batch(model: onnx.ModelProto, batch_size: int) -> list[str]:
             label = dim.dim_param or "?"
             if i != 0:
                 raise ConversionError(
-                    f"input '{inp.name}' dimension {i} is symbolic ('{label}'); only the batch dimension (0) may be symbolic"
+                    f"input '{inp.name}' dimension {i} is symbolic ('{label}'); only the batch dimension (0) may be "
+                    f"symbolic unless the input's whole shape is given (input_shapes, mlts convert --input-shape)"
                 )
             dim.Clear()
             dim.dim_value = batch_size

@@ -141,6 +141,7 @@ VALUE_PRESERVING = frozenset(
         "MaxPool",
         "Relu",
         "Reshape",
+        "Slice",
         "Squeeze",
         "Transpose",
         "Unsqueeze",
@@ -236,7 +237,8 @@ QUANT_OPS = frozenset(
     {
         "Add", "AveragePool", "Clip", "Concat", "Conv", "DequantizeLinear", "Dropout", "Flatten", "Gemm",
         "GlobalAveragePool", "GlobalMaxPool", "Identity", "MatMul", "MaxPool", "Mul", "Pad", "QuantizeLinear",
-        "ReduceMean", "Relu", "Reshape", "Shape", "Sigmoid", "Softmax", "Squeeze", "Transpose", "Unsqueeze",
+        "ReduceMean", "Relu", "Reshape", "Shape", "Sigmoid", "Slice", "Softmax", "Split", "Squeeze", "Transpose",
+        "Unsqueeze",
         "QLinearConv", "QLinearMatMul", *QLINEAR_INPUTS, "QLinearConcat",
     }
 )  # fmt: skip

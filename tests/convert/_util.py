@@ -7,9 +7,11 @@ from collections.abc import Sequence
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from mlts.convert import Conversion, convert
+from mlts.convert import Conversion, ConversionError, convert
+from mlts.hal.validate import validate_model
 
 ATOL = 1e-5
 RTOL = 5 * 2**-23
@@ -100,3 +102,23 @@ def op_names(conv: Conversion) -> list[str]:
     from mlts.hal.enums import OperationType
 
     return [OperationType(op.type).name for op in conv.model.main.operations]
+
+
+def run_converted(
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray]
+) -> tuple[Conversion, list[np.ndarray]]:
+    """Convert, validate the NN model and run it on the sample driver's executor."""
+    from driver.executor import run_model
+
+    conv = convert(model)
+    validate_model(conv.model)
+    return conv, run_model(conv.model, [feeds[i.name] for i in conv.inputs])
+
+
+def error_of(model: onnx.ModelProto) -> str:
+    """The one-line ConversionError message converting `model` raises."""
+    with pytest.raises(ConversionError) as info:
+        convert(model)
+    message = str(info.value)
+    assert "\n" not in message
+    return message

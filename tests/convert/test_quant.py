@@ -16,10 +16,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from mlts.convert import Conversion, ConversionError, convert
+from mlts.convert import Conversion, convert
 from mlts.hal.enums import FusedActivationFunc, OperandLifeTime, OperandType, OperationType
 from mlts.hal.types import Model, Operand, SymmPerChannelQuantParams
-from tests.convert._util import run_ort
+from tests.convert._util import error_of, run_ort
 from tests.driver.qkit import quantize
 
 U8, S8 = np.uint8, np.int8
@@ -167,14 +167,6 @@ def scalar(model: Model, index: int):
 def no_float_tensors(conv: Conversion) -> None:
     floats = [i for i, o in enumerate(conv.model.main.operands) if o.type == OperandType.TENSOR_FLOAT32]
     assert not floats, f"float32 tensor operands {floats} in {ops(conv)}"
-
-
-def error_of(model: onnx.ModelProto) -> str:
-    with pytest.raises(ConversionError) as info:
-        convert(model)
-    message = str(info.value)
-    assert "\n" not in message
-    return message
 
 
 # ------------------------------------------------------------ running against onnxruntime

@@ -6,6 +6,7 @@ from mlts.convert.ops import (  # noqa: F401
     conv,
     elementwise,
     gemm,
+    lstm,
     norm,
     pad,
     passthrough,
@@ -15,5 +16,6 @@ from mlts.convert.ops import (  # noqa: F401
     reduce,
     reshape,
     softmax,
+    split,
     transpose,
 )
