@@ -97,6 +97,8 @@ class Context:
         self.node: NodeProto | None = None
         self.emitted: list[tuple[OperationType, tuple[int, ...], tuple[int, ...]]] = []
         self._quant_cache: dict[str, QParams | None] = {}
+        # For an operand made by RESHAPE in reshaped(): the tensor at the start of its chain of reshapes.
+        self._reshape_origin: dict[int, Tensor] = {}
 
     # ------------------------------------------------------------ lookups
 
@@ -333,13 +335,18 @@ class Context:
             src = self.in_layout(name, False)
         nhwc = same_order(shape)
         quant = src.quant if out_name is None else out_quant(self, out_name, src.quant, EXACT)
-        if out_name is not None and src.nn_shape == nn_dims(shape, nhwc):
-            # Same NN dims: the operand already holds the result, no copy needed.
-            out = replace(src, shape=shape, nhwc=nhwc)
-            self.bind(out_name, out)
-            return out
+        origin = self._reshape_origin.get(src.operand, src)
+        for held in (src, origin):
+            if held.nn_shape == nn_dims(shape, nhwc) and held.quant == quant:
+                # The operand already holds the result (a reshape of a reshape back to where it
+                # started costs nothing); a RESHAPE left without readers is pruned at the end.
+                out = replace(held, shape=shape, nhwc=nhwc)
+                if out_name is not None:
+                    self.bind(out_name, out)
+                return out
         out = self.new_tensor(out_name, shape, nhwc, quant) if out_name else self.temp(shape, nhwc, quant)
         self.emit(OperationType.RESHAPE, [src.operand, self.ints(out.nn_shape)], [out.operand])
+        self._reshape_origin[out.operand] = origin
         return out
 
     # ------------------------------------------------------------ fusion

@@ -107,6 +107,7 @@ def _notes(ctx: Context, pruned: int) -> list[str]:
         "quantized_constant": "kept {} DequantizeLinear constants as quantized weights, biases and tensors",
         "fc_as_conv": "emitted {} per-channel fully connected layers as 1x1 CONV_2D",
         "fused_squeeze": "folded {} Squeeze of LSTM outputs into the LSTM's output shape",
+        "pruned_operation": "removed {} operations whose results nothing reads",
     }
     notes = [text.format(c[key]) for key, text in plural.items() if c[key]]
     pairs = c["folded_dq"] + c["fused_qdq"] // 2
@@ -291,6 +292,7 @@ def convert(
             _convert_node(ctx, node)
     ctx.node = None
     outputs = _add_outputs(ctx, graph, keep_io_layout, io_notes)
+    ctx.counts["pruned_operation"] = builder.prune()
     try:
         nn_model = builder.build()
     except ValueError as e:

@@ -232,6 +232,55 @@ class ModelBuilder:
                     )
                 self._outputs.append(i)
 
+    # ------------------------------------------------------------ pruning
+
+    def prune(self) -> int:
+        """Drop operations no model output depends on, then operands nothing uses; returns the operations dropped.
+
+        Model inputs are always kept. Operand indexes are renumbered in their
+        original order and the constants' bytes are laid out again, so dropped
+        constants take no space.
+        """
+        needed = set(self._outputs)
+        kept: list[Operation] = []
+        for op in reversed(self._operations):
+            if any(o in needed for o in op.outputs):
+                kept.append(op)
+                needed.update(op.inputs)
+        dropped = len(self._operations) - len(kept)
+        kept.reverse()
+        used = set(self._inputs) | set(self._outputs)
+        for op in kept:
+            used.update(op.inputs)
+            used.update(op.outputs)
+        if dropped == 0 and len(used) == len(self._specs):
+            return 0
+        order = [i for i in range(len(self._specs)) if i in used]
+        new_index = {old: new for new, old in enumerate(order)}
+        specs = [self._specs[i] for i in order]
+        self._values, self._pool = bytearray(), bytearray()
+        self._copy_offsets, self._pool_offsets = {}, {}
+        for spec in specs:
+            if spec.value is not None and spec.lifetime in (
+                OperandLifeTime.CONSTANT_COPY,
+                OperandLifeTime.CONSTANT_REFERENCE,
+            ):
+                data = spec.value.tobytes()
+                copy = spec.lifetime == OperandLifeTime.CONSTANT_COPY
+                buf, seen = (self._values, self._copy_offsets) if copy else (self._pool, self._pool_offsets)
+                offset = self._place(buf, seen, data, COPY_ALIGNMENT if copy else POOL_ALIGNMENT)
+                spec.location = DataLocation(0, offset, len(data))
+        self._specs = specs
+        self._operations = [
+            Operation(
+                op.type, tuple(new_index[i] for i in op.inputs), tuple(new_index[i] for i in op.outputs)
+            )
+            for op in kept
+        ]
+        self._inputs = [new_index[i] for i in self._inputs]
+        self._outputs = [new_index[i] for i in self._outputs]
+        return dropped
+
     # ------------------------------------------------------------ build
 
     def _check_order(self) -> None:

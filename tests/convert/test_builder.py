@@ -96,3 +96,34 @@ def test_ill_formed_models_rejected() -> None:
         b.add_operand(OperandType.INT32, (1,))
     with pytest.raises(ValueError, match="does not exist"):
         b.add_operation(OperationType.RELU, [99], [z])
+
+
+def test_prune_drops_dead_operations_and_unused_operands_and_compacts_constants() -> None:
+    from driver.executor import run_model
+    from mlts.hal.validate import validate_model
+
+    b = ModelBuilder()
+    x = b.add_input(OperandType.TENSOR_FLOAT32, (2, 3))
+    unused_input = b.add_input(OperandType.TENSOR_FLOAT32, (1,))
+    dead_weights = b.add_constant(np.full((64,), 7.0, np.float32))  # pool bytes nothing will read
+    dead = b.add_operand(OperandType.TENSOR_FLOAT32, (64,))
+    b.add_operation(OperationType.RELU, [dead_weights], [dead])
+    dead2 = b.add_operand(OperandType.TENSOR_FLOAT32, (64,))
+    b.add_operation(OperationType.RELU, [dead], [dead2])  # dead only because nothing reads dead2
+    k = b.add_constant(np.full((2, 3), 0.5, np.float32))
+    y = b.add_operand(OperandType.TENSOR_FLOAT32, (2, 3))
+    b.add_operation(OperationType.ADD, [x, k, b.add_scalar(0, OperandType.INT32)], [y])
+    b.mark_outputs(y)
+    assert b.prune() == 2
+    assert b.prune() == 0
+    model = b.build()
+    validate_model(model)
+    sub = model.main
+    assert [OperationType(op.type) for op in sub.operations] == [OperationType.ADD]
+    assert (
+        len(sub.operands) == 5 and len(sub.input_indexes) == 2
+    )  # unused inputs stay: they are the interface
+    assert sub.input_indexes == (x, unused_input) and sub.output_indexes == (3,)  # k, y, then the scalar
+    assert model.pools == ()  # the 256 bytes of dead weights are gone
+    (out,) = run_model(model, [np.ones((2, 3), np.float32), np.zeros(1, np.float32)])
+    np.testing.assert_array_equal(out, np.full((2, 3), 1.5))

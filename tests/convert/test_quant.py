@@ -633,12 +633,9 @@ def test_quantize_static_output_converts_and_runs(tmp_path, variant: str) -> Non
         per_channel=variant == "per_channel",
     )
     conv = check_vs_ort(model, min_equal=0.6)
-    # Flatten, then the Gemm: FULLY_CONNECTED, or a 1x1 CONV_2D between reshapes for per-channel weights.
-    fc = (
-        ["RESHAPE", "RESHAPE", "CONV_2D", "RESHAPE"]
-        if variant == "per_channel"
-        else ["RESHAPE", "FULLY_CONNECTED"]
-    )
+    # Flatten, then the Gemm: FULLY_CONNECTED; for per-channel weights a 1x1 CONV_2D that reads the pooled
+    # NHWC [1, 1, 1, C] directly (Flatten and the reshape back cancel out), then a reshape to [1, units].
+    fc = ["CONV_2D", "RESHAPE"] if variant == "per_channel" else ["RESHAPE", "FULLY_CONNECTED"]
     assert ops(conv) == [
         "QUANTIZE",
         "TRANSPOSE",

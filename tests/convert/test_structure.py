@@ -191,3 +191,27 @@ def test_nhwc_io_for_reshape_produced_rank4_output() -> None:
     feeds = random_feeds(model)
     (actual,) = run_nn(conv, feeds)
     assert_close(actual, feeds["x"].reshape(1, 2, 3, 4).transpose(0, 2, 3, 1))
+
+
+def test_reshape_round_trips_cost_nothing() -> None:
+    """Unsqueeze then Squeeze (and Reshape chains back to the start) leave no RESHAPE behind."""
+    import numpy as np
+    from onnx import helper
+
+    from tests.convert._util import make_model, run_converted
+
+    axes = np.array([0, 1], np.int64)
+    nodes = [
+        helper.make_node("Unsqueeze", ["x", "axes"], ["u"]),
+        helper.make_node("Reshape", ["u", "flat"], ["f"]),
+        helper.make_node("Reshape", ["f", "back"], ["b"]),
+        helper.make_node("Squeeze", ["b", "axes"], ["s"]),
+        helper.make_node("Relu", ["s"], ["y"]),
+    ]
+    consts = {"axes": axes, "flat": np.array([1, -1], np.int64), "back": np.array([1, 1, 2, 3], np.int64)}
+    model = make_model(nodes, {"x": [2, 3]}, ["y"], consts)
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    conv, (out,) = run_converted(model, {"x": x})
+    assert [OperationType(op.type).name for op in conv.model.main.operations] == ["RELU"]
+    assert any("removed" in note and "nothing reads" in note for note in conv.notes)
+    np.testing.assert_array_equal(out, np.maximum(x, 0))
