@@ -100,7 +100,7 @@ def fix_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence
         if inp is None or not inp.type.HasField("tensor_type"):
             listed = ", ".join(f"'{n}'" for n in inputs) or "none"
             raise ConversionError(
-                f"input_shapes names '{name}', which is not a tensor input of the model; its inputs: {listed}"
+                f"a shape is given for input '{name}', which the model does not have; its inputs: {listed}"
             )
         notes += _set_dims(inp, [int(d) for d in dims])
     return notes

@@ -101,11 +101,11 @@ def test_without_input_shapes_a_symbolic_time_is_refused() -> None:
     [
         (
             {"c": [1, 2]},
-            "input_shapes names 'c', which is not a tensor input of the model; its inputs: 'a', 'b'",
+            "a shape is given for input 'c', which the model does not have; its inputs: 'a', 'b'",
         ),
         (
             {"unused_init": [1]},
-            "input_shapes names 'unused_init', which is not a tensor input of the model; its inputs: 'a', 'b'",
+            "a shape is given for input 'unused_init', which the model does not have; its inputs: 'a', 'b'",
         ),
         (
             {"a": [1, 4, 5]},
@@ -174,5 +174,5 @@ def test_cli_unknown_input_name_is_one_line(seq_file, tmp_path) -> None:
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 1 and "Traceback" not in r.output
     assert r.output.strip().splitlines()[-1] == (
-        "Error: input_shapes names 'feats', which is not a tensor input of the model; its inputs: 'features'"
+        "Error: a shape is given for input 'feats', which the model does not have; its inputs: 'features'"
     )
