@@ -24,6 +24,8 @@ from mlts.models import mobilenet, quantized, speech
 
 GENERATOR_VERSION = mobilenet.GENERATOR_VERSION
 """Part of every cached file name; a new version rebuilds instead of reusing old files."""
+COUNT_RULES_VERSION = 2
+"""Part of the cached summaries' file name: changes when what count_params/count_macs count changes."""
 
 
 class UnknownModelError(ValueError):
@@ -271,7 +273,10 @@ def summary(name: str) -> dict:
     entry = get(name)
     # A quantized model has its float model's topology, hence its parameter and MAC counts.
     base = get(entry.float_name) if entry.float_name else entry
-    store = cache_dir() / f"summaries.g{GENERATOR_VERSION}.s{speech.SPEECH_GENERATOR_VERSION}.json"
+    store = (
+        cache_dir()
+        / f"summaries.g{GENERATOR_VERSION}.s{speech.SPEECH_GENERATOR_VERSION}.c{COUNT_RULES_VERSION}.json"
+    )
     try:
         known = json.loads(store.read_text(encoding="utf-8"))
         if not isinstance(known, dict):
