@@ -60,7 +60,7 @@ def _timed(fn, inputs_sets, warmup: int, iterations: int) -> tuple[list[float], 
     return samples, extras
 
 
-def _timing_summary(results) -> dict | None:
+def timing_summary(results) -> dict | None:
     dev = [r.timing.time_on_device for r in results if r.timing.time_on_device != UINT64_MAX]
     drv = [r.timing.time_in_driver for r in results if r.timing.time_in_driver != UINT64_MAX]
     if not dev and not drv:
@@ -71,7 +71,7 @@ def _timing_summary(results) -> dict | None:
     }
 
 
-def _record(model: str, backend: str, config: BenchmarkConfig, **extra) -> dict:
+def record(model: str, backend: str, config: BenchmarkConfig, **extra) -> dict:
     rec = {
         "model": model,
         "backend": backend,
@@ -95,6 +95,8 @@ def benchmark_model(
 
     entry = _zoo_entry(source)
     if entry is not None and entry.recurrent:
+        from mlts.bench.speech_runner import benchmark_recurrent
+
         return benchmark_recurrent(source, entry, proto, devices, config, progress)
     conv = convert(proto)
     specs = [(t.shape, t.dtype, t.scale, t.zero_point) for t in conv.inputs]
@@ -118,11 +120,11 @@ def benchmark_model(
         float_check = None
 
     rows: dict[str, dict] = {}
-    for backend in _backend_order(config, source.name, devices):
+    for backend in backend_order(config, source.name, devices):
         if backend == "ref":
             progress(f"{source.name}: {reference.backend}")
             samples, _ = _timed(reference.run, feeds, config.warmup, config.iterations)
-            rows[backend] = _record(source.name, reference.backend, config, latency_ms=summarize_ms(samples))
+            rows[backend] = record(source.name, reference.backend, config, latency_ms=summarize_ms(samples))
             if float_check is not None:
                 rows[backend]["quantization"] = float_check(expected)
             continue
@@ -136,14 +138,14 @@ def benchmark_model(
             finally:
                 session.close()
         except HalError as e:
-            rows[backend] = _record(source.name, label, config, status="error", error=str(e))
+            rows[backend] = record(source.name, label, config, status="error", error=str(e))
             continue
-        rows[backend] = _record(
+        rows[backend] = record(
             source.name,
             label,
             config,
             latency_ms=summarize_ms(samples),
-            driver_timing=_timing_summary([r[1] for r in results]),
+            driver_timing=timing_summary([r[1] for r in results]),
             accuracy=score(outputs),
         )
         if float_check is not None:
@@ -159,130 +161,10 @@ def _zoo_entry(source: ModelSource):
     return zoo.get(source.zoo_name)
 
 
-def _backend_order(config: BenchmarkConfig, name: str, devices: dict) -> list[str]:
+def backend_order(config: BenchmarkConfig, name: str, devices: dict) -> list[str]:
     backends = ["ref"] + sorted(devices)
     random.Random(f"{config.seed}:{name}").shuffle(backends)
     return backends
-
-
-def benchmark_recurrent(
-    source: ModelSource, entry, proto, devices: dict, config: BenchmarkConfig, progress: Progress
-) -> list[dict]:
-    """A per-step LSTM zoo model: the speech sequences step by step on every backend (see bench.recurrent)."""
-    from mlts.bench import recurrent
-    from mlts.convert import convert
-    from mlts.datasets import speech
-    from mlts.runtime.session import Session
-
-    if entry.form == "sequence":
-        return _benchmark_whole_sequences(source, entry, proto, devices, config, progress)
-    conv = convert(proto)
-    sig = recurrent.StepSignature.of(entry, conv)
-    n_inputs = len(conv.inputs)
-    seqs = speech.sequences(entry.name, config.sequences)
-    golden = _speech_golden(entry.name, entry.input_name, seqs, source, progress)
-    reference = OnnxRuntimeReference(proto.SerializeToString(), config.threads)
-
-    def ref_step(feed):
-        return reference.run(feed), None
-
-    runs: dict[str, recurrent.SequenceRun] = {}
-    rows: dict[str, dict] = {}
-    for backend in _backend_order(config, source.name, devices):
-        if backend == "ref":
-            progress(f"{source.name}: {reference.backend}, {len(seqs)} sequences step by step")
-            runs[backend] = recurrent.run_sequences(ref_step, sig, n_inputs, seqs, config.warmup)
-            continue
-        label = f"driver:{backend}"
-        progress(f"{source.name}: {label}, {len(seqs)} sequences step by step")
-        try:
-            session = Session(devices[backend], conv.model)
-            try:
-                runs[backend] = recurrent.run_sequences(session.run, sig, n_inputs, seqs, config.warmup)
-            finally:
-                session.close()
-        except HalError as e:
-            rows[backend] = _record(source.name, label, config, status="error", error=str(e))
-    for backend, run in runs.items():
-        accuracy = recurrent.score(entry.name, sig, run, golden, None if backend == "ref" else runs["ref"])
-        label = reference.backend if backend == "ref" else f"driver:{backend}"
-        rows[backend] = _record(
-            source.name,
-            label,
-            config,
-            **recurrent.latency_fields(run, config.warmup),
-            driver_timing=None if backend == "ref" else _timing_summary(run.extras),
-            accuracy=accuracy,
-            validation_errors=recurrent.validation_errors(accuracy),
-        )
-        rows[backend].update(iterations=len(run.samples), inputs=len(seqs), warmup_iterations=config.warmup)
-    return [rows["ref"]] + [rows[d] for d in sorted(devices)]
-
-
-def _speech_golden(
-    step_name: str, input_name: str, seqs: list, source: ModelSource, progress: Progress
-) -> list:
-    from mlts.datasets.golden import golden_outputs
-    from mlts.models import zoo
-
-    progress(f"{source.name}: golden outputs (float64 reference, cached)")
-    whole = zoo.load(step_name + "_sequence")
-    return golden_outputs(whole, [{input_name: s[:, None, :]} for s in seqs], step_name)
-
-
-def _benchmark_whole_sequences(
-    source: ModelSource, entry, proto, devices: dict, config: BenchmarkConfig, progress: Progress
-) -> list[dict]:
-    """A whole-sequence LSTM zoo model: each sequence in one call; drivers prepare once per sequence length."""
-    from mlts.bench import recurrent
-    from mlts.convert import convert
-    from mlts.datasets import speech
-    from mlts.runtime.session import Session
-
-    step_name = entry.step_model
-    seqs = speech.sequences(step_name, config.sequences)
-    golden = _speech_golden(step_name, entry.input_name, seqs, source, progress)
-    reference = OnnxRuntimeReference(proto.SerializeToString(), config.threads)
-    sig = recurrent.StepSignature(0, 0, (), (entry.output_name,))
-    warmup = min(config.warmup, 1)
-    runs: dict[str, recurrent.SequenceRun] = {}
-    rows: dict[str, dict] = {}
-    for backend in _backend_order(config, source.name, devices):
-        if backend == "ref":
-            progress(f"{source.name}: {reference.backend}, {len(seqs)} whole sequences")
-            runs[backend] = recurrent.run_whole(lambda x: (reference.run([x]), None), seqs, warmup)
-            continue
-        label = f"driver:{backend}"
-        progress(f"{source.name}: {label}, {len(seqs)} whole sequences (prepared per length)")
-        sessions: dict[int, Session] = {}
-
-        def execute(x, device=devices[backend], sessions=sessions):
-            if len(x) not in sessions:
-                conv = convert(proto, input_shapes={entry.input_name: x.shape})
-                sessions[len(x)] = Session(device, conv.model)
-            return sessions[len(x)].run([x])
-
-        try:
-            runs[backend] = recurrent.run_whole(execute, seqs, warmup)
-        except HalError as e:
-            rows[backend] = _record(source.name, label, config, status="error", error=str(e))
-        finally:
-            for session in sessions.values():
-                session.close()
-    for backend, run in runs.items():
-        accuracy = recurrent.score(step_name, sig, run, golden, None if backend == "ref" else runs["ref"])
-        label = reference.backend if backend == "ref" else f"driver:{backend}"
-        rows[backend] = _record(
-            source.name,
-            label,
-            config,
-            **recurrent.latency_fields(run, warmup, whole=True),
-            driver_timing=None if backend == "ref" else _timing_summary(run.extras),
-            accuracy=accuracy,
-            validation_errors=recurrent.validation_errors(accuracy),
-        )
-        rows[backend].update(iterations=len(run.samples), inputs=len(seqs), warmup_iterations=warmup)
-    return [rows["ref"]] + [rows[d] for d in sorted(devices)]
 
 
 def _float_model_top1(source: ModelSource, conv, config: BenchmarkConfig, progress: Progress):
