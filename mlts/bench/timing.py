@@ -1,0 +1,113 @@
+"""The timed run loop: a time-based warm-up that is discarded, then timed calls (issue 5 run control).
+
+Warm-up: fn is called until warmup_s has passed on the clock (at least once when warmup_s > 0, never
+when it is 0). Timed run: fn is called until BOTH min_duration_s has passed and min_iterations calls
+were made, or until max_iterations calls (a cap that wins over both minimums). Each sample is
+clock() after minus clock() before, around fn only. fn receives the call index, counted from 0 in the
+warm-up and again from 0 in the timed run, so samples[i] belongs to call i (callers cycle inputs by it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class Timed:
+    """The outcome of run_timed: timed samples (seconds per call) and what the warm-up took."""
+
+    samples: tuple[float, ...]
+    warmup_iterations: int
+    warmup_seconds: float
+    duration_seconds: float
+
+    @property
+    def iterations(self) -> int:
+        return len(self.samples)
+
+
+@dataclass(frozen=True, slots=True)
+class RunControl:
+    """Warm-up seconds, minimum timed seconds and iterations, and an optional iteration cap."""
+
+    warmup_s: float
+    min_duration_s: float
+    min_iterations: int
+    max_iterations: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_control(self.warmup_s, self.min_duration_s, self.min_iterations, self.max_iterations)
+
+    def run(self, fn: Callable[[int], object], *, clock: Clock = time.perf_counter) -> Timed:
+        """run_timed with these settings."""
+        return run_timed(
+            fn,
+            warmup_s=self.warmup_s,
+            min_duration_s=self.min_duration_s,
+            min_iterations=self.min_iterations,
+            max_iterations=self.max_iterations,
+            clock=clock,
+        )
+
+
+def _check_control(
+    warmup_s: float, min_duration_s: float, min_iterations: int, max_iterations: int | None
+) -> None:
+    """ValueError (one line) on negative or non-finite times and on iteration counts below 1."""
+    for name, value in (("warm-up", warmup_s), ("duration", min_duration_s)):
+        if not (value >= 0 and value != float("inf")):
+            raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value}")
+    if min_iterations < 1:
+        raise ValueError(f"iterations must be >= 1, got {min_iterations}")
+    if max_iterations is not None and max_iterations < 1:
+        raise ValueError(f"maximum iterations must be >= 1, got {max_iterations}")
+
+
+def _warm_up(fn: Callable[[int], object], warmup_s: float, clock: Clock) -> tuple[int, float]:
+    """Call fn until warmup_s has passed (none if 0); returns (calls made, seconds taken)."""
+    if warmup_s == 0:
+        return 0, 0.0
+    start = clock()
+    calls = 0
+    while True:
+        fn(calls)
+        calls += 1
+        elapsed = clock() - start
+        if elapsed >= warmup_s:
+            return calls, elapsed
+
+
+def run_timed(
+    fn: Callable[[int], object],
+    *,
+    warmup_s: float,
+    min_duration_s: float,
+    min_iterations: int,
+    clock: Clock = time.perf_counter,
+    max_iterations: int | None = None,
+) -> Timed:
+    """Warm up (discarded), then time calls until both minimums are met or max_iterations is reached."""
+    _check_control(warmup_s, min_duration_s, min_iterations, max_iterations)
+    warmup_calls, warmup_seconds = _warm_up(fn, warmup_s, clock)
+    samples: list[float] = []
+    start = clock()
+    after = start
+    while True:
+        before = clock()
+        fn(len(samples))
+        after = clock()
+        samples.append(after - before)
+        done = after - start >= min_duration_s and len(samples) >= min_iterations
+        if done or (max_iterations is not None and len(samples) >= max_iterations):
+            break
+    return Timed(tuple(samples), warmup_calls, warmup_seconds, after - start)
+
+
+# MLTS's --quick: 0.3 s warm-up and a 1 s run, no minimum count beyond one call (MLTS has none).
+QUICK = RunControl(warmup_s=0.3, min_duration_s=1.0, min_iterations=1)
+# The scoring defaults of issue 5: 2 s warm-up, then at least 10 s and at least 20 timed calls.
+DEFAULT = RunControl(warmup_s=2.0, min_duration_s=10.0, min_iterations=20)
