@@ -1,6 +1,6 @@
 """Latency statistics over a list of per-iteration samples (seconds in, milliseconds out).
 
-summarize_ms is the short summary of the foundation runs; describe is the full scoring set (issue 5).
+summarize_ms is the short summary; describe is the full set the scoring benchmark reports.
 """
 
 from __future__ import annotations

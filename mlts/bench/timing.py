@@ -1,4 +1,4 @@
-"""The timed run loop: a time-based warm-up that is discarded, then timed calls (issue 5 run control).
+"""The timed run loop: a time-based warm-up that is discarded, then timed calls.
 
 Warm-up: fn is called until warmup_s has passed on the clock (at least once when warmup_s > 0, never
 when it is 0). Timed run: fn is called until BOTH min_duration_s has passed and min_iterations calls
@@ -109,5 +109,5 @@ def run_timed(
 
 # MLTS's --quick: 0.3 s warm-up and a 1 s run, no minimum count beyond one call (MLTS has none).
 QUICK = RunControl(warmup_s=0.3, min_duration_s=1.0, min_iterations=1)
-# The scoring defaults of issue 5: 2 s warm-up, then at least 10 s and at least 20 timed calls.
+# The scoring defaults: 2 s warm-up, then at least 10 s and at least 20 timed calls.
 DEFAULT = RunControl(warmup_s=2.0, min_duration_s=10.0, min_iterations=20)
