@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from mlts.bench import speech_metrics
-from mlts.bench.stats import summarize_ms
+from mlts.bench.stats import describe
 
 # One step: the model's inputs in order -> (outputs in order, backend-specific extra such as driver timing).
 StepFn = Callable[[Sequence[np.ndarray]], tuple[list[np.ndarray], Any]]
@@ -182,16 +182,16 @@ def latency_fields(run: SequenceRun, warmup: int, whole: bool = False) -> dict:
             "sequences": len(run.outputs),
             "steps": sum(steps),
             "warmup_calls_per_sequence": warmup,
-            "latency_ms": summarize_ms(run.samples),
+            "latency_ms": describe(run.samples),
             "latency_unit": "sequence",
-            "step_latency_ms": summarize_ms([s / n for s, n in zip(run.samples, steps, strict=True)]),
+            "step_latency_ms": describe([s / n for s, n in zip(run.samples, steps, strict=True)]),
         }
     return {
         "mode": "step-by-step",
         "sequences": len(run.outputs),
         "steps": len(run.samples),
         "warmup_steps": warmup,
-        "latency_ms": summarize_ms(run.samples),
+        "latency_ms": describe(run.samples),
         "latency_unit": "step",
-        "sequence_latency_ms": summarize_ms(run.sequence_seconds),
+        "sequence_latency_ms": describe(run.sequence_seconds),
     }

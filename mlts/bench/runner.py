@@ -25,7 +25,7 @@ from mlts.bench.accuracy import (
 from mlts.bench.inputs import make_inputs
 from mlts.bench.reference import OnnxRuntimeReference
 from mlts.bench.sources import ModelSource
-from mlts.bench.stats import PERCENTILE_ESTIMATOR, summarize_ms
+from mlts.bench.stats import PERCENTILE_ESTIMATOR, describe
 from mlts.hal.enums import UINT64_MAX
 from mlts.hal.errors import HalError
 from mlts.report.environment import environment
@@ -124,7 +124,7 @@ def benchmark_model(
         if backend == "ref":
             progress(f"{source.name}: {reference.backend}")
             samples, _ = _timed(reference.run, feeds, config.warmup, config.iterations)
-            rows[backend] = record(source.name, reference.backend, config, latency_ms=summarize_ms(samples))
+            rows[backend] = record(source.name, reference.backend, config, latency_ms=describe(samples))
             if float_check is not None:
                 rows[backend]["quantization"] = float_check(expected)
             continue
@@ -144,7 +144,7 @@ def benchmark_model(
             source.name,
             label,
             config,
-            latency_ms=summarize_ms(samples),
+            latency_ms=describe(samples),
             driver_timing=timing_summary([r[1] for r in results]),
             accuracy=score(outputs),
         )

@@ -157,7 +157,7 @@ def latency_warnings(stats: dict[str, Any], *, p99_wanted: bool) -> list[str]:
     if mean > 0 and 100.0 * std >= STD_WARN_PERCENT * mean:
         out.append(
             f"latency varies: std is {100.0 * std / mean:.0f}% of the mean; close other programs, "
-            "pin the CPU frequency or raise --duration"
+            "pin the CPU frequency or time more iterations"
         )
     if med > 0 and top >= OUTLIER_WARN_RATIO * med:
         out.append(
@@ -165,5 +165,7 @@ def latency_warnings(stats: dict[str, Any], *, p99_wanted: bool) -> list[str]:
             "and p90 rather than the mean and max"
         )
     if p99_wanted and n < P99_MIN_SAMPLES:
-        out.append(f"p99 needs >= {P99_MIN_SAMPLES} samples for its own rank; have {n}: raise --iterations")
+        out.append(
+            f"p99 needs >= {P99_MIN_SAMPLES} samples for its own rank; have {n}: time more iterations (or sequences)"
+        )
     return out

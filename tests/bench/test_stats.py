@@ -119,7 +119,7 @@ def test_std_warning_at_ten_percent_boundary():
     at = stats.describe([11 * u, 11 * u, 9 * u, 9 * u, 10 * u], p99_wanted=False)
     assert at["std"] * 10 == at["mean"]
     assert at["warnings"] == [
-        "latency varies: std is 10% of the mean; close other programs, pin the CPU frequency or raise --duration"
+        "latency varies: std is 10% of the mean; close other programs, pin the CPU frequency or time more iterations"
     ]
     below = stats.describe([10.99 * u, 10.99 * u, 9.01 * u, 9.01 * u, 10 * u], p99_wanted=False)
     assert below["warnings"] == []
@@ -136,7 +136,9 @@ def test_outlier_warning_at_one_and_a_half_times_the_median():
 
 def test_p99_warning_needs_one_hundred_samples():
     few = stats.describe([0.001] * 99)
-    assert few["warnings"] == ["p99 needs >= 100 samples for its own rank; have 99: raise --iterations"]
+    assert few["warnings"] == [
+        "p99 needs >= 100 samples for its own rank; have 99: time more iterations (or sequences)"
+    ]
     assert stats.describe([0.001] * 99, p99_wanted=False)["warnings"] == []
     assert stats.describe([0.001] * 100)["warnings"] == []
 
