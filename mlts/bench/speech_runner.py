@@ -8,7 +8,9 @@ run of the whole-sequence model (mlts.datasets.golden, cached).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from mlts.bench import recurrent
 from mlts.bench.reference import OnnxRuntimeReference
@@ -58,10 +60,35 @@ class Scored:
         return [rows["ref"]] + [rows[d] for d in drivers]
 
 
+def _collect_runs(
+    source: ModelSource,
+    devices: dict,
+    config: BenchmarkConfig,
+    progress: Progress,
+    what: str,
+    run_reference: Callable[[], recurrent.SequenceRun],
+    run_driver: Callable[[Any], recurrent.SequenceRun],
+) -> tuple[dict[str, recurrent.SequenceRun], dict[str, dict]]:
+    """Every backend's run in the seeded order; a driver's HalError becomes its error row."""
+    runs: dict[str, recurrent.SequenceRun] = {}
+    failed: dict[str, dict] = {}
+    for backend in backend_order(config, source.name, devices):
+        label = OnnxRuntimeReference.backend if backend == "ref" else f"driver:{backend}"
+        progress(f"{source.name}: {label}, {what}")
+        if backend == "ref":
+            runs[backend] = run_reference()
+            continue
+        try:
+            runs[backend] = run_driver(devices[backend])
+        except HalError as e:
+            failed[backend] = record(source.name, label, config, status="error", error=str(e))
+    return runs, failed
+
+
 def benchmark_recurrent(
     source: ModelSource, entry, proto, devices: dict, config: BenchmarkConfig, progress: Progress
 ) -> list[dict]:
-    """A per-step LSTM zoo model: the speech sequences step by step on every backend (see bench.recurrent)."""
+    """A recurrent zoo model: the per-step form step by step, the whole-sequence form one call per sequence."""
     from mlts.convert import convert
     from mlts.runtime.session import Session
 
@@ -74,26 +101,20 @@ def benchmark_recurrent(
     golden = _speech_golden(entry.name, entry.input_name, seqs, source, progress)
     reference = OnnxRuntimeReference(proto.SerializeToString(), config.threads)
 
-    def ref_step(feed):
-        return reference.run(feed), None
+    def run_reference() -> recurrent.SequenceRun:
+        return recurrent.run_sequences(
+            lambda feed: (reference.run(feed), None), sig, n_inputs, seqs, config.warmup
+        )
 
-    runs: dict[str, recurrent.SequenceRun] = {}
-    rows: dict[str, dict] = {}
-    for backend in backend_order(config, source.name, devices):
-        if backend == "ref":
-            progress(f"{source.name}: {reference.backend}, {len(seqs)} sequences step by step")
-            runs[backend] = recurrent.run_sequences(ref_step, sig, n_inputs, seqs, config.warmup)
-            continue
-        label = f"driver:{backend}"
-        progress(f"{source.name}: {label}, {len(seqs)} sequences step by step")
+    def run_driver(device) -> recurrent.SequenceRun:
+        session = Session(device, conv.model)
         try:
-            session = Session(devices[backend], conv.model)
-            try:
-                runs[backend] = recurrent.run_sequences(session.run, sig, n_inputs, seqs, config.warmup)
-            finally:
-                session.close()
-        except HalError as e:
-            rows[backend] = record(source.name, label, config, status="error", error=str(e))
+            return recurrent.run_sequences(session.run, sig, n_inputs, seqs, config.warmup)
+        finally:
+            session.close()
+
+    what = f"{len(seqs)} sequences step by step"
+    runs, rows = _collect_runs(source, devices, config, progress, what, run_reference, run_driver)
     scored = Scored(source.name, entry.name, sig, golden, config.warmup, whole=False)
     return scored.rows(runs, rows, reference.backend, config, sorted(devices))
 
@@ -109,7 +130,10 @@ def _speech_golden(
 def _benchmark_whole_sequences(
     source: ModelSource, entry, proto, devices: dict, config: BenchmarkConfig, progress: Progress
 ) -> list[dict]:
-    """A whole-sequence LSTM zoo model: each sequence in one call; drivers prepare once per sequence length."""
+    """A whole-sequence LSTM zoo model: each sequence in one call; drivers prepare once per sequence length.
+
+    Each length is converted once, before any timing, and shared by every driver.
+    """
     from mlts.convert import convert
     from mlts.runtime.session import Session
 
@@ -119,29 +143,33 @@ def _benchmark_whole_sequences(
     reference = OnnxRuntimeReference(proto.SerializeToString(), config.threads)
     sig = recurrent.StepSignature(0, 0, (), (entry.output_name,))
     warmup = min(config.warmup, 1)
-    runs: dict[str, recurrent.SequenceRun] = {}
-    rows: dict[str, dict] = {}
-    for backend in backend_order(config, source.name, devices):
-        if backend == "ref":
-            progress(f"{source.name}: {reference.backend}, {len(seqs)} whole sequences")
-            runs[backend] = recurrent.run_whole(lambda x: (reference.run([x]), None), seqs, warmup)
-            continue
-        label = f"driver:{backend}"
-        progress(f"{source.name}: {label}, {len(seqs)} whole sequences (prepared per length)")
+    models = (
+        {
+            n: convert(proto, input_shapes={entry.input_name: (n, 1, seqs[0].shape[1])}).model
+            for n in {len(s) for s in seqs}
+        }
+        if devices
+        else {}
+    )
+
+    def run_reference() -> recurrent.SequenceRun:
+        return recurrent.run_whole(lambda x: (reference.run([x]), None), seqs, warmup)
+
+    def run_driver(device) -> recurrent.SequenceRun:
         sessions: dict[int, Session] = {}
 
-        def execute(x, device=devices[backend], sessions=sessions):
+        def execute(x):
             if len(x) not in sessions:
-                conv = convert(proto, input_shapes={entry.input_name: x.shape})
-                sessions[len(x)] = Session(device, conv.model)
+                sessions[len(x)] = Session(device, models[len(x)])
             return sessions[len(x)].run([x])
 
         try:
-            runs[backend] = recurrent.run_whole(execute, seqs, warmup)
-        except HalError as e:
-            rows[backend] = record(source.name, label, config, status="error", error=str(e))
+            return recurrent.run_whole(execute, seqs, warmup)
         finally:
             for session in sessions.values():
                 session.close()
+
+    what = f"{len(seqs)} whole sequences (prepared per length)"
+    runs, rows = _collect_runs(source, devices, config, progress, what, run_reference, run_driver)
     scored = Scored(source.name, step_name, sig, golden, warmup, whole=True)
     return scored.rows(runs, rows, reference.backend, config, sorted(devices))
