@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mlts.hal.atomic import write_atomic
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def write_json_atomic(doc: dict, path: Path) -> None:

@@ -116,7 +116,7 @@ def test_benchmark_writes_results(runner, tiny, tmp_path):
     )
     assert r.exit_code == 0, r.output
     doc = json.loads((out / "results.json").read_text())
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     backends = {rec["backend"] for rec in doc["results"]}
     assert backends == {"cpu:onnxruntime", "driver:sample-all"}
     drv = next(rec for rec in doc["results"] if rec["backend"] == "driver:sample-all")
