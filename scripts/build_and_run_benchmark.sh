@@ -1,26 +1,67 @@
 #!/usr/bin/env bash
-# Run the mlts scoring benchmark: sets up .venv when missing, installs the project,
-# runs every zoo model on every driver and on onnxruntime, and prints where the results are.
+# Build (install) mlts and run one MLTS mode, writing results.json, results.csv and
+# report.html under results/<date-time>/ and printing the report's path.
 #
-# usage: scripts/build_and_run_benchmark.sh [-f MODEL_REGEX] [-d DRIVER_REGEX] [-o OUT_DIR] [-- extra mlts benchmark options]
+# usage: scripts/build_and_run_benchmark.sh [options] [MODE] [-- extra mlts options]
+#   -f, --filter-driver REGEX    only drivers whose name matches (default: all)
+#   -m, --models REGEX           only zoo models whose name matches (default: all)
+#   -r, --include-nnapi-reference
+#                                also run the runtime's own device choice ("nnapi-reference")
+#       --nnapi-reference-only   run only the runtime's own device choice (and onnxruntime)
+#   -b, --skip-build             use the installed environment as it is (no install step)
+#   -o, --out DIR                results folder (default: results/<date-time>)
+#   -q, --quick                  MLTS's short run (0.3 s warm-up, 1 s timed), for CI
+#   -h, --help                   this text
+# MODE: scoring (default).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 
-MODELS=".*"
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+die() { echo "build_and_run_benchmark.sh: $*" >&2; exit 2; }
+
 DRIVERS=".*"
+MODELS=""
+REFERENCE=""
+SKIP_BUILD=0
+QUICK=""
 OUT="$ROOT/results/$(date +%Y%m%d-%H%M%S)"
-usage() { sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; }
+MODE=""
 while [ $# -gt 0 ]; do
     case "$1" in
-        -f) MODELS="${2:?-f needs a regex}"; shift 2 ;;
-        -d) DRIVERS="${2:?-d needs a regex}"; shift 2 ;;
-        -o) OUT="${2:?-o needs a directory}"; shift 2 ;;
+        -f|--filter-driver) [ $# -ge 2 ] || die "$1 needs a regex"; DRIVERS="$2"; shift 2 ;;
+        -m|--models) [ $# -ge 2 ] || die "$1 needs a regex"; MODELS="$2"; shift 2 ;;
+        -r|--include-nnapi-reference) REFERENCE="--include-nnapi-reference"; shift ;;
+        --nnapi-reference-only) REFERENCE="--nnapi-reference-only"; shift ;;
+        -b|--skip-build) SKIP_BUILD=1; shift ;;
+        -o|--out) [ $# -ge 2 ] || die "$1 needs a directory"; OUT="$2"; shift 2 ;;
+        -q|--quick) QUICK="--quick"; shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; break ;;
-        *) echo "build_and_run_benchmark.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
+        -*) usage >&2; die "unknown option $1" ;;
+        *) [ -z "$MODE" ] || die "one MODE only (got $MODE and $1)"; MODE="$1"; shift ;;
     esac
 done
+MODE="${MODE:-scoring}"
 
-ensure_env ""
-"$VENV/bin/mlts" benchmark --models "$MODELS" --drivers "$DRIVERS" --out "$OUT" "$@"
-echo "mlts: results are in $OUT"
+if [ "$SKIP_BUILD" = 1 ]; then
+    [ -x "$VENV/bin/mlts" ] || die "no installed mlts in $VENV; run once without -b to build it"
+else
+    ensure_env ""
+fi
+
+args=(--drivers "$DRIVERS" --out "$OUT" $QUICK $REFERENCE)
+[ -n "$MODELS" ] && args+=(--models "$MODELS")
+case "$MODE" in
+    scoring) "$VENV/bin/mlts" benchmark "${args[@]}" "$@" || status=$? ;;
+    *) die "unknown MODE '$MODE'; available: scoring" ;;
+esac
+status="${status:-0}"
+
+REPORT="$OUT/report.html"
+if [ -f "$REPORT" ]; then
+    echo "mlts: report: $REPORT"
+    if { [ -n "${DISPLAY:-}" ] || [ -n "${WAYLAND_DISPLAY:-}" ]; } && command -v xdg-open >/dev/null 2>&1; then
+        xdg-open "$REPORT" >/dev/null 2>&1 || true
+    fi
+fi
+exit "$status"

@@ -55,6 +55,8 @@ class SequenceRun:
     sequence_seconds: list[float]
     outputs: list[list[np.ndarray]]
     extras: list[Any]
+    warmup_calls: int = 0
+    warmup_seconds: float = 0.0
 
 
 def _feed(sig: StepSignature, x: np.ndarray, state: list[np.ndarray], n_inputs: int) -> list[np.ndarray]:
@@ -70,15 +72,24 @@ def _zero_state(sig: StepSignature) -> list[np.ndarray]:
 
 
 def run_sequences(
-    step: StepFn, sig: StepSignature, n_inputs: int, sequences: Sequence[np.ndarray], warmup: int
+    step: StepFn, sig: StepSignature, n_inputs: int, sequences: Sequence[np.ndarray], warmup_s: float
 ) -> SequenceRun:
-    """Every sequence step by step with state carried and reset per sequence; see the module docstring."""
+    """Every sequence step by step with state carried and reset per sequence; see the module docstring.
+
+    Warm-up: steps through the first sequence (cycling, state carried) until `warmup_s` seconds have
+    passed, at least one step when warmup_s > 0; not timed, and the state is reset afterwards.
+    """
     state = _zero_state(sig)
     first = sequences[0]
-    for k in range(warmup):
-        outs, _ = step(_feed(sig, first[k % len(first)][None], state, n_inputs))
+    calls = 0
+    start = time.perf_counter()
+    elapsed = 0.0
+    while warmup_s > 0 and (calls == 0 or elapsed < warmup_s):
+        outs, _ = step(_feed(sig, first[calls % len(first)][None], state, n_inputs))
         state = [outs[o] for _, o, _ in sig.states]
-    run = SequenceRun([], [], [], [])
+        calls += 1
+        elapsed = time.perf_counter() - start
+    run = SequenceRun([], [], [], [], calls, elapsed)
     for seq in sequences:
         state = _zero_state(sig)
         per_step: list[list[np.ndarray]] = []
@@ -107,11 +118,14 @@ def run_whole(
     backend may prepare per sequence length. `samples` holds one latency per
     sequence.
     """
-    run = SequenceRun([], [], [], [])
+    run = SequenceRun([], [], [], [], 0, 0.0)
     for seq in sequences:
         x = np.ascontiguousarray(seq[:, None, :])
         for _ in range(warmup):
+            t0 = time.perf_counter()
             execute(x)
+            run.warmup_calls += 1
+            run.warmup_seconds += time.perf_counter() - t0
         t0 = time.perf_counter()
         outs, extra = execute(x)
         elapsed = time.perf_counter() - t0
@@ -169,20 +183,27 @@ def validation_errors(accuracy: dict) -> list[str]:
     return errors
 
 
-def latency_fields(run: SequenceRun, warmup: int, whole: bool = False) -> dict:
+def latency_fields(run: SequenceRun, warmup_s: float, whole: bool = False) -> dict:
     """Per-step latency statistics plus per-sequence totals for the results row.
 
     `whole`: one sample per sequence (run_whole); the per-step figure is then
     each sequence's latency divided by its steps.
     """
+    latency = describe(run.samples)
+    latency["samples"] = [s * 1000.0 for s in run.samples]
+    common = {
+        "warmup": {"iterations": run.warmup_calls, "seconds": run.warmup_seconds, "target_seconds": warmup_s},
+        "iterations": len(run.samples),
+        "latency_ms": latency,
+    }
     if whole:
         steps = [len(outs[0]) for outs in run.outputs]
         return {
             "mode": "whole-sequence",
             "sequences": len(run.outputs),
             "steps": sum(steps),
-            "warmup_calls_per_sequence": warmup,
-            "latency_ms": describe(run.samples),
+            "warmup_calls_per_sequence": 1 if run.warmup_calls else 0,
+            **common,
             "latency_unit": "sequence",
             "step_latency_ms": describe([s / n for s, n in zip(run.samples, steps, strict=True)]),
         }
@@ -190,8 +211,8 @@ def latency_fields(run: SequenceRun, warmup: int, whole: bool = False) -> dict:
         "mode": "step-by-step",
         "sequences": len(run.outputs),
         "steps": len(run.samples),
-        "warmup_steps": warmup,
-        "latency_ms": describe(run.samples),
+        "warmup_steps": run.warmup_calls,
+        **common,
         "latency_unit": "step",
         "sequence_latency_ms": describe(run.sequence_seconds),
     }

@@ -1,164 +1,128 @@
-"""The benchmark: each model on each selected driver and on the onnxruntime CPU reference.
+"""The scoring benchmark: each model on each selected driver and on the onnxruntime CPU reference.
 
-Measurement: warm-up iterations are run and discarded; each timed iteration is
-the wall clock around one whole execution call (inputs in, outputs out), with
-inputs cycling through a set of distinct, non-zero procedural images. Backends
-run in a random (seeded) order per model so slow drift does not favour one.
+Per model × backend, in a seeded random backend order (so slow drift does
+not favour one): compilation timings (drivers), a time-based warm-up that is
+discarded, a timed run of at least `duration_s` seconds and `min_iterations`
+calls (each sample the wall clock around one whole execution call, inputs
+cycling through the image set), then one pass over the whole image set for
+accuracy. Accuracy is scored against golden outputs (a float64 reference
+independent of both the driver and onnxruntime) as top-1..top-5 and errors,
+and against onnxruntime's outputs on the same inputs. Peak resident memory of
+the client and of the driver process is taken over each unit.
 """
 
 from __future__ import annotations
 
 import random
-import time
-from collections.abc import Callable
+import tempfile
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
-import numpy as np
-
-from mlts.bench.accuracy import (
-    QUANT_TOLERANCE_UNITS,
-    QUANT_TOLERANCE_UNITS_MOBILENET,
-    compare,
-    compare_quantized,
-    top1_agreement,
-)
-from mlts.bench.inputs import make_inputs
+from mlts.bench.memory import MemoryWatch, driver_pid
+from mlts.bench.progress import Progress
 from mlts.bench.reference import OnnxRuntimeReference
-from mlts.bench.sources import ModelSource
+from mlts.bench.sources import ModelSource, zoo_entry
 from mlts.bench.stats import PERCENTILE_ESTIMATOR, describe
+from mlts.bench.timing import RunControl, Timed
 from mlts.hal.enums import UINT64_MAX
 from mlts.hal.errors import HalError
 from mlts.report.environment import environment
 from mlts.report.results import SCHEMA_VERSION
 
-Progress = Callable[[str], None]
+NOT_MEASURED = "not measured"
+
+# MLTS's --quick: 0.3 s warm-up and a 1 s run; compilation timings capped at 1 s each.
+QUICK_WARMUP_S = 0.3
+QUICK_DURATION_S = 1.0
+QUICK_COMPILE_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
 class BenchmarkConfig:
     threads: int = 1
-    warmup: int = 5
-    iterations: int = 30
-    inputs: int = 8
+    warmup_s: float = 2.0
+    duration_s: float = 10.0
+    min_iterations: int = 20
+    quick: bool = False
+    images: int | None = None  # None: 100 procedural images, or all of the user's folder
+    dataset_dir: str | None = None
     seed: int = 0
     in_process: bool = False
     plugin_files: tuple[str, ...] = field(default_factory=tuple)
     sequences: int = 50  # recurrent models: how many of the dataset's sequences to run
+    compilation: bool = True
+    compile_max_iterations: int = 100
+    compile_max_seconds: float = 10.0
+
+    @property
+    def control(self) -> RunControl:
+        return RunControl(self.warmup_s, self.duration_s, self.min_iterations)
+
+    def seconds_per_unit(self) -> float:
+        """A rough duration of one model × backend run, for the first ETA."""
+        compile_s = 3 * self.compile_max_seconds if self.compilation else 0.0
+        return self.warmup_s + self.duration_s + 0.5 * compile_s + 1.0
 
 
-def _timed(fn, inputs_sets, warmup: int, iterations: int) -> tuple[list[float], list]:
-    for i in range(warmup):
-        fn(inputs_sets[i % len(inputs_sets)])
-    samples = []
-    extras = []
-    for i in range(iterations):
-        feed = inputs_sets[i % len(inputs_sets)]
-        t0 = time.perf_counter()
-        extra = fn(feed)
-        samples.append(time.perf_counter() - t0)
-        extras.append(extra)
-    return samples, extras
+def driver_timing(results: list) -> dict | None:
+    """Statistics (µs) of the driver's own Timing over the timed calls; "not measured" where it gave none.
 
-
-def timing_summary(results) -> dict | None:
-    dev = [r.timing.time_on_device for r in results if r.timing.time_on_device != UINT64_MAX]
-    drv = [r.timing.time_in_driver for r in results if r.timing.time_in_driver != UINT64_MAX]
-    if not dev and not drv:
+    UINT64_MAX is the HAL's "no measurement" and is never turned into a number.
+    """
+    if not results:
         return None
-    return {
-        "time_on_device_us_median": float(np.median(dev)) if dev else None,
-        "time_in_driver_us_median": float(np.median(drv)) if drv else None,
-    }
+    out: dict[str, Any] = {}
+    for key in ("time_on_device", "time_in_driver"):
+        values = [getattr(r.timing, key) for r in results if getattr(r.timing, key) != UINT64_MAX]
+        # describe() reads seconds and writes milliseconds: µs / 1000 in gives µs out.
+        out[key] = describe([v / 1000.0 for v in values], p99_wanted=False) if values else NOT_MEASURED
+    return out
 
 
 def record(model: str, backend: str, config: BenchmarkConfig, **extra) -> dict:
     rec = {
         "model": model,
+        "family": "user",
         "backend": backend,
         "status": "ok",
         "threads": config.threads,
-        "warmup_iterations": config.warmup,
-        "iterations": config.iterations,
-        "inputs": config.inputs,
         "percentile_estimator": PERCENTILE_ESTIMATOR,
+        "validation_errors": [],
     }
     rec.update(extra)
     return rec
 
 
-def benchmark_model(
-    source: ModelSource, proto, devices: dict, config: BenchmarkConfig, progress: Progress
-) -> list[dict]:
-    """All backends on one loaded ONNX model; a failing driver gives an error row, not an exception."""
-    from mlts.convert import convert
-    from mlts.runtime.session import Session
-
-    entry = _zoo_entry(source)
-    if entry is not None and entry.recurrent:
-        from mlts.bench.speech_runner import benchmark_recurrent
-
-        return benchmark_recurrent(source, entry, proto, devices, config, progress)
-    conv = convert(proto)
-    specs = [(t.shape, t.dtype, t.scale, t.zero_point) for t in conv.inputs]
-    feeds = make_inputs(specs, config.inputs, seed=config.seed)
-    reference = OnnxRuntimeReference(proto.SerializeToString(), config.threads)
-    expected = [reference.run(f) for f in feeds]
-    quantized = bool(conv.outputs) and all(t.dtype in ("uint8", "int8") for t in conv.outputs)
-    if quantized:
-        units = QUANT_TOLERANCE_UNITS_MOBILENET if "mobilenet" in source.name else QUANT_TOLERANCE_UNITS
-        scales = [t.scale for t in conv.outputs]
-
-        def score(outputs: list) -> dict:
-            return compare_quantized(outputs, expected, scales, units)
-
-        float_check = _float_model_top1(source, conv, config, progress)
-    else:
-
-        def score(outputs: list) -> dict:
-            return compare(outputs, expected)
-
-        float_check = None
-
-    rows: dict[str, dict] = {}
-    for backend in backend_order(config, source.name, devices):
-        if backend == "ref":
-            progress(f"{source.name}: {reference.backend}")
-            samples, _ = _timed(reference.run, feeds, config.warmup, config.iterations)
-            rows[backend] = record(source.name, reference.backend, config, latency_ms=describe(samples))
-            if float_check is not None:
-                rows[backend]["quantization"] = float_check(expected)
-            continue
-        label = f"driver:{backend}"
-        progress(f"{source.name}: {label}")
-        try:
-            session = Session(devices[backend], conv.model)
-            try:
-                samples, results = _timed(session.run, feeds, config.warmup, config.iterations)
-                outputs = [session.run(f)[0] for f in feeds]
-            finally:
-                session.close()
-        except HalError as e:
-            rows[backend] = record(source.name, label, config, status="error", error=str(e))
-            continue
-        rows[backend] = record(
-            source.name,
-            label,
-            config,
-            latency_ms=describe(samples),
-            driver_timing=timing_summary([r[1] for r in results]),
-            accuracy=score(outputs),
-        )
-        if float_check is not None:
-            rows[backend]["quantization"] = float_check(outputs)
-    return [rows["ref"]] + [rows[d] for d in sorted(devices)]
+def error_record(model: str, family: str, backend: str, config: BenchmarkConfig, error: str) -> dict:
+    return {
+        "model": model,
+        "family": family,
+        "backend": backend,
+        "status": "error",
+        "error": error,
+        "threads": config.threads,
+    }
 
 
-def _zoo_entry(source: ModelSource):
-    if source.zoo_name is None:
-        return None
-    from mlts.models import zoo
-
-    return zoo.get(source.zoo_name)
+def timed_fields(timed: Timed, config: BenchmarkConfig) -> dict:
+    """warmup, run, iterations and latency_ms (with the raw samples in ms) of one timed run."""
+    latency = describe(timed.samples)
+    latency["samples"] = [s * 1000.0 for s in timed.samples]
+    return {
+        "warmup": {
+            "iterations": timed.warmup_iterations,
+            "seconds": timed.warmup_seconds,
+            "target_seconds": config.warmup_s,
+        },
+        "run": {
+            "iterations": timed.iterations,
+            "seconds": timed.duration_seconds,
+            "min_seconds": config.duration_s,
+            "min_iterations": config.min_iterations,
+        },
+        "iterations": timed.iterations,
+        "latency_ms": latency,
+    }
 
 
 def backend_order(config: BenchmarkConfig, name: str, devices: dict) -> list[str]:
@@ -167,59 +131,144 @@ def backend_order(config: BenchmarkConfig, name: str, devices: dict) -> list[str
     return backends
 
 
-def _float_model_top1(source: ModelSource, conv, config: BenchmarkConfig, progress: Progress):
-    """For a quantized zoo model: a function giving a backend's top-1 agreement with the float model.
-
-    The float model runs on onnxruntime over the float images that the
-    quantized inputs were made from, so the figure is the top-1 agreement lost
-    by quantizing (input quantization included). None for models without a
-    float counterpart.
-    """
-    if source.zoo_name is None:
+def compilation_timings(device, model, config: BenchmarkConfig) -> dict | None:
+    """MLTS's three compilation timings and the cache size, in a cache directory of their own."""
+    if not config.compilation:
         return None
-    from mlts.models import zoo
+    from mlts.bench.compilation import measure_compilation
 
-    float_name = zoo.get(source.zoo_name).float_name
-    if float_name is None:
-        return None
-    progress(f"{source.name}: float model {float_name} on onnxruntime")
-    float_ref = OnnxRuntimeReference(zoo.model_path(float_name).read_bytes(), config.threads)
-    specs = [(t.shape, "float32") for t in conv.inputs]
-    float_outputs = [float_ref.run(f)[0] for f in make_inputs(specs, config.inputs, seed=config.seed)]
+    with tempfile.TemporaryDirectory(prefix="mlts-compile-cache-") as cache_dir:
+        return measure_compilation(
+            device,
+            model,
+            cache_dir,
+            max_iterations=config.compile_max_iterations,
+            max_seconds=config.compile_max_seconds,
+        )
 
-    def check(outputs: list) -> dict:
-        return {
-            "float_model": float_name,
-            "top1_agreement_with_float": top1_agreement([o[0] for o in outputs], float_outputs),
-        }
 
-    return check
+def benchmark_model(
+    source: ModelSource, proto, devices: dict, config: BenchmarkConfig, progress: Progress, imageset
+) -> list[dict]:
+    """All backends on one loaded ONNX model; a failing driver gives an error row, not an exception."""
+    entry = zoo_entry(source)
+    if entry is not None and entry.recurrent:
+        from mlts.bench.speech_runner import benchmark_recurrent
+
+        return benchmark_recurrent(source, entry, proto, devices, config, progress)
+    from mlts.bench.workload import prepare_workload
+
+    work = prepare_workload(source, proto, config, imageset, progress)
+    rows: dict[str, dict] = {}
+    for backend in backend_order(config, source.name, devices):
+        if backend == "ref":
+            rows[backend] = _run_reference(work, config, progress)
+        else:
+            rows[backend] = _run_driver(work, backend, devices[backend], config, progress)
+        progress.unit_done()
+    ref_topk = (rows["ref"].get("accuracy") or {}).get("topk")
+    for name in devices:
+        row = rows[name]
+        topk = (row.get("accuracy") or {}).get("topk")
+        if row["status"] == "ok" and topk and ref_topk:
+            from mlts.bench.evaluators import validation_errors
+
+            row["validation_errors"] = validation_errors(topk, ref_topk)
+    return [rows["ref"]] + [rows[d] for d in sorted(devices)]
+
+
+def _run_reference(work, config: BenchmarkConfig, progress: Progress) -> dict:
+    label = OnnxRuntimeReference.backend
+    watch = MemoryWatch(None).start()
+    progress.phase(work.name, label, "warm-up and timing")
+    reference = work.reference
+    timed = config.control.run(lambda i: reference.run(work.feeds[i % len(work.feeds)]))
+    rec = record(
+        work.name,
+        label,
+        config,
+        family=work.family,
+        dataset=work.dataset,
+        **timed_fields(timed, config),
+        driver_timing_us=None,
+        accuracy=work.score(work.expected, against_reference=False),
+        compilation=None,
+        memory_mb=watch.result(),
+    )
+    if work.quantization is not None:
+        rec["quantization"] = work.quantization(rec["accuracy"])
+    return rec
+
+
+def _run_driver(work, name: str, device, config: BenchmarkConfig, progress: Progress) -> dict:
+    from mlts.runtime.session import Session
+
+    label = f"driver:{name}"
+    watch = MemoryWatch(driver_pid(device)).start()
+    try:
+        progress.phase(work.name, label, "compilation timings")
+        compilation = compilation_timings(device, work.model, config)
+        progress.phase(work.name, label, "prepare")
+        session = Session(device, work.model)
+        try:
+            results: list = []
+            progress.phase(work.name, label, "warm-up and timing")
+            timed = config.control.run(
+                lambda i: results.append(session.run(work.feeds[i % len(work.feeds)])[1])
+            )
+            progress.phase(work.name, label, f"accuracy over {len(work.feeds)} inputs")
+            outputs = [session.run(f)[0] for f in work.feeds]
+        finally:
+            session.close()
+    except HalError as e:
+        return error_record(work.name, work.family, label, config, str(e))
+    rec = record(
+        work.name,
+        label,
+        config,
+        family=work.family,
+        dataset=work.dataset,
+        **timed_fields(timed, config),
+        driver_timing_us=driver_timing(results[len(results) - timed.iterations :]),
+        accuracy=work.score(outputs, against_reference=True),
+        compilation=compilation,
+        memory_mb=watch.result(),
+    )
+    if work.quantization is not None:
+        rec["quantization"] = work.quantization(rec["accuracy"])
+    return rec
+
+
+def open_imageset(config: BenchmarkConfig):
+    """The image set every image model runs on: the user's folder, or the procedural images."""
+    from mlts.datasets import imageset
+
+    if config.dataset_dir is not None:
+        return imageset.folder_set(config.dataset_dir, config.images)
+    return imageset.procedural_set(config.images or imageset.DEFAULT_IMAGES)
 
 
 def run_benchmark(
-    sources: list[ModelSource], driver_specs: list, config: BenchmarkConfig, progress: Progress
+    sources: list[ModelSource],
+    driver_specs: list,
+    config: BenchmarkConfig,
+    progress: Progress | None = None,
+    checkpoint=None,
 ) -> dict:
     """The whole benchmark; returns the results document (see docs/results-schema.md).
 
-    Every model is loaded before any driver starts, so a bad model file fails
-    the run at once instead of after the other models were measured.
+    Every model is loaded (and the image set opened) before any driver
+    starts, so bad input fails the run at once instead of after the other
+    models were measured. `checkpoint(doc)`, when given, receives the
+    document after each model so completed work survives an interruption.
     """
     from mlts.convert import load_model
     from mlts.runtime.discovery import open_device
 
+    progress = progress or Progress()
     protos = [load_model(source.onnx_path()) for source in sources]
-    devices = {}
-    records: list[dict] = []
-    try:
-        for spec in driver_specs:
-            progress(f"starting driver {spec.name}")
-            devices[spec.name] = open_device(spec, in_process=config.in_process, threads=config.threads)
-        for source, proto in zip(sources, protos, strict=True):
-            records += benchmark_model(source, proto, devices, config, progress)
-    finally:
-        for dev in devices.values():
-            dev.close()
-    return {
+    images = open_imageset(config) if any(not _is_recurrent(s) for s in sources) else None
+    doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "kind": "benchmark",
         "environment": environment(config.threads),
@@ -228,5 +277,41 @@ def run_benchmark(
             "models": [s.name for s in sources],
             "drivers": [s.name for s in driver_specs],
         },
-        "results": records,
+        "devices": {},
+        "results": [],
     }
+    devices: dict = {}
+    try:
+        for spec in driver_specs:
+            progress.log(f"starting driver {spec.name}")
+            devices[spec.name] = open_device(spec, in_process=config.in_process, threads=config.threads)
+            doc["devices"][spec.name] = device_info(devices[spec.name])
+        progress.plan(len(sources) * (1 + len(devices)), config.seconds_per_unit())
+        for source, proto in zip(sources, protos, strict=True):
+            doc["results"] += benchmark_model(source, proto, devices, config, progress, images)
+            if checkpoint is not None:
+                checkpoint(doc)
+    finally:
+        for dev in devices.values():
+            dev.close()
+        progress.close()
+    return doc
+
+
+def _is_recurrent(source: ModelSource) -> bool:
+    entry = zoo_entry(source)
+    return entry is not None and entry.recurrent
+
+
+def device_info(device) -> dict:
+    """Version, type and cache-file needs of an open device (what the report's header shows)."""
+    info: dict[str, Any] = {}
+    try:
+        info["version"] = device.getVersionString()
+        info["type"] = device.getType().name
+        needed = device.getNumberOfCacheFilesNeeded()
+        info["cache_files"] = {"model": int(needed.num_model_cache), "data": int(needed.num_data_cache)}
+        info["pid"] = driver_pid(device)
+    except HalError as e:
+        info["error"] = str(e)
+    return info

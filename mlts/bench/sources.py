@@ -25,6 +25,23 @@ class ModelSource:
         return zoo.model_path(self.zoo_name)
 
 
+def zoo_entry(source: ModelSource):
+    """The zoo entry of a zoo model, None for a user's file."""
+    if source.zoo_name is None:
+        return None
+    from mlts.models import zoo
+
+    return zoo.get(source.zoo_name)
+
+
+def family_of(source: ModelSource) -> str:
+    """The model family the report groups by: the zoo family (with "_quant" for 8-bit models) or "user"."""
+    entry = zoo_entry(source)
+    if entry is None:
+        return "user"
+    return entry.family + ("_quant" if entry.float_name is not None else "")
+
+
 def compile_regex(pattern: str, what: str) -> re.Pattern:
     try:
         return re.compile(pattern)

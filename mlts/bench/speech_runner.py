@@ -13,9 +13,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlts.bench import recurrent
+from mlts.bench.memory import MemoryWatch, driver_pid
+from mlts.bench.progress import Progress
 from mlts.bench.reference import OnnxRuntimeReference
-from mlts.bench.runner import BenchmarkConfig, Progress, backend_order, record, timing_summary
-from mlts.bench.sources import ModelSource
+from mlts.bench.runner import (
+    BenchmarkConfig,
+    backend_order,
+    compilation_timings,
+    driver_timing,
+    error_record,
+    record,
+)
+from mlts.bench.sources import ModelSource, family_of
 from mlts.datasets import speech
 from mlts.datasets.golden import golden_outputs
 from mlts.hal.errors import HalError
@@ -30,34 +39,45 @@ class Scored:
     step_name: str
     sig: recurrent.StepSignature
     golden: list
-    warmup: int
     whole: bool
 
     def rows(
         self,
-        runs: dict[str, recurrent.SequenceRun],
-        rows: dict[str, dict],
+        collected: Collected,
         reference_label: str,
         config: BenchmarkConfig,
         drivers: list[str],
     ) -> list[dict]:
-        """The reference row then one per driver; `rows` already holds the drivers that failed."""
-        for backend, run in runs.items():
-            against = None if backend == "ref" else runs["ref"]
+        """The reference row then one per driver; `collected.rows` already holds the drivers that failed."""
+        rows = collected.rows
+        family = "asr" if self.step_name.startswith("asr") else "tts"
+        for backend, run in collected.runs.items():
+            against = None if backend == "ref" else collected.runs["ref"]
             accuracy = recurrent.score(self.step_name, self.sig, run, self.golden, against)
             rows[backend] = record(
                 self.model,
                 reference_label if backend == "ref" else f"driver:{backend}",
                 config,
-                **recurrent.latency_fields(run, self.warmup, whole=self.whole),
-                driver_timing=None if backend == "ref" else timing_summary(run.extras),
+                family=family,
+                dataset={"name": f"{self.step_name}-sequences", "size": len(run.outputs), "labels": None},
+                **recurrent.latency_fields(run, config.warmup_s, whole=self.whole),
+                driver_timing_us=None if backend == "ref" else driver_timing(run.extras),
                 accuracy=accuracy,
                 validation_errors=recurrent.validation_errors(accuracy),
-            )
-            rows[backend].update(
-                iterations=len(run.samples), inputs=len(run.outputs), warmup_iterations=self.warmup
+                compilation=collected.compilation.get(backend),
+                memory_mb=collected.memory[backend],
             )
         return [rows["ref"]] + [rows[d] for d in drivers]
+
+
+@dataclass
+class Collected:
+    """Each backend's run, error rows of drivers that failed, compilation timings and peak memory."""
+
+    runs: dict[str, recurrent.SequenceRun]
+    rows: dict[str, dict]
+    compilation: dict[str, dict | None]
+    memory: dict[str, dict]
 
 
 def _collect_runs(
@@ -68,21 +88,34 @@ def _collect_runs(
     what: str,
     run_reference: Callable[[], recurrent.SequenceRun],
     run_driver: Callable[[Any], recurrent.SequenceRun],
-) -> tuple[dict[str, recurrent.SequenceRun], dict[str, dict]]:
-    """Every backend's run in the seeded order; a driver's HalError becomes its error row."""
-    runs: dict[str, recurrent.SequenceRun] = {}
-    failed: dict[str, dict] = {}
+    compile_model=None,
+) -> Collected:
+    """Every backend's run in the seeded order; a driver's HalError becomes its error row.
+
+    `compile_model`: the converted model whose compilation timings drivers get (None: not measured).
+    """
+    out = Collected({}, {}, {}, {})
     for backend in backend_order(config, source.name, devices):
         label = OnnxRuntimeReference.backend if backend == "ref" else f"driver:{backend}"
-        progress(f"{source.name}: {label}, {what}")
+        progress.phase(source.name, label, what)
         if backend == "ref":
-            runs[backend] = run_reference()
+            watch = MemoryWatch(None).start()
+            out.runs[backend] = run_reference()
+            out.memory[backend] = watch.result()
+            progress.unit_done()
             continue
+        watch = MemoryWatch(driver_pid(devices[backend])).start()
         try:
-            runs[backend] = run_driver(devices[backend])
+            if compile_model is not None:
+                progress.phase(source.name, label, "compilation timings")
+                out.compilation[backend] = compilation_timings(devices[backend], compile_model, config)
+                progress.phase(source.name, label, what)
+            out.runs[backend] = run_driver(devices[backend])
+            out.memory[backend] = watch.result()
         except HalError as e:
-            failed[backend] = record(source.name, label, config, status="error", error=str(e))
-    return runs, failed
+            out.rows[backend] = error_record(source.name, family_of(source), label, config, str(e))
+        progress.unit_done()
+    return out
 
 
 def benchmark_recurrent(
@@ -103,26 +136,28 @@ def benchmark_recurrent(
 
     def run_reference() -> recurrent.SequenceRun:
         return recurrent.run_sequences(
-            lambda feed: (reference.run(feed), None), sig, n_inputs, seqs, config.warmup
+            lambda feed: (reference.run(feed), None), sig, n_inputs, seqs, config.warmup_s
         )
 
     def run_driver(device) -> recurrent.SequenceRun:
         session = Session(device, conv.model)
         try:
-            return recurrent.run_sequences(session.run, sig, n_inputs, seqs, config.warmup)
+            return recurrent.run_sequences(session.run, sig, n_inputs, seqs, config.warmup_s)
         finally:
             session.close()
 
     what = f"{len(seqs)} sequences step by step"
-    runs, rows = _collect_runs(source, devices, config, progress, what, run_reference, run_driver)
-    scored = Scored(source.name, entry.name, sig, golden, config.warmup, whole=False)
-    return scored.rows(runs, rows, reference.backend, config, sorted(devices))
+    collected = _collect_runs(
+        source, devices, config, progress, what, run_reference, run_driver, compile_model=conv.model
+    )
+    scored = Scored(source.name, entry.name, sig, golden, whole=False)
+    return scored.rows(collected, reference.backend, config, sorted(devices))
 
 
 def _speech_golden(
     step_name: str, input_name: str, seqs: list, source: ModelSource, progress: Progress
 ) -> list:
-    progress(f"{source.name}: golden outputs (float64 reference, cached)")
+    progress.phase(source.name, "-", "golden outputs (float64 reference, cached)")
     whole = zoo.load(step_name + "_sequence")
     return golden_outputs(whole, [{input_name: s[:, None, :]} for s in seqs], step_name)
 
@@ -142,7 +177,7 @@ def _benchmark_whole_sequences(
     golden = _speech_golden(step_name, entry.input_name, seqs, source, progress)
     reference = OnnxRuntimeReference(proto.SerializeToString(), config.threads)
     sig = recurrent.StepSignature(0, 0, (), (entry.output_name,))
-    warmup = min(config.warmup, 1)
+    warmup = 1 if config.warmup_s > 0 else 0
     models = (
         {
             n: convert(proto, input_shapes={entry.input_name: (n, 1, seqs[0].shape[1])}).model
@@ -170,6 +205,6 @@ def _benchmark_whole_sequences(
                 session.close()
 
     what = f"{len(seqs)} whole sequences (prepared per length)"
-    runs, rows = _collect_runs(source, devices, config, progress, what, run_reference, run_driver)
-    scored = Scored(source.name, step_name, sig, golden, warmup, whole=True)
-    return scored.rows(runs, rows, reference.backend, config, sorted(devices))
+    collected = _collect_runs(source, devices, config, progress, what, run_reference, run_driver)
+    scored = Scored(source.name, step_name, sig, golden, whole=True)
+    return scored.rows(collected, reference.backend, config, sorted(devices))

@@ -1,12 +1,42 @@
-"""`mlts benchmark`: models on drivers and on the onnxruntime CPU reference; writes results.json."""
+"""`mlts benchmark`: MLTS's scoring mode; writes results.json, results.csv and report.html."""
 
 from __future__ import annotations
 
+import datetime as _dt
+import json
+import math
 from pathlib import Path
 
 import click
 
-from mlts.commands._common import driver_plugin_option, progress
+from mlts.commands._common import driver_plugin_option
+
+
+def _seconds(ctx, param, value):
+    if value is None:
+        return None
+    if not (math.isfinite(value) and value >= 0):
+        raise click.BadParameter(f"{value} is not a finite number of seconds >= 0")
+    return value
+
+
+def default_out_dir() -> Path:
+    """results/<local time>, a new folder for every run."""
+    return Path("results") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+OUTPUT_FILES = ("results.json", "results.csv", "report.html")
+
+
+def check_out_dir(out: Path, force: bool) -> None:
+    """A usable output folder: not a file, and not holding earlier results unless --force."""
+    if out.exists() and not out.is_dir():
+        raise click.ClickException(f"--out {out}: exists and is not a directory")
+    existing = [name for name in OUTPUT_FILES if (out / name).exists()]
+    if existing and not force:
+        raise click.ClickException(
+            f"--out {out} already holds {', '.join(existing)}; use --force to overwrite or choose a new folder"
+        )
 
 
 @click.command("benchmark")
@@ -37,11 +67,11 @@ from mlts.commands._common import driver_plugin_option, progress
 @click.option(
     "--out",
     "out_dir",
-    default="results",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="Directory for results.json.",
+    default=None,
+    type=click.Path(),
+    help="Folder for results.json, results.csv and report.html (default: results/<date-time>, new).",
 )
+@click.option("--force", is_flag=True, help="Overwrite results already in --out.")
 @click.option(
     "--threads",
     default=1,
@@ -51,25 +81,46 @@ from mlts.commands._common import driver_plugin_option, progress
 )
 @click.option(
     "--warmup",
-    default=5,
-    show_default=True,
-    type=click.IntRange(0, 10**6),
-    help="Warm-up iterations per backend, not timed.",
+    "warmup_s",
+    type=float,
+    default=None,
+    callback=_seconds,
+    metavar="SECONDS",
+    help="Warm-up per model × backend, discarded (default 2; 0.3 with --quick).",
+)
+@click.option(
+    "--duration",
+    "duration_s",
+    type=float,
+    default=None,
+    callback=_seconds,
+    metavar="SECONDS",
+    help="Minimum timed run per model × backend (default 10; 1 with --quick).",
 )
 @click.option(
     "--iterations",
-    default=30,
+    "min_iterations",
+    default=20,
     show_default=True,
     type=click.IntRange(1, 10**7),
-    help="Timed iterations per backend.",
+    help="Minimum timed calls per model × backend (the run lasts until both minimums are met).",
 )
 @click.option(
-    "--inputs",
-    "n_inputs",
-    default=8,
-    show_default=True,
-    type=click.IntRange(1, 10**5),
-    help="Distinct inputs cycled through; accuracy is computed over all of them.",
+    "--quick", is_flag=True, help="MLTS's short run for CI: 0.3 s warm-up, 1 s timed, compilation 1 s."
+)
+@click.option(
+    "--images",
+    default=None,
+    type=click.IntRange(1, 100_000),
+    help="Images in the test set (default 100 of the 2000 procedural images; with --dataset, all of the folder's).",
+)
+@click.option(
+    "--dataset",
+    "dataset_dir",
+    default=None,
+    type=click.Path(),
+    metavar="DIR",
+    help="Your image folder in MLTS format (images, ground_truth_labels.txt, labels.txt); needs Pillow.",
 )
 @click.option(
     "--sequences",
@@ -79,56 +130,135 @@ from mlts.commands._common import driver_plugin_option, progress
     help="LSTM models (asr_float, tts_float): how many of the 50 dataset sequences to run step by step.",
 )
 @click.option(
-    "--seed", default=0, show_default=True, type=int, help="Seed for input generation and backend order."
+    "--compilation/--no-compilation",
+    default=True,
+    show_default=True,
+    help="Time compilation without cache, saving to cache and preparing from cache on drivers.",
+)
+@click.option(
+    "--compile-iterations",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1, 10**6),
+    help="Compilation timings: at most this many per measurement.",
+)
+@click.option(
+    "--compile-seconds",
+    type=float,
+    default=None,
+    callback=_seconds,
+    metavar="SECONDS",
+    help="Compilation timings: at most this long per measurement (default 10; 1 with --quick).",
+)
+@click.option(
+    "--seed", default=0, show_default=True, type=int, help="Seed for synthetic inputs and backend order."
 )
 @click.option(
     "--in-process",
     is_flag=True,
     help="Load drivers in this process instead of their own (debugging, IPC overhead).",
 )
+@click.option("--json", "as_json", is_flag=True, help="Print the results document to stdout (no table).")
+@click.option(
+    "-q", "--quiet", is_flag=True, help="No progress and no table; errors and the exit status only."
+)
+@click.pass_context
 def benchmark(
+    ctx: click.Context,
     models_regex: str | None,
     model_files: tuple[str, ...],
     drivers_regex: str,
     plugin_files: tuple[str, ...],
-    out_dir: str,
+    out_dir: str | None,
+    force: bool,
     threads: int,
-    warmup: int,
-    iterations: int,
-    n_inputs: int,
+    warmup_s: float | None,
+    duration_s: float | None,
+    min_iterations: int,
+    quick: bool,
+    images: int | None,
+    dataset_dir: str | None,
     sequences: int,
+    compilation: bool,
+    compile_iterations: int,
+    compile_seconds: float | None,
     seed: int,
     in_process: bool,
+    as_json: bool,
+    quiet: bool,
 ) -> None:
-    """Run each model on each matching driver and on onnxruntime's CPU provider.
+    """Run each model on each matching driver and on onnxruntime's CPU provider (MLTS's scoring mode).
 
-    Latency is the wall clock around each whole execution call, warm-up
-    excluded; accuracy compares the driver's outputs with onnxruntime's on
-    the same inputs (CTS fp32 tolerance). The LSTM models asr_float and
-    tts_float run their dataset sequences step by step instead (state carried
-    within a sequence, reset between sequences; --iterations and --inputs do
-    not apply, --warmup counts steps): latency is per step and accuracy is
-    MLTS's PhoneErrorRate / MelCepLogF0 against float64 golden outputs and
-    against onnxruntime. Writes OUT/results.json. Exits with status 1 when
-    any driver failed to prepare or run a model, or when a run broke an
-    accuracy limit (both are in the results too).
+    Per model × backend, in a random order per model: on drivers, the
+    compilation timings (without cache, save to cache, prepare from cache,
+    cache size); a time-based warm-up, discarded; a timed run lasting at
+    least --duration seconds and --iterations calls (latency = wall clock
+    around each execution call); then one pass over every test image for
+    accuracy: top-1..top-5 against golden labels (a float64 reference run,
+    or your --dataset's ground truth), errors against the golden outputs and
+    against onnxruntime. A driver whose top-1 is more than 0.05 below the
+    reference's fails MLTS's validation rule. The LSTM models asr_float and
+    tts_float run their dataset sequences step by step instead, scored by
+    MLTS's PhoneErrorRate / MelCepLogF0.
+
+    Writes OUT/results.json (after every model, so an interrupted run keeps
+    what it measured), OUT/results.csv and OUT/report.html. Exits with
+    status 1 when any driver failed to prepare or run a model, or when a run
+    broke an accuracy limit.
     """
-    from mlts.bench.runner import BenchmarkConfig, run_benchmark
+    from mlts.bench.runner import (
+        QUICK_COMPILE_SECONDS,
+        QUICK_DURATION_S,
+        QUICK_WARMUP_S,
+        BenchmarkConfig,
+        run_benchmark,
+    )
     from mlts.bench.sources import select_models
+    from mlts.commands._progress import make_progress
     from mlts.report.results import format_table, write_json_atomic
     from mlts.runtime.discovery import discover, select
 
+    out = Path(out_dir) if out_dir is not None else default_out_dir()
+    check_out_dir(out, force)
+    if dataset_dir is not None and not Path(dataset_dir).is_dir():
+        raise click.ClickException(f"--dataset {dataset_dir}: no such directory")
     sources = select_models(models_regex, model_files)
     specs = select(discover(plugin_files), drivers_regex)
     config = BenchmarkConfig(
-        threads, warmup, iterations, n_inputs, seed, in_process, tuple(plugin_files), sequences
+        threads=threads,
+        warmup_s=warmup_s if warmup_s is not None else (QUICK_WARMUP_S if quick else 2.0),
+        duration_s=duration_s if duration_s is not None else (QUICK_DURATION_S if quick else 10.0),
+        min_iterations=min_iterations,
+        quick=quick,
+        images=images,
+        dataset_dir=dataset_dir,
+        seed=seed,
+        in_process=in_process,
+        plugin_files=tuple(plugin_files),
+        sequences=sequences,
+        compilation=compilation,
+        compile_max_iterations=compile_iterations,
+        compile_max_seconds=(
+            compile_seconds if compile_seconds is not None else (QUICK_COMPILE_SECONDS if quick else 10.0)
+        ),
     )
-    doc = run_benchmark(sources, specs, config, progress)
-    path = Path(out_dir) / "results.json"
+    verbose = bool((ctx.find_root().obj or {}).get("verbose"))
+    progress = make_progress(quiet or as_json, verbose)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "results.json"
+    doc = run_benchmark(
+        sources, specs, config, progress, checkpoint=lambda partial: write_json_atomic(partial, path)
+    )
     write_json_atomic(doc, path)
-    for line in format_table(doc["results"]):
-        click.echo(line)
-    click.echo(f"results: {path}")
+    written = write_companions(doc, out)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, allow_nan=False))
+    elif not quiet:
+        for line in format_table(doc["results"]):
+            click.echo(line)
+        click.echo(f"results: {path}")
+        for extra in written:
+            click.echo(f"         {extra}")
     failed = [r for r in doc["results"] if r.get("status") != "ok"]
     if failed:
         raise click.ClickException(f"{len(failed)} of {len(doc['results'])} runs failed; see {path}")
@@ -138,3 +268,14 @@ def benchmark(
         raise click.ClickException(
             f"{len(invalid)} of {len(doc['results'])} runs broke an accuracy limit ({first}); see {path}"
         )
+
+
+def write_companions(doc: dict, out: Path) -> list[Path]:
+    """results.csv and report.html beside results.json; returns their paths."""
+    from mlts.report.csv_export import write_csv
+    from mlts.report.html import write_report
+
+    csv_path, html_path = out / "results.csv", out / "report.html"
+    write_csv(doc, csv_path)
+    write_report(doc, html_path)
+    return [csv_path, html_path]

@@ -26,11 +26,50 @@ from mlts.datasets.cache import cache_root, cached_file
 _FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
 
+# Raised whenever the golden computation changes, so cached outputs of the old one are not served.
+GOLDEN_VERSION = "2"
+
+
+def _fold_batch_norms(g: onnx.GraphProto) -> None:
+    """Inference-mode BatchNormalization nodes with constant parameters become Mul + Add in float64.
+
+    y = x * s + t with s = scale / sqrt(var + eps), t = bias - mean * s, per channel (axis 1).
+    onnx.reference runs opset 9-13 BatchNormalization in training mode whenever the momentum
+    attribute has its default value, so the golden run must not hand it these nodes.
+    """
+    inits = {t.name: t for t in g.initializer}
+    nodes = []
+    for node in g.node:
+        params = node.input[1:5]
+        if (
+            node.op_type != "BatchNormalization"
+            or len(node.output) != 1
+            or not all(p in inits for p in params)
+        ):
+            nodes.append(node)
+            continue
+        scale, bias, mean, var = (numpy_helper.to_array(inits[p]).astype(np.float64) for p in params)
+        eps = next((a.f for a in node.attribute if a.name == "epsilon"), 1e-5)
+        s = scale / np.sqrt(var + np.float64(eps))
+        t = bias - mean * s
+        base = node.output[0] + "/golden"
+        for name, value in ((base + "/s", s), (base + "/t", t)):
+            g.initializer.append(numpy_helper.from_array(value.reshape(-1, 1, 1), name))
+        nodes.append(onnx.helper.make_node("Mul", [node.input[0], base + "/s"], [base + "/xs"]))
+        nodes.append(onnx.helper.make_node("Add", [base + "/xs", base + "/t"], [node.output[0]]))
+    del g.node[:]
+    g.node.extend(nodes)
+
+
 def float64_copy(model: onnx.ModelProto) -> onnx.ModelProto:
-    """`model` with float initializers, Constant values, inputs and outputs in float64; shapes re-inferred."""
+    """`model` with float initializers, Constant values, inputs and outputs in float64; shapes re-inferred.
+
+    Inference-mode BatchNormalization is folded into a float64 Mul + Add (see _fold_batch_norms).
+    """
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
+    _fold_batch_norms(g)
     for i, init in enumerate(g.initializer):
         if init.data_type in _FLOAT_TYPES:
             g.initializer[i].CopyFrom(
@@ -77,7 +116,7 @@ def _key(model_bytes: bytes, feeds: Sequence[dict[str, np.ndarray]]) -> str:
             arr = np.ascontiguousarray(feed[name])
             h.update(f"{name}:{arr.dtype}:{arr.shape}".encode())
             h.update(arr.tobytes())
-    h.update(f"onnx{onnx.__version__}".encode())
+    h.update(f"onnx{onnx.__version__}:golden{GOLDEN_VERSION}".encode())
     return h.hexdigest()[:24]
 
 

@@ -23,21 +23,23 @@ def _fmt(value, spec: str) -> str:
 
 
 def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.0f}%"
+    return "-" if value is None else f"{value * 100:.1f}%"
 
 
 def _image_table(records: list[dict]) -> list[str]:
-    """One line per model x backend: latency and accuracy against the CPU reference.
+    """One line per model x backend: latency, top-k against the labels, error against onnxruntime.
 
-    "CTS err" is the largest error as a multiple of the CTS tolerance (fp32:
-    atol + rtol*|e|; quantized: 1 unit, 3 for MobileNets); at most 1.00x passes.
-    For quantized models "max|err|" is in quantized units ("2u") and "vs float"
-    is the top-1 agreement with the float model the quantized one was made from.
+    "median ms [95% CI]" is the median with its distribution-free confidence
+    interval. "top1"/"top5" are against the golden labels (the float64
+    reference's arg-max) or the dataset's ground truth. "CTS err" is the
+    largest error against onnxruntime as a multiple of the CTS tolerance
+    (fp32: atol + rtol*|e|; quantized: 1 unit, 3 for MobileNets); at most
+    1.00x passes. For quantized models "max|err|" is in quantized units ("2u").
     """
     w = max([26, *(len(r["model"]) for r in records)])
     header = (
-        f"{'model':<{w}} {'backend':<22} {'iters':>5} {'median ms':>10} {'p90 ms':>9} {'mean±std ms':>16} "
-        f"{'max|err|':>9} {'top1 agr':>8} {'CTS err':>8} {'vs float':>8}"
+        f"{'model':<{w}} {'backend':<22} {'iters':>5} {'median ms [95% CI]':>24} {'p90 ms':>9} "
+        f"{'top1':>6} {'top5':>6} {'max|err|':>9} {'CTS err':>8}"
     )
     lines = [header, "-" * len(header)]
     for r in records:
@@ -46,18 +48,21 @@ def _image_table(records: list[dict]) -> list[str]:
             continue
         lat = r["latency_ms"]
         acc = r.get("accuracy") or {}
-        ratio = acc.get("cts_ratio")
-        mean_std = f"{lat['mean']:.2f}±{lat['std']:.2f}"
-        top1 = acc.get("top1_agreement")
-        if "max_quant_deviation" in acc:
-            err = f"{acc['max_quant_deviation']}u"
+        topk = acc.get("topk") or {}
+        ref = acc.get("vs_reference") or {}
+        ratio = ref.get("cts_ratio")
+        lo, hi = lat["median_ci95"]
+        median = f"{lat['median']:.2f} [{lo:.2f}, {hi:.2f}]"
+        if "max_quant_deviation" in ref:
+            err = f"{ref['max_quant_deviation']}u"
         else:
-            err = _fmt(acc.get("max_abs_error"), ".2e")
-        vs_float = (r.get("quantization") or {}).get("top1_agreement_with_float")
+            err = _fmt(ref.get("max_abs_error"), ".2e")
         lines.append(
-            f"{r['model']:<{w}} {r['backend']:<22} {r['iterations']:>5} {lat['median']:>10.2f} {lat['p90']:>9.2f} {mean_std:>16} "
-            f"{err:>9} {_percent(top1):>8} {'-' if ratio is None else f'{ratio:.2f}x':>8} {_percent(vs_float):>8}"
+            f"{r['model']:<{w}} {r['backend']:<22} {r['iterations']:>5} {median:>24} {lat['p90']:>9.2f} "
+            f"{_percent(topk.get('top1')):>6} {_percent(topk.get('top5')):>6} {err:>9} "
+            f"{'-' if ratio is None else f'{ratio:.2f}x':>8}"
         )
+        lines += [f"  validation error: {e}" for e in r.get("validation_errors") or []]
     return lines
 
 

@@ -110,3 +110,30 @@ def test_zoo_golden_outputs_agree_with_onnxruntime(model_name):
     for feed, g in zip(feeds, gold, strict=True):
         # onnxruntime computes in float32: its rounding over a few hundred steps stays far below 1e-4.
         np.testing.assert_allclose(session.run(None, feed)[0], g, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("opset", [9, 13, 15])
+def test_inference_batch_norm_is_computed_in_inference_mode(opset):
+    """BatchNormalization with its default momentum is inference mode: (x - mean) * scale / sqrt(var + eps) + bias.
+
+    Checked against that formula in float64 NumPy to 1e-12 (the folded Mul + Add rounds only in float64).
+    """
+    rng = np.random.default_rng(3)
+    p = {k: rng.uniform(0.5, 2.0, 4).astype(np.float32) for k in ("scale", "bias", "mean", "var")}
+    node = helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"], epsilon=1e-3)
+    graph = helper.make_graph(
+        [node],
+        "bn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 3, 3])],
+        [numpy_helper.from_array(v, k) for k, v in p.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    x = rng.standard_normal((2, 4, 3, 3)).astype(np.float32)
+    (y,) = golden.reference_outputs(model, [{"x": x}])[0]
+    c = {k: v.astype(np.float64).reshape(1, 4, 1, 1) for k, v in p.items()}
+    want = (x.astype(np.float64) - c["mean"]) * c["scale"] / np.sqrt(
+        c["var"] + np.float64(np.float32(1e-3))
+    ) + c["bias"]
+    np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12)

@@ -1,0 +1,213 @@
+"""One image (or other single-call) model made ready to benchmark: converted graph, inputs, references, scoring.
+
+Image models (one NCHW RGB input) run on the image set: float inputs are the
+Inception-preprocessed images, 8-bit inputs the same images quantized with
+the input's scale and zero point. Golden outputs come from a float64 copy of
+the model run by `onnx.reference` (for a quantized zoo model: of the float
+model it was made from, on the float images), and their arg-max gives the
+labels top-k is scored against unless the image set has ground truth. Other
+models get seeded non-zero inputs and are scored against onnxruntime (and
+against the float64 reference when it can run them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from mlts.bench import evaluators
+from mlts.bench.accuracy import (
+    QUANT_TOLERANCE_UNITS,
+    QUANT_TOLERANCE_UNITS_MOBILENET,
+    compare,
+    compare_quantized,
+)
+from mlts.bench.inputs import make_inputs
+from mlts.bench.progress import Progress
+from mlts.bench.reference import OnnxRuntimeReference
+from mlts.bench.sources import ModelSource, family_of, zoo_entry
+
+# Non-image models: how many distinct seeded inputs at most.
+MAX_SYNTHETIC_INPUTS = 16
+
+
+@dataclass
+class Workload:
+    name: str
+    family: str
+    model: object  # the converted NN graph (mlts.hal.types.Model)
+    conv: object  # the converter's result (input/output tensor descriptions)
+    feeds: list[list[np.ndarray]]
+    reference: OnnxRuntimeReference
+    expected: list[list[np.ndarray]]  # onnxruntime's outputs for every feed
+    golden: list[np.ndarray] | None  # the float64 reference's first output per feed
+    labels: list[int] | None
+    label_source: str | None
+    dataset: dict
+    quantized: bool
+    quantization: Callable[[dict], dict] | None = None
+
+    def score(self, outputs: list[list[np.ndarray]], *, against_reference: bool) -> dict:
+        """Accuracy per evaluator: top-k against the labels, errors against golden and onnxruntime."""
+        first = [np.asarray(o[0]) for o in outputs]
+        out_t = self.conv.outputs[0]
+        acc: dict = {}
+        if self.labels is not None:
+            acc["topk"] = evaluators.topk_accuracy(
+                [f.reshape(-1) for f in first], self.labels, label_source=self.label_source or "golden"
+            )
+        if self.golden is not None:
+            scale = out_t.scale if self.quantized else None
+            zero_point = out_t.zero_point if self.quantized else None
+            acc["vs_golden"] = evaluators.golden_error(first, self.golden, scale, zero_point)
+        if against_reference:
+            if self.quantized:
+                acc["vs_reference"] = quantized_scores(outputs, self.expected, self.conv, self.name)
+            else:
+                acc["vs_reference"] = compare(outputs, self.expected)
+        return acc
+
+
+def quantized_scores(outputs: list, expected: list, conv, name: str) -> dict:
+    """compare_quantized with CTS's tolerance for the model (3 units for MobileNets, else 1)."""
+    units = QUANT_TOLERANCE_UNITS_MOBILENET if "mobilenet" in name else QUANT_TOLERANCE_UNITS
+    return compare_quantized(outputs, expected, [t.scale for t in conv.outputs], units)
+
+
+def _image_input(conv) -> tuple[int, object] | None:
+    """(resolution, tensor) of a model whose only input is one NCHW RGB square image, batch 1."""
+    from mlts.bench.inputs import _is_image
+
+    if len(conv.inputs) != 1:
+        return None
+    t = conv.inputs[0]
+    shape = tuple(int(d) for d in t.shape)
+    if not _is_image(shape, np.dtype(t.dtype), t.scale) or shape[0] != 1:
+        return None
+    return shape[2], t
+
+
+def prepare_workload(source: ModelSource, proto, config, imageset, progress: Progress) -> Workload:
+    from mlts.convert import convert
+    from mlts.runtime.session import Session  # noqa: F401  (fail early if the runtime is broken)
+
+    progress.phase(source.name, "-", "convert")
+    conv = convert(proto)
+    quantized = bool(conv.outputs) and all(t.dtype in ("uint8", "int8") for t in conv.outputs)
+    family = family_of(source)
+    image = _image_input(conv) if imageset is not None else None
+    progress.phase(source.name, "-", "onnxruntime reference outputs")
+    reference = OnnxRuntimeReference(proto.SerializeToString(), config.threads)
+    if image is None:
+        return _synthetic(source, proto, conv, config, reference, family, quantized, progress)
+
+    resolution, tensor = image
+    floats = imageset.batch(resolution, "NCHW")
+    if np.dtype(tensor.dtype) == np.float32:
+        model_input = floats
+    else:
+        from mlts.datasets.images import quantize_images
+
+        model_input = quantize_images(floats, tensor.scale, tensor.zero_point, np.dtype(tensor.dtype).type)
+    feeds = [[np.ascontiguousarray(model_input[i : i + 1])] for i in range(len(model_input))]
+    expected = [reference.run(f) for f in feeds]
+    golden, float_name = _image_golden(source, proto, quantized, floats, progress)
+    labels, label_source = _labels(imageset, golden, expected)
+    quantization = None
+    if float_name is not None:
+
+        def quantization(acc: dict, _float=float_name) -> dict:
+            top1 = (acc.get("topk") or {}).get("top1")
+            return {"float_model": _float, "top1_agreement_with_float": top1}
+
+    return Workload(
+        name=source.name,
+        family=family,
+        model=conv.model,
+        conv=conv,
+        feeds=feeds,
+        reference=reference,
+        expected=expected,
+        golden=golden,
+        labels=labels,
+        label_source=label_source,
+        dataset={"name": imageset.name, "size": len(feeds), "labels": label_source},
+        quantized=quantized,
+        quantization=quantization,
+    )
+
+
+def _image_golden(
+    source: ModelSource, proto, quantized: bool, floats: np.ndarray, progress: Progress
+) -> tuple[list[np.ndarray] | None, str | None]:
+    """Golden first outputs for the images, and the float model's name when they come from it."""
+    from mlts.datasets.golden import golden_outputs
+
+    float_name = None
+    golden_proto = proto
+    if quantized:
+        from mlts.models import zoo
+
+        entry = zoo_entry(source)
+        if entry is None or entry.float_name is None:
+            return None, None  # a user's quantized model: no float64 reference of it
+        float_name = entry.float_name
+        golden_proto = zoo.load(float_name)
+    progress.phase(source.name, "-", f"golden outputs for {len(floats)} images (float64, cached)")
+    input_name = golden_proto.graph.input[0].name
+    label = float_name or source.name
+    golden = golden_outputs(
+        golden_proto, [{input_name: floats[i : i + 1]} for i in range(len(floats))], label
+    )
+    return golden, float_name
+
+
+def _labels(imageset, golden, expected) -> tuple[list[int] | None, str | None]:
+    """Ground truth mapped onto the model's classes, else the golden outputs' arg-max."""
+    if imageset.ground_truth is not None:
+        classes = int(np.asarray(expected[0][0]).shape[-1])
+        from mlts.datasets.imageset import check_classes
+
+        offset = check_classes(imageset, classes)
+        return [int(g) + offset for g in imageset.ground_truth], "ground_truth"
+    if golden is not None and np.asarray(golden[0]).shape[-1] > 1:
+        return evaluators.golden_labels(golden), "golden"
+    return None, None
+
+
+def _synthetic(source, proto, conv, config, reference, family, quantized, progress) -> Workload:
+    """A model without a single image input: seeded non-zero inputs, golden when onnx.reference runs it."""
+    specs = [(t.shape, t.dtype, t.scale, t.zero_point) for t in conv.inputs]
+    feeds = make_inputs(specs, min(config.images or MAX_SYNTHETIC_INPUTS, MAX_SYNTHETIC_INPUTS), seed=config.seed)
+    expected = [reference.run(f) for f in feeds]
+    golden = None
+    if not quantized:
+        progress.phase(source.name, "-", "golden outputs (float64, cached)")
+        golden = _try_golden(source, proto, feeds)
+    return Workload(
+        name=source.name,
+        family=family,
+        model=conv.model,
+        conv=conv,
+        feeds=feeds,
+        reference=reference,
+        expected=expected,
+        golden=golden,
+        labels=None,
+        label_source=None,
+        dataset={"name": "synthetic", "size": len(feeds), "labels": None},
+        quantized=quantized,
+    )
+
+
+def _try_golden(source: ModelSource, proto, feeds) -> list[np.ndarray] | None:
+    """The float64 reference's first outputs, or None when onnx.reference cannot run the model."""
+    from mlts.datasets.golden import golden_outputs
+
+    names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
+    try:
+        return golden_outputs(proto, [dict(zip(names, f, strict=True)) for f in feeds], source.name)
+    except Exception:  # onnx.reference lacks an operator or dtype: score against onnxruntime only
+        return None
