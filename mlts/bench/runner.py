@@ -53,6 +53,8 @@ class BenchmarkConfig:
     compilation: bool = True
     compile_max_iterations: int = 100
     compile_max_seconds: float = 10.0
+    # MLTS's "NNAPI reference": also ("include") or only ("only") run the device the runtime chooses.
+    nnapi_reference: str = "off"
 
     @property
     def control(self) -> RunControl:
@@ -125,10 +127,33 @@ def timed_fields(timed: Timed, config: BenchmarkConfig) -> dict:
     }
 
 
+NNAPI_REFERENCE = "nnapi-reference"
+
+
+def driver_backends(config: BenchmarkConfig, devices: dict) -> list[str]:
+    """The driver backends of a run: each driver, the runtime's own choice, or both."""
+    named = [] if config.nnapi_reference == "only" else sorted(devices)
+    return named + ([NNAPI_REFERENCE] if config.nnapi_reference != "off" else [])
+
+
 def backend_order(config: BenchmarkConfig, name: str, devices: dict) -> list[str]:
-    backends = ["ref"] + sorted(devices)
+    backends = ["ref"] + driver_backends(config, devices)
     random.Random(f"{config.seed}:{name}").shuffle(backends)
     return backends
+
+
+def backend_label(backend: str) -> str:
+    return backend if backend == NNAPI_REFERENCE else f"driver:{backend}"
+
+
+def resolve_backend(backend: str, devices: dict, model) -> tuple[str, object, dict]:
+    """(row label, device, extra row fields) of a driver backend; the runtime chooses for nnapi-reference."""
+    if backend != NNAPI_REFERENCE:
+        return backend_label(backend), devices[backend], {}
+    from mlts.runtime.selection import choose_device
+
+    choice = choose_device(devices, model)
+    return NNAPI_REFERENCE, devices[choice.name], {"selected_device": choice.name, "selection": choice.reason}
 
 
 def compilation_timings(device, model, config: BenchmarkConfig) -> dict | None:
@@ -164,17 +189,18 @@ def benchmark_model(
         if backend == "ref":
             rows[backend] = _run_reference(work, config, progress)
         else:
-            rows[backend] = _run_driver(work, backend, devices[backend], config, progress)
+            rows[backend] = _run_driver(work, backend, devices, config, progress)
         progress.unit_done()
     ref_topk = (rows["ref"].get("accuracy") or {}).get("topk")
-    for name in devices:
+    drivers = driver_backends(config, devices)
+    for name in drivers:
         row = rows[name]
         topk = (row.get("accuracy") or {}).get("topk")
         if row["status"] == "ok" and topk and ref_topk:
             from mlts.bench.evaluators import validation_errors
 
             row["validation_errors"] = validation_errors(topk, ref_topk)
-    return [rows["ref"]] + [rows[d] for d in sorted(devices)]
+    return [rows["ref"]] + [rows[d] for d in drivers]
 
 
 def _run_reference(work, config: BenchmarkConfig, progress: Progress) -> dict:
@@ -200,10 +226,14 @@ def _run_reference(work, config: BenchmarkConfig, progress: Progress) -> dict:
     return rec
 
 
-def _run_driver(work, name: str, device, config: BenchmarkConfig, progress: Progress) -> dict:
+def _run_driver(work, backend: str, devices: dict, config: BenchmarkConfig, progress: Progress) -> dict:
     from mlts.runtime.session import Session
 
-    label = f"driver:{name}"
+    label = backend_label(backend)
+    try:
+        label, device, chosen = resolve_backend(backend, devices, work.model)
+    except HalError as e:
+        return error_record(work.name, work.family, label, config, str(e))
     watch = MemoryWatch(driver_pid(device)).start()
     try:
         progress.phase(work.name, label, "compilation timings")
@@ -233,6 +263,7 @@ def _run_driver(work, name: str, device, config: BenchmarkConfig, progress: Prog
         accuracy=work.score(outputs, against_reference=True),
         compilation=compilation,
         memory_mb=watch.result(),
+        **chosen,
     )
     if work.quantization is not None:
         rec["quantization"] = work.quantization(rec["accuracy"])
@@ -286,7 +317,7 @@ def run_benchmark(
             progress.log(f"starting driver {spec.name}")
             devices[spec.name] = open_device(spec, in_process=config.in_process, threads=config.threads)
             doc["devices"][spec.name] = device_info(devices[spec.name])
-        progress.plan(len(sources) * (1 + len(devices)), config.seconds_per_unit())
+        progress.plan(len(sources) * (1 + len(driver_backends(config, devices))), config.seconds_per_unit())
         for source, proto in zip(sources, protos, strict=True):
             doc["results"] += benchmark_model(source, proto, devices, config, progress, images)
             if checkpoint is not None:

@@ -9,7 +9,7 @@ run of the whole-sequence model (mlts.datasets.golden, cached).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mlts.bench import recurrent
@@ -18,11 +18,14 @@ from mlts.bench.progress import Progress
 from mlts.bench.reference import OnnxRuntimeReference
 from mlts.bench.runner import (
     BenchmarkConfig,
+    backend_label,
     backend_order,
     compilation_timings,
+    driver_backends,
     driver_timing,
     error_record,
     record,
+    resolve_backend,
 )
 from mlts.bench.sources import ModelSource, family_of
 from mlts.datasets import speech
@@ -56,7 +59,7 @@ class Scored:
             accuracy = recurrent.score(self.step_name, self.sig, run, self.golden, against)
             rows[backend] = record(
                 self.model,
-                reference_label if backend == "ref" else f"driver:{backend}",
+                reference_label if backend == "ref" else collected.labels[backend],
                 config,
                 family=family,
                 dataset={"name": f"{self.step_name}-sequences", "size": len(run.outputs), "labels": None},
@@ -66,6 +69,7 @@ class Scored:
                 validation_errors=recurrent.validation_errors(accuracy),
                 compilation=collected.compilation.get(backend),
                 memory_mb=collected.memory[backend],
+                **collected.chosen.get(backend, {}),
             )
         return [rows["ref"]] + [rows[d] for d in drivers]
 
@@ -78,6 +82,8 @@ class Collected:
     rows: dict[str, dict]
     compilation: dict[str, dict | None]
     memory: dict[str, dict]
+    labels: dict[str, str] = field(default_factory=dict)
+    chosen: dict[str, dict] = field(default_factory=dict)
 
 
 def _collect_runs(
@@ -89,28 +95,34 @@ def _collect_runs(
     run_reference: Callable[[], recurrent.SequenceRun],
     run_driver: Callable[[Any], recurrent.SequenceRun],
     compile_model=None,
+    selection_model=None,
 ) -> Collected:
     """Every backend's run in the seeded order; a driver's HalError becomes its error row.
 
     `compile_model`: the converted model whose compilation timings drivers get (None: not measured).
+    `selection_model`: the model the runtime chooses a device for (the nnapi-reference backend).
     """
     out = Collected({}, {}, {}, {})
     for backend in backend_order(config, source.name, devices):
-        label = OnnxRuntimeReference.backend if backend == "ref" else f"driver:{backend}"
-        progress.phase(source.name, label, what)
+        label = OnnxRuntimeReference.backend if backend == "ref" else backend_label(backend)
         if backend == "ref":
+            progress.phase(source.name, label, what)
             watch = MemoryWatch(None).start()
             out.runs[backend] = run_reference()
             out.memory[backend] = watch.result()
             progress.unit_done()
             continue
-        watch = MemoryWatch(driver_pid(devices[backend])).start()
         try:
+            label, device, out.chosen[backend] = resolve_backend(
+                backend, devices, selection_model or compile_model
+            )
+            out.labels[backend] = label
+            watch = MemoryWatch(driver_pid(device)).start()
             if compile_model is not None:
                 progress.phase(source.name, label, "compilation timings")
-                out.compilation[backend] = compilation_timings(devices[backend], compile_model, config)
-                progress.phase(source.name, label, what)
-            out.runs[backend] = run_driver(devices[backend])
+                out.compilation[backend] = compilation_timings(device, compile_model, config)
+            progress.phase(source.name, label, what)
+            out.runs[backend] = run_driver(device)
             out.memory[backend] = watch.result()
         except HalError as e:
             out.rows[backend] = error_record(source.name, family_of(source), label, config, str(e))
@@ -151,7 +163,7 @@ def benchmark_recurrent(
         source, devices, config, progress, what, run_reference, run_driver, compile_model=conv.model
     )
     scored = Scored(source.name, entry.name, sig, golden, whole=False)
-    return scored.rows(collected, reference.backend, config, sorted(devices))
+    return scored.rows(collected, reference.backend, config, driver_backends(config, devices))
 
 
 def _speech_golden(
@@ -205,6 +217,9 @@ def _benchmark_whole_sequences(
                 session.close()
 
     what = f"{len(seqs)} whole sequences (prepared per length)"
-    collected = _collect_runs(source, devices, config, progress, what, run_reference, run_driver)
+    first_model = next(iter(models.values()), None)
+    collected = _collect_runs(
+        source, devices, config, progress, what, run_reference, run_driver, selection_model=first_model
+    )
     scored = Scored(source.name, step_name, sig, golden, whole=True)
-    return scored.rows(collected, reference.backend, config, sorted(devices))
+    return scored.rows(collected, reference.backend, config, driver_backends(config, devices))

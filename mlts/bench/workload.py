@@ -168,10 +168,7 @@ def _labels(imageset, golden, expected) -> tuple[list[int] | None, str | None]:
     """Ground truth mapped onto the model's classes, else the golden outputs' arg-max."""
     if imageset.ground_truth is not None:
         classes = int(np.asarray(expected[0][0]).shape[-1])
-        from mlts.datasets.imageset import check_classes
-
-        offset = check_classes(imageset, classes)
-        return [int(g) + offset for g in imageset.ground_truth], "ground_truth"
+        return imageset.labels_for(classes), "ground_truth"
     if golden is not None and np.asarray(golden[0]).shape[-1] > 1:
         return evaluators.golden_labels(golden), "golden"
     return None, None
@@ -180,7 +177,9 @@ def _labels(imageset, golden, expected) -> tuple[list[int] | None, str | None]:
 def _synthetic(source, proto, conv, config, reference, family, quantized, progress) -> Workload:
     """A model without a single image input: seeded non-zero inputs, golden when onnx.reference runs it."""
     specs = [(t.shape, t.dtype, t.scale, t.zero_point) for t in conv.inputs]
-    feeds = make_inputs(specs, min(config.images or MAX_SYNTHETIC_INPUTS, MAX_SYNTHETIC_INPUTS), seed=config.seed)
+    feeds = make_inputs(
+        specs, min(config.images or MAX_SYNTHETIC_INPUTS, MAX_SYNTHETIC_INPUTS), seed=config.seed
+    )
     expected = [reference.run(f) for f in feeds]
     golden = None
     if not quantized:

@@ -158,6 +158,20 @@ def check_out_dir(out: Path, force: bool) -> None:
     is_flag=True,
     help="Load drivers in this process instead of their own (debugging, IPC overhead).",
 )
+@click.option(
+    "-r",
+    "--include-nnapi-reference",
+    "nnapi_reference",
+    flag_value="include",
+    default="off",
+    help="Also run the device the runtime chooses itself (no driver named), as backend nnapi-reference.",
+)
+@click.option(
+    "--nnapi-reference-only",
+    "nnapi_reference",
+    flag_value="only",
+    help="Run only the runtime's own device choice (and onnxruntime), not each driver.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the results document to stdout (no table).")
 @click.option(
     "-q", "--quiet", is_flag=True, help="No progress and no table; errors and the exit status only."
@@ -184,6 +198,7 @@ def benchmark(
     compile_seconds: float | None,
     seed: int,
     in_process: bool,
+    nnapi_reference: str,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -238,6 +253,7 @@ def benchmark(
         sequences=sequences,
         compilation=compilation,
         compile_max_iterations=compile_iterations,
+        nnapi_reference=nnapi_reference,
         compile_max_seconds=(
             compile_seconds if compile_seconds is not None else (QUICK_COMPILE_SECONDS if quick else 10.0)
         ),
