@@ -71,9 +71,17 @@ def main(ctx: click.Context, verbose: bool) -> None:
 
 
 from mlts.commands import benchmark as _benchmark  # noqa: E402
+from mlts.commands import compare as _compare  # noqa: E402
 from mlts.commands import devices as _devices  # noqa: E402
 from mlts.commands import graph as _graph  # noqa: E402
 from mlts.commands import models as _models  # noqa: E402
 
-for _cmd in (_models.models, _devices.devices, _graph.convert_cmd, _graph.inspect_cmd, _benchmark.benchmark):
+for _cmd in (
+    _models.models,
+    _devices.devices,
+    _graph.convert_cmd,
+    _graph.inspect_cmd,
+    _benchmark.benchmark,
+    _compare.compare,
+):
     main.add_command(_cmd)

@@ -166,10 +166,11 @@ def _image_golden(
 
 def _labels(imageset, golden, expected) -> tuple[list[int] | None, str | None]:
     """Ground truth mapped onto the model's classes, else the golden outputs' arg-max."""
-    if imageset.ground_truth is not None:
+    if imageset.ground_truth is not None and np.asarray(expected[0][0]).ndim == 2:
         classes = int(np.asarray(expected[0][0]).shape[-1])
         return imageset.labels_for(classes), "ground_truth"
-    if golden is not None and np.asarray(golden[0]).shape[-1] > 1:
+    shape = np.asarray(golden[0]).shape if golden is not None else ()
+    if len(shape) == 2 and shape[0] == 1 and shape[1] > 1:  # a [1, classes] score vector
         return evaluators.golden_labels(golden), "golden"
     return None, None
 

@@ -260,12 +260,14 @@ def benchmark(
     )
     verbose = bool((ctx.find_root().obj or {}).get("verbose"))
     progress = make_progress(quiet or as_json, verbose)
-    out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
-    doc = run_benchmark(
-        sources, specs, config, progress, checkpoint=lambda partial: write_json_atomic(partial, path)
-    )
-    write_json_atomic(doc, path)
+
+    def save(partial: dict) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(partial, path)
+
+    doc = run_benchmark(sources, specs, config, progress, checkpoint=save)
+    save(doc)
     written = write_companions(doc, out)
     if as_json:
         click.echo(json.dumps(doc, indent=2, allow_nan=False))

@@ -61,16 +61,21 @@ def _range(dtype) -> tuple[int, int]:
     return info.min, info.max
 
 
-def test_table_shows_units_and_float_agreement():
+def test_table_shows_quantized_units_top_k_and_the_median_interval():
     row = {
         "model": "mobilenet_v1_0.25_128_quant_perchannel",
         "backend": "driver:sample-all",
         "status": "ok",
         "iterations": 3,
-        "latency_ms": {"median": 1.0, "p90": 1.2, "mean": 1.1, "std": 0.1},
-        "accuracy": {"max_quant_deviation": 2, "top1_agreement": 0.5, "cts_ratio": 2 / 3},
-        "quantization": {"top1_agreement_with_float": 0.75},
+        "latency_ms": {"median": 1.0, "p90": 1.2, "mean": 1.1, "std": 0.1, "median_ci95": [0.9, 1.25]},
+        "accuracy": {
+            "topk": {"top1": 0.75, "top5": 0.875},
+            "vs_reference": {"max_quant_deviation": 2, "top1_agreement": 0.5, "cts_ratio": 2 / 3},
+        },
+        "validation_errors": ["top-1 accuracy 0.750 is more than 0.05 below the reference's 0.810"],
     }
-    header, _, line = format_table([row])
-    assert "vs float" in header and "mobilenet_v1_0.25_128_quant_perchannel" in line
-    assert "2u" in line and "0.67x" in line and "75%" in line and "50%" in line
+    header, _, line, error = format_table([row])
+    assert "top1" in header and "mobilenet_v1_0.25_128_quant_perchannel" in line
+    assert "2u" in line and "0.67x" in line and "75.0%" in line and "87.5%" in line
+    assert "1.00 [0.90, 1.25]" in line
+    assert "validation error: top-1 accuracy 0.750" in error

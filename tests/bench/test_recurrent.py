@@ -29,7 +29,7 @@ SIG = recurrent.StepSignature(
 def test_state_is_carried_within_a_sequence_and_reset_between_sequences():
     seqs = [np.arange(6, dtype=np.float32).reshape(3, 2), np.ones((2, 2), np.float32)]
     step = _Accumulator()
-    run = recurrent.run_sequences(step, SIG, 2, seqs, warmup=0)
+    run = recurrent.run_sequences(step, SIG, 2, seqs, warmup_s=0)
     np.testing.assert_array_equal(run.outputs[0][0][:, 0], [[0, 1], [2, 4], [6, 9]])  # running sums
     np.testing.assert_array_equal(run.outputs[1][0][:, 0], [[1, 1], [2, 2]])  # starts again from zero
     assert [c[1].tolist() for c in step.calls] == [[[0, 0]], [[0, 1]], [[2, 4]], [[0, 0]], [[1, 1]]]
@@ -41,8 +41,10 @@ def test_state_is_carried_within_a_sequence_and_reset_between_sequences():
 def test_warm_up_steps_are_not_timed_and_do_not_leak_state():
     seqs = [np.full((2, 2), 3.0, np.float32)]
     step = _Accumulator()
-    run = recurrent.run_sequences(step, SIG, 2, seqs, warmup=5)
+    ticks = iter(range(100))  # a fake clock: one second per reading, so 5 s of warm-up is 5 steps
+    run = recurrent.run_sequences(step, SIG, 2, seqs, warmup_s=5, clock=lambda: float(next(ticks)))
     assert len(step.calls) == 7 and len(run.samples) == 2
+    assert run.warmup_calls == 5 and run.warmup_seconds == 5.0
     # Warm-up wraps around the first sequence with its own carried state, then state is reset.
     assert step.calls[4][1].tolist() == [[12, 12]] and step.calls[5][1].tolist() == [[0, 0]]
     np.testing.assert_array_equal(run.outputs[0][0][:, 0], [[3, 3], [6, 6]])
@@ -68,7 +70,9 @@ def test_scores_and_validation_errors():
 
 
 def test_latency_fields_are_per_step():
-    run = recurrent.SequenceRun([0.001, 0.002, 0.003], [0.003, 0.003], [[], []], [None] * 3)
-    fields = recurrent.latency_fields(run, 4)
+    run = recurrent.SequenceRun([0.001, 0.002, 0.003], [0.003, 0.003], [[], []], [None] * 3, 4, 0.5)
+    fields = recurrent.latency_fields(run, 0.5)
     assert fields["steps"] == 3 and fields["sequences"] == 2 and fields["warmup_steps"] == 4
+    assert fields["warmup"] == {"iterations": 4, "seconds": 0.5, "target_seconds": 0.5}
+    assert fields["latency_ms"]["samples"] == pytest.approx([1.0, 2.0, 3.0])
     assert fields["latency_unit"] == "step" and fields["latency_ms"]["median"] == pytest.approx(2.0)

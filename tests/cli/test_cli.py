@@ -56,7 +56,7 @@ def one_line_error(result) -> str:
 def test_help_lists_commands(runner):
     r = runner.invoke(main, ["--help"])
     assert r.exit_code == 0
-    for cmd in ("models", "devices", "convert", "inspect", "benchmark"):
+    for cmd in ("models", "devices", "convert", "inspect", "benchmark", "compare"):
         assert cmd in r.output
 
 
@@ -109,20 +109,26 @@ def test_benchmark_writes_results(runner, tiny, tmp_path):
             "--iterations",
             "3",
             "--warmup",
-            "1",
-            "--inputs",
+            "0.05",
+            "--duration",
+            "0",
+            "--images",
             "2",
+            "--compile-seconds",
+            "0.1",
         ],
     )
     assert r.exit_code == 0, r.output
     doc = json.loads((out / "results.json").read_text())
     assert doc["schema_version"] == 2
+    assert (out / "results.csv").is_file() and (out / "report.html").is_file()
     backends = {rec["backend"] for rec in doc["results"]}
     assert backends == {"cpu:onnxruntime", "driver:sample-all"}
     drv = next(rec for rec in doc["results"] if rec["backend"] == "driver:sample-all")
     assert drv["status"] == "ok", drv
-    assert drv["accuracy"]["cts_pass"] is True
+    assert drv["accuracy"]["vs_reference"]["cts_pass"] is True
     assert drv["latency_ms"]["min"] <= drv["latency_ms"]["median"] <= drv["latency_ms"]["max"]
+    assert drv["iterations"] == 3 and len(drv["latency_ms"]["samples"]) == 3
 
 
 # ------------------------------------------------------------ bad input
@@ -233,8 +239,12 @@ def test_driver_failure_is_a_row_and_a_nonzero_exit(runner, tiny, tmp_path):
             "2",
             "--warmup",
             "0",
-            "--inputs",
+            "--duration",
+            "0",
+            "--images",
             "1",
+            "--compile-iterations",
+            "2",
         ],
     )
     assert "1 of 3 runs failed" in one_line_error(r)
@@ -258,14 +268,20 @@ def test_in_process_driver_gives_the_same_results(runner, tiny, tmp_path):
             str(out),
             "--iterations",
             "2",
-            "--inputs",
+            "--warmup",
+            "0",
+            "--duration",
+            "0",
+            "--images",
+            "2",
+            "--compile-iterations",
             "2",
         ],
     )
     assert r.exit_code == 0, r.output
     doc = json.loads((out / "results.json").read_text())
     drv = next(rec for rec in doc["results"] if rec["backend"] == "driver:sample-all")
-    assert drv["accuracy"]["cts_pass"] is True and doc["config"]["in_process"] is True
+    assert drv["accuracy"]["vs_reference"]["cts_pass"] is True and doc["config"]["in_process"] is True
 
 
 def test_benchmark_garbage_model_fails_before_any_driver_starts(runner, tmp_path):

@@ -47,7 +47,7 @@ def test_step_model_on_the_driver_matches_golden(device, name):
     seqs = [s[:40] for s in sequences(name, 2, start=11)]
     session = Session(device, conv.model)
     try:
-        run = recurrent.run_sequences(session.run, sig, len(conv.inputs), seqs, warmup=3)
+        run = recurrent.run_sequences(session.run, sig, len(conv.inputs), seqs, warmup_s=0.05)
     finally:
         session.close()
     acc = recurrent.score(name, sig, run, _golden(name, seqs), None)
@@ -82,7 +82,9 @@ def test_benchmark_command_scores_both_models(tmp_path):
             "--sequences",
             "1",
             "--warmup",
-            "2",
+            "0.05",
+            "--compile-seconds",
+            "0.2",
             "--out",
             str(tmp_path),
         ],
@@ -108,6 +110,7 @@ def test_benchmark_command_scores_both_models(tmp_path):
 
 def test_benchmark_runs_the_whole_sequence_form_per_sequence(tmp_path):
     args = ["benchmark", "--models", "^tts_float_sequence$", "--drivers", "sample-all", "--sequences", "2"]
+    args += ["--warmup", "0.05"]
     result = CliRunner().invoke(main, [*args, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     rows = json.loads((tmp_path / "results.json").read_text())["results"]

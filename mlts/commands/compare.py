@@ -1,0 +1,82 @@
+"""`mlts compare OLD.json NEW.json`: latency and accuracy changes between two benchmark runs."""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import click
+
+from mlts.commands._common import echo_json
+
+EXIT_REGRESSION = 1
+EXIT_BAD_INPUT = 2
+
+
+@click.command("compare")
+@click.argument("old_path", metavar="OLD.json")
+@click.argument("new_path", metavar="NEW.json")
+@click.option(
+    "--threshold",
+    default="0.05",
+    show_default=True,
+    metavar="FRACTION",
+    help="Smallest relative latency change that counts (0.05 = 5%); a finite number >= 0.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON instead of text.")
+def compare(old_path: str, new_path: str, threshold: str, as_json: bool) -> None:
+    """Compare two benchmark results files, model by model and backend by backend.
+
+    For each model x backend in both files: the old and new median latency, the
+    change new/old - 1 and a conservative 95% interval for it from the two
+    medians' confidence intervals, [new_lo/old_hi - 1, new_hi/old_lo - 1].
+    "slower" when the whole interval is above the threshold, "faster" when it
+    is below -threshold, else "same". Also top-1..top-5 changes, new
+    validation errors and rows that started failing; rows in only one file are
+    listed as added or removed.
+
+    \b
+    Exit status:
+      0  no significant regression
+      1  a significant regression: a "slower" row, a row that started
+         failing, a new validation error, or top-1 down by more than 0.05
+      2  a file cannot be read (missing, not JSON, another schema version)
+         or an option is bad: one line on stderr, "mlts compare: <reason>"
+         (click's own usage errors exit 2 as well)
+    """
+    from mlts.report.compare import compare_results, format_comparison
+    from mlts.report.schema import load_results
+
+    try:
+        value = _threshold(threshold)
+        old, new = load_results(old_path), load_results(new_path)
+        result = compare_results(old, new, value, labels=(old_path, new_path))
+    except OSError as e:
+        _bad_input(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else str(e))
+    except ValueError as e:
+        _bad_input(str(e))
+    if as_json:
+        echo_json(result)
+    else:
+        for line in format_comparison(result):
+            click.echo(line)
+    if result["regressions"]:
+        raise click.exceptions.Exit(EXIT_REGRESSION)
+
+
+def _threshold(text: str) -> float:
+    """--threshold parsed here rather than by click, so a bad value is one line like every other error."""
+    from mlts.report.compare import check_threshold
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"--threshold: expected a number such as 0.05, got {text!r}") from None
+    try:
+        return check_threshold(value)
+    except ValueError:
+        raise ValueError(f"--threshold: expected a finite fraction >= 0 (0.05 = 5%), got {text!r}") from None
+
+
+def _bad_input(reason: str) -> NoReturn:
+    click.echo(f"mlts compare: {' '.join(reason.split())}", err=True)
+    raise click.exceptions.Exit(EXIT_BAD_INPUT)

@@ -1,0 +1,256 @@
+"""Two benchmark results documents side by side: latency change with a 95% interval, accuracy, failures.
+
+Per model × backend present in both documents:
+
+- latency: the relative change of the median, new/old - 1, and a conservative
+  interval built from the two medians' distribution-free 95% intervals
+  (`median_ci95`): [new_lo/old_hi - 1, new_hi/old_lo - 1]. It holds whenever
+  both medians lie in their intervals; it is "slower" when its lower bound is
+  above the threshold, "faster" when its upper bound is below -threshold, else
+  "same".
+- accuracy: top-1..top-5 differences, validation errors the old row did not
+  have, and the status (ok -> error is "newly failing").
+
+A significant regression is a "slower" verdict, a newly failing row, a new
+validation error or top-1 dropping by more than 0.05 (MLTS's validation rule).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from mlts.report.schema import TOPK, ResultsSchemaError
+
+DEFAULT_THRESHOLD = 0.05
+TOP1_DROP_LIMIT = 0.05
+# Differences of fractions read back from JSON carry rounding (0.94 - 0.89 = 0.05000000000000004).
+TOP1_DROP_SLACK = 1e-9
+# Measured values inside validation messages ("top-1 accuracy 0.700 ..."): masked before comparing.
+_DECIMAL = re.compile(r"[-+]?(?:\d*\.\d+)(?:[eE][-+]?\d+)?|[-+]?\d+[eE][-+]?\d+")
+
+
+def compare_results(
+    old: dict, new: dict, threshold: float = DEFAULT_THRESHOLD, labels: tuple[str, str] = ("old", "new")
+) -> dict[str, Any]:
+    """The comparison of two validated benchmark documents, JSON-ready.
+
+    {"old", "new" (the labels), "threshold", "rows" (one per model × backend in both, in the old
+    document's order), "added" and "removed" ([{model, backend}] only in new / only in old),
+    "regressions" (one line each, naming the row)}. ValueError for a bad threshold, a stress
+    document, or a model × backend appearing twice in one document.
+    """
+    threshold = check_threshold(threshold)
+    old_rows, new_rows = _index(old, labels[0]), _index(new, labels[1])
+    rows = [compare_row(old_rows[key], new_rows[key], threshold) for key in old_rows if key in new_rows]
+    return {
+        "old": labels[0],
+        "new": labels[1],
+        "threshold": threshold,
+        "rows": rows,
+        "added": [_key_dict(k) for k in new_rows if k not in old_rows],
+        "removed": [_key_dict(k) for k in old_rows if k not in new_rows],
+        "regressions": [f"{r['model']} on {r['backend']}: {why}" for r in rows for why in r["regressions"]],
+    }
+
+
+def check_threshold(threshold: float) -> float:
+    """The threshold as a float: a finite fraction >= 0 (0.05 = 5%)."""
+    value = float(threshold)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"threshold must be a finite fraction >= 0 (0.05 = 5%), got {threshold!r}")
+    return value
+
+
+def _index(doc: dict, label: str) -> dict[tuple[str, str], dict]:
+    """Records by (model, backend); one-line errors for a stress document or a repeated pair."""
+    if doc.get("kind") != "benchmark":
+        raise ResultsSchemaError(
+            f"{label}: a {doc.get('kind')} results file; compare reads benchmark results"
+        )
+    out: dict[tuple[str, str], dict] = {}
+    where: dict[tuple[str, str], int] = {}
+    for i, rec in enumerate(doc["results"]):
+        key = (rec["model"], rec["backend"])
+        if key in out:
+            raise ResultsSchemaError(
+                f"{label}: results[{i}] repeats {key[0]} on {key[1]} (first at results[{where[key]}])"
+            )
+        out[key], where[key] = rec, i
+    return out
+
+
+def _key_dict(key: tuple[str, str]) -> dict[str, str]:
+    return {"model": key[0], "backend": key[1]}
+
+
+def compare_row(old: dict, new: dict, threshold: float) -> dict[str, Any]:
+    """One model × backend: status, latency (both rows ok), top-k changes, new validation errors, regressions."""
+    status = _status(old["status"], new["status"])
+    both_ok = status == "ok"
+    latency = latency_change(old["latency_ms"], new["latency_ms"], threshold) if both_ok else None
+    accuracy = topk_changes(old, new) if both_ok else {}
+    new_errors = new_validation_errors(old, new)
+    row = {
+        "model": old["model"],
+        "backend": old["backend"],
+        "old_status": old["status"],
+        "new_status": new["status"],
+        "status": status,
+        "latency": latency,
+        "accuracy": accuracy,
+        "new_validation_errors": new_errors,
+    }
+    row["regressions"] = _regressions(row, new)
+    return row
+
+
+def _status(old: str, new: str) -> str:
+    if old == new:
+        return "ok" if old == "ok" else "still failing"
+    return "newly failing" if new == "error" else "fixed"
+
+
+def latency_change(old: dict, new: dict, threshold: float) -> dict[str, Any]:
+    """Old and new median (ms), change = new/old - 1, its interval and the verdict.
+
+    change_ci95 = [new_lo/old_hi - 1, new_hi/old_lo - 1] from the medians' 95% intervals;
+    a bound is null (open) when the old end it divides by is 0; an open bound never decides a verdict.
+    """
+    (old_lo, old_hi), (new_lo, new_hi) = old["median_ci95"], new["median_ci95"]
+    lower, upper = _relative(new_lo, old_hi), _relative(new_hi, old_lo)
+    if lower is not None and lower > threshold:
+        verdict = "slower"
+    elif upper is not None and upper < -threshold:
+        verdict = "faster"
+    else:
+        verdict = "same"
+    return {
+        "old_median_ms": old["median"],
+        "new_median_ms": new["median"],
+        "change": _relative(new["median"], old["median"]),
+        "change_ci95": [lower, upper],
+        "verdict": verdict,
+    }
+
+
+def _relative(new: float, old: float) -> float | None:
+    """new/old - 1; None when old is 0 (no finite ratio)."""
+    return new / old - 1.0 if old > 0 else None
+
+
+def topk_changes(old: dict, new: dict) -> dict[str, dict[str, float]]:
+    """{"top1": {"old", "new", "change" (new - old)}, ...} for each top-k both rows report."""
+    old_topk = (old.get("accuracy") or {}).get("topk") or {}
+    new_topk = (new.get("accuracy") or {}).get("topk") or {}
+    out = {}
+    for k in TOPK:
+        a, b = old_topk.get(k), new_topk.get(k)
+        if a is not None and b is not None:
+            out[k] = {"old": a, "new": b, "change": b - a}
+    return out
+
+
+def new_validation_errors(old: dict, new: dict) -> list[str]:
+    """The new row's validation errors that the old row lacks, compared with their decimal numbers masked.
+
+    So a failure already present whose measured value moved ("top-1 accuracy 0.700 ..." becoming
+    "0.690") is not new; one of another kind is.
+    """
+    seen = {_DECIMAL.sub("#", e) for e in old.get("validation_errors") or []}
+    return [e for e in new.get("validation_errors") or [] if _DECIMAL.sub("#", e) not in seen]
+
+
+def _regressions(row: dict, new: dict) -> list[str]:
+    """Why this row counts as a significant regression, one reason per line (none: it does not)."""
+    out = []
+    if row["status"] == "newly failing":
+        out.append(f"newly failing: {new.get('error', '')}")
+    lat = row["latency"]
+    if lat is not None and lat["verdict"] == "slower":
+        out.append(f"slower: {latency_text(lat)}")
+    top1 = row["accuracy"].get("top1")
+    if top1 is not None and -top1["change"] > TOP1_DROP_LIMIT + TOP1_DROP_SLACK:
+        out.append(
+            f"top-1 dropped by {-top1['change']:.3f} ({top1['old']:.3f} -> {top1['new']:.3f}; "
+            f"limit {TOP1_DROP_LIMIT})"
+        )
+    out += [f"new validation error: {e}" for e in row["new_validation_errors"]]
+    return out
+
+
+# --- text --------------------------------------------------------------------------------------------------
+
+
+def _percent(value: float | None, unbounded: str) -> str:
+    return unbounded if value is None else f"{value * 100:+.1f}%"
+
+
+def interval_text(lat: dict) -> str:
+    lo, hi = lat["change_ci95"]
+    return f"[{_percent(lo, '-inf')}, {_percent(hi, '+inf')}]"
+
+
+def latency_text(lat: dict) -> str:
+    return (
+        f"median {lat['old_median_ms']:.3f} -> {lat['new_median_ms']:.3f} ms "
+        f"({_percent(lat['change'], 'n/a')}, 95% interval {interval_text(lat)})"
+    )
+
+
+def format_comparison(cmp: dict) -> list[str]:
+    """The comparison as text lines: the latency table, accuracy changes, added/removed rows, the verdict."""
+    lines = [f"{cmp['old']} -> {cmp['new']} (threshold {cmp['threshold'] * 100:g}%)", ""]
+    lines += _latency_table(cmp["rows"])
+    lines += _accuracy_lines(cmp["rows"])
+    for what, side in (("added", "new"), ("removed", "old")):
+        if cmp[what]:
+            lines += ["", f"{what} (only in {cmp[side]}):"]
+            lines += [f"  {r['model']} on {r['backend']}" for r in cmp[what]]
+    lines.append("")
+    if cmp["regressions"]:
+        lines.append(f"{len(cmp['regressions'])} significant regression(s):")
+        lines += [f"  {r}" for r in cmp["regressions"]]
+    else:
+        lines.append("no significant regression")
+    return lines
+
+
+def _latency_table(rows: list[dict]) -> list[str]:
+    w = max([20, *(len(r["model"]) for r in rows)])
+    b = max([16, *(len(r["backend"]) for r in rows)])
+    header = (
+        f"{'model':<{w}} {'backend':<{b}} {'old ms':>9} {'new ms':>9} {'change':>8} "
+        f"{'95% interval':<20} verdict"
+    )
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lat = r["latency"]
+        if lat is None:
+            lines.append(
+                f"{r['model']:<{w}} {r['backend']:<{b}} {'-':>9} {'-':>9} {'-':>8} {'-':<20} {r['status']}"
+            )
+            continue
+        lines.append(
+            f"{r['model']:<{w}} {r['backend']:<{b}} {lat['old_median_ms']:>9.3f} {lat['new_median_ms']:>9.3f} "
+            f"{_percent(lat['change'], 'n/a'):>8} {interval_text(lat):<20} {lat['verdict']}"
+        )
+    return lines
+
+
+def _accuracy_lines(rows: list[dict]) -> list[str]:
+    """Rows whose top-k changed or that gained validation errors."""
+    lines = []
+    for r in rows:
+        changed = [
+            f"{k} {v['old']:.3f} -> {v['new']:.3f} ({v['change']:+.3f})"
+            for k, v in r["accuracy"].items()
+            if v["change"]
+        ]
+        if changed:
+            lines.append(f"  {r['model']} on {r['backend']}: {', '.join(changed)}")
+        lines += [
+            f"  {r['model']} on {r['backend']}: new validation error: {e}" for e in r["new_validation_errors"]
+        ]
+    return ["", "accuracy changes:", *lines] if lines else []
