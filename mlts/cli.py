@@ -75,6 +75,7 @@ from mlts.commands import compare as _compare  # noqa: E402
 from mlts.commands import devices as _devices  # noqa: E402
 from mlts.commands import graph as _graph  # noqa: E402
 from mlts.commands import models as _models  # noqa: E402
+from mlts.commands import report as _report  # noqa: E402
 
 for _cmd in (
     _models.models,
@@ -83,5 +84,6 @@ for _cmd in (
     _graph.inspect_cmd,
     _benchmark.benchmark,
     _compare.compare,
+    _report.report,
 ):
     main.add_command(_cmd)

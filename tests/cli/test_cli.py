@@ -56,7 +56,7 @@ def one_line_error(result) -> str:
 def test_help_lists_commands(runner):
     r = runner.invoke(main, ["--help"])
     assert r.exit_code == 0
-    for cmd in ("models", "devices", "convert", "inspect", "benchmark", "compare"):
+    for cmd in ("models", "devices", "convert", "inspect", "benchmark", "compare", "report"):
         assert cmd in r.output
 
 

@@ -1,0 +1,158 @@
+"""The report in a real headless Chromium: the DOM it builds and a screenshot that is not blank.
+
+Chromium comes from PATH; when it is missing and this runs as root with apt-get, Debian's package is
+installed once (with timeouts). Otherwise the tests skip and say why. Every Chromium runs in a
+session of its own, and that whole process group is killed when the run ends, so no helper process
+(zygote, renderer, GPU) outlives a test.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import signal
+import subprocess
+import uuid
+
+import numpy as np
+import pytest
+
+from mlts.report.html import write_report
+from tests.report._sample import sample_doc
+from tests.report.test_html import parse_html
+
+PIL = pytest.importorskip("PIL.Image", reason="Pillow comes with the test extra")
+
+NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+RUN_TIMEOUT_S = 60
+APT_UPDATE_TIMEOUT_S = 300
+APT_INSTALL_TIMEOUT_S = 900
+# The page's own markup, as a model name: a browser that ran it would mark the body.
+EVIL = "<script>document.body.setAttribute('data-pwned', '1')</script>"
+WORSE_BG = (0xFB, 0xE1, 0xDC)  # the "worse" cell background in the report's CSS
+HEADER_BG = (0x20, 0x30, 0x3C)
+
+
+def _find_chromium() -> str | None:
+    return next((path for name in NAMES if (path := shutil.which(name))), None)
+
+
+def _install_chromium() -> str:
+    """Try Debian's chromium package; return why it could not be done ("" when it was)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return "chromium is not on PATH and installing it needs root"
+    if shutil.which("apt-get") is None:
+        return "chromium is not on PATH and there is no apt-get to install it"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    steps = [
+        (["apt-get", "update"], APT_UPDATE_TIMEOUT_S),
+        (["apt-get", "install", "-y", "chromium"], APT_INSTALL_TIMEOUT_S),
+    ]
+    for cmd, timeout in steps:
+        try:
+            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return f"'{' '.join(cmd)}' took more than {timeout} s"
+        if r.returncode != 0:
+            tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
+            return f"'{' '.join(cmd)}' failed: {tail}"
+    return ""
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    exe = _find_chromium()
+    if exe is None:
+        reason = _install_chromium()
+        exe = _find_chromium()
+        if exe is None:
+            reason = reason or "chromium was installed but is still not on PATH"
+            print(f"skipping the browser tests: {reason}")
+            pytest.skip(reason)
+    return exe
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill what is left of the process group this Chromium leads (it was started in its own session)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_chromium(exe: str, tmp_path, *args: str) -> str:
+    """Chromium's stdout for `args`, with a fresh profile; fails the test after 60 s."""
+    profile = tmp_path / f"profile-{uuid.uuid4().hex}"
+    cmd = [exe, *FLAGS, f"--user-data-dir={profile}", *args]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        proc.communicate()
+        pytest.fail(f"chromium did not finish within {RUN_TIMEOUT_S} s: {' '.join(args)}")
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 0, err[-2000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    """The sample report, plus one row whose model name is markup that must stay text."""
+    doc = copy.deepcopy(sample_doc())
+    extra = copy.deepcopy(next(r for r in doc["results"] if r["backend"] == "cpu:onnxruntime"))
+    extra.update(model=EVIL, family="escaping")
+    doc["results"].append(extra)
+    path = tmp_path_factory.mktemp("browser") / "report.html"
+    write_report(doc, path)
+    return path
+
+
+def test_rendered_dom_has_the_tables_and_charts(chromium, page, tmp_path):
+    dom = parse_html(run_chromium(chromium, tmp_path, "--dump-dom", page.as_uri()))
+    body = dom.find("body")
+    assert "data-pwned" not in body.attrs
+    families = [t.attrs["data-family"] for t in dom.find_all("table", "inference")]
+    assert families == ["mobilenet_v1", "mobilenet_v2", "mobilenet_v1_quant", "asr", "escaping"]
+    row = dom.find("tr", "result", data_model=EVIL, data_backend="cpu:onnxruntime")
+    assert row.find_all("td")[0].text == EVIL
+    worse = dom.find("tr", "result", data_model="mobilenet_v1_0.25_128", data_backend="driver:sample-all")
+    assert "worse" in worse.find("td", "diff").classes
+    svgs = list(dom.iter("svg"))
+    assert len(svgs) == 10  # a histogram and a CDF for each of the 5 models
+    for svg in svgs:
+        marks = svg.find_all("path", "series") + svg.find_all("rect", "bar")
+        assert marks, svg.attrs.get("class")
+        for p in svg.find_all("path", "series"):
+            assert len(p.attrs["d"].split("L")) > 3
+        for b in svg.find_all("rect", "bar"):
+            assert float(b.attrs["height"]) > 0
+    assert dom.find("table", "compilation").find_all("tr", data_backend="driver:sample-all")
+
+
+def test_screenshot_is_not_blank(chromium, page, tmp_path):
+    shot = tmp_path / "report.png"
+    run_chromium(chromium, tmp_path, f"--screenshot={shot}", "--window-size=1280,2000", page.as_uri())
+    with PIL.open(shot) as im:
+        rgb = np.asarray(im.convert("RGB"))
+    assert rgb.shape[:2] == (2000, 1280)
+    pixels = rgb.reshape(-1, 3)
+    distinct = np.unique(pixels, axis=0).shape[0]
+    white = np.all(pixels == 255, axis=1).mean()
+    assert distinct > 100, distinct  # text anti-aliasing, table shading, charts
+    assert white < 0.95, white
+    assert np.all(rgb[10, 10] == HEADER_BG)  # the CSS was applied: the dark page header
+    assert np.all(pixels == WORSE_BG, axis=1).sum() > 500  # the red "worse" cells are on the first screen
