@@ -118,7 +118,7 @@ def _collect_runs(
             )
             out.labels[backend] = label
             watch = MemoryWatch(driver_pid(device)).start()
-            if compile_model is not None:
+            if compile_model is not None and config.compilation:
                 progress.phase(source.name, label, "compilation timings")
                 out.compilation[backend] = compilation_timings(device, compile_model, config)
             progress.phase(source.name, label, what)
