@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from driver import cache
 from driver._malloc import tune_allocator
 from driver.executor import Plan, deadline_checkpoint, prepare_operation
 from driver.operands import dtype_of, pool_view
@@ -28,6 +30,8 @@ from mlts.hal.types import (
 )
 
 VERSION = "mlts-sample-1.3.0"
+
+log = logging.getLogger("driver.cache")
 
 # A variant's rule: may this driver run operation `op` of `model` at all (before asking the kernel)?
 SupportRule = Callable[[Model, Operation], bool]
@@ -64,7 +68,7 @@ class SampleDevice(Device):
         return VERSION
 
     def getNumberOfCacheFilesNeeded(self) -> CacheFilesNeeded:
-        return CacheFilesNeeded(0, 0)
+        return CacheFilesNeeded(cache.NUM_MODEL_CACHE, cache.NUM_DATA_CACHE)
 
     def getSupportedOperations(self, model: Model) -> tuple[bool, ...]:
         validate.validate_model(model)
@@ -92,14 +96,47 @@ class SampleDevice(Device):
         validate.validate_execution_preference(preference)
         validate.validate_priority(priority)
         validate.validate_model(model)
+        caching = cache.caching_requested(model_cache, data_cache, token, "prepareModel")
         _check_deadline_before(deadline, "prepareModel")
+        self._check_supported(model)
+        plan = Plan(model)
+        if caching:
+            self._save(model_cache[0], data_cache[0], token, plan)
+        return SamplePreparedModel(model, plan, self.name)
+
+    def prepareModelFromCache(
+        self,
+        model_cache: Sequence[int],
+        data_cache: Sequence[int],
+        token: bytes,
+        deadline: int | None = None,
+    ) -> PreparedModel:
+        """Rebuild a plan saved by prepareModel: every check of a fresh compile, packing skipped."""
+        cache.caching_requested(model_cache, data_cache, token, "prepareModelFromCache")
+        _check_deadline_before(deadline, "prepareModelFromCache")
+        model, packed = cache.load(model_cache[0], data_cache[0], token, VERSION, self.name)
+        try:
+            validate.validate_model(model)
+            self._check_supported(model)
+            plan = Plan(model, packed)
+        except HalError as e:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"compilation cache: {e.message}") from None
+        return SamplePreparedModel(model, plan, self.name)
+
+    def _check_supported(self, model: Model) -> None:
         for index, op in enumerate(model.main.operations):
             if not self.variant.supports(model, op):
                 raise HalError(
                     ErrorStatus.INVALID_ARGUMENT,
                     f"{self.name} does not support operation {index} ({op.type}); it can prepare only models it fully supports",
                 )
-        return SamplePreparedModel(model, Plan(model), self.name)
+
+    def _save(self, model_fd: int, data_fd: int, token: bytes, plan: Plan) -> None:
+        """Write the plan to the cache files; a cache that cannot be written costs only the next compile."""
+        try:
+            cache.save(model_fd, data_fd, token, VERSION, self.name, plan)
+        except Exception as e:
+            log.warning("%s: cannot write the compilation cache: %s: %s", self.name, type(e).__name__, e)
 
 
 class SamplePreparedModel(PreparedModel):

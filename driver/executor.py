@@ -2,13 +2,16 @@
 
 The plan holds, per operation, the kernel's `run` closure (weights already
 packed), where each input comes from, and after which step each temporary
-can be dropped, so intermediate tensors live no longer than needed.
+can be dropped, so intermediate tensors live no longer than needed. It also
+keeps the arrays the kernels packed through `driver.ops._base.packed`, keyed
+by (operation index, name): what the compilation cache stores, and what a
+plan built from the cache is given instead of packing again.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +20,7 @@ import numpy as np
 import driver.ops  # noqa: F401  (registers every kernel)
 from driver.operands import arg_info, constant_value, dtype_of
 from driver.ops import kernel_for
+from driver.ops._base import PackedArrays, packing_step
 from mlts.hal.enums import ErrorStatus, OperandLifeTime, OperandType, OperationType
 from mlts.hal.errors import HalError
 from mlts.hal.types import Model
@@ -74,10 +78,15 @@ def prepare_operation(model: Model, index: int) -> Callable[[Sequence[Any]], lis
 
 
 class Plan:
-    """A validated model compiled for the NumPy executor."""
+    """A validated model compiled for the NumPy executor.
 
-    def __init__(self, model: Model) -> None:
+    `packed` (from the compilation cache) gives every operation's packed arrays instead of computing
+    them; every one of them must be asked for. `self.packed` holds the arrays the plan uses.
+    """
+
+    def __init__(self, model: Model, packed: Mapping[tuple[int, str], np.ndarray] | None = None) -> None:
         self.model = model
+        self.packed: PackedArrays = {}
         sub = model.main
         if model.referenced:
             raise HalError(
@@ -102,9 +111,18 @@ class Plan:
         for s, op in enumerate(sub.operations):
             release = tuple(i for i in set(op.inputs) if last_read.get(i) == s and i not in keep)
             out_dtypes = tuple(dtype_of(sub.operands[i].type) for i in op.outputs)
-            self.steps.append(
-                Step(s, op.type, prepare_operation(model, s), op.inputs, op.outputs, release, out_dtypes)
-            )
+            with packing_step(s, self.packed, packed):
+                run = prepare_operation(model, s)
+            self.steps.append(Step(s, op.type, run, op.inputs, op.outputs, release, out_dtypes))
+        if packed is not None:
+            unused = sorted(set(packed) - set(self.packed))
+            if unused:
+                step, name = unused[0]
+                raise HalError(
+                    ErrorStatus.GENERAL_FAILURE,
+                    f"the compilation cache holds {len(unused)} packed array(s) no operation asked for "
+                    f"(first: {name!r} of operation {step})",
+                )
 
     def run(
         self, inputs: Sequence[np.ndarray | None], checkpoint: Checkpoint | None = None

@@ -16,18 +16,25 @@ per output, of the output operand's dtype.
 A signature or parameter the kernel cannot honour raises `HalError`
 (INVALID_ARGUMENT for a malformed operation); the executor turns that into
 "unsupported" for getSupportedOperations and into a prepare failure.
+
+Expensive derived constants (transposed or centred weights, stacked gate
+matrices) go through `packed(name, compute)`: the executor's Plan records them
+per operation so that the compilation cache can store them, and a Plan built
+from the cache hands the stored arrays back instead of computing them again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from mlts.hal.enums import OperandType, OperationType
-from mlts.hal.errors import invalid
+from mlts.hal.enums import ErrorStatus, OperandType, OperationType
+from mlts.hal.errors import HalError, invalid
 from mlts.hal.types import SymmPerChannelQuantParams
 
 Run = Callable[[Sequence[Any]], list[np.ndarray]]
@@ -100,3 +107,109 @@ def const_scalar(name: str, what: str, arg: ArgInfo) -> Any:
         raise invalid(f"{name}: {what} must be a constant")
     v = arg.value
     return v.item() if isinstance(v, np.ndarray) else v
+
+
+# ------------------------------------------------------------ packed constants
+
+#: (operation index, name) -> array: the packed constants of one plan.
+PackedArrays = dict[tuple[int, str], np.ndarray]
+#: dtype kinds a packed array may have: bool, signed and unsigned integers, floats (never objects).
+PACKED_KINDS = "biuf"
+
+
+@dataclass(slots=True)
+class _StepStore:
+    """Where `packed` records (and, for a plan built from a cache, finds) one operation's arrays."""
+
+    step: int
+    record: PackedArrays
+    cached: Mapping[tuple[int, str], np.ndarray] | None
+
+
+_STORE: ContextVar[_StepStore | None] = ContextVar("driver_packed_store", default=None)
+
+
+@contextmanager
+def packing_step(
+    step: int, record: PackedArrays, cached: Mapping[tuple[int, str], np.ndarray] | None = None
+) -> Iterator[None]:
+    """While operation `step` prepares: `packed` records into `record`, or serves from `cached` when given."""
+    token = _STORE.set(_StepStore(step, record, cached))
+    try:
+        yield
+    finally:
+        _STORE.reset(token)
+
+
+def packed(
+    name: str,
+    compute: Callable[[], np.ndarray],
+    *,
+    shape: tuple[int, ...] | None = None,
+    dtypes: tuple[type, ...] = (),
+) -> np.ndarray:
+    """`compute()`, a derived constant this operation keeps; from the compilation cache when the plan has one.
+
+    Outside a plan (getSupportedOperations) this is `compute()`. A fresh result must be a C-contiguous
+    numeric array (what the cache can store and give back bit for bit). A cached array is checked
+    against `shape` and `dtypes` when the kernel states them.
+    """
+    store = _STORE.get()
+    if store is None or store.cached is None:
+        value = _fresh(name, compute)
+    else:
+        value = _from_cache(store.cached, (store.step, name), shape, dtypes)
+    if store is not None:
+        if (store.step, name) in store.record:
+            raise RuntimeError(f"packed array {name!r} is asked for twice by one operation")
+        store.record[(store.step, name)] = value
+    return value
+
+
+def _fresh(name: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
+    value = compute()
+    if (
+        not isinstance(value, np.ndarray)
+        or value.dtype.kind not in PACKED_KINDS
+        or not value.flags.c_contiguous
+    ):
+        raise TypeError(
+            f"packed array {name!r} must be a C-contiguous numeric ndarray, got {_describe(value)}"
+        )
+    return value
+
+
+def _from_cache(
+    cached: Mapping[tuple[int, str], np.ndarray],
+    key: tuple[int, str],
+    shape: tuple[int, ...] | None,
+    dtypes: tuple[type, ...],
+) -> np.ndarray:
+    value = cached.get(key)
+    if value is None:
+        raise HalError(ErrorStatus.GENERAL_FAILURE, f"the compilation cache holds no packed array {key[1]!r}")
+    _check_cached(key[1], value, shape, dtypes)
+    return value
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        order = "C-contiguous" if value.flags.c_contiguous else "not C-contiguous"
+        return f"{value.dtype}{list(value.shape)} ({order})"
+    return type(value).__name__
+
+
+def _check_cached(
+    name: str, value: np.ndarray, shape: tuple[int, ...] | None, dtypes: tuple[type, ...]
+) -> None:
+    if shape is not None and tuple(value.shape) != tuple(shape):
+        raise HalError(
+            ErrorStatus.GENERAL_FAILURE,
+            f"cached packed array {name!r} has shape {list(value.shape)}, expected {list(shape)}",
+        )
+    if dtypes and value.dtype not in [np.dtype(d) for d in dtypes]:
+        allowed = ", ".join(np.dtype(d).name for d in dtypes)
+        raise HalError(
+            ErrorStatus.GENERAL_FAILURE,
+            f"cached packed array {name!r} has dtype {value.dtype}, expected {allowed}",
+        )

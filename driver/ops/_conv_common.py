@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from driver.ops._base import ArgInfo
+from driver.ops._base import ArgInfo, packed
 from driver.ops._params import as_f32, float_tensor
 from mlts.hal.enums import OperandType
 from mlts.hal.errors import invalid
@@ -57,6 +57,23 @@ def check_filter_and_bias(
 def constant_or_none(arg: ArgInfo, pack: Callable[[np.ndarray], np.ndarray]) -> np.ndarray | None:
     """`pack(value)` for a constant operand, computed once; None when the value comes at run time."""
     return None if arg.value is None else pack(np.asarray(arg.value))
+
+
+def packed_constant(
+    name: str,
+    arg: ArgInfo,
+    pack: Callable[[np.ndarray], np.ndarray],
+    shape: tuple[int, ...],
+    dtypes: tuple[type, ...] = (np.float32,),
+) -> np.ndarray | None:
+    """`pack(value)` of a constant operand as packed array `name` (kept by the compilation cache), else None.
+
+    `shape` and `dtypes` are what the packed array must be (checked when it comes from the cache).
+    """
+    if arg.value is None:
+        return None
+    value = np.asarray(arg.value)
+    return packed(name, lambda: pack(value), shape=shape, dtypes=dtypes)
 
 
 def bias_vector(value: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from driver.ops._base import ArgInfo, expect_type
+from driver.ops._base import ArgInfo, expect_type, packed
 from driver.ops._params import F32, as_f32, float_param, int_param, is_absent
 from mlts.hal.enums import OperandType
 from mlts.hal.errors import invalid
@@ -341,8 +341,23 @@ def _optional(values: Sequence[Any], index: int) -> np.ndarray | None:
     return None if index >= len(values) or values[index] is None else as_f32(values[index])
 
 
-def pack_weights(cfg: LstmConfig, values: Sequence[Any]) -> Weights:
-    """Pack the weight operands (`values` indexed like the op's inputs; None when omitted)."""
+# How pack_weights obtains its matrices: Keep(name, compute, shape) -> compute() or a cached array.
+Keep = Callable[[str, Callable[[], np.ndarray], tuple[int, ...]], np.ndarray]
+
+
+def _compute(name: str, compute: Callable[[], np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
+    return compute()
+
+
+def _kept(name: str, compute: Callable[[], np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
+    return packed(name, compute, shape=shape, dtypes=(F32,))
+
+
+def pack_weights(cfg: LstmConfig, values: Sequence[Any], keep: Keep = _compute) -> Weights:
+    """Pack the weight operands (`values` indexed like the op's inputs; None when omitted).
+
+    The transposed gate matrices come through `keep` (the compilation cache's packed arrays at prepare).
+    """
 
     def stacked(family: tuple[int, ...]) -> np.ndarray:
         """[G, u] for vectors, [G*u, cols] for matrices."""
@@ -350,15 +365,16 @@ def pack_weights(cfg: LstmConfig, values: Sequence[Any]) -> Weights:
         return gates if gates.ndim == 2 else gates.reshape(-1, gates.shape[-1])
 
     proj = _optional(values, PROJ_W)
+    columns = cfg.gates * cfg.num_units
     return Weights(
-        w_x=as_f32(stacked(W_X).T),
-        w_h=as_f32(stacked(W_H).T),
+        w_x=keep("w_x", lambda: as_f32(stacked(W_X).T), (cfg.input_size, columns)),
+        w_h=keep("w_h", lambda: as_f32(stacked(W_H).T), (cfg.output_size, columns)),
         bias=stacked(BIAS),
         peep_i=_optional(values, PEEPHOLE[0]),
         peep_f=_optional(values, PEEPHOLE[1]),
         peep_o=_optional(values, PEEPHOLE[2]),
         ln=stacked(cfg.ln_operands) if cfg.layer_norm else None,
-        proj=None if proj is None else as_f32(proj.T),
+        proj=None if proj is None else keep("proj", lambda: as_f32(proj.T), (cfg.num_units, cfg.output_size)),
         proj_bias=_optional(values, PROJ_B),
     )
 
@@ -368,7 +384,7 @@ def prepacked(ins: Sequence[ArgInfo], cfg: LstmConfig) -> Weights | None:
     weights = [k for k in cfg.tensor_shapes(0) if k not in (H_IN, C_IN)]
     if any(ins[k].value is None for k in weights):
         return None
-    return pack_weights(cfg, [a.value for a in ins])
+    return pack_weights(cfg, [a.value for a in ins], _kept)
 
 
 # ------------------------------------------------------------ one step

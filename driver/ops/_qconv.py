@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from driver.ops._base import ArgInfo, expect_type
+from driver.ops._base import ArgInfo, expect_type, packed
 from driver.ops._quant import (
     QUANT8_RANGE,
     activation_range,
@@ -200,16 +200,29 @@ def accumulation_dtype(
 
 
 def packed_weights(
-    weights: ArgInfo, pack: Callable[[np.ndarray], np.ndarray], k_axes: int | tuple[int, ...], inp: ArgInfo
+    weights: ArgInfo,
+    pack: Callable[[np.ndarray], np.ndarray],
+    k_axes: int | tuple[int, ...],
+    inp: ArgInfo,
+    shape: tuple[int, ...],
 ) -> tuple[np.ndarray | None, type]:
     """Constant weights packed once as w - zp_w (None for run-time weights) and the accumulation dtype.
 
-    `pack` turns the weight tensor into the float64 layout the kernel multiplies; `k_axes` are the
-    packed axes summed into one output; the packed weights are returned in the chosen dtype.
+    `pack` turns the weight tensor into the float64 layout `shape` the kernel multiplies; `k_axes` are
+    the packed axes summed into one output; the packed weights are returned in the chosen dtype, which
+    travels with them through the compilation cache (packed array "weights").
     """
-    packed = None if weights.value is None else pack(np.asarray(weights.value))
-    dtype = accumulation_dtype(packed, k_axes, input_bound(inp.type, inp.zero_point))
-    return (None if packed is None else packed.astype(dtype)), dtype
+    if weights.value is None:
+        return None, F64
+    value = np.asarray(weights.value)
+    bound = input_bound(inp.type, inp.zero_point)
+
+    def compute() -> np.ndarray:
+        centred = pack(value)
+        return centred.astype(accumulation_dtype(centred, k_axes, bound))
+
+    result = packed("weights", compute, shape=shape, dtypes=(F32, F64))
+    return result, result.dtype.type
 
 
 def centered(x: np.ndarray, zero_point: int, dtype: type = F64) -> np.ndarray:

@@ -19,7 +19,13 @@ import numpy as np
 
 from driver.ops._activation import apply_activation
 from driver.ops._base import ArgInfo, Run, expect_count, register
-from driver.ops._conv_common import bias_vector, check_filter_and_bias, constant_or_none, is_explicit
+from driver.ops._conv_common import (
+    bias_vector,
+    check_filter_and_bias,
+    constant_or_none,
+    is_explicit,
+    packed_constant,
+)
 from driver.ops._params import as_f32, float_outputs
 from driver.ops._qconv import (
     bias_i64,
@@ -87,7 +93,7 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
 
 def _prepare_float(ins: Sequence[ArgInfo], p: WindowParams, fshape: tuple[int, int, int, int]) -> Run:
     cout, kh, kw, cin = fshape
-    packed = constant_or_none(ins[1], pack_filter)
+    packed = packed_constant("filter", ins[1], pack_filter, (kh * kw * cin, cout))
     bias = constant_or_none(ins[2], bias_vector)
     window, act, nchw = p.window, p.activation, p.nchw
 
@@ -117,7 +123,7 @@ def _prepare_quant(
     q = quant_signature(NAME, ins, outs, cout, p.activation, PER_CHANNEL_DIM)
     check_exact(NAME, kh * kw * cin)
     zp_x, zp_w = q.input_zp, q.filter_zp
-    packed, dtype = packed_weights(ins[1], lambda f: pack_qfilter(f, zp_w), 0, ins[0])
+    packed, dtype = packed_weights(ins[1], lambda f: pack_qfilter(f, zp_w), 0, ins[0], (kh * kw * cin, cout))
     bias = constant_or_none(ins[2], bias_i64)
     window, nchw = p.window, p.nchw
 

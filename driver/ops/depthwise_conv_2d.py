@@ -117,7 +117,7 @@ def _prepare_quant(
     q = quant_signature(NAME, ins, outs, cout, p.activation, PER_CHANNEL_DIM)
     check_exact(NAME, kh * kw)
     zp_x, zp_w = q.input_zp, q.filter_zp
-    packed, dtype = packed_weights(ins[1], lambda f: pack_qfilter(f, zp_w), (0, 1), ins[0])
+    packed, dtype = packed_weights(ins[1], lambda f: pack_qfilter(f, zp_w), (0, 1), ins[0], (kh, kw, cout))
     bias = constant_or_none(ins[2], bias_i64)
     window, nchw = p.window, p.nchw
 

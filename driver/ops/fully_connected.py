@@ -15,7 +15,7 @@ import numpy as np
 
 from driver.ops._activation import apply_activation, parse_activation
 from driver.ops._base import ArgInfo, Run, expect_count, register
-from driver.ops._conv_common import bias_vector, constant_or_none
+from driver.ops._conv_common import bias_vector, constant_or_none, packed_constant
 from driver.ops._params import as_f32, float_outputs, float_tensor
 from driver.ops._qconv import (
     bias_i64,
@@ -73,9 +73,9 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     for i, what in enumerate(("input", "weights", "bias")):
         float_tensor(NAME, what, ins[i])
     float_outputs(NAME, outs)
-    _, size = _shapes(ins)
+    units, size = _shapes(ins)
     act = parse_activation(NAME, ins, 3)
-    packed = constant_or_none(ins[1], pack_weights)
+    packed = packed_constant("weights", ins[1], pack_weights, (size, units))
     bias = constant_or_none(ins[2], bias_vector)
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
@@ -92,7 +92,7 @@ def _prepare_quant(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     q = quant_signature(NAME, ins, outs, units, parse_activation(NAME, ins, 3), None, "weights")
     check_exact(NAME, size)
     zp_x, zp_w = q.input_zp, q.filter_zp
-    packed, dtype = packed_weights(ins[1], lambda w: pack_qweights(w, zp_w), 0, ins[0])
+    packed, dtype = packed_weights(ins[1], lambda w: pack_qweights(w, zp_w), 0, ins[0], (size, units))
     bias = constant_or_none(ins[2], bias_i64)
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:

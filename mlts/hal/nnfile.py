@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlts.hal import strict_json
 from mlts.hal.atomic import write_atomic
 from mlts.hal.codec import model_from_dict, model_to_dict
 from mlts.hal.errors import HalError
@@ -154,19 +155,6 @@ def write(model: Model, path: str | os.PathLike[str], *, metadata: dict[str, str
 # ------------------------------------------------------------ decoding
 
 
-def _reject_constant(token: str) -> Any:
-    raise ValueError(f"{token} is not valid JSON")
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    d: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in d:
-            raise ValueError(f"duplicate key {k!r}")
-        d[k] = v
-    return d
-
-
 def _parse_metadata(raw: bytes, err: Any) -> dict:
     try:
         text = raw.decode("utf-8")
@@ -175,7 +163,7 @@ def _parse_metadata(raw: bytes, err: Any) -> dict:
             f"metadata is not valid UTF-8 at byte {HEADER_SIZE + e.start}", HEADER_SIZE + e.start
         ) from None
     try:
-        doc = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
+        doc = strict_json.loads(text)
     except RecursionError:
         raise err("metadata JSON is nested too deeply", HEADER_SIZE) from None
     except ValueError as e:

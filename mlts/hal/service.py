@@ -352,9 +352,20 @@ class Service:
             raise
         return model, memory
 
-    def _cache_fds(self, call: _Call, key: str) -> list[int]:
-        indexes = _int_list(call.args, call.method, key, MAX_NUMBER_OF_CACHE_FILES)
-        return [call.take_fd(i, f"{key}[{n}]") for n, i in enumerate(indexes)]
+    def _cache_fds(self, call: _Call) -> tuple[list[int], list[int]]:
+        """The call's model and data cache fds; when an argument is bad, the ones already taken are closed."""
+        taken: list[int] = []
+        counts = []
+        try:
+            for key in ("model_cache", "data_cache"):
+                indexes = _int_list(call.args, call.method, key, MAX_NUMBER_OF_CACHE_FILES)
+                for n, i in enumerate(indexes):
+                    taken.append(call.take_fd(i, f"{key}[{n}]"))
+                counts.append(len(indexes))
+        except BaseException:
+            wire.close_fds(taken)
+            raise
+        return taken[: counts[0]], taken[counts[0] :]
 
     def _register(
         self, prepared: PreparedModel, model: Model | None, memory: SharedMemory | None
@@ -462,8 +473,7 @@ class Service:
         priority = _enum(Priority, m, "priority", _arg(call.args, m, "priority", int, 1))
         deadline = _opt_ns(call.args, m, "deadline")
         token = _token(call.args, m)
-        model_cache = self._cache_fds(call, "model_cache")
-        data_cache = self._cache_fds(call, "data_cache")
+        model_cache, data_cache = self._cache_fds(call)
         try:
             model, memory = self._load_model(call)
             try:
@@ -483,8 +493,7 @@ class Service:
         self._check_room()
         deadline = _opt_ns(call.args, m, "deadline")
         token = _token(call.args, m)
-        model_cache = self._cache_fds(call, "model_cache")
-        data_cache = self._cache_fds(call, "data_cache")
+        model_cache, data_cache = self._cache_fds(call)
         try:
             prepared = self.device.prepareModelFromCache(
                 tuple(model_cache), tuple(data_cache), token, deadline

@@ -276,6 +276,7 @@ class RemoteDevice(Device):
         *,
         timeout: float | None = None,
     ) -> RemotePreparedModel:
+        _check_fd_count("prepareModel", 1 + len(model_cache) + len(data_cache))
         memory = _ship_model(model)
         fds = [memory.fd, *model_cache, *data_cache]
         args = {
@@ -307,6 +308,7 @@ class RemoteDevice(Device):
         timeout: float | None = None,
     ) -> RemotePreparedModel:
         fds = [*model_cache, *data_cache]
+        _check_fd_count("prepareModelFromCache", len(fds))
         args = {
             "model_cache": list(range(len(model_cache))),
             "data_cache": list(range(len(model_cache), len(fds))),
@@ -492,6 +494,15 @@ def _typed(value: Any, kind: type) -> Any:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
     return value
+
+
+def _check_fd_count(method: str, count: int) -> None:
+    """One call carries at most wire.MAX_FDS fds (the model's, then the cache files)."""
+    if count > wire.MAX_FDS:
+        raise HalError(
+            ErrorStatus.INVALID_ARGUMENT,
+            f"{method}: {count} fds do not fit in one call (at most {wire.MAX_FDS}); use fewer cache files",
+        )
 
 
 def _ship_model(model: Model) -> SharedMemory:

@@ -11,6 +11,7 @@ from mlts.hal.errors import HalError
 from mlts.hal.interface import Device, PreparedModel
 from mlts.hal.memory import SharedMemory
 from mlts.hal.types import DataLocation, ExecutionResult, Model, Operand, Request, RequestArgument
+from mlts.runtime.compile_cache import CompilationCache
 from mlts.runtime.remote import RemoteDevice
 
 #: Every input and output region starts at a multiple of this.
@@ -34,7 +35,11 @@ def _dtype(operand: Operand, what: str) -> np.dtype:
 
 
 class Session:
-    """A prepared model plus the pool its executions use; not thread-safe (one run at a time)."""
+    """A prepared model plus the pool its executions use; not thread-safe (one run at a time).
+
+    With `cache` the model is prepared through that compilation cache; `cache_outcome` then says
+    how ("hit", "miss", "recompiled" or "uncached"), else it is None.
+    """
 
     def __init__(
         self,
@@ -44,6 +49,7 @@ class Session:
         preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
         priority: Priority = Priority.MEDIUM,
         measure: bool = True,
+        cache: CompilationCache | None = None,
     ) -> None:
         self.device = device
         self.model = model
@@ -58,7 +64,12 @@ class Session:
             op.byte_size() if op.is_fully_specified else None for op in self._outputs
         ]
         self._pool: SharedMemory | None = None
-        self.prepared: PreparedModel | None = device.prepareModel(model, preference, priority)
+        self.cache_outcome: str | None = None
+        self.prepared: PreparedModel | None
+        if cache is None:
+            self.prepared = device.prepareModel(model, preference, priority)
+        else:
+            self.prepared, self.cache_outcome = cache.prepare(device, model, preference, priority)
 
     # ------------------------------------------------------------ layout
 
