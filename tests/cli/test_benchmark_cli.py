@@ -1,0 +1,158 @@
+"""`mlts benchmark` as users drive it: output folders, --json, a user's image folder, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+from mlts.cli import main
+from tests.cli.test_cli import one_line_error, tiny_conv_model
+
+FAST = ["--warmup", "0", "--duration", "0", "--iterations", "2", "--compile-iterations", "1"]
+CLASSES = ["cat", "dog", "fish", "bird"]
+
+
+def classifier(path) -> None:
+    """[1, 3, 8, 8] image -> 3x3 conv to 4 channels -> global average pool -> [1, 4] softmax scores."""
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    shape = numpy_helper.from_array(np.array([1, 4], np.int64), "shape")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalAveragePool", ["c"], ["g"]),
+        helper.make_node("Reshape", ["g", "shape"], ["r"]),
+        helper.make_node("Softmax", ["r"], ["y"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "classifier",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [w, shape],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 10
+    onnx.save(model, str(path))
+
+
+def image_folder(root, labels: list[str], truth: list[str], count: int = 3):
+    from PIL import Image
+
+    root.mkdir()
+    rng = np.random.default_rng(2)
+    for i in range(count):
+        pixels = rng.integers(0, 256, size=(12, 12, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(root / f"img-{i}.png")
+    (root / "labels.txt").write_text("\n".join(labels) + "\n")
+    (root / "ground_truth_labels.txt").write_text("\n".join(truth) + "\n")
+    return root
+
+
+@pytest.fixture()
+def runner():
+    return CliRunner()
+
+
+@pytest.fixture()
+def tiny(tmp_path):
+    p = tmp_path / "tiny.onnx"
+    tiny_conv_model(p)
+    return p
+
+
+def test_existing_results_are_kept_unless_force(runner, tiny, tmp_path):
+    out = tmp_path / "res"
+    args = ["benchmark", "--model", str(tiny), "--out", str(out), "--images", "1", *FAST]
+    assert runner.invoke(main, args).exit_code == 0
+    first = (out / "results.json").read_bytes()
+    line = one_line_error(runner.invoke(main, args))
+    assert "already holds results.json" in line and "--force" in line
+    assert (out / "results.json").read_bytes() == first
+    r = runner.invoke(main, [*args, "--force"])
+    assert r.exit_code == 0, r.output
+    assert (out / "results.json").read_bytes() != first
+
+
+def test_out_that_is_a_file_is_refused(runner, tiny, tmp_path):
+    target = tmp_path / "file"
+    target.write_text("keep me")
+    line = one_line_error(runner.invoke(main, ["benchmark", "--model", str(tiny), "--out", str(target)]))
+    assert "is not a directory" in line and target.read_text() == "keep me"
+
+
+def test_json_prints_the_document_and_nothing_else(runner, tiny, tmp_path):
+    r = runner.invoke(
+        main,
+        ["benchmark", "--model", str(tiny), "--out", str(tmp_path / "o"), "--images", "1", "--json", *FAST],
+    )
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["schema_version"] == 2 and doc == json.loads((tmp_path / "o" / "results.json").read_text())
+
+
+def test_quiet_prints_nothing(runner, tiny, tmp_path):
+    r = runner.invoke(
+        main, ["benchmark", "--model", str(tiny), "--out", str(tmp_path / "o"), "--images", "1", "-q", *FAST]
+    )
+    assert r.exit_code == 0 and r.stdout == "" and r.stderr == ""
+
+
+def test_user_image_folder_scores_against_its_ground_truth(runner, tmp_path):
+    model = tmp_path / "classifier.onnx"
+    classifier(model)
+    folder = image_folder(tmp_path / "images", CLASSES, ["dog", "cat", "bird"])
+    out = tmp_path / "o"
+    r = runner.invoke(
+        main, ["benchmark", "--model", str(model), "--dataset", str(folder), "--out", str(out), *FAST]
+    )
+    assert r.exit_code == 0, r.output
+    rows = json.loads((out / "results.json").read_text())["results"]
+    # Every backend runs the same 3 images, so the top-k figures can only be multiples of 1/3 and
+    # the driver (within CTS tolerance of onnxruntime) scores as onnxruntime does.
+    topks = [row["accuracy"]["topk"] for row in rows]
+    assert all(t["labels"] == "ground_truth" and t["n"] == 3 for t in topks)
+    assert topks[0]["top4"] == 1.0 and topks[0]["top1"] == topks[1]["top1"]
+    assert all(row["dataset"]["size"] == 3 for row in rows)
+
+
+@pytest.mark.parametrize(
+    ("labels", "truth", "expected"),
+    [
+        (CLASSES + ["horse"], ["dog", "cat", "bird"], "has 5 classes; the model outputs 4"),
+        (CLASSES, ["dog", "cat", "zebra"], "zebra"),
+        (CLASSES, ["dog", "cat"], "2"),
+    ],
+)
+def test_dataset_that_does_not_fit_is_a_one_line_error(runner, tmp_path, labels, truth, expected):
+    model = tmp_path / "classifier.onnx"
+    classifier(model)
+    folder = image_folder(tmp_path / "images", labels, truth)
+    r = runner.invoke(
+        main,
+        ["benchmark", "--model", str(model), "--dataset", str(folder), "--out", str(tmp_path / "o"), *FAST],
+    )
+    assert expected in one_line_error(r)
+
+
+def test_empty_missing_and_corrupt_dataset_folders(runner, tmp_path, tiny):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    base = ["benchmark", "--model", str(tiny), "--out", str(tmp_path / "o"), *FAST]
+    assert "empty" in one_line_error(runner.invoke(main, [*base, "--dataset", str(empty)]))
+    missing = tmp_path / "missing"
+    assert "no such directory" in one_line_error(runner.invoke(main, [*base, "--dataset", str(missing)]))
+    folder = image_folder(tmp_path / "images", CLASSES, ["dog", "cat", "bird"])
+    (folder / "img-1.png").write_bytes(b"not an image at all")
+    assert "img-1.png" in one_line_error(runner.invoke(main, [*base, "--dataset", str(folder)]))
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_bad_durations_are_usage_errors(runner, value):
+    r = runner.invoke(main, ["benchmark", "--duration", value])
+    assert r.exit_code == 2 and "Traceback" not in r.output
