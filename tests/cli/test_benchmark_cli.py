@@ -156,3 +156,55 @@ def test_empty_missing_and_corrupt_dataset_folders(runner, tmp_path, tiny):
 def test_bad_durations_are_usage_errors(runner, value):
     r = runner.invoke(main, ["benchmark", "--duration", value])
     assert r.exit_code == 2 and "Traceback" not in r.output
+
+
+WRONG_RESULTS_PLUGIN = '''
+import numpy as np
+from driver.variants import SampleAll
+
+
+class Reversed(SampleAll):
+    """The sample driver, except that every output comes back reversed along its last axis."""
+
+    name = "reversed"
+
+    def __init__(self):
+        super().__init__()
+        self.name = "reversed"
+
+    def prepareModel(self, model, *args, **kwargs):
+        prepared = super().prepareModel(model, *args, **kwargs)
+        run = prepared.plan.run
+        prepared.plan.run = lambda inputs, checkpoint=None: [
+            np.ascontiguousarray(o[..., ::-1]) for o in run(inputs, checkpoint)
+        ]
+        return prepared
+'''
+
+
+def test_wrong_results_break_mltss_validation_rule(runner, tmp_path):
+    model = tmp_path / "classifier.onnx"
+    classifier(model)
+    plugin = tmp_path / "reversed.py"
+    plugin.write_text(WRONG_RESULTS_PLUGIN)
+    out = tmp_path / "o"
+    args = [
+        "benchmark",
+        "--model",
+        str(model),
+        "--driver-plugin",
+        str(plugin),
+        "--drivers",
+        "reversed|sample-all",
+    ]
+    r = runner.invoke(main, [*args, "--images", "12", "--out", str(out), *FAST])
+    line = one_line_error(r)
+    assert "1 of 3 runs broke an accuracy limit" in line and "reversed" in line
+    rows = {row["backend"]: row for row in json.loads((out / "results.json").read_text())["results"]}
+    ref, good, bad = rows["cpu:onnxruntime"], rows["driver:sample-all"], rows["driver:reversed"]
+    # Golden labels come from the float64 reference, which onnxruntime and the sample driver agree with.
+    assert ref["accuracy"]["topk"]["top1"] == good["accuracy"]["topk"]["top1"] == 1.0
+    assert good["validation_errors"] == []
+    assert bad["accuracy"]["topk"]["top1"] < 0.95
+    assert "MLTS validation rule" in bad["validation_errors"][0]
+    assert bad["accuracy"]["vs_reference"]["cts_pass"] is False
