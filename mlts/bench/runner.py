@@ -223,6 +223,7 @@ def _run_reference(work, config: BenchmarkConfig, progress: Progress) -> dict:
     )
     if work.quantization is not None:
         rec["quantization"] = work.quantization(rec["accuracy"])
+    progress.log(unit_summary(rec))
     return rec
 
 
@@ -267,7 +268,17 @@ def _run_driver(work, backend: str, devices: dict, config: BenchmarkConfig, prog
     )
     if work.quantization is not None:
         rec["quantization"] = work.quantization(rec["accuracy"])
+    progress.log(unit_summary(rec))
     return rec
+
+
+def unit_summary(rec: dict) -> str:
+    """One detail line: calls, seconds and median of a finished run."""
+    lat, run = rec["latency_ms"], rec["run"]
+    return (
+        f"{rec['model']} on {rec['backend']}: {run['iterations']} timed calls in {run['seconds']:.2f} s, "
+        f"median {lat['median']:.3f} ms [{lat['median_ci95'][0]:.3f}, {lat['median_ci95'][1]:.3f}]"
+    )
 
 
 def open_imageset(config: BenchmarkConfig):
