@@ -209,6 +209,21 @@ def _run_reference(work, config: BenchmarkConfig, progress: Progress) -> dict:
     progress.phase(work.name, label, "warm-up and timing")
     reference = work.reference
     timed = config.control.run(lambda i: reference.run(work.feeds[i % len(work.feeds)]))
+    return _row(
+        work,
+        label,
+        config,
+        timed,
+        progress,
+        driver_timing_us=None,
+        accuracy=work.score(work.expected, against_reference=False),
+        compilation=None,
+        memory_mb=watch.result(),
+    )
+
+
+def _row(work, label: str, config: BenchmarkConfig, timed: Timed, progress: Progress, **fields) -> dict:
+    """The results row of a finished run (and its detail line)."""
     rec = record(
         work.name,
         label,
@@ -216,10 +231,7 @@ def _run_reference(work, config: BenchmarkConfig, progress: Progress) -> dict:
         family=work.family,
         dataset=work.dataset,
         **timed_fields(timed, config),
-        driver_timing_us=None,
-        accuracy=work.score(work.expected, against_reference=False),
-        compilation=None,
-        memory_mb=watch.result(),
+        **fields,
     )
     if work.quantization is not None:
         rec["quantization"] = work.quantization(rec["accuracy"])
@@ -253,23 +265,18 @@ def _run_driver(work, backend: str, devices: dict, config: BenchmarkConfig, prog
             session.close()
     except HalError as e:
         return error_record(work.name, work.family, label, config, str(e))
-    rec = record(
-        work.name,
+    return _row(
+        work,
         label,
         config,
-        family=work.family,
-        dataset=work.dataset,
-        **timed_fields(timed, config),
+        timed,
+        progress,
         driver_timing_us=driver_timing(results[len(results) - timed.iterations :]),
         accuracy=work.score(outputs, against_reference=True),
         compilation=compilation,
         memory_mb=watch.result(),
         **chosen,
     )
-    if work.quantization is not None:
-        rec["quantization"] = work.quantization(rec["accuracy"])
-    progress.log(unit_summary(rec))
-    return rec
 
 
 def unit_summary(rec: dict) -> str:
