@@ -76,6 +76,7 @@ from mlts.commands import devices as _devices  # noqa: E402
 from mlts.commands import graph as _graph  # noqa: E402
 from mlts.commands import models as _models  # noqa: E402
 from mlts.commands import report as _report  # noqa: E402
+from mlts.commands import stress as _stress  # noqa: E402
 
 for _cmd in (
     _models.models,
@@ -85,5 +86,6 @@ for _cmd in (
     _benchmark.benchmark,
     _compare.compare,
     _report.report,
+    _stress.stress,
 ):
     main.add_command(_cmd)

@@ -58,10 +58,9 @@ def check_out_dir(out: Path, force: bool) -> None:
 @click.option(
     "--drivers",
     "drivers_regex",
-    default=".*",
-    show_default=True,
+    default=None,
     metavar="REGEX",
-    help="Drivers whose name matches.",
+    help="Drivers whose name matches (default: every driver but the fault-injection sample-faulty).",
 )
 @driver_plugin_option
 @click.option(
@@ -181,7 +180,7 @@ def benchmark(
     ctx: click.Context,
     models_regex: str | None,
     model_files: tuple[str, ...],
-    drivers_regex: str,
+    drivers_regex: str | None,
     plugin_files: tuple[str, ...],
     out_dir: str | None,
     force: bool,

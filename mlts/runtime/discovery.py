@@ -16,7 +16,10 @@ ENTRY_POINT_GROUP = "mlts.drivers"
 #: The built-in drivers, as pyproject.toml registers them; used when the project is not installed.
 BUILTIN_DRIVERS: Mapping[str, str] = {
     "sample-all": "driver.variants:SampleAll",
+    "sample-faulty": "driver.faulty:SampleFaulty",
 }
+#: Fault-injection drivers: selected only when the user names drivers, never by the default selection.
+TEST_DOUBLES = frozenset({"sample-faulty"})
 
 
 class DiscoveryError(ValueError):
@@ -90,13 +93,21 @@ def discover(plugin_files: Iterable[str | Path] = ()) -> dict[str, DriverSpec]:
     return specs
 
 
-def select(specs: Mapping[str, DriverSpec], regex: str) -> list[DriverSpec]:
-    """The drivers whose name matches `regex` (re.search), sorted by name."""
+def select(specs: Mapping[str, DriverSpec], regex: str | None) -> list[DriverSpec]:
+    """The drivers whose name matches `regex` (re.search), sorted by name.
+
+    `regex` None is the default selection: every driver except the fault-injection test doubles.
+    """
+    explicit = regex is not None
     try:
-        pattern = re.compile(regex)
+        pattern = re.compile(regex if explicit else ".*")
     except re.error as e:
         raise DiscoveryError(f"bad driver regex {regex!r}: {e}") from None
-    chosen = [specs[name] for name in sorted(specs) if pattern.search(name)]
+    chosen = [
+        specs[name]
+        for name in sorted(specs)
+        if pattern.search(name) and (explicit or name not in TEST_DOUBLES)
+    ]
     if not chosen:
         available = ", ".join(sorted(specs)) or "none"
         raise DiscoveryError(f"no driver matches {regex!r}; available: {available}")

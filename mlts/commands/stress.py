@@ -1,0 +1,263 @@
+"""`mlts stress MODE|all`: MLTS's stress modes with crash and hang detection; results.json and report.html."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import click
+
+from mlts.commands._common import driver_plugin_option
+
+DEFAULT_MODELS = "^mobilenet_v1_0.25_128(_quant)?$"
+
+
+def _positive_seconds(ctx, param, value):
+    if value is None:
+        return None
+    if not (math.isfinite(value) and value > 0):
+        raise click.BadParameter(f"{value} is not a finite number of seconds > 0")
+    return value
+
+
+def _option_pairs(ctx, param, values):
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise click.BadParameter(f"{item!r} must look like KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def format_results(records: list[dict]) -> list[str]:
+    """One line per test: outcome (and whether it was expected), iterations, time, reason."""
+    w = max([30, *(len(r["test"]) for r in records)])
+    header = f"{'test':<{w}} {'outcome':<8} {'expected':<8} {'iters':>7} {'time s':>7}  reason"
+    lines = [header, "-" * len(header)]
+    for r in records:
+        mark = "" if r["as_expected"] else " <-- unexpected"
+        reason = (r.get("reason") or "")[:160]
+        lines.append(
+            f"{r['test']:<{w}} {r['outcome']:<8} {r['expected']:<8} {r['iterations']:>7} "
+            f"{r['duration_s']:>7.1f}  {reason}{mark}"
+        )
+    return lines
+
+
+@click.command("stress")
+@click.argument("mode")
+@click.option(
+    "--drivers",
+    "drivers_regex",
+    default=".*",
+    show_default=True,
+    metavar="REGEX",
+    help="Drivers to stress (every match is a target).",
+)
+@click.option(
+    "--models",
+    "models_regex",
+    default=DEFAULT_MODELS,
+    show_default=True,
+    metavar="REGEX",
+    help="Zoo models the model-based modes use.",
+)
+@driver_plugin_option
+@click.option(
+    "--driver-option",
+    "driver_options",
+    multiple=True,
+    callback=_option_pairs,
+    metavar="KEY=VALUE",
+    help="Option for the driver's factory (repeatable), e.g. faults of sample-faulty.",
+)
+@click.option(
+    "--duration",
+    type=float,
+    default=3.0,
+    show_default=True,
+    callback=_positive_seconds,
+    metavar="SECONDS",
+    help="How long each test runs (MLTS runs minutes to hours).",
+)
+@click.option(
+    "--threads", default=2, show_default=True, type=click.IntRange(1, 256), help="Threads per test process."
+)
+@click.option(
+    "--processes",
+    default=2,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Client processes of the multi-process modes.",
+)
+@click.option(
+    "--kill-rate",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(0, 100),
+    help="Multi-process modes: percentage of client processes killed at a random time.",
+)
+@click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=int,
+    help="Seed for kill times, kill choices and random graphs.",
+)
+@click.option(
+    "--grace",
+    "grace_s",
+    type=float,
+    default=10.0,
+    show_default=True,
+    callback=_positive_seconds,
+    metavar="SECONDS",
+    help="Time past --duration before a test counts as HANG.",
+)
+@click.option(
+    "--degradation-limit",
+    default=50.0,
+    show_default=True,
+    type=click.FloatRange(-100, 100_000),
+    metavar="PERCENT",
+    help="performance-degradation-stress: largest allowed growth of the median latency (MLTS: 50).",
+)
+@click.option(
+    "--random-ops",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="Random-graph modes: operations per graph (MLTS: 10 and 600).",
+)
+@click.option(
+    "--random-count",
+    default=None,
+    type=click.IntRange(1, 10**9),
+    help="Random-graph modes: stop after this many graphs (default: until --duration).",
+)
+@click.option(
+    "--dump-dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Random-graph modes: write each failing graph here as a .nnm file.",
+)
+@click.option(
+    "--out", "out_dir", default=None, type=click.Path(), help="Folder for results.json and report.html."
+)
+@click.option("--force", is_flag=True, help="Overwrite results already in --out.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results document to stdout (no table).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress and no table.")
+def stress(
+    mode: str,
+    drivers_regex: str | None,
+    models_regex: str,
+    plugin_files: tuple[str, ...],
+    driver_options: dict[str, str],
+    duration: float,
+    threads: int,
+    processes: int,
+    kill_rate: float,
+    seed: int,
+    grace_s: float,
+    degradation_limit: float,
+    random_ops: int,
+    random_count: int | None,
+    dump_dir: str | None,
+    out_dir: str | None,
+    force: bool,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Run stress MODE (or `all`) on every matching driver; each test in its own supervised process.
+
+    Outcomes: SUCCESS; FAILURE (the driver could not compile or run, returned a
+    wrong result, or its process died: the reason says which call); HANG (no
+    result within --duration plus --grace: the test process is killed); CRASH
+    (the test process died; expected for killed clients). No process is left
+    running afterwards. Writes OUT/results.json and OUT/report.html (after
+    every test, so Ctrl-C keeps what ran). Exits with status 1 when any
+    outcome differs from the expected one.
+    """
+    from mlts.bench.sources import select_models
+    from mlts.commands.benchmark import check_out_dir
+    from mlts.crash.suite import MODES, StressConfig, StressConfigError, run_mode, stress_document
+    from mlts.report.results import write_json_atomic
+    from mlts.runtime.discovery import discover, select
+
+    modes = list(MODES) if mode == "all" else [mode]
+    if mode != "all" and mode not in MODES:
+        raise click.UsageError(f"unknown stress mode {mode!r}; modes: {', '.join(MODES)}, all")
+    config = StressConfig(
+        duration_s=duration,
+        threads=threads,
+        processes=processes,
+        kill_rate=kill_rate,
+        seed=seed,
+        grace_s=grace_s,
+        random_ops=random_ops,
+        degradation_limit=degradation_limit,
+        random_count=random_count,
+        dump_dir=dump_dir,
+        plugin_files=tuple(plugin_files),
+        driver_options=driver_options,
+    )
+    try:
+        config.check()
+    except StressConfigError as e:
+        raise click.UsageError(str(e)) from None
+    out = Path(out_dir) if out_dir is not None else None
+    if out is not None:
+        check_out_dir(out, force)
+    drivers = [s.name for s in select(discover(plugin_files), drivers_regex)]
+    models = [s.name for s in select_models(models_regex)]
+
+    def progress(message: str) -> None:
+        if not (quiet or as_json):
+            click.echo(f"  {message}", err=True)
+
+    results = []
+    doc = stress_document(results, config, modes, drivers, models)
+
+    def save() -> None:
+        nonlocal doc
+        doc = stress_document(results, config, modes, drivers, models)
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(doc, out / "results.json")
+
+    try:
+        for m in modes:
+            for result in run_mode(m, drivers, models, config, progress):
+                results.append(result)
+                save()
+    except KeyboardInterrupt:
+        save()
+        _write_report(doc, out)
+        click.echo(f"mlts stress: interrupted; {len(results)} finished tests kept", err=True)
+        raise SystemExit(130) from None
+    save()
+    _write_report(doc, out)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, allow_nan=False))
+    elif not quiet:
+        for line in format_results(doc["results"]):
+            click.echo(line)
+        if out is not None:
+            click.echo(f"results: {out / 'results.json'}\n         {out / 'report.html'}")
+    unexpected = [r for r in doc["results"] if not r["as_expected"]]
+    if unexpected:
+        first = unexpected[0]
+        raise click.ClickException(
+            f"{len(unexpected)} of {len(doc['results'])} tests ended unexpectedly "
+            f"({first['test']}: {first['outcome']}, expected {first['expected']})"
+        )
+
+
+def _write_report(doc: dict, out: Path | None) -> None:
+    if out is None:
+        return
+    from mlts.report.html import write_report
+
+    write_report(doc, out / "report.html")

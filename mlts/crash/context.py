@@ -1,0 +1,128 @@
+"""What a stress test sees inside its child process: its spec, drivers, models, inputs and clock.
+
+Drivers are opened through the runtime (each in its own process) and their
+pids and log files reported to the supervisor. Models are zoo names or ONNX
+files, converted once per process. `ready()` ends set-up: the test's duration
+counts from there.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from mlts.crash.channel import Reporter
+from mlts.crash.outcome import StressFailure
+from mlts.hal.enums import ErrorStatus
+from mlts.hal.errors import HalError
+
+PROGRESS_EVERY_S = 0.25
+
+
+class StressContext:
+    def __init__(self, spec: dict[str, Any], reporter: Reporter) -> None:
+        self.spec = spec
+        self.reporter = reporter
+        self.duration_s = float(spec["duration_s"])
+        self.threads = int(spec.get("threads", 1))
+        self.seed = int(spec.get("seed", 0))
+        self.params: dict[str, Any] = dict(spec.get("params") or {})
+        self.deadline = float("inf")
+        self.iterations = 0
+        self._lock = threading.Lock()
+        self._last_report = 0.0
+        self._devices: list[Any] = []
+        self._models: dict[str, Any] = {}
+        self._protos: dict[str, Any] = {}
+
+    # ------------------------------------------------------------ time
+
+    def ready(self) -> None:
+        """Set-up is done: the test runs for duration_s from now."""
+        self.deadline = time.monotonic() + self.duration_s
+        self.reporter.send("ready")
+
+    def running(self) -> bool:
+        return time.monotonic() < self.deadline
+
+    def progress(self, n: int = 1) -> None:
+        """Count `n` iterations (thread-safe) and tell the supervisor now and then."""
+        with self._lock:
+            self.iterations += n
+            now = time.monotonic()
+            if now - self._last_report >= PROGRESS_EVERY_S:
+                self._last_report = now
+                self.reporter.send("progress", iterations=self.iterations)
+
+    # ------------------------------------------------------------ drivers
+
+    def open_device(self, options: dict[str, str] | None = None):
+        """A new connection to the test's driver (a new driver process), reported to the supervisor."""
+        from mlts.runtime.discovery import discover, open_device
+
+        specs = discover(self.spec.get("plugin_files") or [])
+        name = self.spec["driver"]
+        if name not in specs:
+            raise StressFailure(f"unknown driver {name!r}")
+        merged = {**dict(self.spec.get("driver_options") or {}), **dict(options or {})}
+        device = open_device(specs[name], options=merged or None, threads=1)
+        self._devices.append(device)
+        process = getattr(device, "process", None)
+        if process is not None:
+            self.reporter.send("driver", pid=process.pid, log=str(process.log_path))
+        return device
+
+    def close(self) -> None:
+        for device in self._devices:
+            try:
+                device.close()
+            except Exception:  # a dead driver has nothing left to close
+                pass
+        self._devices.clear()
+
+    # ------------------------------------------------------------ models
+
+    def model(self, name: str):
+        """The converted NN model of zoo model `name` or ONNX file `name`, converted once."""
+        if name not in self._models:
+            from mlts.convert import convert
+
+            self._models[name] = convert(self.proto(name)).model
+        return self._models[name]
+
+    def proto(self, name: str):
+        if name not in self._protos:
+            from pathlib import Path
+
+            from mlts.convert import load_model
+            from mlts.models import zoo
+
+            path = Path(name) if name.endswith(".onnx") else zoo.model_path(name)
+            self._protos[name] = load_model(path)
+        return self._protos[name]
+
+    def inputs(self, model, seed: int = 0) -> list[np.ndarray]:
+        """Seeded non-zero inputs for every model input (images for image inputs)."""
+        from mlts.bench.inputs import make_inputs
+
+        sub = model.main
+        specs = []
+        for i in sub.input_indexes:
+            op = sub.operands[i]
+            from mlts.hal.enums import DTYPE_NAME, OperandType
+
+            specs.append((op.dimensions, DTYPE_NAME[OperandType(op.type)], op.scale, op.zero_point))
+        return make_inputs(specs, 1, seed=seed)[0]
+
+
+def failure_from(error: HalError, what: str) -> StressFailure:
+    """A HalError as the test's FAILURE; a dead driver process is said to be one."""
+    text = str(error)
+    died = error.status in (ErrorStatus.DEAD_OBJECT, ErrorStatus.DEVICE_UNAVAILABLE) and (
+        " died: " in text or "closed its connection" in text
+    )
+    prefix = "driver died: " if died else ""
+    return StressFailure(f"{prefix}{what}: {error}", driver_died=died)

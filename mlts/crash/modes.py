@@ -1,0 +1,374 @@
+"""The stress modes as they run inside a test's child process (see mlts.crash.suite for the plan).
+
+Each function gets the StressContext, does its set-up, calls `ctx.ready()`,
+loops until the test's time is up and returns details for the record. A
+FAILURE is raised as StressFailure (or a HalError from the driver). Worker
+threads stop at the first error, which becomes the test's reason.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlts.crash.context import StressContext, failure_from
+from mlts.crash.outcome import StressFailure
+from mlts.hal.errors import HalError
+
+# Whole-network agreement with the CPU reference path (the sample driver's NumPy executor run in this
+# process): float outputs within 1e-3 + 1e-3*|e|, 8-bit outputs within 3 units (CTS's MobileNet rule).
+FLOAT_ATOL = 1e-3
+FLOAT_RTOL = 1e-3
+QUANT_UNITS = 3
+# performance-degradation-stress: FAILURE when model A's median latency grows by more than this (MLTS: 50%).
+DEGRADATION_LIMIT_PERCENT = 50.0
+
+
+def disagreement(actual: list[np.ndarray], expected: list[np.ndarray]) -> str | None:
+    """None when every output agrees with the reference within the tolerance above, else why not."""
+    for k, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        a, e = np.asarray(a), np.asarray(e)
+        if a.shape != e.shape:
+            return f"output {k} has shape {list(a.shape)}, the reference {list(e.shape)}"
+        if a.dtype.kind in "ui":
+            worst = int(np.max(np.abs(a.astype(np.int64) - e.astype(np.int64)), initial=0))
+            if worst > QUANT_UNITS:
+                return (
+                    f"output {k} differs from the reference by {worst} quantized units (limit {QUANT_UNITS})"
+                )
+            continue
+        diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
+        bad = ~(diff <= FLOAT_ATOL + FLOAT_RTOL * np.abs(e.astype(np.float64)))
+        if np.any(bad):
+            i = int(np.argmax(bad.ravel()))
+            return (
+                f"output {k} element {i} is {a.ravel()[i]!r}, the reference {e.ravel()[i]!r} "
+                f"(tolerance {FLOAT_ATOL:g} + {FLOAT_RTOL:g}*|e|)"
+            )
+    return None
+
+
+def reference(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """The CPU reference path: the sample driver's executor in this process."""
+    from driver.executor import run_model
+
+    return run_model(model, inputs)
+
+
+def run_threads(ctx: StressContext, count: int, work: Callable[[int], None]) -> None:
+    """`work(i)` on `count` threads until the time is up; the first error stops all and is raised."""
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def loop(i: int) -> None:
+        try:
+            while ctx.running() and not stop.is_set():
+                work(i)
+        except BaseException as e:  # noqa: BLE001  (handed to the main thread)
+            errors.append(e)
+            stop.set()
+
+    threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def _sessions(ctx: StressContext, device, names: list[str]):
+    from mlts.runtime.session import Session
+
+    out = []
+    for name in names:
+        model = ctx.model(name)
+        inputs = ctx.inputs(model, ctx.seed)
+        try:
+            session = Session(device, model)
+        except HalError as e:
+            raise failure_from(e, f"prepareModel of {name}") from None
+        out.append((name, session, inputs, reference(model, inputs)))
+    return out
+
+
+def inference(ctx: StressContext) -> dict[str, Any]:
+    """Every model prepared on one driver, then inference on `threads` threads until the time is up.
+
+    Each thread has its own sessions; every result is checked against the CPU reference path.
+    """
+    device = ctx.open_device()
+    names = list(ctx.spec["models"])
+    per_thread = [_sessions(ctx, device, names) for _ in range(ctx.threads)]
+    ctx.ready()
+    counter = [0] * ctx.threads
+
+    def work(i: int) -> None:
+        name, session, inputs, expected = per_thread[i][counter[i] % len(names)]
+        counter[i] += 1
+        try:
+            outputs, _ = session.run(inputs)
+        except HalError as e:
+            raise failure_from(e, f"executeSynchronously of {name}") from None
+        wrong = disagreement(outputs, expected)
+        if wrong is not None:
+            raise StressFailure(f"{name}: wrong result at call {counter[i]}: {wrong}")
+        ctx.progress()
+
+    try:
+        run_threads(ctx, ctx.threads, work)
+    finally:
+        for sessions in per_thread:
+            for _, session, _, _ in sessions:
+                try:
+                    session.close()
+                except HalError:
+                    pass
+    return {"threads": ctx.threads, "calls": ctx.iterations}
+
+
+def _compile_loop(ctx: StressContext, device, models: list[tuple[str, Any]]) -> Callable[[int], None]:
+    counter = [0] * max(1, ctx.threads)
+
+    def work(i: int) -> None:
+        name, model = models[counter[i] % len(models)]
+        counter[i] += 1
+        try:
+            prepared = device.prepareModel(model)
+        except HalError as e:
+            raise failure_from(e, f"prepareModel of {name}") from None
+        prepared.close()
+        ctx.progress()
+
+    return work
+
+
+def load(ctx: StressContext) -> dict[str, Any]:
+    """Compile (prepareModel, release) every model in turn on `threads` threads until the time is up."""
+    device = ctx.open_device()
+    models = [(name, ctx.model(name)) for name in ctx.spec["models"]]
+    ctx.ready()
+    run_threads(ctx, ctx.threads, _compile_loop(ctx, device, models))
+    return {"threads": ctx.threads, "compilations": ctx.iterations}
+
+
+def mmap_load(ctx: StressContext) -> dict[str, Any]:
+    """Models written as .nnm files, then compiled from memory-mapped loads of them on `threads` threads."""
+    from mlts.hal import nnfile
+
+    device = ctx.open_device()
+    with tempfile.TemporaryDirectory(prefix="mlts-mmap-") as tmp:
+        paths = []
+        for name in ctx.spec["models"]:
+            path = Path(tmp) / (Path(name).stem + ".nnm")
+            nnfile.write(ctx.model(name), path)
+            paths.append((name, path))
+        ctx.ready()
+        counter = [0] * ctx.threads
+
+        def work(i: int) -> None:
+            name, path = paths[counter[i] % len(paths)]
+            counter[i] += 1
+            loaded = nnfile.load(path, use_mmap=True)
+            try:
+                prepared = device.prepareModel(loaded.model)
+            except HalError as e:
+                raise failure_from(e, f"prepareModel of memory-mapped {path.name}") from None
+            prepared.close()
+            ctx.progress()
+
+        run_threads(ctx, ctx.threads, work)
+    return {"threads": ctx.threads, "compilations": ctx.iterations}
+
+
+def compile_until_killed(ctx: StressContext) -> dict[str, Any]:
+    """client-early-termination: compile on `threads` threads until the supervisor kills this process."""
+    return load(ctx)
+
+
+def _median(samples: list[float]) -> float:
+    return float(np.median(samples)) if samples else float("nan")
+
+
+def degradation(ctx: StressContext) -> dict[str, Any]:
+    """Model A's latency alone, then while another thread compiles model B in a loop.
+
+    The compiling thread uses its own driver connection (the service answers one call at a time
+    per connection, so sharing one would measure queueing, not interference). Each phase: a
+    warm-up of a fifth of its time, then timed calls; FAILURE when A's median grows by more than the
+    limit (params "limit_percent", MLTS's 50% by default).
+    """
+    limit = float(ctx.params.get("limit_percent", DEGRADATION_LIMIT_PERCENT)) / 100.0
+    from mlts.runtime.session import Session
+
+    names = list(ctx.spec["models"])
+    a_name, b_name = names[0], names[-1]
+    device = ctx.open_device()
+    other = ctx.open_device()
+    a_model, b_model = ctx.model(a_name), ctx.model(b_name)
+    inputs = ctx.inputs(a_model, ctx.seed)
+    session = Session(device, a_model)
+    ctx.ready()
+    phase = ctx.duration_s / 2
+
+    def timed(seconds: float) -> list[float]:
+        end_warm = time.monotonic() + seconds / 5
+        while time.monotonic() < end_warm:
+            session.run(inputs)
+        samples = []
+        end = time.monotonic() + seconds * 4 / 5
+        while time.monotonic() < end or len(samples) < 3:
+            t0 = time.perf_counter()
+            session.run(inputs)
+            samples.append(time.perf_counter() - t0)
+            ctx.progress()
+        return samples
+
+    try:
+        alone = timed(phase)
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def compile_b() -> None:
+            try:
+                while not stop.is_set():
+                    other.prepareModel(b_model).close()
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        thread = threading.Thread(target=compile_b, daemon=True)
+        thread.start()
+        try:
+            loaded = timed(phase)
+        finally:
+            stop.set()
+            thread.join()
+    except HalError as e:
+        raise failure_from(e, f"executeSynchronously of {a_name}") from None
+    finally:
+        session.close()
+    if errors:
+        raise (
+            failure_from(errors[0], f"prepareModel of {b_name}")
+            if isinstance(errors[0], HalError)
+            else errors[0]
+        )
+    base, under = _median(alone), _median(loaded)
+    growth = under / base - 1.0
+    details = {
+        "model_a": a_name,
+        "model_b": b_name,
+        "median_alone_ms": base * 1000,
+        "median_while_compiling_ms": under * 1000,
+        "growth": growth,
+        "limit": limit,
+    }
+    if growth > limit:
+        raise StressFailure(
+            f"{a_name} median latency grew {growth:+.0%} while {b_name} was compiled "
+            f"({base * 1000:.2f} -> {under * 1000:.2f} ms; limit {limit:+.0%})"
+        )
+    return details
+
+
+def _random_spec(ctx: StressContext, device):
+    from mlts.crash.random_graph import GraphSpec, supported_op_types
+
+    base = GraphSpec(
+        ops=int(ctx.params.get("ops", 10)),
+        min_dim=int(ctx.params.get("min_dim", 1)),
+        max_dim=int(ctx.params.get("max_dim", 16)),
+    )
+    types = supported_op_types(device, base)
+    if not types:
+        raise StressFailure("the driver supports none of the random-graph operations")
+    return GraphSpec(ops=base.ops, min_dim=base.min_dim, max_dim=base.max_dim, op_types=types)
+
+
+def _random(ctx: StressContext, run: bool) -> dict[str, Any]:
+    """Random graphs compiled (and run and checked) until the time or the graph count is used up."""
+    from mlts.crash.random_check import (
+        check_outputs,
+        classify_failure,
+        dump,
+        random_inputs,
+        reference_outputs,
+    )
+    from mlts.crash.random_graph import random_model
+    from mlts.runtime.session import Session
+
+    device = ctx.open_device()
+    spec = _random_spec(ctx, device)
+    limit = ctx.params.get("count")
+    dump_dir = ctx.params.get("dump_dir")
+    counts = {"compiled": 0, "ran": 0, "invalid": 0, "unsupported": 0}
+    rng = random.Random(ctx.seed)
+    ctx.ready()
+    while ctx.running() and (limit is None or ctx.iterations < int(limit)):
+        seed = rng.randrange(2**31)
+        model = random_model(seed, spec)
+        try:
+            session = Session(device, model)
+        except HalError as e:
+            kind = classify_failure(e)
+            if kind in ("invalid", "unsupported"):
+                counts[kind] += 1
+                ctx.progress()
+                continue
+            _dump_and_fail(dump, model, dump_dir, seed, spec, f"prepareModel failed: {e}", e)
+        counts["compiled"] += 1
+        try:
+            if run:
+                inputs = random_inputs(model, seed)
+                try:
+                    outputs, _ = session.run(inputs)
+                except HalError as e:
+                    _dump_and_fail(dump, model, dump_dir, seed, spec, f"execution failed: {e}", e)
+                wrong = check_outputs(outputs, reference_outputs(model, inputs))
+                if wrong is not None:
+                    _dump_and_fail(dump, model, dump_dir, seed, spec, f"wrong result: {wrong}", None)
+                counts["ran"] += 1
+        finally:
+            try:
+                session.close()
+            except HalError:
+                pass
+        ctx.progress()
+    return {"ops_per_graph": spec.ops, **counts}
+
+
+def _dump_and_fail(dump, model, dump_dir, seed, spec, reason: str, error: HalError | None):
+    where = ""
+    if dump_dir:
+        path = dump(model, Path(dump_dir), seed, spec, reason)
+        where = f" (model dumped to {path})"
+    if error is not None:
+        failure = failure_from(error, f"random graph seed {seed}")
+        raise StressFailure(failure.reason + where, driver_died=failure.driver_died)
+    raise StressFailure(f"random graph seed {seed}: {reason}{where}")
+
+
+def random_load(ctx: StressContext) -> dict[str, Any]:
+    return _random(ctx, run=False)
+
+
+def random_inference(ctx: StressContext) -> dict[str, Any]:
+    return _random(ctx, run=True)
+
+
+CHILD_MODES: dict[str, Callable[[StressContext], dict[str, Any]]] = {
+    "inference": inference,
+    "load": load,
+    "mmap-load": mmap_load,
+    "compile-until-killed": compile_until_killed,
+    "degradation": degradation,
+    "random-load": random_load,
+    "random-inference": random_inference,
+}

@@ -1,0 +1,73 @@
+"""A stress test's outcome and the record it becomes in results.json (kind "stress").
+
+SUCCESS: the test ran its course. FAILURE: the driver could not compile or
+run, gave a wrong result, or died (then `driver_died` is true and the reason
+says how). HANG: no result within the test's time plus its grace period; the
+test process was killed. CRASH: the test process itself died (by a signal or
+an exit without a result). The first outcome reported wins.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Outcome(enum.StrEnum):
+    SUCCESS = "SUCCESS"
+    FAILURE = "FAILURE"
+    HANG = "HANG"
+    CRASH = "CRASH"
+
+
+class StressFailure(Exception):
+    """Raised inside a test: the outcome is FAILURE with this one-line reason."""
+
+    def __init__(self, reason: str, *, driver_died: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.driver_died = driver_died
+
+
+@dataclass
+class TestResult:
+    """One test's record; `as_record()` is its results.json form."""
+
+    test: str
+    mode: str
+    driver: str
+    models: list[str]
+    outcome: Outcome
+    expected: Outcome = Outcome.SUCCESS
+    reason: str | None = None
+    duration_s: float = 0.0
+    iterations: int = 0
+    signal: str | None = None
+    driver_died: bool = False
+    log_tail: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def as_expected(self) -> bool:
+        return self.outcome == self.expected
+
+    def as_record(self) -> dict[str, Any]:
+        return {
+            "kind": "stress",
+            "test": self.test,
+            "mode": self.mode,
+            "driver": self.driver,
+            "models": list(self.models),
+            "model": ", ".join(self.models),
+            "outcome": self.outcome.value,
+            "expected": self.expected.value,
+            "as_expected": self.as_expected,
+            "reason": self.reason,
+            "duration_s": round(self.duration_s, 3),
+            "iterations": int(self.iterations),
+            "signal": self.signal,
+            "driver_died": self.driver_died,
+            "log_tail": list(self.log_tail),
+            "details": dict(self.details),
+        }

@@ -1,0 +1,300 @@
+"""MLTS's stress modes: which tests each runs, how they are supervised, and the results document.
+
+Every test runs in a child process under `supervise.run_isolated`, except
+parallel-inference-stress-in-process, which runs in this process (as MLTS's
+does) under a watchdog. A test per model for inference-stress and
+model-loading-stress; one per driver for the others; P per driver for the
+multi-process modes, of which `kill_rate`% are killed at random times
+(expected CRASH). client-early-termination-stress kills a compiling child at a
+random time (expected CRASH) while a liveness checker in this process runs
+inference on its own connection to the same driver; any error it sees makes
+the test a FAILURE.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlts.crash.outcome import Outcome, StressFailure, TestResult
+from mlts.crash.supervise import TestSpec, run_isolated
+from mlts.hal.errors import HalError
+
+MODES = (
+    "inference-stress",
+    "model-loading-stress",
+    "parallel-inference-stress",
+    "parallel-inference-stress-in-process",
+    "client-early-termination-stress",
+    "multi-process-inference-stress",
+    "multi-process-model-load-stress",
+    "memory-mapped-model-load-stress",
+    "model-load-random-stress",
+    "inference-random-stress",
+    "performance-degradation-stress",
+)
+
+
+class StressConfigError(ValueError):
+    """Options that cannot make a stress run (one line)."""
+
+
+@dataclass(frozen=True)
+class StressConfig:
+    duration_s: float = 3.0
+    threads: int = 2
+    processes: int = 2
+    kill_rate: float = 0.0
+    seed: int = 0
+    grace_s: float = 10.0
+    setup_timeout_s: float = 180.0
+    random_ops: int = 10
+    degradation_limit: float = 50.0  # percent; MLTS's limit
+    random_count: int | None = None
+    dump_dir: str | None = None
+    plugin_files: tuple[str, ...] = ()
+    driver_options: dict[str, str] = field(default_factory=dict)
+
+    def check(self) -> None:
+        if not self.duration_s > 0 or self.duration_s == float("inf"):
+            raise StressConfigError(
+                f"--duration must be a finite number of seconds > 0, got {self.duration_s}"
+            )
+        if self.threads < 1 or self.processes < 1:
+            raise StressConfigError("--threads and --processes must be >= 1")
+        if not 0 <= self.kill_rate <= 100:
+            raise StressConfigError(f"--kill-rate must be between 0 and 100, got {self.kill_rate}")
+        if self.random_ops < 1:
+            raise StressConfigError(f"--random-ops must be >= 1, got {self.random_ops}")
+
+
+Progress = Callable[[str], None]
+
+
+def _spec(mode: str, child_mode: str, driver: str, models: list[str], config: StressConfig, **kw) -> TestSpec:
+    params = kw.pop("params", {})
+    return TestSpec(
+        test=kw.pop("test", f"{mode}/{driver}"),
+        mode=child_mode,
+        driver=driver,
+        models=models,
+        duration_s=config.duration_s,
+        threads=kw.pop("threads", config.threads),
+        seed=kw.pop("seed", config.seed),
+        params=params,
+        plugin_files=list(config.plugin_files),
+        driver_options=dict(config.driver_options),
+        expected=kw.pop("expected", Outcome.SUCCESS),
+    )
+
+
+def _isolated(spec: TestSpec, config: StressConfig, mode: str, **kw) -> TestResult:
+    result = run_isolated(spec, grace_s=config.grace_s, setup_timeout_s=config.setup_timeout_s, **kw)
+    result.mode = mode
+    return result
+
+
+def run_mode(
+    mode: str, drivers: list[str], models: list[str], config: StressConfig, progress: Progress
+) -> list[TestResult]:
+    """Every test of `mode` on every driver; results in a stable order."""
+    if mode not in MODES:
+        raise StressConfigError(f"unknown stress mode {mode!r}; modes: {', '.join(MODES)}, all")
+    out: list[TestResult] = []
+    for driver in drivers:
+        progress(f"{mode} on {driver}")
+        out += _RUNNERS[mode](mode, driver, models, config, progress)
+    return out
+
+
+def _per_model(child_mode: str, threads: int | None = 1):
+    def run(mode, driver, models, config, progress):
+        results = []
+        for m in models:
+            spec = _spec(mode, child_mode, driver, [m], config, test=f"{mode}/{driver}/{m}", threads=threads)
+            progress(f"  {spec.test}")
+            results.append(_isolated(spec, config, mode))
+        return results
+
+    return run
+
+
+def _one(child_mode: str, **params_from_config: str):
+    def run(mode, driver, models, config, progress):
+        params = {k: getattr(config, attr) for k, attr in params_from_config.items()}
+        spec = _spec(mode, child_mode, driver, models, config, params=params)
+        return [_isolated(spec, config, mode)]
+
+    return run
+
+
+def _in_process(mode, driver, models, config, progress) -> list[TestResult]:
+    """The parallel inference test in this process, stopped by a watchdog after duration + grace."""
+    from mlts.crash.channel import Reporter
+    from mlts.crash.child import run_test
+
+    spec = _spec(mode, "inference", driver, models, config)
+    events: list[dict[str, Any]] = []
+
+    class _Collect(Reporter):
+        def __init__(self) -> None:
+            super().__init__(-1)
+
+        def send(self, event: str, **fields: Any) -> None:
+            events.append({"event": event, **fields})
+
+    start = time.monotonic()
+    worker = threading.Thread(
+        target=run_test, args=(vars(spec) | {"expected": None}, _Collect()), daemon=True
+    )
+    worker.start()
+    worker.join(config.setup_timeout_s + config.duration_s + config.grace_s)
+    result = TestResult(spec.test, mode, driver, list(models), Outcome.SUCCESS)
+    result.duration_s = time.monotonic() - start
+    final = next((e for e in events if e["event"] == "result"), None)
+    if worker.is_alive() or final is None:
+        result.outcome = Outcome.HANG
+        result.reason = "no result within the time limit (in process: the test threads are abandoned)"
+        return [result]
+    result.outcome = Outcome(final["outcome"])
+    result.reason = final.get("reason")
+    result.driver_died = bool(final.get("driver_died"))
+    result.iterations = int(final.get("iterations") or 0)
+    result.details = final.get("details") or {}
+    return [result]
+
+
+def _liveness(
+    driver: str, model_name: str, config: StressConfig, stop: threading.Event
+) -> tuple[int, str | None]:
+    """Inference on its own connection to `driver` until `stop`; (calls, first error or None)."""
+    from mlts.crash.context import StressContext
+    from mlts.crash.modes import disagreement, reference
+    from mlts.runtime.session import Session
+
+    ctx = StressContext(
+        {
+            "driver": driver,
+            "duration_s": 1,
+            "plugin_files": list(config.plugin_files),
+            "driver_options": config.driver_options,
+        },
+        _NullReporter(),
+    )
+    calls = 0
+    try:
+        device = ctx.open_device()
+        model = ctx.model(model_name)
+        inputs = ctx.inputs(model)
+        expected = reference(model, inputs)
+        with Session(device, model) as session:
+            while not stop.is_set():
+                outputs, _ = session.run(inputs)
+                wrong = disagreement(outputs, expected)
+                if wrong is not None:
+                    return calls, f"wrong result: {wrong}"
+                calls += 1
+    except (HalError, StressFailure, OSError) as e:
+        return calls, str(e)
+    finally:
+        ctx.close()
+    return calls, None
+
+
+class _NullReporter:
+    def send(self, event: str, **fields: Any) -> None:
+        pass
+
+
+def _early_termination(mode, driver, models, config, progress) -> list[TestResult]:
+    rng = random.Random(f"{config.seed}:{driver}")
+    kill_after = rng.uniform(0.2, 0.8) * config.duration_s
+    spec = _spec(mode, "compile-until-killed", driver, models, config, threads=4, expected=Outcome.CRASH)
+    spec.duration_s = config.duration_s * 10  # it must not finish before it is killed
+    stop = threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        live = pool.submit(_liveness, driver, models[0], config, stop)
+        try:
+            result = _isolated(spec, config, mode, kill_after_s=kill_after)
+        finally:
+            stop.set()
+        calls, error = live.result()
+    result.details["liveness_calls"] = calls
+    result.details["killed_after_s"] = round(kill_after, 3)
+    if error is not None:
+        result.outcome = Outcome.FAILURE
+        result.reason = f"liveness check failed while the client was killed: {error}"
+    elif calls == 0:
+        result.outcome = Outcome.FAILURE
+        result.reason = "the liveness check made no inference call"
+    return [result]
+
+
+def _multi_process(child_mode: str):
+    def run(mode, driver, models, config, progress):
+        rng = random.Random(f"{config.seed}:{mode}:{driver}")
+        doomed = set(rng.sample(range(config.processes), round(config.processes * config.kill_rate / 100)))
+        specs = []
+        for p in range(config.processes):
+            killed = p in doomed
+            spec = _spec(
+                mode,
+                child_mode,
+                driver,
+                models,
+                config,
+                test=f"{mode}/{driver}/process-{p}",
+                seed=config.seed + p,
+                expected=Outcome.CRASH if killed else Outcome.SUCCESS,
+            )
+            if killed:
+                spec.duration_s = config.duration_s * 10
+            kill = rng.uniform(0.1, 0.9) * config.duration_s if killed else None
+            specs.append((spec, kill))
+        with ThreadPoolExecutor(config.processes) as pool:
+            futures = [pool.submit(_isolated, s, config, mode, kill_after_s=k) for s, k in specs]
+            return [f.result() for f in futures]
+
+    return run
+
+
+_RUNNERS = {
+    "inference-stress": _per_model("inference"),
+    "model-loading-stress": _per_model("load"),
+    "parallel-inference-stress": _one("inference"),
+    "parallel-inference-stress-in-process": _in_process,
+    "client-early-termination-stress": _early_termination,
+    "multi-process-inference-stress": _multi_process("inference"),
+    "multi-process-model-load-stress": _multi_process("load"),
+    "memory-mapped-model-load-stress": _one("mmap-load"),
+    "model-load-random-stress": _one(
+        "random-load", ops="random_ops", count="random_count", dump_dir="dump_dir"
+    ),
+    "inference-random-stress": _one(
+        "random-inference", ops="random_ops", count="random_count", dump_dir="dump_dir"
+    ),
+    "performance-degradation-stress": _one("degradation", limit_percent="degradation_limit"),
+}
+
+
+def stress_document(
+    results: list[TestResult], config: StressConfig, modes: list[str], drivers, models
+) -> dict:
+    """The results document (kind "stress") for results.json and the report."""
+    from dataclasses import asdict
+
+    from mlts.report.environment import environment
+    from mlts.report.results import SCHEMA_VERSION
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "stress",
+        "environment": environment(),
+        "config": {**asdict(config), "modes": modes, "drivers": drivers, "models": models},
+        "results": [r.as_record() for r in results],
+    }
