@@ -144,6 +144,11 @@ def format_results(records: list[dict]) -> list[str]:
     help="Random-graph modes: write each failing graph here as a .nnm file.",
 )
 @click.option(
+    "--in-process",
+    is_flag=True,
+    help="Load the driver inside each test process: a driver crash then ends the test as CRASH.",
+)
+@click.option(
     "--out", "out_dir", default=None, type=click.Path(), help="Folder for results.json and report.html."
 )
 @click.option("--force", is_flag=True, help="Overwrite results already in --out.")
@@ -165,6 +170,7 @@ def stress(
     random_ops: int,
     random_count: int | None,
     dump_dir: str | None,
+    in_process: bool,
     out_dir: str | None,
     force: bool,
     as_json: bool,
@@ -202,6 +208,7 @@ def stress(
         dump_dir=dump_dir,
         plugin_files=tuple(plugin_files),
         driver_options=driver_options,
+        in_process=in_process,
     )
     try:
         config.check()

@@ -68,7 +68,8 @@ class StressContext:
         if name not in specs:
             raise StressFailure(f"unknown driver {name!r}")
         merged = {**dict(self.spec.get("driver_options") or {}), **dict(options or {})}
-        device = open_device(specs[name], options=merged or None, threads=1)
+        in_process = bool(self.spec.get("in_process"))
+        device = open_device(specs[name], in_process=in_process, options=merged or None, threads=1)
         self._devices.append(device)
         process = getattr(device, "process", None)
         if process is not None:
@@ -121,7 +122,7 @@ class StressContext:
 def failure_from(error: HalError, what: str) -> StressFailure:
     """A HalError as the test's FAILURE; a dead driver process is said to be one."""
     text = str(error)
-    died = error.status in (ErrorStatus.DEAD_OBJECT, ErrorStatus.DEVICE_UNAVAILABLE) and (
+    died = error.status == ErrorStatus.DEVICE_UNAVAILABLE and (
         " died: " in text or "closed its connection" in text
     )
     prefix = "driver died: " if died else ""

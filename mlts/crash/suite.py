@@ -59,6 +59,7 @@ class StressConfig:
     dump_dir: str | None = None
     plugin_files: tuple[str, ...] = ()
     driver_options: dict[str, str] = field(default_factory=dict)
+    in_process: bool = False
 
     def check(self) -> None:
         if not self.duration_s > 0 or self.duration_s == float("inf"):
@@ -89,6 +90,7 @@ def _spec(mode: str, child_mode: str, driver: str, models: list[str], config: St
         params=params,
         plugin_files=list(config.plugin_files),
         driver_options=dict(config.driver_options),
+        in_process=config.in_process,
         expected=kw.pop("expected", Outcome.SUCCESS),
     )
 

@@ -46,6 +46,7 @@ class TestSpec:
     params: dict[str, Any] = field(default_factory=dict)
     plugin_files: list[str] = field(default_factory=list)
     driver_options: dict[str, str] = field(default_factory=dict)
+    in_process: bool = False  # the driver inside the test process: its crash is the test's CRASH
     expected: Outcome = Outcome.SUCCESS
 
     def to_json(self) -> str:
