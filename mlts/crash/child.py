@@ -30,7 +30,7 @@ def run_test(spec: dict, reporter: Reporter) -> None:
             raise StressFailure(f"unknown mode {spec.get('mode')!r}")
         details = mode(ctx) or {}
     except StressFailure as e:
-        outcome, reason, died = "FAILURE", e.reason, e.driver_died
+        outcome, reason, died, details = "FAILURE", e.reason, e.driver_died, e.details
     except HalError as e:
         failure = failure_from(e, "driver call failed")
         outcome, reason, died = "FAILURE", failure.reason, failure.driver_died

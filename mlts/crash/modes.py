@@ -273,7 +273,8 @@ def degradation(ctx: StressContext) -> dict[str, Any]:
     if growth > limit:
         raise StressFailure(
             f"{a_name} median latency grew {growth:+.0%} while {b_name} was compiled "
-            f"({base * 1000:.2f} -> {under * 1000:.2f} ms; limit {limit:+.0%})"
+            f"({base * 1000:.2f} -> {under * 1000:.2f} ms; limit {limit:+.0%})",
+            details=details,
         )
     return details
 

@@ -24,10 +24,11 @@ class Outcome(enum.StrEnum):
 class StressFailure(Exception):
     """Raised inside a test: the outcome is FAILURE with this one-line reason."""
 
-    def __init__(self, reason: str, *, driver_died: bool = False) -> None:
+    def __init__(self, reason: str, *, driver_died: bool = False, details: dict | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.driver_died = driver_died
+        self.details = details or {}
 
 
 @dataclass

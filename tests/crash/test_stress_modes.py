@@ -1,0 +1,238 @@
+"""`mlts stress`: every mode on the sample driver, each fault of sample-faulty detected as its outcome, no orphans.
+
+The fault-injection driver is the oracle: a driver that segfaults must give
+FAILURE naming SIGSEGV (or CRASH when it runs inside the test process), one
+that hangs must give HANG, one that returns wrong results or error codes must
+give FAILURE; and after every test no driver or test process may be left.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mlts.cli import main
+
+MODEL = "^mobilenet_v1_0.25_128$"
+QUICK = ["--duration", "0.6", "--grace", "4", "--models", MODEL]
+
+
+def _our_processes() -> list[str]:
+    """Command lines of running stress children and driver services (zombies excluded)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and ("mlts.crash.child" in cmd or "mlts.hal.service" in cmd):
+            found.append(f"{entry.name}: {cmd.strip()}")
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_orphans():
+    before = set(_our_processes())
+    yield
+    deadline = time.monotonic() + 5
+    left = [p for p in _our_processes() if p not in before]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [p for p in _our_processes() if p not in before]
+    assert not left, f"processes left running: {left}"
+
+
+def stress(*args: str, out: Path | None = None):
+    argv = ["stress", *args, "--json"] + (["--out", str(out)] if out else [])
+    result = CliRunner().invoke(main, argv)
+    doc = json.loads(result.stdout) if result.stdout.strip().startswith("{") else None
+    return result, doc
+
+
+def by_test(doc) -> dict[str, dict]:
+    return {r["test"]: r for r in doc["results"]}
+
+
+def test_every_mode_on_the_sample_driver(tmp_path):
+    args = [
+        "all",
+        "--drivers",
+        "^sample-all$",
+        "--processes",
+        "2",
+        "--kill-rate",
+        "50",
+        "--random-count",
+        "5",
+        "--degradation-limit",
+        "100000",  # two cores: compiling beside inference slows it far beyond MLTS's 50% here
+        *QUICK,
+    ]
+    result, doc = stress(*args, out=tmp_path / "o")
+    assert result.exit_code == 0, result.output
+    modes = {r["mode"] for r in doc["results"]}
+    assert modes == {
+        "inference-stress",
+        "model-loading-stress",
+        "parallel-inference-stress",
+        "parallel-inference-stress-in-process",
+        "client-early-termination-stress",
+        "multi-process-inference-stress",
+        "multi-process-model-load-stress",
+        "memory-mapped-model-load-stress",
+        "model-load-random-stress",
+        "inference-random-stress",
+        "performance-degradation-stress",
+    }
+    for r in doc["results"]:
+        assert r["as_expected"], r
+        assert r["iterations"] > 0 or r["outcome"] == "CRASH", r
+    tests = by_test(doc)
+    early = tests["client-early-termination-stress/sample-all"]
+    assert (
+        early["outcome"] == "CRASH"
+        and early["signal"] == "SIGKILL"
+        and early["details"]["liveness_calls"] > 0
+    )
+    multi = [r for r in doc["results"] if r["mode"] == "multi-process-inference-stress"]
+    assert sorted(r["expected"] for r in multi) == ["CRASH", "SUCCESS"]
+    assert (tmp_path / "o" / "results.json").is_file() and (tmp_path / "o" / "report.html").is_file()
+    saved = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert saved["kind"] == "stress" and len(saved["results"]) == len(doc["results"])
+
+
+FAULTY = ["--drivers", "^sample-faulty$"]
+
+
+def fault(*options: str) -> list[str]:
+    return [x for o in options for x in ("--driver-option", o)]
+
+
+def test_driver_segfault_is_a_failure_naming_the_signal_and_the_call():
+    result, doc = stress(
+        "inference-stress", *FAULTY, *fault("crash=segv", "crash_at=executeSynchronously:3"), *QUICK
+    )
+    assert result.exit_code == 1
+    (r,) = doc["results"]
+    assert r["outcome"] == "FAILURE" and r["driver_died"] is True
+    assert "SIGSEGV" in r["reason"] and "executeSynchronously" in r["reason"]
+    assert r["iterations"] == 2  # two calls succeeded before the crash
+    assert any("injected fault" in line for line in r["log_tail"])
+
+
+def test_driver_abort_while_compiling_is_a_failure():
+    result, doc = stress(
+        "model-loading-stress", *FAULTY, *fault("crash=abort", "crash_at=prepareModel:2"), *QUICK
+    )
+    (r,) = doc["results"]
+    assert (
+        r["outcome"] == "FAILURE"
+        and r["driver_died"]
+        and "SIGABRT" in r["reason"]
+        and "prepareModel" in r["reason"]
+    )
+
+
+def test_driver_crash_inside_the_test_process_is_a_crash():
+    args = [
+        "inference-stress",
+        "--in-process",
+        *FAULTY,
+        *fault("crash=segv", "crash_at=executeSynchronously:2"),
+    ]
+    result, doc = stress(*args, *QUICK)
+    (r,) = doc["results"]
+    assert r["outcome"] == "CRASH" and r["signal"] == "SIGSEGV" and r["expected"] == "SUCCESS"
+
+
+def test_driver_hang_is_a_hang_and_everything_is_killed():
+    started = time.monotonic()
+    result, doc = stress("inference-stress", *FAULTY, *fault("hang=executeSynchronously:2"), *QUICK)
+    (r,) = doc["results"]
+    assert r["outcome"] == "HANG" and "while running" in r["reason"]
+    assert time.monotonic() - started < 60
+
+
+def test_wrong_results_and_error_codes_are_failures():
+    _, doc = stress("inference-stress", *FAULTY, *fault("wrong=executeSynchronously:4"), *QUICK)
+    (r,) = doc["results"]
+    assert r["outcome"] == "FAILURE" and "wrong result at call" in r["reason"] and not r["driver_died"]
+    _, doc = stress(
+        "model-loading-stress", *FAULTY, *fault("error=GENERAL_FAILURE", "error_at=prepareModel:3"), *QUICK
+    )
+    (r,) = doc["results"]
+    assert r["outcome"] == "FAILURE" and "GENERAL_FAILURE" in r["reason"] and "prepareModel" in r["reason"]
+
+
+def test_a_crashing_driver_does_not_disturb_the_liveness_check():
+    # The killed client's own driver process is separate from the checker's: the checker must see no error.
+    _, doc = stress("client-early-termination-stress", "--drivers", "^sample-all$", *QUICK)
+    (r,) = doc["results"]
+    assert r["outcome"] == "CRASH" and r["as_expected"]
+
+
+def test_performance_degradation_limit_is_enforced():
+    _, doc = stress(
+        "performance-degradation-stress", "--drivers", "^sample-all$", "--degradation-limit", "-90", *QUICK
+    )
+    (r,) = doc["results"]
+    # A limit of -90% cannot be met: the latency would have to fall tenfold while compiling.
+    assert r["outcome"] == "FAILURE" and "median latency grew" in r["reason"]
+    assert r["details"]["median_alone_ms"] > 0 and r["details"]["limit"] == pytest.approx(-0.9)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["no-such-mode"], "unknown stress mode 'no-such-mode'"),
+        (["inference-stress", "--kill-rate", "150"], "150"),
+        (["inference-stress", "--duration", "0"], "0"),
+        (["inference-stress", "--duration", "-3"], "-3"),
+        (["inference-stress", "--threads", "0"], "0"),
+    ],
+)
+def test_bad_options_are_usage_errors(args, needle):
+    result = CliRunner().invoke(main, ["stress", *args])
+    assert result.exit_code == 2 and needle in result.output and "Traceback" not in result.output
+
+
+def test_unknown_driver_or_model_is_a_one_line_error():
+    for args, needle in (
+        (["inference-stress", "--drivers", "^nope$"], "no driver matches"),
+        (["inference-stress", "--models", "^nope$"], "matches no model"),
+    ):
+        result = CliRunner().invoke(main, ["stress", *args])
+        assert result.exit_code == 1 and needle in result.output.strip().splitlines()[-1]
+
+
+def test_ctrl_c_keeps_finished_tests_and_leaves_no_process(tmp_path):
+    out = tmp_path / "o"
+    cmd = [sys.executable, "-m", "mlts", "stress", "all", "--drivers", "^sample-all$", "--out", str(out)]
+    proc = subprocess.Popen(
+        [*cmd, "--duration", "1", "--models", MODEL], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "results.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (out / "results.json").exists()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["kind"] == "stress" and len(doc["results"]) >= 1
+    assert b"finished tests kept" in err
