@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from driver.device import SampleDevice, Variant
+from driver.faulty import SampleFaulty
 from mlts.hal.types import Capabilities, PerformanceInfo
 
 
@@ -16,4 +17,4 @@ class SampleAll(SampleDevice):
     variant = Variant("sample-all", _all, Capabilities.uniform(PerformanceInfo(1.1, 1.1)))
 
 
-VARIANTS = {cls.variant.name: cls for cls in (SampleAll,)}
+VARIANTS = {cls.variant.name: cls for cls in (SampleAll, SampleFaulty)}

@@ -21,7 +21,16 @@ def test_entry_points_of_the_installed_project():
 
 def test_fallback_table_when_not_installed(monkeypatch):
     monkeypatch.setattr(discovery, "_entry_points", lambda: [])
-    assert discover() == {"sample-all": DriverSpec("sample-all", "driver.variants:SampleAll", "builtin")}
+    assert discover() == {
+        "sample-all": DriverSpec("sample-all", "driver.variants:SampleAll", "builtin"),
+        "sample-faulty": DriverSpec("sample-faulty", "driver.faulty:SampleFaulty", "builtin"),
+    }
+
+
+def test_default_selection_leaves_out_fault_injection_drivers(monkeypatch):
+    monkeypatch.setattr(discovery, "_entry_points", lambda: [])
+    assert [s.name for s in select(discover(), None)] == ["sample-all"]
+    assert [s.name for s in select(discover(), "sample")] == ["sample-all", "sample-faulty"]
 
 
 def test_duplicate_entry_points(monkeypatch):
@@ -43,6 +52,7 @@ def test_plugin_file_classes_are_named_by_their_name_attribute(monkeypatch):
         "fake-buggy",
         "fake-nan",
         "sample-all",
+        "sample-faulty",
     } == set(specs)
     assert specs["fake-add"].factory.endswith("fake_drivers.py:AddDevice")
     assert specs["fake-add"].source == f"plugin {FAKE_FILE}"
