@@ -3,8 +3,8 @@
 # report.html under results/<date-time>/ and printing the report's path.
 #
 # usage: scripts/build_and_run_benchmark.sh [options] [MODE] [-- extra mlts options]
-#   -f, --filter-driver REGEX    only drivers whose name matches (default: all)
-#   -m, --models REGEX           only zoo models whose name matches (default: all)
+#   -f, --filter-driver REGEX    only drivers whose name matches (default: all but sample-faulty)
+#   -m, --models REGEX           only zoo models whose name matches (default: all; stress: two small ones)
 #   -r, --include-nnapi-reference
 #                                also run the runtime's own device choice ("nnapi-reference")
 #       --nnapi-reference-only   run only the runtime's own device choice (and onnxruntime)
@@ -12,14 +12,15 @@
 #   -o, --out DIR                results folder (default: results/<date-time>)
 #   -q, --quick                  MLTS's short run (0.3 s warm-up, 1 s timed), for CI
 #   -h, --help                   this text
-# MODE: scoring (default).
+# MODE: scoring (default), a stress mode (inference-stress, model-loading-stress, ...,
+#       see `mlts stress --help`) or all-stress (every stress mode).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "build_and_run_benchmark.sh: $*" >&2; exit 2; }
 
-DRIVERS=".*"
+DRIVERS=""
 MODELS=""
 REFERENCE=""
 SKIP_BUILD=0
@@ -49,11 +50,18 @@ else
     ensure_env ""
 fi
 
-args=(--drivers "$DRIVERS" --out "$OUT" $QUICK $REFERENCE)
+args=(--out "$OUT")
+[ -n "$DRIVERS" ] && args+=(--drivers "$DRIVERS")
 [ -n "$MODELS" ] && args+=(--models "$MODELS")
+STRESS_MODES=" $("$VENV/bin/python" -c 'from mlts.crash.suite import MODES; print(" ".join(MODES))') "
 case "$MODE" in
-    scoring) "$VENV/bin/mlts" benchmark "${args[@]}" "$@" || status=$? ;;
-    *) die "unknown MODE '$MODE'; available: scoring" ;;
+    scoring) "$VENV/bin/mlts" benchmark "${args[@]}" $QUICK $REFERENCE "$@" || status=$? ;;
+    all-stress) "$VENV/bin/mlts" stress all "${args[@]}" "$@" || status=$? ;;
+    *)
+        case "$STRESS_MODES" in
+            *" $MODE "*) "$VENV/bin/mlts" stress "$MODE" "${args[@]}" "$@" || status=$? ;;
+            *) die "unknown MODE '$MODE'; available: scoring, all-stress,$STRESS_MODES" ;;
+        esac ;;
 esac
 status="${status:-0}"
 

@@ -51,10 +51,9 @@ def format_results(records: list[dict]) -> list[str]:
 @click.option(
     "--drivers",
     "drivers_regex",
-    default=".*",
-    show_default=True,
+    default=None,
     metavar="REGEX",
-    help="Drivers to stress (every match is a target).",
+    help="Drivers to stress, every match a target (default: all but the fault-injection sample-faulty).",
 )
 @click.option(
     "--models",

@@ -66,3 +66,14 @@ def test_skip_build_without_an_installed_environment_says_so(tmp_path):
     env = dict(os.environ, MLTS_VENV=str(tmp_path / "nothing"))
     r = subprocess.run(["bash", str(SCRIPT), "-b"], capture_output=True, text=True, timeout=30, env=env)
     assert r.returncode == 2 and "run once without -b" in r.stderr
+
+
+def test_a_stress_mode_runs_through_the_script(tmp_path):
+    out = tmp_path / "res"
+    args = ["-b", "-m", "^mobilenet_v1_0.25_128$", "-o", str(out), "model-loading-stress", "--", "--duration", "0.5"]
+    r = _run(args, tmp_path)
+    assert r.returncode == 0, r.stderr + r.stdout
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["kind"] == "stress" and [row["outcome"] for row in doc["results"]] == ["SUCCESS"]
+    assert doc["config"]["drivers"] == ["sample-all"]  # the fault-injection driver is not picked by default
+    assert f"mlts: report: {out / 'report.html'}" in r.stdout
