@@ -236,3 +236,36 @@ def test_ctrl_c_keeps_finished_tests_and_leaves_no_process(tmp_path):
     doc = json.loads((out / "results.json").read_text())
     assert doc["kind"] == "stress" and len(doc["results"]) >= 1
     assert b"finished tests kept" in err
+
+
+def test_random_graph_with_a_wrong_result_is_dumped_for_inspect(tmp_path):
+    dumps = tmp_path / "dumps"
+    args = ["inference-random-stress", *FAULTY, *fault("wrong=always"), "--dump-dir", str(dumps), *QUICK]
+    _, doc = stress(*args)
+    (r,) = doc["results"]
+    assert r["outcome"] == "FAILURE" and "wrong result" in r["reason"] and "dumped to" in r["reason"]
+    (dumped,) = dumps.glob("random-*.nnm")
+    inspected = CliRunner().invoke(main, ["inspect", str(dumped), "--json"])
+    shown = json.loads(inspected.stdout)
+    assert inspected.exit_code == 0 and shown["summary"]["operations"] == 10
+    assert "wrong result" in shown["metadata"]["reason"] and shown["metadata"]["seed"]
+
+
+def test_random_graph_load_stress_counts_graphs():
+    _, doc = stress(
+        "model-load-random-stress",
+        "--drivers",
+        "^sample-all$",
+        "--random-count",
+        "20",
+        "--random-ops",
+        "30",
+        *QUICK,
+    )
+    (r,) = doc["results"]
+    assert r["outcome"] == "SUCCESS" and r["details"]["ops_per_graph"] == 30
+    assert (
+        r["details"]["compiled"] + r["details"]["invalid"] + r["details"]["unsupported"]
+        == r["iterations"]
+        <= 20
+    )
