@@ -69,7 +69,12 @@ class StressContext:
             raise StressFailure(f"unknown driver {name!r}")
         merged = {**dict(self.spec.get("driver_options") or {}), **dict(options or {})}
         in_process = bool(self.spec.get("in_process"))
-        device = open_device(specs[name], in_process=in_process, options=merged or None, threads=1)
+        try:
+            device = open_device(specs[name], in_process=in_process, options=merged or None, threads=1)
+        except HalError as e:
+            raise StressFailure(f"the driver could not be started: {e}") from None
+        except (TypeError, ValueError) as e:  # an in-process factory refusing its options
+            raise StressFailure(f"the driver could not be created: {e}") from None
         self._devices.append(device)
         process = getattr(device, "process", None)
         if process is not None:
