@@ -32,7 +32,7 @@ def within_tolerance(
 
 def compare(
     actual: Sequence[Sequence[np.ndarray]], expected: Sequence[Sequence[np.ndarray]]
-) -> dict[str, float | bool | None]:
+) -> dict[str, float | bool | str | None]:
     """Compare per-input output lists. The first output is treated as class scores for top-1 agreement."""
     max_abs = 0.0
     sq_sum = 0.0
