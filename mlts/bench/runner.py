@@ -240,42 +240,80 @@ def _row(work, label: str, config: BenchmarkConfig, timed: Timed, progress: Prog
 
 
 def _run_driver(work, backend: str, devices: dict, config: BenchmarkConfig, progress: Progress) -> dict:
-    from mlts.runtime.session import Session
-
+    """One driver, or (nnapi-reference) the runtime's own placement of the model over every driver."""
     label = backend_label(backend)
     try:
-        label, device, chosen = resolve_backend(backend, devices, work.model)
+        if backend == NNAPI_REFERENCE:
+            return _run_partitioned(work, devices, config, progress)
+        return _run_one_driver(work, label, devices[backend], config, progress)
     except HalError as e:
         return error_record(work.name, work.family, label, config, str(e))
+
+
+def _timed_session(work, session, label: str, config: BenchmarkConfig, progress: Progress):
+    """Warm-up and timed run, then the accuracy pass: (Timed, timed results, outputs)."""
+    results: list = []
+    progress.phase(work.name, label, "warm-up and timing")
+    timed = config.control.run(lambda i: results.append(session.run(work.feeds[i % len(work.feeds)])[1]))
+    progress.phase(work.name, label, f"accuracy over {len(work.feeds)} inputs")
+    outputs = [session.run(f)[0] for f in work.feeds]
+    return timed, results[len(results) - timed.iterations :], outputs
+
+
+def _run_one_driver(work, label: str, device, config: BenchmarkConfig, progress: Progress) -> dict:
+    from mlts.runtime.session import Session
+
     watch = MemoryWatch(driver_pid(device)).start()
+    progress.phase(work.name, label, "compilation timings")
+    compilation = compilation_timings(device, work.model, config)
+    progress.phase(work.name, label, "prepare")
+    session = Session(device, work.model)
     try:
-        progress.phase(work.name, label, "compilation timings")
-        compilation = compilation_timings(device, work.model, config)
-        progress.phase(work.name, label, "prepare")
-        session = Session(device, work.model)
-        try:
-            results: list = []
-            progress.phase(work.name, label, "warm-up and timing")
-            timed = config.control.run(
-                lambda i: results.append(session.run(work.feeds[i % len(work.feeds)])[1])
-            )
-            progress.phase(work.name, label, f"accuracy over {len(work.feeds)} inputs")
-            outputs = [session.run(f)[0] for f in work.feeds]
-        finally:
-            session.close()
-    except HalError as e:
-        return error_record(work.name, work.family, label, config, str(e))
+        timed, results, outputs = _timed_session(work, session, label, config, progress)
+    finally:
+        session.close()
     return _row(
         work,
         label,
         config,
         timed,
         progress,
-        driver_timing_us=driver_timing(results[len(results) - timed.iterations :]),
+        driver_timing_us=driver_timing(results),
         accuracy=work.score(outputs, against_reference=True),
         compilation=compilation,
         memory_mb=watch.result(),
-        **chosen,
+    )
+
+
+def _run_partitioned(work, devices: dict, config: BenchmarkConfig, progress: Progress) -> dict:
+    """The model split over the drivers by their capabilities, unsupported operations on the CPU path.
+
+    The row adds `partition`: which operation ran where, the steps, coverage per device, each step's
+    prepare time and any fallback to the CPU path. The driver timing sums the steps' timings.
+    """
+    from mlts.runtime.partitioned import open_partitioned
+
+    watch = MemoryWatch(None).start()
+    progress.phase(work.name, NNAPI_REFERENCE, "partition and prepare")
+    session = open_partitioned(devices, work.model)
+    try:
+        timed, results, outputs = _timed_session(work, session, NNAPI_REFERENCE, config, progress)
+        partition = session.describe()
+        summary = session.summary()
+    finally:
+        session.close()
+    return _row(
+        work,
+        NNAPI_REFERENCE,
+        config,
+        timed,
+        progress,
+        driver_timing_us=driver_timing(results),
+        accuracy=work.score(outputs, against_reference=True),
+        compilation=None,
+        memory_mb=watch.result(),
+        selection=summary,
+        partition=partition,
     )
 
 

@@ -47,7 +47,9 @@ def test_include_nnapi_reference_adds_the_runtimes_choice(tmp_path):
     assert r.returncode == 0, r.stderr + r.stdout
     rows = json.loads((out / "results.json").read_text())["results"]
     chosen = [row for row in rows if row["backend"] == "nnapi-reference"]
-    assert len(chosen) == 1 and chosen[0]["selected_device"] == "sample-all"
+    assert len(chosen) == 1 and chosen[0]["status"] == "ok", chosen
+    coverage = chosen[0]["partition"]["coverage"]
+    assert coverage["sample-all"] > 0 and coverage["cpu"] == 0  # sample-all runs every operation
 
 
 def test_bad_options_are_one_line_errors(tmp_path):

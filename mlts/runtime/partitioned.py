@@ -1,0 +1,313 @@
+"""Running a partitioned model: one Session per step, intermediates passed as NumPy arrays, CPU fallback.
+
+`PartitionedSession` plans the model with `mlts.runtime.partition.plan_partition`,
+prepares every step on its device and runs the steps in order, handing each
+the model inputs and intermediate tensors it reads. A step whose driver fails
+to prepare it (HalError) runs on the CPU path instead; the fallback is
+recorded with its reason.
+
+The runtime's CPU path is a Device loaded in this process from a factory
+spec: by default `driver.variants:SampleAll`, the bundled reference driver's
+NumPy executor. Any spec `mlts.hal.loader.load_factory` resolves (or a
+callable returning a Device) replaces it through `cpu_factory`. The spec is
+resolved at run time and only when a step needs the CPU path, so the runtime
+never imports the driver package itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mlts.hal.enums import (
+    DTYPE_NAME,
+    UINT64_MAX,
+    ErrorStatus,
+    ExecutionPreference,
+    OperandType,
+    Priority,
+)
+from mlts.hal.errors import HalError
+from mlts.hal.interface import Device
+from mlts.hal.loader import FactoryError, load_factory
+from mlts.hal.types import ExecutionResult, Model, OutputShape, Timing
+from mlts.runtime.partition import CPU, PartitionPlan, Step, count_operations, plan_partition
+from mlts.runtime.session import Session
+
+#: The runtime's CPU path unless told otherwise: the bundled sample driver that supports every operation.
+DEFAULT_CPU_SPEC = "driver.variants:SampleAll"
+
+CpuFactory = str | Callable[[], Device]
+
+
+def load_cpu_device(factory: CpuFactory = DEFAULT_CPU_SPEC) -> Device:
+    """The CPU path's Device, made in this process from a factory spec or callable."""
+    what = factory if isinstance(factory, str) else getattr(factory, "__qualname__", repr(factory))
+    try:
+        make = load_factory(factory) if isinstance(factory, str) else factory
+        device = make()
+    except FactoryError as e:
+        raise HalError(
+            ErrorStatus.DEVICE_UNAVAILABLE, f"the runtime's CPU path cannot be loaded: {e}"
+        ) from None
+    except HalError as e:
+        raise HalError(e.status, f"the runtime's CPU path {what!r} failed to start: {e.message}") from None
+    except Exception as e:  # a broken factory is configuration, reported in one line
+        raise HalError(
+            ErrorStatus.DEVICE_UNAVAILABLE,
+            f"the runtime's CPU path {what!r} failed to start: {type(e).__name__}: {e}",
+        ) from None
+    if not isinstance(device, Device):
+        raise HalError(
+            ErrorStatus.DEVICE_UNAVAILABLE,
+            f"the runtime's CPU path {what!r} made a {type(device).__name__}, not a Device",
+        )
+    return device
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """Step `step` was planned on `device`, which could not prepare it; it runs on the CPU path."""
+
+    step: int
+    device: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class StepRun:
+    """One step of one execution: where it ran, the driver's result, and its wall time in seconds."""
+
+    step: int
+    device: str
+    result: ExecutionResult
+    seconds: float
+
+
+@dataclass(frozen=True)
+class PartitionedResult:
+    """What `PartitionedSession.run` returns beside the outputs; shaped like an ExecutionResult.
+
+    `timing` sums the steps' Timing (CPU-path steps included) when every step measured it,
+    else it is not measured.
+    """
+
+    output_shapes: tuple[OutputShape, ...]
+    timing: Timing
+    steps: tuple[StepRun, ...]
+
+
+def total_timing(results: Sequence[ExecutionResult]) -> Timing:
+    """Summed timeOnDevice and timeInDriver; UINT64_MAX for a field any result did not measure."""
+
+    def total(values: list[int]) -> int:
+        return UINT64_MAX if not values or UINT64_MAX in values else sum(values)
+
+    return Timing(
+        total([r.timing.time_on_device for r in results]),
+        total([r.timing.time_in_driver for r in results]),
+    )
+
+
+def release_after(plan: PartitionPlan) -> list[tuple[int, ...]]:
+    """Per step, the intermediates no later step reads (dropped once the step has run)."""
+    keep = set(plan.model.main.output_indexes)
+    last_reader: dict[int, int] = {}
+    for step in plan.steps:
+        for i in step.inputs:
+            last_reader[i] = step.index
+    return [
+        tuple(i for i, s in last_reader.items() if s == step.index and i not in keep) for step in plan.steps
+    ]
+
+
+class PartitionedSession:
+    """A model split across drivers and the CPU path, prepared once; not thread-safe (one run at a time).
+
+    Attributes: `plan` (the PartitionPlan), `step_devices` (where each step actually runs),
+    `prepare_seconds` (per step, fallback included), `fallbacks`, `cpu_device` (None until a
+    step needs the CPU path).
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        devices: Mapping[str, Device],
+        preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+        *,
+        cpu_factory: CpuFactory = DEFAULT_CPU_SPEC,
+        priority: Priority = Priority.MEDIUM,
+        measure: bool = True,
+    ) -> None:
+        self.model = model
+        self.plan = plan_partition(model, devices, preference)
+        self.cpu_factory = cpu_factory
+        self.cpu_device: Device | None = None
+        self.step_devices: list[str] = []
+        self.prepare_seconds: list[float] = []
+        self.fallbacks: list[Fallback] = []
+        self._devices = devices
+        self._options: dict[str, Any] = {"preference": preference, "priority": priority, "measure": measure}
+        self._sessions: list[Session] = []
+        self._release = release_after(self.plan)
+        self._closed = False
+        try:
+            for step in self.plan.steps:
+                self._prepare(step)
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------ preparation
+
+    def _prepare(self, step: Step) -> None:
+        """Prepare `step` on its device, or on the CPU path when that is its place or its device fails."""
+        start = time.perf_counter()
+        session = self._device_session(step) if step.device != CPU else None
+        if session is None:
+            session = self._cpu_session(step)
+        self._sessions.append(session)
+        self.step_devices.append(step.device if session.device is not self.cpu_device else CPU)
+        self.prepare_seconds.append(time.perf_counter() - start)
+
+    def _device_session(self, step: Step) -> Session | None:
+        """A Session of `step` on its planned driver; None (and a recorded fallback) when it fails to prepare."""
+        try:
+            return Session(self._devices[step.device], step.model, **self._options)
+        except HalError as e:
+            self.fallbacks.append(Fallback(step.index, step.device, str(e)))
+            return None
+
+    def _cpu_session(self, step: Step) -> Session:
+        if self.cpu_device is None:
+            self.cpu_device = load_cpu_device(self.cpu_factory)
+        try:
+            return Session(self.cpu_device, step.model, **self._options)
+        except HalError as e:
+            raise HalError(
+                e.status,
+                f"step {step.index} (operations {list(step.operations)}) cannot be prepared on the "
+                f"runtime's CPU path: {e.message}",
+            ) from None
+
+    # ------------------------------------------------------------ running
+
+    def _model_inputs(self, inputs: Sequence[np.ndarray]) -> dict[int, np.ndarray]:
+        """The inputs keyed by operand index, after checking their count and dtypes."""
+        sub = self.model.main
+        if len(inputs) != len(sub.input_indexes):
+            raise HalError(
+                ErrorStatus.INVALID_ARGUMENT,
+                f"the model has {len(sub.input_indexes)} inputs, {len(inputs)} arrays were given",
+            )
+        values = {}
+        for k, (index, value) in enumerate(zip(sub.input_indexes, inputs, strict=True)):
+            arr = np.asarray(value)
+            code = sub.operands[index].type
+            want = DTYPE_NAME.get(OperandType(code)) if code in OperandType._value2member_map_ else None
+            if want is not None and arr.dtype != np.dtype(want):
+                raise HalError(
+                    ErrorStatus.INVALID_ARGUMENT,
+                    f"input {k} has dtype {arr.dtype}; the model's operand is {OperandType(code).name} ({want})",
+                )
+            values[index] = arr
+        return values
+
+    def run(self, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], PartitionedResult]:
+        """Execute every step once; returns the model outputs and a PartitionedResult."""
+        if self._closed:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, "the partitioned session is closed")
+        values = self._model_inputs(inputs)
+        runs = []
+        for step, session, device, release in zip(
+            self.plan.steps, self._sessions, self.step_devices, self._release, strict=True
+        ):
+            start = time.perf_counter()
+            try:
+                outputs, result = session.run([values[i] for i in step.inputs])
+            except HalError as e:
+                raise HalError(e.status, f"step {step.index} on {device}: {e.message}") from None
+            runs.append(StepRun(step.index, device, result, time.perf_counter() - start))
+            values.update(zip(step.outputs, outputs, strict=True))
+            for i in release:
+                del values[i]
+        outputs = [values[i] for i in self.model.main.output_indexes]
+        shapes = tuple(OutputShape(tuple(int(d) for d in arr.shape)) for arr in outputs)
+        return outputs, PartitionedResult(shapes, total_timing([r.result for r in runs]), tuple(runs))
+
+    # ------------------------------------------------------------ reporting
+
+    def ran_on(self) -> tuple[str, ...]:
+        """Per operation, where it runs after fallbacks: a driver name or CPU."""
+        where = list(self.plan.assignment)
+        for step, device in zip(self.plan.steps, self.step_devices, strict=True):
+            for k in step.operations:
+                where[k] = device
+        return tuple(where)
+
+    def coverage(self) -> dict[str, int]:
+        """Operations per device after fallbacks: every candidate driver and the CPU path, zeros included."""
+        return count_operations(self.ran_on(), self.plan.devices)
+
+    def describe(self) -> dict[str, Any]:
+        """The plan's JSON-ready description plus where each operation and step ran, prepare times, fallbacks."""
+        doc = self.plan.describe()
+        where = self.ran_on()
+        for op in doc["operations"]:
+            op["ran_on"] = where[op["index"]]
+        for entry, device, seconds in zip(doc["steps"], self.step_devices, self.prepare_seconds, strict=True):
+            entry["ran_on"] = device
+            entry["prepare_ms"] = seconds * 1000.0
+        doc["ran_on"] = self.coverage()
+        doc["fallbacks"] = [{"step": f.step, "device": f.device, "reason": f.reason} for f in self.fallbacks]
+        cpu = self.cpu_factory
+        doc["cpu_path"] = cpu if isinstance(cpu, str) else getattr(cpu, "__qualname__", repr(cpu))
+        return doc
+
+    def summary(self) -> str:
+        """One line: operations per device, the number of steps and the fallbacks."""
+        counts = ", ".join(f"{name} {n}" for name, n in self.coverage().items() if n)
+        text = f"{len(self.plan.steps)} steps; operations: {counts}"
+        if self.fallbacks:
+            text += "; fallbacks: " + "; ".join(
+                f"step {f.step} {f.device} -> {CPU} ({f.reason})" for f in self.fallbacks
+            )
+        return text
+
+    # ------------------------------------------------------------ lifetime
+
+    def close(self) -> None:
+        """Release every step's prepared model and pool, and the CPU path's device; idempotent."""
+        self._closed = True
+        sessions, self._sessions = self._sessions, []
+        for session in reversed(sessions):
+            session.close()
+        cpu, self.cpu_device = self.cpu_device, None
+        if cpu is not None:
+            cpu.close()
+
+    def __enter__(self) -> PartitionedSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_partitioned(
+    devices: Mapping[str, Device],
+    model: Model,
+    preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+    *,
+    cpu_factory: CpuFactory = DEFAULT_CPU_SPEC,
+    measure: bool = True,
+) -> PartitionedSession:
+    """The runtime's own placement of `model` across `devices` (the "nnapi-reference" backend), prepared.
+
+    Use as a Session: `run(inputs)` gives (outputs, result) with `result.timing`; `describe()` and
+    `summary()` say where operations ran. Raises HalError when a step cannot be prepared anywhere.
+    """
+    return PartitionedSession(model, devices, preference, cpu_factory=cpu_factory, measure=measure)
