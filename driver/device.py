@@ -14,8 +14,15 @@ from driver import cache
 from driver._malloc import tune_allocator
 from driver.executor import Plan, deadline_checkpoint, prepare_operation
 from driver.operands import dtype_of, pool_view
-from mlts.hal import validate
-from mlts.hal.enums import DeviceType, ErrorStatus, ExecutionPreference, MeasureTiming, Priority
+from mlts.hal import capabilities_file, validate
+from mlts.hal.enums import (
+    DeviceType,
+    ErrorStatus,
+    ExecutionPreference,
+    MeasureTiming,
+    OperationType,
+    Priority,
+)
 from mlts.hal.errors import HalError
 from mlts.hal.interface import Device, PreparedModel
 from mlts.hal.types import (
@@ -32,6 +39,10 @@ from mlts.hal.types import (
 VERSION = "mlts-sample-1.3.0"
 
 log = logging.getLogger("driver.cache")
+caps_log = logging.getLogger("driver.capabilities")
+
+#: The factory options (`--option key=value`) every sample variant accepts.
+OPTION_KEYS = ("capabilities",)
 
 # A variant's rule: may this driver run operation `op` of `model` at all (before asking the kernel)?
 SupportRule = Callable[[Model, Operation], bool]
@@ -49,17 +60,41 @@ def _check_deadline_before(deadline: int | None, what: str) -> None:
         raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, f"{what}: the deadline had already passed")
 
 
+def _operation_name(code: int) -> str:
+    return OperationType(code).name if code in OperationType._value2member_map_ else str(code)
+
+
 class SampleDevice(Device):
-    """NumPy reference driver; what it accepts and reports comes from its Variant."""
+    """NumPy reference driver: its Variant says what it accepts and what it reports unless calibrated.
+
+    Option `capabilities=PATH` names the file; without it the driver looks for
+    <config dir>/capabilities/<name>.json (mlts.hal.capabilities_file.locate).
+    """
 
     variant: Variant
 
-    def __init__(self) -> None:
+    def __init__(self, **options: str) -> None:
+        unknown = sorted(set(options) - set(OPTION_KEYS))
+        if unknown:
+            raise ValueError(
+                f"{self.variant.name}: unknown option {unknown[0]!r}; known: {', '.join(OPTION_KEYS)}"
+            )
         self.name = self.variant.name
+        self._capabilities, self.capabilities_source = self._load_capabilities(options.get("capabilities"))
         tune_allocator()
 
+    def _load_capabilities(self, explicit: str | None) -> tuple[Capabilities, capabilities_file.Source]:
+        """The variant's defaults merged with the located capabilities file (read once); logs the source."""
+        if explicit is not None and (not isinstance(explicit, str) or not explicit):
+            raise ValueError(f"{self.name}: option capabilities needs a file path, got {explicit!r}")
+        path = capabilities_file.locate(self.name, explicit)
+        caps, source = capabilities_file.load_capabilities(path, self.name, self.variant.capabilities)
+        level = logging.WARNING if source["error"] else logging.INFO
+        caps_log.log(level, "%s: capabilities: %s", self.name, capabilities_file.describe_source(source))
+        return caps, source
+
     def getCapabilities(self) -> Capabilities:
-        return self.variant.capabilities
+        return self._capabilities
 
     def getType(self) -> DeviceType:
         return DeviceType.CPU
@@ -128,7 +163,8 @@ class SampleDevice(Device):
             if not self.variant.supports(model, op):
                 raise HalError(
                     ErrorStatus.INVALID_ARGUMENT,
-                    f"{self.name} does not support operation {index} ({op.type}); it can prepare only models it fully supports",
+                    f"{self.name} does not support operation {index} ({_operation_name(op.type)}); "
+                    "it can prepare only models it fully supports",
                 )
 
     def _save(self, model_fd: int, data_fd: int, token: bytes, plan: Plan) -> None:

@@ -71,6 +71,7 @@ def main(ctx: click.Context, verbose: bool) -> None:
 
 
 from mlts.commands import benchmark as _benchmark  # noqa: E402
+from mlts.commands import calibrate as _calibrate  # noqa: E402
 from mlts.commands import compare as _compare  # noqa: E402
 from mlts.commands import devices as _devices  # noqa: E402
 from mlts.commands import graph as _graph  # noqa: E402
@@ -87,5 +88,6 @@ for _cmd in (
     _compare.compare,
     _report.report,
     _stress.stress,
+    _calibrate.calibrate,
 ):
     main.add_command(_cmd)

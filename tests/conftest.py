@@ -14,7 +14,12 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 @pytest.fixture(scope="session", autouse=True)
 def _model_cache(tmp_path_factory):
-    """Zoo models are built once per test session into a private cache, unless one is given."""
+    """Zoo models are built once per test session into a private cache, unless one is given.
+
+    The configuration folder is an empty private one, so calibrated capabilities files of the
+    person running the tests cannot change what drivers report.
+    """
     if "MLTS_CACHE_DIR" not in os.environ:
         os.environ["MLTS_CACHE_DIR"] = str(tmp_path_factory.mktemp("mlts-cache"))
+    os.environ["MLTS_CONFIG_DIR"] = str(tmp_path_factory.mktemp("mlts-config"))
     yield

@@ -20,6 +20,15 @@ ALLOWED = {
     "mlts/convert": {"mlts.hal", "mlts.convert"},
     "mlts/models": {"mlts.hal", "mlts.models", "mlts.datasets"},
     "mlts/datasets": {"mlts.hal", "mlts.datasets"},
+    "mlts/calibrate": {
+        "mlts.hal",
+        "mlts.runtime",
+        "mlts.convert",
+        "mlts.models",
+        "mlts.datasets",
+        "mlts.bench",
+        "mlts.calibrate",
+    },
 }
 THIRD_PARTY_FOR_DRIVER = {"numpy"}
 

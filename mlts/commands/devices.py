@@ -1,4 +1,4 @@
-"""`mlts devices`: each driver's name, type, version, capabilities, extensions and cache files."""
+"""`mlts devices`: each driver's name, type, version, capabilities (and their source), extensions, cache files."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ def _perf(info) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def devices(drivers_regex: str | None, plugin_files: tuple[str, ...], as_json: bool) -> None:
     """List the available drivers and what each reports about itself."""
+    from mlts.hal.capabilities_file import describe_source
     from mlts.runtime.devices_info import query_all
 
     infos = query_all(drivers_regex, plugin_files)
@@ -34,6 +35,7 @@ def devices(drivers_regex: str | None, plugin_files: tuple[str, ...], as_json: b
         cf = d["cache_files_needed"]
         click.echo(f"  cache files needed: {cf['model']} model, {cf['data']} data")
         click.echo(f"  extensions: {', '.join(e['name'] for e in d['extensions']) or 'none'}")
+        click.echo(f"  capabilities: {describe_source(d['capabilities_source'])}")
         caps = d["capabilities"]
         click.echo(
             f"  relaxed fp32->fp16: scalar {_perf_d(caps['relaxed_scalar'])}, tensor {_perf_d(caps['relaxed_tensor'])}"

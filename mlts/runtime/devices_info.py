@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mlts.hal import capabilities_file
 from mlts.hal.enums import DeviceType, OperandType
 from mlts.hal.errors import HalError
 from mlts.hal.types import Capabilities, PerformanceInfo
@@ -27,6 +28,21 @@ def capabilities_dict(caps: Capabilities) -> dict:
     }
 
 
+def capabilities_source(driver_name: str) -> tuple[capabilities_file.CapabilitiesDocument | None, dict]:
+    """The calibrated file a driver started without options would load, checked as the driver checks it."""
+    path = capabilities_file.locate(driver_name)
+    return capabilities_file.inspect_file(path, driver_name)
+
+
+def applied_source(
+    doc: capabilities_file.CapabilitiesDocument | None, source: dict, caps: Capabilities
+) -> dict:
+    """`source`, unless the driver does not report the valid file's numbers (it does not read such files)."""
+    if doc is None or capabilities_file.reports_measured(caps, doc.measured):
+        return source
+    return {**source, "kind": "default", "error": "the driver does not apply it (it reports other numbers)"}
+
+
 def query_all(drivers_regex: str | None, plugin_files: tuple[str, ...] = ()) -> list[dict]:
     """Start each matching driver, ask the HAL queries, stop it; a driver that fails is listed with its error."""
     from mlts.runtime.discovery import discover, open_device, select
@@ -36,6 +52,8 @@ def query_all(drivers_regex: str | None, plugin_files: tuple[str, ...] = ()) -> 
     out = []
     for spec in chosen:
         entry: dict = {"name": spec.name, "source": spec.source}
+        doc, source = capabilities_source(spec.name)
+        entry["capabilities_source"] = source
         try:
             dev = open_device(spec)
         except (HalError, OSError) as e:
@@ -50,6 +68,7 @@ def query_all(drivers_regex: str | None, plugin_files: tuple[str, ...] = ()) -> 
                     "type": DeviceType(dev.getType()).name,
                     "version": dev.getVersionString(),
                     "capabilities": capabilities_dict(caps),
+                    "capabilities_source": applied_source(doc, source, caps),
                     "extensions": [{"name": e.name} for e in dev.getSupportedExtensions()],
                     "cache_files_needed": {"model": cache.num_model_cache, "data": cache.num_data_cache},
                 }

@@ -16,10 +16,18 @@ ENTRY_POINT_GROUP = "mlts.drivers"
 #: The built-in drivers, as pyproject.toml registers them; used when the project is not installed.
 BUILTIN_DRIVERS: Mapping[str, str] = {
     "sample-all": "driver.variants:SampleAll",
+    "sample-float-fast": "driver.variants:SampleFloatFast",
+    "sample-float-slow": "driver.variants:SampleFloatSlow",
+    "sample-minimal": "driver.variants:SampleMinimal",
+    "sample-quant": "driver.variants:SampleQuant",
     "sample-faulty": "driver.faulty:SampleFaulty",
 }
 #: Fault-injection drivers: selected only when the user names drivers, never by the default selection.
 TEST_DOUBLES = frozenset({"sample-faulty"})
+#: The other sample variants run sample-all's kernels under other support rules and capabilities (for
+#: device choice and partitioning); a default run would only repeat sample-all, so they too must be named.
+SAMPLE_VARIANTS = frozenset({"sample-float-fast", "sample-float-slow", "sample-minimal", "sample-quant"})
+NOT_SELECTED_BY_DEFAULT = TEST_DOUBLES | SAMPLE_VARIANTS
 
 
 class DiscoveryError(ValueError):
@@ -96,7 +104,8 @@ def discover(plugin_files: Iterable[str | Path] = ()) -> dict[str, DriverSpec]:
 def select(specs: Mapping[str, DriverSpec], regex: str | None) -> list[DriverSpec]:
     """The drivers whose name matches `regex` (re.search), sorted by name.
 
-    `regex` None is the default selection: every driver except the fault-injection test doubles.
+    `regex` None is the default selection: every driver except the fault-injection test doubles
+    and the alternative sample variants.
     """
     explicit = regex is not None
     try:
@@ -106,7 +115,7 @@ def select(specs: Mapping[str, DriverSpec], regex: str | None) -> list[DriverSpe
     chosen = [
         specs[name]
         for name in sorted(specs)
-        if pattern.search(name) and (explicit or name not in TEST_DOUBLES)
+        if pattern.search(name) and (explicit or name not in NOT_SELECTED_BY_DEFAULT)
     ]
     if not chosen:
         available = ", ".join(sorted(specs)) or "none"

@@ -42,7 +42,18 @@ def test_scoring_with_skip_build_and_quick_writes_the_report(tmp_path):
 def test_include_nnapi_reference_adds_the_runtimes_choice(tmp_path):
     out = tmp_path / "res"
     args = ["-b", "-q", "-r", "-m", "^mobilenet_v1_0.25_128$", "-o", str(out)]
-    args += ["--", "--images", "1", "--duration", "0", "--warmup", "0", "--iterations", "2", "--no-compilation"]
+    args += [
+        "--",
+        "--images",
+        "1",
+        "--duration",
+        "0",
+        "--warmup",
+        "0",
+        "--iterations",
+        "2",
+        "--no-compilation",
+    ]
     r = _run(args, tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
     rows = json.loads((out / "results.json").read_text())["results"]
@@ -72,7 +83,17 @@ def test_skip_build_without_an_installed_environment_says_so(tmp_path):
 
 def test_a_stress_mode_runs_through_the_script(tmp_path):
     out = tmp_path / "res"
-    args = ["-b", "-m", "^mobilenet_v1_0.25_128$", "-o", str(out), "model-loading-stress", "--", "--duration", "0.5"]
+    args = [
+        "-b",
+        "-m",
+        "^mobilenet_v1_0.25_128$",
+        "-o",
+        str(out),
+        "model-loading-stress",
+        "--",
+        "--duration",
+        "0.5",
+    ]
     r = _run(args, tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
     doc = json.loads((out / "results.json").read_text())

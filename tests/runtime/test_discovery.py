@@ -8,7 +8,7 @@ import pytest
 
 from mlts.hal.loader import FactoryError, load_factory
 from mlts.runtime import discovery
-from mlts.runtime.discovery import DiscoveryError, DriverSpec, discover, select
+from mlts.runtime.discovery import BUILTIN_DRIVERS, DiscoveryError, DriverSpec, discover, select
 from tests.runtime.conftest import FAKE_FILE, fake_spec
 from tests.runtime.fake_drivers import AddDevice
 
@@ -21,16 +21,14 @@ def test_entry_points_of_the_installed_project():
 
 def test_fallback_table_when_not_installed(monkeypatch):
     monkeypatch.setattr(discovery, "_entry_points", lambda: [])
-    assert discover() == {
-        "sample-all": DriverSpec("sample-all", "driver.variants:SampleAll", "builtin"),
-        "sample-faulty": DriverSpec("sample-faulty", "driver.faulty:SampleFaulty", "builtin"),
-    }
+    assert discover() == {name: DriverSpec(name, spec, "builtin") for name, spec in BUILTIN_DRIVERS.items()}
+    assert discover()["sample-all"].factory == "driver.variants:SampleAll"
 
 
 def test_default_selection_leaves_out_fault_injection_drivers(monkeypatch):
     monkeypatch.setattr(discovery, "_entry_points", lambda: [])
     assert [s.name for s in select(discover(), None)] == ["sample-all"]
-    assert [s.name for s in select(discover(), "sample")] == ["sample-all", "sample-faulty"]
+    assert [s.name for s in select(discover(), "sample-(all|faulty)")] == ["sample-all", "sample-faulty"]
 
 
 def test_duplicate_entry_points(monkeypatch):
@@ -51,8 +49,7 @@ def test_plugin_file_classes_are_named_by_their_name_attribute(monkeypatch):
         "fake-broken",
         "fake-buggy",
         "fake-nan",
-        "sample-all",
-        "sample-faulty",
+        *BUILTIN_DRIVERS,
     } == set(specs)
     assert specs["fake-add"].factory.endswith("fake_drivers.py:AddDevice")
     assert specs["fake-add"].source == f"plugin {FAKE_FILE}"

@@ -1,0 +1,1 @@
+"""Capability calibration: measure the PerformanceInfo numbers a driver reports from getCapabilities."""

@@ -1,0 +1,149 @@
+"""The reference workloads a driver's performance numbers are measured on, one operand type each.
+
+Per operand type, the kind of model the Android documentation names as its
+reference: TENSOR_FLOAT32 (and the scalar FLOAT32, which shares its numbers)
+is measured on the float MobileNets v1 and v2 and on one step of the LSTM
+speech models asr_float and tts_float (state carried as zeros);
+TENSOR_QUANT8_ASYMM on the `_quant` MobileNets; TENSOR_QUANT8_ASYMM_SIGNED
+on the `_quant_signed` ones. A user's ONNX file can be added with the type
+it stands for (`FILE.onnx:TYPE`, or inferred from its 8-bit/float inputs and
+outputs).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+
+from mlts.hal.enums import OperandType
+
+TENSOR_FLOAT32 = OperandType.TENSOR_FLOAT32.name
+QUANT8 = OperandType.TENSOR_QUANT8_ASYMM.name
+QUANT8_SIGNED = OperandType.TENSOR_QUANT8_ASYMM_SIGNED.name
+
+#: The zoo models measured when no regex narrows them, with the type each stands for.
+DEFAULT_ZOO: tuple[tuple[str, str], ...] = (
+    ("mobilenet_v1_1.0_224", TENSOR_FLOAT32),
+    ("mobilenet_v2_1.0_224", TENSOR_FLOAT32),
+    ("asr_float", TENSOR_FLOAT32),
+    ("tts_float", TENSOR_FLOAT32),
+    ("mobilenet_v1_1.0_224_quant", QUANT8),
+    ("mobilenet_v2_1.0_224_quant", QUANT8),
+    ("mobilenet_v1_1.0_224_quant_signed", QUANT8_SIGNED),
+    ("mobilenet_v2_1.0_224_quant_signed", QUANT8_SIGNED),
+)
+
+#: Types whose numbers come from another type's workloads too: the scalar FLOAT32 from TENSOR_FLOAT32's.
+SHARED_TYPES: dict[str, tuple[str, ...]] = {TENSOR_FLOAT32: (OperandType.FLOAT32.name,)}
+
+#: Operand types a workload may be declared for (the HAL's types, without OEM and SUBGRAPH).
+DECLARABLE_TYPES: tuple[str, ...] = tuple(
+    t.name
+    for t in OperandType
+    if t not in (OperandType.OEM, OperandType.TENSOR_OEM_BYTE, OperandType.SUBGRAPH)
+)
+
+#: ONNX element type of every input and output -> the operand type a model of them stands for.
+_INFERRED = {
+    onnx.TensorProto.FLOAT: TENSOR_FLOAT32,
+    onnx.TensorProto.UINT8: QUANT8,
+    onnx.TensorProto.INT8: QUANT8_SIGNED,
+    onnx.TensorProto.FLOAT16: OperandType.TENSOR_FLOAT16.name,
+}
+
+
+class WorkloadError(ValueError):
+    """A workload selection or a `--model FILE.onnx[:TYPE]` argument that cannot be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationWorkload:
+    """One model measured for one operand type: a zoo model (`zoo_name`) or an ONNX file (`path`).
+
+    `zero_inputs` names inputs fed zeros on every call (the LSTM state of a per-step model).
+    """
+
+    name: str
+    operand_type: str
+    zoo_name: str | None = None
+    path: Path | None = None
+    zero_inputs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.zoo_name is None) == (self.path is None):
+            raise WorkloadError(f"workload {self.name!r} needs exactly one of a zoo model name and a file")
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        """Every operand type this workload's ratio counts for (its own first)."""
+        return (self.operand_type, *SHARED_TYPES.get(self.operand_type, ()))
+
+    def load(self) -> onnx.ModelProto:
+        """The ONNX model (a zoo model is built into the cache on first use)."""
+        from mlts.convert import load_model
+
+        if self.path is not None:
+            return load_model(self.path)
+        from mlts.models import zoo
+
+        return zoo.load(str(self.zoo_name))
+
+
+def zoo_workload(name: str, operand_type: str) -> CalibrationWorkload:
+    """The workload of zoo model `name`; a per-step recurrent model gets its state inputs zeroed."""
+    from mlts.models import zoo
+
+    entry = zoo.get(name)
+    state = tuple(i for i, _, _ in entry.state) if entry.form == "step" else ()
+    return CalibrationWorkload(name, operand_type, zoo_name=name, zero_inputs=state)
+
+
+def default_workloads(regex: str | None = None) -> list[CalibrationWorkload]:
+    """The default zoo workloads whose name matches `regex` (re.search; all when None)."""
+    try:
+        pattern = re.compile(regex or "")
+    except re.error as e:
+        raise WorkloadError(f"bad --models regex {regex!r}: {e}") from None
+    chosen = [zoo_workload(n, t) for n, t in DEFAULT_ZOO if pattern.search(n)]
+    if not chosen:
+        names = ", ".join(n for n, _ in DEFAULT_ZOO)
+        raise WorkloadError(f"--models {regex!r} matches no calibration workload; they are: {names}")
+    return chosen
+
+
+def parse_model_argument(argument: str) -> CalibrationWorkload:
+    """A workload from `FILE.onnx:TYPE` or `FILE.onnx` (type inferred from the file's tensor types)."""
+    path_text, declared = argument, None
+    head, sep, tail = argument.rpartition(":")
+    if sep and re.fullmatch(r"[A-Za-z0-9_]+", tail) and not tail.lower().endswith("onnx"):
+        path_text, declared = head, tail.upper()
+    path = Path(path_text)
+    if not path.is_file():
+        raise WorkloadError(f"--model {argument}: no such file {path_text!r}")
+    if declared is not None and declared not in DECLARABLE_TYPES:
+        raise WorkloadError(
+            f"--model {argument}: unknown operand type {declared!r}; valid: {', '.join(DECLARABLE_TYPES)}"
+        )
+    operand_type = declared or infer_type(path)
+    return CalibrationWorkload(path.stem, operand_type, path=path)
+
+
+def infer_type(path: Path) -> str:
+    """The operand type an ONNX file stands for: the one element type all its inputs and outputs share."""
+    try:
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except Exception as e:  # a corrupt file: say so in one line
+        raise WorkloadError(f"--model {path}: not a readable ONNX model ({type(e).__name__})") from None
+    constants = {t.name for t in graph.initializer}
+    values = [v for v in graph.input if v.name not in constants] + list(graph.output)
+    elements = {v.type.tensor_type.elem_type for v in values}
+    if len(elements) == 1 and next(iter(elements)) in _INFERRED:
+        return _INFERRED[next(iter(elements))]
+    found = ", ".join(sorted(onnx.TensorProto.DataType.Name(e) for e in elements)) or "none"
+    raise WorkloadError(
+        f"--model {path}: cannot tell which operand type it measures (tensor types: {found}); "
+        f"name it, e.g. --model {path}:{TENSOR_FLOAT32}"
+    )
