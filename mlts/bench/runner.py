@@ -55,6 +55,8 @@ class BenchmarkConfig:
     compile_max_seconds: float = 10.0
     # MLTS's "NNAPI reference": also ("include") or only ("only") run the device the runtime chooses.
     nnapi_reference: str = "off"
+    # Factory options per driver name, e.g. {"sample-all": {"capabilities": "FILE.json"}}.
+    driver_options: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def control(self) -> RunControl:
@@ -365,14 +367,19 @@ def run_benchmark(
             "drivers": [s.name for s in driver_specs],
         },
         "devices": {},
+        "capabilities": {},
         "results": [],
     }
     devices: dict = {}
     try:
         for spec in driver_specs:
             progress.log(f"starting driver {spec.name}")
-            devices[spec.name] = open_device(spec, in_process=config.in_process, threads=config.threads)
+            options = config.driver_options.get(spec.name)
+            devices[spec.name] = open_device(
+                spec, in_process=config.in_process, threads=config.threads, options=options
+            )
             doc["devices"][spec.name] = device_info(devices[spec.name])
+            doc["capabilities"][spec.name] = _capabilities(devices[spec.name], spec.name, options)
         progress.plan(len(sources) * (1 + len(driver_backends(config, devices))), config.seconds_per_unit())
         for source, proto in zip(sources, protos, strict=True):
             doc["results"] += benchmark_model(source, proto, devices, config, progress, images)
@@ -388,6 +395,16 @@ def run_benchmark(
 def _is_recurrent(source: ModelSource) -> bool:
     entry = zoo_entry(source)
     return entry is not None and entry.recurrent
+
+
+def _capabilities(device, name: str, options: dict[str, str] | None) -> dict:
+    """getCapabilities of an open driver and where its numbers come from (default or a calibrated file)."""
+    from mlts.runtime.devices_info import capabilities_report
+
+    try:
+        return capabilities_report(device, name, (options or {}).get("capabilities"))
+    except HalError as e:
+        return {"error": str(e)}
 
 
 def device_info(device) -> dict:

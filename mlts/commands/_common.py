@@ -16,6 +16,32 @@ driver_plugin_option = click.option(
 )
 
 
+capabilities_option = click.option(
+    "--capabilities",
+    "capabilities_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    metavar="FILE.json",
+    help="A calibrated capabilities file (from mlts calibrate) for the driver it names (repeatable).",
+)
+
+
+def capabilities_options(files: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """Driver name -> {"capabilities": FILE} for each file; a file that cannot be used is a one-line error."""
+    from mlts.hal.capabilities_file import CapabilitiesFileError, read_document
+
+    out: dict[str, dict[str, str]] = {}
+    for path in files:
+        try:
+            doc = read_document(path, None)
+        except CapabilitiesFileError as e:
+            raise click.ClickException(f"--capabilities {path}: {e}") from None
+        if doc.driver in out:
+            raise click.ClickException(f"--capabilities: two files for driver {doc.driver!r}")
+        out[doc.driver] = {"capabilities": str(path)}
+    return out
+
+
 def echo_json(doc) -> None:
     click.echo(json.dumps(doc, indent=2))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from mlts.commands._common import driver_plugin_option
+from mlts.commands._common import capabilities_option, capabilities_options, driver_plugin_option
 
 
 def _seconds(ctx, param, value):
@@ -63,6 +63,7 @@ def check_out_dir(out: Path, force: bool) -> None:
     help="Drivers whose name matches (default: every driver but the fault-injection sample-faulty).",
 )
 @driver_plugin_option
+@capabilities_option
 @click.option(
     "--out",
     "out_dir",
@@ -182,6 +183,7 @@ def benchmark(
     model_files: tuple[str, ...],
     drivers_regex: str | None,
     plugin_files: tuple[str, ...],
+    capabilities_files: tuple[str, ...],
     out_dir: str | None,
     force: bool,
     threads: int,
@@ -253,6 +255,7 @@ def benchmark(
         compilation=compilation,
         compile_max_iterations=compile_iterations,
         nnapi_reference=nnapi_reference,
+        driver_options=capabilities_options(capabilities_files),
         compile_max_seconds=(
             compile_seconds if compile_seconds is not None else (QUICK_COMPILE_SECONDS if quick else 10.0)
         ),

@@ -28,10 +28,20 @@ def capabilities_dict(caps: Capabilities) -> dict:
     }
 
 
-def capabilities_source(driver_name: str) -> tuple[capabilities_file.CapabilitiesDocument | None, dict]:
-    """The calibrated file a driver started without options would load, checked as the driver checks it."""
-    path = capabilities_file.locate(driver_name)
+def capabilities_source(
+    driver_name: str, explicit_path: str | None = None
+) -> tuple[capabilities_file.CapabilitiesDocument | None, dict]:
+    """The calibrated file the driver loads (`explicit_path`, else its config-dir file), checked as it checks it."""
+    path = capabilities_file.locate(driver_name, explicit_path)
     return capabilities_file.inspect_file(path, driver_name)
+
+
+def capabilities_report(device, driver_name: str, explicit_path: str | None = None) -> dict:
+    """What an open driver reports, with where the numbers come from (the results' capabilities section)."""
+    doc, source = capabilities_source(driver_name, explicit_path)
+    caps = device.getCapabilities()
+    applied = applied_source(doc, source, caps)
+    return {"source": capabilities_file.describe_source(applied), **capabilities_dict(caps)}
 
 
 def applied_source(
@@ -43,8 +53,16 @@ def applied_source(
     return {**source, "kind": "default", "error": "the driver does not apply it (it reports other numbers)"}
 
 
-def query_all(drivers_regex: str | None, plugin_files: tuple[str, ...] = ()) -> list[dict]:
-    """Start each matching driver, ask the HAL queries, stop it; a driver that fails is listed with its error."""
+def query_all(
+    drivers_regex: str | None,
+    plugin_files: tuple[str, ...] = (),
+    options: dict[str, dict[str, str]] | None = None,
+) -> list[dict]:
+    """Start each matching driver, ask the HAL queries, stop it; a driver that fails is listed with its error.
+
+    `options`: factory options per driver name (e.g. {"capabilities": FILE}).
+    """
+    options = options or {}
     from mlts.runtime.discovery import discover, open_device, select
 
     specs = discover(plugin_files)
@@ -52,10 +70,11 @@ def query_all(drivers_regex: str | None, plugin_files: tuple[str, ...] = ()) -> 
     out = []
     for spec in chosen:
         entry: dict = {"name": spec.name, "source": spec.source}
-        doc, source = capabilities_source(spec.name)
+        opts = options.get(spec.name)
+        doc, source = capabilities_source(spec.name, (opts or {}).get("capabilities"))
         entry["capabilities_source"] = source
         try:
-            dev = open_device(spec)
+            dev = open_device(spec, options=opts)
         except (HalError, OSError) as e:
             entry["error"] = str(e)
             out.append(entry)

@@ -208,3 +208,53 @@ def test_wrong_results_break_mltss_validation_rule(runner, tmp_path):
     assert bad["accuracy"]["topk"]["top1"] < 0.95
     assert "MLTS validation rule" in bad["validation_errors"][0]
     assert bad["accuracy"]["vs_reference"]["cts_pass"] is False
+
+
+def capabilities_file(path, driver="sample-all", exec_time=0.5):
+    doc = {
+        "format": "mlts-capabilities",
+        "version": 1,
+        "driver": driver,
+        "created_utc": "2026-11-21T20:00:00+00:00",
+        "capabilities": {
+            "operand_performance": {"TENSOR_FLOAT32": {"exec_time": exec_time, "power_usage": 0.25}}
+        },
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_calibrated_capabilities_reach_the_driver_and_the_results(runner, tiny, tmp_path):
+    caps = capabilities_file(tmp_path / "caps.json")
+    out = tmp_path / "o"
+    args = [
+        "benchmark",
+        "--model",
+        str(tiny),
+        "--capabilities",
+        str(caps),
+        "--out",
+        str(out),
+        "--images",
+        "1",
+    ]
+    r = runner.invoke(main, [*args, *FAST])
+    assert r.exit_code == 0, r.output
+    reported = json.loads((out / "results.json").read_text())["capabilities"]["sample-all"]
+    assert reported["source"].startswith("calibrated") and str(caps) in reported["source"]
+    f32 = next(e for e in reported["operand_performance"] if e["type"] == "TENSOR_FLOAT32")
+    assert (f32["exec_time"], f32["power_usage"]) == (0.5, 0.25)
+    other = next(e for e in reported["operand_performance"] if e["type"] == "TENSOR_INT32")
+    assert other["exec_time"] == pytest.approx(1.1)  # not measured: the default stays
+    shown = runner.invoke(
+        main, ["devices", "--drivers", "^sample-all$", "--capabilities", str(caps), "--json"]
+    )
+    assert json.loads(shown.stdout)[0]["capabilities_source"]["kind"] == "calibrated"
+
+
+def test_a_bad_capabilities_file_is_a_one_line_error(runner, tiny, tmp_path):
+    bad = capabilities_file(tmp_path / "caps.json", exec_time=-1)
+    line = one_line_error(
+        runner.invoke(main, ["benchmark", "--model", str(tiny), "--capabilities", str(bad)])
+    )
+    assert "caps.json" in line and "exec_time" in line
