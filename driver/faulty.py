@@ -410,8 +410,10 @@ class SampleFaulty(SampleDevice):
     variant = Variant("sample-faulty", _supports_everything, Capabilities.uniform(PerformanceInfo(1.1, 1.1)))
 
     def __init__(self, **options: str) -> None:
-        self.faults = FaultInjector(plan_from(options))
-        super().__init__()
+        """Fault options (or MLTS_FAULT), plus the sample variants' `capabilities=PATH`."""
+        faults = {k: v for k, v in options.items() if k != "capabilities"}
+        self.faults = FaultInjector(plan_from(faults))
+        super().__init__(**{k: v for k, v in options.items() if k == "capabilities"})
         log.info("%s: %s", self.name, self.faults.plan.describe())
 
     def getSupportedOperations(self, model: Model) -> tuple[bool, ...]:

@@ -459,3 +459,28 @@ def test_spoil_moves_every_value_out_of_tolerance():
     flags = np.array([True, False])
     spoil(flags)
     np.testing.assert_array_equal(flags, [False, True])
+
+
+def test_faulty_driver_takes_a_capabilities_file_beside_its_faults(tmp_path):
+    import json
+
+    from driver.faulty import SampleFaulty
+    from mlts.hal.enums import OperandType
+
+    path = tmp_path / "caps.json"
+    path.write_text(
+        json.dumps(
+            {
+                "format": "mlts-capabilities",
+                "version": 1,
+                "driver": "sample-faulty",
+                "capabilities": {
+                    "operand_performance": {"TENSOR_FLOAT32": {"exec_time": 0.3, "power_usage": 0.4}}
+                },
+            }
+        )
+    )
+    device = SampleFaulty(capabilities=str(path), slow_ms="1")
+    info = device.getCapabilities().performance_of(OperandType.TENSOR_FLOAT32)
+    assert (info.exec_time, info.power_usage) == (0.3, 0.4)
+    assert device.capabilities_source["kind"] == "calibrated" and device.faults.plan.slow_ms == 1
