@@ -148,16 +148,6 @@ def backend_label(backend: str) -> str:
     return backend if backend == NNAPI_REFERENCE else f"driver:{backend}"
 
 
-def resolve_backend(backend: str, devices: dict, model) -> tuple[str, object, dict]:
-    """(row label, device, extra row fields) of a driver backend; the runtime chooses for nnapi-reference."""
-    if backend != NNAPI_REFERENCE:
-        return backend_label(backend), devices[backend], {}
-    from mlts.runtime.selection import choose_device
-
-    choice = choose_device(devices, model)
-    return NNAPI_REFERENCE, devices[choice.name], {"selected_device": choice.name, "selection": choice.reason}
-
-
 def compilation_timings(device, model, config: BenchmarkConfig) -> dict | None:
     """MLTS's three compilation timings and the cache size, in a cache directory of their own."""
     if not config.compilation:

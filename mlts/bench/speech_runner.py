@@ -17,6 +17,7 @@ from mlts.bench.memory import MemoryWatch, driver_pid
 from mlts.bench.progress import Progress
 from mlts.bench.reference import OnnxRuntimeReference
 from mlts.bench.runner import (
+    NNAPI_REFERENCE,
     BenchmarkConfig,
     backend_label,
     backend_order,
@@ -25,7 +26,6 @@ from mlts.bench.runner import (
     driver_timing,
     error_record,
     record,
-    resolve_backend,
 )
 from mlts.bench.sources import ModelSource, family_of
 from mlts.datasets import speech
@@ -93,15 +93,17 @@ def _collect_runs(
     progress: Progress,
     what: str,
     run_reference: Callable[[], recurrent.SequenceRun],
-    run_driver: Callable[[Any], recurrent.SequenceRun],
+    run_driver: Callable[[Callable[[Any], Any]], recurrent.SequenceRun],
     compile_model=None,
-    selection_model=None,
 ) -> Collected:
     """Every backend's run in the seeded order; a driver's HalError becomes its error row.
 
+    `run_driver(open_session)` runs the sequences with sessions from `open_session(model)`: a
+    Session on one driver, or for nnapi-reference the model partitioned over every driver.
     `compile_model`: the converted model whose compilation timings drivers get (None: not measured).
-    `selection_model`: the model the runtime chooses a device for (the nnapi-reference backend).
     """
+    from mlts.runtime.session import Session
+
     out = Collected({}, {}, {}, {})
     for backend in backend_order(config, source.name, devices):
         label = OnnxRuntimeReference.backend if backend == "ref" else backend_label(backend)
@@ -112,17 +114,22 @@ def _collect_runs(
             out.memory[backend] = watch.result()
             progress.unit_done()
             continue
+        out.labels[backend] = label
         try:
-            label, device, out.chosen[backend] = resolve_backend(
-                backend, devices, selection_model or compile_model
-            )
-            out.labels[backend] = label
-            watch = MemoryWatch(driver_pid(device)).start()
-            if compile_model is not None and config.compilation:
-                progress.phase(source.name, label, "compilation timings")
-                out.compilation[backend] = compilation_timings(device, compile_model, config)
-            progress.phase(source.name, label, what)
-            out.runs[backend] = run_driver(device)
+            if backend == NNAPI_REFERENCE:
+                watch = MemoryWatch(None).start()
+                opener = _PartitionOpener(devices)
+                progress.phase(source.name, label, what)
+                out.runs[backend] = run_driver(opener)
+                out.chosen[backend] = opener.fields()
+            else:
+                device = devices[backend]
+                watch = MemoryWatch(driver_pid(device)).start()
+                if compile_model is not None and config.compilation:
+                    progress.phase(source.name, label, "compilation timings")
+                    out.compilation[backend] = compilation_timings(device, compile_model, config)
+                progress.phase(source.name, label, what)
+                out.runs[backend] = run_driver(lambda model, d=device: Session(d, model))
             out.memory[backend] = watch.result()
         except HalError as e:
             out.rows[backend] = error_record(source.name, family_of(source), label, config, str(e))
@@ -130,12 +137,34 @@ def _collect_runs(
     return out
 
 
+class _PartitionOpener:
+    """Opens partitioned sessions over every driver; keeps where the first one placed the operations."""
+
+    def __init__(self, devices: dict) -> None:
+        self.devices = devices
+        self.opened = 0
+        self.first: dict | None = None
+        self.summary = ""
+
+    def __call__(self, model):
+        from mlts.runtime.partitioned import open_partitioned
+
+        session = open_partitioned(self.devices, model)
+        self.opened += 1
+        if self.first is None:
+            self.first, self.summary = session.describe(), session.summary()
+        return session
+
+    def fields(self) -> dict:
+        """`selection` and `partition` for the row (of the first model prepared; lengths differ only in shape)."""
+        return {"selection": self.summary, "partition": self.first, "partitioned_models": self.opened}
+
+
 def benchmark_recurrent(
     source: ModelSource, entry, proto, devices: dict, config: BenchmarkConfig, progress: Progress
 ) -> list[dict]:
     """A recurrent zoo model: the per-step form step by step, the whole-sequence form one call per sequence."""
     from mlts.convert import convert
-    from mlts.runtime.session import Session
 
     if entry.form == "sequence":
         return _benchmark_whole_sequences(source, entry, proto, devices, config, progress)
@@ -151,8 +180,8 @@ def benchmark_recurrent(
             lambda feed: (reference.run(feed), None), sig, n_inputs, seqs, config.warmup_s
         )
 
-    def run_driver(device) -> recurrent.SequenceRun:
-        session = Session(device, conv.model)
+    def run_driver(open_session) -> recurrent.SequenceRun:
+        session = open_session(conv.model)
         try:
             return recurrent.run_sequences(session.run, sig, n_inputs, seqs, config.warmup_s)
         finally:
@@ -182,7 +211,6 @@ def _benchmark_whole_sequences(
     Each length is converted once, before any timing, and shared by every driver.
     """
     from mlts.convert import convert
-    from mlts.runtime.session import Session
 
     step_name = entry.step_model
     seqs = speech.sequences(step_name, config.sequences)
@@ -202,12 +230,12 @@ def _benchmark_whole_sequences(
     def run_reference() -> recurrent.SequenceRun:
         return recurrent.run_whole(lambda x: (reference.run([x]), None), seqs, warmup)
 
-    def run_driver(device) -> recurrent.SequenceRun:
-        sessions: dict[int, Session] = {}
+    def run_driver(open_session) -> recurrent.SequenceRun:
+        sessions: dict[int, Any] = {}
 
         def execute(x):
             if len(x) not in sessions:
-                sessions[len(x)] = Session(device, models[len(x)])
+                sessions[len(x)] = open_session(models[len(x)])
             return sessions[len(x)].run([x])
 
         try:
@@ -217,9 +245,6 @@ def _benchmark_whole_sequences(
                 session.close()
 
     what = f"{len(seqs)} whole sequences (prepared per length)"
-    first_model = next(iter(models.values()), None)
-    collected = _collect_runs(
-        source, devices, config, progress, what, run_reference, run_driver, selection_model=first_model
-    )
+    collected = _collect_runs(source, devices, config, progress, what, run_reference, run_driver)
     scored = Scored(source.name, step_name, sig, golden, whole=True)
     return scored.rows(collected, reference.backend, config, driver_backends(config, devices))

@@ -123,3 +123,25 @@ def test_benchmark_runs_the_whole_sequence_form_per_sequence(tmp_path):
         assert r["latency_ms"]["max"] >= r["step_latency_ms"]["max"] > 0
         assert r["accuracy"]["vs_golden"]["metric"]["ok"] and r["validation_errors"] == []
     assert rows[1]["accuracy"]["vs_reference"]["outputs"]["acoustic_frames"]["max_abs_error"] < 1e-4
+
+
+def test_nnapi_reference_partitions_the_lstm_step_model(tmp_path):
+    """float-fast takes every float operation; the result matches the golden outputs as sample-all does."""
+    args = [
+        "benchmark",
+        "--models",
+        "^asr_float$",
+        "--drivers",
+        "sample-(float-fast|quant)",
+        "--sequences",
+        "1",
+    ]
+    args += ["--nnapi-reference-only", "--warmup", "0.05", "--no-compilation", "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    rows = {r["backend"]: r for r in json.loads((tmp_path / "results.json").read_text())["results"]}
+    assert set(rows) == {"cpu:onnxruntime", "nnapi-reference"}
+    row = rows["nnapi-reference"]
+    coverage = row["partition"]["coverage"]
+    assert coverage["sample-float-fast"] > 0 and coverage["sample-quant"] == 0 and coverage["cpu"] == 0
+    assert row["accuracy"]["vs_golden"]["metric"]["ok"] and row["validation_errors"] == []
