@@ -113,14 +113,13 @@ class StressContext:
     def inputs(self, model, seed: int = 0) -> list[np.ndarray]:
         """Seeded non-zero inputs for every model input (images for image inputs)."""
         from mlts.bench.inputs import make_inputs
+        from mlts.hal.enums import DTYPE_NAME, OperandType
 
         sub = model.main
-        specs = []
-        for i in sub.input_indexes:
-            op = sub.operands[i]
-            from mlts.hal.enums import DTYPE_NAME, OperandType
-
-            specs.append((op.dimensions, DTYPE_NAME[OperandType(op.type)], op.scale, op.zero_point))
+        specs = [
+            (op.dimensions, DTYPE_NAME[OperandType(op.type)], op.scale, op.zero_point)
+            for op in (sub.operands[i] for i in sub.input_indexes)
+        ]
         return make_inputs(specs, 1, seed=seed)[0]
 
 

@@ -55,13 +55,6 @@ def disagreement(actual: list[np.ndarray], expected: list[np.ndarray]) -> str | 
     return None
 
 
-def reference(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """The CPU reference path: the sample driver's executor in this process."""
-    from driver.executor import run_model
-
-    return run_model(model, inputs)
-
-
 def run_threads(ctx: StressContext, count: int, work: Callable[[int], None]) -> None:
     """`work(i)` on `count` threads until the time is up; the first error stops all and is raised."""
     errors: list[BaseException] = []
@@ -84,18 +77,28 @@ def run_threads(ctx: StressContext, count: int, work: Callable[[int], None]) -> 
         raise errors[0]
 
 
-def _sessions(ctx: StressContext, device, names: list[str]):
-    from mlts.runtime.session import Session
+def _checked_inputs(ctx: StressContext, names: list[str]) -> list[tuple[str, Any, list, list]]:
+    """Per model: (name, model, inputs, the CPU reference path's outputs for them), computed once."""
+    from mlts.crash.random_check import reference_outputs
 
     out = []
     for name in names:
         model = ctx.model(name)
         inputs = ctx.inputs(model, ctx.seed)
+        out.append((name, model, inputs, reference_outputs(model, inputs)))
+    return out
+
+
+def _sessions(device, checked: list[tuple[str, Any, list, list]]):
+    from mlts.runtime.session import Session
+
+    out = []
+    for name, model, inputs, expected in checked:
         try:
             session = Session(device, model)
         except HalError as e:
             raise failure_from(e, f"prepareModel of {name}") from None
-        out.append((name, session, inputs, reference(model, inputs)))
+        out.append((name, session, inputs, expected))
     return out
 
 
@@ -106,7 +109,8 @@ def inference(ctx: StressContext) -> dict[str, Any]:
     """
     device = ctx.open_device()
     names = list(ctx.spec["models"])
-    per_thread = [_sessions(ctx, device, names) for _ in range(ctx.threads)]
+    checked = _checked_inputs(ctx, names)
+    per_thread = [_sessions(device, checked) for _ in range(ctx.threads)]
     ctx.ready()
     counter = [0] * ctx.threads
 

@@ -176,7 +176,8 @@ def _liveness(
 ) -> tuple[int, str | None]:
     """Inference on its own connection to `driver` until `stop`; (calls, first error or None)."""
     from mlts.crash.context import StressContext
-    from mlts.crash.modes import disagreement, reference
+    from mlts.crash.modes import disagreement
+    from mlts.crash.random_check import reference_outputs
     from mlts.runtime.session import Session
 
     ctx = StressContext(
@@ -193,7 +194,7 @@ def _liveness(
         device = ctx.open_device()
         model = ctx.model(model_name)
         inputs = ctx.inputs(model)
-        expected = reference(model, inputs)
+        expected = reference_outputs(model, inputs)
         with Session(device, model) as session:
             while not stop.is_set():
                 outputs, _ = session.run(inputs)
