@@ -91,19 +91,36 @@ def _image_input(conv) -> tuple[int, object] | None:
 
 def prepare_workload(source: ModelSource, proto, config, imageset, progress: Progress) -> Workload:
     from mlts.convert import convert
-    from mlts.runtime.session import Session  # noqa: F401  (fail early if the runtime is broken)
 
     progress.phase(source.name, "-", "convert")
     conv = convert(proto)
     quantized = bool(conv.outputs) and all(t.dtype in ("uint8", "int8") for t in conv.outputs)
-    family = family_of(source)
     image = _image_input(conv) if imageset is not None else None
     progress.phase(source.name, "-", "onnxruntime reference outputs")
     reference = OnnxRuntimeReference(proto.SerializeToString(), config.threads)
     if image is None:
-        return _synthetic(source, proto, conv, config, reference, family, quantized, progress)
+        feeds = _synthetic_feeds(conv, config)
+        expected = [reference.run(f) for f in feeds]
+        parts = _synthetic_parts(source, proto, feeds, quantized, progress)
+    else:
+        feeds, floats = _image_feeds(imageset, *image)
+        expected = [reference.run(f) for f in feeds]
+        parts = _image_parts(source, proto, imageset, floats, expected, quantized, progress)
+    return Workload(
+        name=source.name,
+        family=family_of(source),
+        model=conv.model,
+        conv=conv,
+        feeds=feeds,
+        reference=reference,
+        expected=expected,
+        quantized=quantized,
+        **parts,
+    )
 
-    resolution, tensor = image
+
+def _image_feeds(imageset, resolution: int, tensor) -> tuple[list[list[np.ndarray]], np.ndarray]:
+    """One feed per image (quantized with the input's scale and zero point for 8-bit inputs), and the floats."""
     floats = imageset.batch(resolution, "NCHW")
     if np.dtype(tensor.dtype) == np.float32:
         model_input = floats
@@ -111,8 +128,11 @@ def prepare_workload(source: ModelSource, proto, config, imageset, progress: Pro
         from mlts.datasets.images import quantize_images
 
         model_input = quantize_images(floats, tensor.scale, tensor.zero_point, np.dtype(tensor.dtype).type)
-    feeds = [[np.ascontiguousarray(model_input[i : i + 1])] for i in range(len(model_input))]
-    expected = [reference.run(f) for f in feeds]
+    return [[np.ascontiguousarray(model_input[i : i + 1])] for i in range(len(model_input))], floats
+
+
+def _image_parts(source, proto, imageset, floats, expected, quantized: bool, progress: Progress) -> dict:
+    """Golden outputs, labels, dataset description and the float-model figure of an image model."""
     golden, float_name = _image_golden(source, proto, quantized, floats, progress)
     labels, label_source = _labels(imageset, golden, expected)
     quantization = None
@@ -122,21 +142,13 @@ def prepare_workload(source: ModelSource, proto, config, imageset, progress: Pro
             top1 = (acc.get("topk") or {}).get("top1")
             return {"float_model": _float, "top1_agreement_with_float": top1}
 
-    return Workload(
-        name=source.name,
-        family=family,
-        model=conv.model,
-        conv=conv,
-        feeds=feeds,
-        reference=reference,
-        expected=expected,
-        golden=golden,
-        labels=labels,
-        label_source=label_source,
-        dataset={"name": imageset.name, "size": len(feeds), "labels": label_source},
-        quantized=quantized,
-        quantization=quantization,
-    )
+    return {
+        "golden": golden,
+        "labels": labels,
+        "label_source": label_source,
+        "dataset": {"name": imageset.name, "size": len(expected), "labels": label_source},
+        "quantization": quantization,
+    }
 
 
 def _image_golden(
@@ -175,31 +187,25 @@ def _labels(imageset, golden, expected) -> tuple[list[int] | None, str | None]:
     return None, None
 
 
-def _synthetic(source, proto, conv, config, reference, family, quantized, progress) -> Workload:
-    """A model without a single image input: seeded non-zero inputs, golden when onnx.reference runs it."""
+def _synthetic_feeds(conv, config) -> list[list[np.ndarray]]:
+    """Seeded non-zero inputs for a model without a single image input."""
     specs = [(t.shape, t.dtype, t.scale, t.zero_point) for t in conv.inputs]
-    feeds = make_inputs(
-        specs, min(config.images or MAX_SYNTHETIC_INPUTS, MAX_SYNTHETIC_INPUTS), seed=config.seed
-    )
-    expected = [reference.run(f) for f in feeds]
+    count = min(config.images or MAX_SYNTHETIC_INPUTS, MAX_SYNTHETIC_INPUTS)
+    return make_inputs(specs, count, seed=config.seed)
+
+
+def _synthetic_parts(source, proto, feeds, quantized: bool, progress: Progress) -> dict:
+    """Golden outputs when onnx.reference runs the (float) model; no labels."""
     golden = None
     if not quantized:
         progress.phase(source.name, "-", "golden outputs (float64, cached)")
         golden = _try_golden(source, proto, feeds)
-    return Workload(
-        name=source.name,
-        family=family,
-        model=conv.model,
-        conv=conv,
-        feeds=feeds,
-        reference=reference,
-        expected=expected,
-        golden=golden,
-        labels=None,
-        label_source=None,
-        dataset={"name": "synthetic", "size": len(feeds), "labels": None},
-        quantized=quantized,
-    )
+    return {
+        "golden": golden,
+        "labels": None,
+        "label_source": None,
+        "dataset": {"name": "synthetic", "size": len(feeds), "labels": None},
+    }
 
 
 def _try_golden(source: ModelSource, proto, feeds) -> list[np.ndarray] | None:
