@@ -14,7 +14,7 @@ import sys
 import traceback
 
 from mlts.crash.channel import Reporter
-from mlts.crash.context import StressContext, failure_from
+from mlts.crash.context import StressContext
 from mlts.crash.outcome import StressFailure
 from mlts.hal.errors import HalError
 
@@ -32,7 +32,7 @@ def run_test(spec: dict, reporter: Reporter) -> None:
     except StressFailure as e:
         outcome, reason, died, details = "FAILURE", e.reason, e.driver_died, e.details
     except HalError as e:
-        failure = failure_from(e, "driver call failed")
+        failure = ctx.failure(e, "driver call failed")
         outcome, reason, died = "FAILURE", failure.reason, failure.driver_died
     except Exception as e:  # a bug on the client side: a failure with its cause, and the traceback in the log
         traceback.print_exc()

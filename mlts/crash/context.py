@@ -16,7 +16,6 @@ import numpy as np
 
 from mlts.crash.channel import Reporter
 from mlts.crash.outcome import StressFailure
-from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 
 PROGRESS_EVERY_S = 0.25
@@ -81,6 +80,16 @@ class StressContext:
             self.reporter.send("driver", pid=process.pid, log=str(process.log_path))
         return device
 
+    def driver_died(self) -> bool:
+        """Whether a driver this test opened went away by itself (died or hung up on the client)."""
+        return any(getattr(device, "driver_died", False) for device in self._devices)
+
+    def failure(self, error: HalError, what: str) -> StressFailure:
+        """A HalError as the test's FAILURE; a dead driver process is said to be one."""
+        died = self.driver_died()
+        prefix = "driver died: " if died else ""
+        return StressFailure(f"{prefix}{what}: {error}", driver_died=died)
+
     def close(self) -> None:
         for device in self._devices:
             try:
@@ -121,13 +130,3 @@ class StressContext:
             for op in (sub.operands[i] for i in sub.input_indexes)
         ]
         return make_inputs(specs, 1, seed=seed)[0]
-
-
-def failure_from(error: HalError, what: str) -> StressFailure:
-    """A HalError as the test's FAILURE; a dead driver process is said to be one."""
-    text = str(error)
-    died = error.status == ErrorStatus.DEVICE_UNAVAILABLE and (
-        " died: " in text or "closed its connection" in text
-    )
-    prefix = "driver died: " if died else ""
-    return StressFailure(f"{prefix}{what}: {error}", driver_died=died)

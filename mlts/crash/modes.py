@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from mlts.crash.context import StressContext, failure_from
+from mlts.crash.context import StressContext
 from mlts.crash.outcome import StressFailure
 from mlts.hal.errors import HalError
 
@@ -89,7 +89,7 @@ def _checked_inputs(ctx: StressContext, names: list[str]) -> list[tuple[str, Any
     return out
 
 
-def _sessions(device, checked: list[tuple[str, Any, list, list]]):
+def _sessions(ctx: StressContext, device, checked: list[tuple[str, Any, list, list]]):
     from mlts.runtime.session import Session
 
     out = []
@@ -97,7 +97,7 @@ def _sessions(device, checked: list[tuple[str, Any, list, list]]):
         try:
             session = Session(device, model)
         except HalError as e:
-            raise failure_from(e, f"prepareModel of {name}") from None
+            raise ctx.failure(e, f"prepareModel of {name}") from None
         out.append((name, session, inputs, expected))
     return out
 
@@ -110,7 +110,7 @@ def inference(ctx: StressContext) -> dict[str, Any]:
     device = ctx.open_device()
     names = list(ctx.spec["models"])
     checked = _checked_inputs(ctx, names)
-    per_thread = [_sessions(device, checked) for _ in range(ctx.threads)]
+    per_thread = [_sessions(ctx, device, checked) for _ in range(ctx.threads)]
     ctx.ready()
     counter = [0] * ctx.threads
 
@@ -120,7 +120,7 @@ def inference(ctx: StressContext) -> dict[str, Any]:
         try:
             outputs, _ = session.run(inputs)
         except HalError as e:
-            raise failure_from(e, f"executeSynchronously of {name}") from None
+            raise ctx.failure(e, f"executeSynchronously of {name}") from None
         wrong = disagreement(outputs, expected)
         if wrong is not None:
             raise StressFailure(f"{name}: wrong result at call {counter[i]}: {wrong}")
@@ -147,7 +147,7 @@ def _compile_loop(ctx: StressContext, device, models: list[tuple[str, Any]]) -> 
         try:
             prepared = device.prepareModel(model)
         except HalError as e:
-            raise failure_from(e, f"prepareModel of {name}") from None
+            raise ctx.failure(e, f"prepareModel of {name}") from None
         prepared.close()
         ctx.progress()
 
@@ -184,7 +184,7 @@ def mmap_load(ctx: StressContext) -> dict[str, Any]:
             try:
                 prepared = device.prepareModel(loaded.model)
             except HalError as e:
-                raise failure_from(e, f"prepareModel of memory-mapped {path.name}") from None
+                raise ctx.failure(e, f"prepareModel of memory-mapped {path.name}") from None
             prepared.close()
             ctx.progress()
 
@@ -255,12 +255,12 @@ def degradation(ctx: StressContext) -> dict[str, Any]:
             stop.set()
             thread.join()
     except HalError as e:
-        raise failure_from(e, f"executeSynchronously of {a_name}") from None
+        raise ctx.failure(e, f"executeSynchronously of {a_name}") from None
     finally:
         session.close()
     if errors:
         raise (
-            failure_from(errors[0], f"prepareModel of {b_name}")
+            ctx.failure(errors[0], f"prepareModel of {b_name}")
             if isinstance(errors[0], HalError)
             else errors[0]
         )
@@ -327,7 +327,7 @@ def _random(ctx: StressContext, run: bool) -> dict[str, Any]:
                 counts[kind] += 1
                 ctx.progress()
                 continue
-            _dump_and_fail(dump, model, dump_dir, seed, spec, f"prepareModel failed: {e}", e)
+            _dump_and_fail(ctx, dump, model, dump_dir, seed, spec, f"prepareModel failed: {e}", e)
         counts["compiled"] += 1
         try:
             if run:
@@ -335,10 +335,10 @@ def _random(ctx: StressContext, run: bool) -> dict[str, Any]:
                 try:
                     outputs, _ = session.run(inputs)
                 except HalError as e:
-                    _dump_and_fail(dump, model, dump_dir, seed, spec, f"execution failed: {e}", e)
+                    _dump_and_fail(ctx, dump, model, dump_dir, seed, spec, f"execution failed: {e}", e)
                 wrong = check_outputs(outputs, reference_outputs(model, inputs))
                 if wrong is not None:
-                    _dump_and_fail(dump, model, dump_dir, seed, spec, f"wrong result: {wrong}", None)
+                    _dump_and_fail(ctx, dump, model, dump_dir, seed, spec, f"wrong result: {wrong}", None)
                 counts["ran"] += 1
         finally:
             try:
@@ -349,13 +349,13 @@ def _random(ctx: StressContext, run: bool) -> dict[str, Any]:
     return {"ops_per_graph": spec.ops, **counts}
 
 
-def _dump_and_fail(dump, model, dump_dir, seed, spec, reason: str, error: HalError | None):
+def _dump_and_fail(ctx, dump, model, dump_dir, seed, spec, reason: str, error: HalError | None):
     where = ""
     if dump_dir:
         path = dump(model, Path(dump_dir), seed, spec, reason)
         where = f" (model dumped to {path})"
     if error is not None:
-        failure = failure_from(error, f"random graph seed {seed}")
+        failure = ctx.failure(error, f"random graph seed {seed}")
         raise StressFailure(failure.reason + where, driver_died=failure.driver_died)
     raise StressFailure(f"random graph seed {seed}: {reason}{where}")
 

@@ -63,6 +63,9 @@ class RemoteDevice(Device):
         self._lock = threading.Lock()
         self._next_id = 1
         self._dead: HalError | None = None
+        # True once the driver's end went away by itself (it died or hung up), not because this side
+        # stopped it (a call timeout, close()).
+        self.driver_died = False
         # id(memory) -> (memory id on the wire, the memory, kept alive so id() stays unique).
         self._memories: OrderedDict[int, tuple[int, SharedMemory]] = OrderedDict()
         self._next_memory_id = 1
@@ -92,6 +95,7 @@ class RemoteDevice(Device):
         return HalError(ErrorStatus.DEVICE_UNAVAILABLE, message)
 
     def _died(self, method: str) -> HalError:
+        self.driver_died = True
         # The socket ends a moment before the kernel makes the child reapable.
         if not self.process.wait(2.0):
             self.process.kill()
