@@ -6,8 +6,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlts.errors import InputError
 
-class ModelSelectionError(ValueError):
+
+class ModelSelectionError(InputError):
     """A model regex, name or file the user gave cannot be used."""
 
 

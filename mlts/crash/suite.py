@@ -23,6 +23,7 @@ from typing import Any
 
 from mlts.crash.outcome import Outcome, StressFailure, TestResult
 from mlts.crash.supervise import TestSpec, run_isolated
+from mlts.errors import InputError
 from mlts.hal.errors import HalError
 from mlts.runtime.execution import EXECUTION_MODES
 
@@ -47,7 +48,7 @@ MODES = (
 ALL_MODES = tuple(m for m in MODES if m != "priority-stress")
 
 
-class StressConfigError(ValueError):
+class StressConfigError(InputError):
     """Options that cannot make a stress run (one line)."""
 
 
@@ -380,6 +381,42 @@ _RUNNERS = {
     ),
     "priority-stress": _on_shared_service(_one("priority")),
 }
+
+
+def modes_of(mode: str) -> list[str]:
+    """The modes `mode` names: itself, or ALL_MODES for "all"; an unknown name is a StressConfigError."""
+    if mode == "all":
+        return list(ALL_MODES)
+    if mode not in MODES:
+        raise StressConfigError(f"unknown stress mode {mode!r}; modes: {', '.join(MODES)}, all")
+    return [mode]
+
+
+def run_stress(
+    modes: list[str],
+    drivers: list[str],
+    models: list[str],
+    config: StressConfig,
+    progress: Progress,
+    checkpoint: Callable[[dict], None],
+) -> dict:
+    """Run every mode on every driver; returns the results document.
+
+    `checkpoint(doc)` gets the document after every mode, so an interrupted run (Ctrl-C, or SIGTERM
+    and SIGHUP, which end the run the same way as `supervise.Terminated`) keeps what finished.
+    """
+    from mlts.crash.supervise import interrupt_on_termination
+
+    config.check()
+    results: list[TestResult] = []
+    doc = stress_document(results, config, modes, drivers, models)
+    checkpoint(doc)
+    with interrupt_on_termination():
+        for mode in modes:
+            results += run_mode(mode, drivers, models, config, progress)
+            doc = stress_document(results, config, modes, drivers, models)
+            checkpoint(doc)
+    return doc
 
 
 def stress_document(

@@ -582,8 +582,3 @@ def execution_result_from_dict(d: Any, path: str = "result") -> ExecutionResult:
         tuple(output_shape_from_dict(s, f"{path}.outputShapes[{i}]") for i, s in enumerate(shapes)),
         timing_from_dict(d["timing"], f"{path}.timing"),
     )
-
-
-def host_pools(buffers: Sequence[bytes | bytearray | memoryview]) -> tuple[HostMemory, ...]:
-    """Wrap byte buffers as pools, for model_from_dict callers that hold plain bytes."""
-    return tuple(HostMemory(b) for b in buffers)

@@ -20,6 +20,7 @@ from pathlib import Path
 import onnx
 
 from mlts.datasets.cache import cache_root, cached_file
+from mlts.errors import InputError
 from mlts.hal.atomic import write_atomic
 from mlts.models import gelu_mlp, mobilenet, quantized, speech
 
@@ -39,7 +40,7 @@ def _dist_version(name: str) -> str:
         return str(getattr(import_module(name), "__version__", "unknown"))
 
 
-class UnknownModelError(ValueError):
+class UnknownModelError(InputError):
     """A model name that is not in the zoo."""
 
 

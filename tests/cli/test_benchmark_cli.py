@@ -97,7 +97,8 @@ def test_json_prints_the_document_and_nothing_else(runner, tiny, tmp_path):
 
 def test_quiet_prints_nothing(runner, tiny, tmp_path):
     r = runner.invoke(
-        main, ["benchmark", "--model", str(tiny), "--out", str(tmp_path / "o"), "--images", "1", "-q", *FAST]
+        main,
+        ["benchmark", "--model", str(tiny), "--out", str(tmp_path / "o"), "--images", "1", "--quiet", *FAST],
     )
     assert r.exit_code == 0 and r.stdout == "" and r.stderr == ""
 

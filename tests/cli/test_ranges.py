@@ -156,7 +156,7 @@ def test_unconvertible_model_becomes_error_rows_and_others_run(tmp_path):
     _argmax_model(bad)
     broken.write_bytes(b"\x08\x07garbage that is not a protobuf model")
     out = tmp_path / "o"
-    args = ["benchmark", "--drivers", "^sample-all$", *FAST, "--out", str(out), "-q"]
+    args = ["benchmark", "--drivers", "^sample-all$", *FAST, "--out", str(out), "--quiet"]
     for m in (bad, good, broken):
         args += ["--model", str(m)]
     r = CliRunner().invoke(main, args)
