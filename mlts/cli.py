@@ -32,7 +32,7 @@ class OneLineError(click.ClickException):
 
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
-        self.exit_code = status  # type: ignore[misc]  (click declares it on the class)
+        self.exit_code = status  # type: ignore[misc]  # click declares it on the class
 
 
 class MltsGroup(click.Group):

@@ -24,6 +24,8 @@ class ModelSource:
             return self.path
         from mlts.models import zoo
 
+        if self.zoo_name is None:
+            raise ModelSelectionError(f"model {self.name!r} names neither a file nor a zoo model")
         return zoo.model_path(self.zoo_name)
 
 

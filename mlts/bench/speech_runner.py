@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from mlts.bench import recurrent
@@ -131,7 +132,7 @@ def _collect_runs(
                     progress.phase(source.name, label, "compilation timings")
                     out.compilation[backend] = compilation_timings(device, compile_model, config)
                 progress.phase(source.name, label, what)
-                out.runs[backend] = run_driver(lambda model, d=device, m=mode: Session(d, model, mode=m))
+                out.runs[backend] = run_driver(partial(Session, device, mode=mode))
             out.memory[backend] = watch.result()
         except HalError as e:
             out.rows[backend] = error_record(source.name, family_of(source), label, config, str(e))

@@ -28,6 +28,7 @@ from mlts.bench.inputs import make_inputs
 from mlts.bench.progress import Progress
 from mlts.bench.reference import OnnxRuntimeReference
 from mlts.bench.sources import ModelSource, family_of, zoo_entry
+from mlts.convert.converter import Conversion
 
 # Non-image models: how many distinct seeded inputs at most.
 MAX_SYNTHETIC_INPUTS = 16
@@ -38,7 +39,7 @@ class Workload:
     name: str
     family: str
     model: object  # the converted NN graph (mlts.hal.types.Model)
-    conv: object  # the converter's result (input/output tensor descriptions)
+    conv: Conversion  # the converter's result (input/output tensor descriptions)
     feeds: list[list[np.ndarray]]
     reference: OnnxRuntimeReference
     expected: list[list[np.ndarray]]  # onnxruntime's outputs for every feed

@@ -282,7 +282,7 @@ class Context:
     def flag(self, value: bool) -> int:
         return self.builder.add_scalar(bool(value), OperandType.BOOL)
 
-    def ints(self, values: Sequence[int]) -> int:
+    def ints(self, values: Sequence[int] | Sequence[Sequence[int]]) -> int:
         """A TENSOR_INT32 constant (1-D from a flat list; nested lists keep their shape)."""
         arr = np.asarray(values, dtype=np.int32)
         return self.builder.add_constant(arr.reshape(1) if arr.ndim == 0 else arr, OperandType.TENSOR_INT32)
@@ -358,11 +358,11 @@ class Context:
         t = self.tensors[name]
         if t.rank != 4 or t.nhwc == nhwc:
             return t
-        key = (t.operand, t.shape, t.nhwc)
-        cached = self._other_layout.get(key)
+        layout_key = (t.operand, t.shape, t.nhwc)
+        cached = self._other_layout.get(layout_key)
         if cached is None:
             cached = self.relayout(t, nhwc)
-            self._other_layout[key] = cached
+            self._other_layout[layout_key] = cached
         return cached
 
     def qconst_params(self, qc: QConst) -> QParams:

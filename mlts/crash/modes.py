@@ -12,7 +12,7 @@ import random
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +32,11 @@ QUANT_UNITS = 3
 DEGRADATION_LIMIT_PERCENT = 50.0
 
 
-def disagreement(actual: list[np.ndarray], expected: list[np.ndarray]) -> str | None:
+def disagreement(actual: Sequence[np.ndarray | None], expected: Sequence[np.ndarray]) -> str | None:
     """None when every output agrees with the reference within the tolerance above, else why not."""
     for k, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        if a is None:
+            return f"output {k} is missing (the driver gave no value)"
         a, e = np.asarray(a), np.asarray(e)
         if a.shape != e.shape:
             return f"output {k} has shape {list(a.shape)}, the reference {list(e.shape)}"
@@ -232,7 +234,7 @@ def degradation(ctx: StressContext) -> dict[str, Any]:
         end_warm = time.monotonic() + seconds / 5
         while time.monotonic() < end_warm:
             session.run(inputs)
-        samples = []
+        samples: list[float] = []
         end = time.monotonic() + seconds * 4 / 5
         while time.monotonic() < end or len(samples) < 3:
             t0 = time.perf_counter()

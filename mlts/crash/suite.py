@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mlts.crash.channel import Reporter
 from mlts.crash.outcome import Outcome, StressFailure, TestResult
 from mlts.crash.supervise import TestSpec, run_isolated
 from mlts.errors import InputError
@@ -231,7 +232,12 @@ def _liveness(
     return calls, None
 
 
-class _NullReporter:
+class _NullReporter(Reporter):
+    """A reporter for tests run in this process: the events go nowhere."""
+
+    def __init__(self) -> None:
+        super().__init__(-1)
+
     def send(self, event: str, **fields: Any) -> None:
         pass
 

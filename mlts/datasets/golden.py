@@ -16,6 +16,7 @@ import io
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -143,7 +144,8 @@ def golden_outputs(
     def build() -> bytes:
         outs = reference_outputs(model, feeds)
         buf = io.BytesIO()
-        np.savez(buf, **{f"out{i}": o[0] for i, o in enumerate(outs)})
+        arrays: dict[str, Any] = {f"out{i}": o[0] for i, o in enumerate(outs)}
+        np.savez(buf, **arrays)
         return buf.getvalue()
 
     cached_file(path, lambda p: _valid_npz(p, len(feeds)), build)

@@ -12,10 +12,11 @@ fcntl lock file, so concurrent processes all end with the same valid file.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import onnx
 
@@ -135,7 +136,7 @@ def _speech(net: speech.SpeechNet) -> list[ZooModel]:
     layers = f"{net.layers} LSTM layers of {net.lstm_units[0]} units" + (
         " with peepholes" if net.peepholes else ""
     )
-    common = dict(
+    common: dict[str, Any] = dict(
         family=net.name.split("_")[0],
         dtype="float32",
         input_name=net.input_name,
@@ -264,7 +265,7 @@ def _is_valid(path: Path, entry: ZooModel) -> bool:
     except Exception:  # any failure to load means the file cannot be trusted
         return False
 
-    def signature(values: object) -> list[tuple[str, tuple[int, ...]]]:
+    def signature(values: Iterable[Any]) -> list[tuple[str, tuple[int, ...]]]:
         return [(v.name, tuple(d.dim_value for d in v.type.tensor_type.shape.dim)) for v in values]
 
     inputs, outputs = signature(model.graph.input), signature(model.graph.output)

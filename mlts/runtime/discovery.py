@@ -130,7 +130,7 @@ def select(specs: Mapping[str, DriverSpec], regex: str | None) -> list[DriverSpe
     served = {name for name, spec in specs.items() if spec.socket is not None}
     explicit = regex is not None
     try:
-        pattern = re.compile(regex if explicit else ".*")
+        pattern = re.compile(regex if regex is not None else ".*")
     except re.error as e:
         raise DiscoveryError(f"bad driver regex {regex!r}: {e}") from None
     chosen = [
