@@ -20,6 +20,7 @@ from typing import Any
 
 from mlts.bench.memory import MemoryWatch, driver_pid
 from mlts.bench.ort_exactness import probe as ort_probe
+from mlts.bench.overhead import harness_overhead
 from mlts.bench.progress import Progress
 from mlts.bench.reference import OnnxRuntimeReference
 from mlts.bench.sources import ModelSource, family_of, zoo_entry
@@ -315,6 +316,7 @@ def _run_one_driver(
     session = Session(device, work.model, mode=mode, **config.session_options())
     try:
         timed, results, outputs = _timed_session(work, session, label, config, progress)
+        overhead = harness_overhead(device)  # on the connection the timed calls used
     finally:
         session.close()
     retries = session.retry_stats.to_dict()
@@ -329,6 +331,7 @@ def _run_one_driver(
         compilation=compilation,
         memory_mb=watch.result(),
         retries=retries,
+        harness_overhead=overhead,
     )
 
 

@@ -56,6 +56,12 @@ def test_benchmark_records_the_qos_settings_and_retries(tmp_path):
     driver_rows = [row for row in doc["results"] if row["backend"].startswith("driver:")]
     assert driver_rows and all(row["qos"] == want for row in driver_rows)
     assert all(row["retries"] == {"retries": 0, "errors": {}, "error_classes": {}} for row in driver_rows)
+    # Each driver row carries the harness's own cost per call, measured on the row's connection.
+    for row in driver_rows:
+        overhead = row["harness_overhead"]
+        assert overhead["method"] == "ping" and overhead["calls"] > 0
+        assert 0 < overhead["median_ci95_us"][0] <= overhead["median_us"] <= overhead["median_ci95_us"][1]
+    assert all("harness_overhead" not in row for row in doc["results"] if row["backend"] == "cpu:onnxruntime")
 
 
 def test_settings_round_trip_and_reach_the_session():
