@@ -129,7 +129,8 @@ def format_results(records: list[dict]) -> list[str]:
     show_default=True,
     type=FiniteFloatRange(-100, 100_000),
     metavar="PERCENT",
-    help="performance-degradation-stress: largest allowed growth of the median latency (MLTS: 50).",
+    help="performance-degradation-stress: largest allowed growth of the median latency (MLTS: 50); FAILURE "
+    "only when the 95% interval of the growth, over alternating alone and loaded phases, is wholly above it.",
 )
 @click.option(
     "--random-ops",

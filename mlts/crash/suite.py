@@ -408,21 +408,23 @@ def run_stress(
 ) -> dict:
     """Run every mode on every driver; returns the results document.
 
-    `checkpoint(doc)` gets the document after every mode, so an interrupted run (Ctrl-C, or SIGTERM
-    and SIGHUP, which end the run the same way as `supervise.Terminated`) keeps what finished.
+    `checkpoint(doc)` gets the document after every mode and, before the KeyboardInterrupt goes on,
+    when the run is interrupted (Ctrl-C, or SIGTERM and SIGHUP as `supervise.Terminated`), so an
+    interrupted run keeps what finished.
     """
     from mlts.crash.supervise import interrupt_on_termination
 
     config.check()
     results: list[TestResult] = []
-    doc = stress_document(results, config, modes, drivers, models)
-    checkpoint(doc)
-    with interrupt_on_termination():
-        for mode in modes:
-            results += run_mode(mode, drivers, models, config, progress)
-            doc = stress_document(results, config, modes, drivers, models)
-            checkpoint(doc)
-    return doc
+    try:
+        with interrupt_on_termination():
+            for mode in modes:
+                results += run_mode(mode, drivers, models, config, progress)
+                checkpoint(stress_document(results, config, modes, drivers, models))
+    except KeyboardInterrupt:
+        checkpoint(stress_document(results, config, modes, drivers, models))
+        raise
+    return stress_document(results, config, modes, drivers, models)
 
 
 def stress_document(
