@@ -194,6 +194,21 @@ def stress(
 ) -> None:
     """Run stress MODE (or `all`) on every matching driver; each test in its own supervised process.
 
+    \b
+    Modes (`all` runs every one but priority-stress):
+      inference-stress                      execute each model in a loop
+      model-loading-stress                  compile each model in a loop
+      parallel-inference-stress             --threads threads execute at once
+      parallel-inference-stress-in-process  the same, in this process under a watchdog
+      client-early-termination-stress       kill a compiling client; the driver must serve others
+      multi-process-inference-stress        --processes clients execute on one shared service
+      multi-process-model-load-stress       --processes clients compile on one shared service
+      memory-mapped-model-load-stress       compile from memory-mapped model files
+      model-load-random-stress              compile random valid graphs (--random-ops)
+      inference-random-stress               run random graphs, results checked
+      performance-degradation-stress        latency alone vs while another client compiles
+      priority-stress                       HIGH against LOW priority models on one service
+
     priority-stress (not part of `all`: it measures latency) times model A
     (the first matching model) at HIGH alone, then against --threads threads
     running model B (the last) at LOW on one shared service, then both at

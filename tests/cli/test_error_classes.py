@@ -117,3 +117,21 @@ def test_real_bad_input_exits_2_in_one_line(tmp_path):
     assert len(r.output.strip().splitlines()) == 1
     r = CliRunner().invoke(main, ["stress", "no-such-mode"])
     assert r.exit_code == EXIT_BAD_INPUT and "modes:" in r.output
+
+
+def test_stress_help_lists_every_mode_and_drivers_help_names_the_left_out_drivers():
+    from mlts.crash.suite import MODES
+    from mlts.runtime.discovery import NOT_SELECTED_BY_DEFAULT
+
+    text = " ".join(CliRunner().invoke(main, ["stress", "--help"]).output.split())
+    assert all(mode in text for mode in MODES)
+    for command in ("stress", "benchmark"):
+        # click wraps the help at hyphens too: compare without any whitespace.
+        text = "".join(CliRunner().invoke(main, [command, "--help"]).output.split())
+        assert all(name in text for name in NOT_SELECTED_BY_DEFAULT), command
+
+
+def test_q_means_quick_everywhere():
+    option = next(p for p in main.commands["benchmark"].params if "-q" in p.opts)
+    assert option.name == "quick"
+    assert not any("-q" in p.opts for p in main.commands["stress"].params)
