@@ -184,7 +184,9 @@ def backend_label(backend: str) -> str:
     return backend if split_backend(backend)[0] == NNAPI_REFERENCE else f"driver:{backend}"
 
 
-def compilation_timings(device, model, config: BenchmarkConfig) -> dict | None:
+def compilation_timings(
+    device, model, config: BenchmarkConfig, progress: Progress | None = None
+) -> dict | None:
     """MLTS's three compilation timings and the cache size, in a cache directory of their own."""
     if not config.compilation:
         return None
@@ -197,6 +199,7 @@ def compilation_timings(device, model, config: BenchmarkConfig) -> dict | None:
             cache_dir,
             max_iterations=config.compile_max_iterations,
             max_seconds=config.compile_max_seconds,
+            on_step=progress.advance if progress is not None else None,
         )
 
 
@@ -311,7 +314,7 @@ def _run_one_driver(
 
     watch = MemoryWatch(driver_pid(device)).start()
     progress.phase(work.name, label, "compilation timings")
-    compilation = compilation_timings(device, work.model, config)
+    compilation = compilation_timings(device, work.model, config, progress)
     progress.phase(work.name, label, "prepare")
     session = Session(device, work.model, mode=mode, **config.session_options())
     try:
@@ -434,7 +437,8 @@ def run_benchmark(
             )
             doc["devices"][spec.name] = device_info(devices[spec.name])
             doc["capabilities"][spec.name] = _capabilities(devices[spec.name], spec.name, options)
-        progress.plan(len(sources) * (1 + len(driver_backends(config, devices))), config.seconds_per_unit())
+        units = len(sources) * (1 + len(driver_backends(config, devices)))
+        progress.plan(units, config.seconds_per_unit(), models=len(sources))
         for source, proto in zip(sources, protos, strict=True):
             try:
                 if isinstance(proto, str):
