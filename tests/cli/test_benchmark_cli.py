@@ -11,9 +11,8 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 from mlts.cli import main
-from tests.cli.test_cli import one_line_error, tiny_conv_model
+from tests.cli.clikit import FAST, one_line_error, tiny_conv_model
 
-FAST = ["--warmup", "0", "--duration", "0", "--iterations", "2", "--compile-iterations", "1"]
 CLASSES = ["cat", "dog", "fish", "bird"]
 
 

@@ -9,8 +9,7 @@ from click.testing import CliRunner
 
 from mlts.cli import main
 from mlts.runtime.qos_settings import QosSettings
-from tests.cli.test_benchmark_cli import FAST
-from tests.cli.test_cli import tiny_conv_model
+from tests.cli.clikit import FAST, tiny_conv_model
 
 
 @pytest.mark.parametrize("command", ["benchmark", "stress", "calibrate"])

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 from mlts.cli import main
-from tests.cli.test_cli import tiny_conv_model
+from tests.cli.clikit import tiny_conv_model
 
 FAST = ["--warmup", "0", "--duration", "0", "--iterations", "2", "--no-compilation"]
 ABSURD = ["1e308", "inf", "-inf", "nan", "-1"]
