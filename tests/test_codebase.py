@@ -128,6 +128,7 @@ TEST_IMPORTS_LEFT = {
     "tests/convert/test_quant_qop.py",
     "tests/convert/test_split_slice.py",
     "tests/driver/cachekit.py",
+    "tests/driver/test_cache.py",
     "tests/driver/test_native.py",
     "tests/driver/test_ops_conv_gt.py",
     "tests/driver/test_ops_pool.py",
