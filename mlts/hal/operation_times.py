@@ -45,13 +45,18 @@ def from_pairs(pairs: Iterable[tuple[int, int]]) -> OperationTimes:
 
 
 def check_operation_times(
-    record: Sequence[OperationTime], num_operations: int | None = None, where: str = "operation times"
+    record: Sequence[OperationTime],
+    num_operations: int | None = None,
+    where: str = "operation times",
+    max_ns: int = MAX_DURATION_NS,
 ) -> OperationTimes:
     """`record` as a tuple when it is well formed; INVALID_ARGUMENT naming the first problem otherwise.
 
     `num_operations` (the model's main subgraph, when the checker knows the model) bounds the count
-    and the indexes.
+    and the indexes; `max_ns` bounds each duration (no operation takes longer than the whole
+    execution in the driver, when the checker knows that).
     """
+    max_ns = min(max_ns, MAX_DURATION_NS)
     limit = MAX_OPERATION_TIMES if num_operations is None else min(num_operations, MAX_OPERATION_TIMES)
     if len(record) > limit:
         raise invalid(f"{where}: {len(record)} entries, more than the {limit} operations that could run")
@@ -65,10 +70,8 @@ def check_operation_times(
         if op in seen:
             raise invalid(f"{where}[{n}]: operation {op} is reported twice")
         seen.add(op)
-        if type(ns) is not int or not 0 <= ns <= MAX_DURATION_NS:
-            raise invalid(
-                f"{where}[{n}]: duration {ns!r} ns of operation {op} is not in [0, {MAX_DURATION_NS}]"
-            )
+        if type(ns) is not int or not 0 <= ns <= max_ns:
+            raise invalid(f"{where}[{n}]: duration {ns!r} ns of operation {op} is not in [0, {max_ns}]")
     return tuple(record)
 
 
@@ -99,6 +102,22 @@ def from_list(value: Any, path: str = "operationTimes") -> OperationTimes:
             raise invalid(f"{path}[{n}]: expected [operation, duration_ns] (two ints), got {pair!r:.60}")
         out.append(OperationTime(pair[0], pair[1]))
     return check_operation_times(out, None, path)
+
+
+def check_result_times(
+    record: Sequence[OperationTime], num_operations: int, time_in_driver_us: int, driver: str
+) -> OperationTimes:
+    """What a client checks of a driver's record, knowing the model and the result's Timing
+    (`time_in_driver_us`, UINT64_MAX when not measured): GENERAL_FAILURE naming the driver and the problem."""
+    max_ns = (
+        MAX_DURATION_NS if time_in_driver_us >= MAX_DURATION_NS // 1000 else (time_in_driver_us + 1) * 1000
+    )
+    try:
+        return check_operation_times(record, num_operations, "operation times", max_ns)
+    except HalError as e:
+        raise HalError(
+            ErrorStatus.GENERAL_FAILURE, f"driver {driver!r} returned malformed {e.message}"
+        ) from None
 
 
 def total_ns(record: Sequence[OperationTime]) -> int:
