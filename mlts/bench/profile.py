@@ -101,14 +101,18 @@ class OnnxGraphIndex:
                     producer[out] = label
         for node in graph.node:
             self.inputs[node_label(node)] = [producer[i] for i in node.input if i in producer]
+        self.producer = producer
 
     def node_of(self, ort_name: str) -> str | None:
-        """The ONNX node an onnxruntime node name comes from: itself, or the name before a suffix
-        onnxruntime's graph transformers added (`conv0/relu6_nchwc` -> `conv0/relu6`)."""
+        """The ONNX node an onnxruntime node name comes from: a node's name or the name of the tensor
+        it produces (onnxruntime's transformers name new nodes either way), possibly followed by a
+        suffix they added (`conv0/relu6_nchwc` -> `conv0/relu6`)."""
         name = ort_name
         while True:
             if name in self.inputs:
                 return name
+            if name in self.producer:
+                return self.producer[name]
             cut = name.rfind("_")
             if cut <= 0:
                 return None
