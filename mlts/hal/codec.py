@@ -508,7 +508,7 @@ def request_to_dict(request: Request, pool_descs: Sequence[Mapping[str, Any]] | 
         pool_descs = [default_pool_desc(p) for p in request.pools]
     if len(pool_descs) != len(request.pools):
         raise invalid(f"request pools: {len(request.pools)} pools but {len(pool_descs)} descriptions")
-    d = {
+    d: dict[str, Any] = {
         "inputs": [_argument_to_dict(a) for a in request.inputs],
         "outputs": [_argument_to_dict(a) for a in request.outputs],
         "pools": [dict(p) for p in pool_descs],
