@@ -62,6 +62,19 @@ def _layers(value: Any) -> dict[str, Any] | None:
     }
 
 
+def _entries(value: Any, text_keys: tuple[str, ...]) -> list[dict[str, str]]:
+    """Table rows from a list of entries: `text_keys` as text, then `us` and `share`."""
+    return [
+        {
+            **{k: _text(t.get(k)) for k in text_keys},
+            "us": _us(t.get("us")),
+            "share": _percent(t.get("share")) or DASH,
+        }
+        for t in value or []
+        if isinstance(t, Mapping)
+    ]
+
+
 def profile_rows(rows: list[Mapping]) -> list[dict[str, Any]]:
     """One entry per row with a profile, in the rows' order."""
     out = []
@@ -82,27 +95,8 @@ def profile_rows(rows: list[Mapping]) -> list[dict[str, Any]]:
                 executions=_text(prof.get("executions")),
                 total=_us(prof.get("total_us")),
                 on_device=_us(prof.get("time_on_device_us")),
-                top=[
-                    {
-                        "name": _text(t.get("name")),
-                        "type": _text(t.get("type")),
-                        "layer": _text(t.get("layer")),
-                        "us": _us(t.get("us")),
-                        "share": _percent(t.get("share")) or DASH,
-                    }
-                    for t in prof.get("top") or []
-                    if isinstance(t, Mapping)
-                ],
-                by_type=[
-                    {
-                        "type": _text(t.get("type")),
-                        "count": _text(t.get("count")),
-                        "us": _us(t.get("us")),
-                        "share": _percent(t.get("share")) or DASH,
-                    }
-                    for t in prof.get("by_type") or []
-                    if isinstance(t, Mapping)
-                ],
+                top=_entries(prof.get("top"), ("name", "type", "layer")),
+                by_type=_entries(prof.get("by_type"), ("type", "count")),
                 layers=_layers(prof.get("layers")),
             )
         out.append(entry)
