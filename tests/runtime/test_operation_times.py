@@ -83,7 +83,7 @@ def test_a_record_nobody_asked_for_is_dropped_by_the_service(tmp_path):
         ("too-long", "returned malformed operation times[0]: duration 3600000000000 ns"),
     ],
 )
-@pytest.mark.parametrize("mode", ["sync", "fenced", "burst"])
+@pytest.mark.parametrize("mode", EXECUTION_MODES)
 def test_hostile_records_are_refused_with_a_clear_error(tmp_path, record, message, mode):
     device = RemoteDevice.start(
         TIMING_SPEC, name="fake-timing", options={"record": record}, log_path=str(tmp_path / "d.log")
