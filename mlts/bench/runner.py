@@ -155,6 +155,12 @@ def timed_fields(timed: Timed, config: BenchmarkConfig) -> dict:
 
 
 NNAPI_REFERENCE = "nnapi-reference"
+# What --profile says on rows of the runtime's own placement of a model over several drivers.
+PARTITIONED_PROFILE = {
+    "available": False,
+    "reason": "per-operation profiles are measured on single drivers, not on a model split over several",
+    "overhead": None,
+}
 
 
 def driver_backends(config: BenchmarkConfig, devices: dict) -> list[str]:
@@ -385,6 +391,7 @@ def _run_partitioned(
         memory_mb=watch.result(),
         selection=summary,
         partition=partition,
+        **({"profile": PARTITIONED_PROFILE} if config.profile else {}),
     )
 
 
