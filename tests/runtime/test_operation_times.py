@@ -51,9 +51,12 @@ def test_record_on_every_path_when_asked_and_absent_when_not(sample, mode):
 def test_in_process_driver_fills_the_record_too():
     device = SampleAll()
     try:
-        with Session(device, chain_model(), profile=True) as session:
-            _, result = session.run([X])
-            _check_record(result, 4)
+        for mode in EXECUTION_MODES:
+            with Session(device, chain_model(), mode=mode, profile=True) as session:
+                _, result = session.run([X])
+                _check_record(result, 4)
+                session.profile = False
+                assert session.run([X])[1].operation_times is None
     finally:
         device.close()
 
