@@ -143,6 +143,7 @@ TEST_IMPORTS_LEFT = {
     "tests/runtime/test_burst.py",
     "tests/runtime/test_concurrency.py",
     "tests/runtime/test_service_hostile.py",
+    "tests/runtime/test_operation_times.py",
     "tests/runtime/test_shared_service.py",
 }
 

@@ -73,6 +73,8 @@ class BenchmarkConfig:
 
     # LSTM models: also run each driver with the recurrent state in driver buffers (memory domains).
     state_in_driver: bool = False
+    # Per-operation profiles after each timed run (mlts.bench.profile_runs); off by default.
+    profile: bool = False
 
     @property
     def control(self) -> RunControl:
@@ -154,6 +156,12 @@ def timed_fields(timed: Timed, config: BenchmarkConfig) -> dict:
 
 
 NNAPI_REFERENCE = "nnapi-reference"
+# What --profile says on rows of the runtime's own placement of a model over several drivers.
+PARTITIONED_PROFILE = {
+    "available": False,
+    "reason": "per-operation profiles are measured on single drivers, not on a model split over several",
+    "overhead": None,
+}
 
 
 def driver_backends(config: BenchmarkConfig, devices: dict) -> list[str]:
@@ -231,6 +239,10 @@ def benchmark_model(
             from mlts.bench.evaluators import validation_errors
 
             row["validation_errors"] = validation_errors(topk, ref_topk)
+    if config.profile:
+        from mlts.bench.profile import attach_layer_pairs
+
+        attach_layer_pairs(rows)
     return [rows["ref"]] + [rows[d] for d in drivers]
 
 
@@ -251,6 +263,12 @@ def _run_reference(work, config: BenchmarkConfig, progress: Progress) -> dict:
     progress.phase(work.name, label, "warm-up and timing")
     reference = work.reference
     timed = config.control.run(lambda i: reference.run(work.feeds[i % len(work.feeds)]))
+    extra = {}
+    if config.profile:
+        from mlts.bench.profile_runs import profile_reference
+
+        progress.phase(work.name, label, "profile")
+        extra["profile"] = profile_reference(work, config.threads, config.duration_s, timed.samples)
     return _row(
         work,
         label,
@@ -261,6 +279,7 @@ def _run_reference(work, config: BenchmarkConfig, progress: Progress) -> dict:
         accuracy=work.score(work.expected, against_reference=False),
         compilation=None,
         memory_mb=watch.result(),
+        **extra,
     )
 
 
@@ -317,9 +336,15 @@ def _run_one_driver(
     compilation = compilation_timings(device, work.model, config, progress)
     progress.phase(work.name, label, "prepare")
     session = Session(device, work.model, mode=mode, **config.session_options())
+    extra = {}
     try:
         timed, results, outputs = _timed_session(work, session, label, config, progress)
         overhead = harness_overhead(device)  # on the connection the timed calls used
+        if config.profile:
+            from mlts.bench.profile_runs import profile_driver
+
+            progress.phase(work.name, label, "profile")
+            extra["profile"] = profile_driver(work, session, config.duration_s, timed.samples)
     finally:
         session.close()
     retries = session.retry_stats.to_dict()
@@ -335,6 +360,7 @@ def _run_one_driver(
         memory_mb=watch.result(),
         retries=retries,
         harness_overhead=overhead,
+        **extra,
     )
 
 
@@ -371,6 +397,7 @@ def _run_partitioned(
         memory_mb=watch.result(),
         selection=summary,
         partition=partition,
+        **({"profile": PARTITIONED_PROFILE} if config.profile else {}),
     )
 
 
