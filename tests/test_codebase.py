@@ -29,6 +29,14 @@ ALLOWED = {
         "mlts.bench",
         "mlts.calibrate",
     },
+    "mlts/validate": {
+        "mlts.hal",
+        "mlts.runtime",
+        "mlts.convert",
+        "mlts.models",
+        "mlts.datasets",
+        "mlts.validate",
+    },
 }
 THIRD_PARTY_FOR_DRIVER = {"numpy"}
 

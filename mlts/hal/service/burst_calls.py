@@ -243,7 +243,8 @@ class BurstContext:
         hal_request = Request(request.inputs, request.outputs, tuple(pools))
         if entry.model is not None:
             hal_request = bind_buffers(hal_request, entry.prepared, self._buffer)
-            validate.validate_request(hal_request, entry.model)
+            if self.client.host.prevalidate:
+                validate.validate_request(hal_request, entry.model)
         if request.deadline is not None and request.deadline <= time.monotonic_ns():
             raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "burst: the deadline had already passed")
 
