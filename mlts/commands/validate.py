@@ -6,6 +6,7 @@ import datetime as _dt
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TextIO
@@ -241,6 +242,9 @@ def validate_cmd(
         except re.error as e:
             raise BadInput(f"--filter {case_filter!r}: bad regex: {e}") from None
     spec = _pick_driver(driver, plugin_files, driver_sockets)
+    if replay_file is not None and out_dir is None:
+        # A replay writes no results; the driver's logs go to a folder of their own.
+        out_dir = tempfile.mkdtemp(prefix="mlts-replay-")
     out = (
         Path(out_dir) if out_dir else Path("results") / _dt.datetime.now().strftime("validate-%Y%m%d-%H%M%S")
     )
