@@ -41,6 +41,8 @@ SUITES: Mapping[str, str] = {
 DEFAULT_SUITES = ("validation", "operations", "behaviour", "fuzz")
 #: Seconds one driver call may take before the driver counts as hung (it is then stopped and restarted).
 DEFAULT_CALL_TIMEOUT = 20.0
+#: After this many failed starts in a row the target stops trying (each case then errs at once).
+MAX_START_FAILURES = 3
 #: The service option that hands models and requests to the driver without checking them first.
 NO_PREVALIDATE = "--no-prevalidate"
 
@@ -140,6 +142,7 @@ class Target:
     restarts: int = 0
     _devices: dict[str, RemoteDevice] = field(default_factory=dict, repr=False)
     _services: dict[str, Any] = field(default_factory=dict, repr=False)
+    _start_failures: int = field(default=0, repr=False)
 
     @property
     def name(self) -> str:
@@ -160,6 +163,20 @@ class Target:
         return os.path.join(self.log_dir, f"driver-{kind}.log")
 
     def _open(self, kind: str) -> RemoteDevice:
+        if self._start_failures >= MAX_START_FAILURES:
+            raise HalError(
+                ErrorStatus.DEVICE_UNAVAILABLE,
+                f"driver {self.name!r} failed to start {self._start_failures} times in a row; not trying again",
+            )
+        try:
+            device = self._start(kind)
+        except HalError:
+            self._start_failures += 1
+            raise
+        self._start_failures = 0
+        return device
+
+    def _start(self, kind: str) -> RemoteDevice:
         if self.spec.socket is not None:
             return RemoteDevice.connect(self.spec.socket, **self._timeouts())
         service_args = [NO_PREVALIDATE] if kind == "raw" else []

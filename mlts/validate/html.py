@@ -72,9 +72,11 @@ def _matrix(section: ValidateSection) -> str:
     return f"<table><tr><th>operation</th>{head}</tr>{''.join(rows)}</table>"
 
 
-def _link(path: str | None, page_dir: str) -> str:
+def _link(path: str | None, page_dir: str, section: ValidateSection, case_name: str, suite: str) -> str:
     if not path:
-        return ""
+        # No single-file reproducer (behaviour cases): the command that runs the case alone.
+        pattern = "^" + re.escape(case_name) + "$"
+        return f"<code>mlts validate --driver {escape(section.driver)} --suite {escape(suite)} --filter '{escape(pattern)}'</code>"
     rel = os.path.relpath(path, page_dir) if page_dir else path
     return f"<a href='{escape(rel)}'><code>{escape(rel)}</code></a>"
 
@@ -92,7 +94,7 @@ def render(section: ValidateSection, page_dir: str = "") -> str:
     failing = [c for c in section.cases if c.failed]
     frows = "".join(
         f"<tr class={c.outcome}><td>{escape(c.suite)}</td><td>{escape(c.outcome)}</td><td>{escape(c.name)}</td>"
-        f"<td>{escape(c.reason)}</td><td>{_link(c.reproducer, page_dir)}</td></tr>"
+        f"<td>{escape(c.reason)}</td><td>{_link(c.reproducer, page_dir, section, c.name, c.suite)}</td></tr>"
         for c in failing[:2000]
     )
     more = (

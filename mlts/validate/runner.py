@@ -37,6 +37,10 @@ def run_suites(
         try:
             module = load_suite(name)
             module.run(target, options, emit)
+        except KeyboardInterrupt:
+            # What was gathered is kept: the outputs are written and the run counts as failed.
+            errors.append(f"{name}: interrupted after {sum(c.suite == name for c in cases)} cases")
+            break
         except ValidateError as e:
             errors.append(f"{name}: {e}")
         except HalError as e:
