@@ -243,13 +243,13 @@ def validate_cmd(
     from mlts.validate.core import SuiteOptions, Target
 
     verbose = bool((ctx.obj or {}).get("verbose"))
-    chosen = _suites(suites)
     if case_filter is not None:
         try:
             re.compile(case_filter)
         except re.error as e:
             raise BadInput(f"--filter {case_filter!r}: bad regex: {e}") from None
     spec = _pick_driver(driver, plugin_files, driver_sockets)
+    chosen = _suites(suites) if replay_file is None else ()
     if replay_file is not None and out_dir is None:
         # A replay writes no results; the driver's logs go to a folder of their own.
         out_dir = tempfile.mkdtemp(prefix="mlts-replay-")
