@@ -205,7 +205,17 @@ def run(target: Target, options: SuiteOptions, emit: Emit) -> None:
             )
         )
         return
-    claimed, _ = supported_probes(target, options.quick)
+    claimed, unclaimed = supported_probes(target, options.quick)
+    for case in unclaimed:
+        name = f"{probe_label(*case)}: not claimed"
+        if options.wants(name):
+            emit(
+                CaseResult(
+                    SUITE, name, "skip", "getSupportedOperations does not claim this operation and type"
+                )
+            )
+    rules: set[str] = set()
+    tried = 0
     for subject, _model, mutants in model_sources(claimed, options.quick):
         seen: set[tuple[str, str]] = set()
         for mutant in mutants:
@@ -215,6 +225,8 @@ def run(target: Target, options: SuiteOptions, emit: Emit) -> None:
             name = case_name(subject, mutant.family, mutant.detail)
             if options.wants(name):
                 _model_case(target, subject, mutant, emit)
+                rules.add(mutant.rule)
+                tried += 1
     for op, key, per_channel in BASE_MODELS:
         if (op, key, per_channel) not in claimed and (op, key, False) not in claimed:
             continue
@@ -226,12 +238,16 @@ def run(target: Target, options: SuiteOptions, emit: Emit) -> None:
             for mutant in mutants:
                 if options.wants(case_name(f"{subject} [{mode}]", mutant.family, mutant.detail)):
                     _request_case(target, subject, model, mutant, mode, emit, box)
+                    rules.add(mutant.rule)
+                    tried += 1
             for prepared in box.values():
                 _close_quietly(prepared)
-    run_case(target, SUITE, "driver alive after the invalid inputs", lambda: _alive(target), emit)
+    run_case(
+        target, SUITE, "driver alive after the invalid inputs", lambda: _alive(target, tried, rules), emit
+    )
 
 
-def _alive(target: Target) -> str | None:
+def _alive(target: Target, tried: int, rules: set[str]) -> tuple[str, str]:
     device = target.raw_device()
     device.ping()
     model = opprobe.probe_model(*BASE_MODELS[0][:2])
@@ -240,7 +256,7 @@ def _alive(target: Target) -> str | None:
         execute(prepared, valid_request(model))
     finally:
         prepared.close()
-    return None
+    return "pass", f"after {tried} invalid models and requests breaking {len(rules)} distinct rules"
 
 
 def _close_quietly(prepared: object) -> None:
