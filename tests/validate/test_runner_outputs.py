@@ -10,8 +10,8 @@ import pytest
 
 from mlts.hal.errors import HalError
 from mlts.runtime.discovery import plugin_specs
-from mlts.validate import runner
-from mlts.validate.core import MAX_START_FAILURES, CaseResult, SuiteOptions, Target
+from mlts.validate import core, runner
+from mlts.validate.core import CaseResult, SuiteOptions, Target
 from mlts.validate.html import matrix_cells, render
 from mlts.validate.junit import junit_xml
 from mlts.validate.results import ValidateSection, ValidateSectionError
@@ -104,7 +104,8 @@ def test_html_matrix_and_escaping():
     assert "<script" not in page and "://" not in page
 
 
-def test_a_driver_that_keeps_failing_to_start_is_given_up(tmp_path):
+def test_a_driver_that_keeps_failing_to_start_is_given_up(tmp_path, monkeypatch):
+    monkeypatch.setattr(core, "MAX_START_FAILURES", 2)
     plugin = tmp_path / "broken.py"
     plugin.write_text(
         "from driver.variants import SampleAll\n\n\nclass Broken(SampleAll):\n    name = 'broken'\n\n"
@@ -113,7 +114,7 @@ def test_a_driver_that_keeps_failing_to_start_is_given_up(tmp_path):
     )
     (spec,) = plugin_specs(plugin)
     with Target(spec, str(tmp_path / "out")) as target:
-        for _ in range(MAX_START_FAILURES):
+        for _ in range(core.MAX_START_FAILURES):
             with pytest.raises(HalError, match="no hardware"):
                 target.device()
         t0 = time.monotonic()
