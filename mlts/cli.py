@@ -114,6 +114,7 @@ from mlts.commands import graph as _graph  # noqa: E402
 from mlts.commands import models as _models  # noqa: E402
 from mlts.commands import report as _report  # noqa: E402
 from mlts.commands import stress as _stress  # noqa: E402
+from mlts.commands import validate as _validate  # noqa: E402
 
 for _cmd in (
     _models.models,
@@ -126,5 +127,6 @@ for _cmd in (
     _stress.stress,
     _calibrate.calibrate,
     _driver.driver,
+    _validate.validate_cmd,
 ):
     main.add_command(_cmd)
