@@ -102,6 +102,7 @@ from mlts.commands import graph as _graph  # noqa: E402
 from mlts.commands import models as _models  # noqa: E402
 from mlts.commands import report as _report  # noqa: E402
 from mlts.commands import stress as _stress  # noqa: E402
+from mlts.commands import validate as _validate  # noqa: E402
 
 for _cmd in (
     _models.models,
@@ -114,5 +115,6 @@ for _cmd in (
     _stress.stress,
     _calibrate.calibrate,
     _driver.driver,
+    _validate.validate_cmd,
 ):
     main.add_command(_cmd)

@@ -197,9 +197,10 @@ class Target:
         A private service serves only the client it was started for, so the target then runs a shared
         service; the caller closes the device it gets.
         """
-        return self._shared_service(raw).connect(**self._timeouts())
+        return self.shared_service(raw).connect(**self._timeouts())
 
-    def _shared_service(self, raw: bool) -> Any:
+    def shared_service(self, raw: bool = False) -> Any:
+        """A shared service of the driver (started on first use, stopped by restart/close), or the user's."""
         from mlts.runtime.shared import SharedService
 
         if self.spec.socket is not None:
