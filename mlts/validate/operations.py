@@ -235,19 +235,27 @@ def _checks_for(index: int, quick: bool, paths: tuple[str, ...]) -> list[str]:
 
 def _save_reproducer(target: Target, v: Variant, want: list[np.ndarray] | None, agree: Any, mode: str) -> str:
     model = assemble(v.case)
-    outs_bytes = [int(np.prod(s.dims, dtype=np.int64)) * s.dtype.itemsize for s in v.case.outputs]
-    request = host_request(model, v.inputs, outs_bytes)
     reference = want if want is not None else agree
+    shapes = [
+        reference[k].shape if reference is not None and k < len(reference) else s.dims
+        for k, s in enumerate(v.case.outputs)
+    ]
+    outs_bytes = [
+        int(np.prod(d, dtype=np.int64)) * s.dtype.itemsize
+        for d, s in zip(shapes, v.case.outputs, strict=True)
+    ]
+    request = host_request(model, v.inputs, outs_bytes)
     outputs = []
     for k, slot in enumerate(v.case.outputs):
         if reference is None or k >= len(reference):
             continue
         tol = tolerance(slot, v.case.relax)
-        arr = np.ascontiguousarray(np.asarray(reference[k], dtype=np.float64))
+        # Stored in the output's own type: a replay reads the output buffer as that type.
+        arr = np.ascontiguousarray(_as_stored(np.asarray(reference[k], dtype=np.float64), slot.dtype))
         outputs.append(
             {
                 "index": k,
-                "dtype": "float64",
+                "dtype": slot.dtype.name,
                 "shape": list(arr.shape),
                 "data": base64.b64encode(arr.tobytes()).decode("ascii"),
                 "atol": tol.atol,
@@ -266,6 +274,12 @@ def _save_reproducer(target: Target, v: Variant, want: list[np.ndarray] | None, 
         execution={"mode": mode if mode in target.paths else "sync", "measure": False, "loop_timeout": None},
         note="float64 reference" if want is not None else "outputs of the driver's sync path (no reference)",
     )
+
+
+def _as_stored(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    if dtype.kind in "iub":
+        return np.round(values).astype(dtype)
+    return values.astype(dtype)
 
 
 def _run_variant(target: Target, v: Variant, index: int, options: SuiteOptions, emit: Callable) -> None:
@@ -343,7 +357,7 @@ def run(target: Target, options: SuiteOptions, emit: Callable[[CaseResult], None
     index = 0
     for combo, supported in zip(items, flags, strict=True):
         if not supported:
-            if options.wants(combo.name):
+            if options.wants(combo.name) or _prefix_match(combo, options):
                 emit(
                     CaseResult(
                         SUITE, combo.name, "skip", "the driver does not claim it (getSupportedOperations)"
