@@ -43,7 +43,7 @@ from typing import Any
 
 from mlts.hal import codec, nnfile
 from mlts.hal.enums import ErrorStatus
-from mlts.hal.memory import HostMemory
+from mlts.hal.memory import SharedMemory
 from mlts.hal.types import Model, Request
 
 FORMAT = "mlts-validate-reproducer"
@@ -124,7 +124,7 @@ def request_to_doc(request: Request) -> dict[str, Any]:
 
 
 def request_from_doc(doc: Any, where: str = "request") -> Request:
-    """The inverse of `request_to_doc`: pools become HostMemory with the saved contents."""
+    """The inverse of `request_to_doc`: pools become shared memory (every path takes it) with the saved contents."""
     descs = codec.request_pool_descs(doc, where)
     pools: list[Any] = []
     for i, d in enumerate(descs):
@@ -134,13 +134,14 @@ def request_from_doc(doc: Any, where: str = "request") -> Request:
         size = d.get("size")
         if type(size) is not int or not 0 <= size <= MAX_DATA_BYTES:
             raise ReproducerError(f"{where}.pools[{i}].size must be a byte count up to {MAX_DATA_BYTES}")
-        data = bytearray(size)
+        memory = SharedMemory.create(max(size, 1), "mlts-replay")
         if d.get("data") is not None:
             raw = _b64(d["data"], f"{where}.pools[{i}].data")
             if len(raw) != size:
+                memory.close()
                 raise ReproducerError(f"{where}.pools[{i}]: data has {len(raw)} bytes, size says {size}")
-            data[:] = raw
-        pools.append(HostMemory(data))
+            memory.buffer[: len(raw)] = raw
+        pools.append(memory)
     try:
         return codec.request_from_dict(doc, pools, where)
     except Exception as e:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from mlts.hal import validate
 from mlts.hal.enums import ELEMENT_SIZE
 from mlts.hal.errors import HalError
-from mlts.hal.memory import HostMemory
+from mlts.hal.memory import SharedMemory
 from mlts.hal.types import LOOP_TIMEOUT_MAXIMUM_NS, DataLocation, Model, Request, RequestArgument
 from mlts.validate.mutations import _site
 
@@ -54,14 +54,14 @@ def valid_request(model: Model, fill: Iterable[bytes] | None = None) -> Request:
 
     inputs, in_size = lay_out(sub.input_indexes, 0)
     outputs, out_size = lay_out(sub.output_indexes, 1)
-    in_pool = bytearray(max(in_size, 1))
+    # Shared memory: every execution path takes it (fenced executions and bursts take nothing else).
+    in_pool = SharedMemory.create(max(in_size, 1), "mlts-validate-in")
     if datas is not None:
         for arg, data in zip(inputs, datas, strict=True):
             start = arg.location.offset
-            in_pool[start : start + arg.location.length] = data
-    return Request(
-        tuple(inputs), tuple(outputs), (HostMemory(in_pool), HostMemory(bytearray(max(out_size, 1))))
-    )
+            in_pool.buffer[start : start + arg.location.length] = data
+    out_pool = SharedMemory.create(max(out_size, 1), "mlts-validate-out")
+    return Request(tuple(inputs), tuple(outputs), (in_pool, out_pool))
 
 
 def rule_of_request(
