@@ -67,6 +67,13 @@ class Combo:
         return f"{self.op.name}/{self.key.name}{'/per-channel' if self.per_channel else ''}"
 
 
+def case_name(combo: Combo, label: str, check: str) -> str:
+    """'OPERATION/TYPE: [per-channel/][nchw|relaxed/]CHECK' (the report's matrix reads the prefix)."""
+    parts = ["per-channel"] if combo.per_channel else []
+    parts += [label] if label else []
+    return f"{combo.op.name}/{combo.key.name}: {'/'.join([*parts, check])}"
+
+
 def combos() -> list[Combo]:
     """Every (operation, key type, per-channel) combination of the signature table."""
     out = []
@@ -94,9 +101,8 @@ class Variant:
     case: OpModel
     inputs: list[np.ndarray]
 
-    @property
-    def name(self) -> str:
-        return self.combo.name + (f"/{self.label}" if self.label else "")
+    def case_name(self, check: str) -> str:
+        return case_name(self.combo, self.label, check)
 
 
 def _seed(options_seed: int, name: str) -> int:
@@ -265,7 +271,7 @@ def _save_reproducer(target: Target, v: Variant, want: list[np.ndarray] | None, 
     return reproducer.save(
         target.out_dir,
         SUITE,
-        f"{v.name}/{mode}",
+        v.case_name(mode),
         "request",
         model=model,
         request=request,
@@ -327,7 +333,7 @@ def _run_variant(target: Target, v: Variant, index: int, options: SuiteOptions, 
         return body
 
     for check in checks:
-        name = f"{v.name}/{check}"
+        name = v.case_name(check)
         if not options.wants(name):
             continue
         run_case(
@@ -350,30 +356,40 @@ def _sync_outputs(target: Target, model: Any, v: Variant) -> list[np.ndarray]:
 
 def run(target: Target, options: SuiteOptions, emit: Callable[[CaseResult], None]) -> None:
     """Run the operations suite on `target`, emitting one result per case × check."""
-    items = [
-        c for c in combos() if options.wants(c.name) or options.filter is None or _prefix_match(c, options)
-    ]
+    items = [c for c in combos() if _selected(c, options)]
     flags = claimed(target, items)
     index = 0
     for combo, supported in zip(items, flags, strict=True):
         if not supported:
-            if options.wants(combo.name) or _prefix_match(combo, options):
-                emit(
-                    CaseResult(
-                        SUITE, combo.name, "skip", "the driver does not claim it (getSupportedOperations)"
-                    )
+            emit(
+                CaseResult(
+                    SUITE,
+                    case_name(combo, "", "not claimed"),
+                    "skip",
+                    "the driver does not claim it (getSupportedOperations)",
                 )
+            )
             continue
         try:
             vs = list(variants(combo, options.seed))
         except Exception as e:
-            emit(CaseResult(SUITE, combo.name, "error", f"cannot build the case: {type(e).__name__}: {e}"))
+            emit(
+                CaseResult(
+                    SUITE,
+                    case_name(combo, "", "build"),
+                    "error",
+                    f"cannot build the case: {type(e).__name__}: {e}",
+                )
+            )
             continue
         for v in vs:
             _run_variant(target, v, index, options, emit)
             index += 1
 
 
-def _prefix_match(combo: Combo, options: SuiteOptions) -> bool:
-    """A filter naming a check or variant (ADD/TENSOR_FLOAT32/burst) still selects its combination."""
-    return any(options.wants(f"{combo.name}/{suffix}") for suffix in (*CHECKS, "nchw/sync", "relaxed/sync"))
+def _selected(combo: Combo, options: SuiteOptions) -> bool:
+    """Whether --filter selects any case of this combination."""
+    if options.filter is None:
+        return True
+    checks = (*CHECKS, "not claimed")
+    return any(options.wants(case_name(combo, label, c)) for label in ("", "nchw", "relaxed") for c in checks)

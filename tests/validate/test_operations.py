@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from mlts.hal.enums import OperandType as T
+from mlts.hal.enums import OperationType
 from mlts.runtime.discovery import discover
 from mlts.validate import operations
 from mlts.validate.core import SuiteOptions, Target
@@ -65,18 +66,27 @@ def test_every_table_combination_is_enumerated():
     assert "CONV_2D/TENSOR_QUANT8_ASYMM/per-channel" in names
 
 
+def test_case_names_fill_the_report_matrix():
+    from mlts.validate.html import _CELL
+
+    combo = operations.Combo(OperationType.CONV_2D, T.TENSOR_QUANT8_ASYMM, True)
+    name = operations.case_name(combo, "nchw", "burst")
+    assert name == "CONV_2D/TENSOR_QUANT8_ASYMM: per-channel/nchw/burst"
+    assert _CELL.match(name).groups() == ("CONV_2D", "TENSOR_QUANT8_ASYMM")
+
+
 def test_sample_all_passes_on_every_path_layout_and_shape(tmp_path):
     results = _run("sample-all", tmp_path, r"^(ADD|CONV_2D|BOX_WITH_NMS_LIMIT)/", quick=False)
     failing = [(r.name, r.reason) for r in results if r.failed]
     assert not failing, failing
     names = {r.name for r in results}
     for check in operations.CHECKS:
-        assert f"ADD/TENSOR_FLOAT32/{check}" in names
-    assert "CONV_2D/TENSOR_FLOAT32/nchw/sync" in names
-    assert "CONV_2D/TENSOR_QUANT8_ASYMM/per-channel/sync" in names
-    assert "ADD/TENSOR_FLOAT32/relaxed/sync" in names
+        assert f"ADD/TENSOR_FLOAT32: {check}" in names
+    assert "CONV_2D/TENSOR_FLOAT32: nchw/sync" in names
+    assert "CONV_2D/TENSOR_QUANT8_ASYMM: per-channel/sync" in names
+    assert "ADD/TENSOR_FLOAT32: relaxed/sync" in names
     passed = {r.name for r in results if r.outcome == "pass"}
-    assert "CONV_2D/TENSOR_QUANT8_ASYMM_SIGNED/nchw/sync" in passed
+    assert "CONV_2D/TENSOR_QUANT8_ASYMM_SIGNED: nchw/sync" in passed
     # No float64 reference for BOX_WITH_NMS_LIMIT: its paths must agree, and it says so.
     skipped = [r for r in results if r.name.startswith("BOX_WITH_NMS_LIMIT/") and r.outcome == "skip"]
     assert skipped and all(
@@ -85,16 +95,16 @@ def test_sample_all_passes_on_every_path_layout_and_shape(tmp_path):
 
 
 def test_unclaimed_combinations_are_skipped(tmp_path):
-    results = _run("sample-minimal", tmp_path, r"^(ADD|MUL)/TENSOR_FLOAT32/")
+    results = _run("sample-minimal", tmp_path, r"^(ADD|MUL)/TENSOR_FLOAT32: ")
     outcome = {r.name: r.outcome for r in results}
-    assert outcome["MUL/TENSOR_FLOAT32"] == "skip"
-    assert outcome["ADD/TENSOR_FLOAT32/sync"] == "pass"
+    assert outcome["MUL/TENSOR_FLOAT32: not claimed"] == "skip"
+    assert outcome["ADD/TENSOR_FLOAT32: sync"] == "pass"
 
 
 @pytest.fixture(scope="module")
 def wrong_add(tmp_path_factory):
     out = tmp_path_factory.mktemp("wrong-add")
-    return out, _run("sample-faulty", out, r"^(ADD|MUL)/TENSOR_FLOAT32/", wrong_op="ADD")
+    return out, _run("sample-faulty", out, r"^(ADD|MUL)/TENSOR_FLOAT32: ", wrong_op="ADD")
 
 
 def test_a_wrong_kernel_is_caught_on_its_operation_only(wrong_add):
@@ -108,7 +118,7 @@ def test_a_wrong_kernel_is_caught_on_its_operation_only(wrong_add):
 
 def test_a_saved_reproducer_replays(wrong_add, tmp_path):
     _, results = wrong_add
-    path = next(r.reproducer for r in results if r.name == "ADD/TENSOR_FLOAT32/sync")
+    path = next(r.reproducer for r in results if r.name == "ADD/TENSOR_FLOAT32: sync")
     with Target(discover()["sample-faulty"], str(tmp_path), options={"wrong_op": "ADD"}) as target:
         assert replay(target, path).outcome == "fail"
     with Target(discover()["sample-all"], str(tmp_path)) as target:
