@@ -9,8 +9,9 @@ For each target (`fuzz_targets`) two campaigns run from the same seeds:
   hang (no answer within the call timeout) and wrong answer (an input the reference
   validator refuses is accepted) are findings.
 
-Budget: `--fuzz-cases N` inputs or `--fuzz-seconds S` in all, split evenly over the eight
-campaigns (a quick run: 2000 inputs). Every distinct finding is minimised (delta debugging on
+Budget: `--fuzz-cases N` inputs or `--fuzz-seconds S` in all, split evenly over the targets
+--filter selects, then 80% in-process and 20% on the service when both of a target's
+campaigns run (a quick run: 2000 inputs). Every distinct finding is minimised (delta debugging on
 the bytes) and saved as a reproducer in the run's folder for `mlts validate --replay`. Each
 campaign is one case whose reason gives its inputs, inputs per second and engine.
 """
@@ -75,18 +76,26 @@ def _budgets(options: SuiteOptions, campaigns: int) -> tuple[int | None, float |
 
 def run(target: Target, options: SuiteOptions, emit: Callable[[CaseResult], None]) -> None:
     """Run the fuzz campaigns on `target`; one case per campaign plus one per distinct finding."""
-    names = [n for n in TARGETS if options.wants(f"{n}/in-process") or options.wants(f"{n}/service")]
-    cases, seconds = _budgets(options, max(1, 2 * len(names)))
+    plan = [(n, [e for e in ("in-process", "service") if options.wants(f"{n}/{e}")]) for n in TARGETS]
+    plan = [(n, engines) for n, engines in plan if engines]
+    cases, seconds = _budgets(options, max(1, len(plan)))  # per target
     ctx = ServiceContext(target, min(target.call_timeout, 10.0))
-    for k, name in enumerate(names):
+    for k, (name, engines) in enumerate(plan):
         fuzz_target = TARGETS[name]()
         seed = options.seed * 1_000_003 + k
-        if options.wants(f"{name}/in-process"):
-            in_cases = cases if cases is None else max(1, int(cases * 2 * (1 - SERVICE_SHARE)))
-            _in_process(target, fuzz_target, Budget(in_cases, seconds), seed, emit)
-        if options.wants(f"{name}/service"):
-            svc_cases = cases if cases is None else max(1, int(cases * 2 * SERVICE_SHARE))
-            _service(target, ctx, fuzz_target, Budget(svc_cases, seconds), seed, emit)
+        # A target's budget: 80% in-process and 20% on the service when both run.
+        share = (
+            {"in-process": 1 - SERVICE_SHARE, "service": SERVICE_SHARE}
+            if len(engines) == 2
+            else {engines[0]: 1.0}
+        )
+        for engine in engines:
+            n_cases = None if cases is None else max(1, int(cases * share[engine]))
+            n_seconds = None if seconds is None else seconds * share[engine]
+            if engine == "in-process":
+                _in_process(target, fuzz_target, Budget(n_cases, n_seconds), seed, emit)
+            else:
+                _service(target, ctx, fuzz_target, Budget(n_cases, n_seconds), seed, emit)
 
 
 def _summary(n: int, budget: Budget, engine: str, findings: int, seconds: float | None = None) -> str:
