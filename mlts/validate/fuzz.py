@@ -114,30 +114,47 @@ def _in_process(target: Target, t: FuzzTarget, budget: Budget, seed: int, emit: 
         engine = "atheris, coverage-guided"
     else:
         rng = random.Random(seed)
-        findings: dict[str, Finding] = {}
+        by_key: dict[str, Finding] = {}
         n = 0
         while budget.more():
             data = t.mutate(rng)
             found = t.inproc(data)
             n += 1
             budget.done += 1
-            if found is not None and found.key not in findings:
-                findings[found.key] = found
+            if found is not None and found.key not in by_key:
+                by_key[found.key] = found
         engine = "seeded random mutation"
-        findings = list(findings.values())
-    for f in findings:
-        small = t.minimise(f.data, lambda d, key=f.key: _same(t.inproc(d), key), MINIMISE_TRIES)
-        _report(target, t, name, Finding(f.kind, f.detail, small, f.key), len(f.data), emit)
-    emit(
-        CaseResult(
-            SUITE,
-            name,
-            "pass" if not findings else "fail",
-            _summary(n, budget, engine, len(findings), took),
-            None,
-            budget.elapsed(),
-        )
+        findings = list(by_key.values())
+    _close_campaign(
+        target,
+        t,
+        name,
+        findings,
+        t.inproc,
+        MINIMISE_TRIES,
+        emit,
+        _summary(n, budget, engine, len(findings), took),
+        budget,
     )
+
+
+def _close_campaign(
+    target: Target,
+    t: FuzzTarget,
+    name: str,
+    findings: list[Finding],
+    rerun: Callable[[bytes], Finding | None],
+    tries: int,
+    emit: Callable,
+    summary: str,
+    budget: Budget,
+) -> None:
+    """Minimise and report each finding (rerunning inputs with `rerun`), then the campaign's own case."""
+    for f in findings:
+        small = t.minimise(f.data, lambda d, key=f.key: _same(rerun(d), key), tries)
+        _report(target, t, name, Finding(f.kind, f.detail, small, f.key), len(f.data), emit)
+    outcome = "pass" if not findings else "fail"
+    emit(CaseResult(SUITE, name, outcome, summary, None, budget.elapsed()))
 
 
 def _same(found: Finding | None, key: str) -> bool:
@@ -158,20 +175,16 @@ def _service(
         budget.done += 1
         if found is not None and found.key not in findings:
             findings[found.key] = found
-    for f in findings.values():
-        small = t.minimise(
-            f.data, lambda d, key=f.key: _same(_service_once(target, ctx, t, d), key), MINIMISE_SERVICE_TRIES
-        )
-        _report(target, t, name, Finding(f.kind, f.detail, small, f.key), len(f.data), emit)
-    emit(
-        CaseResult(
-            SUITE,
-            name,
-            "pass" if not findings else "fail",
-            _summary(n, budget, "driver service, no pre-validation", len(findings)),
-            None,
-            budget.elapsed(),
-        )
+    _close_campaign(
+        target,
+        t,
+        name,
+        list(findings.values()),
+        lambda d: _service_once(target, ctx, t, d),
+        MINIMISE_SERVICE_TRIES,
+        emit,
+        _summary(n, budget, "driver service, no pre-validation", len(findings)),
+        budget,
     )
 
 

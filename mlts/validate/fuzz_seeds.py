@@ -133,6 +133,19 @@ def request_seed(model: Model) -> tuple[dict, int]:
     return doc, offset
 
 
+def prepare_args(size: int) -> dict:
+    """prepareModel's arguments for a model of `size` bytes passed as fd 0 (no cache, no deadline)."""
+    return {
+        "model": {"fd": 0, "size": size},
+        "preference": 1,
+        "priority": 1,
+        "deadline": None,
+        "model_cache": [],
+        "data_cache": [],
+        "token": "",
+    }
+
+
 def frame_seeds(model_size: int = 0) -> list[bytes]:
     """Frames a client sends (without fds): queries, calls with bad handles, a burst call."""
     calls: list[tuple[str, dict]] = [
@@ -146,15 +159,7 @@ def frame_seeds(model_size: int = 0) -> list[bytes]:
         ("freeMemory", {"ids": [1, 2]}),
         (
             "prepareModel",
-            {
-                "model": {"fd": 0, "size": model_size or 4096},
-                "preference": 1,
-                "priority": 1,
-                "deadline": None,
-                "model_cache": [],
-                "data_cache": [],
-                "token": "",
-            },
+            prepare_args(model_size or 4096),
         ),
         (
             "executeSynchronously",

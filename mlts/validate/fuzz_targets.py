@@ -37,6 +37,7 @@ from mlts.runtime.burst import RemoteBurst
 from mlts.runtime.remote_prepared import RemotePreparedModel
 from mlts.validate import fuzz_seeds as seeds
 from mlts.validate.fuzz_mutate import ddmin_bytes, mutate_bytes, mutate_doc, shrink_doc
+from mlts.validate.replay import _drain
 
 EXPECTED = (HalError, ValueError, wire.WireError, RingError)
 MAX_POOL_BYTES = 1 << 20
@@ -141,15 +142,7 @@ class ModelTarget(Target):
     def service(self, ctx: ServiceContext, data: bytes) -> Finding | None:
         device = ctx.device
         memory = SharedMemory.frozen(data, "mlts-fuzz-model")
-        args = {
-            "model": {"fd": 0, "size": len(data)},
-            "preference": 1,
-            "priority": 1,
-            "deadline": None,
-            "model_cache": [],
-            "data_cache": [],
-            "token": "",
-        }
+        args = seeds.prepare_args(len(data))
         try:
             try:
                 result = device.call("prepareModel", args, [memory.fd], timeout=ctx.timeout)
@@ -316,23 +309,6 @@ class FrameTarget(Target):
                 "crash", f"the driver service died after the frame ({answered})", data, "frame-crash"
             )
         return None
-
-
-def _drain(sock: socket.socket, timeout: float) -> str | None:
-    """Read until end of file; a word on what came, or None when nothing came in time."""
-    deadline = time.monotonic() + timeout
-    got = 0
-    while time.monotonic() < deadline:
-        if not wire.wait_readable(sock, max(0.0, deadline - time.monotonic())):
-            return None
-        try:
-            chunk = sock.recv(65536)
-        except OSError:
-            return "hung up"
-        if not chunk:
-            return "answered, then hung up" if got else "hung up"
-        got += len(chunk)
-    return None
 
 
 # ---------------------------------------------------------------- burst rings

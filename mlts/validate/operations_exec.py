@@ -68,6 +68,12 @@ def host_request(model: Model, inputs: Sequence[np.ndarray], out_bytes: Sequence
     )
 
 
+def _fill(pool: SharedMemory, inputs: Sequence[np.ndarray], where: Sequence[DataLocation]) -> None:
+    for arr, loc in zip(inputs, where, strict=True):
+        if arr.nbytes:
+            pool.buffer[loc.offset : loc.offset + arr.nbytes] = arr.tobytes()
+
+
 class PreparedCase:
     """A case model prepared on a device; run it by path, read its outputs. Close it when done."""
 
@@ -100,9 +106,7 @@ class PreparedCase:
         ins, outs, size = layout(self.model, inputs, sizes)
         pool = SharedMemory.create(size, "mlts-validate-case")
         self._pools.append(pool)
-        for arr, loc in zip(inputs, ins, strict=True):
-            if arr.nbytes:
-                pool.buffer[loc.offset : loc.offset + arr.nbytes] = arr.tobytes()
+        _fill(pool, inputs, ins)
         request = Request(
             tuple(RequestArgument(False, loc, tuple(a.shape)) for a, loc in zip(inputs, ins, strict=True)),
             tuple(RequestArgument(False, loc, ()) for loc in outs),
@@ -170,9 +174,7 @@ class PreparedCase:
             ins, outs, size = layout(self.model, rest, sizes)
             pool = SharedMemory.create(size, "mlts-validate-case")
             self._pools.append(pool)
-            for arr, loc in zip(rest, ins, strict=True):
-                if arr.nbytes:
-                    pool.buffer[loc.offset : loc.offset + arr.nbytes] = arr.tobytes()
+            _fill(pool, rest, ins)
             args_in = [RequestArgument(False, loc, tuple(a.shape)) for a, loc in zip(rest, ins, strict=True)]
             if in_buf is not None:
                 args_in[0] = RequestArgument(False, DataLocation(2, 0, 0), ())
