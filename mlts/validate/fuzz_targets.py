@@ -365,17 +365,9 @@ class RingTarget(Target):
         try:
             burst.requests._view[:] = data
             burst.requests.signal()
-            deadline = time.monotonic() + ctx.timeout
-            while time.monotonic() < deadline:
-                if burst.results.wait(0.05, 0):
-                    break
-                if device.dead is not None or not device.process.alive():
-                    break
-            else:
-                if device.process.alive():
-                    return Finding(
-                        "hang", f"no burst result or end within {ctx.timeout:g} s", data, "ring-hang"
-                    )
+            # With nothing published (write counter 0) the driver rightly waits; it must only live on.
+            if struct.unpack_from("<Q", data, 0)[0] != 0 and not _answered(burst, device, ctx.timeout):
+                return Finding("hang", f"no burst result or end within {ctx.timeout:g} s", data, "ring-hang")
         finally:
             burst.close()
         try:
@@ -383,6 +375,17 @@ class RingTarget(Target):
         except HalError as e:
             return ctx.judge(e, data, "ping after the ring")
         return None
+
+
+def _answered(burst: RemoteBurst, device: Any, timeout: float) -> bool:
+    """Whether the driver answered on the result ring (or ended the burst, or died) within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if burst.results.wait(0.05, 0):
+            return True
+        if device.dead is not None or not device.process.alive():
+            return True  # a death, which the ping below reports
+    return False
 
 
 class ServiceContext:
