@@ -68,6 +68,10 @@ def host_request(model: Model, inputs: Sequence[np.ndarray], out_bytes: Sequence
     )
 
 
+class NoDriverMemory(Exception):
+    """The driver does not allocate driver-managed buffers (allocate answers GENERAL_FAILURE)."""
+
+
 def _fill(pool: SharedMemory, inputs: Sequence[np.ndarray], where: Sequence[DataLocation]) -> None:
     for arr, loc in zip(inputs, where, strict=True):
         if arr.nbytes:
@@ -160,8 +164,17 @@ class PreparedCase:
     def run_in_driver_memory(self, mode: str, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Execute with input 0 and output 0 in driver buffers (allocate, copyFrom, copyTo); the outputs."""
         dev = self.device
-        in_buf = dev.allocate(BufferDesc(), [self.prepared], [BufferRole(0, 0)], []) if inputs else None
-        out_buf = dev.allocate(BufferDesc(), [self.prepared], [], [BufferRole(0, 0)])
+        try:
+            out_buf = dev.allocate(BufferDesc(), [self.prepared], [], [BufferRole(0, 0)])
+        except HalError as e:
+            if e.status == ErrorStatus.GENERAL_FAILURE:  # NNAPI: a driver without memory domains
+                raise NoDriverMemory(e.message) from None
+            raise
+        try:
+            in_buf = dev.allocate(BufferDesc(), [self.prepared], [BufferRole(0, 0)], []) if inputs else None
+        except BaseException:
+            out_buf.close()
+            raise
         try:
             rest = list(inputs)
             tokens: list[int] = [out_buf.token]
