@@ -214,3 +214,48 @@ def _sequence_rnn(a: list[Any], c: Ctx) -> list[np.ndarray]:
         steps.append(h)
     y = np.stack(steps)
     return [y if time_major else np.swapaxes(y, 0, 1)]
+
+
+@ref("BIDIRECTIONAL_SEQUENCE_RNN")
+def _bidirectional_rnn(a: list[Any], c: Ctx) -> list[np.ndarray]:
+    x = a[0]
+    if any(v is not None for v in a[9:12]):
+        raise NotImplementedError("auxiliary inputs")
+    act, time_major, merge = int(a[12]), bool(a[13]), bool(a[14])
+    seq = x if time_major else np.swapaxes(x, 0, 1)
+
+    def run(w: np.ndarray, r: np.ndarray, b: np.ndarray, h: np.ndarray, steps: range) -> np.ndarray:
+        out = np.zeros((seq.shape[0], seq.shape[1], w.shape[0]))
+        for t in steps:
+            h = _rnn_activation(act, seq[t] @ w.T + h @ r.T + b)
+            out[t] = h
+        return out
+
+    fw = run(a[1], a[2], a[3], a[4], range(seq.shape[0]))
+    bw = run(a[5], a[6], a[7], a[8], range(seq.shape[0] - 1, -1, -1))
+    if not time_major:
+        fw, bw = np.swapaxes(fw, 0, 1), np.swapaxes(bw, 0, 1)
+    return [np.concatenate([fw, bw], axis=-1)] if merge else [fw, bw]
+
+
+@ref("AXIS_ALIGNED_BBOX_TRANSFORM")
+def _bbox_transform(a: list[Any], c: Ctx) -> list[np.ndarray]:
+    rois, deltas, batches, info = a[0], a[1], np.asarray(a[2], dtype=np.int64), a[3]
+    n = rois.shape[0]
+    d = deltas.reshape(n, -1, 4)
+    width, height = rois[:, 2] - rois[:, 0], rois[:, 3] - rois[:, 1]
+    cx, cy = rois[:, 0] + 0.5 * width, rois[:, 1] + 0.5 * height
+    pcx = d[..., 0] * width[:, None] + cx[:, None]
+    pcy = d[..., 1] * height[:, None] + cy[:, None]
+    pw, ph = np.exp(d[..., 2]) * width[:, None], np.exp(d[..., 3]) * height[:, None]
+    img_h, img_w = info[batches, 0][:, None], info[batches, 1][:, None]
+    boxes = np.stack(
+        [
+            np.clip(pcx - 0.5 * pw, 0, img_w),
+            np.clip(pcy - 0.5 * ph, 0, img_h),
+            np.clip(pcx + 0.5 * pw, 0, img_w),
+            np.clip(pcy + 0.5 * ph, 0, img_h),
+        ],
+        axis=-1,
+    )
+    return [boxes.reshape(n, -1)]
