@@ -42,6 +42,9 @@ WEIGHTED = frozenset(
         "FULLY_CONNECTED",
         "RNN",
         "UNIDIRECTIONAL_SEQUENCE_RNN",
+        "BIDIRECTIONAL_SEQUENCE_RNN",
+        "LSTM",
+        "UNIDIRECTIONAL_SEQUENCE_LSTM",
     }
 )
 #: Input positions that are indices into another input (operation -> {position: indexed position}).

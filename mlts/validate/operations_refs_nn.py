@@ -259,3 +259,55 @@ def _bbox_transform(a: list[Any], c: Ctx) -> list[np.ndarray]:
         axis=-1,
     )
     return [boxes.reshape(n, -1)]
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _lstm_step(
+    a: list[Any], x: np.ndarray, h: np.ndarray, c: np.ndarray, norm: list[Any]
+) -> tuple[np.ndarray, np.ndarray]:
+    """One NNAPI LSTM cell step (CIFG, peephole, projection and clipping as the inputs give them)."""
+    if any(v is not None for v in norm):
+        raise NotImplementedError("layer normalisation")
+    act, cell_clip, proj_clip = int(a[20]), float(a[21]), float(a[22])
+
+    def gate(w: int, r: int, peep: int | None, bias: int, cell: np.ndarray) -> np.ndarray:
+        z = x @ a[w].T + h @ a[r].T + a[bias]
+        if peep is not None and a[peep] is not None:
+            z = z + cell * a[peep]
+        return z
+
+    f = _sigmoid(gate(2, 6, 10, 13, c))
+    i = 1.0 - f if a[1] is None else _sigmoid(gate(1, 5, 9, 12, c))
+    g = _rnn_activation(act, gate(3, 7, None, 14, c))
+    c_new = f * c + i * g
+    if cell_clip > 0:
+        c_new = np.clip(c_new, -cell_clip, cell_clip)
+    o = _sigmoid(gate(4, 8, 11, 15, c_new))
+    h_new = o * _rnn_activation(act, c_new)
+    if a[16] is not None:
+        h_new = h_new @ a[16].T + (0.0 if a[17] is None else a[17])
+        if proj_clip > 0:
+            h_new = np.clip(h_new, -proj_clip, proj_clip)
+    return h_new, c_new
+
+
+@ref("LSTM")
+def _lstm(a: list[Any], c: Ctx) -> list[Any]:
+    h, cell = _lstm_step(a, a[0], a[18], a[19], a[23:27])
+    return [None, h, cell, h]  # the scratch buffer's contents are the driver's own
+
+
+@ref("UNIDIRECTIONAL_SEQUENCE_LSTM")
+def _sequence_lstm(a: list[Any], c: Ctx) -> list[Any]:
+    time_major = bool(a[23])
+    seq = a[0] if time_major else np.swapaxes(a[0], 0, 1)
+    h, cell = a[18], a[19]
+    steps = []
+    for t in range(seq.shape[0]):
+        h, cell = _lstm_step(a, seq[t], h, cell, a[24:28])
+        steps.append(h)
+    y = np.stack(steps)
+    return [y if time_major else np.swapaxes(y, 0, 1), h, cell]
