@@ -45,6 +45,7 @@ WEIGHTED = frozenset(
         "BIDIRECTIONAL_SEQUENCE_RNN",
         "LSTM",
         "UNIDIRECTIONAL_SEQUENCE_LSTM",
+        "BIDIRECTIONAL_SEQUENCE_LSTM",
     }
 )
 #: Input positions that are indices into another input (operation -> {position: indexed position}).

@@ -311,3 +311,29 @@ def _sequence_lstm(a: list[Any], c: Ctx) -> list[Any]:
         steps.append(h)
     y = np.stack(steps)
     return [y if time_major else np.swapaxes(y, 0, 1), h, cell]
+
+
+@ref("BIDIRECTIONAL_SEQUENCE_LSTM")
+def _bidirectional_lstm(a: list[Any], c: Ctx) -> list[Any]:
+    if any(v is not None for v in a[39:48]):
+        raise NotImplementedError("auxiliary inputs")
+    merge, time_major = bool(a[51]), bool(a[52])
+    seq = a[0] if time_major else np.swapaxes(a[0], 0, 1)
+    tail = [a[48], a[49], a[50]]
+    # Each direction as a unidirectional LSTM's inputs: weights, biases, projection, states, parameters.
+    fw = [None, *a[1:18], a[35], a[36], *tail]
+    bw = [None, *a[18:35], a[37], a[38], *tail]
+
+    def run(args: list[Any], norm: list[Any], steps: range) -> np.ndarray:
+        h, cell = args[18], args[19]
+        out: list[np.ndarray] = [np.empty(0)] * seq.shape[0]
+        for t in steps:
+            h, cell = _lstm_step(args, seq[t], h, cell, norm)
+            out[t] = h
+        return np.stack(out)
+
+    y_fw = run(fw, a[53:57], range(seq.shape[0]))
+    y_bw = run(bw, a[57:61], range(seq.shape[0] - 1, -1, -1))
+    if not time_major:
+        y_fw, y_bw = np.swapaxes(y_fw, 0, 1), np.swapaxes(y_bw, 0, 1)
+    return [np.concatenate([y_fw, y_bw], axis=-1)] if merge else [y_fw, y_bw]
