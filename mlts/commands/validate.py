@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.util
 import json
 import os
 import sys
@@ -81,7 +82,14 @@ def _suites(values: tuple[str, ...]) -> tuple[str, ...]:
                 raise BadInput(f"--suite {name!r}: unknown suite; known suites: {', '.join(SUITES)}, all")
             if name not in names:
                 names.append(name)
-    return tuple(names) or DEFAULT_SUITES
+    if names:
+        return tuple(names)
+    # The default selection runs the suites this installation has; a named suite must exist.
+    present = tuple(s for s in DEFAULT_SUITES if importlib.util.find_spec(SUITES[s]) is not None)
+    for s in DEFAULT_SUITES:
+        if s not in present:
+            click.echo(f"mlts validate: suite {s} is not installed; skipped", err=True)
+    return present
 
 
 def _pick_driver(driver: str | None, plugin_files: tuple[str, ...], sockets: tuple[str, ...]):

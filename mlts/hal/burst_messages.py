@@ -168,6 +168,17 @@ def _read_pools(reader: _Reader, n: int) -> tuple[PoolRef, ...]:
     return tuple(pools)
 
 
+def request_seq(data: bytes) -> int:
+    """The sequence number of a request message whose fixed part is whole (0 if it is not).
+
+    A request that fails to decode is answered under this number, so its client gets the error
+    instead of waiting for a result that never comes.
+    """
+    if len(data) < _REQUEST.size:
+        return 0
+    return int(_REQUEST.unpack_from(data, 0)[1])
+
+
 def decode_request(data: bytes) -> BurstRequest:
     """A request message; ValueError naming what is wrong."""
     reader = _Reader(data)

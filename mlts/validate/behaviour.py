@@ -222,7 +222,11 @@ def case_priorities_accepted(target: Target) -> str | None:
 
 
 def case_priority_order(target: Target) -> str | None:
-    """A HIGH execution queued behind LOW executions of the same client must not finish last."""
+    """A HIGH execution queued behind LOW executions of the same client must not finish last.
+
+    The executions are launched asynchronously, LOW ones first: each launch returns once the service
+    holds the execution, so all of them are queued before the HIGH one whatever the machine's load.
+    """
     model = while_model()
     device = target.device()
     low = device.prepareModel(model, priority=Priority.LOW)
@@ -232,22 +236,26 @@ def case_priority_order(target: Target) -> str | None:
     lock = threading.Lock()
     errors: list[str] = []
 
-    def run(prepared, label: str) -> None:
+    def wait(callback, label: str) -> None:
         try:
-            execute(prepared, counting_request(model, 1500), loop_timeout=15_000_000_000)
+            callback.result()
         except HalError as e:
             errors.append(f"{label}: {e.status.name}: {e.message}")
         with lock:
             finished.append(label)
 
     try:
-        threads = [threading.Thread(target=run, args=(low, f"low{i}")) for i in range(n_low)]
+        launched = [
+            (low.execute(counting_request(model, 1500), loop_timeout_duration=15_000_000_000), f"low{i}")
+            for i in range(n_low)
+        ]
+        launched.append(
+            (high.execute(counting_request(model, 1500), loop_timeout_duration=15_000_000_000), "high")
+        )
+        threads = [threading.Thread(target=wait, args=item) for item in launched]
         for t in threads:
             t.start()
-        time.sleep(0.03)  # the LOW executions are running or queued
-        hi = threading.Thread(target=run, args=(high, "high"))
-        hi.start()
-        for t in (*threads, hi):
+        for t in threads:
             t.join(120)
     finally:
         low.close()

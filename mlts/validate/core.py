@@ -271,9 +271,13 @@ class _SocketService:
         pass
 
 
+#: How the runtime words a call that got no answer in time (a reply, a burst result, a fence).
+_HANG_TEXTS = ("no reply within", "no burst result within", "did not signal its fence within")
+
+
 def is_hang(error: BaseException) -> bool:
     """Whether a call failed because the driver gave no answer in time (the connection then stopped it)."""
-    return isinstance(error, HalError) and "no reply within" in error.message
+    return isinstance(error, HalError) and any(text in error.message for text in _HANG_TEXTS)
 
 
 def is_death(error: BaseException, device: RemoteDevice | None) -> bool:

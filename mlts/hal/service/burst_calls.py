@@ -172,6 +172,7 @@ class BurstContext:
             try:
                 request = msg.decode_request(data)
             except ValueError as e:
+                seq = msg.request_seq(data)
                 raise invalid(f"burst request: {e}") from None
             seq = request.seq
             result = self._execute(request, self._resolve(request, held))
