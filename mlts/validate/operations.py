@@ -32,7 +32,7 @@ from mlts.validate import (
     operations_refs_nn,  # noqa: F401  (registers the NN references)
     reproducer,
 )
-from mlts.validate.core import CaseResult, SuiteOptions, Target, run_case
+from mlts.validate.core import CaseResult, SuiteOptions, Target, is_death, is_hang, run_case
 from mlts.validate.operations_data import (
     bias_scales,
     compare,
@@ -89,7 +89,29 @@ def claimed(target: Target, items: list[Combo]) -> list[bool]:
     if not items:
         return []
     model = probe_suite([(c.op, c.key, c.per_channel) for c in items])
-    return list(target.device().getSupportedOperations(model))
+    try:
+        return list(_ask(target, model))
+    except HalError:
+        pass
+    # The driver refused the combined model: ask about each combination on its own.
+    flags = []
+    for c in items:
+        try:
+            flags.append(bool(_ask(target, probe_model(c.op, c.key, c.per_channel))[0]))
+        except HalError:
+            flags.append(False)
+    return flags
+
+
+def _ask(target: Target, model: Any) -> tuple[bool, ...]:
+    """getSupportedOperations; a driver that hangs or dies on it is restarted before the error goes on."""
+    device = target.device()
+    try:
+        return device.getSupportedOperations(model)
+    except HalError as e:
+        if is_hang(e) or is_death(e, device):
+            target.restart()
+        raise
 
 
 @dataclass(frozen=True)
