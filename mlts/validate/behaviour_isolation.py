@@ -87,14 +87,24 @@ CORRUPTIONS: dict[str, Callable[[int, bytes], bytes]] = {
 }
 
 
+NO_CACHE = "the driver asks for no cache files (getNumberOfCacheFilesNeeded 0, 0)"
+
+
+def _cache_counts(device) -> tuple[int, int] | None:
+    """(model, data) cache files the driver asks for, or None when it asks for none."""
+    needed = device.getNumberOfCacheFilesNeeded()
+    counts = (needed.num_model_cache, needed.num_data_cache)
+    return None if counts == (0, 0) else counts
+
+
 def case_cache(target: Target, options: SuiteOptions) -> str | tuple[str, str] | None:
     device = target.device()
-    needed = device.getNumberOfCacheFilesNeeded()
-    if (needed.num_model_cache, needed.num_data_cache) == (0, 0):
-        return "skip", "the driver asks for no cache files (getNumberOfCacheFilesNeeded 0, 0)"
+    needed = _cache_counts(device)
+    if needed is None:
+        return "skip", NO_CACHE
     model, request = simple_case()
     with tempfile.TemporaryDirectory(prefix="mlts-validate-cache-") as folder:
-        with cache_files(needed.num_model_cache, needed.num_data_cache, folder) as (mfds, dfds):
+        with cache_files(*needed, folder) as (mfds, dfds):
             prepared = device.prepareModel(model, model_cache=mfds, data_cache=dfds, token=_TOKEN)
             try:
                 execute(prepared, request)
@@ -151,16 +161,16 @@ def case_cache_other_client(target: Target) -> str | tuple[str, str] | None:
     a = target.new_client()
     b = target.new_client()
     try:
-        needed = a.getNumberOfCacheFilesNeeded()
-        if (needed.num_model_cache, needed.num_data_cache) == (0, 0):
-            return "skip", "the driver asks for no cache files"
-        model, request = simple_case()
+        needed = _cache_counts(a)
+        if needed is None:
+            return "skip", NO_CACHE
+        model, _ = simple_case()
         with tempfile.TemporaryDirectory(prefix="mlts-validate-cache-") as folder:
-            with cache_files(needed.num_model_cache, needed.num_data_cache, folder) as (mfds, dfds):
+            with cache_files(*needed, folder) as (mfds, dfds):
                 a.prepareModel(model, model_cache=mfds, data_cache=dfds, token=_TOKEN).close()
-            with cache_files(needed.num_model_cache, needed.num_data_cache, os.path.join(folder)) as (m2, d2):
-                for fd in m2 + d2:
-                    os.ftruncate(fd, 0)
+            own = os.path.join(folder, "client-b")
+            os.mkdir(own)
+            with cache_files(*needed, own) as (m2, d2):
                 try:
                     stolen = b.prepareModelFromCache(m2, d2, _TOKEN)
                 except HalError:

@@ -26,6 +26,7 @@ from mlts.hal.types import (
     ExtensionNameAndPrefix,
     Model,
     Operand,
+    Operation,
     SymmPerChannelQuantParams,
 )
 
@@ -441,13 +442,16 @@ def operation_mutants(model: Model, k: int = 0) -> Iterator[Mutant]:
     yield from _tensor_parameter_mutants(model, k)
 
 
-def _quantisation_mutants(model: Model, k: int) -> Iterator[Mutant]:
-    """Scales and zero points an operation ties to other operands (fixed output scales, bias scales)."""
-    op = model.main.operations[k]
-    slots = [("input", p, i) for p, i in enumerate(op.inputs)] + [
+def _slots(op: Operation) -> list[tuple[str, int, int]]:
+    """(role, position, operand index) of each input, then each output of `op`."""
+    return [("input", p, i) for p, i in enumerate(op.inputs)] + [
         ("output", p, i) for p, i in enumerate(op.outputs)
     ]
-    for role, pos, i in slots:
+
+
+def _quantisation_mutants(model: Model, k: int) -> Iterator[Mutant]:
+    """Scales and zero points an operation ties to other operands (fixed output scales, bias scales)."""
+    for role, pos, i in _slots(model.main.operations[k]):
         o = model.main.operands[i]
         if o.scale <= 0 or o.extra_params is not None:
             continue
@@ -503,11 +507,7 @@ def fill_constant(model: Model, index: int, value: int) -> Model | None:
 
 
 def _slot_type_mutants(model: Model, k: int) -> Iterator[Mutant]:
-    op = model.main.operations[k]
-    slots = [("input", p, i) for p, i in enumerate(op.inputs)] + [
-        ("output", p, i) for p, i in enumerate(op.outputs)
-    ]
-    for role, pos, i in slots:
+    for role, pos, i in _slots(model.main.operations[k]):
         o = model.main.operands[i]
         if o.lifetime == L.NO_VALUE:
             continue

@@ -107,3 +107,15 @@ def test_missing_replay_file(runner, tmp_path):
 def test_driver_serve_offers_no_prevalidate(runner):
     result = runner.invoke(main, ["driver", "serve", "--help"])
     assert "--no-prevalidate" in result.output
+
+
+def test_plugin_driver_is_picked_without_a_name(runner, tmp_path):
+    plugin = tmp_path / "my_npu.py"
+    plugin.write_text(
+        "from driver.variants import SampleAll\n\n\nclass MyNpu(SampleAll):\n    name = 'my-npu'\n",
+        encoding="utf-8",
+    )
+    args = ["validate", "--driver-plugin", str(plugin), "--suite", "behaviour", "--filter", r"^timing \[sync\]$"]
+    result = runner.invoke(main, [*args, "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("my-npu: passed: 1 cases")
