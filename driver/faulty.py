@@ -30,8 +30,10 @@ from driver.faulty_conformance import UnvalidatedPreparedModel, has_operation, u
 from driver.operands import dtype_of, pool_view
 from mlts.hal.enums import ErrorStatus, ExecutionPreference, MeasureTiming, OperationType, Priority
 from mlts.hal.errors import HalError
-from mlts.hal.interface import PreparedModel
+from mlts.hal.interface import Buffer, PreparedModel
 from mlts.hal.types import (
+    BufferDesc,
+    BufferRole,
     Capabilities,
     ExecutionResult,
     Model,
@@ -553,3 +555,14 @@ class SampleFaulty(SampleDevice):
         assert isinstance(inner, SamplePreparedModel)
         wrong = self.faults.spoils(point) or has_operation(inner.model, self.faults.plan.wrong_op)
         return FaultyPreparedModel(inner, self.faults, wrong)
+
+    def allocate(
+        self,
+        desc: BufferDesc,
+        prepared_models: Sequence[PreparedModel],
+        input_roles: Sequence[BufferRole],
+        output_roles: Sequence[BufferRole],
+    ) -> Buffer:
+        # Roles name the wrapped models; the sample driver knows only what they wrap.
+        inner = [p.inner if isinstance(p, FaultyPreparedModel) else p for p in prepared_models]
+        return super().allocate(desc, inner, input_roles, output_roles)
