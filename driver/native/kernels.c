@@ -112,7 +112,17 @@ static void sgemm_block(const float *a, const float *b, float *c, int64_t n, int
 /* GEMMs with few terms per output (K <= SMALL_K: the expansion layers of MobileNet v2, a first
  * convolution's 27) are where BLAS is least efficient; this loop keeps a 4 x 16 block of C in
  * registers and streams B's rows, which stay in L1. */
+#ifndef SMALL_K
 #define SMALL_K 32
+#endif
+/* ... and so are small GEMMs (a late MobileNet layer's 64 x 128 x 128): BLAS's per-call set-up and
+ * packing cost more than the arithmetic there (measured: twice the time of this loop). */
+#ifndef SMALL_GEMM
+#define SMALL_GEMM (1 << 22)
+#endif
+#ifndef SMALL_N
+#define SMALL_N 16
+#endif
 
 static void gemm_smallk_rows(const float *a, const float *b, float *c, int64_t n, int64_t k, int64_t r0,
                              int64_t r1) {
@@ -205,7 +215,7 @@ static void gemm_smallk(const float *a, const float *b, float *c, int64_t m, int
 /* c = a @ b, split by rows (or, for few rows, by columns) over the kernels' threads: each block is
  * one single-threaded BLAS call, so results do not depend on the thread count. -1 without BLAS. */
 int mk_gemm_f32(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k) {
-    if (k <= SMALL_K && m >= 4 && n >= 16) {
+    if (m >= 4 && n >= SMALL_N && (k <= SMALL_K || m * n * k <= SMALL_GEMM)) {
         gemm_smallk(a, b, c, m, n, k);
         return 0;
     }
@@ -536,6 +546,80 @@ static inline v8f ld_s8(const int8_t *p, v8i zp) {
 /* The vectorised pixel loop handles windows of at most this many taps; larger ones take the generic loop. */
 #define DW_MAX_TAPS 64
 
+/* One output pixel of a float depthwise window lying wholly inside the input (m == 1): every tap at a
+ * fixed offset `toff[t]` from the window's corner, weights tap by tap; the same sums in the same order
+ * as DW_PIXEL, then bias and clamp, eight channels at a time. */
+static inline void dw_inside_f32(const float *corner, const int64_t *toff, int taps, const float *wt, int c,
+                                 const float *bias, float lo, float hi, float *out) {
+    v8i z = {0};
+    int c0 = 0;
+#ifdef __AVX2__
+    __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    for (; c0 + 16 <= c; c0 += 16) {
+        v8f a0 = {0}, a1 = {0};
+        for (int t = 0; t < taps; t++) {
+            const float *xp = corner + toff[t] + c0, *wp = wt + (int64_t)t * c + c0;
+            a0 += ld_f32(xp, z) * ld_f32(wp, z);
+            a1 += ld_f32(xp + 8, z) * ld_f32(wp + 8, z);
+        }
+        a0 += ld_f32(bias + c0, z);
+        a1 += ld_f32(bias + c0 + 8, z);
+        /* max(lo, a) then min(hi, a): a NaN stays NaN, as in clampf. */
+        _mm256_storeu_ps(out + c0, _mm256_min_ps(vhi, _mm256_max_ps(vlo, (__m256)a0)));
+        _mm256_storeu_ps(out + c0 + 8, _mm256_min_ps(vhi, _mm256_max_ps(vlo, (__m256)a1)));
+    }
+    for (; c0 + 8 <= c; c0 += 8) {
+        v8f a0 = {0};
+        for (int t = 0; t < taps; t++) a0 += ld_f32(corner + toff[t] + c0, z) * ld_f32(wt + (int64_t)t * c + c0, z);
+        a0 += ld_f32(bias + c0, z);
+        _mm256_storeu_ps(out + c0, _mm256_min_ps(vhi, _mm256_max_ps(vlo, (__m256)a0)));
+    }
+#endif
+    for (; c0 < c; c0++) {
+        float a0 = 0.0f;
+        for (int t = 0; t < taps; t++) a0 += corner[toff[t] + c0] * wt[(int64_t)t * c + c0];
+        out[c0] = clampf(a0 + bias[c0], lo, hi);
+    }
+}
+
+/* Four neighbouring output pixels of dw_inside_f32 (corners `step` floats apart), eight channels at a
+ * time: four independent sums hide the multiply-add latency that one pixel of few channels waits on. */
+static inline void dw_inside4_f32(const float *corner, int64_t step, const int64_t *toff, int taps,
+                                  const float *wt, int c, const float *bias, float lo, float hi, float *out) {
+    int c0 = 0;
+#ifdef __AVX2__
+    v8i z = {0};
+    __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    for (; c0 + 8 <= c; c0 += 8) {
+        v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int t = 0; t < taps; t++) {
+            const float *xp = corner + toff[t] + c0;
+            v8f wv = ld_f32(wt + (int64_t)t * c + c0, z);
+            a0 += ld_f32(xp, z) * wv;
+            a1 += ld_f32(xp + step, z) * wv;
+            a2 += ld_f32(xp + 2 * step, z) * wv;
+            a3 += ld_f32(xp + 3 * step, z) * wv;
+        }
+        v8f bv = ld_f32(bias + c0, z);
+        a0 += bv;
+        a1 += bv;
+        a2 += bv;
+        a3 += bv;
+        _mm256_storeu_ps(out + c0, _mm256_min_ps(vhi, _mm256_max_ps(vlo, (__m256)a0)));
+        _mm256_storeu_ps(out + c + c0, _mm256_min_ps(vhi, _mm256_max_ps(vlo, (__m256)a1)));
+        _mm256_storeu_ps(out + 2 * c + c0, _mm256_min_ps(vhi, _mm256_max_ps(vlo, (__m256)a2)));
+        _mm256_storeu_ps(out + 3 * c + c0, _mm256_min_ps(vhi, _mm256_max_ps(vlo, (__m256)a3)));
+    }
+#endif
+    for (; c0 < c; c0++) {
+        for (int p = 0; p < 4; p++) {
+            float a0 = 0.0f;
+            for (int t = 0; t < taps; t++) a0 += corner[p * step + toff[t] + c0] * wt[(int64_t)t * c + c0];
+            out[p * c + c0] = clampf(a0 + bias[c0], lo, hi);
+        }
+    }
+}
+
 /* Float depthwise: wt [KH,KW,C*M], bias [C*M]; y [N,OH,OW,C*M] = clamp(bias + taps, lo, hi). */
 void mk_depthwise_f32(const float *x, GEOM_ARGS, int m, const float *wt, const float *bias, float lo,
                       float hi, float *y) {
@@ -545,11 +629,37 @@ void mk_depthwise_f32(const float *x, GEOM_ARGS, int m, const float *wt, const f
     v8i zpv = {0};
     int64_t rows = (int64_t)g.n * g.oh;
     int nt = nthreads_for(rows * g.ow * cout * g.kh * g.kw, rows);
+    /* Offsets of the taps from a window's corner, and the output columns whose windows lie inside
+     * the input horizontally: [ox_lo, ox_hi). */
+    int64_t toff[DW_MAX_TAPS];
+    int taps = g.kh * g.kw, inside = m == 1 && taps <= DW_MAX_TAPS;
+    int ox_lo = 0, ox_hi = 0;
+    if (inside) {
+        for (int ky = 0; ky < g.kh; ky++)
+            for (int kx = 0; kx < g.kw; kx++)
+                toff[ky * g.kw + kx] = ((int64_t)ky * g.dh * g.w + (int64_t)kx * g.dw) * g.c;
+        while (ox_lo < g.ow && ox_lo * g.sw - g.pl < 0) ox_lo++;
+        ox_hi = ox_lo;
+        while (ox_hi < g.ow && ox_hi * g.sw - g.pl + (g.kw - 1) * g.dw < g.w) ox_hi++;
+    }
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
     for (int64_t r = 0; r < rows; r++) {
         int b = (int)(r / g.oh), oy = (int)(r % g.oh);
+        int iy0 = oy * g.sh - g.pt;
+        int row_inside = inside && iy0 >= 0 && iy0 + (g.kh - 1) * g.dh < g.h;
         for (int ox = 0; ox < g.ow; ox++) {
             float *out = y + (r * g.ow + ox) * cout;
+            if (row_inside && ox >= ox_lo && ox + 4 <= ox_hi) {
+                const float *corner = x + (((int64_t)b * g.h + iy0) * g.w + ox * g.sw - g.pl) * g.c;
+                dw_inside4_f32(corner, (int64_t)g.sw * g.c, toff, taps, wt, cout, bias, lo, hi, out);
+                ox += 3;
+                continue;
+            }
+            if (row_inside && ox >= ox_lo && ox < ox_hi) {
+                const float *corner = x + (((int64_t)b * g.h + iy0) * g.w + ox * g.sw - g.pl) * g.c;
+                dw_inside_f32(corner, toff, taps, wt, cout, bias, lo, hi, out);
+                continue;
+            }
             if (m == 1 && g.kh * g.kw <= DW_MAX_TAPS) {
                 float *acc = out;
                 DW_PIXEL(float, ld_f32, SC_F32);
