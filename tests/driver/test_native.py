@@ -128,6 +128,8 @@ def test_requantization_outside_the_32_bit_form(monkeypatch, rng, channels, extr
         ((1, 5, 5, 19), 3, 1, 0, 1, 0),  # a remainder channel
         ((1, 6, 6, 4), 3, 2, 1, 3, 2),  # depth multiplier 3
         ((1, 8, 8, 16), 1, 1, 0, 1, 0),  # pointwise
+        ((1, 13, 14, 8), 3, 1, 1, 1, 3),  # depthwise windows inside the input: four pixels, then one
+        ((2, 10, 15, 27), 3, 2, 1, 1, 1),  # ... with blocks of 16, 8 and remainder channels
     ],
 )
 def test_float_conv_and_depthwise_compiled_close_to_numpy(monkeypatch, rng, shape, k, stride, pad, mult, act):
@@ -153,6 +155,22 @@ def test_float_conv_and_depthwise_compiled_close_to_numpy(monkeypatch, rng, shap
     fast, slow = both_paths(monkeypatch, run)
     for f, s in zip(fast, slow, strict=True):
         check(f, s)
+
+
+@needs_native
+@pytest.mark.parametrize("rows, k, n", [(64, 64, 32), (16, 256, 48), (5, 40, 19), (3, 64, 64)])
+def test_small_gemm_compiled_close_to_numpy(monkeypatch, rng, rows, k, n):
+    """Pointwise convolutions small enough for the register-blocked GEMM loop (any K) and beside it."""
+    x = rand(rng, 1, rows, 1, k, lo=-2, hi=2)
+    fw, fb = rand(rng, n, 1, 1, k), rand(rng, n)
+
+    def run():
+        return [call(CONV, x, Const(fw), Const(fb), 0, 0, 0, 0, 1, 1, 0)]
+
+    fast, slow = both_paths(monkeypatch, run)
+    check(fast[0], slow[0])
+    ref = x.reshape(rows, k).astype(np.float64) @ fw.reshape(n, k).T.astype(np.float64) + fb
+    np.testing.assert_allclose(fast[0].reshape(rows, n), ref, rtol=1e-4, atol=1e-4)
 
 
 # ------------------------------------------------------------ workspaces
