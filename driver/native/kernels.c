@@ -200,6 +200,42 @@ static void gemm_smallk_rows(const float *a, const float *b, float *c, int64_t n
     }
 }
 
+/* c = a @ b for fewer than four rows (a fully connected layer on one vector, an LSTM step): each row
+ * keeps 32 columns of c in registers while it streams b's rows; BLAS's GEMM set-up costs more here. */
+static void gemm_fewrows(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k) {
+    v8i z = {0};
+    for (int64_t i = 0; i < m; i++) {
+        const float *a0 = a + i * k;
+        float *ci = c + i * n;
+        int64_t j = 0;
+        for (; j + 32 <= n; j += 32) {
+            v8f c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+            for (int64_t q = 0; q < k; q++) {
+                const float *bq = b + q * n + j;
+                float av = a0[q];
+                c0 += av * ld_f32(bq, z);
+                c1 += av * ld_f32(bq + 8, z);
+                c2 += av * ld_f32(bq + 16, z);
+                c3 += av * ld_f32(bq + 24, z);
+            }
+            memcpy(ci + j, &c0, 32);
+            memcpy(ci + j + 8, &c1, 32);
+            memcpy(ci + j + 16, &c2, 32);
+            memcpy(ci + j + 24, &c3, 32);
+        }
+        for (; j + 8 <= n; j += 8) {
+            v8f c0 = {0};
+            for (int64_t q = 0; q < k; q++) c0 += a0[q] * ld_f32(b + q * n + j, z);
+            memcpy(ci + j, &c0, 32);
+        }
+        for (; j < n; j++) {
+            float s0 = 0;
+            for (int64_t q = 0; q < k; q++) s0 += a0[q] * b[q * n + j];
+            ci[j] = s0;
+        }
+    }
+}
+
 static void gemm_smallk(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k) {
     const int64_t rows = 64; /* rows per chunk of work */
     int64_t chunks = (m + rows - 1) / rows;
@@ -217,6 +253,10 @@ static void gemm_smallk(const float *a, const float *b, float *c, int64_t m, int
 int mk_gemm_f32(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k) {
     if (m >= 4 && n >= SMALL_N && (k <= SMALL_K || m * n * k <= SMALL_GEMM)) {
         gemm_smallk(a, b, c, m, n, k);
+        return 0;
+    }
+    if (m < 4 && n >= 8 && (g_threads <= 1 || m * n * k < PARALLEL_GEMM)) {
+        gemm_fewrows(a, b, c, m, n, k);
         return 0;
     }
     if (!g_sgemm) return -1;
