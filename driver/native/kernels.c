@@ -20,7 +20,7 @@
 #include <immintrin.h>
 #endif
 
-#define NATIVE_ABI 4
+#define NATIVE_ABI 5
 
 static int g_threads = 1;
 
@@ -94,9 +94,43 @@ int mk_has_sgemm(void) { return g_sgemm != NULL; }
 #define ROW_MAJOR 101
 #define NO_TRANS 111
 
-/* c[m, n] = a[m, k] @ b[k, n] for a block: rows [r0, r1), columns [c0, c1); all row-major, dense. */
+/* The epilogue a GEMM may apply as it stores c: + bias[column], then clamp to [lo, hi]
+ * (bias NULL: none). The same float operations as a separate pass over c, so the same bits. */
+typedef struct {
+    const float *bias;
+    float lo, hi;
+} epilogue_t;
+
+static inline v8f epi8(v8f v, const epilogue_t *e, int64_t j) {
+    if (!e->bias) return v;
+    v8i z = {0};
+    v += ld_f32(e->bias + j, z);
+#ifdef __AVX2__
+    return (v8f)_mm256_min_ps(_mm256_set1_ps(e->hi), _mm256_max_ps(_mm256_set1_ps(e->lo), (__m256)v));
+#else
+    for (int q = 0; q < 8; q++) v[q] = clampf(v[q], e->lo, e->hi);
+    return v;
+#endif
+}
+
+static inline float epi1(float v, const epilogue_t *e, int64_t j) {
+    return e->bias ? clampf(v + e->bias[j], e->lo, e->hi) : v;
+}
+
+/* The epilogue over a block of c already computed: rows [r0, r1), columns [c0, c1). */
+static void epilogue_block(float *c, int64_t n, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                           const epilogue_t *e) {
+    if (!e->bias) return;
+    for (int64_t r = r0; r < r1; r++) {
+        float *p = c + r * n;
+        for (int64_t j = c0; j < c1; j++) p[j] = clampf(p[j] + e->bias[j], e->lo, e->hi);
+    }
+}
+
+/* c[m, n] = a[m, k] @ b[k, n] for a block: rows [r0, r1), columns [c0, c1); all row-major, dense;
+ * then the epilogue on the block while it is in cache. */
 static void sgemm_block(const float *a, const float *b, float *c, int64_t n, int64_t k, int64_t r0,
-                        int64_t r1, int64_t c0, int64_t c1) {
+                        int64_t r1, int64_t c0, int64_t c1, const epilogue_t *e) {
     if (r1 <= r0 || c1 <= c0) return;
     if (g_sgemm_ilp64)
         ((sgemm64_t)g_sgemm)(ROW_MAJOR, NO_TRANS, NO_TRANS, r1 - r0, c1 - c0, k, 1.0f, a + r0 * k, k, b + c0,
@@ -104,6 +138,7 @@ static void sgemm_block(const float *a, const float *b, float *c, int64_t n, int
     else
         ((sgemm32_t)g_sgemm)(ROW_MAJOR, NO_TRANS, NO_TRANS, (int)(r1 - r0), (int)(c1 - c0), (int)k, 1.0f,
                              a + r0 * k, (int)k, b + c0, (int)n, 0.0f, c + r0 * n + c0, (int)n);
+    epilogue_block(c, n, r0, r1, c0, c1, e);
 }
 
 /* Multiply-adds below which a GEMM stays on one thread. */
@@ -125,7 +160,7 @@ static void sgemm_block(const float *a, const float *b, float *c, int64_t n, int
 #endif
 
 static void gemm_smallk_rows(const float *a, const float *b, float *c, int64_t n, int64_t k, int64_t r0,
-                             int64_t r1) {
+                             int64_t r1, const epilogue_t *e) {
     v8i z = {0};
     int64_t i = r0;
     for (; i + 4 <= r1; i += 4) {
@@ -144,6 +179,8 @@ static void gemm_smallk_rows(const float *a, const float *b, float *c, int64_t n
                 c30 += a3[q] * b0;
                 c31 += a3[q] * b1;
             }
+            c00 = epi8(c00, e, j), c01 = epi8(c01, e, j + 8), c10 = epi8(c10, e, j), c11 = epi8(c11, e, j + 8);
+            c20 = epi8(c20, e, j), c21 = epi8(c21, e, j + 8), c30 = epi8(c30, e, j), c31 = epi8(c31, e, j + 8);
             float *o = c + i * n + j;
             memcpy(o, &c00, 32);
             memcpy(o + 8, &c01, 32);
@@ -163,6 +200,7 @@ static void gemm_smallk_rows(const float *a, const float *b, float *c, int64_t n
                 c20 += a2[q] * b0;
                 c30 += a3[q] * b0;
             }
+            c00 = epi8(c00, e, j), c10 = epi8(c10, e, j), c20 = epi8(c20, e, j), c30 = epi8(c30, e, j);
             float *o = c + i * n + j;
             memcpy(o, &c00, 32);
             memcpy(o + n, &c10, 32);
@@ -178,10 +216,10 @@ static void gemm_smallk_rows(const float *a, const float *b, float *c, int64_t n
                 s2 += a2[q] * bv;
                 s3 += a3[q] * bv;
             }
-            c[i * n + j] = s0;
-            c[(i + 1) * n + j] = s1;
-            c[(i + 2) * n + j] = s2;
-            c[(i + 3) * n + j] = s3;
+            c[i * n + j] = epi1(s0, e, j);
+            c[(i + 1) * n + j] = epi1(s1, e, j);
+            c[(i + 2) * n + j] = epi1(s2, e, j);
+            c[(i + 3) * n + j] = epi1(s3, e, j);
         }
     }
     for (; i < r1; i++) {
@@ -190,53 +228,86 @@ static void gemm_smallk_rows(const float *a, const float *b, float *c, int64_t n
         for (; j + 8 <= n; j += 8) {
             v8f c0 = {0};
             for (int64_t q = 0; q < k; q++) c0 += a0[q] * ld_f32(b + q * n + j, z);
+            c0 = epi8(c0, e, j);
             memcpy(c + i * n + j, &c0, 32);
         }
         for (; j < n; j++) {
             float s0 = 0;
             for (int64_t q = 0; q < k; q++) s0 += a0[q] * b[q * n + j];
-            c[i * n + j] = s0;
+            c[i * n + j] = epi1(s0, e, j);
         }
     }
 }
 
-/* c = a @ b for fewer than four rows (a fully connected layer on one vector, an LSTM step): each row
- * keeps 32 columns of c in registers while it streams b's rows; BLAS's GEMM set-up costs more here. */
-static void gemm_fewrows(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k) {
+/* c = a @ b for fewer than four rows (a fully connected layer on one vector, an LSTM step): b is
+ * streamed once, row after row in memory order (it is usually larger than the caches), four rows at a
+ * time into the row of c, which stays in L1; then the epilogue over that row. */
+static void gemm_fewrows(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k,
+                         const epilogue_t *e) {
     v8i z = {0};
     for (int64_t i = 0; i < m; i++) {
         const float *a0 = a + i * k;
         float *ci = c + i * n;
-        int64_t j = 0;
-        for (; j + 32 <= n; j += 32) {
-            v8f c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
-            for (int64_t q = 0; q < k; q++) {
-                const float *bq = b + q * n + j;
-                float av = a0[q];
-                c0 += av * ld_f32(bq, z);
-                c1 += av * ld_f32(bq + 8, z);
-                c2 += av * ld_f32(bq + 16, z);
-                c3 += av * ld_f32(bq + 24, z);
+        memset(ci, 0, (size_t)n * sizeof(float));
+        int64_t q = 0;
+        for (; q + 8 <= k; q += 8) {
+            const float *b0 = b + q * n;
+            float x[8];
+            memcpy(x, a0 + q, sizeof x);
+            int64_t j = 0;
+            for (; j + 16 <= n; j += 16) {
+                v8f acc0 = ld_f32(ci + j, z), acc1 = ld_f32(ci + j + 8, z);
+                for (int r = 0; r < 8; r++) {
+                    acc0 += x[r] * ld_f32(b0 + r * n + j, z);
+                    acc1 += x[r] * ld_f32(b0 + r * n + j + 8, z);
+                }
+                memcpy(ci + j, &acc0, 32);
+                memcpy(ci + j + 8, &acc1, 32);
             }
-            memcpy(ci + j, &c0, 32);
-            memcpy(ci + j + 8, &c1, 32);
-            memcpy(ci + j + 16, &c2, 32);
-            memcpy(ci + j + 24, &c3, 32);
+            for (; j < n; j++) {
+                float acc = ci[j];
+                for (int r = 0; r < 8; r++) acc += x[r] * b0[r * n + j];
+                ci[j] = acc;
+            }
         }
-        for (; j + 8 <= n; j += 8) {
-            v8f c0 = {0};
-            for (int64_t q = 0; q < k; q++) c0 += a0[q] * ld_f32(b + q * n + j, z);
-            memcpy(ci + j, &c0, 32);
+        for (; q + 4 <= k; q += 4) {
+            const float *b0 = b + q * n, *b1 = b0 + n, *b2 = b1 + n, *b3 = b2 + n;
+            float x0 = a0[q], x1 = a0[q + 1], x2 = a0[q + 2], x3 = a0[q + 3];
+            int64_t j = 0;
+            for (; j + 8 <= n; j += 8) {
+                v8f acc = ld_f32(ci + j, z);
+                acc += x0 * ld_f32(b0 + j, z);
+                acc += x1 * ld_f32(b1 + j, z);
+                acc += x2 * ld_f32(b2 + j, z);
+                acc += x3 * ld_f32(b3 + j, z);
+                memcpy(ci + j, &acc, 32);
+            }
+            for (; j < n; j++) {
+                float acc = ci[j];
+                acc += x0 * b0[j];
+                acc += x1 * b1[j];
+                acc += x2 * b2[j];
+                acc += x3 * b3[j];
+                ci[j] = acc;
+            }
         }
-        for (; j < n; j++) {
-            float s0 = 0;
-            for (int64_t q = 0; q < k; q++) s0 += a0[q] * b[q * n + j];
-            ci[j] = s0;
+        for (; q < k; q++) {
+            const float *b0 = b + q * n;
+            float x0 = a0[q];
+            int64_t j = 0;
+            for (; j + 8 <= n; j += 8) {
+                v8f acc = ld_f32(ci + j, z);
+                acc += x0 * ld_f32(b0 + j, z);
+                memcpy(ci + j, &acc, 32);
+            }
+            for (; j < n; j++) ci[j] += x0 * b0[j];
         }
+        epilogue_block(ci, n, 0, 1, 0, n, e);
     }
 }
 
-static void gemm_smallk(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k) {
+static void gemm_smallk(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k,
+                        const epilogue_t *e) {
     const int64_t rows = 64; /* rows per chunk of work */
     int64_t chunks = (m + rows - 1) / rows;
     int nt = g_threads;
@@ -244,26 +315,39 @@ static void gemm_smallk(const float *a, const float *b, float *c, int64_t m, int
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
     for (int64_t t = 0; t < chunks; t++) {
         int64_t r0 = t * rows, r1 = r0 + rows < m ? r0 + rows : m;
-        gemm_smallk_rows(a, b, c, n, k, r0, r1);
+        gemm_smallk_rows(a, b, c, n, k, r0, r1, e);
     }
 }
 
-/* c = a @ b, split by rows (or, for few rows, by columns) over the kernels' threads: each block is
- * one single-threaded BLAS call, so results do not depend on the thread count. -1 without BLAS. */
-int mk_gemm_f32(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k) {
+/* Bytes of c a single-threaded BLAS call writes before its epilogue runs (about L2). */
+#define EPILOGUE_CHUNK (256 << 10)
+
+/* c = a @ b, then the epilogue, split by rows (or, for few rows, by columns) over the kernels'
+ * threads: each block is one single-threaded BLAS call, so results do not depend on the thread
+ * count. -1 without BLAS (nothing written). */
+static int gemm_epilogue(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k,
+                         const epilogue_t *e) {
     if (m >= 4 && n >= SMALL_N && (k <= SMALL_K || m * n * k <= SMALL_GEMM)) {
-        gemm_smallk(a, b, c, m, n, k);
+        gemm_smallk(a, b, c, m, n, k, e);
         return 0;
     }
     if (m < 4 && n >= 8 && (g_threads <= 1 || m * n * k < PARALLEL_GEMM)) {
-        gemm_fewrows(a, b, c, m, n, k);
+        gemm_fewrows(a, b, c, m, n, k, e);
         return 0;
     }
     if (!g_sgemm) return -1;
     if (g_sgemm_ilp64 == 0 && (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)) return -1;
     int nt = g_threads;
     if (nt <= 1 || m * n * k < PARALLEL_GEMM) {
-        sgemm_block(a, b, c, n, k, 0, m, 0, n);
+        /* Rows in chunks whose part of c stays in cache until the epilogue reads it (with or without
+         * an epilogue, so that both give the same bits). */
+        int64_t per = m;
+        if (m * n * (int64_t)sizeof(float) > EPILOGUE_CHUNK) {
+            per = EPILOGUE_CHUNK / ((int64_t)sizeof(float) * n);
+            if (per < 16) per = 16;
+        }
+        for (int64_t r0 = 0; r0 < m; r0 += per)
+            sgemm_block(a, b, c, n, k, r0, r0 + per < m ? r0 + per : m, 0, n, e);
         return 0;
     }
     int by_rows = m >= 8 * (int64_t)nt;
@@ -278,11 +362,24 @@ int mk_gemm_f32(const float *a, const float *b, float *c, int64_t m, int64_t n, 
     for (int64_t t = 0; t < blocks; t++) {
         int64_t lo = t * per, hi = lo + per < extent ? lo + per : extent;
         if (by_rows)
-            sgemm_block(a, b, c, n, k, lo, hi, 0, n);
+            sgemm_block(a, b, c, n, k, lo, hi, 0, n, e);
         else
-            sgemm_block(a, b, c, n, k, 0, m, lo, hi);
+            sgemm_block(a, b, c, n, k, 0, m, lo, hi, e);
     }
     return 0;
+}
+
+int mk_gemm_f32(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k) {
+    epilogue_t none = {NULL, 0.0f, 0.0f};
+    return gemm_epilogue(a, b, c, m, n, k, &none);
+}
+
+/* c = clamp(a @ b + bias, lo, hi), the bias and clamp applied as c is stored (a convolution's or fully
+ * connected layer's epilogue without a second pass over its output). -1 without BLAS. */
+int mk_gemm_bias_act_f32(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k,
+                         const float *bias, float lo, float hi) {
+    epilogue_t e = {bias, lo, hi};
+    return gemm_epilogue(a, b, c, m, n, k, &e);
 }
 
 /* ------------------------------------------------------------ requantization (see driver/ops/_quant.py) */

@@ -66,6 +66,20 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, a_ptr: int, b_ptr: int, 
     np.matmul(a, b, out=out)
 
 
+def gemm_bias_act(
+    a: np.ndarray, b: np.ndarray, out: np.ndarray, a_ptr: int, b_ptr: int, out_ptr: int, bias_ptr: int, act: int
+) -> None:
+    """out = clamp(a @ b + bias, activation bounds): the bias and activation fused into the compiled
+    GEMM's stores (the same floats as a separate pass), else np.matmul and the compiled pass."""
+    lo, hi = ACT_BOUNDS[act]
+    if _HAS_GEMM:
+        m, k = a.shape
+        if _LIB.mk_gemm_bias_act_f32(a_ptr, b_ptr, out_ptr, m, b.shape[1], k, bias_ptr, lo, hi) == 0:
+            return
+    np.matmul(a, b, out=out)
+    _LIB.mk_bias_act_f32(out_ptr, a.shape[0], b.shape[1], bias_ptr, lo, hi)
+
+
 _HAS_GEMM = native.has_gemm()
 
 
@@ -181,10 +195,7 @@ def conv_f32(x: np.ndarray, gc: GeometryCache, w: Const, bias: Const, act: int, 
         cp = address(cols)
         _LIB.mk_im2col_f32(xp, gp, cp)
     y = output((n, g.out_h, g.out_w, out_c), F32)
-    yp = address(y)
-    gemm(cols, w.array, y.reshape(rows, out_c), cp, w.ptr, yp)
-    lo, hi = ACT_BOUNDS[act]
-    _LIB.mk_bias_act_f32(yp, rows, out_c, bias.ptr, lo, hi)
+    gemm_bias_act(cols, w.array, y.reshape(rows, out_c), cp, w.ptr, address(y), bias.ptr, act)
     return y
 
 
@@ -216,10 +227,7 @@ def fc_f32(x2: np.ndarray, w: Const, bias: Const, act: int) -> np.ndarray:
     rows, units = x2.shape[0], w.array.shape[1]
     x2, xp = _x(x2)
     y = output((rows, units), F32)
-    yp = address(y)
-    gemm(x2, w.array, y, xp, w.ptr, yp)
-    lo, hi = ACT_BOUNDS[act]
-    _LIB.mk_bias_act_f32(yp, rows, units, bias.ptr, lo, hi)
+    gemm_bias_act(x2, w.array, y, xp, w.ptr, address(y), bias.ptr, act)
     return y
 
 

@@ -173,6 +173,34 @@ def test_small_gemm_compiled_close_to_numpy(monkeypatch, rng, rows, k, n):
     np.testing.assert_allclose(fast[0].reshape(rows, n), ref, rtol=1e-4, atol=1e-4)
 
 
+@needs_native
+@pytest.mark.skipif(not native.has_gemm(), reason="the kernels found no BLAS sgemm")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    "m, k, n", [(100, 24, 40), (64, 128, 64), (2, 300, 90), (700, 200, 120), (3000, 40, 24), (9, 700, 1500)]
+)
+def test_gemm_with_fused_bias_and_activation_is_bitwise_the_separate_pass(rng, threads, m, k, n):
+    """Each GEMM path (register-blocked, few rows, BLAS in cache-sized chunks, over threads) gives the
+    same bits as the GEMM followed by the separate bias-and-clamp pass."""
+    a, b = rand(rng, m, k, lo=-2, hi=2), rand(rng, k, n)
+    bias = rand(rng, n)
+    before = native.threads()
+    native.set_threads(threads)
+    try:
+        for lo, hi in _fast.ACT_BOUNDS.values():
+            fused, plain = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
+            assert native.LIB.mk_gemm_bias_act_f32(
+                a.ctypes.data, b.ctypes.data, fused.ctypes.data, m, n, k, bias.ctypes.data, lo, hi
+            ) == 0
+            assert native.LIB.mk_gemm_f32(a.ctypes.data, b.ctypes.data, plain.ctypes.data, m, n, k) == 0
+            native.LIB.mk_bias_act_f32(plain.ctypes.data, m, n, bias.ctypes.data, lo, hi)
+            np.testing.assert_array_equal(fused, plain)
+            ref = np.clip(a.astype(np.float64) @ b + bias, lo, hi)
+            np.testing.assert_allclose(fused, ref, rtol=1e-4, atol=1e-3)
+    finally:
+        native.set_threads(before)
+
+
 # ------------------------------------------------------------ workspaces
 
 
