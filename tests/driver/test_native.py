@@ -177,7 +177,17 @@ def test_small_gemm_compiled_close_to_numpy(monkeypatch, rng, rows, k, n):
 @pytest.mark.skipif(not native.has_gemm(), reason="the kernels found no BLAS sgemm")
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(
-    "m, k, n", [(100, 24, 40), (64, 128, 64), (2, 300, 90), (700, 200, 120), (3000, 40, 24), (9, 700, 1500)]
+    "m, k, n",
+    [
+        (100, 24, 40),
+        (64, 128, 64),
+        (61, 100, 40),  # blocks of six rows: 16, 16 and 8 columns, then a lone row
+        (196, 576, 96),  # ... in column chunks
+        (2, 300, 90),
+        (700, 200, 120),
+        (3000, 40, 24),
+        (9, 700, 1500),  # BLAS
+    ],
 )
 def test_gemm_with_fused_bias_and_activation_is_bitwise_the_separate_pass(rng, threads, m, k, n):
     """Each GEMM path (register-blocked, few rows, BLAS in cache-sized chunks, over threads) gives the
