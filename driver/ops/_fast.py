@@ -67,7 +67,14 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, a_ptr: int, b_ptr: int, 
 
 
 def gemm_bias_act(
-    a: np.ndarray, b: np.ndarray, out: np.ndarray, a_ptr: int, b_ptr: int, out_ptr: int, bias_ptr: int, act: int
+    a: np.ndarray,
+    b: np.ndarray,
+    out: np.ndarray,
+    a_ptr: int,
+    b_ptr: int,
+    out_ptr: int,
+    bias_ptr: int,
+    act: int,
 ) -> None:
     """out = clamp(a @ b + bias, activation bounds): the bias and activation fused into the compiled
     GEMM's stores (the same floats as a separate pass), else np.matmul and the compiled pass."""

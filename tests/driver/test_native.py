@@ -199,9 +199,12 @@ def test_gemm_with_fused_bias_and_activation_is_bitwise_the_separate_pass(rng, t
     try:
         for lo, hi in _fast.ACT_BOUNDS.values():
             fused, plain = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
-            assert native.LIB.mk_gemm_bias_act_f32(
-                a.ctypes.data, b.ctypes.data, fused.ctypes.data, m, n, k, bias.ctypes.data, lo, hi
-            ) == 0
+            assert (
+                native.LIB.mk_gemm_bias_act_f32(
+                    a.ctypes.data, b.ctypes.data, fused.ctypes.data, m, n, k, bias.ctypes.data, lo, hi
+                )
+                == 0
+            )
             assert native.LIB.mk_gemm_f32(a.ctypes.data, b.ctypes.data, plain.ctypes.data, m, n, k) == 0
             native.LIB.mk_bias_act_f32(plain.ctypes.data, m, n, bias.ctypes.data, lo, hi)
             np.testing.assert_array_equal(fused, plain)
@@ -320,3 +323,24 @@ def test_concurrent_runs_hold_distinct_workspaces(monkeypatch, rng):
     t.join(timeout=30)
     assert len(seen) == 2 and seen[0] != seen[1]
     assert plan.workspaces.created == 2
+
+
+@pytest.mark.parametrize("name", ["float", "quant"])
+def test_op_times_records_every_operation_and_changes_no_result(rng, name):
+    plan, (a, _) = _plan_and_inputs(rng, name)
+    plain = plan.run([a])
+    times: list[tuple[int, int]] = []
+    timed = plan.run([a], op_times=times)
+    for p, t in zip(plain, timed, strict=True):
+        np.testing.assert_array_equal(p, t)
+    assert [i for i, _ in times] == list(range(len(plan.steps)))
+    assert all(isinstance(ns, int) and ns >= 0 for _, ns in times)
+
+
+def test_steps_call_kernels_directly_unless_an_input_may_lack_a_value(rng):
+    """Only a step reading a model input keeps the wrapper that handles inputs left without a value."""
+    plan, _ = _plan_and_inputs(rng, "float")
+    inputs = set(plan.input_indexes)
+    reading = [step for step in plan.steps if inputs & set(step.inputs)]
+    assert reading and all(hasattr(step.run, "direct") for step in reading)
+    assert not any(hasattr(step.run, "direct") for step in plan.steps if step not in reading)
