@@ -321,8 +321,9 @@ class Plan:
         (`shape_pass`), then before each step the shapes its rule gives on the real inputs.
         The run holds one workspace of reused buffers (see `driver.ops._workspace`) from start to
         end; concurrent runs of this plan each hold their own. Results that live in it are copied.
-        With `op_times`, each executed operation of this graph appends (operation index, wall
-        nanoseconds) to it (an IF or WHILE counts its subgraphs' operations in its own time).
+        `op_times`, when given, gets (operation index, ns) appended for every operation of this
+        subgraph as it runs, the kernel call only; an IF or WHILE counts once, its referenced
+        subgraphs' operations included in its time (mlts.hal.operation_times).
         """
         timeout = LOOP_TIMEOUT_DEFAULT_NS if loop_timeout_ns is None else loop_timeout_ns
         ctx = control_flow.RunContext(checkpoint, timeout)
@@ -383,10 +384,13 @@ class Plan:
             args = [values[i] for i in step.inputs]
             if not checked:
                 self._check_step(step, args, predicted, budget, held)
-            if op_times is not None:
-                start = time.perf_counter_ns()
             try:
-                results = step.run(args) if step.control is None else step.control(args, ctx)
+                if op_times is None:
+                    results = step.run(args) if step.control is None else step.control(args, ctx)
+                else:
+                    t0 = time.perf_counter_ns()
+                    results = step.run(args) if step.control is None else step.control(args, ctx)
+                    op_times.append((step.index, time.perf_counter_ns() - t0))
             except HalError as e:
                 raise HalError(e.status, f"{step.label}: {e.message}", e.output_shapes) from None
             except Exception as e:
@@ -394,8 +398,6 @@ class Plan:
                     ErrorStatus.GENERAL_FAILURE,
                     f"{step.label} failed on inputs {describe_args(args)}: {type(e).__name__}: {e}",
                 ) from None
-            if op_times is not None:
-                op_times.append((step.index, time.perf_counter_ns() - start))
             if len(results) != len(step.outputs):
                 raise HalError(
                     ErrorStatus.GENERAL_FAILURE,
