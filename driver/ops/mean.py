@@ -40,7 +40,7 @@ def _quant_mean(name: str, x_info: ArgInfo, out: ArgInfo) -> QuantReducer:
 
 def _mean(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
     """np.mean's float arithmetic (its sum, then one division by the count) without its Python layers."""
-    total = np.add.reduce(x, axis=axis, keepdims=keepdims)
+    total = np.add.reduce(x, axis=axis, keepdims=keepdims)  # type: ignore[call-overload]
     return np.true_divide(total, math.prod(x.shape[a] for a in axis))
 
 
