@@ -99,7 +99,12 @@ int mk_has_sgemm(void) { return g_sgemm != NULL; }
 typedef struct {
     const float *bias;
     float lo, hi;
+    const void *rq; /* a requant_t: each finished block of c (exact integers) requantized into qout */
+    void *qout;
 } epilogue_t;
+
+static void requant_block(const float *c, int64_t n, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                          const void *rq, void *out);
 
 static inline v8f epi8(v8f v, const epilogue_t *e, int64_t j) {
     if (!e->bias) return v;
@@ -120,11 +125,13 @@ static inline float epi1(float v, const epilogue_t *e, int64_t j) {
 /* The epilogue over a block of c already computed: rows [r0, r1), columns [c0, c1). */
 static void epilogue_block(float *c, int64_t n, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
                            const epilogue_t *e) {
-    if (!e->bias) return;
-    for (int64_t r = r0; r < r1; r++) {
-        float *p = c + r * n;
-        for (int64_t j = c0; j < c1; j++) p[j] = clampf(p[j] + e->bias[j], e->lo, e->hi);
+    if (e->bias) {
+        for (int64_t r = r0; r < r1; r++) {
+            float *p = c + r * n;
+            for (int64_t j = c0; j < c1; j++) p[j] = clampf(p[j] + e->bias[j], e->lo, e->hi);
+        }
     }
+    if (e->rq) requant_block(c, n, r0, r1, c0, c1, e->rq, e->qout);
 }
 
 /* c[m, n] = a[m, k] @ b[k, n] for a block: rows [r0, r1), columns [c0, c1); all row-major, dense;
@@ -356,7 +363,7 @@ static void gemm_fewrows(const float *a, const float *b, float *c, int64_t m, in
             }
             for (; j < n; j++) ci[j] += x0 * b0[j];
         }
-        epilogue_block(ci, n, 0, 1, 0, n, e);
+        epilogue_block(c, n, i, i + 1, 0, n, e);
     }
 }
 
@@ -376,8 +383,9 @@ static void gemm_smallk(const float *a, const float *b, float *c, int64_t m, int
     for (int64_t t = 0; t < row_chunks * col_chunks; t++) {
         int64_t r0 = (t / col_chunks) * rows, r1 = r0 + rows < m ? r0 + rows : m;
         int64_t c0 = (t % col_chunks) * width, c1 = c0 + width < n ? c0 + width : n;
-        epilogue_t part = {e->bias ? e->bias + c0 : NULL, e->lo, e->hi};
+        epilogue_t part = {e->bias ? e->bias + c0 : NULL, e->lo, e->hi, NULL, NULL};
         gemm_smallk_rows(a, b + c0, c + c0, n, c1 - c0, k, r0, r1, &part);
+        if (e->rq) requant_block(c, n, r0, r1, c0, c1, e->rq, e->qout);
     }
 }
 
@@ -432,7 +440,7 @@ static int gemm_epilogue(const float *a, const float *b, float *c, int64_t m, in
 }
 
 int mk_gemm_f32(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k) {
-    epilogue_t none = {NULL, 0.0f, 0.0f};
+    epilogue_t none = {NULL, 0.0f, 0.0f, NULL, NULL};
     return gemm_epilogue(a, b, c, m, n, k, &none);
 }
 
@@ -440,7 +448,7 @@ int mk_gemm_f32(const float *a, const float *b, float *c, int64_t m, int64_t n, 
  * connected layer's epilogue without a second pass over its output). -1 without BLAS. */
 int mk_gemm_bias_act_f32(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k,
                          const float *bias, float lo, float hi) {
-    epilogue_t e = {bias, lo, hi};
+    epilogue_t e = {bias, lo, hi, NULL, NULL};
     return gemm_epilogue(a, b, c, m, n, k, &e);
 }
 
@@ -575,6 +583,30 @@ int mk_requant_f32(const float *acc, int64_t rows, int cout, const int64_t *bias
     for (int64_t r = 0; r < rows; r++) requant_row_f32(acc + r * cout, cout, &q, out, r * cout);
     requant_free(&q);
     return 0;
+}
+
+/* Rows [r0, r1), columns [c0, c1) of the accumulators c [., n] requantized into out (same layout):
+ * the GEMM's requantizing epilogue, run on each block while it is in cache. */
+static void requant_block(const float *c, int64_t n, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                          const void *rq, void *out) {
+    requant_t part = *(const requant_t *)rq;
+    part.bias += c0, part.mult += c0, part.left += c0, part.right += c0;
+    part.bias32 += c0, part.mult32 += c0, part.right32 += c0;
+    for (int64_t r = r0; r < r1; r++) requant_row_f32(c + r * n + c0, (int)(c1 - c0), &part, out, r * n + c0);
+}
+
+/* acc = a @ b (float32 holding exact integers, the callers' bound), requantized into out block by
+ * block as the GEMM finishes each (the values of mk_gemm_f32 then mk_requant_f32 without a second
+ * pass over acc). 0, -1 when out of memory, -2 without BLAS for this shape (nothing written). */
+int mk_gemm_requant_f32(const float *a, const float *b, float *acc, int64_t m, int64_t n, int64_t k,
+                        const int64_t *bias, const int64_t *mult, const int64_t *left, const int64_t *right,
+                        int64_t zp, int64_t lo, int64_t hi, int is_signed, void *out) {
+    requant_t q = REQUANT_INIT(bias, mult, left, right, zp, lo, hi, is_signed);
+    if (!requant_init(&q, (int)n)) return -1;
+    epilogue_t e = {NULL, 0.0f, 0.0f, &q, out};
+    int status = gemm_epilogue(a, b, acc, m, n, k, &e);
+    requant_free(&q);
+    return status == 0 ? 0 : -2;
 }
 
 /* ------------------------------------------------------------ float epilogue and patches */

@@ -180,6 +180,25 @@ def requant_params(bias: np.ndarray, q, cout: int) -> Requant:
     )  # fmt: skip
 
 
+def gemm_requant(
+    cols: np.ndarray, w: Const, acc: np.ndarray, cp: int, ap: int, rq: Requant, y_ptr: int
+) -> None:
+    """acc = cols @ w (exact float32 integers), requantized into y block by block as the compiled GEMM
+    finishes each (no second pass over acc); without BLAS, np.matmul and the separate pass."""
+    rows, cout = acc.shape
+    if _HAS_GEMM:
+        status = _LIB.mk_gemm_requant_f32(
+            cp, w.ptr, ap, rows, cout, cols.shape[1], rq.bias.ptr, rq.mult.ptr, rq.left.ptr,
+            rq.right.ptr, rq.zp, rq.lo, rq.hi, rq.signed, y_ptr,
+        )  # fmt: skip
+        if status == 0:
+            return
+        if status == -1:
+            _check(status)  # out of memory; -2 (no compiled GEMM for this shape) falls back below
+    np.matmul(cols, w.array, out=acc)
+    _requant(ap, rows, cout, rq, y_ptr)
+
+
 def _requant(acc_ptr: int, rows: int, cout: int, rq: Requant, y_ptr: int) -> None:
     status = _LIB.mk_requant_f32(
         acc_ptr, rows, cout, rq.bias.ptr, rq.mult.ptr, rq.left.ptr, rq.right.ptr,
@@ -222,10 +241,8 @@ def conv_q8(x: np.ndarray, zp_x: int, gc: GeometryCache, w: Const, rq: Requant, 
     else:
         _LIB.mk_im2col_q8(xp, signed, zp_x, gp, cp)
     acc = scratch("acc", (rows, out_c), F32)
-    ap = address(acc)
-    gemm(cols, w.array, acc, cp, w.ptr, ap)
     y = output((n, g.out_h, g.out_w, out_c), rq.dtype)
-    _requant(ap, rows, out_c, rq, address(y))
+    gemm_requant(cols, w, acc, cp, address(acc), rq, address(y))
     return y
 
 
@@ -247,10 +264,8 @@ def fc_q8(x2: np.ndarray, zp_x: int, w: Const, rq: Requant) -> np.ndarray:
     cp = address(cols)
     _LIB.mk_center_q8(xp, int(x2.dtype == np.int8), zp_x, x2.size, cp)
     acc = scratch("acc", (rows, units), F32)
-    ap = address(acc)
-    gemm(cols, w.array, acc, cp, w.ptr, ap)
     y = output((rows, units), rq.dtype)
-    _requant(ap, rows, units, rq, address(y))
+    gemm_requant(cols, w, acc, cp, address(acc), rq, address(y))
     return y
 
 

@@ -344,3 +344,50 @@ def test_steps_call_kernels_directly_unless_an_input_may_lack_a_value(rng):
     reading = [step for step in plan.steps if inputs & set(step.inputs)]
     assert reading and all(hasattr(step.run, "direct") for step in reading)
     assert not any(hasattr(step.run, "direct") for step in plan.steps if step not in reading)
+
+
+@needs_native
+@pytest.mark.skipif(not native.has_gemm(), reason="the kernels found no BLAS sgemm")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("signed", [0, 1])
+@pytest.mark.parametrize(
+    "m, k, n", [(100, 24, 40), (61, 200, 40), (196, 250, 96), (2, 250, 90), (40, 250, 1000)]
+)
+def test_gemm_with_fused_requantization_is_bitwise_the_separate_pass(rng, threads, signed, m, k, n):
+    """The requantizing epilogue, block by block on every GEMM path, gives the separate pass's bytes:
+    per-channel multipliers and shifts (left and right), and biases inside and outside the 32-bit form."""
+    a = rng.integers(-255, 256, (m, k)).astype(np.float32)
+    b = rng.integers(-255, 256, (k, n)).astype(np.float32)
+    bias = rng.integers(-(2**20), 2**20, n).astype(np.int64)
+    bias[0] = 2**31 - 1000  # outside the 32-bit form: every row takes the int64 one
+    mult = rng.integers(2**30, 2**31, n).astype(np.int64)
+    shift = rng.integers(-12, 2, n)
+    left, right = np.maximum(shift, 0).astype(np.int64), np.maximum(-shift, 0).astype(np.int64)
+    zp, lo, hi = (3, -128, 127) if signed else (130, 0, 255)
+    dtype = np.int8 if signed else np.uint8
+    before = native.threads()
+    native.set_threads(threads)
+    try:
+        for b_ in (bias, np.where(np.arange(n) == 0, 5, bias)):  # and all within the 32-bit form
+            fused, plain = np.empty((m, n), dtype), np.empty((m, n), dtype)
+            acc1, acc2 = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
+            params = (
+                b_.ctypes.data,
+                mult.ctypes.data,
+                left.ctypes.data,
+                right.ctypes.data,
+                zp,
+                lo,
+                hi,
+                signed,
+            )
+            status = native.LIB.mk_gemm_requant_f32(
+                a.ctypes.data, b.ctypes.data, acc1.ctypes.data, m, n, k, *params, fused.ctypes.data
+            )
+            assert status == 0
+            assert native.LIB.mk_gemm_f32(a.ctypes.data, b.ctypes.data, acc2.ctypes.data, m, n, k) == 0
+            assert native.LIB.mk_requant_f32(acc2.ctypes.data, m, n, *params, plain.ctypes.data) == 0
+            np.testing.assert_array_equal(fused, plain)
+            np.testing.assert_array_equal(acc1, a.astype(np.float64) @ b)
+    finally:
+        native.set_threads(before)
