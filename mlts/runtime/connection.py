@@ -70,6 +70,9 @@ class ServiceConnection:
         self.endpoint = endpoint
         self.name = endpoint.name
         self.sock = endpoint.sock
+        # Blocking, but never blocked on: reads follow a poll, sends are bounded explicitly.
+        self.sock.settimeout(None)
+        self._readable = wire.Readable(self.sock)
         #: Held while a call's frame is built and sent, so pool-cache ids reach the service in order.
         self.send_lock = threading.RLock()
         self._cond = threading.Condition()
@@ -105,10 +108,12 @@ class ServiceConnection:
                 slot = Slot(msg_id, method, on_notify)
                 self._slots[msg_id] = slot
             try:
-                # Bounds the send too: a driver that stops reading must not block the client forever.
-                self.sock.settimeout(timeout)
+                # Bounded: a driver that stops reading must not block the client forever.
                 wire.send_frame(
-                    self.sock, {"kind": "call", "id": msg_id, "method": method, "args": args}, fds=fds
+                    self.sock,
+                    {"kind": "call", "id": msg_id, "method": method, "args": args},
+                    fds=fds,
+                    timeout=timeout,
                 )
             except TimeoutError:
                 self._forget(slot)
@@ -178,6 +183,7 @@ class ServiceConnection:
 
     def _read_until(self, done: Callable[[], bool], deadline: float | None, method: str) -> None:
         sock = self.sock
+        readable = self._readable
 
         def wait(partial: bool) -> None:
             # Half a frame is never abandoned (the stream would be out of step); the service sends whole frames.
@@ -191,7 +197,7 @@ class ServiceConnection:
                 step = _LIVENESS_POLL_S
                 if deadline is not None and not partial:
                     step = min(deadline - now, step)
-                if wire.wait_readable(sock, max(0.0, step)):
+                if readable(max(0.0, step)):
                     return
                 if not self.endpoint.alive():
                     raise wire.ConnectionClosed()
