@@ -106,13 +106,26 @@ def loads(data: bytes) -> dict[str, Any]:
 
 def encode_frame(message: dict[str, Any], payload: bytes = b"") -> bytes:
     """The bytes of one frame."""
-    body = dumps(message)
+    return frame_bytes(dumps(message), payload)
+
+
+def frame_bytes(body: bytes, payload: bytes = b"") -> bytes:
+    """The bytes of one frame whose message is the JSON text `body`."""
     if len(body) > MAX_HEADER_BYTES:
         raise ValueError(f"message of {len(body)} bytes exceeds the {MAX_HEADER_BYTES}-byte limit")
     if len(payload) > MAX_PAYLOAD_BYTES:
         raise ValueError(f"payload of {len(payload)} bytes exceeds the {MAX_PAYLOAD_BYTES}-byte limit")
     major, minor = PROTOCOL_VERSION
     return FIXED_HEADER.pack(MAGIC, major, minor, len(body), len(payload)) + body + bytes(payload)
+
+
+def call_body(msg_id: int, method: str, args: dict[str, Any], encoded: dict[str, bytes]) -> bytes:
+    """The JSON text of a call whose arguments are `args` plus members already encoded as JSON text
+    (`encoded`, e.g. a request sent again and again: its text is made once)."""
+    body = dumps({"kind": "call", "id": msg_id, "method": method, "args": args})
+    # "args" is the last member, so its object closes right before the message's end: b"...}}".
+    extra = b",".join(dumps({k: None})[1:-5] + v for k, v in encoded.items())  # b'"key":' + text
+    return body[:-2] + (b"," if args else b"") + extra + b"}}"
 
 
 def send_frame(

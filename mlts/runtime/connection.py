@@ -98,8 +98,12 @@ class ServiceConnection:
         fds: Sequence[int] = (),
         timeout: float = 60.0,
         on_notify: Callable[[dict[str, Any] | None, HalError | None], None] | None = None,
+        encoded: dict[str, bytes] | None = None,
     ) -> Slot:
-        """Send one call; returns its slot to `wait` on. `on_notify` receives the completion of an async call."""
+        """Send one call; returns its slot to `wait` on. `on_notify` receives the completion of an async call.
+
+        `encoded` holds further arguments already encoded as JSON text (see wire.call_body).
+        """
         with self.send_lock:
             self.check_usable()
             with self._cond:
@@ -109,12 +113,16 @@ class ServiceConnection:
                 self._slots[msg_id] = slot
             try:
                 # Bounded: a driver that stops reading must not block the client forever.
-                wire.send_frame(
-                    self.sock,
-                    {"kind": "call", "id": msg_id, "method": method, "args": args},
-                    fds=fds,
-                    timeout=timeout,
-                )
+                if encoded:
+                    body = wire.call_body(msg_id, method, args, encoded)
+                    wire.send_data(self.sock, wire.frame_bytes(body), fds, timeout)
+                else:
+                    wire.send_frame(
+                        self.sock,
+                        {"kind": "call", "id": msg_id, "method": method, "args": args},
+                        fds=fds,
+                        timeout=timeout,
+                    )
             except TimeoutError:
                 self._forget(slot)
                 raise self._hung(method, timeout) from None
