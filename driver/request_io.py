@@ -68,7 +68,7 @@ class RequestIo:
 
     def read_inputs(self, buffers: BufferTracker) -> list[np.ndarray | None]:
         """Zero-copy, read-only views of the inputs (from pools or driver buffers)."""
-        pools = self.request.pools
+        pools: tuple[Any, ...] = self.request.pools  # the layout's entries name memories, not tokens
         result: list[np.ndarray | None] = []
         for where in self.inputs:
             if where is None:
@@ -91,7 +91,7 @@ class RequestIo:
             shapes = self._shapes = (got, self._check_outputs(outputs, buffers))
         elif not self.cacheable:
             self._check_outputs(outputs, buffers)
-        pools = self.request.pools
+        pools: tuple[Any, ...] = self.request.pools
         for k, (where, arr) in enumerate(zip(self.outputs, outputs, strict=True)):
             if where is None:
                 continue

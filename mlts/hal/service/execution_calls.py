@@ -401,8 +401,10 @@ def free_memory(client: Client, call: Call) -> dict[str, Any]:
     freed = 0
     for mem_id in ids:
         resource = client.handles.peek(Kind.MEMORY, mem_id)
-        if client.handles.remove(Kind.MEMORY, mem_id):
-            freed += 1
+        if not client.handles.remove(Kind.MEMORY, mem_id):
+            continue
+        freed += 1
+        if resource is not None:
             # Requests naming the pool go from every cache at once (a later call could not reach them:
             # the id is unknown now; this only lets the mapping go).
             for entry in client.handles.values(Kind.PREPARED):
