@@ -34,6 +34,8 @@ MAX_FDS = 64
 
 _FD_SIZE = array.array("i").itemsize
 _ANC_BUFSIZE = socket.CMSG_SPACE(MAX_FDS * _FD_SIZE)
+# A plain int: socket's flag enums make every `&` a Python-level call.
+_MSG_CTRUNC = int(socket.MSG_CTRUNC)
 # Bodies are read in slices of at most this much, so memory follows real data.
 _CHUNK = 1 << 20
 
@@ -291,7 +293,7 @@ def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
                 # The peer closed with our bytes unread: for this side, an end of stream.
                 data, ancdata, flags = b"", [], 0
             fds.extend(_fds_of(ancdata))
-            truncated_fds |= bool(flags & socket.MSG_CTRUNC)
+            truncated_fds |= bool(flags & _MSG_CTRUNC)
             if not data:
                 if head or fds:
                     raise WireError(
