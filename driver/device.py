@@ -28,6 +28,7 @@ from mlts.hal.enums import (
 )
 from mlts.hal.errors import HalError
 from mlts.hal.interface import Buffer, Device, PreparedModel
+from mlts.hal.operation_times import from_pairs
 from mlts.hal.types import (
     BufferDesc,
     BufferRole,
@@ -327,8 +328,11 @@ class SamplePreparedModel(PreparedModel):
             self.plan.shape_pass(inputs, io.limits)
             ticket = gate.enter(self.priority)
             try:
+                op_times: list[tuple[int, int]] | None = [] if request.measure_operations else None
                 t1 = time.perf_counter_ns()
-                outputs = self.plan.run(inputs, qos.checkpoint(deadline, gate, ticket), loop_timeout_duration)
+                outputs = self.plan.run(
+                    inputs, qos.checkpoint(deadline, gate, ticket), loop_timeout_duration, op_times=op_times
+                )
                 t2 = time.perf_counter_ns()
             finally:
                 gate.leave(ticket)
@@ -342,7 +346,7 @@ class SamplePreparedModel(PreparedModel):
             timing = Timing(time_on_device=(t2 - t1) // 1000, time_in_driver=(t3 - t0) // 1000)
         else:
             timing = Timing()
-        return ExecutionResult(shapes, timing)
+        return ExecutionResult(shapes, timing, None if op_times is None else from_pairs(op_times))
 
     def _record(self, ns: int) -> None:
         with self._lock:

@@ -195,7 +195,8 @@ class BurstContext:
             request = known[0]
             seq = msg.request_seq(data)
             result = self._execute(request, self._resolve(request, held), known)
-            reply = msg.BurstResult(seq, ErrorStatus.NONE, result.output_shapes, result.timing)
+            times = result.operation_times if request.measure_operations else None
+            reply = msg.BurstResult(seq, ErrorStatus.NONE, result.output_shapes, result.timing, "", times)
         except HalError as e:
             reply = msg.BurstResult(seq, e.status, e.output_shapes, message=e.message)
         except Exception as e:
@@ -277,7 +278,7 @@ class BurstContext:
             # This message ran on these very mappings before and passed validation.
             hal_request = validated[1]
         else:
-            hal_request = Request(request.inputs, request.outputs, tuple(pools))
+            hal_request = Request(request.inputs, request.outputs, tuple(pools), request.measure_operations)
             if entry.model is not None:
                 hal_request = bind_buffers(hal_request, entry.prepared, self._buffer)
                 validate.validate_request(hal_request, entry.model)
