@@ -35,8 +35,10 @@ from mlts.hal.types import (
     ExecutionResult,
     Model,
     Operation,
+    OutputShape,
     PerformanceInfo,
     Request,
+    Timing,
 )
 
 log = logging.getLogger("driver.faulty")
@@ -83,6 +85,7 @@ class FaultPlan:
     error_rate: float = 0.0
     leak_mb: float = 0.0
     seed: int = 0
+    busy_us: float | None = None  # executions only busy-wait this long, no model work (0: empty ones)
 
     def describe(self) -> str:
         """The fields that differ from no faults, as `name=value` pairs, or 'no faults'."""
@@ -177,6 +180,23 @@ def _leak_mb(key: str, text: str) -> dict[str, Any]:
     return {"leak_mb": _number(key, text, 0.0, 65536.0, "MiB between 0 and 65536")}
 
 
+def _busy_us(key: str, text: str) -> dict[str, Any]:
+    return {"busy_us": _number(key, text, 0.0, 10_000_000.0, "microseconds between 0 and 10000000")}
+
+
+def busy_execution(model: Model, busy_us: float, measure: MeasureTiming) -> ExecutionResult:
+    """An execution that does no model work: a busy-wait of `busy_us` (no timed sleep, so constant to
+    a few microseconds), the model's declared output shapes, its outputs left untouched. Each turn of
+    the wait lets go of the GIL (sleep(0)), so the service's other threads are not held up by it."""
+    start = time.perf_counter_ns()
+    end = start + int(busy_us * 1000)
+    while time.perf_counter_ns() < end:
+        time.sleep(0)
+    shapes = tuple(OutputShape(model.main.operands[i].dimensions) for i in model.main.output_indexes)
+    spent = (time.perf_counter_ns() - start) // 1000
+    return ExecutionResult(shapes, Timing(spent, spent) if measure == MeasureTiming.YES else Timing())
+
+
 def _seed(key: str, text: str) -> dict[str, Any]:
     try:
         return {"seed": int(text)}
@@ -198,6 +218,7 @@ _PARSERS: dict[str, Callable[[str, str], dict[str, Any]]] = {
     "error_rate": _rate("error_rate"),
     "leak_mb": _leak_mb,
     "seed": _seed,
+    "busy_us": _busy_us,
 }
 OPTION_KEYS = tuple(_PARSERS)
 
@@ -395,6 +416,8 @@ class FaultyPreparedModel(PreparedModel):
         loop_timeout_duration: int | None = None,
     ) -> ExecutionResult:
         point = self.faults.enter("executeSynchronously")
+        if self.faults.plan.busy_us is not None:
+            return busy_execution(self.inner.model, self.faults.plan.busy_us, measure)
         result = self.inner.executeSynchronously(request, measure, deadline, loop_timeout_duration)
         if self.always_wrong or self.faults.spoils(point):
             log.warning("injected fault: wrong results at %s", point)
