@@ -28,8 +28,8 @@ from mlts.bench.timing import RunControl, Timed
 from mlts.convert.errors import ConversionError
 from mlts.hal.enums import UINT64_MAX
 from mlts.hal.errors import HalError
-from mlts.report.environment import environment
-from mlts.report.results import SCHEMA_VERSION
+from mlts.records import SCHEMA_VERSION
+from mlts.records.environment import environment
 from mlts.runtime.execution import EXECUTION_MODES
 
 NOT_MEASURED = "not measured"

@@ -7,6 +7,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from mlts.records.benchmark import violation_message
 from mlts.report._html_format import (
     BASELINE,
     DASH,
@@ -102,7 +103,7 @@ def _validation(rows: list[Mapping]) -> list[dict[str, Any]]:
         {
             "model": _text(r.get("model")),
             "backend": _text(r.get("backend")),
-            "items": [str(e) for e in errors],
+            "items": [violation_message(e) for e in errors],
         }
         for r in rows
         if isinstance(errors := r.get("validation_errors"), list) and errors

@@ -13,7 +13,8 @@ from typing import Any
 import pandas as pd
 
 from mlts.hal.atomic import write_atomic
-from mlts.report.schema import COMPILE_TIMINGS, TOPK, validate_results
+from mlts.records.benchmark import COMPILE_TIMINGS, TOPK, violation_message
+from mlts.report.schema import validate_results
 
 LATENCY_KEYS = ("n", "mean", "std", "median", "mad", "p50", "p90", "p95", "p99", "min", "max")
 
@@ -134,7 +135,8 @@ def benchmark_row(rec: dict) -> dict[str, Any]:
         "driver_peak_rss_mb": (rec.get("memory_mb") or {}).get("driver_peak_rss"),
         **_accuracy(rec.get("accuracy") or {}),
         **_compilation(rec.get("compilation")),
-        "validation_errors": "; ".join(rec.get("validation_errors") or []) or None,
+        "validation_errors": "; ".join(violation_message(e) for e in rec.get("validation_errors") or [])
+        or None,
     }
     if rec.get("reference_inexact"):  # every row of the model, onnxruntime's own included
         row["reference_exact"] = False

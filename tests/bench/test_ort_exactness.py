@@ -17,8 +17,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from mlts.bench import ort_exactness
 from mlts.models import zoo
+from mlts.records.environment import cpu_features, environment
 from mlts.report.csv_export import benchmark_row
-from mlts.report.environment import cpu_features, environment
 from mlts.report.html import render_report
 from mlts.report.results import format_table
 

@@ -92,7 +92,7 @@ def test_json_prints_the_document_and_nothing_else(runner, tiny, tmp_path):
     )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert doc["schema_version"] == 2 and doc == json.loads((tmp_path / "o" / "results.json").read_text())
+    assert doc["schema_version"] == 3 and doc == json.loads((tmp_path / "o" / "results.json").read_text())
 
 
 def test_quiet_prints_nothing(runner, tiny, tmp_path):

@@ -105,7 +105,7 @@ def test_quantized_driver_row(doc, table):
     row = _row(frame, "mobilenet_v1_0.25_128_quant", "driver:sample-all")
     assert pd.isna(row["driver_time_on_device_us_median"]) and pd.isna(row["driver_time_in_driver_us_median"])
     assert (row["cts_pass"], row["cts_ratio"], row["top1"]) == (False, 1.67, 0.70)
-    assert row["validation_errors"] == doc["results"][5]["validation_errors"][0]
+    assert row["validation_errors"] == doc["results"][5]["validation_errors"][0]["message"]
 
 
 def test_error_row_has_only_identity_and_error(doc, table):
