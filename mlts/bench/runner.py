@@ -227,6 +227,9 @@ def benchmark_model(
             from mlts.bench.evaluators import validation_errors
 
             row["validation_errors"] = validation_errors(topk, ref_topk)
+    from mlts.bench.verdict import apply_verdicts
+
+    apply_verdicts([rows[d] for d in drivers], rows["ref"])
     return [rows["ref"]] + [rows[d] for d in drivers]
 
 

@@ -72,6 +72,9 @@ class Scored:
                 memory_mb=collected.memory[backend],
                 **collected.chosen.get(backend, {}),
             )
+        from mlts.bench.verdict import apply_verdicts
+
+        apply_verdicts([rows[d] for d in drivers], rows["ref"])
         return [rows["ref"]] + [rows[d] for d in drivers]
 
 
