@@ -312,6 +312,7 @@ def _random(ctx: StressContext, run: bool) -> dict[str, Any]:
         dump,
         random_inputs,
         reference_outputs,
+        supported_operations,
     )
     from mlts.crash.random_graph import random_model
     from mlts.runtime.session import Session
@@ -329,7 +330,7 @@ def _random(ctx: StressContext, run: bool) -> dict[str, Any]:
         try:
             session = Session(device, model, **ctx.session_options())
         except HalError as e:
-            kind = classify_failure(e)
+            kind = classify_failure(e, supported_operations(device, model))
             if kind in ("invalid", "unsupported"):
                 counts[kind] += 1
                 ctx.progress()

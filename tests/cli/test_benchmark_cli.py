@@ -206,8 +206,10 @@ def test_wrong_results_break_mltss_validation_rule(runner, tmp_path):
     assert ref["accuracy"]["topk"]["top1"] == good["accuracy"]["topk"]["top1"] == 1.0
     assert good["validation_errors"] == []
     assert bad["accuracy"]["topk"]["top1"] < 0.95
-    assert "MLTS validation rule" in bad["validation_errors"][0]
+    assert "MLTS validation rule" in bad["validation_errors"][0]["message"]
+    assert bad["validation_errors"][0]["metric"] == "top1_below_reference"
     assert bad["accuracy"]["vs_reference"]["cts_pass"] is False
+    assert good["verdict"]["pass"] and not bad["verdict"]["pass"]
 
 
 def capabilities_file(path, driver="sample-all", exec_time=0.5):
