@@ -9,7 +9,7 @@ from driver.faulty import parse_options, shift
 from mlts.bench.runner import BenchmarkConfig, run_benchmark
 from mlts.bench.sources import select_models
 from mlts.bench.verdict import apply_verdicts, network_verdict
-from mlts.records import BenchmarkRow
+from mlts.records import BenchmarkRow, ResultsDocument
 from mlts.runtime.discovery import discover, select
 
 
@@ -113,6 +113,7 @@ def test_sample_driver_passes_and_an_offset_driver_fails(model, offset):
         driver_options={"sample-faulty": {"output_offset": offset}},
     )
     doc = run_benchmark(select_models(f"^{model}$"), specs, config)
+    ResultsDocument.from_json(doc)  # what the producer wrote fits the records
     rows = {r["backend"]: r for r in doc["results"]}
     assert "verdict" not in rows["cpu:onnxruntime"]
     good, bad = rows["driver:sample-all"], rows["driver:sample-faulty"]
