@@ -61,6 +61,8 @@ class BenchmarkConfig:
 
     # LSTM models: also run each driver with the recurrent state in driver buffers (memory domains).
     state_in_driver: bool = False
+    # Per-operation profiles after each timed run (mlts.bench.profile_runs); off by default.
+    profile: bool = False
 
     @property
     def control(self) -> RunControl:

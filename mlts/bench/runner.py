@@ -50,6 +50,14 @@ QUICK_DURATION_S = 1.0
 QUICK_COMPILE_SECONDS = 1.0
 
 
+# What --profile says on rows of the runtime's own placement of a model over several drivers.
+PARTITIONED_PROFILE = {
+    "available": False,
+    "reason": "per-operation profiles are measured on single drivers, not on a model split over several",
+    "overhead": None,
+}
+
+
 def benchmark_model(
     source: ModelSource, proto, devices: dict, config: BenchmarkConfig, progress: Progress, imageset
 ) -> list[dict]:
@@ -82,6 +90,10 @@ def benchmark_model(
     from mlts.bench.verdict import apply_verdicts
 
     apply_verdicts([rows[d] for d in drivers], rows["ref"])
+    if config.profile:
+        from mlts.bench.profile import attach_layer_pairs
+
+        attach_layer_pairs(rows)
     return [rows["ref"]] + [rows[d] for d in drivers]
 
 
@@ -102,6 +114,12 @@ def _run_reference(work, backend: Backend, config: BenchmarkConfig, progress: Pr
     progress.phase(work.name, label, "warm-up and timing")
     reference = work.reference
     timed = config.control.run(lambda i: reference.run(work.feeds[i % len(work.feeds)]))
+    extra = {}
+    if config.profile:
+        from mlts.bench.profile_runs import profile_reference
+
+        progress.phase(work.name, label, "profile")
+        extra["profile"] = profile_reference(work, config.threads, config.duration_s, timed.samples)
     return _row(
         work,
         label,
@@ -112,6 +130,7 @@ def _run_reference(work, backend: Backend, config: BenchmarkConfig, progress: Pr
         accuracy=work.score(work.expected, against_reference=False),
         compilation=None,
         memory_mb=watch.result(),
+        **extra,
     )
 
 
@@ -160,8 +179,14 @@ def _run_one_driver(work, backend: Backend, config: BenchmarkConfig, progress: P
     compilation = backend.compilation(work.model, config)
     progress.phase(work.name, label, "prepare")
     session = backend.open_session(work.model, config)
+    extra = {}
     try:
         timed, results, outputs = _timed_session(work, session, label, config, progress)
+        if config.profile:
+            from mlts.bench.profile_runs import profile_driver
+
+            progress.phase(work.name, label, "profile")
+            extra["profile"] = profile_driver(work, session, config.duration_s, timed.samples)
     finally:
         session.close()
     retries = session.retry_stats.to_dict()
@@ -176,6 +201,7 @@ def _run_one_driver(work, backend: Backend, config: BenchmarkConfig, progress: P
         compilation=compilation,
         memory_mb=watch.result(),
         retries=retries,
+        **extra,
     )
 
 
@@ -207,6 +233,7 @@ def _run_partitioned(work, backend: Backend, config: BenchmarkConfig, progress: 
         memory_mb=watch.result(),
         selection=summary,
         partition=partition,
+        **({"profile": PARTITIONED_PROFILE} if config.profile else {}),
     )
 
 
