@@ -52,6 +52,8 @@ COLUMNS: tuple[str, ...] = (
     *(f"compile_{k}_ms_median" for k in COMPILE_TIMINGS),
     "cache_size_bytes",
     "validation_errors",
+    "verdict_pass",
+    "retries",
 )
 
 # pandas' nullable dtypes keep integers integers and write an empty cell for a missing value.
@@ -63,8 +65,9 @@ INTEGER_COLUMNS = {
     "dataset_size",
     "latency_ms_n",
     "cache_size_bytes",
+    "retries",
 }
-BOOLEAN_COLUMNS = {"cts_pass", "reference_exact"}
+BOOLEAN_COLUMNS = {"cts_pass", "reference_exact", "verdict_pass"}
 
 STRESS_COLUMNS: tuple[str, ...] = (
     "mode",
@@ -137,6 +140,8 @@ def benchmark_row(rec: dict) -> dict[str, Any]:
         **_compilation(rec.get("compilation")),
         "validation_errors": "; ".join(violation_message(e) for e in rec.get("validation_errors") or [])
         or None,
+        "verdict_pass": (rec.get("verdict") or {}).get("pass"),
+        "retries": (rec.get("retries") or {}).get("retries"),
     }
     if rec.get("reference_inexact"):  # every row of the model, onnxruntime's own included
         row["reference_exact"] = False
