@@ -72,7 +72,7 @@ def compare_results(
         "removed": [_key_dict(k) for k in old_rows if k not in new_rows],
         "regressions": [f"{r['model']} on {r['backend']}: {why}" for r in rows for why in r["regressions"]],
         "environment_warnings": environment_differences(old.environment, new.environment),
-        "config_warnings": config_differences(old.config, new.config),
+        "config_warnings": config_differences(old.config, new.config, _kinds(old) & _kinds(new)),
         "reference_changes": [
             f"{r['model']} on {r['backend']}: {r['latency']['verdict']}: {latency_text(r['latency'])}"
             for r in rows
@@ -98,10 +98,24 @@ _CONFIG_FIELDS = {
 }
 
 
-def config_differences(old: dict, new: dict) -> list[str]:
-    """One line per run option that differs (quick against full, threads, images, ...)."""
+# Options that matter only when both runs have models of that kind: images for image models, sequences for LSTM.
+_OPTION_KIND = {"images": "image", "sequences": "recurrent"}
+
+
+def _kinds(doc: ResultsDocument) -> set[str]:
+    return {"recurrent" if r.step_wise else "image" for r in doc.rows if r.ok}
+
+
+def config_differences(old: dict, new: dict, kinds: set[str] | None = None) -> list[str]:
+    """One line per run option that differs (quick against full, threads, images, ...).
+
+    `kinds`: the kinds of model both runs measured ("image", "recurrent"); `images` and `sequences` are
+    compared only when both runs have models they apply to (None: always).
+    """
     out = []
     for key, label in _CONFIG_FIELDS.items():
+        if kinds is not None and key in _OPTION_KIND and _OPTION_KIND[key] not in kinds:
+            continue
         if key in old and key in new and old[key] != new[key]:
             a, b = old[key], new[key]
             if key == "quick":

@@ -390,3 +390,12 @@ def test_a_version_2_file_compares_with_a_version_3_file(write):
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert len(out["rows"]) == 6 and out["regressions"] == []
+
+
+def test_sequences_matter_only_when_both_runs_have_lstm_models(write):
+    doc = sample_doc()
+    other = copy.deepcopy(doc)
+    other["config"]["sequences"] = 7
+    assert "sequences differs" in run(write(doc, "a.json"), write(other, "b.json")).stdout
+    other["results"] = [r for r in other["results"] if r["model"] != "asr_float"]
+    assert "sequences differs" not in run(write(doc, "a.json"), write(other, "b.json")).stdout
