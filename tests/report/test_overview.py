@@ -100,3 +100,10 @@ def test_pid_is_not_grouped_and_the_image_count_is_shown():
     dds = [dd.text for dd in setup.find_all("dd")]
     images = dds[dts.index("images")]
     assert "(default)" in images and any(ch.isdigit() for ch in images)
+
+
+def test_the_family_table_shows_the_verdict_and_leaves_cts_unmarked():
+    tree = parse_html(render_report(_with_verdict(sample_doc(), passed=False)))
+    row = tree.find("tr", "result", data_model=V1, data_backend=DRV)
+    cells = [td for td in row.find_all("td") if "acc" in td.attrs.get("class", "")]
+    assert any(td.text.strip() == "fail" and "fail" in td.attrs["class"] for td in cells)
