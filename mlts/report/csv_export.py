@@ -164,8 +164,8 @@ def _median(stats: Stats | str | None) -> float | None:
 
 def _driver_timing(timing: DriverTiming | None) -> dict[str, Any]:
     return {
-        "driver_time_on_device_us_median": _median(timing and timing.time_on_device),
-        "driver_time_in_driver_us_median": _median(timing and timing.time_in_driver),
+        "driver_time_on_device_us_median": _median(timing.time_on_device) if timing else None,
+        "driver_time_in_driver_us_median": _median(timing.time_in_driver) if timing else None,
     }
 
 
