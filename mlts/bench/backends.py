@@ -275,3 +275,18 @@ def each_backend(
                 errors[backend.key] = error_record(model, family, backend.label, config, str(e))
         progress.unit_done()
     return results, errors
+
+
+def merged_retries(sessions: list) -> dict:
+    """The `retries` field of a row whose run used several sessions (one per sequence length): the sums."""
+    out: dict[str, Any] = {"retries": 0, "errors": {}, "error_classes": {}}
+    for session in sessions:
+        stats = getattr(session, "retry_stats", None)
+        if stats is None:
+            continue
+        one = stats.to_dict()
+        out["retries"] += one["retries"]
+        for key in ("errors", "error_classes"):
+            for name, n in one[key].items():
+                out[key][name] = out[key].get(name, 0) + n
+    return out

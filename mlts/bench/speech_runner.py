@@ -19,6 +19,7 @@ from mlts.bench.backends import (
     driver_backends,
     driver_timing,
     each_backend,
+    merged_retries,
     model_backends,
     record,
 )
@@ -66,6 +67,7 @@ class Scored:
                 compilation=collected.compilation.get(backend),
                 memory_mb=collected.memory[backend],
                 **collected.chosen.get(backend, {}),
+                **({"retries": collected.retries[backend]} if backend in collected.retries else {}),
             )
         from mlts.bench.verdict import apply_verdicts
 
@@ -83,6 +85,7 @@ class Collected:
     memory: dict[str, dict]
     labels: dict[str, str] = field(default_factory=dict)
     chosen: dict[str, dict] = field(default_factory=dict)
+    retries: dict[str, dict] = field(default_factory=dict)  # driver backends: TRANSIENT errors retried
 
 
 def _collect_runs(
@@ -120,7 +123,16 @@ def _collect_runs(
                 progress.phase(source.name, backend.label, "compilation timings")
                 out.compilation[backend.key] = backend.compilation(compile_model, config)
             progress.phase(source.name, backend.label, what)
-            out.runs[backend.key] = run_driver(lambda model: backend.open_session(model, config))
+            sessions: list = []
+
+            def open_session(model):
+                sessions.append(backend.open_session(model, config))
+                return sessions[-1]
+
+            try:
+                out.runs[backend.key] = run_driver(open_session)
+            finally:
+                out.retries[backend.key] = merged_retries(sessions)
         out.memory[backend.key] = watch.result()
 
     _, out.rows = each_backend(

@@ -122,3 +122,25 @@ def test_sample_driver_passes_and_an_offset_driver_fails(model, offset):
     assert not bad["verdict"]["pass"], bad["verdict"]
     assert any(e["message"].startswith("whole-network verdict") for e in bad["validation_errors"])
     assert bad["verdict"]["rule"] == good["verdict"]["rule"]
+
+
+def test_lstm_rows_get_the_verdict_and_their_retries():
+    """The whole-sequence TTS model: one session per sequence length, the retries summed over them."""
+    specs = select(discover(), "^sample-(all|faulty)$")
+    config = BenchmarkConfig(
+        warmup_s=0.0,
+        duration_s=0.0,
+        min_iterations=1,
+        sequences=2,
+        compilation=False,
+        in_process=True,
+        driver_options={"sample-faulty": {"output_offset": "1e-3"}},
+    )
+    doc = run_benchmark(select_models("^tts_float_sequence$"), specs, config)
+    ResultsDocument.from_json(doc)
+    rows = {r["backend"]: r for r in doc["results"]}
+    good, bad = rows["driver:sample-all"], rows["driver:sample-faulty"]
+    assert good["verdict"]["pass"] and not bad["verdict"]["pass"], (good["verdict"], bad["verdict"])
+    assert good["verdict"]["checks"][0]["metric"].startswith("max_abs_error_vs_golden[")
+    assert good["retries"] == {"retries": 0, "errors": {}, "error_classes": {}}
+    assert "retries" not in rows["cpu:onnxruntime"]
