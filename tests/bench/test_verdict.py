@@ -98,23 +98,29 @@ def test_output_offset_option():
     assert f.tolist() == pytest.approx([1e-3, 1e-3])
 
 
-@pytest.mark.parametrize(
-    ("model", "offset"), [("mobilenet_v1_0.25_128", "1e-3"), ("mobilenet_v1_0.25_128_quant", "4")]
-)
-def test_sample_driver_passes_and_an_offset_driver_fails(model, offset):
+def _sample_against_offset(model: str, offset: str, **options) -> dict[str, dict]:
+    """Rows by backend of a short in-process run of `model` on sample-all and on sample-faulty whose
+    outputs are off by `offset`; the produced document must fit the records."""
     specs = select(discover(), "^sample-(all|faulty)$")
     config = BenchmarkConfig(
         warmup_s=0.0,
         duration_s=0.0,
         min_iterations=1,
-        images=8,
         compilation=False,
         in_process=True,
         driver_options={"sample-faulty": {"output_offset": offset}},
+        **options,
     )
     doc = run_benchmark(select_models(f"^{model}$"), specs, config)
-    ResultsDocument.from_json(doc)  # what the producer wrote fits the records
-    rows = {r["backend"]: r for r in doc["results"]}
+    ResultsDocument.from_json(doc)
+    return {r["backend"]: r for r in doc["results"]}
+
+
+@pytest.mark.parametrize(
+    ("model", "offset"), [("mobilenet_v1_0.25_128", "1e-3"), ("mobilenet_v1_0.25_128_quant", "4")]
+)
+def test_sample_driver_passes_and_an_offset_driver_fails(model, offset):
+    rows = _sample_against_offset(model, offset, images=8)
     assert "verdict" not in rows["cpu:onnxruntime"]
     good, bad = rows["driver:sample-all"], rows["driver:sample-faulty"]
     assert good["verdict"]["pass"], good["verdict"]
@@ -126,19 +132,7 @@ def test_sample_driver_passes_and_an_offset_driver_fails(model, offset):
 
 def test_lstm_rows_get_the_verdict_and_their_retries():
     """The whole-sequence TTS model: one session per sequence length, the retries summed over them."""
-    specs = select(discover(), "^sample-(all|faulty)$")
-    config = BenchmarkConfig(
-        warmup_s=0.0,
-        duration_s=0.0,
-        min_iterations=1,
-        sequences=2,
-        compilation=False,
-        in_process=True,
-        driver_options={"sample-faulty": {"output_offset": "1e-3"}},
-    )
-    doc = run_benchmark(select_models("^tts_float_sequence$"), specs, config)
-    ResultsDocument.from_json(doc)
-    rows = {r["backend"]: r for r in doc["results"]}
+    rows = _sample_against_offset("tts_float_sequence", "1e-3", sequences=2)
     good, bad = rows["driver:sample-all"], rows["driver:sample-faulty"]
     assert good["verdict"]["pass"] and not bad["verdict"]["pass"], (good["verdict"], bad["verdict"])
     assert good["verdict"]["checks"][0]["metric"].startswith("max_abs_error_vs_golden[")
