@@ -174,7 +174,9 @@ def backend_label(backend: str) -> str:
     return backend if split_backend(backend)[0] == NNAPI_REFERENCE else f"driver:{backend}"
 
 
-def compilation_timings(device, model, config: BenchmarkConfig) -> dict | None:
+def compilation_timings(
+    device, model, config: BenchmarkConfig, progress: Progress | None = None
+) -> dict | None:
     """MLTS's three compilation timings and the cache size, in a cache directory of their own."""
     if not config.compilation:
         return None
@@ -187,6 +189,7 @@ def compilation_timings(device, model, config: BenchmarkConfig) -> dict | None:
             cache_dir,
             max_iterations=config.compile_max_iterations,
             max_seconds=config.compile_max_seconds,
+            on_step=progress.advance if progress is not None else None,
         )
 
 
@@ -239,10 +242,10 @@ class Backend:
 
         return Session(self.device, model, mode=self.mode, **options)
 
-    def compilation(self, model, config: BenchmarkConfig) -> dict | None:
+    def compilation(self, model, config: BenchmarkConfig, progress: Progress | None = None) -> dict | None:
         """MLTS's compilation timings on one driver (None for the others or with --no-compilation)."""
         device = self.device
-        return None if device is None else compilation_timings(device, model, config)
+        return None if device is None else compilation_timings(device, model, config, progress)
 
 
 def model_backends(config: BenchmarkConfig, model_name: str, devices: dict) -> list[Backend]:

@@ -34,6 +34,7 @@ from mlts.bench.backends import (  # noqa: F401  (BenchmarkConfig and the row he
 )
 from mlts.bench.memory import driver_pid
 from mlts.bench.ort_exactness import probe as ort_probe
+from mlts.bench.overhead import harness_overhead
 from mlts.bench.progress import Progress
 from mlts.bench.reference import OnnxRuntimeReference
 from mlts.bench.sources import ModelSource, family_of, zoo_entry
@@ -176,12 +177,13 @@ def _run_one_driver(work, backend: Backend, config: BenchmarkConfig, progress: P
     label = backend.label
     watch = backend.memory_watch()
     progress.phase(work.name, label, "compilation timings")
-    compilation = backend.compilation(work.model, config)
+    compilation = backend.compilation(work.model, config, progress)
     progress.phase(work.name, label, "prepare")
     session = backend.open_session(work.model, config)
     extra = {}
     try:
         timed, results, outputs = _timed_session(work, session, label, config, progress)
+        overhead = harness_overhead(backend.device)  # on the connection the timed calls used
         if config.profile:
             from mlts.bench.profile_runs import profile_driver
 
@@ -201,6 +203,7 @@ def _run_one_driver(work, backend: Backend, config: BenchmarkConfig, progress: P
         compilation=compilation,
         memory_mb=watch.result(),
         retries=retries,
+        harness_overhead=overhead,
         **extra,
     )
 
@@ -300,7 +303,8 @@ def run_benchmark(
             )
             doc["devices"][spec.name] = device_info(devices[spec.name])
             doc["capabilities"][spec.name] = _capabilities(devices[spec.name], spec.name, options)
-        progress.plan(len(sources) * (1 + len(driver_backends(config, devices))), config.seconds_per_unit())
+        units = len(sources) * (1 + len(driver_backends(config, devices)))
+        progress.plan(units, config.seconds_per_unit(), models=len(sources))
         for source, proto in zip(sources, protos, strict=True):
             try:
                 if isinstance(proto, str):

@@ -121,7 +121,7 @@ def _collect_runs(
             out.labels[backend.key] = backend.label
             if compile_model is not None and config.compilation:
                 progress.phase(source.name, backend.label, "compilation timings")
-                out.compilation[backend.key] = backend.compilation(compile_model, config)
+                out.compilation[backend.key] = backend.compilation(compile_model, config, progress)
             progress.phase(source.name, backend.label, what)
             sessions: list = []
 
@@ -218,7 +218,7 @@ def _speech_golden(
 ) -> list:
     progress.phase(source.name, "-", "golden outputs (float64 reference, cached)")
     whole = zoo.load(step_name + "_sequence")
-    return golden_outputs(whole, [{input_name: s[:, None, :]} for s in seqs], step_name)
+    return golden_outputs(whole, [{input_name: s[:, None, :]} for s in seqs], step_name, progress.advance)
 
 
 def _benchmark_whole_sequences(

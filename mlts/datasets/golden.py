@@ -14,8 +14,9 @@ from __future__ import annotations
 import hashlib
 import io
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -28,6 +29,10 @@ _FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
 # Raised whenever the golden computation changes, so cached outputs of the old one are not served.
 GOLDEN_VERSION = "2"
+
+
+#: A long computation's progress: (steps done, steps in all).
+Step = Callable[[int, int], None]
 
 
 def _fold_batch_norms(g: onnx.GraphProto) -> None:
@@ -93,9 +98,11 @@ def float64_copy(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def reference_outputs(
-    model: onnx.ModelProto, feeds: Sequence[dict[str, np.ndarray]]
+    model: onnx.ModelProto, feeds: Sequence[dict[str, np.ndarray]], on_step: Step | None = None
 ) -> list[list[np.ndarray]]:
-    """Every output of the float64 copy of `model` for each feed (inputs given as any float dtype)."""
+    """Every output of the float64 copy of `model` for each feed (inputs given as any float dtype).
+
+    `on_step(done, total)` is called after each feed (a long run's progress)."""
     from onnx.reference import ReferenceEvaluator
 
     evaluator = ReferenceEvaluator(float64_copy(model))
@@ -106,6 +113,8 @@ def reference_outputs(
             for k, v in feed.items()
         }
         results.append([np.asarray(o, np.float64) for o in evaluator.run(None, cast)])
+        if on_step is not None:
+            on_step(len(results), len(feeds))
     return results
 
 
@@ -131,7 +140,7 @@ def _valid_npz(path: Path, count: int) -> bool:
 
 
 def golden_outputs(
-    model: onnx.ModelProto, feeds: Sequence[dict[str, np.ndarray]], label: str
+    model: onnx.ModelProto, feeds: Sequence[dict[str, np.ndarray]], label: str, on_step: Step | None = None
 ) -> list[np.ndarray]:
     """The float64 reference's first output for each feed, from the cache when it holds them.
 
@@ -141,9 +150,10 @@ def golden_outputs(
     path = cache_root() / "golden" / f"{label}.{_key(model_bytes, feeds)}.npz"
 
     def build() -> bytes:
-        outs = reference_outputs(model, feeds)
+        outs = reference_outputs(model, feeds, on_step)
         buf = io.BytesIO()
-        np.savez(buf, **{f"out{i}": o[0] for i, o in enumerate(outs)})
+        arrays: dict[str, Any] = {f"out{i}": o[0] for i, o in enumerate(outs)}
+        np.savez(buf, **arrays)
         return buf.getvalue()
 
     cached_file(path, lambda p: _valid_npz(p, len(feeds)), build)

@@ -185,6 +185,18 @@ def _read_pools(reader: _Reader, n: int) -> tuple[PoolRef, ...]:
     return tuple(pools)
 
 
+def request_seq(data: bytes) -> int:
+    """The sequence number of an execute request whose fixed part is whole (0 for anything else).
+
+    A request that fails to decode is answered under this number, so its client gets the error
+    instead of waiting for a result that never comes.
+    """
+    if len(data) < _REQUEST.size:
+        return 0
+    kind, seq = _REQUEST.unpack_from(data, 0)[:2]
+    return int(seq) if kind == KIND_EXECUTE else 0
+
+
 def decode_request(data: bytes) -> BurstRequest:
     """A request message; ValueError naming what is wrong."""
     reader = _Reader(data)

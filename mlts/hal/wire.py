@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mlts.errors import MltsError
 from mlts.hal import procctl
 
 MAGIC = b"MLTW"
@@ -41,7 +42,7 @@ _CHUNK = 1 << 20
 Wait = Callable[[bool], None]
 
 
-class WireError(Exception):
+class WireError(MltsError):
     """The peer broke the protocol; `fatal` means the stream can no longer be trusted."""
 
     def __init__(

@@ -16,12 +16,17 @@ from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 
+from mlts.errors import InputError
+
 Check = Callable[[Any, str], Any]
 R = TypeVar("R")
 
 
-class RecordError(ValueError):
-    """A JSON value that does not fit its record: `path` (JSON path, "" for the top) and what is wrong."""
+class RecordError(InputError):
+    """A JSON value that does not fit its record: `path` (JSON path, "" for the top) and what is wrong.
+
+    Bad input (a file the user gave): one line and exit status 2 at the command line.
+    """
 
     def __init__(self, path: str, problem: str, message: str | None = None) -> None:
         super().__init__(message or (f"{path}: {problem}" if path else problem))

@@ -269,12 +269,13 @@ class Session:
                 self._out_bytes[k] = max(needed, request.outputs[k].location.length)
             request, offsets = self._request(arrays, in_tokens, out_tokens)
             result = self._execute(request)
-        if result.operation_times is not None:
+        times = result.operation_times
+        if times is not None:
             if not self.profile:
                 result = replace(result, operation_times=None)  # not asked for: not passed on
             else:
                 check_result_times(
-                    result.operation_times,
+                    times,
                     len(self.model.main.operations),
                     result.timing.time_in_driver,
                     getattr(self.device, "name", "driver"),

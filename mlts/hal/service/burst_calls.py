@@ -172,6 +172,7 @@ class BurstContext:
             try:
                 request = msg.decode_request(data)
             except ValueError as e:
+                seq = msg.request_seq(data)
                 raise invalid(f"burst request: {e}") from None
             seq = request.seq
             result = self._execute(request, self._resolve(request, held))
@@ -244,7 +245,8 @@ class BurstContext:
         hal_request = Request(request.inputs, request.outputs, tuple(pools), request.measure_operations)
         if entry.model is not None:
             hal_request = bind_buffers(hal_request, entry.prepared, self._buffer)
-            validate.validate_request(hal_request, entry.model)
+            if self.client.host.prevalidate:
+                validate.validate_request(hal_request, entry.model)
         if request.deadline is not None and request.deadline <= time.monotonic_ns():
             raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "burst: the deadline had already passed")
 

@@ -46,11 +46,12 @@ def map_memory(call: Call, ref: object, what: str, seals: int = SEALS_POOL) -> S
     return SharedMemory.from_fd(fd, size, seals=seals, what=f"{call.method}: {what}")
 
 
-def _load_model(call: Call) -> tuple[Model, SharedMemory]:
+def _load_model(client: Client, call: Call) -> tuple[Model, SharedMemory]:
     memory = map_memory(call, arg(call.args, call.method, "model", dict), "model", SEALS_FROZEN)
     try:
         model = nnfile.decode(memory.buffer).model
-        validate.validate_model(model)
+        if client.host.prevalidate:
+            validate.validate_model(model)
     except ValueError as e:
         close_memory(memory)
         raise invalid(f"{call.method}: model: {e}") from None
@@ -120,7 +121,7 @@ def get_number_of_cache_files_needed(client: Client, call: Call) -> dict[str, An
 
 
 def get_supported_operations(client: Client, call: Call) -> dict[str, Any]:
-    model, memory = _load_model(call)
+    model, memory = _load_model(client, call)
 
     def work() -> dict[str, Any]:
         supported = client.host.device.getSupportedOperations(model)
@@ -146,7 +147,7 @@ def prepare_model(client: Client, call: Call) -> dict[str, Any]:
     token = cache_token(call.args, m)
     model_cache, data_cache = _cache_fds(call)
     try:
-        model, memory = _load_model(call)
+        model, memory = _load_model(client, call)
     except BaseException:
         wire.close_fds(model_cache + data_cache)
         raise

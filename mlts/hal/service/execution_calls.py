@@ -143,7 +143,8 @@ def _admit(client: Client, call: Call) -> Job:
         job.request = codec.request_from_dict(request_doc, tuple(pools))
         if job.entry.model is not None:
             job.request = bind_buffers(job.request, job.entry.prepared, lambda t: _buffer_of(client, m, t))
-            validate.validate_request(job.request, job.entry.model)
+            if client.host.prevalidate:
+                validate.validate_request(job.request, job.entry.model)
     except BaseException:
         job.finish()
         raise
