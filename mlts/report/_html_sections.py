@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from markupsafe import Markup
@@ -66,7 +66,7 @@ def _environment_items(env: Mapping) -> list[tuple[str, str]]:
     return items + [(str(k), _text(v)) for k, v in env.items() if k not in known]
 
 
-def _config_items(config: Mapping, rows: list[Mapping] = ()) -> list[tuple[str, str]]:
+def _config_items(config: Mapping, rows: Sequence[Mapping] = ()) -> list[tuple[str, str]]:
     items = []
     for key, (label, unit) in CONFIG_LABELS.items():
         if key == "images" and key in config and config[key] is None:

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from mlts.report.html import write_report
+from tests.report._dom import parse_html
 from tests.report._sample import sample_doc
-from tests.report.test_html import parse_html
 
 PIL = pytest.importorskip("PIL.Image", reason="Pillow comes with the test extra")
 

@@ -10,8 +10,8 @@ import pytest
 from mlts.records import BenchmarkRow
 from mlts.report._html_overview import overview, ratio_interval
 from mlts.report.html import render_report
+from tests.report._dom import parse_html
 from tests.report._sample import sample_doc
-from tests.report.test_html import parse_html
 
 V1, CPU, DRV = "mobilenet_v1_0.25_128", "cpu:onnxruntime", "driver:sample-all"
 
