@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mlts.hal import codec, nnfile, validate, wire
@@ -14,6 +14,7 @@ from mlts.hal.memory import SEALS_FROZEN, SEALS_POOL, SharedMemory
 from mlts.hal.service.args import arg, cache_token, enum_value, int_list, opt_ns, type_name
 from mlts.hal.service.client import Call, Client, Handler
 from mlts.hal.service.handles import Kind, Resource
+from mlts.hal.service.request_cache import RequestCache
 from mlts.hal.types import MAX_NUMBER_OF_CACHE_FILES, Model
 
 
@@ -25,6 +26,8 @@ class PreparedEntry:
     model: Model | None
     model_memory: SharedMemory | None
     priority: int
+    #: Requests of this model already decoded and validated (mlts.hal.service.request_cache).
+    requests: RequestCache = field(default_factory=RequestCache)
 
 
 def close_memory(memory: SharedMemory | None) -> None:
