@@ -20,6 +20,7 @@ set by data, not by model size.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 import threading
@@ -34,7 +35,7 @@ from mlts.runtime.execution import execute
 from mlts.validate import behaviour_isolation
 from mlts.validate.behaviour_isolation import simple_case
 from mlts.validate.control_flow_mutations import while_model
-from mlts.validate.core import CaseResult, SuiteOptions, Target, run_case
+from mlts.validate.core import CaseBody, CaseResult, SuiteOptions, Target, run_case
 from mlts.validate.request_mutations import valid_request
 
 SUITE = "behaviour"
@@ -269,7 +270,7 @@ def case_priority_order(target: Target) -> str | None:
 
 
 def run(target: Target, options: SuiteOptions, emit: Emit) -> None:
-    cases: list[tuple[str, Callable[[], str | None]]] = [
+    cases: list[tuple[str, CaseBody]] = [
         ("queries stable across restarts", lambda: case_queries_stable(target)),
         ("deadline: prepareModel", lambda: case_deadline_prepare(target)),
         ("deadline: WHILE loop timeout", lambda: case_loop_timeout(target)),
@@ -278,9 +279,12 @@ def run(target: Target, options: SuiteOptions, emit: Emit) -> None:
     ]
     for mode in target.paths:
         cases += [
-            (f"timing [{mode}]", lambda m=mode: case_timing(target, m)),
-            (f"deadline: passed [{mode}]", lambda m=mode: case_deadline_execute(target, m)),
-            (f"deadline: passes during execution [{mode}]", lambda m=mode: case_deadline_during(target, m)),
+            (f"timing [{mode}]", functools.partial(case_timing, target, mode)),
+            (f"deadline: passed [{mode}]", functools.partial(case_deadline_execute, target, mode)),
+            (
+                f"deadline: passes during execution [{mode}]",
+                functools.partial(case_deadline_during, target, mode),
+            ),
         ]
     cases += behaviour_isolation.cases(target, options)
     for name, body in cases:

@@ -29,7 +29,7 @@ from mlts.hal.types import BufferDesc, BufferRole, DataLocation, Model, Request
 from mlts.runtime.burst import RemoteBurst
 from mlts.runtime.execution import execute
 from mlts.runtime.remote_prepared import RemotePreparedModel
-from mlts.validate.core import SuiteOptions, Target
+from mlts.validate.core import CaseBody, SuiteOptions, Target
 from mlts.validate.request_mutations import valid_request
 
 _TOKEN = bytes(range(32))
@@ -313,7 +313,7 @@ def case_extension_invalid(target: Target) -> str | tuple[str, str] | None:
     return "; ".join(problems) or None
 
 
-def cases(target: Target, options: SuiteOptions) -> list[tuple[str, Callable[[], object]]]:
+def cases(target: Target, options: SuiteOptions) -> list[tuple[str, CaseBody]]:
     return [
         ("cache: round trip and corruption", lambda: case_cache(target, options)),
         ("cache: token of another client", lambda: case_cache_other_client(target)),

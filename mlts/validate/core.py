@@ -45,6 +45,8 @@ DEFAULT_CALL_TIMEOUT = 20.0
 MAX_START_FAILURES = 3
 #: The service option that hands models and requests to the driver without checking them first.
 NO_PREVALIDATE = "--no-prevalidate"
+#: A case's body (see `run_case`): None (pass), a failure reason (fail), or (outcome, reason).
+CaseBody = Callable[[], tuple[str, str] | str | None]
 
 
 class ValidateError(ValueError):
@@ -315,7 +317,7 @@ def run_case(
     target: Target,
     suite: str,
     name: str,
-    body: Callable[[], tuple[str, str] | str | None],
+    body: CaseBody,
     emit: Callable[[CaseResult], None],
     reproducer: Callable[[], str | None] | None = None,
 ) -> CaseResult:

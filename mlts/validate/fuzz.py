@@ -18,6 +18,7 @@ campaign is one case whose reason gives its inputs, inputs per second and engine
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import time
@@ -151,13 +152,15 @@ def _close_campaign(
 ) -> None:
     """Minimise and report each finding (rerunning inputs with `rerun`), then the campaign's own case."""
     for f in findings:
-        small = t.minimise(f.data, lambda d, key=f.key: _same(rerun(d), key), tries)
+        small = t.minimise(f.data, functools.partial(_reproduces, rerun, f.key), tries)
         _report(target, t, name, Finding(f.kind, f.detail, small, f.key), len(f.data), emit)
     outcome = "pass" if not findings else "fail"
     emit(CaseResult(SUITE, name, outcome, summary, None, budget.elapsed()))
 
 
-def _same(found: Finding | None, key: str) -> bool:
+def _reproduces(rerun: Callable[[bytes], Finding | None], key: str, data: bytes) -> bool:
+    """Whether `data` still gives a finding of the same bug (`key`) when run again."""
+    found = rerun(data)
     return found is not None and found.key == key
 
 

@@ -34,7 +34,9 @@ from mlts.hal.errors import HalError
 from mlts.hal.memory import HostMemory, SharedMemory
 from mlts.hal.types import Model
 from mlts.runtime.burst import RemoteBurst
+from mlts.runtime.remote import RemoteDevice
 from mlts.runtime.remote_prepared import RemotePreparedModel
+from mlts.validate import core
 from mlts.validate import fuzz_seeds as seeds
 from mlts.validate.fuzz_mutate import ddmin_bytes, mutate_bytes, mutate_doc, shrink_doc
 from mlts.validate.replay import _drain
@@ -87,6 +89,10 @@ class Target:
 
     def inproc(self, data: bytes) -> Finding | None:
         return _guard(self.check, data)
+
+    def service(self, ctx: ServiceContext, data: bytes) -> Finding | None:
+        """Send `data` to the driver's service (`ctx`): a crash, hang or wrong answer, or None."""
+        raise NotImplementedError
 
     def minimise(self, data: bytes, still_fails: Callable[[bytes], bool], budget: int) -> bytes:
         """A smaller input that still fails: delta debugging on the bytes."""
@@ -220,7 +226,9 @@ class RequestTarget(Target):
             doc = None
         if not isinstance(doc, dict):
             return None  # not JSON: the frames target covers bytes the codec cannot read
-        pools = doc.get("pools") if isinstance(doc.get("pools"), list) else []
+        pools = doc.get("pools")
+        if not isinstance(pools, list):
+            pools = []
         memories = []
         try:
             for d in pools[: wire.MAX_FDS]:
@@ -391,22 +399,25 @@ def _answered(burst: RemoteBurst, device: Any, timeout: float) -> bool:
 class ServiceContext:
     """The driver service a fuzz run talks to: a raw client, its prepared models, a shared service for frames."""
 
-    def __init__(self, target: Any, timeout: float) -> None:
+    def __init__(self, target: core.Target, timeout: float) -> None:
         self.target = target
         self.timeout = timeout
-        self._prepared: dict[int, tuple[Any, int]] = {}
+        #: id(model) -> (the model, the client it was prepared on, the prepared model). The entry keeps the
+        #: model alive, so its id cannot be reused by another model while the entry exists.
+        self._prepared: dict[int, tuple[Model, RemoteDevice, RemotePreparedModel]] = {}
 
     @property
-    def device(self) -> Any:
+    def device(self) -> RemoteDevice:
         return self.target.raw_device()
 
     def prepared(self, model: Model) -> int:
+        """The service's handle of `model` prepared on the current raw client (prepared once per client)."""
         device = self.device
         entry = self._prepared.get(id(model))
-        if entry is None or entry[0] is not device:
-            entry = (device, device.prepareModel(model))
+        if entry is None or entry[0] is not model or entry[1] is not device:
+            entry = (model, device, device.prepareModel(model))
             self._prepared[id(model)] = entry
-        return entry[1].handle
+        return entry[2].handle
 
     def shared(self) -> Any:
         return self.target.shared_service(raw=True)

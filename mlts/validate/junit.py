@@ -24,13 +24,12 @@ def junit_xml(section: ValidateSection) -> bytes:
         errors = [e for e in section.errors if e.startswith(f"{suite}: ")]
         counts["errors"] += len(errors)
         counts["tests"] += len(errors)
-        node = ET.SubElement(
-            root,
-            "testsuite",
-            name=suite,
-            time=f"{sum(c.seconds for c in cases):.3f}",
+        attrib = {
+            "name": suite,
+            "time": f"{sum(c.seconds for c in cases):.3f}",
             **{k: str(v) for k, v in counts.items()},
-        )
+        }
+        node = ET.SubElement(root, "testsuite", attrib)
         for k, v in counts.items():
             totals[k] += v
         for case in cases:

@@ -15,6 +15,7 @@ import struct
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
+from typing import TypedDict, Unpack
 
 from mlts.hal import validate
 from mlts.hal._opspecs import SPECS
@@ -24,6 +25,7 @@ from mlts.hal.memory import HostMemory
 from mlts.hal.types import (
     DataLocation,
     ExtensionNameAndPrefix,
+    ExtraParams,
     Model,
     Operand,
     Operation,
@@ -103,17 +105,52 @@ def judge(mutants: Iterable[Mutant]) -> Iterator[Mutant]:
 # ------------------------------------------------------------------ record editing
 
 
-def with_main(model: Model, **changes: object) -> Model:
+class SubgraphChanges(TypedDict, total=False):
+    """Fields of a Subgraph that `with_main` may replace."""
+
+    operands: tuple[Operand, ...]
+    operations: tuple[Operation, ...]
+    input_indexes: tuple[int, ...]
+    output_indexes: tuple[int, ...]
+
+
+class OperandChanges(TypedDict, total=False):
+    """Fields of an Operand that `set_operand` may replace."""
+
+    type: int
+    dimensions: tuple[int, ...]
+    number_of_consumers: int
+    scale: float
+    zero_point: int
+    lifetime: OperandLifeTime
+    location: DataLocation
+    extra_params: ExtraParams
+
+
+class OperationChanges(TypedDict, total=False):
+    """Fields of an Operation that `set_operation` may replace."""
+
+    type: int
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+
+def with_main(model: Model, **changes: Unpack[SubgraphChanges]) -> Model:
     return replace(model, main=replace(model.main, **changes))
 
 
-def set_operand(model: Model, index: int, **changes: object) -> Model:
+def put_operand(model: Model, index: int, operand: Operand) -> Model:
+    """`model` with main operand `index` replaced by `operand`."""
     operands = list(model.main.operands)
-    operands[index] = replace(operands[index], **changes)
+    operands[index] = operand
     return with_main(model, operands=tuple(operands))
 
 
-def set_operation(model: Model, k: int, **changes: object) -> Model:
+def set_operand(model: Model, index: int, **changes: Unpack[OperandChanges]) -> Model:
+    return put_operand(model, index, replace(model.main.operands[index], **changes))
+
+
+def set_operation(model: Model, k: int, **changes: Unpack[OperationChanges]) -> Model:
     ops = list(model.main.operations)
     ops[k] = replace(ops[k], **changes)
     return with_main(model, operations=tuple(ops))
@@ -512,7 +549,7 @@ def _slot_type_mutants(model: Model, k: int) -> Iterator[Mutant]:
         if o.lifetime == L.NO_VALUE:
             continue
         for new_type in same_size_types(o.type):
-            mutant = set_operand(model, i, **_fields(retyped(o, new_type)))
+            mutant = put_operand(model, i, retyped(o, new_type))
             if rule_of(mutant) is not None:
                 yield Mutant(
                     "operation operand type",
@@ -563,15 +600,6 @@ def _parameter_mutants(model: Model, k: int) -> Iterator[Mutant]:
         yield Mutant(
             "operation parameter not constant", f"input {pos} (operand {i}) is a model input", as_input
         )
-
-
-def _fields(operand: Operand) -> dict[str, object]:
-    return {
-        "type": operand.type,
-        "scale": operand.scale,
-        "zero_point": operand.zero_point,
-        "extra_params": operand.extra_params,
-    }
 
 
 def has_spec(op: int) -> bool:

@@ -364,6 +364,10 @@ def _run_variant(target: Target, v: Variant, index: int, options: SuiteOptions, 
 
         return body
 
+    def reproducer_for(check: str) -> Callable[[], str | None]:
+        # state["agree"] is read when the case fails, after the sync check has filled it in.
+        return lambda: _save_reproducer(target, v, want, state["agree"], check)
+
     for check in checks:
         name = v.case_name(check)
         if not options.wants(name):
@@ -374,7 +378,7 @@ def _run_variant(target: Target, v: Variant, index: int, options: SuiteOptions, 
             name,
             body_for(check),
             emit,
-            reproducer=lambda c=check: _save_reproducer(target, v, want, state["agree"], c),
+            reproducer=reproducer_for(check),
         )
 
 

@@ -144,7 +144,7 @@ class PreparedCase:
     def _read(
         self, pool: SharedMemory, outs: Sequence[DataLocation], result: ExecutionResult, skip: int = -1
     ) -> list[np.ndarray]:
-        arrays = []
+        arrays: list[np.ndarray] = []
         for k, (op, loc) in enumerate(zip(self.out_operands, outs, strict=True)):
             if k == skip:
                 arrays.append(np.empty(0))

@@ -61,12 +61,13 @@ def _status_text(expected: ErrorStatus | None) -> str:
 def replay_model(target: Target, repro: Reproducer, emit) -> CaseResult:
     """Prepare the model (and ask getSupportedOperations); compare the status with expect.status."""
     expected = repro.expected_status
-    assert repro.model is not None
+    model = repro.model
+    assert model is not None  # load() refuses a model or request reproducer without one
 
     def body() -> str | None:
         device = _device(target, repro)
         try:
-            prepared = device.prepareModel(repro.model)
+            prepared = device.prepareModel(model)
         except HalError as e:
             if device.dead is not None:
                 raise
@@ -98,11 +99,12 @@ def replay_request(target: Target, repro: Reproducer, emit) -> CaseResult:
         outputs = expected_outputs(repro.doc)
     except ReproducerError as e:
         raise ValidateError(f"{repro.path}: {e}") from None
-    assert repro.model is not None
+    model = repro.model
+    assert model is not None  # load() refuses a model or request reproducer without one
 
     def body() -> str | None:
         device = _device(target, repro)
-        prepared = device.prepareModel(repro.model)
+        prepared = device.prepareModel(model)
         try:
             measure = MeasureTiming.YES if execution.get("measure") else MeasureTiming.NO
             result = execute(prepared, request, measure, mode, loop_timeout=loop_timeout)

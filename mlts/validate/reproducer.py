@@ -110,7 +110,7 @@ def _unique_stem(out_dir: str, suite: str, case: str) -> str:
 def request_to_doc(request: Request) -> dict[str, Any]:
     """A request with memory pools as a sidecar "request" (pool contents in base64)."""
     doc = codec.request_to_dict(request)
-    pools = []
+    pools: list[dict[str, Any]] = []
     for pool in request.pools:
         if isinstance(pool, int):
             pools.append({"token": int(pool)})

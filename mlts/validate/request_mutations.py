@@ -11,15 +11,19 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
+from typing import Literal, TypedDict, Unpack
 
 from mlts.hal import validate
-from mlts.hal.enums import ELEMENT_SIZE
+from mlts.hal.enums import ELEMENT_SIZE, OperandType
 from mlts.hal.errors import HalError
 from mlts.hal.memory import SharedMemory
 from mlts.hal.types import LOOP_TIMEOUT_MAXIMUM_NS, DataLocation, Model, Request, RequestArgument
 from mlts.validate.mutations import _site
 
 _ALIGN = 8
+#: The two argument lists of a Request.
+Role = Literal["inputs", "outputs"]
+ROLES: tuple[Role, ...] = ("inputs", "outputs")
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,7 @@ class RequestMutant:
 
 def _size(model: Model, index: int) -> int:
     operand = model.main.operands[index]
-    return ELEMENT_SIZE[operand.type] * math.prod(operand.dimensions)
+    return ELEMENT_SIZE[OperandType(operand.type)] * math.prod(operand.dimensions)
 
 
 def valid_request(model: Model, fill: Iterable[bytes] | None = None) -> Request:
@@ -83,28 +87,45 @@ def judge_requests(mutants: Iterable[RequestMutant], model: Model) -> Iterator[R
             yield replace(m, rule=found[0], message=found[1])
 
 
-def _arg(request: Request, role: str, pos: int, **changes: object) -> Request:
-    args = list(getattr(request, role))
+class ArgumentChanges(TypedDict, total=False):
+    """Fields of a RequestArgument that `_arg` may replace."""
+
+    has_no_value: bool
+    location: DataLocation
+    dimensions: tuple[int, ...]
+
+
+def _args(request: Request, role: Role) -> tuple[RequestArgument, ...]:
+    return request.inputs if role == "inputs" else request.outputs
+
+
+def _with_args(request: Request, role: Role, args: tuple[RequestArgument, ...]) -> Request:
+    return replace(request, inputs=args) if role == "inputs" else replace(request, outputs=args)
+
+
+def _arg(request: Request, role: Role, pos: int, **changes: Unpack[ArgumentChanges]) -> Request:
+    args = list(_args(request, role))
     args[pos] = replace(args[pos], **changes)
-    return replace(request, **{role: tuple(args)})
+    return _with_args(request, role, tuple(args))
 
 
 def request_mutants(model: Model, request: Request) -> Iterator[RequestMutant]:
     """Argument counts, pool indexes, locations, dimensions, omitted values, tokens and loop timeouts."""
     sub = model.main
-    for role in ("inputs", "outputs"):
-        args = getattr(request, role)
+    for role in ROLES:
+        args = _args(request, role)
         if args:
             yield RequestMutant(
                 f"request {role}",
                 f"last of {len(args)} {role} removed",
-                replace(request, **{role: args[:-1]}),
+                _with_args(request, role, args[:-1]),
             )
             yield RequestMutant(
-                f"request {role}", f"an extra {role[:-1]}", replace(request, **{role: (*args, args[0])})
+                f"request {role}", f"an extra {role[:-1]}", _with_args(request, role, (*args, args[0]))
             )
-    for role, indexes in (("inputs", sub.input_indexes), ("outputs", sub.output_indexes)):
-        args = getattr(request, role)
+    for role in ROLES:
+        indexes = sub.input_indexes if role == "inputs" else sub.output_indexes
+        args = _args(request, role)
         for pos, arg in enumerate(args[:2]):
             operand = sub.operands[indexes[pos]]
             what = f"{role[:-1]} {pos}"

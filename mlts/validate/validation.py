@@ -55,7 +55,7 @@ def supported_probes(
     target: Target, quick: bool
 ) -> tuple[list[tuple[int, int, bool]], list[tuple[int, int, bool]]]:
     """(claimed, not claimed) probe cases: by one getSupportedOperations call on the probe suite."""
-    cases = [(c.op, c.key, False) for c in opprobe.probe_cases()]
+    cases: list[tuple[int, int, bool]] = [(c.op, c.key, False) for c in opprobe.probe_cases()]
     cases += [(op, key, True) for op, key, _ in cases if opprobe.takes_per_channel(op, key)]
     # The raw client answers a valid model as any client does, and saves starting a second driver.
     flags = target.raw_device().getSupportedOperations(opprobe.probe_suite(cases))
@@ -232,13 +232,13 @@ def run(target: Target, options: SuiteOptions, emit: Emit) -> None:
             continue
         model = opprobe.probe_model(op, key, per_channel)
         subject = f"request {probe_label(op, key, per_channel)}"
-        mutants = list(judge_requests(request_mutants(model, valid_request(model)), model))
+        bad_requests = list(judge_requests(request_mutants(model, valid_request(model)), model))
         for mode in target.paths:
             box: dict = {}
-            for mutant in mutants:
-                if options.wants(case_name(f"{subject} [{mode}]", mutant.family, mutant.detail)):
-                    _request_case(target, subject, model, mutant, mode, emit, box)
-                    rules.add(mutant.rule)
+            for bad in bad_requests:
+                if options.wants(case_name(f"{subject} [{mode}]", bad.family, bad.detail)):
+                    _request_case(target, subject, model, bad, mode, emit, box)
+                    rules.add(bad.rule)
                     tried += 1
             for prepared in box.values():
                 _close_quietly(prepared)

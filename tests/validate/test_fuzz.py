@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 
 from mlts.hal import nnfile
+from mlts.hal.memory import SharedMemory
 from mlts.runtime.discovery import discover
+from mlts.runtime.remote import RemoteDevice
 from mlts.validate import fuzz, fuzz_atheris, fuzz_seeds, fuzz_targets, reproducer
 from mlts.validate.core import SuiteOptions, Target, ValidateError
 from mlts.validate.fuzz_mutate import ddmin_bytes, mutate_bytes, mutate_doc, shrink_doc
@@ -80,6 +83,48 @@ def test_short_campaigns_on_sample_all_find_nothing(tmp_path):
         assert {f"{kind}/in-process", f"{kind}/service"} <= names
     assert all(r.outcome == "pass" for r in results), [(r.name, r.reason) for r in results if r.failed]
     assert all("inputs" in r.reason and "/s" in r.reason for r in results)
+
+
+def test_every_target_runs_on_the_service():
+    for cls in fuzz_targets.TARGETS.values():
+        assert cls.service is not fuzz_targets.Target.service, cls.name
+    with pytest.raises(NotImplementedError):
+        fuzz_targets.Target().service(None, b"")  # type: ignore[arg-type]
+
+
+def _execute_seed(ctx: fuzz_targets.ServiceContext, handle: int, t: fuzz_targets.RequestTarget) -> dict:
+    pool = SharedMemory.create(t.pool_size, "mlts-test-pool")
+    try:
+        args = {"prepared": handle, "measure": 0, "deadline": None, "loop_timeout": None, "request": t.doc}
+        return ctx.device.call("executeSynchronously", args, [pool.fd], timeout=ctx.timeout)
+    finally:
+        pool.close()
+
+
+def test_service_context_prepares_once_per_client_and_again_after_a_restart(make_target, monkeypatch):
+    prepares: list[int] = []
+    real = RemoteDevice.prepareModel
+
+    def counting(self, model, *args, **kwargs):
+        prepares.append(id(model))
+        return real(self, model, *args, **kwargs)
+
+    monkeypatch.setattr(RemoteDevice, "prepareModel", counting)
+    target = make_target("sample-all")
+    ctx = fuzz_targets.ServiceContext(target, 10.0)
+    t = fuzz_targets.RequestTarget()
+    handle = ctx.prepared(t.model)
+    assert type(handle) is int and ctx.prepared(t.model) == handle and len(prepares) == 1
+    _execute_seed(ctx, handle, t)  # the handle names a model prepared in this service
+    other = fuzz_seeds.request_model()  # an equal model, but another object: prepared on its own
+    assert ctx.prepared(other) != handle and len(prepares) == 2
+    target.restart()  # a new service: the old handles mean nothing there
+    fresh = ctx.prepared(t.model)
+    assert len(prepares) == 3
+    _execute_seed(ctx, fresh, t)
+    # A request whose "pools" is not a list is refused by the driver, not a harness crash.
+    assert t.service(ctx, json.dumps({**t.doc, "pools": {"fd": 0}}).encode()) is None
+    assert t.service(ctx, json.dumps(t.doc).encode()) is None
 
 
 @pytest.fixture(scope="module")
