@@ -107,10 +107,14 @@ def convert_cmd(
     from mlts.hal.validate import validate_model
 
     onnx_file = _resolve_model(onnx_file)
+    from mlts.errors import InputError
     from mlts.hal.extensions import check_name
 
     for name in extensions:
-        check_name(name)
+        try:
+            check_name(name)
+        except ValueError as e:
+            raise InputError(f"--extension: {e}") from None
     conv = convert(
         onnx_file,
         batch_size=batch_size,
