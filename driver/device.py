@@ -310,31 +310,34 @@ class SamplePreparedModel(PreparedModel):
         t0 = time.perf_counter_ns()
         if self._closed.is_set():
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "prepared model was released")
-        request = bind_buffers(request, self, self.buffers.lookup)
-        validate.validate_request(request, self.model)
-        if loop_timeout_duration is not None:
-            validate.validate_loop_timeout(loop_timeout_duration)
-        _check_deadline_before(deadline, "executeSynchronously")
-        self._check_feasible(deadline)
         budget, gate = self.device.budget, self.device.gate
-        held = budget.reserve(self._work_bytes, "the execution's working set")
-        try:
-            inputs = read_inputs(self.model, request, self.buffers)
-            # Output buffers too small for shapes known in advance fail here, before any kernel runs.
-            limits = [
-                None if a.has_no_value or _token(request.pools, a) is not None else a.location.length
-                for a in request.outputs
-            ]  # a driver buffer's size is the driver's own check
-            self.plan.shape_pass(inputs, limits)
-            with gate.running(self.priority) as ticket:
+        # The ticket covers the whole call, checks and output copies included: the client's lower-priority
+        # executions pause at their next operation from the moment this one arrives until its outputs
+        # are written, so none of this execution's own work competes with them for the CPU.
+        with gate.running(self.priority) as ticket:
+            request = bind_buffers(request, self, self.buffers.lookup)
+            validate.validate_request(request, self.model)
+            if loop_timeout_duration is not None:
+                validate.validate_loop_timeout(loop_timeout_duration)
+            _check_deadline_before(deadline, "executeSynchronously")
+            self._check_feasible(deadline)
+            held = budget.reserve(self._work_bytes, "the execution's working set")
+            try:
+                inputs = read_inputs(self.model, request, self.buffers)
+                # Output buffers too small for shapes known in advance fail here, before any kernel runs.
+                limits = [
+                    None if a.has_no_value or _token(request.pools, a) is not None else a.location.length
+                    for a in request.outputs
+                ]  # a driver buffer's size is the driver's own check
+                self.plan.shape_pass(inputs, limits)
                 t1 = time.perf_counter_ns()
                 outputs = self.plan.run(inputs, qos.checkpoint(deadline, gate, ticket), loop_timeout_duration)
                 t2 = time.perf_counter_ns()
-            if not ticket.paused:
-                self._record(t2 - t1)
-            shapes = write_outputs(self.model, request, outputs, self.buffers)
-        finally:
-            budget.release(held)
+                if not ticket.paused:
+                    self._record(t2 - t1)
+                shapes = write_outputs(self.model, request, outputs, self.buffers)
+            finally:
+                budget.release(held)
         t3 = time.perf_counter_ns()
         if measure == MeasureTiming.YES:
             timing = Timing(time_on_device=(t2 - t1) // 1000, time_in_driver=(t3 - t0) // 1000)
