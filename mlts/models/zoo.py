@@ -21,7 +21,7 @@ import onnx
 
 from mlts.datasets.cache import cache_root, cached_file
 from mlts.hal.atomic import write_atomic
-from mlts.models import gelu_mlp, mobilenet, quantized, speech
+from mlts.models import gelu_mlp, mobilenet, quantized, refine, speech
 
 GENERATOR_VERSION = mobilenet.GENERATOR_VERSION
 """Part of every cached file name; a new version rebuilds instead of reusing old files."""
@@ -226,6 +226,19 @@ _REGISTRY[gelu_mlp.NAME] = ZooModel(
         f"{gelu_mlp.DIM} with GELU (needs the extension com.example.mlts.activations; synthetic weights, seed 301)"
     ),
     builder=gelu_mlp.gelu_mlp_block,
+    output_name="output",
+)
+_REGISTRY[refine.NAME] = ZooModel(
+    name=refine.NAME,
+    family="refinement",
+    dtype="float32",
+    input_shape=(refine.TOKENS, refine.DIM),
+    output_shape=(refine.TOKENS, refine.DIM),
+    description=(
+        f"Fixed-point refinement, {refine.TOKENS} tokens x {refine.DIM}: an ONNX Loop (NNAPI WHILE) that "
+        f"runs until the change is small, at most {refine.MAX_ITERATIONS} times (synthetic weights, seed 401)"
+    ),
+    builder=refine.iterative_refinement,
     output_name="output",
 )
 
