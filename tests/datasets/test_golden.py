@@ -180,3 +180,26 @@ def test_golden_conv_matches_onnx_reference_conv(
     (got,) = ReferenceEvaluator(model, new_ops=[Conv]).run(None, feeds)
     assert got.shape == want.shape and got.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_golden_outputs_split_among_workers_equal_one_process(tmp_path, monkeypatch):
+    """Many feeds go to worker processes; the outputs, in feed order, are those of one process."""
+    monkeypatch.setenv("MLTS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MLTS_GOLDEN_WORKERS", "2")
+    w = numpy_helper.from_array(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Tanh", ["m"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 10
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.standard_normal((2, 4)).astype(np.float32)} for _ in range(golden.PARALLEL_FEEDS + 3)]
+    got = golden.golden_outputs(model, feeds, "split")
+    want = [o[0] for o in golden.reference_outputs(model, feeds)]
+    assert len(got) == len(feeds)
+    for g, e in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, e)
