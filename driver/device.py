@@ -30,6 +30,7 @@ from mlts.hal.enums import (
 )
 from mlts.hal.errors import HalError
 from mlts.hal.interface import Buffer, Device, PreparedModel
+from mlts.hal.operation_times import from_pairs
 from mlts.hal.types import (
     BufferDesc,
     BufferRole,
@@ -330,8 +331,11 @@ class SamplePreparedModel(PreparedModel):
                     for a in request.outputs
                 ]  # a driver buffer's size is the driver's own check
                 self.plan.shape_pass(inputs, limits)
+                op_times: list[tuple[int, int]] | None = [] if request.measure_operations else None
                 t1 = time.perf_counter_ns()
-                outputs = self.plan.run(inputs, qos.checkpoint(deadline, gate, ticket), loop_timeout_duration)
+                outputs = self.plan.run(
+                    inputs, qos.checkpoint(deadline, gate, ticket), loop_timeout_duration, op_times=op_times
+                )
                 t2 = time.perf_counter_ns()
                 if not ticket.paused:
                     self._record(t2 - t1)
@@ -343,7 +347,7 @@ class SamplePreparedModel(PreparedModel):
             timing = Timing(time_on_device=(t2 - t1) // 1000, time_in_driver=(t3 - t0) // 1000)
         else:
             timing = Timing()
-        return ExecutionResult(shapes, timing)
+        return ExecutionResult(shapes, timing, None if op_times is None else from_pairs(op_times))
 
     def _record(self, ns: int) -> None:
         with self._lock:

@@ -300,6 +300,7 @@ class Plan:
         checkpoint: Checkpoint | None = None,
         loop_timeout_ns: int | None = None,
         output_limits: Sequence[int | None] | None = None,
+        op_times: list[tuple[int, int]] | None = None,
     ) -> list[np.ndarray]:
         """Run the plan on the model inputs (in input_indexes order); returns the outputs.
 
@@ -309,6 +310,9 @@ class Plan:
         (`shape_pass`), then before each step the shapes its rule gives on the real inputs.
         The run holds one workspace of reused buffers (see `driver.ops._workspace`) from start to
         end; concurrent runs of this plan each hold their own. Results that live in it are copied.
+        `op_times`, when given, gets (operation index, ns) appended for every operation of this
+        subgraph as it runs, the kernel call only; an IF or WHILE counts once, its referenced
+        subgraphs' operations included in its time (mlts.hal.operation_times).
         """
         timeout = LOOP_TIMEOUT_DEFAULT_NS if loop_timeout_ns is None else loop_timeout_ns
         ctx = control_flow.RunContext(checkpoint, timeout)
@@ -317,7 +321,7 @@ class Plan:
         ws = self.workspaces.acquire()
         token = activate(ws)
         try:
-            outputs = self._run_steps(inputs, ctx, ws, output_limits, predicted, fast)
+            outputs = self._run_steps(inputs, ctx, ws, output_limits, predicted, fast, op_times)
             return [np.array(o, copy=True) if ws.owns(o) else o for o in outputs]
         finally:
             deactivate(token)
@@ -345,6 +349,7 @@ class Plan:
         output_limits: Sequence[int | None] | None,
         predicted: list[list[shapes.Shape] | None] | None,
         checked: bool,
+        op_times: list[tuple[int, int]] | None = None,
     ) -> list:
         """The steps; `checked`: every size was checked in advance (a static plan), none per step."""
         sub = self.sub
@@ -370,7 +375,12 @@ class Plan:
                         budget.check(label, idx, shape, dtype, live)
                     budget.raise_if_short()
             try:
-                results = step.run(args) if step.control is None else step.control(args, ctx)
+                if op_times is None:
+                    results = step.run(args) if step.control is None else step.control(args, ctx)
+                else:
+                    t0 = time.perf_counter_ns()
+                    results = step.run(args) if step.control is None else step.control(args, ctx)
+                    op_times.append((step.index, time.perf_counter_ns() - t0))
             except HalError as e:
                 raise HalError(e.status, f"{label}: {e.message}", e.output_shapes) from None
             except Exception as e:

@@ -21,6 +21,7 @@ class OnnxRuntimeReference:
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         so.log_severity_level = 3
         self.session = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+        self.model_bytes = model_bytes  # what a profiling session of the same model loads
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
 

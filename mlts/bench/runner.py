@@ -72,6 +72,8 @@ class BenchmarkConfig:
 
     # LSTM models: also run each driver with the recurrent state in driver buffers (memory domains).
     state_in_driver: bool = False
+    # Per-operation profiles after each timed run (mlts.bench.profile_runs); off by default.
+    profile: bool = False
 
     @property
     def control(self) -> RunControl:
@@ -153,6 +155,12 @@ def timed_fields(timed: Timed, config: BenchmarkConfig) -> dict:
 
 
 NNAPI_REFERENCE = "nnapi-reference"
+# What --profile says on rows of the runtime's own placement of a model over several drivers.
+PARTITIONED_PROFILE = {
+    "available": False,
+    "reason": "per-operation profiles are measured on single drivers, not on a model split over several",
+    "overhead": None,
+}
 
 
 def driver_backends(config: BenchmarkConfig, devices: dict) -> list[str]:
@@ -227,6 +235,10 @@ def benchmark_model(
             from mlts.bench.evaluators import validation_errors
 
             row["validation_errors"] = validation_errors(topk, ref_topk)
+    if config.profile:
+        from mlts.bench.profile import attach_layer_pairs
+
+        attach_layer_pairs(rows)
     return [rows["ref"]] + [rows[d] for d in drivers]
 
 
@@ -247,6 +259,12 @@ def _run_reference(work, config: BenchmarkConfig, progress: Progress) -> dict:
     progress.phase(work.name, label, "warm-up and timing")
     reference = work.reference
     timed = config.control.run(lambda i: reference.run(work.feeds[i % len(work.feeds)]))
+    extra = {}
+    if config.profile:
+        from mlts.bench.profile_runs import profile_reference
+
+        progress.phase(work.name, label, "profile")
+        extra["profile"] = profile_reference(work, config.threads, config.duration_s, timed.samples)
     return _row(
         work,
         label,
@@ -257,6 +275,7 @@ def _run_reference(work, config: BenchmarkConfig, progress: Progress) -> dict:
         accuracy=work.score(work.expected, against_reference=False),
         compilation=None,
         memory_mb=watch.result(),
+        **extra,
     )
 
 
@@ -313,8 +332,14 @@ def _run_one_driver(
     compilation = compilation_timings(device, work.model, config)
     progress.phase(work.name, label, "prepare")
     session = Session(device, work.model, mode=mode, **config.session_options())
+    extra = {}
     try:
         timed, results, outputs = _timed_session(work, session, label, config, progress)
+        if config.profile:
+            from mlts.bench.profile_runs import profile_driver
+
+            progress.phase(work.name, label, "profile")
+            extra["profile"] = profile_driver(work, session, config.duration_s, timed.samples)
     finally:
         session.close()
     retries = session.retry_stats.to_dict()
@@ -329,6 +354,7 @@ def _run_one_driver(
         compilation=compilation,
         memory_mb=watch.result(),
         retries=retries,
+        **extra,
     )
 
 
@@ -365,6 +391,7 @@ def _run_partitioned(
         memory_mb=watch.result(),
         selection=summary,
         partition=partition,
+        **({"profile": PARTITIONED_PROFILE} if config.profile else {}),
     )
 
 

@@ -208,6 +208,14 @@ def check_out_dir(out: Path, force: bool) -> None:
     "driver buffers (memory domains) between steps; one more row each (driver:NAME+state-in-driver) "
     "with the per-step latency saved.",
 )
+@click.option(
+    "--profile",
+    is_flag=True,
+    help="After each timed run, a short profiled pass: each operation's time inside the driver and "
+    "onnxruntime's own per-node times; results.json and the report show the top operations, the time "
+    "by operation type and the two side by side per layer (docs/profiling.md). Timed figures are "
+    "unaffected.",
+)
 @driver_socket_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results document to stdout (no table).")
 @click.option(
@@ -241,6 +249,7 @@ def benchmark(
     execution: str,
     burst_polling_us: int | None,
     state_in_driver: bool,
+    profile: bool,
     driver_sockets: tuple[str, ...],
     as_json: bool,
     quiet: bool,
@@ -308,6 +317,7 @@ def benchmark(
         executions=EXECUTION_MODES if execution == "all" else (execution,),
         qos=qos_settings(priority, preference, deadline_ms, loop_timeout_ms).to_dict(),
         state_in_driver=state_in_driver,
+        profile=profile,
         compile_max_seconds=(
             compile_seconds if compile_seconds is not None else (QUICK_COMPILE_SECONDS if quick else 10.0)
         ),

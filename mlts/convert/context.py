@@ -70,6 +70,12 @@ def nn_dims(shape: Sequence[int], nhwc: bool) -> tuple[int, ...]:
     return tuple(shape[i] for i in TO_NHWC) if nhwc and len(shape) == 4 else tuple(shape)
 
 
+def node_label(node) -> str:
+    """How an ONNX node is named where the converter's operations point back at it: its name, or its
+    first output's when it has none (what onnxruntime names an unnamed node after is not stable)."""
+    return node.name or (node.output[0] if node.output else node.op_type)
+
+
 def where(node: NodeProto) -> str:
     """`Conv node 'conv_1'`, or `Conv node #3 (output 'y')` for a node without a name: how messages name a node."""
     if node.name:
@@ -336,7 +342,8 @@ class Context:
             self.tensors[out] = self.tensors[src]
 
     def emit(self, op: OperationType, inputs: Sequence[int], outputs: Sequence[int]) -> None:
-        self.builder.add_operation(op, inputs, outputs)
+        node = self.node
+        self.builder.add_operation(op, inputs, outputs, None if node is None else node_label(node))
         self.emitted.append((op, tuple(inputs), tuple(outputs)))
         self.counts[f"op:{op.name}"] += 1
 

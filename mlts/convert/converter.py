@@ -115,6 +115,9 @@ class Conversion:
     outputs: tuple[TensorInfo, ...]
     opset: int
     notes: tuple[str, ...] = ()
+    # Per operation of model.main: the ONNX node (context.node_label) it was converted from; None for
+    # operations the converter added at the model's inputs and outputs (layout, quantization, copies).
+    origins: tuple[str | None, ...] = ()
 
 
 def _live_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
@@ -403,4 +406,6 @@ def convert(
         notes.append(
             f"opset {opset} is newer than {NEWEST_TESTED_OPSET}, the newest this converter is tested with"
         )
-    return Conversion(nn_model, tuple(inputs), tuple(outputs), opset, tuple(notes))
+    return Conversion(
+        nn_model, tuple(inputs), tuple(outputs), opset, tuple(notes), builder.operation_origins()
+    )

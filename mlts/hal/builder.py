@@ -69,6 +69,7 @@ class ModelBuilder:
     def __init__(self) -> None:
         self._specs: list[_Spec] = []
         self._operations: list[Operation] = []
+        self._origins: list[str | None] = []  # per operation: what produced it (a converter's source node)
         self._inputs: list[int] = []
         self._outputs: list[int] = []
         self._values = bytearray()
@@ -317,8 +318,14 @@ class ModelBuilder:
 
     # ------------------------------------------------------------ operations
 
-    def add_operation(self, op_type: int, inputs: Sequence[int], outputs: Sequence[int]) -> int:
-        """Append an operation; returns its index. Operations must be added in execution order."""
+    def add_operation(
+        self, op_type: int, inputs: Sequence[int], outputs: Sequence[int], origin: str | None = None
+    ) -> int:
+        """Append an operation; returns its index. Operations must be added in execution order.
+
+        `origin` names what the operation comes from (a converter's source node), kept in memory
+        only (`operation_origins`), not in the model.
+        """
         for what, idxs in (("input", inputs), ("output", outputs)):
             for i in idxs:
                 if not 0 <= i < len(self._specs):
@@ -329,6 +336,7 @@ class ModelBuilder:
         self._operations.append(
             Operation(int(op_type), tuple(int(i) for i in inputs), tuple(int(i) for i in outputs))
         )
+        self._origins.append(origin)
         return len(self._operations) - 1
 
     def mark_outputs(self, *indexes: int | Iterable[int]) -> None:
@@ -355,12 +363,15 @@ class ModelBuilder:
         """
         needed = set(self._outputs)
         kept: list[Operation] = []
-        for op in reversed(self._operations):
+        kept_origins: list[str | None] = []
+        for op, origin in zip(reversed(self._operations), reversed(self._origins), strict=True):
             if any(o in needed for o in op.outputs):
                 kept.append(op)
+                kept_origins.append(origin)
                 needed.update(op.inputs)
         dropped = len(self._operations) - len(kept)
         kept.reverse()
+        kept_origins.reverse()
         used = set(self._inputs) | set(self._outputs)
         for op in kept:
             used.update(op.inputs)
@@ -389,9 +400,14 @@ class ModelBuilder:
             )
             for op in kept
         ]
+        self._origins = kept_origins
         self._inputs = [new_index[i] for i in self._inputs]
         self._outputs = [new_index[i] for i in self._outputs]
         return dropped
+
+    def operation_origins(self) -> tuple[str | None, ...]:
+        """What each operation of main comes from (`add_operation`'s `origin`), in operation order."""
+        return tuple(self._origins)
 
     # ------------------------------------------------------------ build
 

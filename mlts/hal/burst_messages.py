@@ -14,6 +14,14 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from mlts.hal.enums import ErrorStatus, MeasureTiming
+from mlts.hal.errors import HalError
+from mlts.hal.operation_times import (
+    MAX_OPERATION_TIMES,
+    OperationTime,
+    OperationTimes,
+    check_operation_times,
+    checked_by_service,
+)
 from mlts.hal.types import UINT64_MAX, DataLocation, OutputShape, RequestArgument, Timing
 
 # Request ring
@@ -33,13 +41,19 @@ MAX_RANK = 64
 MAX_MESSAGE_TEXT = 1024
 NO_TIME = -1
 
-_REQUEST = struct.Struct("<IIBxxxqqIII")  # kind, seq, measure, deadline, loop timeout, pools, inputs, outputs
+_REQUEST = struct.Struct(
+    "<IIBBxxqqIII"
+)  # kind, seq, measure, flags, deadline, loop timeout, pools, inputs, outputs
 _POOL = struct.Struct("<BxxxI")  # kind, slot id or buffer token
 _ARGUMENT = struct.Struct("<BxxxIIII")  # has no value, pool index, offset, length, rank
 _RESULT = struct.Struct("<IIiIQQ")  # kind, seq, status, shapes, time on device, time in driver
 _SHAPE = struct.Struct("<BxxxI")  # is sufficient, rank
 _ASK = struct.Struct("<III")  # kind, seq, slots
 _U32 = struct.Struct("<I")
+_OP_TIME = struct.Struct("<IQ")  # operation index, duration ns (protocol 1.3, after the message text)
+
+#: Request flags (protocol 1.3; 1.2 sent 0 in this byte).
+FLAG_MEASURE_OPERATIONS = 1
 
 
 class PoolRef(NamedTuple):
@@ -68,6 +82,7 @@ class BurstRequest:
     measure: MeasureTiming = MeasureTiming.NO
     deadline: int | None = None
     loop_timeout: int | None = None
+    measure_operations: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +94,7 @@ class BurstResult:
     output_shapes: tuple[OutputShape, ...] = ()
     timing: Timing = Timing()
     message: str = ""
+    operation_times: OperationTimes | None = None
 
 
 def _ns(value: int | None) -> int:
@@ -101,6 +117,7 @@ def encode_request(r: BurstRequest) -> bytes:
         KIND_EXECUTE,
         r.seq,
         int(r.measure),
+        FLAG_MEASURE_OPERATIONS if r.measure_operations else 0,
         _ns(r.deadline),
         _ns(r.loop_timeout),
         len(r.pools),
@@ -171,11 +188,15 @@ def _read_pools(reader: _Reader, n: int) -> tuple[PoolRef, ...]:
 def decode_request(data: bytes) -> BurstRequest:
     """A request message; ValueError naming what is wrong."""
     reader = _Reader(data)
-    kind, seq, measure, deadline, loop_timeout, n_pools, n_in, n_out = reader.take(_REQUEST)
+    kind, seq, measure, flags, deadline, loop_timeout, n_pools, n_in, n_out = reader.take(_REQUEST)
     if kind != KIND_EXECUTE:
         raise ValueError(f"request kind {kind} is not {KIND_EXECUTE} (execute)")
     if measure > 1:
         raise ValueError(f"measure timing {measure} is not 0 or 1")
+    if flags & ~FLAG_MEASURE_OPERATIONS:
+        raise ValueError(
+            f"request flags {flags:#04x} hold bits other than {FLAG_MEASURE_OPERATIONS} (measure operations)"
+        )
     if n_pools > MAX_POOLS or n_in + n_out > MAX_ARGUMENTS:
         raise ValueError(f"{n_pools} pools, {n_in} inputs and {n_out} outputs exceed the limits")
     for name, value in (("deadline", deadline), ("loop timeout", loop_timeout)):
@@ -193,6 +214,7 @@ def decode_request(data: bytes) -> BurstRequest:
         MeasureTiming(measure),
         None if deadline == NO_TIME else deadline,
         None if loop_timeout == NO_TIME else loop_timeout,
+        bool(flags & FLAG_MEASURE_OPERATIONS),
     )
 
 
@@ -213,6 +235,10 @@ def encode_result(r: BurstResult) -> bytes:
         parts.append(struct.pack(f"<{len(s.dimensions)}I", *s.dimensions))
     parts.append(_U32.pack(len(text)))
     parts.append(text)
+    if r.operation_times is not None:  # only when the request asked: a 1.2 client never sees it
+        times = checked_by_service(r.operation_times)
+        parts.append(_U32.pack(len(times)))
+        parts.extend(_OP_TIME.pack(e.operation, e.duration_ns) for e in times)
     return b"".join(parts)
 
 
@@ -258,8 +284,20 @@ def decode_result(data: bytes) -> BurstResult:
         raise ValueError(f"message text of {length} bytes does not fit")
     text = data[reader.at : reader.at + length].decode("utf-8", "replace")
     reader.at += length
+    times = _read_operation_times(reader) if reader.at < len(data) else None
     reader.end()
     if error == ErrorStatus.NONE and (on_device != UINT64_MAX or in_driver != UINT64_MAX):
         if in_driver != UINT64_MAX and on_device != UINT64_MAX and on_device > in_driver:
             raise ValueError("timeOnDevice exceeds timeInDriver")
-    return BurstResult(seq, error, tuple(shapes), Timing(on_device, in_driver), text)
+    return BurstResult(seq, error, tuple(shapes), Timing(on_device, in_driver), text, times)
+
+
+def _read_operation_times(reader: _Reader) -> OperationTimes:
+    (n,) = reader.take(_U32)
+    if n > MAX_OPERATION_TIMES or reader.at + _OP_TIME.size * n > len(reader.data):
+        raise ValueError(f"{n} operation times do not fit in the {len(reader.data) - reader.at} bytes left")
+    entries = [OperationTime(*reader.take(_OP_TIME)) for _ in range(n)]
+    try:
+        return check_operation_times(entries, None, "operation times")
+    except HalError as e:
+        raise ValueError(e.message) from None

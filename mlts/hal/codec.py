@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from enum import IntEnum
 from typing import Any, TypeVar
 
+from mlts.hal import operation_times
 from mlts.hal.enums import OperandLifeTime, OperandType, OperationType
 from mlts.hal.errors import invalid
 from mlts.hal.memory import HostMemory, Memory, SharedMemory
@@ -129,12 +130,12 @@ def _list(v: Any, path: str, max_items: int = MAX_ITEMS) -> list:
     return v
 
 
-def _obj(v: Any, path: str, keys: tuple[str, ...]) -> dict:
-    """A JSON object with exactly `keys`."""
+def _obj(v: Any, path: str, keys: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
+    """A JSON object with exactly `keys`, and any of `optional`."""
     if type(v) is not dict:
         raise _fail(path, "an object", v)
-    if v.keys() != set(keys):
-        unknown = sorted(str(k) for k in v.keys() - set(keys))
+    if v.keys() != set(keys) and not (set(keys) <= v.keys() <= set(keys) | set(optional)):
+        unknown = sorted(str(k) for k in v.keys() - set(keys) - set(optional))
         missing = sorted(set(keys) - v.keys())
         problem = f"unknown key(s) {unknown}" if unknown else f"missing key(s) {missing}"
         raise invalid(f"{path}: {problem}; expected exactly {list(keys)}")
@@ -507,11 +508,14 @@ def request_to_dict(request: Request, pool_descs: Sequence[Mapping[str, Any]] | 
         pool_descs = [default_pool_desc(p) for p in request.pools]
     if len(pool_descs) != len(request.pools):
         raise invalid(f"request pools: {len(request.pools)} pools but {len(pool_descs)} descriptions")
-    return {
+    d: dict[str, Any] = {
         "inputs": [_argument_to_dict(a) for a in request.inputs],
         "outputs": [_argument_to_dict(a) for a in request.outputs],
         "pools": [dict(p) for p in pool_descs],
     }
+    if request.measure_operations:
+        d["measureOperations"] = True  # protocol 1.3; absent when not asked, so older services are served
+    return d
 
 
 def request_pool_descs(d: Any, path: str = "request") -> list[dict]:
@@ -527,7 +531,7 @@ def request_pool_descs(d: Any, path: str = "request") -> list[dict]:
 
 def request_from_dict(d: Any, pools: Sequence[RequestPool], path: str = "request") -> Request:
     """The inverse of `request_to_dict`, given the pools the transport resolved from d["pools"]."""
-    d = _obj(d, path, ("inputs", "outputs", "pools"))
+    d = _obj(d, path, ("inputs", "outputs", "pools"), ("measureOperations",))
     descs = request_pool_descs(d, path)
     if len(descs) != len(pools):
         raise invalid(f"{path}.pools: {len(descs)} pools described but {len(pools)} supplied")
@@ -537,6 +541,7 @@ def request_from_dict(d: Any, pools: Sequence[RequestPool], path: str = "request
         tuple(_argument_from_dict(a, f"{path}.inputs[{i}]") for i, a in enumerate(inputs)),
         tuple(_argument_from_dict(a, f"{path}.outputs[{i}]") for i, a in enumerate(outputs)),
         tuple(pools),
+        _bool(d.get("measureOperations", False), f"{path}.measureOperations"),
     )
 
 
@@ -567,20 +572,25 @@ def output_shape_from_dict(d: Any, path: str = "outputShape") -> OutputShape:
 
 
 def execution_result_to_dict(r: ExecutionResult) -> dict:
-    """ExecutionResult -> {"outputShapes", "timing"}."""
-    return {
+    """ExecutionResult -> {"outputShapes", "timing"}, plus "operationTimes" when the driver measured them."""
+    d: dict[str, Any] = {
         "outputShapes": [output_shape_to_dict(s) for s in r.output_shapes],
         "timing": timing_to_dict(r.timing),
     }
+    if r.operation_times is not None:
+        d["operationTimes"] = operation_times.to_list(r.operation_times)
+    return d
 
 
 def execution_result_from_dict(d: Any, path: str = "result") -> ExecutionResult:
     """The inverse of `execution_result_to_dict`."""
-    d = _obj(d, path, ("outputShapes", "timing"))
+    d = _obj(d, path, ("outputShapes", "timing"), ("operationTimes",))
     shapes = _list(d["outputShapes"], f"{path}.outputShapes")
+    times = d.get("operationTimes")
     return ExecutionResult(
         tuple(output_shape_from_dict(s, f"{path}.outputShapes[{i}]") for i, s in enumerate(shapes)),
         timing_from_dict(d["timing"], f"{path}.timing"),
+        None if times is None else operation_times.from_list(times, f"{path}.operationTimes"),
     )
 
 

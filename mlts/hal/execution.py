@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError
 from mlts.hal.fence import FenceState, SyncFence, wait_fds
+from mlts.hal.operation_times import OperationTimes
 from mlts.hal.types import ExecutionResult, Timing
 
 
@@ -71,12 +72,17 @@ class ExecutionCallback:
 
 @dataclass(frozen=True)
 class FencedExecutionInfo:
-    """What getExecutionInfo reports: the status and the two timings of a fenced execution."""
+    """What getExecutionInfo reports: the status and the two timings of a fenced execution.
+
+    `operation_times`: the driver's per-operation times when the request asked for them
+    (`mlts.hal.operation_times`, an extension of the HAL), else None.
+    """
 
     status: ErrorStatus
     timing_launched: Timing
     timing_fenced: Timing
     message: str = ""
+    operation_times: OperationTimes | None = None
 
 
 class FencedExecutionCallback:
@@ -161,9 +167,12 @@ def launch_fenced(
                     ErrorStatus.NONE,
                     Timing(dev, (end - launched) // 1000),
                     Timing(dev, (end - fenced) // 1000),
+                    operation_times=result.operation_times,
                 )
             else:
-                info = FencedExecutionInfo(ErrorStatus.NONE, Timing(), Timing())
+                info = FencedExecutionInfo(
+                    ErrorStatus.NONE, Timing(), Timing(), operation_times=result.operation_times
+                )
             callback.info = info
             out.signal(ok=True)
         except Exception as e:

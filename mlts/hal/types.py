@@ -18,6 +18,7 @@ from mlts.hal.enums import (
     OperandType,
 )
 from mlts.hal.memory import Memory
+from mlts.hal.operation_times import OperationTimes
 
 # ---------------------------------------------------------------- operands
 
@@ -144,9 +145,16 @@ RequestPool = Memory | int
 
 @dataclass(frozen=True, slots=True)
 class Request:
+    """An execution's inputs, outputs and pools.
+
+    `measure_operations` (an extension, not NN HAL 1.3) asks the driver for per-operation times
+    in the result (`mlts.hal.operation_times`); a driver that cannot measure them ignores it.
+    """
+
     inputs: tuple[RequestArgument, ...]
     outputs: tuple[RequestArgument, ...]
     pools: tuple[RequestPool, ...]
+    measure_operations: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,10 +181,15 @@ class Timing:
 
 @dataclass(frozen=True, slots=True)
 class ExecutionResult:
-    """What a successful execution returns: the real output shapes and timing."""
+    """What a successful execution returns: the real output shapes and timing.
+
+    `operation_times`: per-operation times when the request asked for them and the driver measured
+    them (`mlts.hal.operation_times`), else None.
+    """
 
     output_shapes: tuple[OutputShape, ...]
     timing: Timing = Timing()
+    operation_times: OperationTimes | None = None
 
 
 # ---------------------------------------------------------------- device

@@ -26,7 +26,7 @@ from typing import Any
 from mlts.hal import procctl
 
 MAGIC = b"MLTW"
-PROTOCOL_VERSION = (1, 2)
+PROTOCOL_VERSION = (1, 3)
 FIXED_HEADER = struct.Struct("<4sHHII")
 MAX_HEADER_BYTES = 1 << 20
 MAX_PAYLOAD_BYTES = 64 << 20

@@ -37,6 +37,7 @@ from mlts.report._html_sections import (
     _warnings,
 )
 from mlts.report._html_tables import _families, compare_medians
+from mlts.report.profile_section import profile_rows
 
 __all__ = [
     "BASELINE",
@@ -95,4 +96,5 @@ def build_view(doc: Mapping) -> dict[str, Any]:
         "memory": _memory(rows),
         "stress": _stress(stress),
         "capabilities": _capabilities(doc.get("capabilities")),
+        "profiles": profile_rows(rows),
     }

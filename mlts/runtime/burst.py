@@ -148,6 +148,7 @@ class RemoteBurst(Burst):
                         measure,
                         deadline,
                         loop_timeout_duration,
+                        request.measure_operations,
                     )
                 )
             except Exception as e:  # a field past its fixed width (struct.error, OverflowError)
@@ -192,7 +193,7 @@ class RemoteBurst(Burst):
                 continue  # the late result of an execution this client gave up on
             if result.status != ErrorStatus.NONE:
                 raise HalError(result.status, result.message or result.status.name, result.output_shapes)
-            return ExecutionResult(result.output_shapes, result.timing)
+            return ExecutionResult(result.output_shapes, result.timing, result.operation_times)
 
     def _provide(self, slots: tuple[int, ...]) -> None:
         by_slot = {slot: memory for slot, memory in self._slots.values()}

@@ -102,7 +102,7 @@ def execute(
             fence.close()
         if info.status != ErrorStatus.NONE:
             raise HalError(info.status, info.message or f"fenced execution failed with {info.status.name}")
-        return ExecutionResult((), info.timing_fenced)
+        return ExecutionResult((), info.timing_fenced, info.operation_times)
     if mode == "burst":
         return burst_for(prepared).execute(request, measure, deadline, loop_timeout)
     check_mode(mode)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from mlts.hal import codec, wire
+from mlts.hal import codec, operation_times, wire
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError
 from mlts.hal.execution import ExecutionCallback, FencedExecutionCallback, FencedExecutionInfo
@@ -141,11 +141,13 @@ def _info_from_dict(d: Any) -> FencedExecutionInfo:
     message = d.get("message", "")
     if not isinstance(message, str):
         raise TypeError("message must be a string")
+    times = d.get("operationTimes")
     return FencedExecutionInfo(
         status,
         codec.timing_from_dict(d["timingLaunched"], "timingLaunched"),
         codec.timing_from_dict(d["timingFenced"], "timingFenced"),
         message,
+        None if times is None else operation_times.from_list(times),
     )
 
 

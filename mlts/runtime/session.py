@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -11,6 +12,7 @@ from mlts.hal.enums import DTYPE_NAME, ErrorStatus, ExecutionPreference, Measure
 from mlts.hal.errors import HalError
 from mlts.hal.interface import Device, PreparedModel
 from mlts.hal.memory import SharedMemory
+from mlts.hal.operation_times import check_result_times
 from mlts.hal.types import DataLocation, ExecutionResult, Model, Operand, Request, RequestArgument
 from mlts.runtime import allowlist
 from mlts.runtime.compile_cache import CompilationCache
@@ -66,6 +68,11 @@ class Session:
     `deadline_ms` gives every prepare and execution a deadline that far ahead; `loop_timeout_ms` is
     WHILE's loop timeout (the driver's default, 2 s, when None). TRANSIENT errors are retried as
     `retry` allows; `retry_stats` counts the retries and the errors by status.
+
+    `profile` asks the driver for per-operation times with every execution (`Request.measure_operations`);
+    a driver's record is checked against the model (`mlts.hal.operation_times.check_result_times`) and
+    comes back as the result's `operation_times` (None from a driver that does not measure them). It can
+    be switched on and off between runs.
     """
 
     def __init__(
@@ -81,8 +88,10 @@ class Session:
         deadline_ms: float | None = None,
         loop_timeout_ms: float | None = None,
         retry: RetryPolicy = DEFAULT_RETRY,
+        profile: bool = False,
     ) -> None:
         self.device = device
+        self.profile = profile
         self.deadline_ms = _positive_ms(deadline_ms, "deadline")
         self.loop_timeout_ns = (
             None if loop_timeout_ms is None else int(_loop_timeout_ms(loop_timeout_ms) * 1e6)
@@ -224,7 +233,7 @@ class Session:
             token_arg(out_tokens[k]) if k in out_tokens else RequestArgument(False, loc, ())
             for k, loc in enumerate(out_locs)
         )
-        return Request(inputs, outputs, tuple(pools)), [loc.offset for loc in out_locs]
+        return Request(inputs, outputs, tuple(pools), self.profile), [loc.offset for loc in out_locs]
 
     # ------------------------------------------------------------ running
 
@@ -260,6 +269,16 @@ class Session:
                 self._out_bytes[k] = max(needed, request.outputs[k].location.length)
             request, offsets = self._request(arrays, in_tokens, out_tokens)
             result = self._execute(request)
+        if result.operation_times is not None:
+            if not self.profile:
+                result = replace(result, operation_times=None)  # not asked for: not passed on
+            else:
+                check_result_times(
+                    result.operation_times,
+                    len(self.model.main.operations),
+                    result.timing.time_in_driver,
+                    getattr(self.device, "name", "driver"),
+                )
         return self._read_outputs(request, offsets, result, out_tokens), result
 
     def _read_outputs(

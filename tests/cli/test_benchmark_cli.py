@@ -175,8 +175,8 @@ class Reversed(SampleAll):
     def prepareModel(self, model, *args, **kwargs):
         prepared = super().prepareModel(model, *args, **kwargs)
         run = prepared.plan.run
-        prepared.plan.run = lambda inputs, *rest: [
-            np.ascontiguousarray(o[..., ::-1]) for o in run(inputs, *rest)
+        prepared.plan.run = lambda inputs, *rest, **options: [
+            np.ascontiguousarray(o[..., ::-1]) for o in run(inputs, *rest, **options)
         ]
         return prepared
 '''

@@ -175,7 +175,8 @@ class BurstContext:
                 raise invalid(f"burst request: {e}") from None
             seq = request.seq
             result = self._execute(request, self._resolve(request, held))
-            reply = msg.BurstResult(seq, ErrorStatus.NONE, result.output_shapes, result.timing)
+            times = result.operation_times if request.measure_operations else None
+            reply = msg.BurstResult(seq, ErrorStatus.NONE, result.output_shapes, result.timing, "", times)
         except HalError as e:
             reply = msg.BurstResult(seq, e.status, e.output_shapes, message=e.message)
         except Exception as e:
@@ -240,7 +241,7 @@ class BurstContext:
         if prepared is None or self.client.handles.peek(Kind.PREPARED, self.prepared_number) is not prepared:
             raise invalid(f"burst: prepared model {self.prepared_number} was released")
         entry: PreparedEntry = prepared.value
-        hal_request = Request(request.inputs, request.outputs, tuple(pools))
+        hal_request = Request(request.inputs, request.outputs, tuple(pools), request.measure_operations)
         if entry.model is not None:
             hal_request = bind_buffers(hal_request, entry.prepared, self._buffer)
             validate.validate_request(hal_request, entry.model)

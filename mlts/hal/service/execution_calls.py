@@ -13,15 +13,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mlts.hal import codec, qos, validate
+from mlts.hal import codec, operation_times, qos, validate
 from mlts.hal.buffer_use import bind_buffers
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.fence import SyncFence
 from mlts.hal.memory import SharedMemory
+from mlts.hal.operation_times import OperationTimes
 from mlts.hal.service.args import arg, enum_value, handle, int_list, opt_ns, pool_token
 from mlts.hal.service.buffer_calls import hold_buffer
 from mlts.hal.service.client import DEFERRED, Call, Client, Handler
@@ -52,9 +53,12 @@ class Job:
     def run(self, deadline: int | None = None) -> ExecutionResult:
         # The driver tells clients apart by this key (priorities are relative to one client's models).
         with qos.serving_client(self.client_key):
-            return self.entry.prepared.executeSynchronously(
+            result = self.entry.prepared.executeSynchronously(
                 self.request, self.measure, self.deadline if deadline is None else deadline, self.loop_timeout
             )
+        if result.operation_times is not None and not self.request.measure_operations:
+            result = replace(result, operation_times=None)  # a client that did not ask gets none
+        return result
 
     def finish(self) -> None:
         for memory in self.transient:
@@ -238,9 +242,15 @@ class FencedExecution:
         self.message = ""
         self.timing_launched = Timing()
         self.timing_fenced = Timing()
+        self.operation_times: OperationTimes | None = None
 
     def complete(self, fenced_ns: int | None, result: ExecutionResult | None, error: HalError | None) -> None:
         end = time.monotonic_ns()
+        if error is None and result is not None and result.operation_times is not None:
+            try:
+                self.operation_times = operation_times.checked_by_service(result.operation_times)
+            except HalError as e:
+                error = e
         if error is not None:
             self.status, self.message = error.status, error.message
         elif result is not None and self.measure == MeasureTiming.YES and fenced_ns is not None:
@@ -254,13 +264,16 @@ class FencedExecution:
     def info(self) -> dict[str, Any]:
         if not self.done.is_set():
             return {"finished": False}
-        return {
+        info = {
             "finished": True,
             "status": int(self.status),
             "message": self.message,
             "timingLaunched": codec.timing_to_dict(self.timing_launched),
             "timingFenced": codec.timing_to_dict(self.timing_fenced),
         }
+        if self.operation_times is not None:
+            info["operationTimes"] = operation_times.to_list(self.operation_times)
+        return info
 
 
 def execute_fenced(client: Client, call: Call) -> dict[str, Any]:
