@@ -16,7 +16,9 @@ into shared memory, the execution, outputs back):
   and a second Python process, both spinning on a counter (no message, no
   model, no eventfd).
 
-Each prints `MODEL PATH median X us p90 Y us n=N`, and each model a line
+Each prints `MODEL PATH median X us p90 Y us n=N cpu/run client C us service S us` (the CPU
+time per run of this process and of the service process: on a busy machine wall times grow with
+the waits for a core, CPU times far less), and each model a line
 `MODEL burst/sync median ratio R.RRx` (goals: burst median <= 15 us and
 >= 5x faster than sync on the trivial model; on mobilenet_v1_0.25_128 burst
 never slower than sync). Then, on one shared
@@ -84,19 +86,39 @@ def feeds_for(model, n: int = 4):
     return out
 
 
-def timed_runs(session, feeds, duration: float, warmup: float, max_n: int) -> list[float]:
-    """Seconds per Session.run, after `warmup` seconds of discarded runs."""
+def process_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system) used so far by this process (None) or by process `pid`."""
+    if pid is None:
+        return time.process_time()
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed_runs(
+    session, feeds, duration: float, warmup: float, max_n: int, cpu: list[float] | None = None
+) -> list[float]:
+    """Seconds per Session.run, after `warmup` seconds of discarded runs.
+
+    `cpu`, when given, receives the CPU seconds per run of this process and of the session's
+    service process (0 in process): a figure that a busy machine inflates far less than wall time.
+    """
     end = time.perf_counter() + warmup
     i = 0
     while time.perf_counter() < end:
         session.run(feeds[i % len(feeds)])
         i += 1
     samples = []
+    pid = getattr(getattr(session.device, "process", None), "pid", None)
+    before = (process_cpu(None), process_cpu(pid) if pid else 0.0)
     end = time.perf_counter() + duration
     while time.perf_counter() < end and len(samples) < max_n:
         t0 = time.perf_counter()
         session.run(feeds[len(samples) % len(feeds)])
         samples.append(time.perf_counter() - t0)
+    if cpu is not None:
+        after = (process_cpu(None), process_cpu(pid) if pid else 0.0)
+        cpu[:] = [(b - a) / len(samples) for a, b in zip(before, after, strict=True)]
     return samples
 
 
@@ -147,11 +169,12 @@ def fmt(seconds: float) -> str:
     return f"{us:.1f} us" if us < 10_000 else f"{us / 1000:.2f} ms"
 
 
-def report(label: str, path: str, samples: list[float]) -> float:
+def report(label: str, path: str, samples: list[float], cpu: list[float] | None = None) -> float:
     samples = sorted(samples)
     median = statistics.median(samples)
     p90 = samples[min(len(samples) - 1, int(0.9 * len(samples)))]
-    print(f"{label} {path} median {fmt(median)} p90 {fmt(p90)} n={len(samples)}", flush=True)
+    extra = f" cpu/run client {fmt(cpu[0])} service {fmt(cpu[1])}" if cpu else ""
+    print(f"{label} {path} median {fmt(median)} p90 {fmt(p90)} n={len(samples)}{extra}", flush=True)
     return median
 
 
@@ -231,14 +254,17 @@ def main() -> int:
         for label, model in models.items():
             feeds = feeds_for(model)
             with Session(local, model) as session:
-                report(label, "in-process", timed_runs(session, feeds, a.duration, a.warmup, a.max_calls))
+                cpu: list[float] = []
+                samples = timed_runs(session, feeds, a.duration, a.warmup, a.max_calls, cpu)
+                report(label, "in-process", samples, cpu)
             medians = {}
             for mode in ("sync", "async", "fenced", "burst", "burst-low-power"):
                 set_burst_polling(0 if mode == "burst-low-power" else None)
                 seam_mode = "burst" if mode.startswith("burst") else mode
                 with Session(private, model, mode=seam_mode) as session:
-                    samples = timed_runs(session, feeds, a.duration, a.warmup, a.max_calls)
-                    medians[mode] = report(label, mode, samples)
+                    cpu = []
+                    samples = timed_runs(session, feeds, a.duration, a.warmup, a.max_calls, cpu)
+                    medians[mode] = report(label, mode, samples, cpu)
             set_burst_polling(None)
             print(f"{label} burst/sync median ratio {medians['sync'] / medians['burst']:.2f}x", flush=True)
     finally:

@@ -8,14 +8,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from driver import cache
 from driver._malloc import tune_allocator
 from driver.budget import MemoryBudget, constant_bytes, working_bytes
 from driver.buffers import DEFAULT_BUDGET, BufferTracker, SampleBuffer, size_of
 from driver.executor import Plan, prepare_operation
-from driver.operands import dtype_of, pool_view
+from driver.request_io import IoCache, RequestIo
 from mlts.hal import capabilities_file, qos, validate
 from mlts.hal import extensions as ext
 from mlts.hal.buffer_use import bind_buffers, validate_memory_desc
@@ -40,9 +38,7 @@ from mlts.hal.types import (
     Extension,
     Model,
     Operation,
-    OutputShape,
     Request,
-    RequestArgument,
     Timing,
 )
 
@@ -300,6 +296,7 @@ class SamplePreparedModel(PreparedModel):
         self._lock = threading.Lock()
         self.buffers = device.buffers
         self._closed = threading.Event()
+        self._io = IoCache()
 
     def executeSynchronously(
         self,
@@ -316,21 +313,23 @@ class SamplePreparedModel(PreparedModel):
         # executions pause at their next operation from the moment this one arrives until its outputs
         # are written, so none of this execution's own work competes with them for the CPU.
         with gate.running(self.priority) as ticket:
-            request = bind_buffers(request, self, self.buffers.lookup)
-            validate.validate_request(request, self.model)
+            # A request object seen before (and naming no driver buffer) was validated then: reuse its layout.
+            io = self._io.get(request)
+            if io is None:
+                request = bind_buffers(request, self, self.buffers.lookup)
+                validate.validate_request(request, self.model)
             if loop_timeout_duration is not None:
                 validate.validate_loop_timeout(loop_timeout_duration)
             _check_deadline_before(deadline, "executeSynchronously")
             self._check_feasible(deadline)
             held = budget.reserve(self._work_bytes, "the execution's working set")
             try:
-                inputs = read_inputs(self.model, request, self.buffers)
+                if io is None:
+                    io = RequestIo(self.model, request)
+                    self._io.put(io)
+                inputs = io.read_inputs(self.buffers)
                 # Output buffers too small for shapes known in advance fail here, before any kernel runs.
-                limits = [
-                    None if a.has_no_value or _token(request.pools, a) is not None else a.location.length
-                    for a in request.outputs
-                ]  # a driver buffer's size is the driver's own check
-                self.plan.shape_pass(inputs, limits)
+                self.plan.shape_pass(inputs, io.limits)
                 op_times: list[tuple[int, int]] | None = [] if request.measure_operations else None
                 t1 = time.perf_counter_ns()
                 outputs = self.plan.run(
@@ -339,7 +338,7 @@ class SamplePreparedModel(PreparedModel):
                 t2 = time.perf_counter_ns()
                 if not ticket.paused:
                     self._record(t2 - t1)
-                shapes = write_outputs(self.model, request, outputs, self.buffers)
+                shapes = io.write_outputs(outputs, self.buffers)
             finally:
                 budget.release(held)
         t3 = time.perf_counter_ns()
@@ -369,6 +368,7 @@ class SamplePreparedModel(PreparedModel):
     def close(self) -> None:
         if not self._closed.is_set():
             self._closed.set()
+            self._io.clear()
             with self._lock:
                 held, self._held = self._held, 0
             self.device.budget.release(held)
@@ -392,76 +392,3 @@ def _budget(name: str, text: str | None) -> int:
     if value < 0:
         raise ValueError(f"{name}: option buffer_budget needs a byte count >= 0, got {text!r}")
     return value
-
-
-def _token(pools: tuple, arg: RequestArgument) -> int | None:
-    pool = pools[arg.location.pool_index]
-    return pool if isinstance(pool, int) and not isinstance(pool, bool) else None
-
-
-def read_inputs(
-    model: Model, request: Request, buffers: BufferTracker | None = None
-) -> list[np.ndarray | None]:
-    """Zero-copy, read-only views of the request's inputs (from pools or driver buffers)."""
-    sub = model.main
-    result: list[np.ndarray | None] = []
-    for k, (arg, idx) in enumerate(zip(request.inputs, sub.input_indexes, strict=True)):
-        if arg.has_no_value:
-            result.append(None)
-            continue
-        operand = sub.operands[idx]
-        dims = arg.dimensions or operand.dimensions
-        token = _token(request.pools, arg) if buffers is not None else None
-        if token is not None:
-            assert buffers is not None
-            result.append(buffers.lookup(token).read(dtype_of(operand.type), tuple(dims)))
-            continue
-        raw = pool_view(request.pools, arg.location, f"input {k}")
-        arr = np.frombuffer(raw, dtype=dtype_of(operand.type)).reshape(dims)
-        arr.flags.writeable = False
-        result.append(arr)
-    return result
-
-
-def write_outputs(
-    model: Model, request: Request, outputs: list[np.ndarray], buffers: BufferTracker | None = None
-) -> tuple[OutputShape, ...]:
-    """Copy results into the request's output regions (or driver buffers), or report which are too small."""
-    sub = model.main
-    shapes = []
-    insufficient = []
-    targets: dict[int, SampleBuffer] = {}
-    for k, (arg, arr) in enumerate(zip(request.outputs, outputs, strict=True)):
-        if arg.has_no_value:
-            shapes.append(OutputShape(tuple(arr.shape), True))
-            continue
-        token = _token(request.pools, arg) if buffers is not None else None
-        if token is not None:
-            assert buffers is not None
-            targets[k] = buffers.lookup(token)
-            targets[k].check_output(tuple(arr.shape), f"output {k}")
-            shapes.append(OutputShape(tuple(int(d) for d in arr.shape), True))
-            continue
-        if arg.dimensions and tuple(arg.dimensions) != tuple(arr.shape) and all(arg.dimensions):
-            raise HalError(
-                ErrorStatus.INVALID_ARGUMENT,
-                f"output {k}: request gives dimensions {list(arg.dimensions)} but the result is {list(arr.shape)}",
-            )
-        ok = arr.nbytes <= arg.location.length
-        shapes.append(OutputShape(tuple(int(d) for d in arr.shape), ok))
-        if not ok:
-            insufficient.append(f"output {k} needs {arr.nbytes} bytes, has {arg.location.length}")
-    if insufficient:
-        raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "; ".join(insufficient), tuple(shapes))
-    for k, (arg, arr) in enumerate(zip(request.outputs, outputs, strict=True)):
-        if arg.has_no_value:
-            continue
-        if k in targets:
-            targets[k].write(arr)
-            continue
-        raw = pool_view(request.pools, arg.location, f"output {k}")
-        if raw.readonly:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"output {k}: its pool is read-only")
-        dst = np.frombuffer(raw, dtype=dtype_of(sub.operands[sub.output_indexes[k]].type), count=arr.size)
-        dst[...] = arr.reshape(-1)
-    return tuple(shapes)

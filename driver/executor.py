@@ -75,6 +75,7 @@ class Step:
     control: control_flow.ControlStep | None = None  # IF/WHILE: runs referenced subgraphs
     number: int = 0  # the step's number across subgraphs (main first): keys packed arrays and buffers
     label: str = ""  # how errors name the operation (operation_label), made once at prepare
+    single: bool = False  # exactly one output (the common case, checked without a loop)
 
 
 def operation_label(index: int, code: int, sub_index: int = -1, model: Model | None = None) -> str:
@@ -179,11 +180,17 @@ class Plan:
                 self.constants[i] = None
             elif operand.lifetime == OperandLifeTime.SUBGRAPH:
                 self.constants[i] = None  # the step holds the subgraph's plan
+        # What every run's operand values start from: the constants, None for everything else.
+        self._template: list[Any] = [None] * len(sub.operands)
+        for i, v in self.constants.items():
+            self._template[i] = v
         last_read: dict[int, int] = {}
         for s, op in enumerate(sub.operations):
             for i in op.inputs:
                 last_read[i] = s
         keep = set(self.output_indexes) | set(self.constants)
+        # Operands a request (or an enclosing IF/WHILE) may leave without a value.
+        may_lack = set(self.input_indexes) | {i for i, v in self.constants.items() if v is None}
         base = step_offset(model, sub_index)
         self.steps: list[Step] = []
         for s, op in enumerate(sub.operations):
@@ -195,6 +202,7 @@ class Plan:
                 s, op.type, _no_kernel, op.inputs, op.outputs, release, out_dtypes, out_shapes, declared
             )
             step.number = base + s
+            step.single = len(op.outputs) == 1
             step.label = operation_label(s, op.type, sub_index, model)
             if op.type in CONTROL_FLOW:
                 plans = [shared.plan(model, r) for r in referenced_subgraphs(model, sub, op)]
@@ -202,6 +210,9 @@ class Plan:
             else:
                 with packing_step(base + s, self.packed, shared.cached):
                     step.run = prepare_operation(model, s, shared.extensions, sub_index)
+                if not any(i in may_lack for i in op.inputs):
+                    # Every input is a constant or another operation's result: never without a value.
+                    step.run = getattr(step.run, "direct", step.run)
             self.steps.append(step)
         self.memory_budget = shapes.DEFAULT_MEMORY_BUDGET
         self._output_of = {idx: k for k, idx in enumerate(self.output_indexes)}
@@ -322,7 +333,8 @@ class Plan:
         token = activate(ws)
         try:
             outputs = self._run_steps(inputs, ctx, ws, output_limits, predicted, fast, op_times)
-            return [np.array(o, copy=True) if ws.owns(o) else o for o in outputs]
+            owns = ws.owns
+            return [np.array(o, copy=True) if owns(o) else o for o in outputs]
         finally:
             deactivate(token)
             ws.step = -1
@@ -351,29 +363,27 @@ class Plan:
         checked: bool,
         op_times: list[tuple[int, int]] | None = None,
     ) -> list:
-        """The steps; `checked`: every size was checked in advance (a static plan), none per step."""
-        sub = self.sub
-        budget = self._budget(output_limits)
-        values: dict[int, Any] = dict(self.constants)
+        """The steps; `checked`: every size was checked in advance (a static plan), none per step.
+
+        Values live in a list indexed by operand (constants filled in at prepare); every operation
+        is dispatched at one place below, and a static plan's step does no more than gather its
+        arguments, call its kernel and check what it returned against the declared shape and type.
+        """
+        values = self._template.copy()
         for idx, arr in zip(self.input_indexes, inputs, strict=True):
             values[idx] = arr
-        held: dict[int, int] = {}
+        checkpoint = ctx.checkpoint
+        if not checked:
+            budget = self._budget(output_limits)
+            held: dict[int, int] = {}
         for step in self.steps:
-            if ctx.checkpoint is not None:
-                ctx.checkpoint(step.index)
+            if checkpoint is not None:
+                checkpoint(step.index)
             if ws is not None:
                 ws.step = step.number
             args = [values[i] for i in step.inputs]
-            label = step.label
             if not checked:
-                out = predicted[step.index] if predicted is not None else None
-                if out is None and step.control is None:
-                    out = shapes.infer(step.type, step.declared, [np.shape(a) for a in args], args)
-                if out is not None:
-                    live = sum(held.values())
-                    for idx, shape, dtype in zip(step.outputs, out, step.out_dtypes, strict=True):
-                        budget.check(label, idx, shape, dtype, live)
-                    budget.raise_if_short()
+                self._check_step(step, args, predicted, budget, held)
             try:
                 if op_times is None:
                     results = step.run(args) if step.control is None else step.control(args, ctx)
@@ -382,32 +392,60 @@ class Plan:
                     results = step.run(args) if step.control is None else step.control(args, ctx)
                     op_times.append((step.index, time.perf_counter_ns() - t0))
             except HalError as e:
-                raise HalError(e.status, f"{label}: {e.message}", e.output_shapes) from None
+                raise HalError(e.status, f"{step.label}: {e.message}", e.output_shapes) from None
             except Exception as e:
                 raise HalError(
                     ErrorStatus.GENERAL_FAILURE,
-                    f"{label} failed on inputs {describe_args(args)}: {type(e).__name__}: {e}",
+                    f"{step.label} failed on inputs {describe_args(args)}: {type(e).__name__}: {e}",
                 ) from None
             if len(results) != len(step.outputs):
                 raise HalError(
                     ErrorStatus.GENERAL_FAILURE,
-                    f"{label}: kernel returned {len(results)} outputs, expected {len(step.outputs)}",
+                    f"{step.label}: kernel returned {len(results)} outputs, expected {len(step.outputs)}",
                 )
-            for idx, want, declared_shape, arr in zip(
-                step.outputs, step.out_dtypes, step.out_shapes, results, strict=True
-            ):
-                if declared_shape is None or arr.shape != declared_shape or arr.dtype != want:
-                    arr = check_output(step, idx, sub.operands[idx], want, arr)
+            if step.single:
+                arr = results[0]
+                idx = step.outputs[0]
+                if arr.shape != step.out_shapes[0] or arr.dtype != step.out_dtypes[0]:
+                    arr = check_output(step, idx, self.sub.operands[idx], step.out_dtypes[0], arr)
                 values[idx] = arr
-                if not checked:
-                    # Steps without a rule are checked once their (input-bounded) result exists.
-                    held[idx] = budget.check(
-                        label, idx, arr.shape, arr.dtype, sum(held.values()), outputs=False
-                    )
+            else:
+                for idx, want, declared_shape, arr in zip(
+                    step.outputs, step.out_dtypes, step.out_shapes, results, strict=True
+                ):
+                    if declared_shape is None or arr.shape != declared_shape or arr.dtype != want:
+                        arr = check_output(step, idx, self.sub.operands[idx], want, arr)
+                    values[idx] = arr
+            if not checked:
+                # Steps without a rule are checked once their (input-bounded) result exists.
+                live = sum(held.values())
+                for idx in step.outputs:
+                    arr = values[idx]
+                    held[idx] = budget.check(step.label, idx, arr.shape, arr.dtype, live, outputs=False)
+                    live += held[idx]
             for idx in step.release:
-                values.pop(idx, None)
-                held.pop(idx, None)
+                values[idx] = None
+                if not checked:
+                    held.pop(idx, None)
         return [values[i] for i in self.output_indexes]
+
+    def _check_step(
+        self,
+        step: Step,
+        args: list,
+        predicted: list[list[shapes.Shape] | None] | None,
+        budget: shapes.Budget,
+        held: dict[int, int],
+    ) -> None:
+        """Before a step of a plan not checked in advance: its output sizes, where a rule knows them."""
+        out = predicted[step.index] if predicted is not None else None
+        if out is None and step.control is None:
+            out = shapes.infer(step.type, step.declared, [np.shape(a) for a in args], args)
+        if out is not None:
+            live = sum(held.values())
+            for idx, shape, dtype in zip(step.outputs, out, step.out_dtypes, strict=True):
+                budget.check(step.label, idx, shape, dtype, live)
+            budget.raise_if_short()
 
 
 class _Shared:

@@ -26,17 +26,22 @@ from typing import Any, NoReturn
 import numpy as np
 
 from driver.device import SampleDevice, SamplePreparedModel, Variant
+from driver.faulty_conformance import UnvalidatedPreparedModel, has_operation, unstable, unvalidated
 from driver.operands import dtype_of, pool_view
-from mlts.hal.enums import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
+from mlts.hal.enums import ErrorStatus, ExecutionPreference, MeasureTiming, OperationType, Priority
 from mlts.hal.errors import HalError
-from mlts.hal.interface import PreparedModel
+from mlts.hal.interface import Buffer, PreparedModel
 from mlts.hal.types import (
+    BufferDesc,
+    BufferRole,
     Capabilities,
     ExecutionResult,
     Model,
     Operation,
+    OutputShape,
     PerformanceInfo,
     Request,
+    Timing,
 )
 
 log = logging.getLogger("driver.faulty")
@@ -83,6 +88,13 @@ class FaultPlan:
     error_rate: float = 0.0
     leak_mb: float = 0.0
     seed: int = 0
+    busy_us: float | None = None  # executions only busy-wait this long, no model work (0: empty ones)
+    # Conformance faults (what `mlts validate` must catch).
+    skip_validation: bool = False
+    wrong_op: int | None = None  # an OperationType code
+    unstable_capabilities: bool = False
+    ignore_deadlines: bool = False
+    token_cache: bool = False
 
     def describe(self) -> str:
         """The fields that differ from no faults, as `name=value` pairs, or 'no faults'."""
@@ -101,6 +113,8 @@ def _option_text(value: object) -> str:
         return f"{value.method}:{value.n}"
     if isinstance(value, ErrorStatus):
         return value.name
+    if isinstance(value, bool):
+        return str(int(value))
     return str(value)
 
 
@@ -177,6 +191,34 @@ def _leak_mb(key: str, text: str) -> dict[str, Any]:
     return {"leak_mb": _number(key, text, 0.0, 65536.0, "MiB between 0 and 65536")}
 
 
+def _busy_us(key: str, text: str) -> dict[str, Any]:
+    return {"busy_us": _number(key, text, 0.0, 10_000_000.0, "microseconds between 0 and 10000000")}
+
+
+def busy_execution(model: Model, busy_us: float, measure: MeasureTiming) -> ExecutionResult:
+    """An execution that does no model work: a busy-wait of `busy_us` (no timed sleep, so constant to
+    a few microseconds), the model's declared output shapes, its outputs left untouched. Each turn of
+    the wait lets go of the GIL (sleep(0)), so the service's other threads are not held up by it."""
+    start = time.perf_counter_ns()
+    end = start + int(busy_us * 1000)
+    while time.perf_counter_ns() < end:
+        time.sleep(0)
+    shapes = tuple(OutputShape(model.main.operands[i].dimensions) for i in model.main.output_indexes)
+    spent = (time.perf_counter_ns() - start) // 1000
+    return ExecutionResult(shapes, Timing(spent, spent) if measure == MeasureTiming.YES else Timing())
+
+
+def _flag(field: str) -> Callable[[str, str], dict[str, Any]]:
+    def parse(key: str, text: str) -> dict[str, Any]:
+        return {field: _choice(key, text, ("0", "1")) == "1"}
+
+    return parse
+
+
+def _wrong_op(key: str, text: str) -> dict[str, Any]:
+    return {"wrong_op": int(OperationType[_choice(key, text, [op.name for op in OperationType])])}
+
+
 def _seed(key: str, text: str) -> dict[str, Any]:
     try:
         return {"seed": int(text)}
@@ -198,6 +240,12 @@ _PARSERS: dict[str, Callable[[str, str], dict[str, Any]]] = {
     "error_rate": _rate("error_rate"),
     "leak_mb": _leak_mb,
     "seed": _seed,
+    "busy_us": _busy_us,
+    "skip_validation": _flag("skip_validation"),
+    "wrong_op": _wrong_op,
+    "unstable_capabilities": _flag("unstable_capabilities"),
+    "ignore_deadlines": _flag("ignore_deadlines"),
+    "token_cache": _flag("token_cache"),
 }
 OPTION_KEYS = tuple(_PARSERS)
 
@@ -395,7 +443,17 @@ class FaultyPreparedModel(PreparedModel):
         loop_timeout_duration: int | None = None,
     ) -> ExecutionResult:
         point = self.faults.enter("executeSynchronously")
-        result = self.inner.executeSynchronously(request, measure, deadline, loop_timeout_duration)
+        plan = self.faults.plan
+        if plan.ignore_deadlines:
+            deadline = None
+        if plan.busy_us is not None:
+            return busy_execution(self.inner.model, plan.busy_us, measure)
+        try:
+            result = self.inner.executeSynchronously(request, measure, deadline, loop_timeout_duration)
+        except HalError as e:
+            if plan.skip_validation and e.status == ErrorStatus.INVALID_ARGUMENT:
+                raise unvalidated(e) from None
+            raise
         if self.always_wrong or self.faults.spoils(point):
             log.warning("injected fault: wrong results at %s", point)
             spoil_outputs(self.inner.model, request, result)
@@ -422,12 +480,24 @@ class SampleFaulty(SampleDevice):
             raise ValueError(f"sample-faulty: option ignore_priority must be 0 or 1, got {ignore!r}")
         super().__init__(**{k: v for k, v in options.items() if k in own[:2]})
         self.ignore_priority = ignore == "1"
+        self._unstable: Capabilities | None = None
+        self._by_token: dict[bytes, SamplePreparedModel] = {}
+        self._token_lock = threading.Lock()
         if self.ignore_priority:
             self.gate.enabled = False
         log.info("%s: %s", self.name, self.faults.plan.describe())
 
+    def getCapabilities(self) -> Capabilities:
+        if self.faults.plan.unstable_capabilities:
+            if self._unstable is None:
+                self._unstable = unstable(super().getCapabilities())
+            return self._unstable
+        return super().getCapabilities()
+
     def getSupportedOperations(self, model: Model) -> tuple[bool, ...]:
         self.faults.enter("getSupportedOperations")
+        if self.faults.plan.skip_validation:
+            return tuple(True for _ in model.main.operations)
         return super().getSupportedOperations(model)
 
     def prepareModel(
@@ -441,9 +511,23 @@ class SampleFaulty(SampleDevice):
         token: bytes = b"",
     ) -> PreparedModel:
         point = self.faults.enter("prepareModel")
+        plan = self.faults.plan
         if self.ignore_priority:
             priority = Priority.MEDIUM
-        inner = super().prepareModel(model, preference, priority, deadline, model_cache, data_cache, token)
+        if plan.ignore_deadlines:
+            deadline = None
+        try:
+            inner = super().prepareModel(
+                model, preference, priority, deadline, model_cache, data_cache, token
+            )
+        except HalError as e:
+            if plan.skip_validation and e.status == ErrorStatus.INVALID_ARGUMENT:
+                log.warning("injected fault: an invalid model accepted at %s", point)
+                return UnvalidatedPreparedModel(e)
+            raise
+        if plan.token_cache and token:
+            with self._token_lock:
+                self._by_token[bytes(token)] = inner  # type: ignore[assignment]
         return self._wrap(inner, point)
 
     def prepareModelFromCache(
@@ -454,9 +538,31 @@ class SampleFaulty(SampleDevice):
         deadline: int | None = None,
     ) -> PreparedModel:
         point = self.faults.enter("prepareModelFromCache")
+        plan = self.faults.plan
+        if plan.ignore_deadlines:
+            deadline = None
+        if plan.token_cache:
+            with self._token_lock:
+                known = self._by_token.get(bytes(token))
+            if known is not None:
+                log.warning("injected fault: prepared model served from memory by token at %s", point)
+                twin = SamplePreparedModel(known.model, known.plan, self, Priority(known.priority))
+                return self._wrap(twin, point)
         inner = super().prepareModelFromCache(model_cache, data_cache, token, deadline)
         return self._wrap(inner, point)
 
     def _wrap(self, inner: PreparedModel, point: CallPoint) -> FaultyPreparedModel:
         assert isinstance(inner, SamplePreparedModel)
-        return FaultyPreparedModel(inner, self.faults, self.faults.spoils(point))
+        wrong = self.faults.spoils(point) or has_operation(inner.model, self.faults.plan.wrong_op)
+        return FaultyPreparedModel(inner, self.faults, wrong)
+
+    def allocate(
+        self,
+        desc: BufferDesc,
+        prepared_models: Sequence[PreparedModel],
+        input_roles: Sequence[BufferRole],
+        output_roles: Sequence[BufferRole],
+    ) -> Buffer:
+        # Roles name the wrapped models; the sample driver knows only what they wrap.
+        inner = [p.inner if isinstance(p, FaultyPreparedModel) else p for p in prepared_models]
+        return super().allocate(desc, inner, input_roles, output_roles)

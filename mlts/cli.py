@@ -8,25 +8,39 @@ import traceback
 import click
 
 from mlts import __version__
-from mlts.commands._common import BadInput
+from mlts.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERNAL, MltsError
 
 
-# Errors a user can cause with bad input: one line, never a traceback, exit status 2.
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from mlts.bench.sources import ModelSelectionError
-
-    return (ModelSelectionError, OSError, ValueError, KeyError, RecursionError)
-
-
-# A driver that fails (HalError): one line too, but exit status 1 like any failed run.
-def _driver_errors() -> tuple[type[BaseException], ...]:
+def _one_line_errors() -> tuple[type[BaseException], ...]:
+    """What the CLI reports as one line: mlts's own errors, a driver's HalError and the system's OSError."""
     from mlts.hal.errors import HalError
 
-    return (HalError,)
+    return (MltsError, HalError, OSError)
+
+
+def exit_status(e: BaseException) -> int:
+    """The exit status of a one-line error: an MltsError's own, 2 for an OSError (a path the user gave), else 1."""
+    if isinstance(e, MltsError):
+        return e.exit_status
+    if isinstance(e, OSError):
+        return EXIT_BAD_INPUT
+    return EXIT_FAILURE
+
+
+class OneLineError(click.ClickException):
+    """An error printed as "Error: <message>" with the exit status it was given."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.exit_code = status  # type: ignore[misc]  # click declares it on the class
 
 
 class MltsGroup(click.Group):
-    """Turns user errors raised by commands into one-line messages (`-v` shows the traceback)."""
+    """Turns errors raised by commands into one-line messages (`-v` shows the traceback).
+
+    MltsError, HalError and OSError are the user's to act on: their message and exit status 2 (bad
+    input) or 1 (a failed run). Anything else is a bug in mlts: "internal error: ..." and status 70.
+    """
 
     def invoke(self, ctx: click.Context):
         try:
@@ -44,15 +58,13 @@ class MltsGroup(click.Group):
             click.echo("mlts: interrupted", err=True)
             sys.exit(130)
         except Exception as e:
-            verbose = (ctx.obj or {}).get("verbose", False)
-            if verbose:
+            if (ctx.obj or {}).get("verbose", False):
                 traceback.print_exc()
-            if isinstance(e, _user_errors()):
-                raise BadInput(_one_line(e)) from None
-            if isinstance(e, _driver_errors()) or verbose:
-                raise click.ClickException(_one_line(e)) from None
-            raise click.ClickException(
-                f"internal error: {type(e).__name__}: {_one_line(e)} (run with -v for the traceback)"
+            if isinstance(e, _one_line_errors()):
+                raise OneLineError(_one_line(e), exit_status(e)) from None
+            raise OneLineError(
+                f"internal error: {type(e).__name__}: {_one_line(e)} (run with -v for the traceback)",
+                EXIT_INTERNAL,
             ) from None
 
 
@@ -102,6 +114,7 @@ from mlts.commands import graph as _graph  # noqa: E402
 from mlts.commands import models as _models  # noqa: E402
 from mlts.commands import report as _report  # noqa: E402
 from mlts.commands import stress as _stress  # noqa: E402
+from mlts.commands import validate as _validate  # noqa: E402
 
 for _cmd in (
     _models.models,
@@ -114,5 +127,6 @@ for _cmd in (
     _stress.stress,
     _calibrate.calibrate,
     _driver.driver,
+    _validate.validate_cmd,
 ):
     main.add_command(_cmd)

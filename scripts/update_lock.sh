@@ -30,7 +30,7 @@ TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 "$PYTHON_BIN" -m venv "$TMP/venv"
 "$TMP/venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-"$TMP/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$ROOT[test,images]"
+"$TMP/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$ROOT[test,images,fuzz]"
 {
     echo "# Exact versions the test suite passes with; scripts/_env.sh installs with -c this file."
     echo "# Regenerate with scripts/update_lock.sh (Python $("$TMP/venv/bin/python" -c 'import platform; print(platform.python_version())'))."

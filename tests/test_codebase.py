@@ -1,4 +1,4 @@
-"""The code base keeps its rules: layering, lint, and types on the HAL and the driver."""
+"""The code base keeps its rules: layering of every layer, lint, and types everywhere."""
 
 from __future__ import annotations
 
@@ -12,23 +12,42 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Which top-level packages each layer may import (ARCHITECTURE: lower layers never import higher ones).
+# Which project packages each layer may import (ARCHITECTURE: lower layers never import higher ones).
+# Every package of mlts is a layer here; a new one fails test_every_package_is_a_layer until it is placed.
+FRONT_END = {"mlts.hal", "mlts.errors", "mlts.convert", "mlts.models", "mlts.datasets"}
+TOOLS_BASE = {*FRONT_END, "mlts.runtime", "mlts.bench"}
 ALLOWED = {
-    "mlts/hal": {"mlts.hal"},
+    "mlts/errors.py": set(),
+    "mlts/hal": {"mlts.hal", "mlts.errors"},
     "driver": {"mlts.hal", "driver"},
-    "mlts/runtime": {"mlts.hal", "mlts.runtime"},
-    "mlts/convert": {"mlts.hal", "mlts.convert"},
-    "mlts/models": {"mlts.hal", "mlts.models", "mlts.datasets"},
-    "mlts/datasets": {"mlts.hal", "mlts.datasets"},
-    "mlts/calibrate": {
-        "mlts.hal",
-        "mlts.runtime",
-        "mlts.convert",
-        "mlts.models",
-        "mlts.datasets",
-        "mlts.bench",
+    "mlts/runtime": {"mlts.hal", "mlts.errors", "mlts.runtime"},
+    "mlts/convert": {"mlts.hal", "mlts.errors", "mlts.convert"},
+    "mlts/datasets": {"mlts.hal", "mlts.errors", "mlts.datasets"},
+    "mlts/models": {"mlts.hal", "mlts.errors", "mlts.models", "mlts.datasets"},
+    "mlts/bench": TOOLS_BASE,
+    "mlts/calibrate": {*TOOLS_BASE, "mlts.calibrate"},
+    # The random-graph check runs each graph on the sample driver's executor too, in this process.
+    "mlts/crash": {*TOOLS_BASE, "mlts.crash", "driver.executor"},
+    "mlts/validate": {*TOOLS_BASE, "mlts.validate"},
+    "mlts/report": {"mlts.hal", "mlts.errors", "mlts.report"},
+    "mlts/commands": {
+        *TOOLS_BASE,
         "mlts.calibrate",
+        "mlts.crash",
+        "mlts.validate",
+        "mlts.report",
+        "mlts.commands",
     },
+    "mlts/cli.py": {"mlts.hal", "mlts.errors", "mlts.runtime", "mlts.commands"},
+    "mlts/__main__.py": {"mlts.cli"},
+    "mlts/__init__.py": set(),
+}
+# Upward imports that remain to be removed (the tools build the results document's header from report).
+KNOWN_UPWARD = {
+    ("mlts/bench/runner.py", "mlts.report.environment"),
+    ("mlts/bench/runner.py", "mlts.report.results"),
+    ("mlts/crash/suite.py", "mlts.report.environment"),
+    ("mlts/crash/suite.py", "mlts.report.results"),
 }
 THIRD_PARTY_FOR_DRIVER = {"numpy"}
 
@@ -48,16 +67,37 @@ def project_imports(names: set[str]) -> set[str]:
     return {n for n in names if n == "mlts" or n.startswith(("mlts.", "driver"))}
 
 
+def _files(layer: str) -> list[Path]:
+    path = ROOT / layer
+    return [path] if path.suffix == ".py" else sorted(path.rglob("*.py"))
+
+
 @pytest.mark.parametrize("layer", sorted(ALLOWED))
 def test_layers_import_only_lower_layers(layer):
+    if not (ROOT / layer).exists():
+        pytest.skip(f"{layer} does not exist (yet)")
     bad = []
-    for path in sorted((ROOT / layer).rglob("*.py")):
+    for path in _files(layer):
+        rel = str(path.relative_to(ROOT))
         for name in project_imports(imports_of(path)):
-            if name == "mlts" and layer.startswith("mlts"):
-                continue  # the package root holds only the version
+            if (rel, name) in KNOWN_UPWARD or (name == "mlts" and layer.startswith("mlts")):
+                continue  # (the package root holds only the version)
             if not any(name == a or name.startswith(a + ".") for a in ALLOWED[layer]):
-                bad.append(f"{path.relative_to(ROOT)} imports {name}")
+                bad.append(f"{rel} imports {name}")
     assert not bad, "\n".join(bad)
+
+
+def test_every_package_is_a_layer():
+    found = {
+        f"mlts/{p.name}"
+        for p in (ROOT / "mlts").iterdir()
+        if p.suffix == ".py" or (p / "__init__.py").exists()
+    }
+    assert found <= set(ALLOWED), f"place {sorted(found - set(ALLOWED))} in ALLOWED of tests/test_codebase.py"
+
+
+def test_the_error_module_imports_nothing_of_the_project():
+    assert not project_imports(imports_of(ROOT / "mlts" / "errors.py"))
 
 
 def test_driver_uses_only_numpy_and_the_standard_library():
@@ -82,6 +122,41 @@ def test_nothing_uses_pickle():
     assert not offenders
 
 
+# Test modules that still import helpers from other test modules; shared helpers belong in a kit
+# module (tests/cli/clikit.py, tests/driver/opkit.py, ...). The list may only shrink.
+TEST_IMPORTS_LEFT = {
+    "tests/convert/test_quant_qop.py",
+    "tests/convert/test_split_slice.py",
+    "tests/driver/cachekit.py",
+    "tests/driver/test_cache.py",
+    "tests/driver/test_native.py",
+    "tests/driver/test_ops_conv_gt.py",
+    "tests/driver/test_ops_pool.py",
+    "tests/driver/test_ops_spatial_models.py",
+    "tests/driver/test_probe_agreement.py",
+    "tests/driver/test_qconv.py",
+    "tests/driver/test_qelementwise.py",
+    "tests/driver/test_qpool.py",
+    "tests/report/test_browser.py",
+    "tests/report/test_compare.py",
+    "tests/report/test_csv.py",
+    "tests/runtime/test_burst.py",
+    "tests/runtime/test_concurrency.py",
+    "tests/runtime/test_service_hostile.py",
+    "tests/runtime/test_operation_times.py",
+    "tests/runtime/test_shared_service.py",
+}
+
+
+def test_tests_do_not_import_other_test_modules():
+    importing = set()
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if any(n.split(".")[-1].startswith("test_") for n in imports_of(path) if n.startswith("tests.")):
+            importing.add(str(path.relative_to(ROOT)))
+    new = sorted(importing - TEST_IMPORTS_LEFT)
+    assert not new, f"move the shared helpers into a kit module instead: {new}"
+
+
 def _tool(name: str) -> str:
     exe = Path(sys.executable).with_name(name)
     found = str(exe) if exe.exists() else shutil.which(name)
@@ -97,6 +172,6 @@ def test_ruff_is_clean():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_mypy_is_clean_on_hal_and_driver():
-    r = subprocess.run([_tool("mypy"), "mlts/hal", "driver"], cwd=ROOT, capture_output=True, text=True)
+def test_mypy_is_clean_on_every_layer():
+    r = subprocess.run([_tool("mypy"), "mlts", "driver"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

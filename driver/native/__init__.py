@@ -25,7 +25,7 @@ log = logging.getLogger("driver.native")
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "kernels.c"
-ABI = 4
+ABI = 5
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int
@@ -42,12 +42,16 @@ _SIGNATURES: dict[str, list] = {
     "mk_depthwise_f32": [_P, *_GEOM, _I, _P, _P, _F, _F, _P],
     "mk_depthwise_q8": [_P, _I, _I, *_GEOM, _I, _P, _P, _P, _P, _P, _L, _L, _L, _P],
     "mk_gemm_f32": [_P, _P, _P, _L, _L, _L],
+    "mk_gemm_bias_act_f32": [_P, _P, _P, _L, _L, _L, _P, _F, _F],
+    "mk_gemm_requant_f32": [_P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
     "mk_set_sgemm": [_P, _I],
 }
 
 
 # Kernels that allocate: they return 0, or -1 when out of memory.
-_RETURNS_STATUS = frozenset({"mk_requant_f32", "mk_depthwise_q8", "mk_gemm_f32"})
+_RETURNS_STATUS = frozenset(
+    {"mk_requant_f32", "mk_depthwise_q8", "mk_gemm_f32", "mk_gemm_bias_act_f32", "mk_gemm_requant_f32"}
+)
 
 # NumPy's bundled OpenBLAS (numpy.libs) names its symbols with a prefix and suffix; a system BLAS does not.
 _SGEMM_NAMES = (

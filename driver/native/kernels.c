@@ -20,7 +20,7 @@
 #include <immintrin.h>
 #endif
 
-#define NATIVE_ABI 4
+#define NATIVE_ABI 5
 
 static int g_threads = 1;
 
@@ -94,9 +94,50 @@ int mk_has_sgemm(void) { return g_sgemm != NULL; }
 #define ROW_MAJOR 101
 #define NO_TRANS 111
 
-/* c[m, n] = a[m, k] @ b[k, n] for a block: rows [r0, r1), columns [c0, c1); all row-major, dense. */
+/* The epilogue a GEMM may apply as it stores c: + bias[column], then clamp to [lo, hi]
+ * (bias NULL: none). The same float operations as a separate pass over c, so the same bits. */
+typedef struct {
+    const float *bias;
+    float lo, hi;
+    const void *rq; /* a requant_t: each finished block of c (exact integers) requantized into qout */
+    void *qout;
+} epilogue_t;
+
+static void requant_block(const float *c, int64_t n, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                          const void *rq, void *out);
+
+static inline v8f epi8(v8f v, const epilogue_t *e, int64_t j) {
+    if (!e->bias) return v;
+    v8i z = {0};
+    v += ld_f32(e->bias + j, z);
+#ifdef __AVX2__
+    return (v8f)_mm256_min_ps(_mm256_set1_ps(e->hi), _mm256_max_ps(_mm256_set1_ps(e->lo), (__m256)v));
+#else
+    for (int q = 0; q < 8; q++) v[q] = clampf(v[q], e->lo, e->hi);
+    return v;
+#endif
+}
+
+static inline float epi1(float v, const epilogue_t *e, int64_t j) {
+    return e->bias ? clampf(v + e->bias[j], e->lo, e->hi) : v;
+}
+
+/* The epilogue over a block of c already computed: rows [r0, r1), columns [c0, c1). */
+static void epilogue_block(float *c, int64_t n, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                           const epilogue_t *e) {
+    if (e->bias) {
+        for (int64_t r = r0; r < r1; r++) {
+            float *p = c + r * n;
+            for (int64_t j = c0; j < c1; j++) p[j] = clampf(p[j] + e->bias[j], e->lo, e->hi);
+        }
+    }
+    if (e->rq) requant_block(c, n, r0, r1, c0, c1, e->rq, e->qout);
+}
+
+/* c[m, n] = a[m, k] @ b[k, n] for a block: rows [r0, r1), columns [c0, c1); all row-major, dense;
+ * then the epilogue on the block while it is in cache. */
 static void sgemm_block(const float *a, const float *b, float *c, int64_t n, int64_t k, int64_t r0,
-                        int64_t r1, int64_t c0, int64_t c1) {
+                        int64_t r1, int64_t c0, int64_t c1, const epilogue_t *e) {
     if (r1 <= r0 || c1 <= c0) return;
     if (g_sgemm_ilp64)
         ((sgemm64_t)g_sgemm)(ROW_MAJOR, NO_TRANS, NO_TRANS, r1 - r0, c1 - c0, k, 1.0f, a + r0 * k, k, b + c0,
@@ -104,6 +145,7 @@ static void sgemm_block(const float *a, const float *b, float *c, int64_t n, int
     else
         ((sgemm32_t)g_sgemm)(ROW_MAJOR, NO_TRANS, NO_TRANS, (int)(r1 - r0), (int)(c1 - c0), (int)k, 1.0f,
                              a + r0 * k, (int)k, b + c0, (int)n, 0.0f, c + r0 * n + c0, (int)n);
+    epilogue_block(c, n, r0, r1, c0, c1, e);
 }
 
 /* Multiply-adds below which a GEMM stays on one thread. */
@@ -112,19 +154,83 @@ static void sgemm_block(const float *a, const float *b, float *c, int64_t n, int
 /* GEMMs with few terms per output (K <= SMALL_K: the expansion layers of MobileNet v2, a first
  * convolution's 27) are where BLAS is least efficient; this loop keeps a 4 x 16 block of C in
  * registers and streams B's rows, which stay in L1. */
+#ifndef SMALL_K
 #define SMALL_K 32
+#endif
+/* ... and so are small GEMMs (a late MobileNet layer's 64 x 128 x 128): BLAS's per-call set-up and
+ * packing cost more than the arithmetic there (measured: twice the time of this loop). */
+#ifndef SMALL_GEMM
+#define SMALL_GEMM (1 << 22)
+#endif
+#ifndef SMALL_N
+#define SMALL_N 16
+#endif
+/* ... and so are GEMMs whose B (bytes) fits in L2 (MobileNet's pointwise layers up to 256 x 256):
+ * measured faster than this machine's BLAS up to about 0.75 MB, slower beyond. */
+#ifndef SMALL_B
+#define SMALL_B (768 << 10)
+#endif
 
-static void gemm_smallk_rows(const float *a, const float *b, float *c, int64_t n, int64_t k, int64_t r0,
-                             int64_t r1) {
+static void gemm_smallk_rows(const float *a, const float *b, float *c, int64_t ld, int64_t n, int64_t k,
+                             int64_t r0, int64_t r1, const epilogue_t *e) {
     v8i z = {0};
     int64_t i = r0;
+    /* Six rows by 16 columns: twelve sums in flight, enough to keep both FMA units busy. The same
+     * sums in the same order as the loops below. */
+    for (; i + 6 <= r1 && n >= 16; i += 6) {
+        const float *ar[6];
+        for (int r = 0; r < 6; r++) ar[r] = a + (i + r) * k;
+        int64_t j = 0;
+        for (; j + 16 <= n; j += 16) {
+            v8f s0[6] = {{0}}, s1[6] = {{0}};
+            for (int64_t q = 0; q < k; q++) {
+                v8f b0 = ld_f32(b + q * ld + j, z), b1 = ld_f32(b + q * ld + j + 8, z);
+                for (int r = 0; r < 6; r++) {
+                    float av = ar[r][q];
+                    s0[r] += av * b0;
+                    s1[r] += av * b1;
+                }
+            }
+            for (int r = 0; r < 6; r++) {
+                v8f o0 = epi8(s0[r], e, j), o1 = epi8(s1[r], e, j + 8);
+                memcpy(c + (i + r) * ld + j, &o0, 32);
+                memcpy(c + (i + r) * ld + j + 8, &o1, 32);
+            }
+        }
+        for (; j + 8 <= n; j += 8) {
+            v8f s0[6] = {{0}};
+            for (int64_t q = 0; q < k; q++) {
+                v8f b0 = ld_f32(b + q * ld + j, z);
+                for (int r = 0; r < 6; r++) s0[r] += ar[r][q] * b0;
+            }
+            for (int r = 0; r < 6; r++) {
+                v8f o0 = epi8(s0[r], e, j);
+                memcpy(c + (i + r) * ld + j, &o0, 32);
+            }
+        }
+        for (int r = 0; r < 6; r++) {
+            const float *a0 = ar[r];
+            int64_t jj = j;
+            for (; jj + 8 <= n; jj += 8) {
+                v8f c0 = {0};
+                for (int64_t q = 0; q < k; q++) c0 += a0[q] * ld_f32(b + q * ld + jj, z);
+                c0 = epi8(c0, e, jj);
+                memcpy(c + (i + r) * ld + jj, &c0, 32);
+            }
+            for (; jj < n; jj++) {
+                float s0 = 0;
+                for (int64_t q = 0; q < k; q++) s0 += a0[q] * b[q * ld + jj];
+                c[(i + r) * ld + jj] = epi1(s0, e, jj);
+            }
+        }
+    }
     for (; i + 4 <= r1; i += 4) {
         const float *a0 = a + i * k, *a1 = a0 + k, *a2 = a1 + k, *a3 = a2 + k;
         int64_t j = 0;
         for (; j + 16 <= n; j += 16) {
             v8f c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
             for (int64_t q = 0; q < k; q++) {
-                v8f b0 = ld_f32(b + q * n + j, z), b1 = ld_f32(b + q * n + j + 8, z);
+                v8f b0 = ld_f32(b + q * ld + j, z), b1 = ld_f32(b + q * ld + j + 8, z);
                 c00 += a0[q] * b0;
                 c01 += a0[q] * b1;
                 c10 += a1[q] * b0;
@@ -134,44 +240,47 @@ static void gemm_smallk_rows(const float *a, const float *b, float *c, int64_t n
                 c30 += a3[q] * b0;
                 c31 += a3[q] * b1;
             }
-            float *o = c + i * n + j;
+            c00 = epi8(c00, e, j), c01 = epi8(c01, e, j + 8), c10 = epi8(c10, e, j), c11 = epi8(c11, e, j + 8);
+            c20 = epi8(c20, e, j), c21 = epi8(c21, e, j + 8), c30 = epi8(c30, e, j), c31 = epi8(c31, e, j + 8);
+            float *o = c + i * ld + j;
             memcpy(o, &c00, 32);
             memcpy(o + 8, &c01, 32);
-            memcpy(o + n, &c10, 32);
-            memcpy(o + n + 8, &c11, 32);
-            memcpy(o + 2 * n, &c20, 32);
-            memcpy(o + 2 * n + 8, &c21, 32);
-            memcpy(o + 3 * n, &c30, 32);
-            memcpy(o + 3 * n + 8, &c31, 32);
+            memcpy(o + ld, &c10, 32);
+            memcpy(o + ld + 8, &c11, 32);
+            memcpy(o + 2 * ld, &c20, 32);
+            memcpy(o + 2 * ld + 8, &c21, 32);
+            memcpy(o + 3 * ld, &c30, 32);
+            memcpy(o + 3 * ld + 8, &c31, 32);
         }
         for (; j + 8 <= n; j += 8) {
             v8f c00 = {0}, c10 = {0}, c20 = {0}, c30 = {0};
             for (int64_t q = 0; q < k; q++) {
-                v8f b0 = ld_f32(b + q * n + j, z);
+                v8f b0 = ld_f32(b + q * ld + j, z);
                 c00 += a0[q] * b0;
                 c10 += a1[q] * b0;
                 c20 += a2[q] * b0;
                 c30 += a3[q] * b0;
             }
-            float *o = c + i * n + j;
+            c00 = epi8(c00, e, j), c10 = epi8(c10, e, j), c20 = epi8(c20, e, j), c30 = epi8(c30, e, j);
+            float *o = c + i * ld + j;
             memcpy(o, &c00, 32);
-            memcpy(o + n, &c10, 32);
-            memcpy(o + 2 * n, &c20, 32);
-            memcpy(o + 3 * n, &c30, 32);
+            memcpy(o + ld, &c10, 32);
+            memcpy(o + 2 * ld, &c20, 32);
+            memcpy(o + 3 * ld, &c30, 32);
         }
         for (; j < n; j++) {
             float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
             for (int64_t q = 0; q < k; q++) {
-                float bv = b[q * n + j];
+                float bv = b[q * ld + j];
                 s0 += a0[q] * bv;
                 s1 += a1[q] * bv;
                 s2 += a2[q] * bv;
                 s3 += a3[q] * bv;
             }
-            c[i * n + j] = s0;
-            c[(i + 1) * n + j] = s1;
-            c[(i + 2) * n + j] = s2;
-            c[(i + 3) * n + j] = s3;
+            c[i * ld + j] = epi1(s0, e, j);
+            c[(i + 1) * ld + j] = epi1(s1, e, j);
+            c[(i + 2) * ld + j] = epi1(s2, e, j);
+            c[(i + 3) * ld + j] = epi1(s3, e, j);
         }
     }
     for (; i < r1; i++) {
@@ -179,41 +288,136 @@ static void gemm_smallk_rows(const float *a, const float *b, float *c, int64_t n
         int64_t j = 0;
         for (; j + 8 <= n; j += 8) {
             v8f c0 = {0};
-            for (int64_t q = 0; q < k; q++) c0 += a0[q] * ld_f32(b + q * n + j, z);
-            memcpy(c + i * n + j, &c0, 32);
+            for (int64_t q = 0; q < k; q++) c0 += a0[q] * ld_f32(b + q * ld + j, z);
+            c0 = epi8(c0, e, j);
+            memcpy(c + i * ld + j, &c0, 32);
         }
         for (; j < n; j++) {
             float s0 = 0;
-            for (int64_t q = 0; q < k; q++) s0 += a0[q] * b[q * n + j];
-            c[i * n + j] = s0;
+            for (int64_t q = 0; q < k; q++) s0 += a0[q] * b[q * ld + j];
+            c[i * ld + j] = epi1(s0, e, j);
         }
     }
 }
 
-static void gemm_smallk(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k) {
-    const int64_t rows = 64; /* rows per chunk of work */
-    int64_t chunks = (m + rows - 1) / rows;
-    int nt = g_threads;
-    if (nt <= 1 || m * n * k < PARALLEL_GEMM) nt = 1;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
-    for (int64_t t = 0; t < chunks; t++) {
-        int64_t r0 = t * rows, r1 = r0 + rows < m ? r0 + rows : m;
-        gemm_smallk_rows(a, b, c, n, k, r0, r1);
+/* c = a @ b for fewer than four rows (a fully connected layer on one vector, an LSTM step): b is
+ * streamed once, row after row in memory order (it is usually larger than the caches), four rows at a
+ * time into the row of c, which stays in L1; then the epilogue over that row. */
+static void gemm_fewrows(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k,
+                         const epilogue_t *e) {
+    v8i z = {0};
+    for (int64_t i = 0; i < m; i++) {
+        const float *a0 = a + i * k;
+        float *ci = c + i * n;
+        memset(ci, 0, (size_t)n * sizeof(float));
+        int64_t q = 0;
+        for (; q + 8 <= k; q += 8) {
+            const float *b0 = b + q * n;
+            float x[8];
+            memcpy(x, a0 + q, sizeof x);
+            int64_t j = 0;
+            for (; j + 16 <= n; j += 16) {
+                v8f acc0 = ld_f32(ci + j, z), acc1 = ld_f32(ci + j + 8, z);
+                for (int r = 0; r < 8; r++) {
+                    acc0 += x[r] * ld_f32(b0 + r * n + j, z);
+                    acc1 += x[r] * ld_f32(b0 + r * n + j + 8, z);
+                }
+                memcpy(ci + j, &acc0, 32);
+                memcpy(ci + j + 8, &acc1, 32);
+            }
+            for (; j < n; j++) {
+                float acc = ci[j];
+                for (int r = 0; r < 8; r++) acc += x[r] * b0[r * n + j];
+                ci[j] = acc;
+            }
+        }
+        for (; q + 4 <= k; q += 4) {
+            const float *b0 = b + q * n, *b1 = b0 + n, *b2 = b1 + n, *b3 = b2 + n;
+            float x0 = a0[q], x1 = a0[q + 1], x2 = a0[q + 2], x3 = a0[q + 3];
+            int64_t j = 0;
+            for (; j + 8 <= n; j += 8) {
+                v8f acc = ld_f32(ci + j, z);
+                acc += x0 * ld_f32(b0 + j, z);
+                acc += x1 * ld_f32(b1 + j, z);
+                acc += x2 * ld_f32(b2 + j, z);
+                acc += x3 * ld_f32(b3 + j, z);
+                memcpy(ci + j, &acc, 32);
+            }
+            for (; j < n; j++) {
+                float acc = ci[j];
+                acc += x0 * b0[j];
+                acc += x1 * b1[j];
+                acc += x2 * b2[j];
+                acc += x3 * b3[j];
+                ci[j] = acc;
+            }
+        }
+        for (; q < k; q++) {
+            const float *b0 = b + q * n;
+            float x0 = a0[q];
+            int64_t j = 0;
+            for (; j + 8 <= n; j += 8) {
+                v8f acc = ld_f32(ci + j, z);
+                acc += x0 * ld_f32(b0 + j, z);
+                memcpy(ci + j, &acc, 32);
+            }
+            for (; j < n; j++) ci[j] += x0 * b0[j];
+        }
+        epilogue_block(c, n, i, i + 1, 0, n, e);
     }
 }
 
-/* c = a @ b, split by rows (or, for few rows, by columns) over the kernels' threads: each block is
- * one single-threaded BLAS call, so results do not depend on the thread count. -1 without BLAS. */
-int mk_gemm_f32(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k) {
-    if (k <= SMALL_K && m >= 4 && n >= 16) {
-        gemm_smallk(a, b, c, m, n, k);
+static void gemm_smallk(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k,
+                        const epilogue_t *e) {
+    const int64_t rows = 60; /* rows per chunk of work: ten blocks of six */
+    int64_t row_chunks = (m + rows - 1) / rows;
+    int nt = g_threads;
+    if (nt <= 1 || m * n * k < PARALLEL_GEMM) nt = 1;
+    /* Columns in chunks too (multiples of 16) when there are fewer row chunks than work for the
+     * threads, and so that a chunk of B (k x width) stays in L2. */
+    int64_t width = n;
+    while (width > 64 && (row_chunks * ((n + width - 1) / width) < 4 * nt || k * width * 4 > (256 << 10)))
+        width = ((width / 2) + 15) / 16 * 16;
+    int64_t col_chunks = (n + width - 1) / width;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+    for (int64_t t = 0; t < row_chunks * col_chunks; t++) {
+        int64_t r0 = (t / col_chunks) * rows, r1 = r0 + rows < m ? r0 + rows : m;
+        int64_t c0 = (t % col_chunks) * width, c1 = c0 + width < n ? c0 + width : n;
+        epilogue_t part = {e->bias ? e->bias + c0 : NULL, e->lo, e->hi, NULL, NULL};
+        gemm_smallk_rows(a, b + c0, c + c0, n, c1 - c0, k, r0, r1, &part);
+        if (e->rq) requant_block(c, n, r0, r1, c0, c1, e->rq, e->qout);
+    }
+}
+
+/* Bytes of c a single-threaded BLAS call writes before its epilogue runs (about L2). */
+#define EPILOGUE_CHUNK (256 << 10)
+
+/* c = a @ b, then the epilogue, split by rows (or, for few rows, by columns) over the kernels'
+ * threads: each block is one single-threaded BLAS call, so results do not depend on the thread
+ * count. -1 without BLAS (nothing written). */
+static int gemm_epilogue(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k,
+                         const epilogue_t *e) {
+    if (m >= 4 && n >= SMALL_N && (k <= SMALL_K || m * n * k <= SMALL_GEMM || k * n * 4 <= SMALL_B)) {
+        gemm_smallk(a, b, c, m, n, k, e);
+        return 0;
+    }
+    if (m < 4 && n >= 8 && (g_threads <= 1 || m * n * k < PARALLEL_GEMM)) {
+        gemm_fewrows(a, b, c, m, n, k, e);
         return 0;
     }
     if (!g_sgemm) return -1;
     if (g_sgemm_ilp64 == 0 && (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)) return -1;
     int nt = g_threads;
     if (nt <= 1 || m * n * k < PARALLEL_GEMM) {
-        sgemm_block(a, b, c, n, k, 0, m, 0, n);
+        /* Rows in chunks whose part of c stays in cache until the epilogue reads it (with or without
+         * an epilogue, so that both give the same bits). */
+        int64_t per = m;
+        if (m * n * (int64_t)sizeof(float) > EPILOGUE_CHUNK) {
+            per = EPILOGUE_CHUNK / ((int64_t)sizeof(float) * n);
+            if (per < 16) per = 16;
+        }
+        for (int64_t r0 = 0; r0 < m; r0 += per)
+            sgemm_block(a, b, c, n, k, r0, r0 + per < m ? r0 + per : m, 0, n, e);
         return 0;
     }
     int by_rows = m >= 8 * (int64_t)nt;
@@ -228,11 +432,24 @@ int mk_gemm_f32(const float *a, const float *b, float *c, int64_t m, int64_t n, 
     for (int64_t t = 0; t < blocks; t++) {
         int64_t lo = t * per, hi = lo + per < extent ? lo + per : extent;
         if (by_rows)
-            sgemm_block(a, b, c, n, k, lo, hi, 0, n);
+            sgemm_block(a, b, c, n, k, lo, hi, 0, n, e);
         else
-            sgemm_block(a, b, c, n, k, 0, m, lo, hi);
+            sgemm_block(a, b, c, n, k, 0, m, lo, hi, e);
     }
     return 0;
+}
+
+int mk_gemm_f32(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k) {
+    epilogue_t none = {NULL, 0.0f, 0.0f, NULL, NULL};
+    return gemm_epilogue(a, b, c, m, n, k, &none);
+}
+
+/* c = clamp(a @ b + bias, lo, hi), the bias and clamp applied as c is stored (a convolution's or fully
+ * connected layer's epilogue without a second pass over its output). -1 without BLAS. */
+int mk_gemm_bias_act_f32(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k,
+                         const float *bias, float lo, float hi) {
+    epilogue_t e = {bias, lo, hi, NULL, NULL};
+    return gemm_epilogue(a, b, c, m, n, k, &e);
 }
 
 /* ------------------------------------------------------------ requantization (see driver/ops/_quant.py) */
@@ -366,6 +583,30 @@ int mk_requant_f32(const float *acc, int64_t rows, int cout, const int64_t *bias
     for (int64_t r = 0; r < rows; r++) requant_row_f32(acc + r * cout, cout, &q, out, r * cout);
     requant_free(&q);
     return 0;
+}
+
+/* Rows [r0, r1), columns [c0, c1) of the accumulators c [., n] requantized into out (same layout):
+ * the GEMM's requantizing epilogue, run on each block while it is in cache. */
+static void requant_block(const float *c, int64_t n, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                          const void *rq, void *out) {
+    requant_t part = *(const requant_t *)rq;
+    part.bias += c0, part.mult += c0, part.left += c0, part.right += c0;
+    part.bias32 += c0, part.mult32 += c0, part.right32 += c0;
+    for (int64_t r = r0; r < r1; r++) requant_row_f32(c + r * n + c0, (int)(c1 - c0), &part, out, r * n + c0);
+}
+
+/* acc = a @ b (float32 holding exact integers, the callers' bound), requantized into out block by
+ * block as the GEMM finishes each (the values of mk_gemm_f32 then mk_requant_f32 without a second
+ * pass over acc). 0, -1 when out of memory, -2 without BLAS for this shape (nothing written). */
+int mk_gemm_requant_f32(const float *a, const float *b, float *acc, int64_t m, int64_t n, int64_t k,
+                        const int64_t *bias, const int64_t *mult, const int64_t *left, const int64_t *right,
+                        int64_t zp, int64_t lo, int64_t hi, int is_signed, void *out) {
+    requant_t q = REQUANT_INIT(bias, mult, left, right, zp, lo, hi, is_signed);
+    if (!requant_init(&q, (int)n)) return -1;
+    epilogue_t e = {NULL, 0.0f, 0.0f, &q, out};
+    int status = gemm_epilogue(a, b, acc, m, n, k, &e);
+    requant_free(&q);
+    return status == 0 ? 0 : -2;
 }
 
 /* ------------------------------------------------------------ float epilogue and patches */
@@ -536,6 +777,80 @@ static inline v8f ld_s8(const int8_t *p, v8i zp) {
 /* The vectorised pixel loop handles windows of at most this many taps; larger ones take the generic loop. */
 #define DW_MAX_TAPS 64
 
+/* One output pixel of a float depthwise window lying wholly inside the input (m == 1): every tap at a
+ * fixed offset `toff[t]` from the window's corner, weights tap by tap; the same sums in the same order
+ * as DW_PIXEL, then bias and clamp, eight channels at a time. */
+static inline void dw_inside_f32(const float *corner, const int64_t *toff, int taps, const float *wt, int c,
+                                 const float *bias, float lo, float hi, float *out) {
+    v8i z = {0};
+    int c0 = 0;
+#ifdef __AVX2__
+    __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    for (; c0 + 16 <= c; c0 += 16) {
+        v8f a0 = {0}, a1 = {0};
+        for (int t = 0; t < taps; t++) {
+            const float *xp = corner + toff[t] + c0, *wp = wt + (int64_t)t * c + c0;
+            a0 += ld_f32(xp, z) * ld_f32(wp, z);
+            a1 += ld_f32(xp + 8, z) * ld_f32(wp + 8, z);
+        }
+        a0 += ld_f32(bias + c0, z);
+        a1 += ld_f32(bias + c0 + 8, z);
+        /* max(lo, a) then min(hi, a): a NaN stays NaN, as in clampf. */
+        _mm256_storeu_ps(out + c0, _mm256_min_ps(vhi, _mm256_max_ps(vlo, (__m256)a0)));
+        _mm256_storeu_ps(out + c0 + 8, _mm256_min_ps(vhi, _mm256_max_ps(vlo, (__m256)a1)));
+    }
+    for (; c0 + 8 <= c; c0 += 8) {
+        v8f a0 = {0};
+        for (int t = 0; t < taps; t++) a0 += ld_f32(corner + toff[t] + c0, z) * ld_f32(wt + (int64_t)t * c + c0, z);
+        a0 += ld_f32(bias + c0, z);
+        _mm256_storeu_ps(out + c0, _mm256_min_ps(vhi, _mm256_max_ps(vlo, (__m256)a0)));
+    }
+#endif
+    for (; c0 < c; c0++) {
+        float a0 = 0.0f;
+        for (int t = 0; t < taps; t++) a0 += corner[toff[t] + c0] * wt[(int64_t)t * c + c0];
+        out[c0] = clampf(a0 + bias[c0], lo, hi);
+    }
+}
+
+/* Four neighbouring output pixels of dw_inside_f32 (corners `step` floats apart), eight channels at a
+ * time: four independent sums hide the multiply-add latency that one pixel of few channels waits on. */
+static inline void dw_inside4_f32(const float *corner, int64_t step, const int64_t *toff, int taps,
+                                  const float *wt, int c, const float *bias, float lo, float hi, float *out) {
+    int c0 = 0;
+#ifdef __AVX2__
+    v8i z = {0};
+    __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    for (; c0 + 8 <= c; c0 += 8) {
+        v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int t = 0; t < taps; t++) {
+            const float *xp = corner + toff[t] + c0;
+            v8f wv = ld_f32(wt + (int64_t)t * c + c0, z);
+            a0 += ld_f32(xp, z) * wv;
+            a1 += ld_f32(xp + step, z) * wv;
+            a2 += ld_f32(xp + 2 * step, z) * wv;
+            a3 += ld_f32(xp + 3 * step, z) * wv;
+        }
+        v8f bv = ld_f32(bias + c0, z);
+        a0 += bv;
+        a1 += bv;
+        a2 += bv;
+        a3 += bv;
+        _mm256_storeu_ps(out + c0, _mm256_min_ps(vhi, _mm256_max_ps(vlo, (__m256)a0)));
+        _mm256_storeu_ps(out + c + c0, _mm256_min_ps(vhi, _mm256_max_ps(vlo, (__m256)a1)));
+        _mm256_storeu_ps(out + 2 * c + c0, _mm256_min_ps(vhi, _mm256_max_ps(vlo, (__m256)a2)));
+        _mm256_storeu_ps(out + 3 * c + c0, _mm256_min_ps(vhi, _mm256_max_ps(vlo, (__m256)a3)));
+    }
+#endif
+    for (; c0 < c; c0++) {
+        for (int p = 0; p < 4; p++) {
+            float a0 = 0.0f;
+            for (int t = 0; t < taps; t++) a0 += corner[p * step + toff[t] + c0] * wt[(int64_t)t * c + c0];
+            out[p * c + c0] = clampf(a0 + bias[c0], lo, hi);
+        }
+    }
+}
+
 /* Float depthwise: wt [KH,KW,C*M], bias [C*M]; y [N,OH,OW,C*M] = clamp(bias + taps, lo, hi). */
 void mk_depthwise_f32(const float *x, GEOM_ARGS, int m, const float *wt, const float *bias, float lo,
                       float hi, float *y) {
@@ -545,11 +860,37 @@ void mk_depthwise_f32(const float *x, GEOM_ARGS, int m, const float *wt, const f
     v8i zpv = {0};
     int64_t rows = (int64_t)g.n * g.oh;
     int nt = nthreads_for(rows * g.ow * cout * g.kh * g.kw, rows);
+    /* Offsets of the taps from a window's corner, and the output columns whose windows lie inside
+     * the input horizontally: [ox_lo, ox_hi). */
+    int64_t toff[DW_MAX_TAPS];
+    int taps = g.kh * g.kw, inside = m == 1 && taps <= DW_MAX_TAPS;
+    int ox_lo = 0, ox_hi = 0;
+    if (inside) {
+        for (int ky = 0; ky < g.kh; ky++)
+            for (int kx = 0; kx < g.kw; kx++)
+                toff[ky * g.kw + kx] = ((int64_t)ky * g.dh * g.w + (int64_t)kx * g.dw) * g.c;
+        while (ox_lo < g.ow && ox_lo * g.sw - g.pl < 0) ox_lo++;
+        ox_hi = ox_lo;
+        while (ox_hi < g.ow && ox_hi * g.sw - g.pl + (g.kw - 1) * g.dw < g.w) ox_hi++;
+    }
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
     for (int64_t r = 0; r < rows; r++) {
         int b = (int)(r / g.oh), oy = (int)(r % g.oh);
+        int iy0 = oy * g.sh - g.pt;
+        int row_inside = inside && iy0 >= 0 && iy0 + (g.kh - 1) * g.dh < g.h;
         for (int ox = 0; ox < g.ow; ox++) {
             float *out = y + (r * g.ow + ox) * cout;
+            if (row_inside && ox >= ox_lo && ox + 4 <= ox_hi) {
+                const float *corner = x + (((int64_t)b * g.h + iy0) * g.w + ox * g.sw - g.pl) * g.c;
+                dw_inside4_f32(corner, (int64_t)g.sw * g.c, toff, taps, wt, cout, bias, lo, hi, out);
+                ox += 3;
+                continue;
+            }
+            if (row_inside && ox >= ox_lo && ox < ox_hi) {
+                const float *corner = x + (((int64_t)b * g.h + iy0) * g.w + ox * g.sw - g.pl) * g.c;
+                dw_inside_f32(corner, toff, taps, wt, cout, bias, lo, hi, out);
+                continue;
+            }
             if (m == 1 && g.kh * g.kw <= DW_MAX_TAPS) {
                 float *acc = out;
                 DW_PIXEL(float, ld_f32, SC_F32);

@@ -17,7 +17,9 @@ request leaves without a value (hasNoValue): the kernel then receives None for
 it at run time, which its prepare could not know. The first run that leaves
 out a given set of such inputs prepares the kernel again with them marked
 omitted (as a NO_VALUE constant would be) and keeps that variant; a kernel that
-requires one of them fails that preparation with INVALID_ARGUMENT.
+requires one of them fails that preparation with INVALID_ARGUMENT. The wrapper's
+`direct` attribute is the kernel's own run, for a caller (the plan) that knows
+none of the inputs can arrive without a value.
 
 Scalars given at run time. NNAPI lets a scalar operand (an activation code, a
 stride, an axis) be a model input whose value comes with each request. Kernels
@@ -178,9 +180,12 @@ def _without_values(prepare: Prepare) -> Prepare:
             return made
 
         def run_any(args: Sequence[Any]) -> list[np.ndarray]:
-            missing = tuple(i for i in candidates if args[i] is None)
-            if not missing:
+            for i in candidates:
+                if args[i] is None:
+                    break
+            else:
                 return run(args)
+            missing = tuple(i for i in candidates if args[i] is None)
             chosen = variant(missing)
             try:
                 return chosen(args)
@@ -193,6 +198,7 @@ def _without_values(prepare: Prepare) -> Prepare:
                     f"({type(e).__name__}: {e})"
                 ) from None
 
+        run_any.direct = run  # type: ignore[attr-defined]  # for callers that know no input is missing
         return run_any
 
     return prepare_any

@@ -30,6 +30,7 @@ from driver.ops._qelementwise import (
     tensor_kind,
 )
 from driver.ops._quant import QUANT8_DTYPE, activation_range, check_same_type, saturate
+from driver.ops._workspace import output
 from mlts.hal.enums import OperandType
 from mlts.hal.errors import invalid
 
@@ -86,7 +87,8 @@ def prepare_binary(
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
         a, b = args[0], args[1]
-        out = np.empty(_broadcast(name, a.shape, b.shape), dtype=np.float32)
+        # The step's reused buffer: no fresh pages to fault in for a large tensor on every run.
+        out = output(_broadcast(name, a.shape, b.shape), np.float32)
         # Division by zero gives inf/nan as in IEEE float; no warning spam.
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             ufunc(a, b, out=out)

@@ -66,7 +66,50 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, a_ptr: int, b_ptr: int, 
     np.matmul(a, b, out=out)
 
 
+def gemm_bias_act(
+    a: np.ndarray,
+    b: np.ndarray,
+    out: np.ndarray,
+    a_ptr: int,
+    b_ptr: int,
+    out_ptr: int,
+    bias_ptr: int,
+    act: int,
+) -> None:
+    """out = clamp(a @ b + bias, activation bounds): the bias and activation fused into the compiled
+    GEMM's stores (the same floats as a separate pass), else np.matmul and the compiled pass."""
+    lo, hi = ACT_BOUNDS[act]
+    if _HAS_GEMM:
+        m, k = a.shape
+        if _LIB.mk_gemm_bias_act_f32(a_ptr, b_ptr, out_ptr, m, b.shape[1], k, bias_ptr, lo, hi) == 0:
+            return
+    np.matmul(a, b, out=out)
+    _LIB.mk_bias_act_f32(out_ptr, a.shape[0], b.shape[1], bias_ptr, lo, hi)
+
+
 _HAS_GEMM = native.has_gemm()
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b into a new array; float32 matrices go through the compiled GEMM (whose loop for fewer
+    than four rows, an LSTM step's or a fully connected layer's, is several times BLAS's speed)."""
+    if (
+        _LIB is None
+        or a.dtype != F32
+        or b.dtype != F32
+        or a.ndim != 2
+        or b.ndim != 2
+        or a.shape[1] != b.shape[0]
+        or not b.flags.c_contiguous
+    ):
+        return a @ b
+    a = np.ascontiguousarray(a)
+    out = np.empty((a.shape[0], b.shape[1]), dtype=F32)
+    if a.size and out.size:
+        gemm(a, b, out, a.ctypes.data, b.ctypes.data, out.ctypes.data)
+    else:
+        out[...] = 0
+    return out
 
 
 def _check(status: int) -> None:
@@ -137,6 +180,25 @@ def requant_params(bias: np.ndarray, q, cout: int) -> Requant:
     )  # fmt: skip
 
 
+def gemm_requant(
+    cols: np.ndarray, w: Const, acc: np.ndarray, cp: int, ap: int, rq: Requant, y_ptr: int
+) -> None:
+    """acc = cols @ w (exact float32 integers), requantized into y block by block as the compiled GEMM
+    finishes each (no second pass over acc); without BLAS, np.matmul and the separate pass."""
+    rows, cout = acc.shape
+    if _HAS_GEMM:
+        status = _LIB.mk_gemm_requant_f32(
+            cp, w.ptr, ap, rows, cout, cols.shape[1], rq.bias.ptr, rq.mult.ptr, rq.left.ptr,
+            rq.right.ptr, rq.zp, rq.lo, rq.hi, rq.signed, y_ptr,
+        )  # fmt: skip
+        if status == 0:
+            return
+        if status == -1:
+            _check(status)  # out of memory; -2 (no compiled GEMM for this shape) falls back below
+    np.matmul(cols, w.array, out=acc)
+    _requant(ap, rows, cout, rq, y_ptr)
+
+
 def _requant(acc_ptr: int, rows: int, cout: int, rq: Requant, y_ptr: int) -> None:
     status = _LIB.mk_requant_f32(
         acc_ptr, rows, cout, rq.bias.ptr, rq.mult.ptr, rq.left.ptr, rq.right.ptr,
@@ -159,10 +221,7 @@ def conv_f32(x: np.ndarray, gc: GeometryCache, w: Const, bias: Const, act: int, 
         cp = address(cols)
         _LIB.mk_im2col_f32(xp, gp, cp)
     y = output((n, g.out_h, g.out_w, out_c), F32)
-    yp = address(y)
-    gemm(cols, w.array, y.reshape(rows, out_c), cp, w.ptr, yp)
-    lo, hi = ACT_BOUNDS[act]
-    _LIB.mk_bias_act_f32(yp, rows, out_c, bias.ptr, lo, hi)
+    gemm_bias_act(cols, w.array, y.reshape(rows, out_c), cp, w.ptr, address(y), bias.ptr, act)
     return y
 
 
@@ -182,10 +241,8 @@ def conv_q8(x: np.ndarray, zp_x: int, gc: GeometryCache, w: Const, rq: Requant, 
     else:
         _LIB.mk_im2col_q8(xp, signed, zp_x, gp, cp)
     acc = scratch("acc", (rows, out_c), F32)
-    ap = address(acc)
-    gemm(cols, w.array, acc, cp, w.ptr, ap)
     y = output((n, g.out_h, g.out_w, out_c), rq.dtype)
-    _requant(ap, rows, out_c, rq, address(y))
+    gemm_requant(cols, w, acc, cp, address(acc), rq, address(y))
     return y
 
 
@@ -194,10 +251,7 @@ def fc_f32(x2: np.ndarray, w: Const, bias: Const, act: int) -> np.ndarray:
     rows, units = x2.shape[0], w.array.shape[1]
     x2, xp = _x(x2)
     y = output((rows, units), F32)
-    yp = address(y)
-    gemm(x2, w.array, y, xp, w.ptr, yp)
-    lo, hi = ACT_BOUNDS[act]
-    _LIB.mk_bias_act_f32(yp, rows, units, bias.ptr, lo, hi)
+    gemm_bias_act(x2, w.array, y, xp, w.ptr, address(y), bias.ptr, act)
     return y
 
 
@@ -210,10 +264,8 @@ def fc_q8(x2: np.ndarray, zp_x: int, w: Const, rq: Requant) -> np.ndarray:
     cp = address(cols)
     _LIB.mk_center_q8(xp, int(x2.dtype == np.int8), zp_x, x2.size, cp)
     acc = scratch("acc", (rows, units), F32)
-    ap = address(acc)
-    gemm(cols, w.array, acc, cp, w.ptr, ap)
     y = output((rows, units), rq.dtype)
-    _requant(ap, rows, units, rq, address(y))
+    gemm_requant(cols, w, acc, cp, address(acc), rq, address(y))
     return y
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from driver.ops._base import ArgInfo, expect_type, packed
+from driver.ops._fast import matmul
 from driver.ops._params import F32, as_f32, float_param, int_param, is_absent
 from mlts.hal.enums import OperandType
 from mlts.hal.errors import invalid
@@ -393,7 +394,7 @@ def prepacked(ins: Sequence[ArgInfo], cfg: LstmConfig) -> Weights | None:
 
 def input_part(cfg: LstmConfig, w: Weights, x: np.ndarray) -> np.ndarray:
     """x·W_x^T for every gate, plus the gate biases unless layer norm adds them later: [rows, G*u]."""
-    y = x @ w.w_x
+    y = matmul(x, w.w_x)
     if not cfg.layer_norm:
         y += w.bias.reshape(-1)
     return y
@@ -436,7 +437,7 @@ def _output_state(cfg: LstmConfig, w: Weights, z: np.ndarray, c_new: np.ndarray)
     h = o * ACTIVATIONS[cfg.activation](c_new)
     if w.proj is None:
         return h
-    h = h @ w.proj
+    h = matmul(h, w.proj)
     if w.proj_bias is not None:
         h += w.proj_bias
     if cfg.proj_clip > 0:
@@ -451,7 +452,7 @@ def step(
 
     Returns (h' [batch, output_size], c' [batch, u], gate activations [batch, G, u]).
     """
-    z = h @ w.w_h
+    z = matmul(h, w.w_h)
     z += x_part
     z = z.reshape(len(z), cfg.gates, cfg.num_units)
     c_new = _update_cell(cfg, w, z, c)

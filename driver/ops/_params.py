@@ -52,14 +52,6 @@ def optional_bool(name: str, what: str, ins: Sequence[ArgInfo], index: int, defa
     return default if is_absent(ins, index) else bool_param(name, what, ins, index)
 
 
-def int_tensor(name: str, what: str, arg: ArgInfo) -> np.ndarray:
-    """A constant TENSOR_INT32 as an int64 array (int64 so index arithmetic cannot overflow)."""
-    expect_type(name, what, arg, OperandType.TENSOR_INT32)
-    if arg.value is None:
-        raise invalid(f"{name}: {what} must be a constant")
-    return np.asarray(arg.value, dtype=np.int64)
-
-
 def float_tensor(name: str, what: str, arg: ArgInfo) -> None:
     """Check that `arg` is a TENSOR_FLOAT32 (TENSOR_FLOAT16 operands arrive as TENSOR_FLOAT32, see `_adapt`)."""
     expect_type(name, what, arg, OperandType.TENSOR_FLOAT32)

@@ -74,9 +74,15 @@ def prepare_reduce(
     else:
         keep = int_param(name, "keep_dims", ins, 2) > 0
 
+    by_rank: dict[int, tuple[int, ...]] = {}  # constant axes, normalised once per input rank
+
     def run(args: Sequence[Any]) -> list[np.ndarray]:
         x = args[0]
-        ax = _axes(name, int_values(axes, args[1]), x.ndim)
+        ax = by_rank.get(x.ndim) if axes is not None else None
+        if ax is None:
+            ax = _axes(name, int_values(axes, args[1]), x.ndim)
+            if axes is not None:
+                by_rank[x.ndim] = ax
         if qfn is not None:
             y = qfn(x, ax, keep)
         elif boolean:

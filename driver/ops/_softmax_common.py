@@ -32,7 +32,7 @@ def parse_beta_axis(name: str, ins: Sequence[ArgInfo]) -> tuple[np.float32, int]
 def shifted_logits(name: str, x: np.ndarray, beta: np.float32, axis: int) -> tuple[np.ndarray, int]:
     """beta * (x - max(x)) along `axis` (so exp never overflows) and the normalised axis."""
     ax = normalize_axis(name, "axis", axis, x.ndim)
-    z = x - x.max(axis=ax, keepdims=True)
+    z = x - np.maximum.reduce(x, axis=ax, keepdims=True)  # x.max without its Python layers
     z *= beta
     return z, ax
 

@@ -38,6 +38,12 @@ def _quant_mean(name: str, x_info: ArgInfo, out: ArgInfo) -> QuantReducer:
     return mean
 
 
+def _mean(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    """np.mean's float arithmetic (its sum, then one division by the count) without its Python layers."""
+    total = np.add.reduce(x, axis=axis, keepdims=keepdims)  # type: ignore[call-overload]
+    return np.true_divide(total, math.prod(x.shape[a] for a in axis))
+
+
 @register(OperationType.MEAN)
 def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
-    return prepare_reduce("MEAN", ins, outs, np.mean, OperandType.INT32, quant=_quant_mean)
+    return prepare_reduce("MEAN", ins, outs, _mean, OperandType.INT32, quant=_quant_mean)

@@ -13,6 +13,7 @@ import numpy as np
 from driver.ops._base import ArgInfo, Run, expect_count, register
 from driver.ops._params import int_tensor_input, int_values
 from driver.ops._qelementwise import moving_signature
+from driver.ops._workspace import output
 from mlts.hal.enums import OperationType
 from mlts.hal.errors import invalid
 
@@ -43,9 +44,18 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     if shape is not None and shape.ndim != 1:
         raise invalid(f"{NAME}: shape tensor has rank {shape.ndim}, expected 1")
 
+    by_size: dict[int, tuple[int, ...]] = {}  # a constant shape, resolved once per input size
+
     def run(args: Sequence[Any]) -> list[np.ndarray]:
         x = args[0]
-        # A copy, so the output never aliases an input buffer.
-        return [x.reshape(target_shape(int_values(shape, args[1]), x.size)).copy()]
+        dims = by_size.get(x.size) if shape is not None else None
+        if dims is None:
+            dims = target_shape(int_values(shape, args[1]), x.size)
+            if shape is not None and len(by_size) < 8:
+                by_size[x.size] = dims
+        # A copy (in the step's reused buffer), so the output never aliases an input buffer.
+        y = output(dims, x.dtype)
+        np.copyto(y, x.reshape(dims))
+        return [y]
 
     return run

@@ -33,6 +33,7 @@ class _Limits:
     max_iterations: int
     max_seconds: float
     clock: Callable[[], float]
+    on_step: Callable[[], None] = lambda: None
 
 
 def _repeat(limits: _Limits, paths: Sequence[Path], fresh: bool, prepare: Prepare) -> list[float]:
@@ -49,6 +50,7 @@ def _repeat(limits: _Limits, paths: Sequence[Path], fresh: bool, prepare: Prepar
             close_files(fds)
         prepared.close()
         samples.append(t1 - t0)
+        limits.on_step()
         start = t0 if start is None else start
         if t1 - start >= limits.max_seconds:
             break
@@ -70,8 +72,11 @@ def measure_compilation(
     max_iterations: int = 100,
     max_seconds: float = 10.0,
     clock: Callable[[], float] = time.perf_counter,
+    on_step: Callable[[int, int | None], None] | None = None,
 ) -> dict[str, Any]:
     """The three timings (statistics in ms, or None with the reason in "note"), cache size and file counts.
+
+    `on_step(done, None)` is called after each compilation (a long measurement's progress).
 
     Cache files are created in `cache_dir` (made if missing), which the caller owns. A failing
     compile without cache raises HalError: there is nothing to measure.
@@ -80,7 +85,14 @@ def measure_compilation(
         raise ValueError(
             f"max_iterations ({max_iterations}) must be >= 1 and max_seconds ({max_seconds}) > 0"
         )
-    limits = _Limits(max_iterations, max_seconds, clock)
+    calls = [0]
+
+    def step() -> None:
+        calls[0] += 1
+        if on_step is not None:
+            on_step(calls[0], None)
+
+    limits = _Limits(max_iterations, max_seconds, clock, step)
     needed = device.getNumberOfCacheFilesNeeded()
     result: dict[str, Any] = {
         "without_cache": _stats(_repeat(limits, (), False, lambda fds: device.prepareModel(model))),

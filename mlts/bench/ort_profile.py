@@ -69,7 +69,9 @@ def parse_trace(events: Any) -> tuple[list[NodeTime], int]:
             continue
         node = name[: -len(KERNEL_SUFFIX)]
         per_run[k][node] = per_run[k].get(node, 0.0) + dur
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        args = e.get("args")
+        if not isinstance(args, dict):
+            args = {}
         op_types.setdefault(node, str(args.get("op_name", "?")))
     order = list(op_types)
     nodes = [NodeTime(n, op_types[n], statistics.median(run.get(n, 0.0) for run in per_run)) for n in order]

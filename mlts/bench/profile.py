@@ -49,7 +49,7 @@ def summarize(entries: Sequence[Mapping[str, Any]], executions: int) -> dict:
         types.setdefault(e["type"], []).append(e["us"])
         if e.get("layer"):
             layers[e["layer"]] = layers.get(e["layer"], 0.0) + e["us"]
-    by_type = sorted(
+    by_type: list[dict[str, Any]] = sorted(
         ({"type": t, "count": len(v), "us": sum(v), "share": share(sum(v))} for t, v in types.items()),
         key=lambda r: -r["us"],
     )
@@ -149,7 +149,7 @@ def pair_layers(driver: Mapping[str, float], reference: Mapping[str, float]) -> 
     `ratio` is driver ÷ onnxruntime; `slowest` names the layer where the driver loses the most time
     (the kernel to look at first); `coverage` is the share of each side's time the pairs account for.
     """
-    rows = []
+    rows: list[dict[str, Any]] = []
     for layer, us in driver.items():
         ref = reference.get(layer)
         if ref is None:

@@ -26,7 +26,8 @@ from mlts.bench import speech_metrics
 from mlts.bench.stats import describe
 
 # One step: the model's inputs in order -> (outputs in order, backend-specific extra such as driver timing).
-StepFn = Callable[[Sequence[np.ndarray]], tuple[list[np.ndarray], Any]]
+# A step's outputs: None for those kept in driver buffers (the state, with --state-in-driver).
+StepFn = Callable[[list[Any]], tuple[Sequence[np.ndarray | None], Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,21 +54,22 @@ class SequenceRun:
 
     samples: list[float]
     sequence_seconds: list[float]
-    outputs: list[list[np.ndarray]]
+    outputs: list[list[np.ndarray | None]]
     extras: list[Any]
     warmup_calls: int = 0
     warmup_seconds: float = 0.0
 
 
-def _feed(sig: StepSignature, x: np.ndarray, state: list[np.ndarray], n_inputs: int) -> list[np.ndarray]:
-    feed: list[np.ndarray] = [np.empty(0)] * n_inputs
+def _feed(sig: StepSignature, x: np.ndarray, state: Sequence[np.ndarray | None], n_inputs: int) -> list[Any]:
+    """One step's inputs: the features and the state (None for state kept in driver buffers)."""
+    feed: list[np.ndarray | None] = [np.empty(0)] * n_inputs
     feed[sig.feature_input] = x
     for (i, _, _), value in zip(sig.states, state, strict=True):
         feed[i] = value
     return feed
 
 
-def _zero_state(sig: StepSignature) -> list[np.ndarray]:
+def _zero_state(sig: StepSignature) -> list[np.ndarray | None]:
     return [np.zeros(shape, np.float32) for _, _, shape in sig.states]
 
 
@@ -106,7 +108,7 @@ def run_sequences(
         state = _zero_state(sig)
         if reset is not None:
             reset()
-        per_step: list[list[np.ndarray]] = []
+        per_step: list[Sequence[np.ndarray | None]] = []
         start = len(run.samples)
         for x in seq:
             feed = _feed(sig, x[None], state, n_inputs)
@@ -117,13 +119,14 @@ def run_sequences(
             state = [outs[o] for _, o, _ in sig.states]
             per_step.append(outs)
         run.sequence_seconds.append(sum(run.samples[start:]))
-        run.outputs.append(
-            [
-                None if any(o[k] is None for o in per_step) else np.stack([o[k] for o in per_step])
-                for k in range(len(sig.output_names))
-            ]
-        )
+        run.outputs.append([_stacked([o[k] for o in per_step]) for k in range(len(sig.output_names))])
     return run
+
+
+def _stacked(steps: list[np.ndarray | None]) -> np.ndarray | None:
+    """One output over the steps of a sequence; None when it stayed in driver buffers."""
+    present = [v for v in steps if v is not None]
+    return np.stack(present) if len(present) == len(steps) else None
 
 
 def run_whole(
@@ -167,7 +170,7 @@ def score(
     model: str, sig: StepSignature, run: SequenceRun, golden: list[np.ndarray], reference: SequenceRun | None
 ) -> dict:
     """Accuracy of one backend's run: vs the golden outputs, and vs onnxruntime's run when given."""
-    main = [outs[sig.main_output] for outs in run.outputs]
+    main = _read_back([outs[sig.main_output] for outs in run.outputs], "the main output")
     golden_shaped = [g.reshape(a.shape) for a, g in zip(main, golden, strict=True)]
     result = {
         "vs_golden": {
@@ -178,12 +181,13 @@ def score(
         }
     }
     if reference is not None:
-        ref_main = [outs[sig.main_output] for outs in reference.outputs]
+        ref_main = _read_back([outs[sig.main_output] for outs in reference.outputs], "the main output")
         result["vs_reference"] = {
             "metric": _metric(model, main, ref_main),
             "outputs": {
                 name: speech_metrics.output_errors_many(
-                    [outs[k] for outs in run.outputs], [outs[k] for outs in reference.outputs]
+                    _read_back([outs[k] for outs in run.outputs], name),
+                    _read_back([outs[k] for outs in reference.outputs], name),
                 )
                 for k, name in enumerate(sig.output_names)
                 # Outputs kept in the driver (state) are not read back, so not scored.
@@ -191,6 +195,14 @@ def score(
             },
         }
     return result
+
+
+def _read_back(outputs: Sequence[np.ndarray | None], what: str) -> list[np.ndarray]:
+    """`outputs` that must have been read back from the backend (none kept in driver buffers)."""
+    present = [o for o in outputs if o is not None]
+    if len(present) != len(outputs):
+        raise ValueError(f"{what} was kept in driver buffers, not read back, so it cannot be scored")
+    return present
 
 
 def validation_errors(accuracy: dict) -> list[str]:
@@ -220,7 +232,7 @@ def latency_fields(run: SequenceRun, warmup_s: float, whole: bool = False) -> di
         "latency_ms": latency,
     }
     if whole:
-        steps = [len(outs[0]) for outs in run.outputs]
+        steps = [len(_read_back(outs[:1], "output 0")[0]) for outs in run.outputs]
         return {
             "mode": "whole-sequence",
             "sequences": len(run.outputs),

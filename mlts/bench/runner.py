@@ -20,6 +20,7 @@ from typing import Any
 
 from mlts.bench.memory import MemoryWatch, driver_pid
 from mlts.bench.ort_exactness import probe as ort_probe
+from mlts.bench.overhead import harness_overhead
 from mlts.bench.progress import Progress
 from mlts.bench.reference import OnnxRuntimeReference
 from mlts.bench.sources import ModelSource, family_of, zoo_entry
@@ -191,7 +192,9 @@ def backend_label(backend: str) -> str:
     return backend if split_backend(backend)[0] == NNAPI_REFERENCE else f"driver:{backend}"
 
 
-def compilation_timings(device, model, config: BenchmarkConfig) -> dict | None:
+def compilation_timings(
+    device, model, config: BenchmarkConfig, progress: Progress | None = None
+) -> dict | None:
     """MLTS's three compilation timings and the cache size, in a cache directory of their own."""
     if not config.compilation:
         return None
@@ -204,6 +207,7 @@ def compilation_timings(device, model, config: BenchmarkConfig) -> dict | None:
             cache_dir,
             max_iterations=config.compile_max_iterations,
             max_seconds=config.compile_max_seconds,
+            on_step=progress.advance if progress is not None else None,
         )
 
 
@@ -329,12 +333,13 @@ def _run_one_driver(
 
     watch = MemoryWatch(driver_pid(device)).start()
     progress.phase(work.name, label, "compilation timings")
-    compilation = compilation_timings(device, work.model, config)
+    compilation = compilation_timings(device, work.model, config, progress)
     progress.phase(work.name, label, "prepare")
     session = Session(device, work.model, mode=mode, **config.session_options())
     extra = {}
     try:
         timed, results, outputs = _timed_session(work, session, label, config, progress)
+        overhead = harness_overhead(device)  # on the connection the timed calls used
         if config.profile:
             from mlts.bench.profile_runs import profile_driver
 
@@ -354,6 +359,7 @@ def _run_one_driver(
         compilation=compilation,
         memory_mb=watch.result(),
         retries=retries,
+        harness_overhead=overhead,
         **extra,
     )
 
@@ -459,7 +465,8 @@ def run_benchmark(
             )
             doc["devices"][spec.name] = device_info(devices[spec.name])
             doc["capabilities"][spec.name] = _capabilities(devices[spec.name], spec.name, options)
-        progress.plan(len(sources) * (1 + len(driver_backends(config, devices))), config.seconds_per_unit())
+        units = len(sources) * (1 + len(driver_backends(config, devices)))
+        progress.plan(units, config.seconds_per_unit(), models=len(sources))
         for source, proto in zip(sources, protos, strict=True):
             try:
                 if isinstance(proto, str):

@@ -6,8 +6,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlts.errors import InputError
 
-class ModelSelectionError(ValueError):
+
+class ModelSelectionError(InputError):
     """A model regex, name or file the user gave cannot be used."""
 
 
@@ -22,6 +24,8 @@ class ModelSource:
             return self.path
         from mlts.models import zoo
 
+        if self.zoo_name is None:
+            raise ModelSelectionError(f"model {self.name!r} names neither a file nor a zoo model")
         return zoo.model_path(self.zoo_name)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from mlts.bench import recurrent
@@ -129,9 +130,9 @@ def _collect_runs(
                 watch = MemoryWatch(driver_pid(device)).start()
                 if compile_model is not None and config.compilation:
                     progress.phase(source.name, label, "compilation timings")
-                    out.compilation[backend] = compilation_timings(device, compile_model, config)
+                    out.compilation[backend] = compilation_timings(device, compile_model, config, progress)
                 progress.phase(source.name, label, what)
-                out.runs[backend] = run_driver(lambda model, d=device, m=mode: Session(d, model, mode=m))
+                out.runs[backend] = run_driver(partial(Session, device, mode=mode))
             out.memory[backend] = watch.result()
         except HalError as e:
             out.rows[backend] = error_record(source.name, family_of(source), label, config, str(e))
@@ -218,7 +219,7 @@ def _speech_golden(
 ) -> list:
     progress.phase(source.name, "-", "golden outputs (float64 reference, cached)")
     whole = zoo.load(step_name + "_sequence")
-    return golden_outputs(whole, [{input_name: s[:, None, :]} for s in seqs], step_name)
+    return golden_outputs(whole, [{input_name: s[:, None, :]} for s in seqs], step_name, progress.advance)
 
 
 def _benchmark_whole_sequences(

@@ -48,9 +48,9 @@ def run_in_driver(session, sig: recurrent.StepSignature, n_inputs: int, seqs, wa
 def bit_equal(a: recurrent.SequenceRun, b: recurrent.SequenceRun, index: int) -> bool:
     """Output `index` of every sequence identical bit for bit in both runs."""
     return len(a.outputs) == len(b.outputs) and all(
-        x[index] is not None
-        and y[index] is not None
-        and np.array_equal(x[index].view(np.uint8), y[index].view(np.uint8))
+        (xa := x[index]) is not None
+        and (ya := y[index]) is not None
+        and np.array_equal(xa.view(np.uint8), ya.view(np.uint8))
         for x, y in zip(a.outputs, b.outputs, strict=True)
     )
 

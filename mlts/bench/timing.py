@@ -105,9 +105,3 @@ def run_timed(
         if done or (max_iterations is not None and len(samples) >= max_iterations):
             break
     return Timed(tuple(samples), warmup_calls, warmup_seconds, after - start)
-
-
-# MLTS's --quick: 0.3 s warm-up and a 1 s run, no minimum count beyond one call (MLTS has none).
-QUICK = RunControl(warmup_s=0.3, min_duration_s=1.0, min_iterations=1)
-# The scoring defaults: 2 s warm-up, then at least 10 s and at least 20 timed calls.
-DEFAULT = RunControl(warmup_s=2.0, min_duration_s=10.0, min_iterations=20)

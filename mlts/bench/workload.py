@@ -28,6 +28,7 @@ from mlts.bench.inputs import make_inputs
 from mlts.bench.progress import Progress
 from mlts.bench.reference import OnnxRuntimeReference
 from mlts.bench.sources import ModelSource, family_of, zoo_entry
+from mlts.convert.converter import Conversion
 
 # Non-image models: how many distinct seeded inputs at most.
 MAX_SYNTHETIC_INPUTS = 16
@@ -38,7 +39,7 @@ class Workload:
     name: str
     family: str
     model: object  # the converted NN graph (mlts.hal.types.Model)
-    conv: object  # the converter's result (input/output tensor descriptions)
+    conv: Conversion  # the converter's result (input/output tensor descriptions)
     feeds: list[list[np.ndarray]]
     reference: OnnxRuntimeReference
     expected: list[list[np.ndarray]]  # onnxruntime's outputs for every feed
@@ -187,7 +188,7 @@ def _image_golden(
     input_name = golden_proto.graph.input[0].name
     label = float_name or source.name
     golden = golden_outputs(
-        golden_proto, [{input_name: floats[i : i + 1]} for i in range(len(floats))], label
+        golden_proto, [{input_name: floats[i : i + 1]} for i in range(len(floats))], label, progress.advance
     )
     return golden, float_name
 
@@ -215,7 +216,7 @@ def _synthetic_parts(source, proto, feeds, quantized: bool, progress: Progress) 
     golden = None
     if not quantized:
         progress.phase(source.name, "-", "golden outputs (float64, cached)")
-        golden = _try_golden(source, proto, feeds)
+        golden = _try_golden(source, proto, feeds, progress)
     return {
         "golden": golden,
         "labels": None,
@@ -224,12 +225,13 @@ def _synthetic_parts(source, proto, feeds, quantized: bool, progress: Progress) 
     }
 
 
-def _try_golden(source: ModelSource, proto, feeds) -> list[np.ndarray] | None:
+def _try_golden(source: ModelSource, proto, feeds, progress: Progress) -> list[np.ndarray] | None:
     """The float64 reference's first outputs, or None when onnx.reference cannot run the model."""
     from mlts.datasets.golden import golden_outputs
 
     names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
     try:
-        return golden_outputs(proto, [dict(zip(names, f, strict=True)) for f in feeds], source.name)
+        feeds_by_name = [dict(zip(names, f, strict=True)) for f in feeds]
+        return golden_outputs(proto, feeds_by_name, source.name, progress.advance)
     except Exception:  # onnx.reference lacks an operator or dtype: score against onnxruntime only
         return None

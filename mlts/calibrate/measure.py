@@ -37,6 +37,7 @@ from mlts.bench.stats import describe
 from mlts.bench.timing import RunControl
 from mlts.calibrate.energy import Meter, default_meter
 from mlts.calibrate.workloads import TENSOR_FLOAT32, CalibrationWorkload
+from mlts.errors import InputError
 from mlts.hal.capabilities_file import FORMAT, OPERAND_TYPE_NAMES, VERSION
 from mlts.hal.errors import HalError
 
@@ -50,7 +51,7 @@ CAPABILITY_TYPES = OPERAND_TYPE_NAMES
 Log = Callable[[str], None]
 
 
-class CalibrationError(ValueError):
+class CalibrationError(InputError):
     """Calibration cannot produce a document (e.g. no workload could be measured)."""
 
 

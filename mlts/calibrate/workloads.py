@@ -18,6 +18,7 @@ from pathlib import Path
 
 import onnx
 
+from mlts.errors import InputError
 from mlts.hal import files
 from mlts.hal.enums import OperandType
 
@@ -59,7 +60,7 @@ _INFERRED = {
 }
 
 
-class WorkloadError(ValueError):
+class WorkloadError(InputError):
     """A workload selection or a `--model FILE.onnx[:TYPE]` argument that cannot be used."""
 
 

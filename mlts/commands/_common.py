@@ -7,14 +7,13 @@ import math
 
 import click
 
+from mlts.errors import EXIT_BAD_INPUT
+
 #: Upper bounds of the duration options (seconds); `--help` shows each option's range.
 MAX_BENCHMARK_SECONDS = 86_400.0  # one day per warm-up, timed run or compilation measurement
 MAX_STRESS_SECONDS = 604_800.0  # one week per stress test (MLTS runs hours)
 MAX_GRACE_SECONDS = 3_600.0
 MAX_SEED = 2**32 - 1
-
-#: Exit status for bad input (a file that cannot be read, a bad option value): click's own usage errors use it too.
-EXIT_BAD_INPUT = 2
 
 
 class BadInput(click.ClickException):
@@ -84,6 +83,20 @@ def echo_json(doc) -> None:
 def progress(message: str) -> None:
     """Progress lines go to stderr so stdout stays machine-readable."""
     click.echo(f"  {message}", err=True)
+
+
+def _left_out_by_default() -> str:
+    from mlts.runtime.discovery import SAMPLE_VARIANTS, TEST_DOUBLES
+
+    return (
+        f"every driver but the fault-injection {', '.join(sorted(TEST_DOUBLES))} and the sample "
+        f"variants {', '.join(sorted(SAMPLE_VARIANTS))}, which repeat sample-all's kernels; with "
+        "--driver-socket, the drivers of those services"
+    )
+
+
+#: The default driver selection, for the --drivers help of every command (name those drivers to run them).
+DEFAULT_DRIVERS_HELP = _left_out_by_default()
 
 
 driver_socket_option = click.option(

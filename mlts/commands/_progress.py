@@ -1,11 +1,13 @@
-"""Progress on stderr: a live one-line bar on a terminal, plain lines otherwise, nothing with -q.
+"""Progress on stderr: a live status line on a terminal, plain lines otherwise, nothing with --quiet.
 
-The bar shows done/planned model × backend runs, the current model, backend
-and phase, the elapsed time and an ETA. The ETA starts from the planned
-seconds per run and, once runs have finished, uses their measured average.
-When stderr is not a terminal the bar is not drawn: each phase becomes one
-plain line instead (with -v or MLTS_VLOG also the detail lines), so CI logs
-stay readable.
+The status names where the run is — "model 7 of 27 · backend 2 of 2 ·" the
+model, backend and phase, with the steps of a long phase — then the elapsed
+time and an ETA. The ETA starts from the planned seconds per model × backend
+run and, once runs have finished, uses their measured average. When stderr is
+not a terminal nothing is redrawn: each phase becomes one plain line, and a
+long phase prints its status again at most every PLAIN_PERIOD_S seconds (with
+elapsed time and ETA), so CI logs show the run advancing without flooding.
+With -v or MLTS_VLOG the detail lines are shown too.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ import time
 from typing import TextIO
 
 from mlts.bench.progress import Progress
+
+#: Off a terminal: the least time between two status lines within one phase.
+PLAIN_PERIOD_S = 15.0
 
 
 def _clock(seconds: float) -> str:
@@ -39,16 +44,23 @@ class TerminalProgress(Progress):
         self.detail = detail
         self.live = self.stream.isatty() if live is None else live
         self.units = 0
+        self.models = 0
         self.done = 0
         self.per_unit = 0.0
         self.start = time.monotonic()
         self.unit_start = self.start
         self.finished_seconds = 0.0
         self.where = ""
+        self.steps = ""
+        self.model = ""
+        self.model_index = 0
+        self.backends: list[str] = []
         self._drawn = False
+        self._last_line = self.start
 
-    def plan(self, units: int, seconds_per_unit: float) -> None:
+    def plan(self, units: int, seconds_per_unit: float, models: int = 0) -> None:
         self.units = units
+        self.models = models
         self.per_unit = seconds_per_unit
         self.start = self.unit_start = time.monotonic()
 
@@ -58,12 +70,40 @@ class TerminalProgress(Progress):
         current = time.monotonic() - self.unit_start
         return max(0.0, left * per - min(current, per))
 
+    def count(self) -> str:
+        """ "model 7 of 27 · backend 2 of 2" (as much of it as is known)."""
+        parts = []
+        if self.model_index:
+            parts.append(f"model {self.model_index}" + (f" of {self.models}" if self.models else ""))
+        if self.backends:
+            per_model = self.units // self.models if self.models else 0
+            parts.append(f"backend {len(self.backends)}" + (f" of {per_model}" if per_model else ""))
+        return " · ".join(parts)
+
+    def status(self) -> str:
+        head = " · ".join(p for p in (self.count(), self.where) if p)
+        return f"{head}{self.steps}"
+
     def phase(self, model: str, backend: str, phase: str) -> None:
+        if model != self.model:
+            self.model = model
+            self.model_index += 1
+            self.backends = []
+        if backend != "-" and backend not in self.backends:
+            self.backends.append(backend)
         self.where = f"{model} · {backend} · {phase}" if backend != "-" else f"{model} · {phase}"
+        self.steps = ""
         if self.live:
             self._draw()
         else:
-            self._line(f"  {self.where}")
+            self._line(f"  {self.status()}")
+
+    def advance(self, done: int, total: int | None = None) -> None:
+        self.steps = f" ({done}/{total})" if total else f" ({done})"
+        if self.live:
+            self._draw()
+        elif time.monotonic() - self._last_line >= PLAIN_PERIOD_S:
+            self._line(f"  {self.status()} · {self._times()}")
 
     def unit_done(self) -> None:
         now = time.monotonic()
@@ -83,31 +123,30 @@ class TerminalProgress(Progress):
             self.stream.flush()
             self._drawn = False
 
+    def _times(self) -> str:
+        return f"{_clock(time.monotonic() - self.start)} elapsed, ETA {_clock(self.eta())}"
+
     def _line(self, text: str) -> None:
         if self.live and self._drawn:
             self.stream.write("\r\x1b[2K")
         self.stream.write(text + "\n")
         self.stream.flush()
+        self._last_line = time.monotonic()
         if self.live and self._drawn:
             self._draw()
 
     def _draw(self) -> None:
         width = shutil.get_terminal_size((100, 20)).columns
-        total = max(self.units, 1)
-        filled = int(20 * min(self.done, total) / total)
-        bar = "#" * filled + "-" * (20 - filled)
-        elapsed = time.monotonic() - self.start
-        text = (
-            f"[{bar}] {self.done}/{self.units} {self.where}  "
-            f"{_clock(elapsed)} elapsed, ETA {_clock(self.eta())}"
-        )
+        # The count and the times first: a narrow terminal cuts the end of the line.
+        head = " · ".join(p for p in (self.count(), self._times(), self.where) if p)
+        text = f"{head}{self.steps}"
         self.stream.write("\r\x1b[2K" + text[: max(10, width - 1)])
         self.stream.flush()
         self._drawn = True
 
 
 def make_progress(quiet: bool, verbose: bool) -> Progress:
-    """Silent with -q; otherwise a bar on a terminal or plain lines (stderr)."""
+    """Silent with --quiet; otherwise a status line on a terminal or plain lines (stderr)."""
     if quiet:
         return Progress()
     return TerminalProgress(detail=detail_wanted(verbose))

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from mlts.commands._common import (
+    DEFAULT_DRIVERS_HELP,
     MAX_BENCHMARK_SECONDS,
     SEED,
     BadInput,
@@ -76,7 +77,7 @@ def check_out_dir(out: Path, force: bool) -> None:
     "drivers_regex",
     default=None,
     metavar="REGEX",
-    help="Drivers whose name matches (default: every driver but the fault-injection sample-faulty).",
+    help=f"Drivers whose name matches (default: {DEFAULT_DRIVERS_HELP}).",
 )
 @driver_plugin_option
 @capabilities_option
@@ -120,7 +121,10 @@ def check_out_dir(out: Path, force: bool) -> None:
     help="Minimum timed calls per model × backend (the run lasts until both minimums are met).",
 )
 @click.option(
-    "--quick", is_flag=True, help="MLTS's short run for CI: 0.3 s warm-up, 1 s timed, compilation 1 s."
+    "-q",
+    "--quick",
+    is_flag=True,
+    help="MLTS's short run for CI: 0.3 s warm-up, 1 s timed, compilation 1 s (-q as in the script).",
 )
 @click.option(
     "--images",
@@ -218,9 +222,7 @@ def check_out_dir(out: Path, force: bool) -> None:
 )
 @driver_socket_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results document to stdout (no table).")
-@click.option(
-    "-q", "--quiet", is_flag=True, help="No progress and no table; errors and the exit status only."
-)
+@click.option("--quiet", is_flag=True, help="No progress and no table; errors and the exit status only.")
 @qos_options
 @click.pass_context
 def benchmark(

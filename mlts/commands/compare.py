@@ -7,6 +7,7 @@ from typing import NoReturn
 import click
 
 from mlts.commands._common import EXIT_BAD_INPUT, echo_json
+from mlts.errors import InputError
 
 EXIT_REGRESSION = 1
 
@@ -73,11 +74,11 @@ def _threshold(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"--threshold: expected a number such as 0.05, got {text!r}") from None
+        raise InputError(f"--threshold: expected a number such as 0.05, got {text!r}") from None
     try:
         return check_threshold(value)
     except ValueError:
-        raise ValueError(f"--threshold: expected a finite fraction >= 0 (0.05 = 5%), got {text!r}") from None
+        raise InputError(f"--threshold: expected a finite fraction >= 0 (0.05 = 5%), got {text!r}") from None
 
 
 def _bad_input(reason: str) -> NoReturn:

@@ -78,8 +78,8 @@ def devices(
         groups: dict[str, list[str]] = {}
         for entry in caps["operand_performance"]:
             groups.setdefault(_perf_d(entry), []).append(entry["type"])
-        for perf, types in groups.items():
-            click.echo(f"  {perf}: {', '.join(types)}")
+        for perf, type_names in groups.items():
+            click.echo(f"  {perf}: {', '.join(type_names)}")
         if "coverage" in d:
             for line in coverage_lines(d["coverage"]):
                 click.echo(line)

@@ -52,6 +52,13 @@ def driver() -> None:
     type=click.IntRange(1, 256),
     help="BLAS/OpenMP threads per execution in the service.",
 )
+@click.option(
+    "--no-prevalidate",
+    "no_prevalidate",
+    is_flag=True,
+    help="Hand models and requests to the driver without validating them first, so "
+    "`mlts validate --driver-socket` tests the driver's own validation.",
+)
 @driver_plugin_option
 def serve(
     name: str,
@@ -59,6 +66,7 @@ def serve(
     options: tuple[str, ...],
     workers: int,
     threads: int,
+    no_prevalidate: bool,
     plugin_files: tuple[str, ...],
 ) -> None:
     """Serve driver NAME to every client that connects to its socket, until Ctrl-C or SIGTERM.
@@ -90,6 +98,8 @@ def serve(
     argv = ["--factory", spec.factory, "--name", name, "--socket", path, "--workers", str(workers)]
     for item in options:
         argv += ["--option", item]
+    if no_prevalidate:
+        argv.append("--no-prevalidate")
     code = serve_main(argv)
     if code:
         raise click.ClickException(f"the service ended with status {code}; see the messages above")

@@ -127,7 +127,7 @@ def convert_cmd(
     }
     dot_text = to_dot(conv.model, name=Path(onnx_file).stem) if dot_file else None
     nnfile.write(conv.model, output, metadata=meta)
-    if dot_text is not None:
+    if dot_file is not None and dot_text is not None:
         write_atomic(dot_file, dot_text.encode("utf-8"))
     sub = conv.model.main
     click.echo(f"wrote {output}: {len(sub.operations)} operations, {len(sub.operands)} operands")

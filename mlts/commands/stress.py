@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from mlts.commands._common import (
+    DEFAULT_DRIVERS_HELP,
     MAX_GRACE_SECONDS,
     MAX_STRESS_SECONDS,
     SEED,
@@ -55,7 +56,7 @@ def format_results(records: list[dict]) -> list[str]:
     "drivers_regex",
     default=None,
     metavar="REGEX",
-    help="Drivers to stress, every match a target (default: all but the fault-injection sample-faulty).",
+    help=f"Drivers to stress, every match a target (default: {DEFAULT_DRIVERS_HELP}).",
 )
 @click.option(
     "--models",
@@ -128,7 +129,8 @@ def format_results(records: list[dict]) -> list[str]:
     show_default=True,
     type=FiniteFloatRange(-100, 100_000),
     metavar="PERCENT",
-    help="performance-degradation-stress: largest allowed growth of the median latency (MLTS: 50).",
+    help="performance-degradation-stress: largest allowed growth of the median latency (MLTS: 50); FAILURE "
+    "only when the 95% interval of the growth, over alternating alone and loaded phases, is wholly above it.",
 )
 @click.option(
     "--random-ops",
@@ -160,7 +162,7 @@ def format_results(records: list[dict]) -> list[str]:
 @driver_socket_option
 @click.option("--force", is_flag=True, help="Overwrite results already in --out.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results document to stdout (no table).")
-@click.option("-q", "--quiet", is_flag=True, help="No progress and no table.")
+@click.option("--quiet", is_flag=True, help="No progress and no table.")
 @qos_options
 def stress(
     mode: str,
@@ -192,6 +194,21 @@ def stress(
 ) -> None:
     """Run stress MODE (or `all`) on every matching driver; each test in its own supervised process.
 
+    \b
+    Modes (`all` runs every one but priority-stress):
+      inference-stress                      execute each model in a loop
+      model-loading-stress                  compile each model in a loop
+      parallel-inference-stress             --threads threads execute at once
+      parallel-inference-stress-in-process  the same, in this process under a watchdog
+      client-early-termination-stress       kill a compiling client; the driver must serve others
+      multi-process-inference-stress        --processes clients execute on one shared service
+      multi-process-model-load-stress       --processes clients compile on one shared service
+      memory-mapped-model-load-stress       compile from memory-mapped model files
+      model-load-random-stress              compile random valid graphs (--random-ops)
+      inference-random-stress               run random graphs, results checked
+      performance-degradation-stress        latency alone vs while another client compiles
+      priority-stress                       HIGH against LOW priority models on one service
+
     priority-stress (not part of `all`: it measures latency) times model A
     (the first matching model) at HIGH alone, then against --threads threads
     running model B (the last) at LOW on one shared service, then both at
@@ -207,14 +224,11 @@ def stress(
     """
     from mlts.bench.sources import select_models
     from mlts.commands.benchmark import check_out_dir
-    from mlts.crash.suite import ALL_MODES, MODES, StressConfig, StressConfigError, run_mode, stress_document
-    from mlts.crash.supervise import Terminated, interrupt_on_termination
+    from mlts.crash.suite import StressConfig, StressConfigError, modes_of, run_stress
+    from mlts.crash.supervise import Terminated
     from mlts.report.results import write_json_atomic
     from mlts.runtime.discovery import discover, select
 
-    modes = list(ALL_MODES) if mode == "all" else [mode]
-    if mode != "all" and mode not in MODES:
-        raise click.UsageError(f"unknown stress mode {mode!r}; modes: {', '.join(MODES)}, all")
     config = StressConfig(
         duration_s=duration,
         threads=threads,
@@ -233,6 +247,7 @@ def stress(
         qos=qos_settings(priority, preference, deadline_ms, loop_timeout_ms).to_dict(),
     )
     try:
+        modes = modes_of(mode)
         config.check()
     except StressConfigError as e:
         raise click.UsageError(str(e)) from None
@@ -240,37 +255,30 @@ def stress(
     if out is not None:
         check_out_dir(out, force)
     chosen = select(discover(plugin_files, driver_sockets), drivers_regex)
-    drivers = [s.name for s in chosen]
     config = replace(config, driver_sockets={s.name: s.socket for s in chosen if s.socket is not None})
+    drivers = [s.name for s in chosen]
     models = [s.name for s in select_models(models_regex)]
 
     def progress(message: str) -> None:
         if not (quiet or as_json):
             click.echo(f"  {message}", err=True)
 
-    results = []
-    doc = stress_document(results, config, modes, drivers, models)
+    latest: list[dict] = []
 
-    def save() -> None:
-        nonlocal doc
-        doc = stress_document(results, config, modes, drivers, models)
+    def save(doc: dict) -> None:
+        latest[:] = [doc]
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             write_json_atomic(doc, out / "results.json")
 
     try:
-        with interrupt_on_termination():  # SIGTERM and SIGHUP end the run like Ctrl-C
-            for m in modes:
-                for result in run_mode(m, drivers, models, config, progress):
-                    results.append(result)
-                    save()
+        doc = run_stress(modes, drivers, models, config, progress, checkpoint=save)
     except KeyboardInterrupt as e:
-        save()
-        _write_report(doc, out)
+        _write_report(latest[0], out)
         how = f" by {e}" if isinstance(e, Terminated) else ""
-        click.echo(f"mlts stress: interrupted{how}; {len(results)} finished tests kept", err=True)
+        kept = len(latest[0]["results"])
+        click.echo(f"mlts stress: interrupted{how}; {kept} finished tests kept", err=True)
         raise SystemExit(128 + e.signum if isinstance(e, Terminated) else 130) from None
-    save()
     _write_report(doc, out)
     if as_json:
         click.echo(json.dumps(doc, indent=2, allow_nan=False))

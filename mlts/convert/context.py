@@ -267,13 +267,13 @@ class Context:
         )
 
     def i32(self, value: int) -> int:
-        return self.builder.add_scalar(int(value), OperandType.INT32)
+        return self.builder.add_int32(value)
 
     def f32(self, value: float) -> int:
         """A float scalar parameter: FLOAT16 for an operation on float16 tensors, else FLOAT32."""
         if self.float_elem() == OperandType.TENSOR_FLOAT16:
             return self.builder.add_scalar(float(value), OperandType.FLOAT16)
-        return self.builder.add_scalar(float(value), OperandType.FLOAT32)
+        return self.builder.add_float32(value)
 
     def float_elem(self) -> OperandType:
         """TENSOR_FLOAT16 when the node being converted reads a float16 runtime tensor, else TENSOR_FLOAT32."""
@@ -286,12 +286,11 @@ class Context:
         return OperandType.TENSOR_FLOAT32
 
     def flag(self, value: bool) -> int:
-        return self.builder.add_scalar(bool(value), OperandType.BOOL)
+        return self.builder.add_bool(value)
 
-    def ints(self, values: Sequence[int]) -> int:
+    def ints(self, values: Sequence[int] | Sequence[Sequence[int]]) -> int:
         """A TENSOR_INT32 constant (1-D from a flat list; nested lists keep their shape)."""
-        arr = np.asarray(values, dtype=np.int32)
-        return self.builder.add_constant(arr.reshape(1) if arr.ndim == 0 else arr, OperandType.TENSOR_INT32)
+        return self.builder.add_int32_tensor(values)
 
     def new_tensor(
         self,
@@ -365,11 +364,11 @@ class Context:
         t = self.tensors[name]
         if t.rank != 4 or t.nhwc == nhwc:
             return t
-        key = (t.operand, t.shape, t.nhwc)
-        cached = self._other_layout.get(key)
+        layout_key = (t.operand, t.shape, t.nhwc)
+        cached = self._other_layout.get(layout_key)
         if cached is None:
             cached = self.relayout(t, nhwc)
-            self._other_layout[key] = cached
+            self._other_layout[layout_key] = cached
         return cached
 
     def qconst_params(self, qc: QConst) -> QParams:

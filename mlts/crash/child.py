@@ -27,7 +27,7 @@ def run_test(spec: dict, reporter: Reporter) -> None:
     ctx = StressContext(spec, reporter)
     outcome, reason, died, details = "SUCCESS", None, False, {}
     try:
-        mode = CHILD_MODES.get(spec.get("mode"))
+        mode = CHILD_MODES.get(str(spec.get("mode")))
         if mode is None:
             raise StressFailure(f"unknown mode {spec.get('mode')!r}")
         details = mode(ctx) or {}

@@ -13,6 +13,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlts.errors import MltsError
+
 
 class Outcome(enum.StrEnum):
     SUCCESS = "SUCCESS"
@@ -21,7 +23,7 @@ class Outcome(enum.StrEnum):
     CRASH = "CRASH"
 
 
-class StressFailure(Exception):
+class StressFailure(MltsError):
     """Raised inside a test: the outcome is FAILURE with this one-line reason."""
 
     def __init__(self, reason: str, *, driver_died: bool = False, details: dict | None = None) -> None:

@@ -112,12 +112,14 @@ def _output_problem(k: int, a: np.ndarray, e: np.ndarray) -> str | None:
     )
 
 
-def check_outputs(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> str | None:
+def check_outputs(actual: Sequence[np.ndarray | None], expected: Sequence[np.ndarray]) -> str | None:
     """None when every output is within the CTS tolerance of the reference's, else one line naming
     the first bad output and its worst element."""
     if len(actual) != len(expected):
         return f"{len(actual)} outputs, the reference has {len(expected)}"
     for k, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        if a is None:
+            return f"output {k} is missing (the driver gave no value)"
         problem = _output_problem(k, np.asarray(a), np.asarray(e))
         if problem is not None:
             return problem

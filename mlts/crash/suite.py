@@ -21,8 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mlts.crash.channel import Reporter
 from mlts.crash.outcome import Outcome, StressFailure, TestResult
 from mlts.crash.supervise import TestSpec, run_isolated
+from mlts.errors import InputError
 from mlts.hal.errors import HalError
 from mlts.runtime.execution import EXECUTION_MODES
 
@@ -47,7 +49,7 @@ MODES = (
 ALL_MODES = tuple(m for m in MODES if m != "priority-stress")
 
 
-class StressConfigError(ValueError):
+class StressConfigError(InputError):
     """Options that cannot make a stress run (one line)."""
 
 
@@ -230,7 +232,12 @@ def _liveness(
     return calls, None
 
 
-class _NullReporter:
+class _NullReporter(Reporter):
+    """A reporter for tests run in this process: the events go nowhere."""
+
+    def __init__(self) -> None:
+        super().__init__(-1)
+
     def send(self, event: str, **fields: Any) -> None:
         pass
 
@@ -380,6 +387,44 @@ _RUNNERS = {
     ),
     "priority-stress": _on_shared_service(_one("priority")),
 }
+
+
+def modes_of(mode: str) -> list[str]:
+    """The modes `mode` names: itself, or ALL_MODES for "all"; an unknown name is a StressConfigError."""
+    if mode == "all":
+        return list(ALL_MODES)
+    if mode not in MODES:
+        raise StressConfigError(f"unknown stress mode {mode!r}; modes: {', '.join(MODES)}, all")
+    return [mode]
+
+
+def run_stress(
+    modes: list[str],
+    drivers: list[str],
+    models: list[str],
+    config: StressConfig,
+    progress: Progress,
+    checkpoint: Callable[[dict], None],
+) -> dict:
+    """Run every mode on every driver; returns the results document.
+
+    `checkpoint(doc)` gets the document after every mode and, before the KeyboardInterrupt goes on,
+    when the run is interrupted (Ctrl-C, or SIGTERM and SIGHUP as `supervise.Terminated`), so an
+    interrupted run keeps what finished.
+    """
+    from mlts.crash.supervise import interrupt_on_termination
+
+    config.check()
+    results: list[TestResult] = []
+    try:
+        with interrupt_on_termination():
+            for mode in modes:
+                results += run_mode(mode, drivers, models, config, progress)
+                checkpoint(stress_document(results, config, modes, drivers, models))
+    except KeyboardInterrupt:
+        checkpoint(stress_document(results, config, modes, drivers, models))
+        raise
+    return stress_document(results, config, modes, drivers, models)
 
 
 def stress_document(

@@ -18,8 +18,9 @@ import hashlib
 import io
 import os
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -32,6 +33,10 @@ _FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
 # Raised whenever the golden computation changes, so cached outputs of the old one are not served.
 GOLDEN_VERSION = "3"
+
+
+#: A long computation's progress: (steps done, steps in all).
+Step = Callable[[int, int], None]
 
 
 def _fold_batch_norms(g: onnx.GraphProto) -> None:
@@ -97,9 +102,11 @@ def float64_copy(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def reference_outputs(
-    model: onnx.ModelProto, feeds: Sequence[dict[str, np.ndarray]]
+    model: onnx.ModelProto, feeds: Sequence[dict[str, np.ndarray]], on_step: Step | None = None
 ) -> list[list[np.ndarray]]:
-    """Every output of the float64 copy of `model` for each feed (inputs given as any float dtype)."""
+    """Every output of the float64 copy of `model` for each feed (inputs given as any float dtype).
+
+    `on_step(done, total)` is called after each feed (a long run's progress)."""
     from onnx.reference import ReferenceEvaluator
 
     from mlts.datasets._golden_conv import Conv
@@ -112,6 +119,8 @@ def reference_outputs(
             for k, v in feed.items()
         }
         results.append([np.asarray(o, np.float64) for o in evaluator.run(None, cast)])
+        if on_step is not None:
+            on_step(len(results), len(feeds))
     return results
 
 
@@ -137,13 +146,13 @@ def _reference_chunk(model_bytes: bytes, feeds: Sequence[dict[str, np.ndarray]])
 
 
 def _reference_in_workers(
-    model_bytes: bytes, feeds: Sequence[dict[str, np.ndarray]]
+    model_bytes: bytes, feeds: Sequence[dict[str, np.ndarray]], on_step: Step | None = None
 ) -> list[list[np.ndarray]]:
     """reference_outputs over `feeds`, split into contiguous chunks run by spawned worker processes
     (the float64 run is NumPy on one core per process); in this process for few feeds or one CPU."""
     workers = min(_workers(), len(feeds) // (PARALLEL_FEEDS // 2) or 1)
     if workers <= 1 or len(feeds) < PARALLEL_FEEDS:
-        return reference_outputs(onnx.load_from_string(model_bytes), feeds)
+        return reference_outputs(onnx.load_from_string(model_bytes), feeds, on_step)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -154,7 +163,11 @@ def _reference_in_workers(
     os.environ.update(_ONE_THREAD)  # the workers inherit it: one BLAS thread each, one worker per CPU
     try:
         with ProcessPoolExecutor(workers, mp_context=context) as pool:
-            parts = list(pool.map(_reference_chunk, [model_bytes] * workers, chunks))
+            parts = []
+            for part in pool.map(_reference_chunk, [model_bytes] * workers, chunks):
+                parts.append(part)
+                if on_step is not None:  # progress as each worker's share lands
+                    on_step(sum(len(p) for p in parts), len(feeds))
     finally:
         for k, v in saved.items():
             if v is None:
@@ -186,7 +199,7 @@ def _valid_npz(path: Path, count: int) -> bool:
 
 
 def golden_outputs(
-    model: onnx.ModelProto, feeds: Sequence[dict[str, np.ndarray]], label: str
+    model: onnx.ModelProto, feeds: Sequence[dict[str, np.ndarray]], label: str, on_step: Step | None = None
 ) -> list[np.ndarray]:
     """The float64 reference's first output for each feed, from the cache when it holds them.
 
@@ -196,9 +209,10 @@ def golden_outputs(
     path = cache_root() / "golden" / f"{label}.{_key(model_bytes, feeds)}.npz"
 
     def build() -> bytes:
-        outs = _reference_in_workers(model_bytes, feeds)
+        outs = _reference_in_workers(model_bytes, feeds, on_step)
         buf = io.BytesIO()
-        np.savez(buf, **{f"out{i}": o[0] for i, o in enumerate(outs)})
+        arrays: dict[str, Any] = {f"out{i}": o[0] for i, o in enumerate(outs)}
+        np.savez(buf, **arrays)
         return buf.getvalue()
 
     cached_file(path, lambda p: _valid_npz(p, len(feeds)), build)

@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from mlts.datasets.images import LAYOUTS, image_batch, inception_preprocess, procedural_image
+from mlts.errors import InputError
 from mlts.hal import files
 
 PROCEDURAL_AVAILABLE = 2000
@@ -62,7 +63,7 @@ _MLTS_NAME = re.compile(r"^.*-(\d+)\.[^.]+$")
 _DIGITS = re.compile(r"(\d+)")
 
 
-class DatasetError(ValueError):
+class DatasetError(InputError):
     """A dataset folder that cannot be used; the message names the file and the expected format."""
 
 

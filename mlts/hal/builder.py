@@ -231,6 +231,23 @@ class ModelBuilder:
             )
         return self.add_constant(np.asarray(value, dtype=DTYPE_NAME[OperandType(type)]), type)
 
+    def add_int32(self, value: int) -> int:
+        """An INT32 scalar constant (a stride, an axis, a fused activation code)."""
+        return self.add_scalar(int(value), OperandType.INT32)
+
+    def add_float32(self, value: float) -> int:
+        """A FLOAT32 scalar constant (beta, epsilon, a scale)."""
+        return self.add_scalar(float(value), OperandType.FLOAT32)
+
+    def add_bool(self, value: bool) -> int:
+        """A BOOL scalar constant (a layout flag, keep_dims)."""
+        return self.add_scalar(bool(value), OperandType.BOOL)
+
+    def add_int32_tensor(self, values: Sequence[int] | Sequence[Sequence[int]]) -> int:
+        """A TENSOR_INT32 constant: 1-D from a flat list or one number, nested lists keep their shape."""
+        arr = np.asarray(values, dtype=np.int32)
+        return self.add_constant(arr.reshape(1) if arr.ndim == 0 else arr, OperandType.TENSOR_INT32)
+
     def add_constant(
         self,
         value: Any,

@@ -185,6 +185,18 @@ def _read_pools(reader: _Reader, n: int) -> tuple[PoolRef, ...]:
     return tuple(pools)
 
 
+def request_seq(data: bytes) -> int:
+    """The sequence number of an execute request whose fixed part is whole (0 for anything else).
+
+    A request that fails to decode is answered under this number, so its client gets the error
+    instead of waiting for a result that never comes.
+    """
+    if len(data) < _REQUEST.size:
+        return 0
+    kind, seq = _REQUEST.unpack_from(data, 0)[:2]
+    return int(seq) if kind == KIND_EXECUTE else 0
+
+
 def decode_request(data: bytes) -> BurstRequest:
     """A request message; ValueError naming what is wrong."""
     reader = _Reader(data)
@@ -216,6 +228,11 @@ def decode_request(data: bytes) -> BurstRequest:
         None if loop_timeout == NO_TIME else loop_timeout,
         bool(flags & FLAG_MEASURE_OPERATIONS),
     )
+
+
+def renumber(data: bytes, seq: int) -> bytes:
+    """An encoded request message with another sequence number (how a client resends a request)."""
+    return data[:4] + _U32.pack(seq) + data[8:]
 
 
 def encode_result(r: BurstResult) -> bytes:
@@ -301,3 +318,41 @@ def _read_operation_times(reader: _Reader) -> OperationTimes:
         return check_operation_times(entries, None, "operation times")
     except HalError as e:
         raise ValueError(e.message) from None
+
+
+class ResultDecoder:
+    """`decode_result` for a stream of results that mostly differ only in their sequence number and
+    timing (a burst running one request again and again): the rest of the last message is decoded
+    once and reused while it repeats byte for byte. Not thread-safe (one per burst)."""
+
+    def __init__(self) -> None:
+        self._tail: bytes | None = None
+        self._decoded: BurstResult | None = None
+
+    def decode(self, data: bytes) -> BurstResult:
+        if len(data) < _RESULT.size:
+            return decode_result(data)  # says what is wrong
+        tail = data[_RESULT.size :]
+        last = self._decoded
+        if last is None or tail != self._tail:
+            result = decode_result(data)
+            self._tail, self._decoded = tail, result
+            return result
+        kind, seq, status, n_shapes, on_device, in_driver = _RESULT.unpack_from(data)
+        if kind != KIND_RESULT or status != last.status or n_shapes != len(last.output_shapes):
+            return decode_result(data)
+        if (
+            status == ErrorStatus.NONE
+            and in_driver != UINT64_MAX
+            and on_device != UINT64_MAX
+            and on_device > in_driver
+        ):
+            raise ValueError("timeOnDevice exceeds timeInDriver")
+        return BurstResult(
+            seq,
+            last.status,
+            last.output_shapes,
+            Timing(on_device, in_driver),
+            last.message,
+            last.operation_times,
+        )

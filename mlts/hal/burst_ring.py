@@ -70,6 +70,7 @@ class Ring:
         self._write = 0
         self._read = 0
         self._closed = False
+        self._poller: select.poll | None = None  # made at the first blocking wait
 
     # ------------------------------------------------------------ creating and adopting
 
@@ -223,8 +224,10 @@ class Ring:
                 if self.pending():
                     return True
         limit = None if timeout is None else time.monotonic() + timeout
-        poller = select.poll()
-        poller.register(self.event_fd, select.POLLIN)
+        poller = self._poller
+        if poller is None:
+            poller = self._poller = select.poll()
+            poller.register(self.event_fd, select.POLLIN)
         while True:
             # A signal sent after the check above leaves the eventfd readable, so none is missed.
             if self.pending() or self.peer_closed():

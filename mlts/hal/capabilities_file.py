@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from mlts.errors import InputError
 from mlts.hal import files, strict_json
 from mlts.hal.atomic import write_atomic
 from mlts.hal.enums import OperandType
@@ -56,7 +57,7 @@ _CAPABILITIES_KEYS = SPECIAL_ENTRIES + ("operand_performance",)
 Source = dict[str, Any]
 
 
-class CapabilitiesFileError(ValueError):
+class CapabilitiesFileError(InputError):
     """A capabilities file cannot be used; the message is the one-line reason."""
 
 

@@ -592,8 +592,3 @@ def execution_result_from_dict(d: Any, path: str = "result") -> ExecutionResult:
         timing_from_dict(d["timing"], f"{path}.timing"),
         None if times is None else operation_times.from_list(times, f"{path}.operationTimes"),
     )
-
-
-def host_pools(buffers: Sequence[bytes | bytearray | memoryview]) -> tuple[HostMemory, ...]:
-    """Wrap byte buffers as pools, for model_from_dict callers that hold plain bytes."""
-    return tuple(HostMemory(b) for b in buffers)

@@ -11,12 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+from mlts.errors import InputError
 from mlts.hal.interface import Device
 
 DeviceFactory = Callable[..., Device]
 
 
-class FactoryError(ValueError):
+class FactoryError(InputError):
     """A factory spec cannot be resolved to something that makes a Device."""
 
 

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlts.errors import InputError
 from mlts.hal import files, strict_json
 from mlts.hal.atomic import write_atomic
 from mlts.hal.codec import model_from_dict, model_to_dict
@@ -48,7 +49,7 @@ _TOP_KEYS = ("model", "sections", "producer", "metadata")
 _SECTION_KEYS = ("name", "offset", "length", "crc32")
 
 
-class NnFileError(ValueError):
+class NnFileError(InputError):
     """A .nnm file (or buffer) that cannot be encoded or decoded; the message is one line."""
 
     def __init__(self, problem: str, *, name: str | None = None, offset: int | None = None) -> None:

@@ -7,13 +7,12 @@ immutable; pools hold `mlts.hal.memory` objects.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mlts.hal.enums import (
     ELEMENT_SIZE,
     SCALAR_TYPES,
     UINT64_MAX,
-    DeviceType,
     OperandLifeTime,
     OperandType,
 )
@@ -257,18 +256,6 @@ class Extension:
 class CacheFilesNeeded:
     num_model_cache: int = 0
     num_data_cache: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceInfo:
-    """What `mlts devices` lists about a driver, gathered from its HAL queries."""
-
-    name: str
-    type: DeviceType
-    version: str
-    capabilities: Capabilities
-    extensions: tuple[Extension, ...] = ()
-    cache_files: CacheFilesNeeded = field(default_factory=CacheFilesNeeded)
 
 
 @dataclass(frozen=True, slots=True)

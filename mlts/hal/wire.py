@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mlts.errors import MltsError
 from mlts.hal import procctl
 
 MAGIC = b"MLTW"
@@ -34,6 +35,8 @@ MAX_FDS = 64
 
 _FD_SIZE = array.array("i").itemsize
 _ANC_BUFSIZE = socket.CMSG_SPACE(MAX_FDS * _FD_SIZE)
+# A plain int: socket's flag enums make every `&` a Python-level call.
+_MSG_CTRUNC = int(socket.MSG_CTRUNC)
 # Bodies are read in slices of at most this much, so memory follows real data.
 _CHUNK = 1 << 20
 
@@ -41,7 +44,7 @@ _CHUNK = 1 << 20
 Wait = Callable[[bool], None]
 
 
-class WireError(Exception):
+class WireError(MltsError):
     """The peer broke the protocol; `fatal` means the stream can no longer be trusted."""
 
     def __init__(
@@ -106,7 +109,11 @@ def loads(data: bytes) -> dict[str, Any]:
 
 def encode_frame(message: dict[str, Any], payload: bytes = b"") -> bytes:
     """The bytes of one frame."""
-    body = dumps(message)
+    return frame_bytes(dumps(message), payload)
+
+
+def frame_bytes(body: bytes, payload: bytes = b"") -> bytes:
+    """The bytes of one frame whose message is the JSON text `body`."""
     if len(body) > MAX_HEADER_BYTES:
         raise ValueError(f"message of {len(body)} bytes exceeds the {MAX_HEADER_BYTES}-byte limit")
     if len(payload) > MAX_PAYLOAD_BYTES:
@@ -115,17 +122,70 @@ def encode_frame(message: dict[str, Any], payload: bytes = b"") -> bytes:
     return FIXED_HEADER.pack(MAGIC, major, minor, len(body), len(payload)) + body + bytes(payload)
 
 
+def call_body(msg_id: int, method: str, args: dict[str, Any], encoded: dict[str, bytes]) -> bytes:
+    """The JSON text of a call whose arguments are `args` plus members already encoded as JSON text
+    (`encoded`, e.g. a request sent again and again: its text is made once)."""
+    body = dumps({"kind": "call", "id": msg_id, "method": method, "args": args})
+    # "args" is the last member, so its object closes right before the message's end: b"...}}".
+    extra = b",".join(dumps({k: None})[1:-5] + v for k, v in encoded.items())  # b'"key":' + text
+    return body[:-2] + (b"," if args else b"") + extra + b"}}"
+
+
 def send_frame(
-    sock: socket.socket, message: dict[str, Any], payload: bytes = b"", fds: Sequence[int] = ()
+    sock: socket.socket,
+    message: dict[str, Any],
+    payload: bytes = b"",
+    fds: Sequence[int] = (),
+    timeout: float | None = None,
 ) -> None:
-    """Send one frame; `fds` stay owned by the caller (the peer receives duplicates)."""
+    """Send one frame; `fds` stay owned by the caller (the peer receives duplicates).
+
+    With `timeout` the whole frame must be sent within that many seconds (TimeoutError), whatever
+    the socket's own mode; see `send_data`.
+    """
     if len(fds) > MAX_FDS:
         raise ValueError(f"{len(fds)} fds in one frame; at most {MAX_FDS} are allowed")
-    data = memoryview(encode_frame(message, payload))
+    send_data(sock, encode_frame(message, payload), fds, timeout)
+
+
+def send_data(
+    sock: socket.socket, data: bytes, fds: Sequence[int] = (), timeout: float | None = None
+) -> None:
+    """Send encoded frame bytes, `fds` with the first byte.
+
+    With `timeout`, each write is non-blocking and the socket is polled for room only when the peer
+    is not reading, so a client that stopped reading costs at most `timeout` (TimeoutError) and the
+    usual case is one system call.
+    """
     anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-    sent = sock.sendmsg([data], anc)
-    while sent < len(data):
-        sent += sock.send(data[sent:])
+    if timeout is None:
+        view = memoryview(data)
+        sent = sock.sendmsg([view], anc)
+        while sent < len(view):
+            sent += sock.send(view[sent:])
+        return
+    view = memoryview(data)
+    sent = 0
+    limit = time.monotonic() + timeout
+    poller: select.poll | None = None
+    while True:
+        try:
+            if anc:
+                sent += sock.sendmsg([view[sent:]], anc, socket.MSG_DONTWAIT)
+                anc = []
+            else:
+                sent += sock.send(view[sent:], socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            pass
+        if sent >= len(view):
+            return
+        remaining = limit - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"the peer took no data for {timeout:g} s")
+        if poller is None:
+            poller = select.poll()
+            poller.register(sock, select.POLLOUT)
+        poller.poll(max(1, math.ceil(remaining * 1000)))
 
 
 def wait_readable(sock: socket.socket, timeout: float | None) -> bool:
@@ -134,6 +194,20 @@ def wait_readable(sock: socket.socket, timeout: float | None) -> bool:
     poller.register(sock, select.POLLIN | select.POLLHUP | select.POLLERR)
     ms = None if timeout is None else max(0, math.ceil(timeout * 1000))
     return bool(poller.poll(ms))
+
+
+class Readable:
+    """`wait_readable` for one socket, with its poller made once (a hot path polls for every frame)."""
+
+    __slots__ = ("_poller",)
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._poller = select.poll()
+        self._poller.register(sock, select.POLLIN | select.POLLHUP | select.POLLERR)
+
+    def __call__(self, timeout: float | None) -> bool:
+        ms = None if timeout is None else max(0, math.ceil(timeout * 1000))
+        return bool(self._poller.poll(ms))
 
 
 class FrameTimer:
@@ -145,25 +219,26 @@ class FrameTimer:
     peer that sends one byte at a time cannot hold the reader for longer.
     """
 
-    __slots__ = ("sock", "frame_timeout", "idle", "_deadline")
+    __slots__ = ("sock", "frame_timeout", "idle", "_deadline", "_readable")
 
     def __init__(self, sock: socket.socket, frame_timeout: float, idle: float | None = None) -> None:
         self.sock = sock
         self.frame_timeout = frame_timeout
         self.idle = idle
         self._deadline: float | None = None
+        self._readable = Readable(sock)
 
     def __call__(self, partial: bool) -> None:
         if not partial:
             self._deadline = None
-            if not wait_readable(self.sock, self.idle):
+            if not self._readable(self.idle):
                 raise TimeoutError(f"no frame within {self.idle} s")
             return
         now = time.monotonic()
         if self._deadline is None:
             self._deadline = now + self.frame_timeout
         remaining = self._deadline - now
-        if remaining <= 0 or not wait_readable(self.sock, remaining):
+        if remaining <= 0 or not self._readable(remaining):
             raise WireError(f"frame not completed within {self.frame_timeout:g} s", fatal=True)
 
 
@@ -179,10 +254,16 @@ def _fds_of(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
 def _read_exact(sock: socket.socket, n: int, wait: Wait | None, what: str) -> bytearray:
     buf = bytearray()
     while len(buf) < n:
-        if wait is not None:
-            wait(True)
         try:
-            chunk = sock.recv(min(n - len(buf), _CHUNK))
+            if wait is None:
+                chunk = sock.recv(min(n - len(buf), _CHUNK))
+            else:
+                # The rest of a frame has usually arrived with its start: read first, wait only if not.
+                chunk = sock.recv(min(n - len(buf), _CHUNK), socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            assert wait is not None
+            wait(True)
+            continue
         except ConnectionResetError:
             chunk = b""
         if not chunk:
@@ -213,7 +294,7 @@ def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
                 # The peer closed with our bytes unread: for this side, an end of stream.
                 data, ancdata, flags = b"", [], 0
             fds.extend(_fds_of(ancdata))
-            truncated_fds |= bool(flags & socket.MSG_CTRUNC)
+            truncated_fds |= bool(flags & _MSG_CTRUNC)
             if not data:
                 if head or fds:
                     raise WireError(
@@ -240,9 +321,10 @@ def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
             raise WireError(
                 f"payload_len {payload_len} exceeds the limit of {MAX_PAYLOAD_BYTES} bytes", fatal=True
             )
-        header = _read_exact(sock, header_len, wait, "header")
-        payload = _read_exact(sock, payload_len, wait, "payload")
-        message = loads(bytes(header))
+        # The message and the payload in one read when they have arrived (they usually have).
+        body = _read_exact(sock, header_len + payload_len, wait, "header and payload")
+        message = loads(bytes(body[:header_len]))
+        payload = body[header_len:]
         if truncated_fds or len(fds) > MAX_FDS:
             msg_id = message.get("id")
             # Close what arrived first: they count against the limit being asked about.

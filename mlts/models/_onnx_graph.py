@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -31,7 +32,7 @@ class GraphBuilder:
         self._initializers.append(numpy_helper.from_array(np.asarray(value), self._claim(name)))
         return name
 
-    def node(self, op_type: str, inputs: Sequence[str], name: str, **attributes: object) -> str:
+    def node(self, op_type: str, inputs: Sequence[str], name: str, **attributes: Any) -> str:
         """Add a node whose single output is named `name`; return that name."""
         self._nodes.append(
             helper.make_node(op_type, list(inputs), [self._claim(name)], name=name, **attributes)
@@ -39,7 +40,7 @@ class GraphBuilder:
         return name
 
     def multi_node(
-        self, op_type: str, inputs: Sequence[str], outputs: Sequence[str], **attributes: object
+        self, op_type: str, inputs: Sequence[str], outputs: Sequence[str], **attributes: Any
     ) -> list[str]:
         """Add a node with several outputs (named by `outputs`; the first names the node); return them."""
         names = [self._claim(o) for o in outputs]

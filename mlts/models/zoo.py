@@ -12,14 +12,16 @@ fcntl lock file, so concurrent processes all end with the same valid file.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import onnx
 
 from mlts.datasets.cache import cache_root, cached_file
+from mlts.errors import InputError
 from mlts.hal.atomic import write_atomic
 from mlts.models import gelu_mlp, mobilenet, quantized, refine, speech
 
@@ -39,7 +41,7 @@ def _dist_version(name: str) -> str:
         return str(getattr(import_module(name), "__version__", "unknown"))
 
 
-class UnknownModelError(ValueError):
+class UnknownModelError(InputError):
     """A model name that is not in the zoo."""
 
 
@@ -134,7 +136,7 @@ def _speech(net: speech.SpeechNet) -> list[ZooModel]:
     layers = f"{net.layers} LSTM layers of {net.lstm_units[0]} units" + (
         " with peepholes" if net.peepholes else ""
     )
-    common = dict(
+    common: dict[str, Any] = dict(
         family=net.name.split("_")[0],
         dtype="float32",
         input_name=net.input_name,
@@ -282,7 +284,7 @@ def _is_valid(path: Path, entry: ZooModel) -> bool:
     except Exception:  # any failure to load means the file cannot be trusted
         return False
 
-    def signature(values: object) -> list[tuple[str, tuple[int, ...]]]:
+    def signature(values: Iterable[Any]) -> list[tuple[str, tuple[int, ...]]]:
         return [(v.name, tuple(d.dim_value for d in v.type.tensor_type.shape.dim)) for v in values]
 
     inputs, outputs = signature(model.graph.input), signature(model.graph.output)

@@ -173,7 +173,7 @@ def _groups(columns: list[Column]) -> list[tuple[str, int]]:
 
 def _baselines(rows: list[Mapping]) -> dict[str, Mapping]:
     """model -> the latency statistics of its successful cpu:onnxruntime row."""
-    out = {}
+    out: dict[str, Mapping] = {}
     for r in rows:
         lat = _latency(r)
         if r.get("backend") == BASELINE and _ok(r) and lat is not None and _stat(lat) is not None:

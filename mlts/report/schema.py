@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from mlts.errors import InputError
 from mlts.hal import files
 from mlts.report.results import SCHEMA_VERSION
 
@@ -30,7 +31,7 @@ TOPK = ("top1", "top2", "top3", "top4", "top5")
 HISTOGRAM_BUCKETS = 32
 
 
-class ResultsSchemaError(ValueError):
+class ResultsSchemaError(InputError):
     """A results document that this version of mlts cannot read."""
 
 

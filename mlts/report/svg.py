@@ -125,7 +125,9 @@ def _series_points(label: str, stats: Mapping | None) -> _Points:
     samples = _finite(stats.get("samples"))
     if samples.size:
         return _Points(label, samples, np.ones_like(samples))
-    hist = stats.get("histogram") if isinstance(stats.get("histogram"), Mapping) else {}
+    hist = stats.get("histogram")
+    if not isinstance(hist, Mapping):
+        hist = {}
     edges, counts = _finite(hist.get("edges")), _finite(hist.get("counts"))
     if edges.size >= 2 and counts.size == edges.size - 1 and counts.sum() > 0 and np.all(np.diff(edges) >= 0):
         keep = counts > 0

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlts.errors import InputError
 from mlts.hal.capabilities_file import config_dir
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
@@ -40,7 +41,7 @@ _PACKAGE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*")
 _MAX_BYTES = 1 << 20
 
 
-class AllowlistError(ValueError):
+class AllowlistError(InputError):
     """A malformed allowlist file (the message names the file and line)."""
 
 

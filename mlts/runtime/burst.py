@@ -62,6 +62,10 @@ class RemoteBurst(Burst):
         self._next_slot = 1
         self._closed = False
         self._broken: HalError | None = None
+        # The last request sent (request, pools, measure, deadline, loop timeout, its message): resent
+        # with a new sequence number when the next execution is the same.
+        self._last: tuple | None = None
+        self._results = msg.ResultDecoder()
         #: Memories sent to the driver over the socket (each once per slot).
         self.memories_sent = 0
         self.requests = Ring.create(capacity, "mlts-burst-requests")
@@ -138,23 +142,13 @@ class RemoteBurst(Burst):
             self._check_usable()
             pools = tuple(self._pool(n, p) for n, p in enumerate(request.pools))
             self._seq = (self._seq + 1) & 0xFFFFFFFF
-            try:
-                payload = msg.encode_request(
-                    msg.BurstRequest(
-                        self._seq,
-                        pools,
-                        request.inputs,
-                        request.outputs,
-                        measure,
-                        deadline,
-                        loop_timeout_duration,
-                        request.measure_operations,
-                    )
-                )
-            except Exception as e:  # a field past its fixed width (struct.error, OverflowError)
-                raise HalError(
-                    ErrorStatus.INVALID_ARGUMENT, f"burst request cannot be encoded: {e}"
-                ) from None
+            key = (request, pools, measure, deadline, loop_timeout_duration)
+            last = self._last
+            if last is not None and last[0] is request and last[1:5] == key[1:]:
+                payload = msg.renumber(last[5], self._seq)  # the same request again
+            else:
+                payload = self._encode(request, pools, measure, deadline, loop_timeout_duration)
+                self._last = (*key, payload)
             limit = self.device.execute_timeout if timeout is None else timeout
             try:
                 if not self.requests.write(payload, timeout=min(limit, 1.0)):
@@ -164,6 +158,30 @@ class RemoteBurst(Burst):
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{e}; use a synchronous execution") from None
             except RingError as e:
                 raise self._break(f"the burst's rings are inconsistent ({e})") from None
+
+    def _encode(
+        self,
+        request: Request,
+        pools: tuple[msg.PoolRef, ...],
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout_duration: OptionalTimeoutDuration,
+    ) -> bytes:
+        try:
+            return msg.encode_request(
+                msg.BurstRequest(
+                    self._seq,
+                    pools,
+                    request.inputs,
+                    request.outputs,
+                    measure,
+                    deadline,
+                    loop_timeout_duration,
+                    request.measure_operations,
+                )
+            )
+        except Exception as e:  # a field past its fixed width (struct.error, OverflowError)
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"burst request cannot be encoded: {e}") from None
 
     def _await(self, seq: int, deadline: float, limit: float) -> ExecutionResult:
         ring = self.results
@@ -186,7 +204,7 @@ class RemoteBurst(Burst):
                     if asked_seq == seq:
                         self._provide(asked)
                     continue
-                result = msg.decode_result(data)
+                result = self._results.decode(data)
             except ValueError as e:
                 raise self._break(f"driver {self.device.name!r} sent a malformed burst result: {e}") from None
             if result.seq != seq:

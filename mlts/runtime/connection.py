@@ -70,6 +70,9 @@ class ServiceConnection:
         self.endpoint = endpoint
         self.name = endpoint.name
         self.sock = endpoint.sock
+        # Blocking, but never blocked on: reads follow a poll, sends are bounded explicitly.
+        self.sock.settimeout(None)
+        self._readable = wire.Readable(self.sock)
         #: Held while a call's frame is built and sent, so pool-cache ids reach the service in order.
         self.send_lock = threading.RLock()
         self._cond = threading.Condition()
@@ -95,8 +98,12 @@ class ServiceConnection:
         fds: Sequence[int] = (),
         timeout: float = 60.0,
         on_notify: Callable[[dict[str, Any] | None, HalError | None], None] | None = None,
+        encoded: dict[str, bytes] | None = None,
     ) -> Slot:
-        """Send one call; returns its slot to `wait` on. `on_notify` receives the completion of an async call."""
+        """Send one call; returns its slot to `wait` on. `on_notify` receives the completion of an async call.
+
+        `encoded` holds further arguments already encoded as JSON text (see wire.call_body).
+        """
         with self.send_lock:
             self.check_usable()
             with self._cond:
@@ -105,11 +112,17 @@ class ServiceConnection:
                 slot = Slot(msg_id, method, on_notify)
                 self._slots[msg_id] = slot
             try:
-                # Bounds the send too: a driver that stops reading must not block the client forever.
-                self.sock.settimeout(timeout)
-                wire.send_frame(
-                    self.sock, {"kind": "call", "id": msg_id, "method": method, "args": args}, fds=fds
-                )
+                # Bounded: a driver that stops reading must not block the client forever.
+                if encoded:
+                    body = wire.call_body(msg_id, method, args, encoded)
+                    wire.send_data(self.sock, wire.frame_bytes(body), fds, timeout)
+                else:
+                    wire.send_frame(
+                        self.sock,
+                        {"kind": "call", "id": msg_id, "method": method, "args": args},
+                        fds=fds,
+                        timeout=timeout,
+                    )
             except TimeoutError:
                 self._forget(slot)
                 raise self._hung(method, timeout) from None
@@ -178,6 +191,7 @@ class ServiceConnection:
 
     def _read_until(self, done: Callable[[], bool], deadline: float | None, method: str) -> None:
         sock = self.sock
+        readable = self._readable
 
         def wait(partial: bool) -> None:
             # Half a frame is never abandoned (the stream would be out of step); the service sends whole frames.
@@ -191,7 +205,7 @@ class ServiceConnection:
                 step = _LIVENESS_POLL_S
                 if deadline is not None and not partial:
                     step = min(deadline - now, step)
-                if wire.wait_readable(sock, max(0.0, step)):
+                if readable(max(0.0, step)):
                     return
                 if not self.endpoint.alive():
                     raise wire.ConnectionClosed()

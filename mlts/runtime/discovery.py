@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from mlts.errors import InputError
 from mlts.hal.interface import Device
 from mlts.hal.loader import device_classes, load_factory, load_file
 from mlts.runtime.remote import RemoteDevice
@@ -31,7 +32,7 @@ SAMPLE_VARIANTS = frozenset({"sample-float-fast", "sample-float-slow", "sample-m
 NOT_SELECTED_BY_DEFAULT = TEST_DOUBLES | SAMPLE_VARIANTS
 
 
-class DiscoveryError(ValueError):
+class DiscoveryError(InputError):
     """A driver cannot be found, is defined twice, or a selection matches nothing."""
 
 
@@ -129,7 +130,7 @@ def select(specs: Mapping[str, DriverSpec], regex: str | None) -> list[DriverSpe
     served = {name for name, spec in specs.items() if spec.socket is not None}
     explicit = regex is not None
     try:
-        pattern = re.compile(regex if explicit else ".*")
+        pattern = re.compile(regex if regex is not None else ".*")
     except re.error as e:
         raise DiscoveryError(f"bad driver regex {regex!r}: {e}") from None
     chosen = [

@@ -45,7 +45,7 @@ class DriverState:
     def reset(self) -> None:
         """Zero state for a new sequence."""
         for buf, zeros, (_, _, shape) in zip(self._current, self._zeros, self.pairs, strict=True):
-            buf.copyFrom(zeros, shape)
+            buf.copyFrom(memoryview(zeros), shape)
 
     def step(self, feed: Sequence[Any]) -> tuple[list[np.ndarray | None], ExecutionResult]:
         """One step: the state inputs of `feed` are ignored; the state outputs come back as None."""

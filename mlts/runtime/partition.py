@@ -44,7 +44,7 @@ from mlts.hal.enums import (
 from mlts.hal.errors import HalError
 from mlts.hal.extensions import resolve
 from mlts.hal.interface import Device
-from mlts.hal.types import Capabilities, Model, Operand
+from mlts.hal.types import Capabilities, ExtensionData, Model, Operand
 from mlts.hal.validate import validate_model
 from mlts.runtime.selection import operation_performance
 
@@ -275,7 +275,7 @@ def _copy_operand(builder: ModelBuilder, model: Model, operand: Operand) -> int:
     """A constant, omitted or temporary operand of the sub-model with the same type and value."""
     if operand.lifetime in _CONSTANTS and is_extension_type(operand.type):
         index = builder.add_extension_value(operand.type, constant_bytes(model, operand), operand.dimensions)
-        if operand.extra_params is not None:
+        if isinstance(operand.extra_params, ExtensionData):
             builder.set_operand_extension_data(index, operand.extra_params.data)
         return index
     if operand.lifetime in _CONSTANTS:

@@ -261,12 +261,14 @@ class PartitionedSession:
             except HalError as e:
                 raise HalError(e.status, f"step {step.index} on {device}: {e.message}") from None
             runs.append(StepRun(step.index, device, result, time.perf_counter() - start))
-            values.update((i, arr) for i, arr in zip(step.outputs, outputs, strict=True) if arr is not None)
+            for i, arr in zip(step.outputs, outputs, strict=True):
+                if arr is not None:
+                    values[i] = arr
             for i in release:
                 values.pop(i, None)
-        outputs = [values[i] for i in self.model.main.output_indexes]
-        shapes = tuple(OutputShape(tuple(int(d) for d in arr.shape)) for arr in outputs)
-        return outputs, PartitionedResult(shapes, total_timing([r.result for r in runs]), tuple(runs))
+        model_outputs = [values[i] for i in self.model.main.output_indexes]
+        shapes = tuple(OutputShape(tuple(int(d) for d in arr.shape)) for arr in model_outputs)
+        return model_outputs, PartitionedResult(shapes, total_timing([r.result for r in runs]), tuple(runs))
 
     # ------------------------------------------------------------ reporting
 

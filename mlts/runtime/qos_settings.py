@@ -7,6 +7,7 @@ is written into results as plain JSON (names, not numbers).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ MAX_DEADLINE_MS = 3_600_000.0
 MAX_LOOP_TIMEOUT_MS = 15_000.0
 
 
-def _name_of(table: dict[str, int], value: int) -> str:
+def _name_of(table: Mapping[str, int], value: int) -> str:
     return next(name for name, v in table.items() if v == value)
 
 

@@ -41,6 +41,8 @@ DEFAULT_EXECUTE_TIMEOUT = 60.0
 DEFAULT_PREPARE_TIMEOUT = 600.0
 #: Request pools whose mappings the service keeps; the least recently used beyond this are freed.
 MAX_CACHED_MEMORIES = 256
+#: Requests whose JSON text is kept for sending again.
+MAX_CACHED_REQUESTS = 16
 
 
 class RemoteDevice(Device):
@@ -65,6 +67,8 @@ class RemoteDevice(Device):
         # id(memory) -> (memory id on the wire, the memory, kept alive so id() stays unique).
         self._memories: OrderedDict[int, tuple[int, SharedMemory]] = OrderedDict()
         self._next_memory_id = 1
+        # id(request) -> (request, its pool descriptions, its JSON text); used under the send lock.
+        self._request_texts: dict[int, tuple[Request, list[dict[str, Any]], bytes]] = {}
         self._closed = False
         self._close_lock = threading.Lock()
 
@@ -321,6 +325,17 @@ class RemoteDevice(Device):
             raise
         return descs, fds, copies, [(key, mid, mem) for key, (mid, mem) in new.items()]
 
+    def _request_text(self, request: Request, descs: list[dict[str, Any]]) -> bytes:
+        """The JSON text of `request` with pool descriptions `descs` (made once per request object)."""
+        known = self._request_texts.get(id(request))
+        if known is not None and known[0] is request and known[1] == descs:
+            return known[2]
+        text = wire.dumps(codec.request_to_dict(request, descs))
+        if len(self._request_texts) >= MAX_CACHED_REQUESTS:
+            del self._request_texts[next(iter(self._request_texts))]
+        self._request_texts[id(request)] = (request, descs, text)
+        return text
+
     def send_execution(
         self,
         method: str,
@@ -345,11 +360,16 @@ class RemoteDevice(Device):
                 for desc in descs:
                     if "fd" in desc:
                         desc["fd"] += len(fds)
-                args = {**args, "request": codec.request_to_dict(request, descs)}
+                encoded = None
+                if pool_fds:
+                    args = {**args, "request": codec.request_to_dict(request, descs)}
+                else:
+                    # No new pool: the request's text is the same as last time, made once.
+                    encoded = {"request": self._request_text(request, descs)}
                 # The service maps new pools before it checks anything else, so they count as cached now.
                 for key, mem_id, memory in new:
                     self._memories[key] = (mem_id, memory)
-                slot = conn.send(method, args, [*fds, *pool_fds], timeout, on_notify)
+                slot = conn.send(method, args, [*fds, *pool_fds], timeout, on_notify, encoded)
                 victims = self._evict_locked()
             except BaseException:
                 for _, shared in copies:
@@ -385,6 +405,7 @@ class RemoteDevice(Device):
             self.connection.close(f"driver {self.name!r} was closed")
         with self.connection.send_lock:
             self._memories.clear()
+            self._request_texts.clear()
         self.process.stop()
 
     def __enter__(self) -> RemoteDevice:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -55,6 +55,22 @@ def _loop_timeout_ms(ms: float) -> float:
             ErrorStatus.INVALID_ARGUMENT, f"loop timeout {ms!r} ms outside [0, {MAX_LOOP_TIMEOUT_MS:g}] ms"
         )
     return float(ms)
+
+
+@dataclass(eq=False)
+class _Layout:
+    """Where one run's inputs and outputs sit in the session's pool, and the request naming them.
+
+    `key` says which runs may reuse it (input shapes, driver buffer tokens, output sizes); the views
+    write the inputs and read the outputs in place.
+    """
+
+    key: tuple
+    request: Request
+    offsets: list[int]
+    pool: SharedMemory
+    in_views: list[np.ndarray | None]
+    out_views: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 class Session:
@@ -117,6 +133,7 @@ class Session:
                 "fenced execution needs fully specified outputs (executeFenced reports no output shapes)",
             )
         self._pool: SharedMemory | None = None
+        self._layout: _Layout | None = None
         self.cache_outcome: str | None = None
         self.prepared: PreparedModel | None
         if cache is None:
@@ -180,6 +197,7 @@ class Session:
         return self._pool
 
     def _release_pool(self) -> None:
+        self._layout = None  # its views point into the pool
         pool, self._pool = self._pool, None
         if pool is None:
             return
@@ -194,11 +212,35 @@ class Session:
 
     def _request(
         self, arrays: list[np.ndarray], in_tokens: Mapping[int, int] = {}, out_tokens: Mapping[int, int] = {}
-    ) -> tuple[Request, list[int]]:
-        """Write the inputs into the pool; the request and each output's offset.
+    ) -> _Layout:
+        """Write the inputs into the pool; the layout (request, each output's offset) they were written by.
 
-        Inputs and outputs named in `in_tokens`/`out_tokens` use those driver buffers instead.
+        Inputs and outputs named in `in_tokens`/`out_tokens` use those driver buffers instead. The
+        layout of the previous run is reused when shapes, tokens and output sizes are the same, so a
+        repeated run sends the very same Request object (which the driver and the service recognise).
         """
+        key = (
+            tuple(a.shape for a in arrays),
+            tuple(in_tokens.items()),
+            tuple(out_tokens.items()),
+            tuple(self._out_bytes),
+            self.profile,
+        )
+        layout = self._layout
+        if layout is None or layout.key != key or layout.pool is not self._pool:
+            layout = self._layout = self._new_layout(key, arrays, in_tokens, out_tokens)
+        for arr, view in zip(arrays, layout.in_views, strict=True):
+            if view is not None:
+                view[...] = arr
+        return layout
+
+    def _new_layout(
+        self,
+        key: tuple,
+        arrays: list[np.ndarray],
+        in_tokens: Mapping[int, int],
+        out_tokens: Mapping[int, int],
+    ) -> _Layout:
         guess = max([ALIGNMENT, *(a.nbytes for a in arrays)])
         offset = 0
         in_locs = []
@@ -214,9 +256,12 @@ class Session:
             out_locs.append(DataLocation(0, offset, size))
             offset = _align(offset + size)
         pool = self._ensure_pool(offset)
-        for arr, loc in zip(arrays, in_locs, strict=True):
-            if arr.nbytes:
-                np.ndarray(arr.shape, arr.dtype, buffer=pool.buffer, offset=loc.offset)[...] = arr
+        in_views = [
+            np.ndarray(arr.shape, arr.dtype, buffer=pool.buffer, offset=loc.offset)
+            if arr.nbytes and k not in in_tokens
+            else None
+            for k, (arr, loc) in enumerate(zip(arrays, in_locs, strict=True))
+        ]
         pools: list = [pool]
 
         def token_arg(token: int) -> RequestArgument:
@@ -233,7 +278,8 @@ class Session:
             token_arg(out_tokens[k]) if k in out_tokens else RequestArgument(False, loc, ())
             for k, loc in enumerate(out_locs)
         )
-        return Request(inputs, outputs, tuple(pools), self.profile), [loc.offset for loc in out_locs]
+        request = Request(inputs, outputs, tuple(pools), self.profile)
+        return _Layout(key, request, [loc.offset for loc in out_locs], pool, in_views)
 
     # ------------------------------------------------------------ running
 
@@ -252,7 +298,8 @@ class Session:
         if self.prepared is None:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "the session is closed")
         arrays = self._check_inputs(inputs, in_tokens)
-        request, offsets = self._request(arrays, in_tokens, out_tokens)
+        layout = self._request(arrays, in_tokens, out_tokens)
+        request = layout.request
         try:
             result = self._execute(request)
         except HalError as e:
@@ -267,32 +314,39 @@ class Session:
                 shape = e.output_shapes[k]
                 needed = int(np.prod(shape.dimensions, dtype=np.int64)) * self._out_dtypes[k].itemsize
                 self._out_bytes[k] = max(needed, request.outputs[k].location.length)
-            request, offsets = self._request(arrays, in_tokens, out_tokens)
-            result = self._execute(request)
-        if result.operation_times is not None:
+            layout = self._request(arrays, in_tokens, out_tokens)
+            result = self._execute(layout.request)
+        times = result.operation_times
+        if times is not None:
             if not self.profile:
                 result = replace(result, operation_times=None)  # not asked for: not passed on
             else:
                 check_result_times(
-                    result.operation_times,
+                    times,
                     len(self.model.main.operations),
                     result.timing.time_in_driver,
                     getattr(self.device, "name", "driver"),
                 )
-        return self._read_outputs(request, offsets, result, out_tokens), result
+        return self._read_outputs(layout, result, out_tokens), result
 
     def _read_outputs(
-        self, request: Request, offsets: list[int], result: ExecutionResult, skip: Mapping[int, int] = {}
+        self, layout: _Layout, result: ExecutionResult, skip: Mapping[int, int] = {}
     ) -> list[np.ndarray | None]:
-        pool = self._pool
-        assert pool is not None
+        pool = layout.pool
+        request = layout.request
         outputs: list[np.ndarray | None] = []
-        for k, (op, dtype, offset) in enumerate(zip(self._outputs, self._out_dtypes, offsets, strict=True)):
+        for k, (op, dtype, offset) in enumerate(
+            zip(self._outputs, self._out_dtypes, layout.offsets, strict=True)
+        ):
             if k in skip:
                 outputs.append(None)
                 continue
             reported = result.output_shapes[k].dimensions if k < len(result.output_shapes) else ()
             dims = tuple(reported) if reported or op.is_scalar_type else tuple(op.dimensions)
+            view = layout.out_views.get(k)
+            if view is not None and view.shape == dims:
+                outputs.append(view.copy())
+                continue
             count = int(np.prod(dims, dtype=np.int64))
             if count * dtype.itemsize > request.outputs[k].location.length:
                 raise HalError(
@@ -300,7 +354,9 @@ class Session:
                     f"output {k}: the driver reports shape {list(dims)}, larger than the "
                     f"{request.outputs[k].location.length} bytes it was given",
                 )
-            outputs.append(np.frombuffer(pool.buffer, dtype, count, offset).reshape(dims).copy())
+            view = np.frombuffer(pool.buffer, dtype, count, offset).reshape(dims)
+            layout.out_views[k] = view
+            outputs.append(view.copy())
         return outputs
 
     def close(self) -> None:

@@ -114,6 +114,21 @@ def test_iteration_cap_and_at_least_one_iteration(tmp_path) -> None:
     assert [once[k]["samples"] for k in TIMINGS] == [[500.0]] * 3
 
 
+def test_each_compilation_is_reported_as_a_step(tmp_path) -> None:
+    steps: list[tuple[int, int | None]] = []
+    measure_compilation(
+        FakeCaching(),
+        add_model(),
+        tmp_path,
+        max_iterations=2,
+        max_seconds=1e9,
+        clock=_clock(),
+        on_step=lambda d, t: steps.append((d, t)),
+    )
+    # 2 compilations in each of the three timings, counted across them (the total is open-ended).
+    assert steps == [(k, None) for k in range(1, 7)]
+
+
 def test_limits_must_allow_one_iteration(tmp_path) -> None:
     for kwargs in ({"max_iterations": 0}, {"max_seconds": 0.0}):
         with pytest.raises(ValueError, match="must be >= 1"):

@@ -88,18 +88,12 @@ def test_time_outside_fn_is_not_counted():
     assert t.duration_seconds == 0.5 + 4 * 2**-10
 
 
-def test_presets():
-    assert (timing.QUICK.warmup_s, timing.QUICK.min_duration_s) == (0.3, 1.0)
-    assert (timing.DEFAULT.warmup_s, timing.DEFAULT.min_duration_s, timing.DEFAULT.min_iterations) == (
-        2.0,
-        10.0,
-        20,
-    )
+def test_run_control_runs_warmup_then_the_timed_run():
     clock = FakeClock(itertools.repeat(0.25))
-    t = timing.QUICK.run(clock.fn, clock=clock)
+    t = timing.RunControl(warmup_s=0.3, min_duration_s=1.0, min_iterations=1).run(clock.fn, clock=clock)
     assert (t.warmup_iterations, t.iterations) == (2, 4)  # 0.5 s >= 0.3 s warm-up, then 1 s
     clock = FakeClock(itertools.repeat(0.25))
-    t = timing.DEFAULT.run(clock.fn, clock=clock)
+    t = timing.RunControl(warmup_s=2.0, min_duration_s=10.0, min_iterations=20).run(clock.fn, clock=clock)
     assert (t.warmup_iterations, t.iterations, t.duration_seconds) == (8, 40, 10.0)
 
 

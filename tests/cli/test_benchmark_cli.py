@@ -11,9 +11,8 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 from mlts.cli import main
-from tests.cli.test_cli import one_line_error, tiny_conv_model
+from tests.cli.clikit import FAST, one_line_error, tiny_conv_model
 
-FAST = ["--warmup", "0", "--duration", "0", "--iterations", "2", "--compile-iterations", "1"]
 CLASSES = ["cat", "dog", "fish", "bird"]
 
 
@@ -97,7 +96,8 @@ def test_json_prints_the_document_and_nothing_else(runner, tiny, tmp_path):
 
 def test_quiet_prints_nothing(runner, tiny, tmp_path):
     r = runner.invoke(
-        main, ["benchmark", "--model", str(tiny), "--out", str(tmp_path / "o"), "--images", "1", "-q", *FAST]
+        main,
+        ["benchmark", "--model", str(tiny), "--out", str(tmp_path / "o"), "--images", "1", "--quiet", *FAST],
     )
     assert r.exit_code == 0 and r.stdout == "" and r.stderr == ""
 

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from mlts.cli import main
-from tests.cli.test_cli import tiny_conv_model
+from tests.cli.clikit import tiny_conv_model
 
 FAST = ["--warmup", "0", "--duration", "0", "--iterations", "2", "--no-compilation", "--images", "1"]
 

@@ -9,8 +9,7 @@ from click.testing import CliRunner
 
 from mlts.cli import main
 from mlts.runtime.qos_settings import QosSettings
-from tests.cli.test_benchmark_cli import FAST
-from tests.cli.test_cli import tiny_conv_model
+from tests.cli.clikit import FAST, tiny_conv_model
 
 
 @pytest.mark.parametrize("command", ["benchmark", "stress", "calibrate"])
@@ -56,6 +55,12 @@ def test_benchmark_records_the_qos_settings_and_retries(tmp_path):
     driver_rows = [row for row in doc["results"] if row["backend"].startswith("driver:")]
     assert driver_rows and all(row["qos"] == want for row in driver_rows)
     assert all(row["retries"] == {"retries": 0, "errors": {}, "error_classes": {}} for row in driver_rows)
+    # Each driver row carries the harness's own cost per call, measured on the row's connection.
+    for row in driver_rows:
+        overhead = row["harness_overhead"]
+        assert overhead["method"] == "ping" and overhead["calls"] > 0
+        assert 0 < overhead["median_ci95_us"][0] <= overhead["median_us"] <= overhead["median_ci95_us"][1]
+    assert all("harness_overhead" not in row for row in doc["results"] if row["backend"] == "cpu:onnxruntime")
 
 
 def test_settings_round_trip_and_reach_the_session():

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 from mlts.cli import main
-from tests.cli.test_cli import tiny_conv_model
+from tests.cli.clikit import tiny_conv_model
 
 FAST = ["--warmup", "0", "--duration", "0", "--iterations", "2", "--no-compilation"]
 ABSURD = ["1e308", "inf", "-inf", "nan", "-1"]
@@ -156,7 +156,7 @@ def test_unconvertible_model_becomes_error_rows_and_others_run(tmp_path):
     _argmax_model(bad)
     broken.write_bytes(b"\x08\x07garbage that is not a protobuf model")
     out = tmp_path / "o"
-    args = ["benchmark", "--drivers", "^sample-all$", *FAST, "--out", str(out), "-q"]
+    args = ["benchmark", "--drivers", "^sample-all$", *FAST, "--out", str(out), "--quiet"]
     for m in (bad, good, broken):
         args += ["--model", str(m)]
     r = CliRunner().invoke(main, args)

@@ -127,3 +127,27 @@ def test_prune_drops_dead_operations_and_unused_operands_and_compacts_constants(
     assert model.pools == ()  # the 256 bytes of dead weights are gone
     (out,) = run_model(model, [np.ones((2, 3), np.float32), np.zeros(1, np.float32)])
     np.testing.assert_array_equal(out, np.full((2, 3), 1.5))
+
+
+def test_parameter_constants_have_their_nnapi_types_and_values() -> None:
+    b = ModelBuilder()
+    i, f, flag = b.add_int32(7), b.add_float32(0.5), b.add_bool(True)
+    one, flat, nested = (
+        b.add_int32_tensor(3),
+        b.add_int32_tensor([1, 2]),
+        b.add_int32_tensor([[0, 0], [1, 2]]),
+    )
+    _add_model(b, np.ones((2, 3), np.float32))
+    model = b.build()
+    ops = model.main.operands
+    assert [OperandType(ops[k].type) for k in (i, f, flag, one, flat, nested)] == [
+        OperandType.INT32,
+        OperandType.FLOAT32,
+        OperandType.BOOL,
+        *[OperandType.TENSOR_INT32] * 3,
+    ]
+    assert [ops[k].dimensions for k in (one, flat, nested)] == [(1,), (2,), (2, 2)]
+    values = [
+        bytes(model.operand_values[ops[k].location.offset :][: ops[k].location.length]) for k in (i, f, flag)
+    ]
+    assert values == [np.int32(7).tobytes(), np.float32(0.5).tobytes(), b"\x01"]

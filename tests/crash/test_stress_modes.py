@@ -15,10 +15,12 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from mlts.cli import main
+from mlts.crash.modes import DEGRADATION_PAIRS, slowdown
 from tests._procs import our_processes
 
 MODEL = "^mobilenet_v1_0.25_128$"
@@ -204,7 +206,26 @@ def test_performance_degradation_limit_is_enforced():
     (r,) = doc["results"]
     # A limit of -90% cannot be met: the latency would have to fall tenfold while compiling.
     assert r["outcome"] == "FAILURE" and "median latency grew" in r["reason"]
-    assert r["details"]["median_alone_ms"] > 0 and r["details"]["limit"] == pytest.approx(-0.9)
+    d = r["details"]
+    assert d["median_alone_ms"] > 0 and d["limit"] == pytest.approx(-0.9)
+    lo, hi = d["growth_ci95"]
+    assert lo <= d["growth"] <= hi and lo > -0.9
+    assert len(d["phases"]) == DEGRADATION_PAIRS and all(p["median_alone_ms"] > 0 for p in d["phases"])
+
+
+def test_performance_degradation_fails_only_when_the_whole_interval_is_above_the_limit():
+    rng = np.random.default_rng(0)
+    alone = list(1e-3 * (1 + 0.01 * rng.random(200)))
+    # Twice as slow with little noise: the interval is near +100%, wholly above a 50% limit.
+    tight = slowdown(alone, [2 * a for a in alone])
+    assert tight["growth"] == pytest.approx(1.0, abs=0.02) and tight["growth_ci95"][0] > 0.5
+    # The same median ratio, 1.6, from few and spread samples: the interval reaches below 50%, no FAILURE.
+    spread = slowdown([1e-3, 0.5e-3, 2e-3, 1e-3, 1e-3, 3e-3], [1.6e-3, 0.6e-3, 5e-3, 1.6e-3, 1.6e-3, 1.6e-3])
+    assert (
+        spread["growth"] == pytest.approx(0.6) and spread["growth_ci95"][0] < 0.5 < spread["growth_ci95"][1]
+    )
+    # Hand-computed: 6 samples each, the 95% interval of the median is [min, max] (ranks 1 and 6).
+    assert spread["growth_ci95"] == pytest.approx([0.6e-3 / 3e-3 - 1, 5e-3 / 0.5e-3 - 1])
 
 
 @pytest.mark.parametrize(

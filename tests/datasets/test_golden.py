@@ -76,7 +76,9 @@ def test_golden_outputs_are_cached_and_a_corrupt_cache_is_rebuilt(tmp_path, monk
         {"x": np.full((4, 1, 2), 0.5, np.float32)},
         {"x": np.linspace(-1, 1, 10, dtype=np.float32).reshape(5, 1, 2)},
     ]
-    first = golden.golden_outputs(model, feeds, "tiny")
+    steps: list[tuple[int, int]] = []
+    first = golden.golden_outputs(model, feeds, "tiny", lambda done, total: steps.append((done, total)))
+    assert steps == [(1, 2), (2, 2)]  # each feed of the long float64 run is a step
     (path,) = (tmp_path / "golden").glob("tiny.*.npz")
     np.testing.assert_allclose(first[1], _lstm64(feeds[1]["x"], w), rtol=1e-12, atol=1e-14)
     stamp = path.stat().st_mtime_ns

@@ -128,6 +128,8 @@ def test_requantization_outside_the_32_bit_form(monkeypatch, rng, channels, extr
         ((1, 5, 5, 19), 3, 1, 0, 1, 0),  # a remainder channel
         ((1, 6, 6, 4), 3, 2, 1, 3, 2),  # depth multiplier 3
         ((1, 8, 8, 16), 1, 1, 0, 1, 0),  # pointwise
+        ((1, 13, 14, 8), 3, 1, 1, 1, 3),  # depthwise windows inside the input: four pixels, then one
+        ((2, 10, 15, 27), 3, 2, 1, 1, 1),  # ... with blocks of 16, 8 and remainder channels
     ],
 )
 def test_float_conv_and_depthwise_compiled_close_to_numpy(monkeypatch, rng, shape, k, stride, pad, mult, act):
@@ -153,6 +155,63 @@ def test_float_conv_and_depthwise_compiled_close_to_numpy(monkeypatch, rng, shap
     fast, slow = both_paths(monkeypatch, run)
     for f, s in zip(fast, slow, strict=True):
         check(f, s)
+
+
+@needs_native
+@pytest.mark.parametrize("rows, k, n", [(64, 64, 32), (16, 256, 48), (5, 40, 19), (3, 64, 64), (1, 96, 77)])
+def test_small_gemm_compiled_close_to_numpy(monkeypatch, rng, rows, k, n):
+    """Pointwise convolutions small enough for the register-blocked GEMM loop (any K) and beside it."""
+    x = rand(rng, 1, rows, 1, k, lo=-2, hi=2)
+    fw, fb = rand(rng, n, 1, 1, k), rand(rng, n)
+
+    def run():
+        return [call(CONV, x, Const(fw), Const(fb), 0, 0, 0, 0, 1, 1, 0)]
+
+    fast, slow = both_paths(monkeypatch, run)
+    check(fast[0], slow[0])
+    ref = x.reshape(rows, k).astype(np.float64) @ fw.reshape(n, k).T.astype(np.float64) + fb
+    np.testing.assert_allclose(fast[0].reshape(rows, n), ref, rtol=1e-4, atol=1e-4)
+
+
+@needs_native
+@pytest.mark.skipif(not native.has_gemm(), reason="the kernels found no BLAS sgemm")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    "m, k, n",
+    [
+        (100, 24, 40),
+        (64, 128, 64),
+        (61, 100, 40),  # blocks of six rows: 16, 16 and 8 columns, then a lone row
+        (196, 576, 96),  # ... in column chunks
+        (2, 300, 90),
+        (700, 200, 120),
+        (3000, 40, 24),
+        (9, 700, 1500),  # BLAS
+    ],
+)
+def test_gemm_with_fused_bias_and_activation_is_bitwise_the_separate_pass(rng, threads, m, k, n):
+    """Each GEMM path (register-blocked, few rows, BLAS in cache-sized chunks, over threads) gives the
+    same bits as the GEMM followed by the separate bias-and-clamp pass."""
+    a, b = rand(rng, m, k, lo=-2, hi=2), rand(rng, k, n)
+    bias = rand(rng, n)
+    before = native.threads()
+    native.set_threads(threads)
+    try:
+        for lo, hi in _fast.ACT_BOUNDS.values():
+            fused, plain = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
+            assert (
+                native.LIB.mk_gemm_bias_act_f32(
+                    a.ctypes.data, b.ctypes.data, fused.ctypes.data, m, n, k, bias.ctypes.data, lo, hi
+                )
+                == 0
+            )
+            assert native.LIB.mk_gemm_f32(a.ctypes.data, b.ctypes.data, plain.ctypes.data, m, n, k) == 0
+            native.LIB.mk_bias_act_f32(plain.ctypes.data, m, n, bias.ctypes.data, lo, hi)
+            np.testing.assert_array_equal(fused, plain)
+            ref = np.clip(a.astype(np.float64) @ b + bias, lo, hi)
+            np.testing.assert_allclose(fused, ref, rtol=1e-4, atol=1e-3)
+    finally:
+        native.set_threads(before)
 
 
 # ------------------------------------------------------------ workspaces
@@ -264,3 +323,71 @@ def test_concurrent_runs_hold_distinct_workspaces(monkeypatch, rng):
     t.join(timeout=30)
     assert len(seen) == 2 and seen[0] != seen[1]
     assert plan.workspaces.created == 2
+
+
+@pytest.mark.parametrize("name", ["float", "quant"])
+def test_op_times_records_every_operation_and_changes_no_result(rng, name):
+    plan, (a, _) = _plan_and_inputs(rng, name)
+    plain = plan.run([a])
+    times: list[tuple[int, int]] = []
+    timed = plan.run([a], op_times=times)
+    for p, t in zip(plain, timed, strict=True):
+        np.testing.assert_array_equal(p, t)
+    assert [i for i, _ in times] == list(range(len(plan.steps)))
+    assert all(isinstance(ns, int) and ns >= 0 for _, ns in times)
+
+
+def test_steps_call_kernels_directly_unless_an_input_may_lack_a_value(rng):
+    """Only a step reading a model input keeps the wrapper that handles inputs left without a value."""
+    plan, _ = _plan_and_inputs(rng, "float")
+    inputs = set(plan.input_indexes)
+    reading = [step for step in plan.steps if inputs & set(step.inputs)]
+    assert reading and all(hasattr(step.run, "direct") for step in reading)
+    assert not any(hasattr(step.run, "direct") for step in plan.steps if step not in reading)
+
+
+@needs_native
+@pytest.mark.skipif(not native.has_gemm(), reason="the kernels found no BLAS sgemm")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("signed", [0, 1])
+@pytest.mark.parametrize(
+    "m, k, n", [(100, 24, 40), (61, 200, 40), (196, 250, 96), (2, 250, 90), (40, 250, 1000)]
+)
+def test_gemm_with_fused_requantization_is_bitwise_the_separate_pass(rng, threads, signed, m, k, n):
+    """The requantizing epilogue, block by block on every GEMM path, gives the separate pass's bytes:
+    per-channel multipliers and shifts (left and right), and biases inside and outside the 32-bit form."""
+    a = rng.integers(-255, 256, (m, k)).astype(np.float32)
+    b = rng.integers(-255, 256, (k, n)).astype(np.float32)
+    bias = rng.integers(-(2**20), 2**20, n).astype(np.int64)
+    bias[0] = 2**31 - 1000  # outside the 32-bit form: every row takes the int64 one
+    mult = rng.integers(2**30, 2**31, n).astype(np.int64)
+    shift = rng.integers(-12, 2, n)
+    left, right = np.maximum(shift, 0).astype(np.int64), np.maximum(-shift, 0).astype(np.int64)
+    zp, lo, hi = (3, -128, 127) if signed else (130, 0, 255)
+    dtype = np.int8 if signed else np.uint8
+    before = native.threads()
+    native.set_threads(threads)
+    try:
+        for b_ in (bias, np.where(np.arange(n) == 0, 5, bias)):  # and all within the 32-bit form
+            fused, plain = np.empty((m, n), dtype), np.empty((m, n), dtype)
+            acc1, acc2 = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
+            params = (
+                b_.ctypes.data,
+                mult.ctypes.data,
+                left.ctypes.data,
+                right.ctypes.data,
+                zp,
+                lo,
+                hi,
+                signed,
+            )
+            status = native.LIB.mk_gemm_requant_f32(
+                a.ctypes.data, b.ctypes.data, acc1.ctypes.data, m, n, k, *params, fused.ctypes.data
+            )
+            assert status == 0
+            assert native.LIB.mk_gemm_f32(a.ctypes.data, b.ctypes.data, acc2.ctypes.data, m, n, k) == 0
+            assert native.LIB.mk_requant_f32(acc2.ctypes.data, m, n, *params, plain.ctypes.data) == 0
+            np.testing.assert_array_equal(fused, plain)
+            np.testing.assert_array_equal(acc1, a.astype(np.float64) @ b)
+    finally:
+        native.set_threads(before)

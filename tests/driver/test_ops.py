@@ -267,6 +267,18 @@ def test_transpose(perm):
     check(call(Op.TRANSPOSE, x, *extra), np.transpose(x, axes))
 
 
+@pytest.mark.parametrize(
+    "shape, perm",
+    [((1, 3, 16, 16), [0, 2, 3, 1]), ((2, 5, 4, 6), [0, 2, 3, 1]), ((4, 8, 9), [1, 2, 0]), ((8, 40), [1, 0])],
+)
+def test_transpose_to_a_short_last_dimension(shape, perm):
+    """NCHW to NHWC of an image (a short new last dimension) is copied index by index: same result."""
+    x = rand(RNG, *shape)
+    got = call(Op.TRANSPOSE, x, Const(np.array(perm, np.int32)))
+    np.testing.assert_array_equal(got, np.transpose(x, perm))
+    assert got.flags.c_contiguous
+
+
 def test_transpose_rejects_bad_perm():
     with pytest.raises(HalError, match=r"perm \[0, 0, 1\] is not a permutation of 0..2"):
         prepare(Op.TRANSPOSE, [rand(RNG, 2, 3, 4), Const(np.array([0, 0, 1], np.int32))])

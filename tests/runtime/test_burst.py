@@ -168,13 +168,15 @@ def test_hostile_ring_contents_end_only_that_burst(sample):
     good.execute(_request(pool))
     # Garbage messages and unknown slots: error results, the burst goes on.
     with prepared.configureExecutionBurst(polling_us=0) as burst:
-        for payload in (
-            b"\xff" * 40,
-            msg.encode_request(msg.BurstRequest(1, (msg.PoolRef.slot(999),), (), ()))[:-1],
+        # A message that is no execute request is answered under sequence number 0; a request that
+        # fails to decode under its own, so its client does not wait for a result that never comes.
+        for seq, payload in (
+            (0, b"\xff" * 40),
+            (1, msg.encode_request(msg.BurstRequest(1, (msg.PoolRef.slot(999),), (), ()))[:-1]),
         ):
             _raw(burst, payload)
             with pytest.raises(HalError) as info:
-                burst._await(0, time.monotonic() + 5, 5)
+                burst._await(seq, time.monotonic() + 5, 5)
             assert info.value.status == ErrorStatus.INVALID_ARGUMENT
         _raw(burst, msg.encode_request(msg.BurstRequest(9, (msg.PoolRef.slot(999),), (), ())))
         with pytest.raises(HalError, match="slot 999"):

@@ -48,7 +48,7 @@ def test_unknown_output_size_grows_the_pool_and_retries(add_device):
 
 def test_regions_are_aligned(add_device):
     with Session(add_device, add_model(dims=(3,))) as session:
-        request, offsets = session._request([np.ones(3, np.float32)] * 2)
+        request = session._request([np.ones(3, np.float32)] * 2).request
         assert all(arg.location.offset % ALIGNMENT == 0 for arg in request.inputs + request.outputs)
 
 

@@ -111,11 +111,12 @@ def clip_bounds(ctx: Context, node: NodeProto) -> tuple[float | None, float | No
 
 def activation_for_bounds(bounds: tuple[float | None, float | None]) -> FusedActivationFunc | None:
     """RELU/RELU1/RELU6 when a clamp to `bounds` is one of them, else None."""
-    return {
+    table: dict[tuple[float | None, float | None], FusedActivationFunc] = {
         (0.0, None): FusedActivationFunc.RELU,
         (0.0, 6.0): FusedActivationFunc.RELU6,
         (-1.0, 1.0): FusedActivationFunc.RELU1,
-    }.get(bounds)
+    }
+    return table.get(bounds)
 
 
 def activation_code(ctx: Context, node: NodeProto) -> FusedActivationFunc | None:

@@ -59,7 +59,7 @@ def _branch_model(ctx: Context, graph: onnx.GraphProto, runtime: list[str], cons
     inputs = [
         helper.make_tensor_value_info(n, TensorProto.FLOAT, list(ctx.tensors[n].shape)) for n in runtime
     ]
-    inits = list(graph.initializer) + [numpy_helper.from_array(ctx.const(n), n) for n in consts]
+    inits = list(graph.initializer) + [numpy_helper.from_array(ctx.consts[n], n) for n in consts]
     body = helper.make_graph(list(graph.node), graph.name or "branch", inputs, list(graph.output), inits)
     model = helper.make_model(body, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 10
@@ -321,7 +321,7 @@ def convert_loop(ctx: Context, node: NodeProto) -> None:
     inputs += [
         helper.make_tensor_value_info(n, TensorProto.FLOAT, list(ctx.tensors[n].shape)) for n in runtime
     ]
-    inits = list(g.initializer) + [numpy_helper.from_array(ctx.const(n), n) for n in consts]
+    inits = list(g.initializer) + [numpy_helper.from_array(ctx.consts[n], n) for n in consts]
     body_graph = helper.make_graph(nodes, g.name or "body", inputs, outputs, inits)
     body_proto = helper.make_model(body_graph, opset_imports=[helper.make_opsetid("", ctx.opset)])
     body_proto.ir_version = 10

@@ -239,7 +239,7 @@ def tile(ctx: Context, node: NodeProto) -> None:
     ctx.emit(OperationType.TILE, [x.operand, ctx.ints(reps.tolist())], [out.operand])
 
 
-_CAST_TARGETS = {
+_CAST_TARGETS: dict[int, OperandType] = {
     TensorProto.FLOAT: OperandType.TENSOR_FLOAT32,
     TensorProto.FLOAT16: OperandType.TENSOR_FLOAT16,
     TensorProto.INT32: INT,

@@ -75,7 +75,7 @@ def _space_to_batch(g: GraphState, quant: bool) -> None:
         pads.append([before, after])
     ph, pw = h + sum(pads[0]), w + sum(pads[1])
     out = _layout_dims(nchw, n * bh * bw, ph // bh, pw // bw, c)
-    args = [x, g.ints([bh, bw]), g.ints(pads), g.flag(nchw)]
+    args: list[Value | int] = [x, g.ints([bh, bw]), g.ints(pads), g.flag(nchw)]
     lo, hi = min(x.lo, 0.0), max(x.hi, 0.0)  # padding adds zeros (the zero point)
     g.emit(Op.SPACE_TO_BATCH_ND, args, out, lo, hi, x.quant)
 
@@ -204,5 +204,6 @@ def _transpose_conv(g: GraphState, quant: bool) -> None:
     # Each output sums a subset of the taps of one output channel: the per-channel weight norm bounds it.
     wgt, bias, bound = _weights_and_bias(g, x, (cout, kh, kw, cin), (1, 2, 3), cout, False)
     code, lo, hi = g.activation(-bound, bound)
-    args = [x, wgt, bias, *(g.i32(p) for p in pads), g.i32(sw), g.i32(sh), g.i32(code), g.flag(nchw)]
+    args: list[Value | int] = [x, wgt, bias, *(g.i32(p) for p in pads), g.i32(sw), g.i32(sh), g.i32(code)]
+    args.append(g.flag(nchw))
     g.emit(Op.TRANSPOSE_CONV_2D, args, _layout_dims(nchw, n, out_h, out_w, cout), lo, hi)

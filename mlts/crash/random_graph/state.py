@@ -137,17 +137,19 @@ class GraphState:
         index = self.builder.add_constant(data, OperandType.TENSOR_FLOAT32)
         return Value(index, dims, float(data.min()), float(data.max()))
 
+    # The parameter constants, named short as the generators use them everywhere.
+
     def i32(self, value: int) -> int:
-        return self.builder.add_scalar(int(value), OperandType.INT32)
+        return self.builder.add_int32(value)
 
     def f32(self, value: float) -> int:
-        return self.builder.add_scalar(float(value), OperandType.FLOAT32)
+        return self.builder.add_float32(value)
 
     def flag(self, value: bool) -> int:
-        return self.builder.add_scalar(bool(value), OperandType.BOOL)
+        return self.builder.add_bool(value)
 
     def ints(self, values: Sequence[int] | Sequence[Sequence[int]]) -> int:
-        return self.builder.add_constant(np.asarray(values, dtype=np.int32), OperandType.TENSOR_INT32)
+        return self.builder.add_int32_tensor(values)
 
     # -------------------------------------------------------------- choosing what an operation reads
 

@@ -9,6 +9,8 @@ from typing import Any
 from mlts.hal.errors import invalid
 from mlts.hal.types import CACHE_TOKEN_BYTES
 
+_MISSING = object()
+
 
 def type_name(value: object) -> str:
     return "null" if value is None else type(value).__name__
@@ -18,11 +20,13 @@ def arg(
     args: Mapping[str, Any], method: str, key: str, kind: type | tuple[type, ...], default: Any = ...
 ) -> Any:
     """Argument `key` of `method`, checked against `kind` (bool is never an int here)."""
-    if key not in args:
+    value = args.get(key, _MISSING)
+    if type(value) is kind:  # the usual case, decided at once
+        return value
+    if value is _MISSING:
         if default is ...:
             raise invalid(f"{method}: missing argument {key!r}")
         return default
-    value = args[key]
     kinds = kind if isinstance(kind, tuple) else (kind,)
     ok = any(
         (
@@ -60,7 +64,11 @@ def enum_value(enum: type[IntEnum], method: str, key: str, value: int) -> Any:
 
 def opt_ns(args: Mapping[str, Any], method: str, key: str) -> int | None:
     """An optional nanosecond count (a deadline or a duration)."""
-    value = arg(args, method, key, (int, type(None)), None)
+    value = args.get(key)
+    if value is None:
+        return None
+    if type(value) is not int:
+        value = arg(args, method, key, (int, type(None)), None)
     if value is not None and not 0 <= value < 2**64:
         raise invalid(f"{method}: {key}={value} must be a nanosecond count in [0, 2**64)")
     return value

@@ -21,7 +21,7 @@ from mlts.hal import wire
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.service.args import type_name
-from mlts.hal.service.handles import HandleTable
+from mlts.hal.service.handles import HandleTable, Kind
 from mlts.hal.service.scheduler import WorkerPool
 from mlts.hal.service.transport import Connection, error_reply, ok_reply
 
@@ -239,4 +239,6 @@ class Client:
             "in_flight": self.in_flight,
             "mapped_bytes": self.handles.mapped_bytes,
             "calls": self.calls,
+            # Executions that reused a request already decoded and validated (request_cache).
+            "request_cache_hits": sum(e.requests.hits for e in self.handles.values(Kind.PREPARED)),
         }

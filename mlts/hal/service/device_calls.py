@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mlts.hal import codec, nnfile, validate, wire
@@ -14,6 +14,7 @@ from mlts.hal.memory import SEALS_FROZEN, SEALS_POOL, SharedMemory
 from mlts.hal.service.args import arg, cache_token, enum_value, int_list, opt_ns, type_name
 from mlts.hal.service.client import Call, Client, Handler
 from mlts.hal.service.handles import Kind, Resource
+from mlts.hal.service.request_cache import RequestCache
 from mlts.hal.types import MAX_NUMBER_OF_CACHE_FILES, Model
 
 
@@ -25,6 +26,8 @@ class PreparedEntry:
     model: Model | None
     model_memory: SharedMemory | None
     priority: int
+    #: Requests of this model already decoded and validated (mlts.hal.service.request_cache).
+    requests: RequestCache = field(default_factory=RequestCache)
 
 
 def close_memory(memory: SharedMemory | None) -> None:
@@ -46,11 +49,12 @@ def map_memory(call: Call, ref: object, what: str, seals: int = SEALS_POOL) -> S
     return SharedMemory.from_fd(fd, size, seals=seals, what=f"{call.method}: {what}")
 
 
-def _load_model(call: Call) -> tuple[Model, SharedMemory]:
+def _load_model(client: Client, call: Call) -> tuple[Model, SharedMemory]:
     memory = map_memory(call, arg(call.args, call.method, "model", dict), "model", SEALS_FROZEN)
     try:
         model = nnfile.decode(memory.buffer).model
-        validate.validate_model(model)
+        if client.host.prevalidate:
+            validate.validate_model(model)
     except ValueError as e:
         close_memory(memory)
         raise invalid(f"{call.method}: model: {e}") from None
@@ -120,7 +124,7 @@ def get_number_of_cache_files_needed(client: Client, call: Call) -> dict[str, An
 
 
 def get_supported_operations(client: Client, call: Call) -> dict[str, Any]:
-    model, memory = _load_model(call)
+    model, memory = _load_model(client, call)
 
     def work() -> dict[str, Any]:
         supported = client.host.device.getSupportedOperations(model)
@@ -146,7 +150,7 @@ def prepare_model(client: Client, call: Call) -> dict[str, Any]:
     token = cache_token(call.args, m)
     model_cache, data_cache = _cache_fds(call)
     try:
-        model, memory = _load_model(call)
+        model, memory = _load_model(client, call)
     except BaseException:
         wire.close_fds(model_cache + data_cache)
         raise

@@ -23,6 +23,7 @@ from mlts.hal.errors import HalError, invalid
 from mlts.hal.fence import SyncFence
 from mlts.hal.memory import SharedMemory
 from mlts.hal.operation_times import OperationTimes
+from mlts.hal.service import request_cache
 from mlts.hal.service.args import arg, enum_value, handle, int_list, opt_ns, pool_token
 from mlts.hal.service.buffer_calls import hold_buffer
 from mlts.hal.service.client import DEFERRED, Call, Client, Handler
@@ -126,12 +127,18 @@ def _buffer_of(client: Client, method: str, token: int) -> Any:
 
 
 def _admit(client: Client, call: Call) -> Job:
-    """Check an execution call and take everything it needs; the caller must `finish()` the job."""
+    """Check an execution call and take everything it needs; the caller must `finish()` the job.
+
+    A request equal to one this prepared model already ran on the same pools is not decoded and
+    validated again (mlts.hal.service.request_cache); the pools and the model are still looked up
+    in the client's handle table first, as on every call.
+    """
     m = call.method
     request_doc = arg(call.args, m, "request", dict)
     job = Job(None, None, MeasureTiming.NO, None, None, client_key=client.key)  # type: ignore[arg-type]
     try:
-        pools = _resolve_pools(client, call, codec.request_pool_descs(request_doc), job)
+        descs = codec.request_pool_descs(request_doc)
+        pools = _resolve_pools(client, call, descs, job)
         prepared = client.handles.get(Kind.PREPARED, arg(call.args, m, "prepared", int), m)
         job.held.append(prepared)
         job.entry = prepared.value
@@ -140,10 +147,20 @@ def _admit(client: Client, call: Call) -> Job:
         )
         job.deadline = opt_ns(call.args, m, "deadline")
         job.loop_timeout = opt_ns(call.args, m, "loop_timeout")
-        job.request = codec.request_from_dict(request_doc, tuple(pools))
-        if job.entry.model is not None:
-            job.request = bind_buffers(job.request, job.entry.prepared, lambda t: _buffer_of(client, m, t))
-            validate.validate_request(job.request, job.entry.model)
+        cache = job.entry.requests
+        known = cache.get(request_doc, pools)
+        if known is not None:
+            job.request = known
+        else:
+            job.request = codec.request_from_dict(request_doc, tuple(pools))
+            if job.entry.model is not None:
+                job.request = bind_buffers(
+                    job.request, job.entry.prepared, lambda t: _buffer_of(client, m, t)
+                )
+                if client.host.prevalidate:
+                    validate.validate_request(job.request, job.entry.model)
+                if request_cache.cacheable(descs):
+                    cache.put(request_doc, pools, job.request)
     except BaseException:
         job.finish()
         raise
@@ -395,7 +412,17 @@ def release_execution(client: Client, call: Call) -> dict[str, Any]:
 
 def free_memory(client: Client, call: Call) -> dict[str, Any]:
     ids = int_list(call.args, call.method, "ids", client.host.limits.max_memories)
-    freed = sum(1 for mem_id in ids if client.handles.remove(Kind.MEMORY, mem_id))
+    freed = 0
+    for mem_id in ids:
+        resource = client.handles.peek(Kind.MEMORY, mem_id)
+        if not client.handles.remove(Kind.MEMORY, mem_id):
+            continue
+        freed += 1
+        if resource is not None:
+            # Requests naming the pool go from every cache at once (a later call could not reach them:
+            # the id is unknown now; this only lets the mapping go).
+            for entry in client.handles.values(Kind.PREPARED):
+                entry.requests.forget(resource.value)
     return {"freed": freed}
 
 

@@ -159,6 +159,11 @@ class HandleTable:
                 raise invalid(f"{method}: unknown {kind.value} handle {number}")
             return resource.acquire()
 
+    def values(self, kind: Kind) -> list[Any]:
+        """The values of every handle of `kind` (a snapshot)."""
+        with self._lock:
+            return [r.value for r in self._tables[kind].values()]
+
     def peek(self, kind: Kind, number: int) -> Resource | None:
         with self._lock:
             return self._tables[kind].get(number)

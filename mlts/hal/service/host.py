@@ -52,8 +52,12 @@ class ServiceHost:
         fence_wait_limit: float = DEFAULT_FENCE_WAIT_LIMIT,
         max_clients: int = DEFAULT_MAX_CLIENTS,
         shared: bool = False,
+        prevalidate: bool = True,
     ) -> None:
         self.device = device
+        #: False: models and requests reach the Device decoded (sizes and types checked) but not
+        #: validated, so a conformance run tests the driver's own validation (`--no-prevalidate`).
+        self.prevalidate = prevalidate
         self.name = name or getattr(device, "name", "unnamed")
         self.limits = limits or Limits()
         self.frame_timeout = frame_timeout
@@ -85,6 +89,7 @@ class ServiceHost:
             "pid": os.getpid(),
             "shared": self.shared,
             "workers": self.exec_pool.workers,
+            "prevalidate": self.prevalidate,
         }
 
     # ------------------------------------------------------------ clients

@@ -95,6 +95,13 @@ def parser() -> argparse.ArgumentParser:
         help="seconds a fenced execution without deadline waits for its input fences",
     )
     p.add_argument("--max-clients", type=_positive_int, default=DEFAULT_MAX_CLIENTS)
+    p.add_argument(
+        "--no-prevalidate",
+        dest="prevalidate",
+        action="store_false",
+        help="pass decoded models and requests to the driver without validating them first "
+        "(tests the driver's own validation; decoding still checks every size and type)",
+    )
     defaults = Limits()
     p.add_argument("--max-prepared", type=_positive_int, default=defaults.max_prepared, help="per client")
     p.add_argument("--max-memories", type=_positive_int, default=defaults.max_memories, help="per client")
@@ -178,6 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fence_wait_limit=args.fence_wait_limit,
         max_clients=args.max_clients,
         shared=sock is None,
+        prevalidate=args.prevalidate,
     )
     log.info("%d execution workers, %d preparation workers", args.workers, args.prepare_workers)
     code = 0

@@ -34,12 +34,14 @@ class Connection:
         self.sock = sock
         self.frame_timeout = frame_timeout
         self.pid, self.uid = peer_credentials(sock)
-        # Reads are polled first; the timeout bounds sends to a client that stopped reading.
-        sock.settimeout(frame_timeout)
+        # A blocking socket, never blocked on: reads are polled first, and sends are bounded by
+        # frame_timeout explicitly (a client that stopped reading), so each costs one system call.
+        sock.settimeout(None)
         self._send_lock = threading.Lock()
         self.broken = False
         # Idle between calls for as long as the client likes; a started frame has frame_timeout in all.
         self._frame_timer = wire.FrameTimer(sock, frame_timeout)
+        self._readable = wire.Readable(sock)
 
     def receive(self) -> wire.Frame:
         """The next frame; raises wire.ConnectionClosed, wire.WireError or OSError."""
@@ -47,7 +49,7 @@ class Connection:
 
     def pending(self) -> bool:
         """Whether more bytes from the client wait to be read."""
-        return wire.wait_readable(self.sock, 0)
+        return self._readable(0)
 
     def send(self, message: dict[str, Any], fds: Sequence[int] = ()) -> bool:
         """Send one message; False (and the connection marked broken) when the client cannot be reached."""
@@ -55,7 +57,7 @@ class Connection:
             return False
         try:
             with self._send_lock:
-                wire.send_frame(self.sock, message, fds=fds)
+                wire.send_frame(self.sock, message, fds=fds, timeout=self.frame_timeout)
         except (TypeError, ValueError) as e:
             # The Device returned something JSON cannot carry (NaN, a foreign type): report it.
             log.error("cannot encode %s %s: %s", message.get("kind"), message.get("id"), e)

@@ -1,0 +1,181 @@
+"""Where a request's inputs and outputs live, worked out once per Request and reused by later executions.
+
+A `Request` is immutable, and a prepared model's model never changes, so once
+a request has passed `bind_buffers` and `validate_request` for a prepared
+model, where each input and output sits in its pools is fixed. `RequestIo`
+is that layout plus the reads and writes that use it; `IoCache` keeps the
+layouts of a prepared model's last few requests by identity, so a client
+that repeats its request object (a Session, the service's request cache, a
+burst) is not validated and laid out again on every execution.
+
+Only requests that name no driver buffer are cached: a buffer's state (its
+dimensions, whether it holds data, whether it still exists) changes between
+executions, so such a request is bound and validated every time. Pools are
+read through on every use, so a pool closed after caching fails exactly as
+it would uncached.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from driver.buffers import BufferTracker
+from driver.operands import dtype_of
+from mlts.hal.enums import ErrorStatus
+from mlts.hal.errors import HalError
+from mlts.hal.types import Model, OutputShape, Request
+
+#: Request layouts a prepared model keeps (the most recent ones).
+CACHED_REQUESTS = 8
+
+# Where an argument lives: ("pool", pool index, offset, length, dtype, dims) or ("token", token, dtype, dims);
+# None for an omitted argument.
+_Where = tuple[Any, ...] | None
+
+
+def _token(pool: object) -> int | None:
+    return pool if isinstance(pool, int) and not isinstance(pool, bool) else None
+
+
+class RequestIo:
+    """The layout of one bound, validated request for one model; read-only once built."""
+
+    __slots__ = ("request", "inputs", "outputs", "limits", "cacheable", "_shapes")
+
+    def __init__(self, model: Model, request: Request) -> None:
+        self.request = request
+        sub = model.main
+        pools = request.pools
+        self.cacheable = not any(_token(p) is not None for p in pools)
+        self.inputs: list[_Where] = []
+        for arg, idx in zip(request.inputs, sub.input_indexes, strict=True):
+            operand = sub.operands[idx]
+            self.inputs.append(_where(arg, operand, pools, arg.dimensions or operand.dimensions, True))
+        self.outputs: list[_Where] = []
+        limits: list[int | None] = []
+        for arg, idx in zip(request.outputs, sub.output_indexes, strict=True):
+            where = _where(arg, sub.operands[idx], pools, tuple(arg.dimensions), False)
+            self.outputs.append(where)
+            # A driver buffer's size is the buffer's own check.
+            limits.append(where[3] if where is not None and where[0] == "pool" else None)
+        #: Bytes each output may take (None: no limit known here), for the plan's shape pass.
+        self.limits = limits
+        # The result shapes last seen and what they were reported as: the same shapes pass the same checks.
+        self._shapes: tuple[tuple, tuple[OutputShape, ...]] | None = None
+
+    def read_inputs(self, buffers: BufferTracker) -> list[np.ndarray | None]:
+        """Zero-copy, read-only views of the inputs (from pools or driver buffers)."""
+        pools: tuple[Any, ...] = self.request.pools  # the layout's entries name memories, not tokens
+        result: list[np.ndarray | None] = []
+        for where in self.inputs:
+            if where is None:
+                result.append(None)
+            elif where[0] == "token":
+                result.append(buffers.lookup(where[1]).read(where[2], where[3]))
+            else:
+                # Validation put the region inside its pool; NumPy checks it again.
+                _, p, offset, length, dtype, dims = where
+                arr = np.frombuffer(pools[p].buffer, dtype, length // dtype.itemsize, offset).reshape(dims)
+                arr.flags.writeable = False
+                result.append(arr)
+        return result
+
+    def write_outputs(self, outputs: list[np.ndarray], buffers: BufferTracker) -> tuple[OutputShape, ...]:
+        """Copy results into the output regions (or driver buffers), or report which are too small."""
+        got = tuple(arr.shape for arr in outputs)
+        shapes = self._shapes
+        if shapes is None or shapes[0] != got:
+            shapes = self._shapes = (got, self._check_outputs(outputs, buffers))
+        elif not self.cacheable:
+            self._check_outputs(outputs, buffers)
+        pools: tuple[Any, ...] = self.request.pools
+        for k, (where, arr) in enumerate(zip(self.outputs, outputs, strict=True)):
+            if where is None:
+                continue
+            if where[0] == "token":
+                buffers.lookup(where[1]).write(arr)
+                continue
+            buf = pools[where[1]].buffer
+            if buf.readonly:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"output {k}: its pool is read-only")
+            np.frombuffer(buf, where[4], arr.size, where[2])[...] = arr.reshape(-1)
+        return shapes[1]
+
+    def _check_outputs(self, outputs: list[np.ndarray], buffers: BufferTracker) -> tuple[OutputShape, ...]:
+        """The output shapes; errors when a result disagrees with its request's dimensions or does not fit."""
+        shapes = []
+        insufficient = []
+        for k, (where, arr) in enumerate(zip(self.outputs, outputs, strict=True)):
+            shape = tuple(int(d) for d in arr.shape)
+            if where is None:
+                shapes.append(OutputShape(shape, True))
+                continue
+            if where[0] == "token":
+                buffers.lookup(where[1]).check_output(shape, f"output {k}")
+                shapes.append(OutputShape(shape, True))
+                continue
+            dims = where[5]
+            if dims and dims != shape and all(dims):
+                raise HalError(
+                    ErrorStatus.INVALID_ARGUMENT,
+                    f"output {k}: request gives dimensions {list(dims)} but the result is {list(shape)}",
+                )
+            ok = arr.nbytes <= where[3]
+            shapes.append(OutputShape(shape, ok))
+            if not ok:
+                insufficient.append(f"output {k} needs {arr.nbytes} bytes, has {where[3]}")
+        if insufficient:
+            raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "; ".join(insufficient), tuple(shapes))
+        return tuple(shapes)
+
+
+def _where(arg: Any, operand: Any, pools: tuple, dims: tuple[int, ...], is_input: bool) -> _Where:
+    if arg.has_no_value:
+        return None
+    loc = arg.location
+    dtype = dtype_of(operand.type)
+    token = _token(pools[loc.pool_index])
+    if token is not None:
+        return ("token", token, dtype, tuple(dims))
+    if is_input and loc.length % dtype.itemsize:
+        raise HalError(
+            ErrorStatus.INVALID_ARGUMENT,
+            f"input location length {loc.length} is not a whole number of {dtype} elements",
+        )
+    return ("pool", loc.pool_index, loc.offset, loc.length, dtype, tuple(dims))
+
+
+class IoCache:
+    """The layouts of a prepared model's recent token-free requests, by request identity; thread-safe.
+
+    Entries hold their Request (so its identity stays unique), not views of its pools: a pool closed
+    by its owner is unmapped as usual.
+    """
+
+    def __init__(self, size: int = CACHED_REQUESTS) -> None:
+        self.size = size
+        self._entries: dict[int, RequestIo] = {}
+        self._lock = threading.Lock()
+
+    def get(self, request: Request) -> RequestIo | None:
+        io = self._entries.get(id(request))
+        return io if io is not None and io.request is request else None
+
+    def put(self, io: RequestIo) -> None:
+        if not io.cacheable:
+            return
+        with self._lock:
+            self._entries.pop(id(io.request), None)
+            self._entries[id(io.request)] = io
+            while len(self._entries) > self.size:
+                del self._entries[next(iter(self._entries))]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,79 @@
+"""The requests of one prepared model that already passed decoding and validation, for reuse.
+
+A client that runs the same request again and again (a Session does) sends
+the same description each time. The service keeps, per prepared model, the
+last few `Request` records it built and validated together with the exact
+description they came from and the pool objects they were built on. A call
+whose description is equal and whose pools resolve (through the client's
+own handle table, as on every call) to the very same mappings reuses the
+record: it is neither decoded nor validated again, and the driver, handed
+the same object, recognises it too.
+
+Only descriptions that name cached memories are kept: a pool that brings an
+fd is a new mapping, and a driver buffer token is checked on every use
+(its state changes). What makes a reuse exactly as safe as a fresh check:
+the prepared model is the client's own (the cache lives in its handle's
+entry); every pool is looked up in the client's handle table first (a freed
+or unknown id fails there, another client's ids are unknown); a replaced
+pool is a different object, so nothing matches; and `forget` drops the
+entries of a freed pool at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from mlts.hal.types import Request
+
+#: Requests kept per prepared model (the most recently used).
+CACHED_REQUESTS = 8
+
+
+class RequestCache:
+    """Validated requests by (description, pool identities); thread-safe."""
+
+    def __init__(self, size: int = CACHED_REQUESTS) -> None:
+        self.size = size
+        self._entries: list[tuple[dict[str, Any], tuple[Any, ...], Request]] = []
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    def get(self, doc: dict[str, Any], pools: list[Any]) -> Request | None:
+        """The request built from an equal `doc` on these very pools, or None."""
+        entries = self._entries  # replaced, never changed in place: safe to read without the lock
+        for n, (d, p, request) in enumerate(entries):
+            if len(p) == len(pools) and all(a is b for a, b in zip(p, pools, strict=True)) and d == doc:
+                self.hits += 1
+                if n:
+                    self._touch(n, entries)
+                return request
+        return None
+
+    def _touch(self, n: int, seen: list) -> None:
+        with self._lock:
+            if self._entries is seen:
+                entries = list(seen)
+                entries.insert(0, entries.pop(n))
+                self._entries = entries
+
+    def put(self, doc: dict[str, Any], pools: list[Any], request: Request) -> None:
+        with self._lock:
+            self._entries = [(doc, tuple(pools), request), *self._entries[: self.size - 1]]
+
+    def forget(self, memory: object) -> None:
+        """Drop every request that uses `memory` (freed by its client)."""
+        with self._lock:
+            self._entries = [e for e in self._entries if not any(p is memory for p in e[1])]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries = []
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def cacheable(descs: list[dict[str, Any]]) -> bool:
+    """Whether a request with these pool descriptions may be cached: every pool a cached memory id."""
+    return all(len(d) == 1 and "memory" in d for d in descs)

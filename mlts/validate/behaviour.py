@@ -1,0 +1,288 @@
+"""The `behaviour` suite: what a driver must do beyond validating (VTS's behaviour tests).
+
+- queries: capabilities, type, version, extensions and cache-file counts the
+  same after a restart; capabilities well formed (positive, sorted by type);
+- Timing on every path: UINT64_MAX when not measured; when measured, either
+  UINT64_MAX or timeInDriver >= timeOnDevice;
+- deadlines on prepare and on every path: one already passed gives
+  MISSED_DEADLINE_*, one that passes during a long execution stops it with
+  MISSED_DEADLINE_* (or the execution ends before it), a WHILE loop timeout
+  stops the loop, a generous deadline changes nothing;
+- priorities: every priority prepares and gives the same results; a HIGH
+  execution queued behind LOW ones of the same client overtakes them;
+- compilation cache, extensions and cross-client isolation:
+  `behaviour_isolation`.
+
+The long-running model is a WHILE loop counting x up to a limit given as an
+input (about 0.1 ms per iteration on the sample driver), so durations are
+set by data, not by model size.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import threading
+import time
+from collections.abc import Callable
+
+from mlts.hal.codec import UINT64_MAX
+from mlts.hal.enums import ErrorStatus, MeasureTiming, Priority
+from mlts.hal.errors import HalError
+from mlts.hal.types import Capabilities, Model, Request
+from mlts.runtime.execution import execute
+from mlts.validate import behaviour_isolation
+from mlts.validate.behaviour_isolation import simple_case
+from mlts.validate.control_flow_mutations import while_model
+from mlts.validate.core import CaseResult, SuiteOptions, Target, run_case
+from mlts.validate.request_mutations import valid_request
+
+SUITE = "behaviour"
+Emit = Callable[[CaseResult], None]
+MISSED = (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
+#: Iterations of the counting loop that make a "long" execution, and the deadline given to it.
+LONG_ITERATIONS = 12_000
+LONG_DEADLINE_S = 0.05
+
+
+def counting_request(model: Model, limit: float) -> Request:
+    """A request for `while_model`: x from 0 up to `limit`."""
+    return valid_request(model, [struct.pack("<f", 0.0), struct.pack("<f", float(limit))])
+
+
+def _output_float(request: Request) -> float:
+    pool = request.pools[1]
+    return struct.unpack_from("<f", pool.buffer, 0)[0]  # type: ignore[union-attr]
+
+
+def _queries(device) -> dict[str, object]:
+    return {
+        "capabilities": device.getCapabilities(),
+        "type": device.getType(),
+        "version": device.getVersionString(),
+        "extensions": device.getSupportedExtensions(),
+        "cache files": device.getNumberOfCacheFilesNeeded(),
+    }
+
+
+def check_capabilities(caps: Capabilities) -> str | None:
+    """The HAL's rules for a Capabilities record: finite positive numbers, operandPerformance sorted by type."""
+    infos = [
+        ("relaxed scalar", caps.relaxed_float32_to_float16_performance_scalar),
+        ("relaxed tensor", caps.relaxed_float32_to_float16_performance_tensor),
+        ("IF", caps.if_performance),
+        ("WHILE", caps.while_performance),
+    ] + [(f"operand type {o.type}", o.info) for o in caps.operand_performance]
+    for what, info in infos:
+        for field in ("exec_time", "power_usage"):
+            value = getattr(info, field)
+            if not (math.isfinite(value) and value > 0):
+                return f"{what} {field} is {value}; performance numbers must be finite and > 0"
+    types = [o.type for o in caps.operand_performance]
+    if types != sorted(set(types)):
+        return f"operandPerformance is not sorted by type without repeats: {types}"
+    return None
+
+
+def case_queries_stable(target: Target) -> str | None:
+    first = _queries(target.device())
+    bad = check_capabilities(first["capabilities"])  # type: ignore[arg-type]
+    if bad:
+        return bad
+    for n in range(2):
+        if not target.shared:
+            target.restart()
+        again = _queries(target.device())
+        for key, value in first.items():
+            if again[key] != value:
+                where = "after a restart" if not target.shared else "on a second connection"
+                return f"{key} changed {where} ({n + 1}): {_difference(value, again[key])}"
+    return None
+
+
+def _difference(old: object, new: object) -> str:
+    """The first field that differs between two records (or the two values), shortly."""
+    for name in getattr(old, "__dataclass_fields__", ()):
+        a, b = getattr(old, name), getattr(new, name)
+        if a != b:
+            return f"{name}: {a!r:.120} then {b!r:.120}"
+    return f"{old!r:.120} then {new!r:.120}"
+
+
+def case_timing(target: Target, mode: str) -> str | None:
+    model, request = simple_case()
+    prepared = target.device().prepareModel(model)
+    try:
+        plain = execute(prepared, request, MeasureTiming.NO, mode).timing
+        if (plain.time_on_device, plain.time_in_driver) != (UINT64_MAX, UINT64_MAX):
+            return f"timing not requested, but the driver reported {plain}; both fields must be UINT64_MAX"
+        for _ in range(3):
+            timing = execute(prepared, request, MeasureTiming.YES, mode).timing
+            on, total = timing.time_on_device, timing.time_in_driver
+            if on != UINT64_MAX and total != UINT64_MAX and total < on:
+                return f"timeInDriver {total} µs < timeOnDevice {on} µs"
+            for name, value in (("timeOnDevice", on), ("timeInDriver", total)):
+                if value != UINT64_MAX and value > 60_000_000:
+                    return f"{name} {value} µs for a 16-element ADD (over a minute): not a duration"
+    finally:
+        prepared.close()
+    return None
+
+
+def _expect_missed(what: str, call: Callable[[], object]) -> str | None:
+    try:
+        call()
+    except HalError as e:
+        if e.status in MISSED:
+            return None
+        return f"{what} answered {e.status.name} ({e.message}), not MISSED_DEADLINE_*"
+    return f"{what} succeeded although its deadline had passed"
+
+
+def case_deadline_prepare(target: Target) -> str | None:
+    model, _ = simple_case()
+    device = target.device()
+    past = time.monotonic_ns() - 1_000_000
+    result = _expect_missed(
+        "prepareModel with a passed deadline", lambda: device.prepareModel(model, deadline=past)
+    )
+    if result is not None:
+        return result
+    prepared = device.prepareModel(model, deadline=time.monotonic_ns() + 60_000_000_000)
+    prepared.close()
+    return None
+
+
+def case_deadline_execute(target: Target, mode: str) -> str | None:
+    model, request = simple_case()
+    prepared = target.device().prepareModel(model)
+    try:
+        past = time.monotonic_ns() - 1_000_000
+        result = _expect_missed(
+            f"{mode} execution with a passed deadline",
+            lambda: execute(prepared, request, mode=mode, deadline=past),
+        )
+        if result is not None:
+            return result
+        execute(prepared, request, mode=mode, deadline=time.monotonic_ns() + 60_000_000_000)
+    finally:
+        prepared.close()
+    return None
+
+
+def case_deadline_during(target: Target, mode: str) -> str | None:
+    """A deadline that passes during a long execution: MISSED_DEADLINE_*, or the execution beat it."""
+    model = while_model()
+    prepared = target.device().prepareModel(model)
+    try:
+        request = counting_request(model, LONG_ITERATIONS)
+        start = time.monotonic_ns()
+        deadline = start + int(LONG_DEADLINE_S * 1e9)
+        try:
+            execute(prepared, request, mode=mode, deadline=deadline, loop_timeout=15_000_000_000)
+        except HalError as e:
+            if e.status in MISSED:
+                return None
+            return f"answered {e.status.name} ({e.message}), not MISSED_DEADLINE_*"
+        late = (time.monotonic_ns() - deadline) / 1e6
+        if late > 0:
+            return f"finished {late:.1f} ms after its deadline ({LONG_DEADLINE_S * 1e3:.0f} ms) without MISSED_DEADLINE_*"
+    finally:
+        prepared.close()
+    return None
+
+
+def case_loop_timeout(target: Target) -> str | None:
+    model = while_model()
+    prepared = target.device().prepareModel(model)
+    try:
+        request = counting_request(model, 1e9)
+        return _expect_missed(
+            "a WHILE loop longer than its 20 ms loop timeout",
+            lambda: execute(prepared, request, loop_timeout=20_000_000),
+        )
+    finally:
+        prepared.close()
+
+
+def case_priorities_accepted(target: Target) -> str | None:
+    model, request = simple_case()
+    device = target.device()
+    results = []
+    for priority in Priority:
+        prepared = device.prepareModel(model, priority=priority)
+        try:
+            execute(prepared, request)
+            results.append(bytes(request.pools[1].buffer))  # type: ignore[union-attr]
+        finally:
+            prepared.close()
+    if len(set(results)) != 1:
+        return "results differ between priorities LOW, MEDIUM and HIGH"
+    return None
+
+
+def case_priority_order(target: Target) -> str | None:
+    """A HIGH execution queued behind LOW executions of the same client must not finish last.
+
+    The executions are launched asynchronously, LOW ones first: each launch returns once the service
+    holds the execution, so all of them are queued before the HIGH one whatever the machine's load.
+    """
+    model = while_model()
+    device = target.device()
+    low = device.prepareModel(model, priority=Priority.LOW)
+    high = device.prepareModel(model, priority=Priority.HIGH)
+    n_low = 6
+    finished: list[str] = []
+    lock = threading.Lock()
+    errors: list[str] = []
+
+    def wait(callback, label: str) -> None:
+        try:
+            callback.result()
+        except HalError as e:
+            errors.append(f"{label}: {e.status.name}: {e.message}")
+        with lock:
+            finished.append(label)
+
+    try:
+        launched = [
+            (low.execute(counting_request(model, 1500), loop_timeout_duration=15_000_000_000), f"low{i}")
+            for i in range(n_low)
+        ]
+        launched.append(
+            (high.execute(counting_request(model, 1500), loop_timeout_duration=15_000_000_000), "high")
+        )
+        threads = [threading.Thread(target=wait, args=item) for item in launched]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        low.close()
+        high.close()
+    if errors:
+        return "executions failed: " + "; ".join(errors[:3])
+    rank = finished.index("high")
+    if rank >= n_low:
+        return f"the HIGH execution finished last of {n_low + 1}, behind every LOW one queued before it"
+    return None
+
+
+def run(target: Target, options: SuiteOptions, emit: Emit) -> None:
+    cases: list[tuple[str, Callable[[], str | None]]] = [
+        ("queries stable across restarts", lambda: case_queries_stable(target)),
+        ("deadline: prepareModel", lambda: case_deadline_prepare(target)),
+        ("deadline: WHILE loop timeout", lambda: case_loop_timeout(target)),
+        ("priority: every priority accepted", lambda: case_priorities_accepted(target)),
+        ("priority: HIGH overtakes queued LOW", lambda: case_priority_order(target)),
+    ]
+    for mode in target.paths:
+        cases += [
+            (f"timing [{mode}]", lambda m=mode: case_timing(target, m)),
+            (f"deadline: passed [{mode}]", lambda m=mode: case_deadline_execute(target, m)),
+            (f"deadline: passes during execution [{mode}]", lambda m=mode: case_deadline_during(target, m)),
+        ]
+    cases += behaviour_isolation.cases(target, options)
+    for name, body in cases:
+        if options.wants(name):
+            run_case(target, SUITE, name, body, emit)
