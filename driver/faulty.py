@@ -87,6 +87,7 @@ class FaultPlan:
     error_at: CallPoint | None = None
     error_rate: float = 0.0
     leak_mb: float = 0.0
+    output_offset: float = 0.0  # added to every output value (quantized outputs: rounded, in units)
     seed: int = 0
     busy_us: float | None = None  # executions only busy-wait this long, no model work (0: empty ones)
     # Conformance faults (what `mlts validate` must catch).
@@ -191,6 +192,10 @@ def _leak_mb(key: str, text: str) -> dict[str, Any]:
     return {"leak_mb": _number(key, text, 0.0, 65536.0, "MiB between 0 and 65536")}
 
 
+def _output_offset(key: str, text: str) -> dict[str, Any]:
+    return {"output_offset": _number(key, text, -1000.0, 1000.0, "a number between -1000 and 1000")}
+
+
 def _busy_us(key: str, text: str) -> dict[str, Any]:
     return {"busy_us": _number(key, text, 0.0, 10_000_000.0, "microseconds between 0 and 10000000")}
 
@@ -239,6 +244,7 @@ _PARSERS: dict[str, Callable[[str, str], dict[str, Any]]] = {
     "error_at": _error_at,
     "error_rate": _rate("error_rate"),
     "leak_mb": _leak_mb,
+    "output_offset": _output_offset,
     "seed": _seed,
     "busy_us": _busy_us,
     "skip_validation": _flag("skip_validation"),
@@ -366,15 +372,33 @@ def spoil(values: np.ndarray) -> None:
         np.bitwise_xor(values, values.dtype.type(1 << (8 * values.dtype.itemsize - 2)), out=values)
 
 
-def spoil_outputs(model: Model, request: Request, result: ExecutionResult) -> None:
-    """Spoil every output an execution of `model` wrote into the request's pools."""
+def shift(values: np.ndarray, offset: float) -> None:
+    """Add `offset` to `values` in place: a small, uniform error a tolerance may or may not accept.
+
+    Floats get `offset` itself; integer and quantized values `round(offset)` units, saturated to the
+    type's range (as a requantizing kernel would); booleans are left alone.
+    """
+    if values.dtype == np.bool_:
+        return
+    if np.issubdtype(values.dtype, np.floating):
+        values += values.dtype.type(offset)
+        return
+    info = np.iinfo(values.dtype)
+    shifted = np.clip(values.astype(np.int64) + round(offset), info.min, info.max)
+    values[...] = shifted.astype(values.dtype)
+
+
+def spoil_outputs(
+    model: Model, request: Request, result: ExecutionResult, change: Callable[[np.ndarray], None] = spoil
+) -> None:
+    """Spoil (or otherwise `change`) every output an execution of `model` wrote into the request's pools."""
     sub = model.main
     for k, (arg, shape) in enumerate(zip(request.outputs, result.output_shapes, strict=True)):
         if arg.has_no_value:
             continue
         dtype = dtype_of(sub.operands[sub.output_indexes[k]].type)
         count = math.prod(shape.dimensions)
-        spoil(np.frombuffer(pool_view(request.pools, arg.location, f"output {k}"), dtype, count))
+        change(np.frombuffer(pool_view(request.pools, arg.location, f"output {k}"), dtype, count))
 
 
 class FaultInjector:
@@ -454,6 +478,9 @@ class FaultyPreparedModel(PreparedModel):
             if plan.skip_validation and e.status == ErrorStatus.INVALID_ARGUMENT:
                 raise unvalidated(e) from None
             raise
+        offset = plan.output_offset
+        if offset:
+            spoil_outputs(self.inner.model, request, result, lambda values: shift(values, offset))
         if self.always_wrong or self.faults.spoils(point):
             log.warning("injected fault: wrong results at %s", point)
             spoil_outputs(self.inner.model, request, result)

@@ -6,28 +6,24 @@ from collections.abc import Sequence
 
 import numpy as np
 
-# CTS/VTS precision for TENSOR_FLOAT32: |actual - expected| <= atol + rtol * |expected|.
-FP32_ATOL = 1e-5
-FP32_RTOL = 5.0 * 2.0**-23
+from mlts.records.tolerance import CTS_FP32, CTS_MOBILENET_QUANT8, CTS_QUANT8, Tolerance
+
+# CTS/VTS precision for TENSOR_FLOAT32: |actual - expected| <= atol + rtol * |expected| (mlts.records.tolerance).
+FP32_ATOL = CTS_FP32.atol
+FP32_RTOL = CTS_FP32.rtol
 
 
 def tolerance_ratio(
     actual: np.ndarray, expected: np.ndarray, atol: float = FP32_ATOL, rtol: float = FP32_RTOL
 ) -> float:
     """max |a - e| / (atol + rtol * |e|): at most 1 passes; 3 means three times the allowed error."""
-    if actual.size == 0:
-        return 0.0
-    a = actual.astype(np.float64)
-    e = expected.astype(np.float64)
-    return float(np.max(np.abs(a - e) / (atol + rtol * np.abs(e))))
+    return Tolerance("", atol, rtol).ratio(actual, expected)
 
 
 def within_tolerance(
     actual: np.ndarray, expected: np.ndarray, atol: float = FP32_ATOL, rtol: float = FP32_RTOL
 ) -> bool:
-    a = actual.astype(np.float64)
-    e = expected.astype(np.float64)
-    return bool(np.all(np.abs(a - e) <= atol + rtol * np.abs(e)))
+    return Tolerance("", atol, rtol).within(actual, expected)
 
 
 def compare(
@@ -56,13 +52,13 @@ def compare(
         "top1_agreement": top1_agreement([o[0] for o in actual], [o[0] for o in expected]),
         "cts_pass": cts,
         "cts_ratio": ratio,
-        "tolerance": f"|a-e| <= {FP32_ATOL:g} + {FP32_RTOL:.3g}*|e| (CTS fp32)",
+        "tolerance": CTS_FP32.text(),
     }
 
 
 # CTS/VTS precision for quantized outputs, in quantized units (3 for the MobileNet models).
-QUANT_TOLERANCE_UNITS = 1
-QUANT_TOLERANCE_UNITS_MOBILENET = 3
+QUANT_TOLERANCE_UNITS = CTS_QUANT8.units
+QUANT_TOLERANCE_UNITS_MOBILENET = CTS_MOBILENET_QUANT8.units
 HISTOGRAM_MAX_UNITS = 8  # the histogram's last bucket counts deviations of this many units or more
 ROUNDING_NOTE = (
     "onnxruntime requantizes in float32 and rounds half to even; NNAPI requantizes with a fixed-point "
@@ -85,6 +81,7 @@ def compare_quantized(
     """
     hist = np.zeros(HISTOGRAM_MAX_UNITS + 1, dtype=np.int64)
     max_units = 0
+    sq_units = 0
     max_abs = 0.0
     sq_sum = 0.0
     count = 0
@@ -98,6 +95,7 @@ def compare_quantized(
             hist += np.bincount(
                 np.minimum(units, HISTOGRAM_MAX_UNITS).ravel(), minlength=HISTOGRAM_MAX_UNITS + 1
             )
+            sq_units += int(np.sum(units * units))
             real = units.astype(np.float64) * scale
             if real.size:
                 max_abs = max(max_abs, float(real.max()))
@@ -108,12 +106,15 @@ def compare_quantized(
         "mse": sq_sum / count if count else 0.0,
         "top1_agreement": top1_agreement([o[0] for o in actual], [o[0] for o in expected]),
         "max_quant_deviation": max_units,
+        # Root mean square deviation in units: the rounding difference keeps it well below one unit.
+        "rms_quant_deviation": float(np.sqrt(sq_units / count)) if count else 0.0,
+        "output_scale": float(scales[0]) if len(scales) else None,
         "quant_deviation_histogram": {
             (f">={i}" if i == HISTOGRAM_MAX_UNITS else str(i)): int(n) for i, n in enumerate(hist)
         },
         "cts_pass": max_units <= tolerance_units,
         "cts_ratio": max_units / tolerance_units,
-        "tolerance": f"|a-e| <= {tolerance_units} quantized unit{'s' if tolerance_units != 1 else ''} (CTS quant8)",
+        "tolerance": Tolerance("CTS quant8", units=tolerance_units).units_text(),
         "rounding_note": ROUNDING_NOTE,
     }
 

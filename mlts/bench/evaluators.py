@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from mlts.records.benchmark import violation
+
 TOP_K = 5
 VALIDATION_TOLERANCE = 0.05
 """MLTS's VALIDATION_TOP1_THRESHOLD: top-1 may be at most this far below the reference's."""
@@ -121,7 +123,7 @@ def _dequantize(a: np.ndarray, scale: float | None, zero_point: int | None) -> n
     return (a.astype(np.float64) - float(zero_point or 0)) * float(scale)
 
 
-def validation_errors(backend: dict, reference: dict, tolerance: float = VALIDATION_TOLERANCE) -> list[str]:
+def validation_errors(backend: dict, reference: dict, tolerance: float = VALIDATION_TOLERANCE) -> list[dict]:
     """MLTS's rule: one error when the backend's top-1 is more than `tolerance` below the reference's.
 
     The comparison is reference_top1 - backend_top1 > tolerance (with 1e-9 of
@@ -132,8 +134,10 @@ def validation_errors(backend: dict, reference: dict, tolerance: float = VALIDAT
     if top1 is None or ref is None:
         return []
     if ref - top1 > tolerance + _SLACK:
-        return [
+        message = (
             f"top-1 accuracy {top1:.3f} is more than {tolerance:g} below the reference's {ref:.3f} "
             "(MLTS validation rule)"
-        ]
+        )
+        # metric: how far below the reference the backend's top-1 is; limit: the rule's tolerance.
+        return [violation(message, "top1_below_reference", ref - top1, tolerance)]
     return []

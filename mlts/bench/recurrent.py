@@ -24,6 +24,7 @@ import numpy as np
 
 from mlts.bench import speech_metrics
 from mlts.bench.stats import describe
+from mlts.records.benchmark import violation
 
 # One step: the model's inputs in order -> (outputs in order, backend-specific extra such as driver timing).
 # A step's outputs: None for those kept in driver buffers (the state, with --state-in-driver).
@@ -205,13 +206,15 @@ def _read_back(outputs: Sequence[np.ndarray | None], what: str) -> list[np.ndarr
     return present
 
 
-def validation_errors(accuracy: dict) -> list[str]:
-    """The broken limits of a score() result, each naming what it was compared against."""
+def validation_errors(accuracy: dict) -> list[dict]:
+    """The broken limits of a score() result, each naming its metric and what it was compared against."""
     errors = []
     for against, label in (("vs_golden", "golden outputs"), ("vs_reference", "onnxruntime")):
         if against in accuracy:
+            metric = accuracy[against]["metric"]
             errors += [
-                f"{v} (against the {label})" for v in accuracy[against]["metric"].get("violations", [])
+                violation(f"{v} (against the {label})", f"{metric.get('name')} {against}")
+                for v in metric.get("violations", [])
             ]
     return errors
 

@@ -13,27 +13,37 @@ the client and of the driver process is taken over each unit.
 
 from __future__ import annotations
 
-import random
-import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
-from mlts.bench.memory import MemoryWatch, driver_pid
+from mlts.bench.backends import (  # noqa: F401  (BenchmarkConfig and the row helpers are used from here too)
+    NNAPI_REFERENCE,
+    NOT_MEASURED,
+    Backend,
+    BenchmarkConfig,
+    backend_label,
+    backend_order,
+    driver_backends,
+    driver_timing,
+    each_backend,
+    error_record,
+    model_backends,
+    record,
+    split_backend,
+    timed_fields,
+)
+from mlts.bench.memory import driver_pid
 from mlts.bench.ort_exactness import probe as ort_probe
 from mlts.bench.overhead import harness_overhead
 from mlts.bench.progress import Progress
 from mlts.bench.reference import OnnxRuntimeReference
 from mlts.bench.sources import ModelSource, family_of, zoo_entry
-from mlts.bench.stats import PERCENTILE_ESTIMATOR, describe
-from mlts.bench.timing import RunControl, Timed
+from mlts.bench.speech_runner import benchmark_recurrent
+from mlts.bench.timing import Timed
 from mlts.convert.errors import ConversionError
-from mlts.hal.enums import UINT64_MAX
 from mlts.hal.errors import HalError
-from mlts.report.environment import environment
-from mlts.report.results import SCHEMA_VERSION
-from mlts.runtime.execution import EXECUTION_MODES
-
-NOT_MEASURED = "not measured"
+from mlts.records import SCHEMA_VERSION
+from mlts.records.environment import environment
 
 # MLTS's --quick: 0.3 s warm-up and a 1 s run; compilation timings capped at 1 s each.
 QUICK_WARMUP_S = 0.3
@@ -41,121 +51,6 @@ QUICK_DURATION_S = 1.0
 QUICK_COMPILE_SECONDS = 1.0
 
 
-@dataclass(frozen=True)
-class BenchmarkConfig:
-    threads: int = 1
-    warmup_s: float = 2.0
-    duration_s: float = 10.0
-    min_iterations: int = 20
-    quick: bool = False
-    images: int | None = None  # None: 100 procedural images, or all of the user's folder
-    dataset_dir: str | None = None
-    seed: int = 0
-    in_process: bool = False
-    plugin_files: tuple[str, ...] = field(default_factory=tuple)
-    sequences: int = 50  # recurrent models: how many of the dataset's sequences to run
-    compilation: bool = True
-    compile_max_iterations: int = 100
-    compile_max_seconds: float = 10.0
-    # MLTS's "NNAPI reference": also ("include") or only ("only") run the device the runtime chooses.
-    nnapi_reference: str = "off"
-    # Factory options per driver name, e.g. {"sample-all": {"capabilities": "FILE.json"}}.
-    driver_options: dict[str, dict[str, str]] = field(default_factory=dict)
-    # Execution paths to measure on drivers (mlts.runtime.execution.EXECUTION_MODES): one row each.
-    executions: tuple[str, ...] = ("sync",)
-    # Priority, preference, deadline and loop timeout (mlts.runtime.qos_settings.QosSettings.to_dict()).
-    qos: dict = field(default_factory=dict)
-
-    def session_options(self) -> dict:
-        from mlts.runtime.qos_settings import QosSettings
-
-        return QosSettings.from_dict(self.qos).session_kwargs()
-
-    # LSTM models: also run each driver with the recurrent state in driver buffers (memory domains).
-    state_in_driver: bool = False
-    # Per-operation profiles after each timed run (mlts.bench.profile_runs); off by default.
-    profile: bool = False
-
-    @property
-    def control(self) -> RunControl:
-        return RunControl(self.warmup_s, self.duration_s, self.min_iterations)
-
-    def seconds_per_unit(self) -> float:
-        """A rough duration of one model × backend run, for the first ETA."""
-        compile_s = 3 * self.compile_max_seconds if self.compilation else 0.0
-        return self.warmup_s + self.duration_s + 0.5 * compile_s + 1.0
-
-
-def driver_timing(results: list) -> dict | None:
-    """Statistics (µs) of the driver's own Timing over the timed calls; "not measured" where it gave none.
-
-    UINT64_MAX is the HAL's "no measurement" and is never turned into a number.
-    """
-    if not results:
-        return None
-    out: dict[str, Any] = {}
-    for key in ("time_on_device", "time_in_driver"):
-        values = [getattr(r.timing, key) for r in results if getattr(r.timing, key) != UINT64_MAX]
-        # describe() reads seconds and writes milliseconds: µs / 1000 in gives µs out.
-        out[key] = describe([v / 1000.0 for v in values], p99_wanted=False) if values else NOT_MEASURED
-    return out
-
-
-def execution_of(backend: str) -> str:
-    """The execution path of a backend label or key (`driver:sample-all/async` -> async)."""
-    return split_backend(backend)[1]
-
-
-def record(model: str, backend: str, config: BenchmarkConfig, **extra) -> dict:
-    rec = {
-        "model": model,
-        "family": "user",
-        "backend": backend,
-        "execution": execution_of(backend),
-        "status": "ok",
-        "threads": config.threads,
-        "qos": dict(config.qos),
-        "percentile_estimator": PERCENTILE_ESTIMATOR,
-        "validation_errors": [],
-    }
-    rec.update(extra)
-    return rec
-
-
-def error_record(model: str, family: str, backend: str, config: BenchmarkConfig, error: str) -> dict:
-    return {
-        "model": model,
-        "family": family,
-        "backend": backend,
-        "execution": execution_of(backend),
-        "status": "error",
-        "error": error,
-        "threads": config.threads,
-    }
-
-
-def timed_fields(timed: Timed, config: BenchmarkConfig) -> dict:
-    """warmup, run, iterations and latency_ms (with the raw samples in ms) of one timed run."""
-    latency = describe(timed.samples)
-    latency["samples"] = [s * 1000.0 for s in timed.samples]
-    return {
-        "warmup": {
-            "iterations": timed.warmup_iterations,
-            "seconds": timed.warmup_seconds,
-            "target_seconds": config.warmup_s,
-        },
-        "run": {
-            "iterations": timed.iterations,
-            "seconds": timed.duration_seconds,
-            "min_seconds": config.duration_s,
-            "min_iterations": config.min_iterations,
-        },
-        "iterations": timed.iterations,
-        "latency_ms": latency,
-    }
-
-
-NNAPI_REFERENCE = "nnapi-reference"
 # What --profile says on rows of the runtime's own placement of a model over several drivers.
 PARTITIONED_PROFILE = {
     "available": False,
@@ -164,72 +59,26 @@ PARTITIONED_PROFILE = {
 }
 
 
-def driver_backends(config: BenchmarkConfig, devices: dict) -> list[str]:
-    """The driver backends of a run: each driver, the runtime's own choice, or both; once per execution path.
-
-    A backend is the driver's name, followed by `/PATH` for every path but sync (`sample-all/async`).
-    """
-    named = [] if config.nnapi_reference == "only" else sorted(devices)
-    bases = named + ([NNAPI_REFERENCE] if config.nnapi_reference != "off" else [])
-    return [base if mode == "sync" else f"{base}/{mode}" for base in bases for mode in config.executions]
-
-
-def split_backend(backend: str) -> tuple[str, str]:
-    """(driver name or nnapi-reference, execution path) of a backend key."""
-    base, sep, mode = backend.rpartition("/")
-    if sep and mode in EXECUTION_MODES:
-        return base, mode
-    return backend, "sync"
-
-
-def backend_order(config: BenchmarkConfig, name: str, devices: dict) -> list[str]:
-    backends = ["ref"] + driver_backends(config, devices)
-    random.Random(f"{config.seed}:{name}").shuffle(backends)
-    return backends
-
-
-def backend_label(backend: str) -> str:
-    return backend if split_backend(backend)[0] == NNAPI_REFERENCE else f"driver:{backend}"
-
-
-def compilation_timings(
-    device, model, config: BenchmarkConfig, progress: Progress | None = None
-) -> dict | None:
-    """MLTS's three compilation timings and the cache size, in a cache directory of their own."""
-    if not config.compilation:
-        return None
-    from mlts.bench.compilation import measure_compilation
-
-    with tempfile.TemporaryDirectory(prefix="mlts-compile-cache-") as cache_dir:
-        return measure_compilation(
-            device,
-            model,
-            cache_dir,
-            max_iterations=config.compile_max_iterations,
-            max_seconds=config.compile_max_seconds,
-            on_step=progress.advance if progress is not None else None,
-        )
-
-
 def benchmark_model(
     source: ModelSource, proto, devices: dict, config: BenchmarkConfig, progress: Progress, imageset
 ) -> list[dict]:
     """All backends on one loaded ONNX model; a failing driver gives an error row, not an exception."""
     entry = zoo_entry(source)
     if entry is not None and entry.recurrent:
-        from mlts.bench.speech_runner import benchmark_recurrent
-
         return benchmark_recurrent(source, entry, proto, devices, config, progress)
     from mlts.bench.workload import prepare_workload
 
     work = prepare_workload(source, proto, config, imageset, progress, offered_extensions(devices))
-    rows: dict[str, dict] = {}
-    for backend in backend_order(config, source.name, devices):
-        if backend == "ref":
-            rows[backend] = _run_reference(work, config, progress)
-        else:
-            rows[backend] = _run_driver(work, backend, devices, config, progress)
-        progress.unit_done()
+
+    def run(backend: Backend) -> dict:
+        if backend.is_reference:
+            return _run_reference(work, backend, config, progress)
+        return _run_driver(work, backend, config, progress)
+
+    ran, failed = each_backend(
+        model_backends(config, source.name, devices), work.name, work.family, config, progress, run
+    )
+    rows = {**ran, **failed}
     ref_topk = (rows["ref"].get("accuracy") or {}).get("topk")
     drivers = driver_backends(config, devices)
     for name in drivers:
@@ -239,6 +88,9 @@ def benchmark_model(
             from mlts.bench.evaluators import validation_errors
 
             row["validation_errors"] = validation_errors(topk, ref_topk)
+    from mlts.bench.verdict import apply_verdicts
+
+    apply_verdicts([rows[d] for d in drivers], rows["ref"])
     if config.profile:
         from mlts.bench.profile import attach_layer_pairs
 
@@ -257,9 +109,9 @@ def offered_extensions(devices: dict) -> frozenset[str]:
     return frozenset(names)
 
 
-def _run_reference(work, config: BenchmarkConfig, progress: Progress) -> dict:
-    label = OnnxRuntimeReference.backend
-    watch = MemoryWatch(None).start()
+def _run_reference(work, backend: Backend, config: BenchmarkConfig, progress: Progress) -> dict:
+    label = backend.label
+    watch = backend.memory_watch()
     progress.phase(work.name, label, "warm-up and timing")
     reference = work.reference
     timed = config.control.run(lambda i: reference.run(work.feeds[i % len(work.feeds)]))
@@ -304,16 +156,11 @@ def _row(work, label: str, config: BenchmarkConfig, timed: Timed, progress: Prog
     return rec
 
 
-def _run_driver(work, backend: str, devices: dict, config: BenchmarkConfig, progress: Progress) -> dict:
+def _run_driver(work, backend: Backend, config: BenchmarkConfig, progress: Progress) -> dict:
     """One driver, or (nnapi-reference) the runtime's own placement of the model over every driver."""
-    label = backend_label(backend)
-    try:
-        name, mode = split_backend(backend)
-        if name == NNAPI_REFERENCE:
-            return _run_partitioned(work, devices, config, progress, mode)
-        return _run_one_driver(work, label, devices[name], config, progress, mode)
-    except HalError as e:
-        return error_record(work.name, work.family, label, config, str(e))
+    if backend.partitioned:
+        return _run_partitioned(work, backend, config, progress)
+    return _run_one_driver(work, backend, config, progress)
 
 
 def _timed_session(work, session, label: str, config: BenchmarkConfig, progress: Progress):
@@ -326,20 +173,17 @@ def _timed_session(work, session, label: str, config: BenchmarkConfig, progress:
     return timed, results[len(results) - timed.iterations :], outputs
 
 
-def _run_one_driver(
-    work, label: str, device, config: BenchmarkConfig, progress: Progress, mode: str = "sync"
-) -> dict:
-    from mlts.runtime.session import Session
-
-    watch = MemoryWatch(driver_pid(device)).start()
+def _run_one_driver(work, backend: Backend, config: BenchmarkConfig, progress: Progress) -> dict:
+    label = backend.label
+    watch = backend.memory_watch()
     progress.phase(work.name, label, "compilation timings")
-    compilation = compilation_timings(device, work.model, config, progress)
+    compilation = backend.compilation(work.model, config, progress)
     progress.phase(work.name, label, "prepare")
-    session = Session(device, work.model, mode=mode, **config.session_options())
+    session = backend.open_session(work.model, config)
     extra = {}
     try:
         timed, results, outputs = _timed_session(work, session, label, config, progress)
-        overhead = harness_overhead(device)  # on the connection the timed calls used
+        overhead = harness_overhead(backend.device)  # on the connection the timed calls used
         if config.profile:
             from mlts.bench.profile_runs import profile_driver
 
@@ -364,21 +208,16 @@ def _run_one_driver(
     )
 
 
-def _run_partitioned(
-    work, devices: dict, config: BenchmarkConfig, progress: Progress, mode: str = "sync"
-) -> dict:
+def _run_partitioned(work, backend: Backend, config: BenchmarkConfig, progress: Progress) -> dict:
     """The model split over the drivers by their capabilities, unsupported operations on the CPU path.
 
     The row adds `partition`: which operation ran where, the steps, coverage per device, each step's
     prepare time and any fallback to the CPU path. The driver timing sums the steps' timings.
     """
-    from mlts.runtime.partitioned import open_partitioned
-
-    label = backend_label(NNAPI_REFERENCE if mode == "sync" else f"{NNAPI_REFERENCE}/{mode}")
-    watch = MemoryWatch(None).start()
+    label = backend.label
+    watch = backend.memory_watch()
     progress.phase(work.name, label, "partition and prepare")
-    preference = config.session_options()["preference"]
-    session = open_partitioned(devices, work.model, preference, mode=mode)
+    session = backend.open_session(work.model, config)
     try:
         timed, results, outputs = _timed_session(work, session, label, config, progress)
         partition = session.describe()

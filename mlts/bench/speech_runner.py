@@ -10,29 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from mlts.bench import recurrent
-from mlts.bench.memory import MemoryWatch, driver_pid
-from mlts.bench.progress import Progress
-from mlts.bench.reference import OnnxRuntimeReference
-from mlts.bench.runner import (
-    NNAPI_REFERENCE,
+from mlts.bench.backends import (
+    Backend,
     BenchmarkConfig,
-    backend_label,
-    backend_order,
-    compilation_timings,
     driver_backends,
     driver_timing,
-    error_record,
+    each_backend,
+    merged_retries,
+    model_backends,
     record,
-    split_backend,
 )
+from mlts.bench.progress import Progress
+from mlts.bench.reference import OnnxRuntimeReference
 from mlts.bench.sources import ModelSource, family_of
 from mlts.datasets import speech
 from mlts.datasets.golden import golden_outputs
-from mlts.hal.errors import HalError
 from mlts.models import zoo
 
 
@@ -72,7 +67,11 @@ class Scored:
                 compilation=collected.compilation.get(backend),
                 memory_mb=collected.memory[backend],
                 **collected.chosen.get(backend, {}),
+                **({"retries": collected.retries[backend]} if backend in collected.retries else {}),
             )
+        from mlts.bench.verdict import apply_verdicts
+
+        apply_verdicts([rows[d] for d in drivers], rows["ref"])
         return [rows["ref"]] + [rows[d] for d in drivers]
 
 
@@ -86,6 +85,7 @@ class Collected:
     memory: dict[str, dict]
     labels: dict[str, str] = field(default_factory=dict)
     chosen: dict[str, dict] = field(default_factory=dict)
+    retries: dict[str, dict] = field(default_factory=dict)  # driver backends: TRANSIENT errors retried
 
 
 def _collect_runs(
@@ -104,56 +104,55 @@ def _collect_runs(
     Session on one driver, or for nnapi-reference the model partitioned over every driver.
     `compile_model`: the converted model whose compilation timings drivers get (None: not measured).
     """
-    from mlts.runtime.session import Session
-
     out = Collected({}, {}, {}, {})
-    for backend in backend_order(config, source.name, devices):
-        label = OnnxRuntimeReference.backend if backend == "ref" else backend_label(backend)
-        if backend == "ref":
-            progress.phase(source.name, label, what)
-            watch = MemoryWatch(None).start()
-            out.runs[backend] = run_reference()
-            out.memory[backend] = watch.result()
-            progress.unit_done()
-            continue
-        out.labels[backend] = label
-        try:
-            name, mode = split_backend(backend)
-            if name == NNAPI_REFERENCE:
-                watch = MemoryWatch(None).start()
-                opener = _PartitionOpener(devices, mode)
-                progress.phase(source.name, label, what)
-                out.runs[backend] = run_driver(opener)
-                out.chosen[backend] = opener.fields()
-            else:
-                device = devices[name]
-                watch = MemoryWatch(driver_pid(device)).start()
-                if compile_model is not None and config.compilation:
-                    progress.phase(source.name, label, "compilation timings")
-                    out.compilation[backend] = compilation_timings(device, compile_model, config, progress)
-                progress.phase(source.name, label, what)
-                out.runs[backend] = run_driver(partial(Session, device, mode=mode))
-            out.memory[backend] = watch.result()
-        except HalError as e:
-            out.rows[backend] = error_record(source.name, family_of(source), label, config, str(e))
-        progress.unit_done()
+
+    def run(backend: Backend) -> None:
+        watch = backend.memory_watch()
+        if backend.is_reference:
+            progress.phase(source.name, backend.label, what)
+            out.runs[backend.key] = run_reference()
+        elif backend.partitioned:
+            out.labels[backend.key] = backend.label
+            opener = _PartitionOpener(backend, config)
+            progress.phase(source.name, backend.label, what)
+            out.runs[backend.key] = run_driver(opener)
+            out.chosen[backend.key] = opener.fields()
+        else:
+            out.labels[backend.key] = backend.label
+            if compile_model is not None and config.compilation:
+                progress.phase(source.name, backend.label, "compilation timings")
+                out.compilation[backend.key] = backend.compilation(compile_model, config, progress)
+            progress.phase(source.name, backend.label, what)
+            sessions: list = []
+
+            def open_session(model):
+                sessions.append(backend.open_session(model, config))
+                return sessions[-1]
+
+            try:
+                out.runs[backend.key] = run_driver(open_session)
+            finally:
+                out.retries[backend.key] = merged_retries(sessions)
+        out.memory[backend.key] = watch.result()
+
+    _, out.rows = each_backend(
+        model_backends(config, source.name, devices), source.name, family_of(source), config, progress, run
+    )
     return out
 
 
 class _PartitionOpener:
     """Opens partitioned sessions over every driver; keeps where the first one placed the operations."""
 
-    def __init__(self, devices: dict, mode: str = "sync") -> None:
-        self.devices = devices
-        self.mode = mode
+    def __init__(self, backend: Backend, config: BenchmarkConfig) -> None:
+        self.backend = backend
+        self.config = config
         self.opened = 0
         self.first: dict | None = None
         self.summary = ""
 
     def __call__(self, model):
-        from mlts.runtime.partitioned import open_partitioned
-
-        session = open_partitioned(self.devices, model, mode=self.mode)
+        session = self.backend.open_session(model, self.config)
         self.opened += 1
         if self.first is None:
             self.first, self.summary = session.describe(), session.summary()

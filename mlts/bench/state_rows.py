@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from mlts.bench import recurrent
-from mlts.bench.runner import (
+from mlts.bench.backends import (
     NNAPI_REFERENCE,
+    Backend,
     backend_label,
     driver_timing,
     error_record,
@@ -74,11 +75,9 @@ def state_rows(
             continue
         label = state_label(backend)
         try:
-            from mlts.bench.memory import MemoryWatch, driver_pid
-            from mlts.runtime.session import Session
-
-            watch = MemoryWatch(driver_pid(devices[name])).start()
-            session = Session(devices[name], model, mode=mode)
+            driver = Backend(backend, devices)
+            watch = driver.memory_watch()
+            session = driver.open_session(model, config)
             try:
                 run = run_state(session)
             finally:

@@ -348,7 +348,10 @@ def benchmark(
         raise click.ClickException(f"{len(failed)} of {len(doc['results'])} runs failed; see {path}")
     invalid = [r for r in doc["results"] if r.get("validation_errors")]
     if invalid:
-        first = f"{invalid[0]['model']} on {invalid[0]['backend']}: {invalid[0]['validation_errors'][0]}"
+        from mlts.records.benchmark import violation_message
+
+        row = invalid[0]
+        first = f"{row['model']} on {row['backend']}: {violation_message(row['validation_errors'][0])}"
         raise click.ClickException(
             f"{len(invalid)} of {len(doc['results'])} runs broke an accuracy limit ({first}); see {path}"
         )

@@ -95,7 +95,7 @@ def calibrate(
     from mlts.calibrate.workloads import WorkloadError, default_workloads, parse_model_argument
     from mlts.hal.capabilities_file import CapabilitiesFileError, default_path, write_capabilities_file
     from mlts.hal.errors import HalError
-    from mlts.report.environment import environment
+    from mlts.records.environment import environment
     from mlts.runtime.discovery import DiscoveryError, discover
 
     try:

@@ -32,25 +32,29 @@ def compare(old_path: str, new_path: str, threshold: str, as_json: bool) -> None
     "slower" when the whole interval is above the threshold, "faster" when it
     is below -threshold, else "same". Also top-1..top-5 changes, new
     validation errors and rows that started failing; rows in only one file are
-    listed as added or removed. A warning names every recorded package version,
-    CPU property or onnxruntime exactness verdict that differs between the two
-    runs (on stderr with --json; the JSON has them as environment_warnings).
+    listed as added or removed. Step-by-step models are compared per step. The
+    reference backend (onnxruntime) getting slower or faster is shown as
+    information, not a regression of the driver. Warnings name every run option
+    that differs (quick against full, threads, images, sequences, warm-up,
+    duration) and every recorded package version, CPU property or onnxruntime
+    exactness verdict that differs (on stderr with --json; the JSON has them as
+    config_warnings and environment_warnings).
 
     \b
     Exit status:
       0  no significant regression
       1  a significant regression: a "slower" row, a row that started
          failing, a new validation error, or top-1 down by more than 0.05
-      2  a file cannot be read (missing, not JSON, another schema version)
-         or an option is bad: one line on stderr, "mlts compare: <reason>"
+      2  a file cannot be read (missing, not JSON, another schema version),
+         the two files have no model x backend in common, or an option is bad: one line on stderr, "mlts compare: <reason>"
          (click's own usage errors exit 2 as well)
     """
     from mlts.report.compare import compare_results, format_comparison
-    from mlts.report.schema import load_results
+    from mlts.report.schema import load_document
 
     try:
         value = _threshold(threshold)
-        old, new = load_results(old_path), load_results(new_path)
+        old, new = load_document(old_path), load_document(new_path)
         result = compare_results(old, new, value, labels=(old_path, new_path))
     except OSError as e:
         _bad_input(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else str(e))
@@ -58,7 +62,7 @@ def compare(old_path: str, new_path: str, threshold: str, as_json: bool) -> None
         _bad_input(str(e) or type(e).__name__)
     if as_json:
         echo_json(result)
-        for line in result["environment_warnings"]:
+        for line in result["config_warnings"] + result["environment_warnings"]:
             click.echo(f"mlts compare: warning: {line}", err=True)
     else:
         for line in format_comparison(result):

@@ -329,7 +329,7 @@ def _replay(target, path: str) -> None:
 
 def _write_outputs(section, out: Path, junit_file: str | None) -> None:
     from mlts.hal.atomic import write_atomic
-    from mlts.report.environment import environment
+    from mlts.records.environment import environment
     from mlts.validate.html import write_html
     from mlts.validate.junit import write_junit
 

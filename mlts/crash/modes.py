@@ -22,12 +22,13 @@ from mlts.crash.context import StressContext
 from mlts.crash.outcome import StressFailure
 from mlts.crash.priority_mode import priority_stress
 from mlts.hal.errors import HalError
+from mlts.records.tolerance import STRESS_NETWORK
 
 # Whole-network agreement with the CPU reference path (the sample driver's NumPy executor run in this
 # process): float outputs within 1e-3 + 1e-3*|e|, 8-bit outputs within 3 units (CTS's MobileNet rule).
-FLOAT_ATOL = 1e-3
-FLOAT_RTOL = 1e-3
-QUANT_UNITS = 3
+FLOAT_ATOL = STRESS_NETWORK.atol
+FLOAT_RTOL = STRESS_NETWORK.rtol
+QUANT_UNITS = STRESS_NETWORK.units
 # performance-degradation-stress: FAILURE when model A's median latency grows by more than this (MLTS: 50%).
 DEGRADATION_LIMIT_PERCENT = 50.0
 
@@ -361,6 +362,7 @@ def _random(ctx: StressContext, run: bool) -> dict[str, Any]:
         dump,
         random_inputs,
         reference_outputs,
+        supported_operations,
     )
     from mlts.crash.random_graph import random_model
     from mlts.runtime.session import Session
@@ -378,7 +380,7 @@ def _random(ctx: StressContext, run: bool) -> dict[str, Any]:
         try:
             session = Session(device, model, **ctx.session_options())
         except HalError as e:
-            kind = classify_failure(e)
+            kind = classify_failure(e, supported_operations(device, model))
             if kind in ("invalid", "unsupported"):
                 counts[kind] += 1
                 ctx.progress()

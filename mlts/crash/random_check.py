@@ -7,13 +7,12 @@ tolerance of the reference's: float32 |a - e| <= 1e-5 + 5 * 2^-23 * |e|, quant8 
 integers and booleans exactly.
 
 For the random stress modes an "invalid model" (INVALID_ARGUMENT) and an "unsupported model"
-(a driver's "does not support" refusal) count as success; any other failure is dumped with
+(getSupportedOperations says some operation is not supported) count as success; any other failure is dumped with
 `dump` as an .nnm file that `mlts inspect` reads and `run_model` runs again.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,8 +30,6 @@ from mlts.hal.types import Model
 # Float inputs have magnitudes in [INPUT_MIN, INPUT_BOUND]: bounded and never zero.
 INPUT_MIN = 0.125
 QUANT8_INPUT_RANGE = (1, 255)  # uint8 inputs: any non-zero byte
-_UNSUPPORTED = re.compile(r"does not support|not supported", re.IGNORECASE)
-_REFUSALS = (ErrorStatus.INVALID_ARGUMENT, ErrorStatus.GENERAL_FAILURE)
 
 
 def random_inputs(model: Model, seed: int) -> list[np.ndarray]:
@@ -126,15 +123,29 @@ def check_outputs(actual: Sequence[np.ndarray | None], expected: Sequence[np.nda
     return None
 
 
-def classify_failure(error: HalError) -> str:
-    """The class of a failed compile or run: "unsupported" for a driver's refusal of the model ("does
-    not support"), "invalid" for any other INVALID_ARGUMENT (both count as success in the random
-    stress modes), else "failure"."""
-    if error.status in _REFUSALS and _UNSUPPORTED.search(error.message):
+def classify_failure(error: HalError, supported: Sequence[bool] | None = None) -> str:
+    """The class of a failed compile or run, decided from structure, never from the message's wording.
+
+    `supported`: the driver's getSupportedOperations for the model (None when it could not answer).
+    "unsupported" when the driver refused the preparation with INVALID_ARGUMENT or GENERAL_FAILURE
+    and says some operation is not supported (NNAPI: a driver need not prepare a model it does not
+    fully support); "invalid" for any other INVALID_ARGUMENT (both count as success in the random
+    stress modes); else "failure".
+    """
+    refused = error.status in (ErrorStatus.INVALID_ARGUMENT, ErrorStatus.GENERAL_FAILURE)
+    if refused and supported is not None and not all(supported):
         return "unsupported"
     if error.status == ErrorStatus.INVALID_ARGUMENT:
         return "invalid"
     return "failure"
+
+
+def supported_operations(device, model: Model) -> tuple[bool, ...] | None:
+    """getSupportedOperations of `model`, or None when the driver cannot answer (an invalid model)."""
+    try:
+        return tuple(device.getSupportedOperations(model))
+    except HalError:
+        return None
 
 
 def dump_path(directory: str | Path, seed: int, spec: GraphSpec) -> Path:

@@ -433,8 +433,8 @@ def stress_document(
     """The results document (kind "stress") for results.json and the report."""
     from dataclasses import asdict
 
-    from mlts.report.environment import environment
-    from mlts.report.results import SCHEMA_VERSION
+    from mlts.records import SCHEMA_VERSION
+    from mlts.records.environment import environment
 
     return {
         "schema_version": SCHEMA_VERSION,

@@ -41,7 +41,8 @@ def _text(value: Any) -> str:
         number = _number(value)
         if number is None:
             return NOT_MEASURED
-        return f"{value:,}" if isinstance(value, int) else f"{value:.4g}"
+        # Integers as they are: a pid, a seed or a count is not "22,050" (sizes are formatted by _size).
+        return str(value) if isinstance(value, int) else f"{value:.4g}"
     if isinstance(value, Mapping):
         return ", ".join(f"{k} {_text(v)}" for k, v in value.items()) or DASH
     if isinstance(value, (list, tuple)):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from markupsafe import Markup
 
+from mlts.records.benchmark import violation_message
 from mlts.report._html_format import (
     BASELINE,
     DASH,
@@ -64,9 +66,20 @@ def _environment_items(env: Mapping) -> list[tuple[str, str]]:
     return items + [(str(k), _text(v)) for k, v in env.items() if k not in known]
 
 
-def _config_items(config: Mapping) -> list[tuple[str, str]]:
+def _config_items(config: Mapping, rows: Sequence[Mapping] = ()) -> list[tuple[str, str]]:
     items = []
     for key, (label, unit) in CONFIG_LABELS.items():
+        if key == "images" and key in config and config[key] is None:
+            # Not chosen: say how many the image models actually ran on.
+            sizes = sorted(
+                {
+                    _text(_mapping(r.get("dataset")).get("size"))
+                    for r in rows
+                    if r.get("latency_unit") is None and _mapping(r.get("dataset")).get("size") is not None
+                }
+            )
+            items.append((label, f"{', '.join(sizes)} (default)" if sizes else "default"))
+            continue
         if key in config:
             value = _text(config[key])
             items.append((label, value + unit if _number(config[key]) is not None else value))
@@ -102,7 +115,7 @@ def _validation(rows: list[Mapping]) -> list[dict[str, Any]]:
         {
             "model": _text(r.get("model")),
             "backend": _text(r.get("backend")),
-            "items": [str(e) for e in errors],
+            "items": [violation_message(e) for e in errors],
         }
         for r in rows
         if isinstance(errors := r.get("validation_errors"), list) and errors
@@ -129,11 +142,19 @@ def _extensions_used(rows: list[Mapping]) -> list[dict[str, str]]:
 
 
 def _warnings(rows: list[Mapping]) -> list[dict[str, Any]]:
+    """One compact line per row with latency warnings: their short names, the full lines on expanding."""
     out = []
     for r in rows:
         items = [str(w) for w in _mapping(_latency(r)).get("warnings") or []]
         if items:
-            out.append({"model": _text(r.get("model")), "backend": _text(r.get("backend")), "items": items})
+            out.append(
+                {
+                    "model": _text(r.get("model")),
+                    "backend": _text(r.get("backend")),
+                    "items": items,
+                    "short": ", ".join(re.split(r"[:;]", w, maxsplit=1)[0] for w in items),
+                }
+            )
     return out
 
 

@@ -14,7 +14,13 @@ Per model × backend present in both documents:
 A significant regression is a "slower" verdict, a newly failing row, a new
 validation error or top-1 dropping by more than 0.05 (MLTS's validation rule).
 
-Environment warnings: the two runs' recorded software versions (Python, mlts,
+Rows of the reference backend (onnxruntime) that got slower or faster are information, not a regression
+of the driver: they say the machine or onnxruntime changed. Step-by-step models are compared per step
+(whole-sequence rows: per sequence divided by its steps), as the report shows them. Two documents with
+no model × backend in common cannot be compared (ValueError).
+
+Configuration warnings: quick against full runs, other thread counts, image or sequence counts,
+warm-up and duration. Environment warnings: the two runs' recorded software versions (Python, mlts,
 every package under `packages`), CPU model and features, and onnxruntime's
 8-bit exactness verdict, where they differ — a difference a version or a CPU
 explains is not the driver's.
@@ -26,7 +32,9 @@ import math
 import re
 from typing import Any
 
-from mlts.report.schema import TOPK, ResultsSchemaError
+from mlts.records import BenchmarkRow, ResultsDocument, Stats
+from mlts.records.benchmark import TOPK
+from mlts.report.schema import ResultsSchemaError
 
 DEFAULT_THRESHOLD = 0.05
 TOP1_DROP_LIMIT = 0.05
@@ -37,7 +45,10 @@ _DECIMAL = re.compile(r"[-+]?(?:\d*\.\d+)(?:[eE][-+]?\d+)?|[-+]?\d+[eE][-+]?\d+"
 
 
 def compare_results(
-    old: dict, new: dict, threshold: float = DEFAULT_THRESHOLD, labels: tuple[str, str] = ("old", "new")
+    old: ResultsDocument | dict,
+    new: ResultsDocument | dict,
+    threshold: float = DEFAULT_THRESHOLD,
+    labels: tuple[str, str] = ("old", "new"),
 ) -> dict[str, Any]:
     """The comparison of two validated benchmark documents, JSON-ready.
 
@@ -47,8 +58,11 @@ def compare_results(
     document, or a model × backend appearing twice in one document.
     """
     threshold = check_threshold(threshold)
+    old, new = _document(old), _document(new)
     old_rows, new_rows = _index(old, labels[0]), _index(new, labels[1])
     rows = [compare_row(old_rows[key], new_rows[key], threshold) for key in old_rows if key in new_rows]
+    if not rows and (old_rows or new_rows):
+        raise ValueError(f"{labels[0]} and {labels[1]} have no model × backend in common: nothing to compare")
     return {
         "old": labels[0],
         "new": labels[1],
@@ -57,8 +71,57 @@ def compare_results(
         "added": [_key_dict(k) for k in new_rows if k not in old_rows],
         "removed": [_key_dict(k) for k in old_rows if k not in new_rows],
         "regressions": [f"{r['model']} on {r['backend']}: {why}" for r in rows for why in r["regressions"]],
-        "environment_warnings": environment_differences(old.get("environment"), new.get("environment")),
+        "environment_warnings": environment_differences(old.environment, new.environment),
+        "config_warnings": config_differences(old.config, new.config, _kinds(old) & _kinds(new)),
+        "reference_changes": [
+            f"{r['model']} on {r['backend']}: {r['latency']['verdict']}: {latency_text(r['latency'])}"
+            for r in rows
+            if r["reference"] and r["latency"] is not None and r["latency"]["verdict"] != "same"
+        ],
     }
+
+
+def _document(doc: ResultsDocument | dict) -> ResultsDocument:
+    return doc if isinstance(doc, ResultsDocument) else ResultsDocument.from_json(doc)
+
+
+# Run options whose difference makes the latencies or accuracies of two runs not alike.
+_CONFIG_FIELDS = {
+    "quick": "quick",
+    "threads": "threads",
+    "images": "images",
+    "sequences": "sequences",
+    "warmup_s": "warm-up (s)",
+    "duration_s": "duration (s)",
+    "executions": "execution paths",
+    "in_process": "in process",
+}
+
+
+# Options that matter only when both runs have models of that kind: images for image models, sequences for LSTM.
+_OPTION_KIND = {"images": "image", "sequences": "recurrent"}
+
+
+def _kinds(doc: ResultsDocument) -> set[str]:
+    return {"recurrent" if r.step_wise else "image" for r in doc.rows if r.ok}
+
+
+def config_differences(old: dict, new: dict, kinds: set[str] | None = None) -> list[str]:
+    """One line per run option that differs (quick against full, threads, images, ...).
+
+    `kinds`: the kinds of model both runs measured ("image", "recurrent"); `images` and `sequences` are
+    compared only when both runs have models they apply to (None: always).
+    """
+    out = []
+    for key, label in _CONFIG_FIELDS.items():
+        if kinds is not None and key in _OPTION_KIND and _OPTION_KIND[key] not in kinds:
+            continue
+        if key in old and key in new and old[key] != new[key]:
+            a, b = old[key], new[key]
+            if key == "quick":
+                a, b = ("quick" if a else "full"), ("quick" if b else "full")
+            out.append(f"{label} differs: {_short(a)} -> {_short(b)}")
+    return out
 
 
 _ENV_FIELDS = ("python", "mlts", "numpy", "onnx", "onnxruntime", "cpu", "cpu_features")
@@ -104,19 +167,17 @@ def check_threshold(threshold: float) -> float:
     return value
 
 
-def _index(doc: dict, label: str) -> dict[tuple[str, str], dict]:
+def _index(doc: ResultsDocument, label: str) -> dict[tuple[str, str], BenchmarkRow]:
     """Records by (model, backend); one-line errors for a stress document or a repeated pair."""
-    if doc.get("kind") != "benchmark":
-        raise ResultsSchemaError(
-            f"{label}: a {doc.get('kind')} results file; compare reads benchmark results"
-        )
-    out: dict[tuple[str, str], dict] = {}
+    if doc.kind != "benchmark":
+        raise ResultsSchemaError("", f"{label}: a {doc.kind} results file; compare reads benchmark results")
+    out: dict[tuple[str, str], BenchmarkRow] = {}
     where: dict[tuple[str, str], int] = {}
-    for i, rec in enumerate(doc["results"]):
-        key = (rec["model"], rec["backend"])
+    for i, rec in enumerate(doc.rows):
+        key = rec.key
         if key in out:
             raise ResultsSchemaError(
-                f"{label}: results[{i}] repeats {key[0]} on {key[1]} (first at results[{where[key]}])"
+                "", f"{label}: results[{i}] repeats {key[0]} on {key[1]} (first at results[{where[key]}])"
             )
         out[key], where[key] = rec, i
     return out
@@ -126,18 +187,26 @@ def _key_dict(key: tuple[str, str]) -> dict[str, str]:
     return {"model": key[0], "backend": key[1]}
 
 
-def compare_row(old: dict, new: dict, threshold: float) -> dict[str, Any]:
-    """One model × backend: status, latency (both rows ok), top-k changes, new validation errors, regressions."""
-    status = _status(old["status"], new["status"])
+def compare_row(old: BenchmarkRow, new: BenchmarkRow, threshold: float) -> dict[str, Any]:
+    """One model × backend: status, latency (both rows ok), top-k changes, new validation errors, regressions.
+
+    Latency is per call, or per step for step-by-step models (`BenchmarkRow.per_call_latency`).
+    """
+    status = _status(old.status, new.status)
     both_ok = status == "ok"
-    latency = latency_change(old["latency_ms"], new["latency_ms"], threshold) if both_ok else None
+    old_lat, new_lat = old.per_call_latency, new.per_call_latency
+    latency = None
+    if both_ok and old_lat is not None and new_lat is not None:
+        latency = latency_change(old_lat, new_lat, threshold)
+        latency["unit"] = "step" if old.step_wise else "call"
     accuracy = topk_changes(old, new) if both_ok else {}
     new_errors = new_validation_errors(old, new)
     row = {
-        "model": old["model"],
-        "backend": old["backend"],
-        "old_status": old["status"],
-        "new_status": new["status"],
+        "model": old.model,
+        "backend": old.backend,
+        "reference": old.is_reference,
+        "old_status": old.status,
+        "new_status": new.status,
         "status": status,
         "latency": latency,
         "accuracy": accuracy,
@@ -153,13 +222,13 @@ def _status(old: str, new: str) -> str:
     return "newly failing" if new == "error" else "fixed"
 
 
-def latency_change(old: dict, new: dict, threshold: float) -> dict[str, Any]:
+def latency_change(old: Stats, new: Stats, threshold: float) -> dict[str, Any]:
     """Old and new median (ms), change = new/old - 1, its interval and the verdict.
 
     change_ci95 = [new_lo/old_hi - 1, new_hi/old_lo - 1] from the medians' 95% intervals;
     a bound is null (open) when the old end it divides by is 0; an open bound never decides a verdict.
     """
-    (old_lo, old_hi), (new_lo, new_hi) = old["median_ci95"], new["median_ci95"]
+    (old_lo, old_hi), (new_lo, new_hi) = old.median_ci95, new.median_ci95
     lower, upper = _relative(new_lo, old_hi), _relative(new_hi, old_lo)
     if lower is not None and lower > threshold:
         verdict = "slower"
@@ -168,9 +237,9 @@ def latency_change(old: dict, new: dict, threshold: float) -> dict[str, Any]:
     else:
         verdict = "same"
     return {
-        "old_median_ms": old["median"],
-        "new_median_ms": new["median"],
-        "change": _relative(new["median"], old["median"]),
+        "old_median_ms": old.median,
+        "new_median_ms": new.median,
+        "change": _relative(new.median, old.median),
         "change_ci95": [lower, upper],
         "verdict": verdict,
     }
@@ -181,35 +250,39 @@ def _relative(new: float, old: float) -> float | None:
     return new / old - 1.0 if old > 0 else None
 
 
-def topk_changes(old: dict, new: dict) -> dict[str, dict[str, float]]:
+def topk_changes(old: BenchmarkRow, new: BenchmarkRow) -> dict[str, dict[str, float]]:
     """{"top1": {"old", "new", "change" (new - old)}, ...} for each top-k both rows report."""
-    old_topk = (old.get("accuracy") or {}).get("topk") or {}
-    new_topk = (new.get("accuracy") or {}).get("topk") or {}
+    old_topk, new_topk = old.evaluator("topk"), new.evaluator("topk")
+    if old_topk is None or new_topk is None:
+        return {}
     out = {}
     for k in TOPK:
-        a, b = old_topk.get(k), new_topk.get(k)
+        a, b = getattr(old_topk, k), getattr(new_topk, k)
         if a is not None and b is not None:
             out[k] = {"old": a, "new": b, "change": b - a}
     return out
 
 
-def new_validation_errors(old: dict, new: dict) -> list[str]:
+def new_validation_errors(old: BenchmarkRow, new: BenchmarkRow) -> list[str]:
     """The new row's validation errors that the old row lacks, compared with their decimal numbers masked.
 
     So a failure already present whose measured value moved ("top-1 accuracy 0.700 ..." becoming
     "0.690") is not new; one of another kind is.
     """
-    seen = {_DECIMAL.sub("#", e) for e in old.get("validation_errors") or []}
-    return [e for e in new.get("validation_errors") or [] if _DECIMAL.sub("#", e) not in seen]
+    seen = {_DECIMAL.sub("#", e.message) for e in old.violations}
+    return [e.message for e in new.violations if _DECIMAL.sub("#", e.message) not in seen]
 
 
-def _regressions(row: dict, new: dict) -> list[str]:
-    """Why this row counts as a significant regression, one reason per line (none: it does not)."""
+def _regressions(row: dict, new: BenchmarkRow) -> list[str]:
+    """Why this row counts as a significant regression, one reason per line (none: it does not).
+
+    A slower reference backend is not one: the driver did not change (see `reference_changes`).
+    """
     out = []
     if row["status"] == "newly failing":
-        out.append(f"newly failing: {new.get('error', '')}")
+        out.append(f"newly failing: {new.error or ''}")
     lat = row["latency"]
-    if lat is not None and lat["verdict"] == "slower":
+    if lat is not None and lat["verdict"] == "slower" and not row["reference"]:
         out.append(f"slower: {latency_text(lat)}")
     top1 = row["accuracy"].get("top1")
     if top1 is not None and -top1["change"] > TOP1_DROP_LIMIT + TOP1_DROP_SLACK:
@@ -250,13 +323,17 @@ def _short(value: Any) -> str:
 def format_comparison(cmp: dict) -> list[str]:
     """The comparison as text lines: the latency table, accuracy changes, added/removed rows, the verdict."""
     lines = [f"{cmp['old']} -> {cmp['new']} (threshold {cmp['threshold'] * 100:g}%)", ""]
-    warnings = cmp.get("environment_warnings") or []
-    if warnings:
-        lines.append("warning: the runs' environments differ, so a change may come from them:")
-        lines += [f"  {w}" for w in warnings]
-        lines.append("")
+    for key, what in (("config_warnings", "configurations"), ("environment_warnings", "environments")):
+        warnings = cmp.get(key) or []
+        if warnings:
+            lines.append(f"warning: the runs' {what} differ, so a change may come from them:")
+            lines += [f"  {w}" for w in warnings]
+            lines.append("")
     lines += _latency_table(cmp["rows"])
     lines += _accuracy_lines(cmp["rows"])
+    if cmp.get("reference_changes"):
+        lines += ["", "reference backend changed (information: the machine or onnxruntime, not the driver):"]
+        lines += [f"  {r}" for r in cmp["reference_changes"]]
     for what, side in (("added", "new"), ("removed", "old")):
         if cmp[what]:
             lines += ["", f"{what} (only in {cmp[side]}):"]
@@ -285,9 +362,11 @@ def _latency_table(rows: list[dict]) -> list[str]:
                 f"{r['model']:<{w}} {r['backend']:<{b}} {'-':>9} {'-':>9} {'-':>8} {'-':<20} {r['status']}"
             )
             continue
+        verdict = lat["verdict"] + (" (reference)" if r.get("reference") and lat["verdict"] != "same" else "")
+        per = " per step" if lat.get("unit") == "step" else ""
         lines.append(
             f"{r['model']:<{w}} {r['backend']:<{b}} {lat['old_median_ms']:>9.3f} {lat['new_median_ms']:>9.3f} "
-            f"{_percent(lat['change'], 'n/a'):>8} {interval_text(lat):<20} {lat['verdict']}"
+            f"{_percent(lat['change'], 'n/a'):>8} {interval_text(lat):<20} {verdict}{per}"
         )
     return lines
 

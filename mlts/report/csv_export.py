@@ -13,7 +13,8 @@ from typing import Any
 import pandas as pd
 
 from mlts.hal.atomic import write_atomic
-from mlts.report.schema import COMPILE_TIMINGS, TOPK, validate_results
+from mlts.records import BenchmarkRow, Compilation, DriverTiming, Evaluator, ResultsDocument, Stats
+from mlts.records.benchmark import COMPILE_TIMINGS, TOPK
 
 LATENCY_KEYS = ("n", "mean", "std", "median", "mad", "p50", "p90", "p95", "p99", "min", "max")
 
@@ -51,6 +52,8 @@ COLUMNS: tuple[str, ...] = (
     *(f"compile_{k}_ms_median" for k in COMPILE_TIMINGS),
     "cache_size_bytes",
     "validation_errors",
+    "verdict_pass",
+    "retries",
 )
 
 # pandas' nullable dtypes keep integers integers and write an empty cell for a missing value.
@@ -62,8 +65,9 @@ INTEGER_COLUMNS = {
     "dataset_size",
     "latency_ms_n",
     "cache_size_bytes",
+    "retries",
 }
-BOOLEAN_COLUMNS = {"cts_pass", "reference_exact"}
+BOOLEAN_COLUMNS = {"cts_pass", "reference_exact", "verdict_pass"}
 
 STRESS_COLUMNS: tuple[str, ...] = (
     "mode",
@@ -87,115 +91,114 @@ def _dtype(column: str) -> str:
     return "boolean" if column in BOOLEAN_COLUMNS else "Float64"
 
 
-def results_frame(doc: dict) -> pd.DataFrame:
+def results_frame(doc: dict | ResultsDocument) -> pd.DataFrame:
     """The document's records as a table: one row per record, the columns of COLUMNS (or STRESS_COLUMNS).
 
-    The document is validated first (ResultsSchemaError names the first problem).
-    Columns have pandas' nullable dtypes (string, Int64, Float64, boolean), so an
-    integer column stays integer beside an empty cell.
+    The document is read into records first (ResultsSchemaError names the first problem); the
+    columns are read from the records' fields. Columns have pandas' nullable dtypes (string, Int64,
+    Float64, boolean), so an integer column stays integer beside an empty cell.
     """
-    validate_results(doc)
-    if doc["kind"] == "stress":
-        rows = [{k: r.get(k) for k in STRESS_COLUMNS} for r in doc["results"]]
+    parsed = doc if isinstance(doc, ResultsDocument) else ResultsDocument.from_json(doc)
+    if parsed.kind == "stress":
+        rows = [{k: getattr(r, k) for k in STRESS_COLUMNS} for r in parsed.stress]
         dtypes = {c: STRESS_DTYPES.get(c, "string") for c in STRESS_COLUMNS}
     else:
-        rows = [benchmark_row(r) for r in doc["results"]]
+        rows = [benchmark_row(r) for r in parsed.rows]
         dtypes = {c: _dtype(c) for c in COLUMNS}
     return pd.DataFrame(rows, columns=list(dtypes), dtype=object).astype(dtypes)
 
 
-def write_csv(doc: dict, path: str | Path) -> None:
+def write_csv(doc: dict | ResultsDocument, path: str | Path) -> None:
     """Write results_frame(doc) to `path` as UTF-8 CSV, atomically (the old file or the whole new one)."""
     text = io.StringIO()
     results_frame(doc).to_csv(text, index=False, lineterminator="\n")
     write_atomic(path, text.getvalue().encode("utf-8"))
 
 
-def benchmark_row(rec: dict) -> dict[str, Any]:
+def benchmark_row(rec: BenchmarkRow) -> dict[str, Any]:
     """One benchmark record flattened to COLUMNS; None where the record has no value."""
-    dataset = rec.get("dataset") or {}
+    dataset, warmup, run, memory = rec.dataset, rec.warmup, rec.run, rec.memory_mb
     row: dict[str, Any] = {
-        "model": rec["model"],
-        "family": rec.get("family"),
-        "backend": rec["backend"],
-        "status": rec["status"],
-        "error": rec.get("error"),
-        "threads": rec.get("threads"),
-        "warmup_iterations": (rec.get("warmup") or {}).get("iterations"),
-        "warmup_s": (rec.get("warmup") or {}).get("seconds"),
-        "iterations": rec.get("iterations", (rec.get("run") or {}).get("iterations")),
-        "run_s": (rec.get("run") or {}).get("seconds"),
-        "dataset": dataset.get("name"),
-        "dataset_size": dataset.get("size"),
-        "labels": dataset.get("labels"),
-        **_latency(rec.get("latency_ms")),
-        **_driver_timing(rec.get("driver_timing_us")),
-        "client_peak_rss_mb": (rec.get("memory_mb") or {}).get("client_peak_rss"),
-        "driver_peak_rss_mb": (rec.get("memory_mb") or {}).get("driver_peak_rss"),
-        **_accuracy(rec.get("accuracy") or {}),
-        **_compilation(rec.get("compilation")),
-        "validation_errors": "; ".join(rec.get("validation_errors") or []) or None,
+        "model": rec.model,
+        "family": rec.family,
+        "backend": rec.backend,
+        "status": rec.status,
+        "error": rec.error,
+        "threads": rec.threads,
+        "warmup_iterations": warmup and warmup.iterations,
+        "warmup_s": warmup and warmup.seconds,
+        "iterations": rec.iterations if rec.iterations is not None else run and run.iterations,
+        "run_s": run and run.seconds,
+        "dataset": dataset and dataset.name,
+        "dataset_size": dataset and dataset.size,
+        "labels": dataset and dataset.labels,
+        **_latency(rec.latency_ms),
+        **_driver_timing(rec.driver_timing_us),
+        "client_peak_rss_mb": memory and memory.client_peak_rss,
+        "driver_peak_rss_mb": memory and memory.driver_peak_rss,
+        **_accuracy(rec),
+        **_compilation(rec.compilation),
+        "validation_errors": "; ".join(v.message for v in rec.violations) or None,
+        "verdict_pass": rec.verdict and rec.verdict.passed,
+        "retries": rec.retries and rec.retries.retries,
     }
-    if rec.get("reference_inexact"):  # every row of the model, onnxruntime's own included
+    if rec.reference_inexact:  # every row of the model, onnxruntime's own included
         row["reference_exact"] = False
     return row
 
 
-def _latency(stats: dict | None) -> dict[str, Any]:
+def _latency(stats: Stats | None) -> dict[str, Any]:
     """latency_ms_<key> for the describe() numbers, and the median's 95% interval as ci95_lo/ci95_hi."""
-    stats = stats or {}
-    lo, hi = stats.get("median_ci95") or (None, None)
+    lo, hi = stats.median_ci95 if stats is not None else (None, None)
     return {
-        **{f"latency_ms_{k}": stats.get(k) for k in LATENCY_KEYS},
+        **{f"latency_ms_{k}": getattr(stats, k) if stats is not None else None for k in LATENCY_KEYS},
         "latency_ms_ci95_lo": lo,
         "latency_ms_ci95_hi": hi,
     }
 
 
-def _median(stats: Any) -> float | None:
-    """The median of a statistics object; None for null, "not measured" or a missing entry."""
-    return stats.get("median") if isinstance(stats, dict) else None
+def _median(stats: Stats | str | None) -> float | None:
+    """The median of statistics; None for null, "not measured" or a missing entry."""
+    return stats.median if isinstance(stats, Stats) else None
 
 
-def _driver_timing(timing: dict | None) -> dict[str, Any]:
-    timing = timing or {}
+def _driver_timing(timing: DriverTiming | None) -> dict[str, Any]:
     return {
-        "driver_time_on_device_us_median": _median(timing.get("time_on_device")),
-        "driver_time_in_driver_us_median": _median(timing.get("time_in_driver")),
+        "driver_time_on_device_us_median": _median(timing.time_on_device) if timing else None,
+        "driver_time_in_driver_us_median": _median(timing.time_in_driver) if timing else None,
     }
 
 
-def _accuracy(acc: dict) -> dict[str, Any]:
+def _accuracy(rec: BenchmarkRow) -> dict[str, Any]:
     """top-k from `topk`; errors from `vs_golden` and `vs_reference`; speech metrics from vs_golden's metric."""
-    topk = acc.get("topk") or {}
-    golden = acc.get("vs_golden") or {}
-    reference = acc.get("vs_reference") or {}
-    metric = golden.get("metric") or {}
+    topk, golden, reference = rec.evaluator("topk"), rec.evaluator("vs_golden"), rec.evaluator("vs_reference")
+    metric = golden.metric if golden is not None else None
     return {
-        **{k: topk.get(k) for k in TOPK},
+        **{k: getattr(topk, k) if topk is not None else None for k in TOPK},
         "golden_mse": _error(golden, "mse"),
         "golden_max_abs_error": _error(golden, "max_abs_error"),
         "reference_max_abs_error": _error(reference, "max_abs_error"),
-        "cts_pass": reference.get("cts_pass"),
-        "cts_ratio": reference.get("cts_ratio"),
-        "reference_exact": reference.get("reference_exact"),
-        "phone_error_rate": metric.get("phone_error_rate"),
-        "mel_cep_distortion": metric.get("mel_cep_distortion"),
-        "log_f0_rms": metric.get("log_f0_rms"),
+        "cts_pass": reference and reference.cts_pass,
+        "cts_ratio": reference and reference.cts_ratio,
+        "reference_exact": reference and reference.reference_exact,
+        "phone_error_rate": metric and metric.phone_error_rate,
+        "mel_cep_distortion": metric and metric.mel_cep_distortion,
+        "log_f0_rms": metric and metric.log_f0_rms,
     }
 
 
-def _error(evaluator: dict, key: str) -> float | None:
+def _error(evaluator: Evaluator | None, key: str) -> float | None:
     """The evaluator's own `key`, or (LSTM rows, errors per output) the largest over its outputs."""
-    if evaluator.get(key) is not None:
-        return evaluator[key]
-    values = [o[key] for o in (evaluator.get("outputs") or {}).values() if o.get(key) is not None]
+    if evaluator is None:
+        return None
+    if getattr(evaluator, key) is not None:
+        return getattr(evaluator, key)
+    values = [getattr(o, key) for o in (evaluator.outputs or {}).values() if getattr(o, key) is not None]
     return max(values) if values else None
 
 
-def _compilation(comp: dict | None) -> dict[str, Any]:
-    comp = comp or {}
+def _compilation(comp: Compilation | None) -> dict[str, Any]:
     return {
-        **{f"compile_{k}_ms_median": _median(comp.get(k)) for k in COMPILE_TIMINGS},
-        "cache_size_bytes": comp.get("cache_size_bytes"),
+        **{f"compile_{k}_ms_median": _median(getattr(comp, k) if comp else None) for k in COMPILE_TIMINGS},
+        "cache_size_bytes": comp and comp.cache_size_bytes,
     }

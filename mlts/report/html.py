@@ -19,7 +19,9 @@ from typing import Any
 import jinja2
 
 from mlts.hal.atomic import write_atomic
+from mlts.records import SCHEMA_VERSION
 from mlts.report._html_format import BASELINE, DASH, NOT_MEASURED, _mapping, _text
+from mlts.report._html_overview import overview
 from mlts.report._html_sections import (
     _capabilities,
     _charts,
@@ -51,7 +53,7 @@ __all__ = [
 
 
 def render_report(doc: Mapping) -> str:
-    """The whole report page for `doc` (a results document, schema version 2) as one HTML string."""
+    """The whole report page for `doc` (a results document, schema version 2 or 3) as one HTML string."""
     return _template().render(r=build_view(doc))
 
 
@@ -82,7 +84,9 @@ def build_view(doc: Mapping) -> dict[str, Any]:
         "title": f"mlts {kind} report",
         "time": _text(env.get("time_utc")),
         "environment": _environment_items(env),
-        "config": _config_items(_mapping(doc.get("config"))),
+        "config": _config_items(_mapping(doc.get("config")), rows),
+        "overview": overview(rows) if rows else None,
+        "schema_version": SCHEMA_VERSION,
         "devices": _devices(_mapping(doc.get("devices"))),
         "summary": _summary(rows, stress),
         "families": _families(rows),

@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 
 from mlts.hal.atomic import write_atomic
-
-SCHEMA_VERSION = 2
+from mlts.records import SCHEMA_VERSION  # noqa: F401  (re-exported: the version written)
+from mlts.records.benchmark import violation_message
 
 
 def write_json_atomic(doc: dict, path: Path) -> None:
@@ -68,7 +68,7 @@ def _image_table(records: list[dict]) -> list[str]:
             f"{_percent(topk.get('top1')):>6} {_percent(topk.get('top5')):>6} {err + mark:>9} "
             f"{'-' if ratio is None else f'{ratio:.2f}x' + mark:>8}"
         )
-        lines += [f"  validation error: {e}" for e in r.get("validation_errors") or []]
+        lines += [f"  validation error: {violation_message(e)}" for e in r.get("validation_errors") or []]
         if r.get("extensions") and r["model"] not in with_extensions:
             with_extensions.add(r["model"])
             lines.append(f"  vendor extensions used: {', '.join(r['extensions'])}")
@@ -124,7 +124,7 @@ def _recurrent_table(records: list[dict]) -> list[str]:
                 f"  state in driver buffers: {dm['step_latency_saved_ms']:+.3f} ms/step saved against "
                 f"{dm['client_state_backend']}; outputs bit-equal: {'yes' if dm['bit_equal_to_client_state'] else 'NO'}"
             )
-        lines += [f"  validation error: {e}" for e in r.get("validation_errors") or []]
+        lines += [f"  validation error: {violation_message(e)}" for e in r.get("validation_errors") or []]
     return lines
 
 

@@ -113,9 +113,12 @@ def test_golden_error_bad_arguments():
 
 
 def test_validation_rule_message():
-    assert validation_errors({"top1": 0.7}, {"top1": 0.81}) == [
+    (error,) = validation_errors({"top1": 0.7}, {"top1": 0.81})
+    assert error["message"] == (
         "top-1 accuracy 0.700 is more than 0.05 below the reference's 0.810 (MLTS validation rule)"
-    ]
+    )
+    assert error["metric"] == "top1_below_reference" and error["limit"] == 0.05
+    assert error["value"] == pytest.approx(0.11)
 
 
 @pytest.mark.parametrize(

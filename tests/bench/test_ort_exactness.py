@@ -17,8 +17,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from mlts.bench import ort_exactness
 from mlts.models import zoo
+from mlts.records import BenchmarkRow, Evaluator
+from mlts.records.environment import cpu_features, environment
 from mlts.report.csv_export import benchmark_row
-from mlts.report.environment import cpu_features, environment
 from mlts.report.html import render_report
 from mlts.report.results import format_table
 
@@ -149,10 +150,16 @@ def test_table_and_report_mark_comparisons_with_an_inexact_reference():
     assert "40u!" in lines[2] and "13.30x!" in lines[2]
     assert lines[3] == f"  ! reference: {note}"
     assert not any("!" in line for line in format_table([_row("driver:sample-all", None)])[2:])
-    assert benchmark_row(_row("cpu:onnxruntime", note))["reference_exact"] is False
-    exact_row = _row("driver:sample-all", None)
-    exact_row["accuracy"]["vs_reference"]["reference_exact"] = True
-    assert benchmark_row(exact_row)["reference_exact"] is True
+    # results.csv reads records: built here field by field (the rows above are not whole records).
+    ref = BenchmarkRow(model="m", backend="cpu:onnxruntime", status="ok", reference_inexact=note)
+    assert benchmark_row(ref)["reference_exact"] is False
+    exact = BenchmarkRow(
+        model="m",
+        backend="driver:sample-all",
+        status="ok",
+        accuracy={"vs_reference": Evaluator(reference_exact=True)},
+    )
+    assert benchmark_row(exact)["reference_exact"] is True
 
     doc = {
         "schema_version": 2,

@@ -66,7 +66,13 @@ def test_scores_and_validation_errors():
     assert res["vs_golden"]["metric"]["phone_error_rate"] == pytest.approx(20.0)
     assert res["vs_reference"]["outputs"]["total"]["max_abs_error"] == 1.0
     errors = recurrent.validation_errors(res)
-    assert len(errors) >= 2 and any("golden" in e for e in errors) and any("onnxruntime" in e for e in errors)
+    messages = [e["message"] for e in errors]
+    assert (
+        len(errors) >= 2
+        and any("golden" in m for m in messages)
+        and any("onnxruntime" in m for m in messages)
+    )
+    assert {e["metric"] for e in errors} == {"PhoneErrorRate vs_golden", "PhoneErrorRate vs_reference"}
 
 
 def test_latency_fields_are_per_step():

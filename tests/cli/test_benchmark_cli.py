@@ -91,7 +91,7 @@ def test_json_prints_the_document_and_nothing_else(runner, tiny, tmp_path):
     )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert doc["schema_version"] == 2 and doc == json.loads((tmp_path / "o" / "results.json").read_text())
+    assert doc["schema_version"] == 3 and doc == json.loads((tmp_path / "o" / "results.json").read_text())
 
 
 def test_quiet_prints_nothing(runner, tiny, tmp_path):
@@ -206,8 +206,10 @@ def test_wrong_results_break_mltss_validation_rule(runner, tmp_path):
     assert ref["accuracy"]["topk"]["top1"] == good["accuracy"]["topk"]["top1"] == 1.0
     assert good["validation_errors"] == []
     assert bad["accuracy"]["topk"]["top1"] < 0.95
-    assert "MLTS validation rule" in bad["validation_errors"][0]
+    assert "MLTS validation rule" in bad["validation_errors"][0]["message"]
+    assert bad["validation_errors"][0]["metric"] == "top1_below_reference"
     assert bad["accuracy"]["vs_reference"]["cts_pass"] is False
+    assert good["verdict"]["pass"] and not bad["verdict"]["pass"]
 
 
 def capabilities_file(path, driver="sample-all", exec_time=0.5):

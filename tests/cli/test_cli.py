@@ -92,7 +92,7 @@ def test_benchmark_writes_results(runner, tiny, tmp_path):
     )
     assert r.exit_code == 0, r.output
     doc = json.loads((out / "results.json").read_text())
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == 3
     assert (out / "results.csv").is_file() and (out / "report.html").is_file()
     backends = {rec["backend"] for rec in doc["results"]}
     assert backends == {"cpu:onnxruntime", "driver:sample-all"}

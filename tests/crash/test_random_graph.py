@@ -23,6 +23,7 @@ from mlts.crash.random_check import (
     dump,
     random_inputs,
     reference_outputs,
+    supported_operations,
 )
 from mlts.crash.random_graph import (
     DIVISOR_MIN,
@@ -361,16 +362,20 @@ class DivQueryFails(SampleAll):
         return super().getSupportedOperations(model)
 
 
-def test_classify_failure():
-    refusal = HalError(ErrorStatus.INVALID_ARGUMENT, "sample-x does not support operation 3 (3)")
-    assert classify_failure(refusal) == "unsupported"
-    assert classify_failure(HalError(ErrorStatus.INVALID_ARGUMENT, "operand 4: bad scale")) == "invalid"
-    assert classify_failure(HalError(ErrorStatus.GENERAL_FAILURE, "operation 2 failed")) == "failure"
-    assert classify_failure(HalError(ErrorStatus.DEVICE_UNAVAILABLE, "does not support dying")) == "failure"
+def test_classify_failure_is_structural():
+    refusal = HalError(ErrorStatus.INVALID_ARGUMENT, "any wording at all")
+    assert classify_failure(refusal, (True, False, True)) == "unsupported"
+    assert classify_failure(HalError(ErrorStatus.GENERAL_FAILURE, "x"), (False,)) == "unsupported"
+    # The wording alone decides nothing: a "does not support" message with every operation supported.
+    assert classify_failure(HalError(ErrorStatus.INVALID_ARGUMENT, "does not support"), (True,)) == "invalid"
+    assert classify_failure(HalError(ErrorStatus.INVALID_ARGUMENT, "operand 4: bad scale"), None) == "invalid"
+    assert classify_failure(HalError(ErrorStatus.GENERAL_FAILURE, "operation 2 failed"), (True,)) == "failure"
+    assert classify_failure(HalError(ErrorStatus.DEVICE_UNAVAILABLE, "x"), (False,)) == "failure"
     model = random_model(2, GraphSpec(3, op_types=frozenset({Op.CONV_2D}), quant=0.0))
+    device = NoConvDevice()
     with pytest.raises(HalError) as caught:
-        NoConvDevice().prepareModel(model)
-    assert classify_failure(caught.value) == "unsupported"
+        device.prepareModel(model)
+    assert classify_failure(caught.value, supported_operations(device, model)) == "unsupported"
 
 
 def test_supported_op_types_probes_the_driver():

@@ -123,7 +123,12 @@ def sample_doc() -> dict:
         },
     }
     bad["validation_errors"] = [
-        "top-1 accuracy 0.700 is more than 0.05 below the reference's 0.810 (MLTS validation rule)"
+        {
+            "message": "top-1 accuracy 0.700 is more than 0.05 below the reference's 0.810 (MLTS validation rule)",
+            "metric": "top1_below_reference",
+            "value": 0.11,
+            "limit": 0.05,
+        }
     ]
     bad["compilation"] = _compilation(200)
     rows.append(bad)
@@ -163,7 +168,7 @@ def sample_doc() -> dict:
     rows.append(lstm)
 
     return {
-        "schema_version": 2,
+        "schema_version": 3,
         "kind": "benchmark",
         "environment": {
             "time_utc": "2026-11-21T18:40:00+00:00",

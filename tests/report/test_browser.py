@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from mlts.report.html import write_report
+from tests.report._dom import parse_html
 from tests.report._sample import sample_doc
-from tests.report.test_html import parse_html
 
 PIL = pytest.importorskip("PIL.Image", reason="Pillow comes with the test extra")
 
@@ -131,8 +131,10 @@ def test_rendered_dom_has_the_tables_and_charts(chromium, page, tmp_path):
     assert row.find_all("td")[0].text == EVIL
     worse = dom.find("tr", "result", data_model="mobilenet_v1_0.25_128", data_backend="driver:sample-all")
     assert "worse" in worse.find("td", "diff").classes
-    svgs = list(dom.iter("svg"))
+    svgs = [s for s in dom.iter("svg") if "ratio" not in s.attrs.get("class", "")]
     assert len(svgs) == 10  # a histogram and a CDF for each of the 5 models
+    ratio = [s for s in dom.iter("svg") if "ratio" in s.attrs.get("class", "")]
+    assert len(ratio) == 1 and ratio[0].find_all("circle")  # the overview's driver ÷ reference chart
     for svg in svgs:
         marks = svg.find_all("path", "series") + svg.find_all("rect", "bar")
         assert marks, svg.attrs.get("class")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
@@ -11,6 +12,7 @@ from click.testing import CliRunner
 from mlts.bench.stats import describe
 from mlts.cli import MltsGroup
 from mlts.commands.compare import compare
+from mlts.records import Stats
 from mlts.report.compare import compare_results, latency_change
 from mlts.report.results import write_json_atomic
 from tests.report._sample import sample_doc, slower
@@ -41,6 +43,11 @@ def one_line_error(result) -> str:
     return lines[0]
 
 
+def _lat(median: float, ci: list[float]) -> SimpleNamespace:
+    """The two fields of a latency Stats record that latency_change reads."""
+    return SimpleNamespace(median=median, median_ci95=ci)
+
+
 def rows_by_key(result) -> dict:
     return {(r["model"], r["backend"]): r for r in result["rows"]}
 
@@ -50,15 +57,15 @@ def rows_by_key(result) -> dict:
 
 def test_interval_from_hand_written_intervals():
     # old median 11 in [10, 12], new 14 in [13, 15]: [13/12 - 1, 15/10 - 1] = [0.08333.., 0.5].
-    old = {"median": 11.0, "median_ci95": [10.0, 12.0]}
-    new = {"median": 14.0, "median_ci95": [13.0, 15.0]}
+    old = _lat(11.0, [10.0, 12.0])
+    new = _lat(14.0, [13.0, 15.0])
     lat = latency_change(old, new, 0.05)
     assert lat["change"] == pytest.approx(14 / 11 - 1, rel=1e-15)
     assert lat["change_ci95"] == pytest.approx([1 / 12, 0.5], rel=1e-15)
     assert lat["verdict"] == "slower"
     assert latency_change(old, new, 0.09)["verdict"] == "same"  # lower bound 0.0833 is not above 9%
     # new in [8, 9]: [8/12 - 1, 9/10 - 1] = [-1/3, -0.1]: faster at 5%, same at 20%.
-    faster = {"median": 8.5, "median_ci95": [8.0, 9.0]}
+    faster = _lat(8.5, [8.0, 9.0])
     assert latency_change(old, faster, 0.05)["change_ci95"] == pytest.approx([-1 / 3, -0.1], rel=1e-15)
     assert latency_change(old, faster, 0.05)["verdict"] == "faster"
     assert latency_change(old, faster, 0.2)["verdict"] == "same"
@@ -72,15 +79,15 @@ def test_interval_from_describe_order_statistics():
     assert old["median_ci95"] == pytest.approx([2.0, 9.0]) and new["median_ci95"] == pytest.approx(
         [6.0, 27.0]
     )
-    lat = latency_change(old, new, 0.05)
+    lat = latency_change(Stats.from_json(old), Stats.from_json(new), 0.05)
     assert lat["change"] == pytest.approx(2.0, rel=1e-12)  # 16.5 / 5.5 - 1
     assert lat["change_ci95"] == pytest.approx([6 / 9 - 1, 27 / 2 - 1], rel=1e-12)
     assert lat["verdict"] == "same"  # the intervals overlap: ten samples cannot show a 3x slowdown
 
 
 def test_zero_old_latency_leaves_the_bound_open():
-    old = {"median": 0.0, "median_ci95": [0.0, 0.0]}
-    lat = latency_change(old, {"median": 1.0, "median_ci95": [1.0, 1.0]}, 0.05)
+    old = _lat(0.0, [0.0, 0.0])
+    lat = latency_change(old, _lat(1.0, [1.0, 1.0]), 0.05)
     assert lat["change"] is None and lat["change_ci95"] == [None, None] and lat["verdict"] == "same"
 
 
@@ -89,30 +96,30 @@ def test_zero_old_latency_leaves_the_bound_open():
 
 def test_slower_row_is_a_regression_naming_the_row(write):
     doc = sample_doc()
-    result = run(write(doc, "old.json"), write(slower(doc, V1, REF, 1.5), "new.json"))
+    result = run(write(doc, "old.json"), write(slower(doc, V1, DRV, 1.5), "new.json"))
     assert result.exit_code == 1, result.output
-    assert f"{V1} on {REF}: slower: median" in result.stdout
+    assert f"{V1} on {DRV}: slower: median" in result.stdout
     assert "1 significant regression" in result.stdout
-    line = next(ln for ln in result.stdout.splitlines() if ln.startswith(V1) and REF in ln)
+    line = next(ln for ln in result.stdout.splitlines() if ln.startswith(V1) and DRV in ln)
     assert line.split()[-1] == "slower" and "+50.0%" in line
 
 
 def test_slower_json_matches_the_documents(write):
     doc = sample_doc()
-    new = slower(doc, V1, REF, 1.5)
+    new = slower(doc, V1, DRV, 1.5)
     result = run(write(doc, "old.json"), write(new, "new.json"), "--json")
     assert result.exit_code == 1
     out = json.loads(result.stdout)
-    row = rows_by_key(out)[(V1, REF)]
-    old_lat, new_lat = doc["results"][0]["latency_ms"], new["results"][0]["latency_ms"]
+    row = rows_by_key(out)[(V1, DRV)]
+    old_lat, new_lat = doc["results"][1]["latency_ms"], new["results"][1]["latency_ms"]
     (olo, ohi), (nlo, nhi) = old_lat["median_ci95"], new_lat["median_ci95"]
     assert row["latency"]["old_median_ms"] == old_lat["median"]
     assert row["latency"]["new_median_ms"] == new_lat["median"]
     assert row["latency"]["change"] == pytest.approx(0.5, rel=1e-9)  # every sample scaled by 1.5
     assert row["latency"]["change_ci95"] == pytest.approx([nlo / ohi - 1, nhi / olo - 1], rel=1e-12)
     assert row["latency"]["verdict"] == "slower"
-    assert out["regressions"] == [f"{V1} on {REF}: slower: {_text(row)}"]
-    others = [r["latency"]["verdict"] for k, r in rows_by_key(out).items() if k != (V1, REF) and r["latency"]]
+    assert out["regressions"] == [f"{V1} on {DRV}: slower: {_text(row)}"]
+    others = [r["latency"]["verdict"] for k, r in rows_by_key(out).items() if k != (V1, DRV) and r["latency"]]
     assert others and set(others) == {"same"}
 
 
@@ -151,7 +158,7 @@ def test_faster_is_not_a_regression(write):
 
 def test_a_large_threshold_hides_the_slowdown(write):
     doc = sample_doc()
-    result = run(write(doc, "old.json"), write(slower(doc, V1, REF, 1.5), "new.json"), "--threshold", "0.6")
+    result = run(write(doc, "old.json"), write(slower(doc, V1, DRV, 1.5), "new.json"), "--threshold", "0.6")
     assert result.exit_code == 0, result.output
 
 
@@ -236,7 +243,7 @@ def test_version_mismatch(write, tmp_path):
     old.write_text(json.dumps({**sample_doc(), "schema_version": 1}))
     line = one_line_error(run(str(old), write(sample_doc(), "new.json")))
     assert line == (
-        f"mlts compare: {old}: results schema version 1; this mlts reads version 2 "
+        f"mlts compare: {old}: results schema version 1; this mlts reads versions 2 and 3 "
         "(re-run the benchmark to get a new file)"
     )
 
@@ -283,7 +290,7 @@ def test_exit_codes_pass_through_the_mlts_group(write):
     group = MltsGroup(name="mlts")
     group.add_command(compare)
     doc = sample_doc()
-    old, new = write(doc, "old.json"), write(slower(doc, V1, REF, 1.5), "new.json")
+    old, new = write(doc, "old.json"), write(slower(doc, V1, DRV, 1.5), "new.json")
     runner = CliRunner()
     assert runner.invoke(group, ["compare", old, old], obj={}).exit_code == 0
     assert runner.invoke(group, ["compare", old, new], obj={}).exit_code == 1
@@ -331,3 +338,64 @@ def test_differing_package_versions_and_cpu_are_warned_about(write):
     assert "mlts compare: warning: package onnxruntime differs" in as_json.stderr
     same = compare_results(old, copy.deepcopy(old))
     assert same["environment_warnings"] == []
+
+
+# --- what compare warns about and treats as information ---------------------------------------------
+
+
+def test_a_slower_reference_is_information_not_a_regression(write):
+    doc = sample_doc()
+    result = run(write(doc, "old.json"), write(slower(doc, V1, REF, 1.5), "new.json"), "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["regressions"] == []
+    assert rows_by_key(out)[(V1, REF)]["latency"]["verdict"] == "slower"
+    assert len(out["reference_changes"]) == 1 and out["reference_changes"][0].startswith(
+        f"{V1} on {REF}: slower"
+    )
+
+
+def test_configuration_differences_are_warned_about(write):
+    doc = sample_doc()
+    other = copy.deepcopy(doc)
+    other["config"].update(quick=not doc["config"].get("quick", False), threads=7, images=3)
+    result = run(write(doc, "old.json"), write(other, "new.json"))
+    assert result.exit_code == 0, result.output
+    assert "warning: the runs' configurations differ" in result.stdout
+    assert "threads differs:" in result.stdout and "images differs:" in result.stdout
+    assert "quick differs: full -> quick" in result.stdout or "quick differs: quick -> full" in result.stdout
+
+
+def test_step_by_step_models_compare_per_step(write):
+    doc = sample_doc()
+    out = json.loads(run(write(doc, "a.json"), write(doc, "b.json"), "--json").stdout)
+    assert rows_by_key(out)[("asr_float", DRV)]["latency"]["unit"] == "step"
+    assert rows_by_key(out)[(V1, DRV)]["latency"]["unit"] == "call"
+
+
+def test_nothing_in_common_exits_2(write):
+    doc = sample_doc()
+    other = copy.deepcopy(doc)
+    for r in other["results"]:
+        r["model"] = "other_" + r["model"]
+    line = one_line_error(run(write(doc, "a.json"), write(other, "b.json")))
+    assert "no model × backend in common" in line
+
+
+def test_a_version_2_file_compares_with_a_version_3_file(write):
+    from pathlib import Path
+
+    v2 = Path(__file__).parent / "data" / "results_v2.json"
+    result = run(str(v2), str(v2), "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert len(out["rows"]) == 6 and out["regressions"] == []
+
+
+def test_sequences_matter_only_when_both_runs_have_lstm_models(write):
+    doc = sample_doc()
+    other = copy.deepcopy(doc)
+    other["config"]["sequences"] = 7
+    assert "sequences differs" in run(write(doc, "a.json"), write(other, "b.json")).stdout
+    other["results"] = [r for r in other["results"] if r["model"] != "asr_float"]
+    assert "sequences differs" not in run(write(doc, "a.json"), write(other, "b.json")).stdout

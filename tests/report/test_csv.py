@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pandas as pd
 import pytest
 
@@ -18,7 +20,7 @@ EXPECTED_COLUMNS = (
     "client_peak_rss_mb driver_peak_rss_mb top1 top2 top3 top4 top5 golden_mse golden_max_abs_error "
     "reference_max_abs_error cts_pass cts_ratio reference_exact phone_error_rate mel_cep_distortion log_f0_rms "
     "compile_without_cache_ms_median compile_save_to_cache_ms_median compile_prepare_from_cache_ms_median "
-    "cache_size_bytes validation_errors"
+    "cache_size_bytes validation_errors verdict_pass retries"
 ).split()
 
 
@@ -105,7 +107,7 @@ def test_quantized_driver_row(doc, table):
     row = _row(frame, "mobilenet_v1_0.25_128_quant", "driver:sample-all")
     assert pd.isna(row["driver_time_on_device_us_median"]) and pd.isna(row["driver_time_in_driver_us_median"])
     assert (row["cts_pass"], row["cts_ratio"], row["top1"]) == (False, 1.67, 0.70)
-    assert row["validation_errors"] == doc["results"][5]["validation_errors"][0]
+    assert row["validation_errors"] == doc["results"][5]["validation_errors"][0]["message"]
 
 
 def test_error_row_has_only_identity_and_error(doc, table):
@@ -175,3 +177,13 @@ def test_stress_document_gets_stress_columns(tmp_path):
     assert list(frame["outcome"]) == ["SUCCESS", "CRASH", "HANG"]
     assert frame.loc[1, "duration_s"] == 1.5 and frame.loc[1, "iterations"] == 12
     assert [str(s) for s in frame["signal"]] == ["nan", "9", "SIGKILL"]
+
+
+def test_verdict_and_retries_columns():
+    d = copy.deepcopy(sample_doc())
+    d["results"][1]["verdict"] = {"pass": False, "profile": "p", "rule": "r", "checks": []}
+    d["results"][1]["retries"] = {"retries": 3, "errors": {}, "error_classes": {}}
+    frame = results_frame(d)
+    assert frame.loc[1, "verdict_pass"] == False  # noqa: E712 (pandas' nullable boolean)
+    assert frame.loc[1, "retries"] == 3
+    assert pd.isna(frame.loc[0, "verdict_pass"]) and pd.isna(frame.loc[0, "retries"])

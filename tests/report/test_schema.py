@@ -106,7 +106,7 @@ CORRUPTIONS = [
     ),
     (
         _set(["results", 5, "validation_errors"], [3]),
-        "results[5].validation_errors[0]: expected a string, got 3",
+        "results[5].validation_errors[0]: expected a string or an object, got 3",
     ),
     (
         _set(["results", 0, "accuracy", "topk"], []),
@@ -249,14 +249,16 @@ def test_load_old_version_says_what_to_do(tmp_path):
     with pytest.raises(ResultsSchemaError) as info:
         load_results(path)
     assert str(info.value) == (
-        f"{path}: results schema version 1; this mlts reads version 2 (re-run the benchmark to get a new file)"
+        f"{path}: results schema version 1; this mlts reads versions 2 and 3 (re-run the benchmark to get a new file)"
     )
 
 
 def test_load_newer_version_says_upgrade(tmp_path):
     path = tmp_path / "new.json"
-    path.write_text(json.dumps({"schema_version": 3}))
-    with pytest.raises(ResultsSchemaError, match=r"version 3; this mlts reads version 2 \(upgrade mlts"):
+    path.write_text(json.dumps({"schema_version": 4}))
+    with pytest.raises(
+        ResultsSchemaError, match=r"version 4; this mlts reads versions 2 and 3 \(upgrade mlts"
+    ):
         load_results(path)
 
 

@@ -1,0 +1,295 @@
+"""The backends of a model's run and the one loop over them, for image and LSTM models alike.
+
+A backend is the onnxruntime reference, one driver on one execution path (`sample-all`,
+`sample-all/async`), or the runtime's own placement of the model over every driver
+(`nnapi-reference`). `model_backends` lists them in a seeded random order per model (so slow drift
+favours none); a `Backend` opens its sessions, watches peak memory and times compilation; and
+`each_backend` runs them in order, turning a driver's HalError into that backend's error row. The
+row helpers (`record`, `error_record`, `timed_fields`, `driver_timing`) build the results rows.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from mlts.bench.memory import MemoryWatch, driver_pid
+from mlts.bench.progress import Progress
+from mlts.bench.reference import OnnxRuntimeReference
+from mlts.bench.stats import PERCENTILE_ESTIMATOR, describe
+from mlts.bench.timing import RunControl, Timed
+from mlts.hal.enums import UINT64_MAX
+from mlts.hal.errors import HalError
+from mlts.runtime.execution import EXECUTION_MODES
+
+NOT_MEASURED = "not measured"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class BenchmarkConfig:
+    threads: int = 1
+    warmup_s: float = 2.0
+    duration_s: float = 10.0
+    min_iterations: int = 20
+    quick: bool = False
+    images: int | None = None  # None: 100 procedural images, or all of the user's folder
+    dataset_dir: str | None = None
+    seed: int = 0
+    in_process: bool = False
+    plugin_files: tuple[str, ...] = field(default_factory=tuple)
+    sequences: int = 50  # recurrent models: how many of the dataset's sequences to run
+    compilation: bool = True
+    compile_max_iterations: int = 100
+    compile_max_seconds: float = 10.0
+    # MLTS's "NNAPI reference": also ("include") or only ("only") run the device the runtime chooses.
+    nnapi_reference: str = "off"
+    # Factory options per driver name, e.g. {"sample-all": {"capabilities": "FILE.json"}}.
+    driver_options: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Execution paths to measure on drivers (mlts.runtime.execution.EXECUTION_MODES): one row each.
+    executions: tuple[str, ...] = ("sync",)
+    # Priority, preference, deadline and loop timeout (mlts.runtime.qos_settings.QosSettings.to_dict()).
+    qos: dict = field(default_factory=dict)
+
+    def session_options(self) -> dict:
+        from mlts.runtime.qos_settings import QosSettings
+
+        return QosSettings.from_dict(self.qos).session_kwargs()
+
+    # LSTM models: also run each driver with the recurrent state in driver buffers (memory domains).
+    state_in_driver: bool = False
+    # Per-operation profiles after each timed run (mlts.bench.profile_runs); off by default.
+    profile: bool = False
+
+    @property
+    def control(self) -> RunControl:
+        return RunControl(self.warmup_s, self.duration_s, self.min_iterations)
+
+    def seconds_per_unit(self) -> float:
+        """A rough duration of one model × backend run, for the first ETA."""
+        compile_s = 3 * self.compile_max_seconds if self.compilation else 0.0
+        return self.warmup_s + self.duration_s + 0.5 * compile_s + 1.0
+
+
+def driver_timing(results: list) -> dict | None:
+    """Statistics (µs) of the driver's own Timing over the timed calls; "not measured" where it gave none.
+
+    UINT64_MAX is the HAL's "no measurement" and is never turned into a number.
+    """
+    if not results:
+        return None
+    out: dict[str, Any] = {}
+    for key in ("time_on_device", "time_in_driver"):
+        values = [getattr(r.timing, key) for r in results if getattr(r.timing, key) != UINT64_MAX]
+        # describe() reads seconds and writes milliseconds: µs / 1000 in gives µs out.
+        out[key] = describe([v / 1000.0 for v in values], p99_wanted=False) if values else NOT_MEASURED
+    return out
+
+
+def execution_of(backend: str) -> str:
+    """The execution path of a backend label or key (`driver:sample-all/async` -> async)."""
+    return split_backend(backend)[1]
+
+
+def record(model: str, backend: str, config: BenchmarkConfig, **extra) -> dict:
+    rec = {
+        "model": model,
+        "family": "user",
+        "backend": backend,
+        "execution": execution_of(backend),
+        "status": "ok",
+        "threads": config.threads,
+        "qos": dict(config.qos),
+        "percentile_estimator": PERCENTILE_ESTIMATOR,
+        "validation_errors": [],
+    }
+    rec.update(extra)
+    return rec
+
+
+def error_record(model: str, family: str, backend: str, config: BenchmarkConfig, error: str) -> dict:
+    return {
+        "model": model,
+        "family": family,
+        "backend": backend,
+        "execution": execution_of(backend),
+        "status": "error",
+        "error": error,
+        "threads": config.threads,
+    }
+
+
+def timed_fields(timed: Timed, config: BenchmarkConfig) -> dict:
+    """warmup, run, iterations and latency_ms (with the raw samples in ms) of one timed run."""
+    latency = describe(timed.samples)
+    latency["samples"] = [s * 1000.0 for s in timed.samples]
+    return {
+        "warmup": {
+            "iterations": timed.warmup_iterations,
+            "seconds": timed.warmup_seconds,
+            "target_seconds": config.warmup_s,
+        },
+        "run": {
+            "iterations": timed.iterations,
+            "seconds": timed.duration_seconds,
+            "min_seconds": config.duration_s,
+            "min_iterations": config.min_iterations,
+        },
+        "iterations": timed.iterations,
+        "latency_ms": latency,
+    }
+
+
+NNAPI_REFERENCE = "nnapi-reference"
+
+
+def driver_backends(config: BenchmarkConfig, devices: dict) -> list[str]:
+    """The driver backends of a run: each driver, the runtime's own choice, or both; once per execution path.
+
+    A backend is the driver's name, followed by `/PATH` for every path but sync (`sample-all/async`).
+    """
+    named = [] if config.nnapi_reference == "only" else sorted(devices)
+    bases = named + ([NNAPI_REFERENCE] if config.nnapi_reference != "off" else [])
+    return [base if mode == "sync" else f"{base}/{mode}" for base in bases for mode in config.executions]
+
+
+def split_backend(backend: str) -> tuple[str, str]:
+    """(driver name or nnapi-reference, execution path) of a backend key."""
+    base, sep, mode = backend.rpartition("/")
+    if sep and mode in EXECUTION_MODES:
+        return base, mode
+    return backend, "sync"
+
+
+def backend_order(config: BenchmarkConfig, name: str, devices: dict) -> list[str]:
+    backends = ["ref"] + driver_backends(config, devices)
+    random.Random(f"{config.seed}:{name}").shuffle(backends)
+    return backends
+
+
+def backend_label(backend: str) -> str:
+    return backend if split_backend(backend)[0] == NNAPI_REFERENCE else f"driver:{backend}"
+
+
+def compilation_timings(
+    device, model, config: BenchmarkConfig, progress: Progress | None = None
+) -> dict | None:
+    """MLTS's three compilation timings and the cache size, in a cache directory of their own."""
+    if not config.compilation:
+        return None
+    from mlts.bench.compilation import measure_compilation
+
+    with tempfile.TemporaryDirectory(prefix="mlts-compile-cache-") as cache_dir:
+        return measure_compilation(
+            device,
+            model,
+            cache_dir,
+            max_iterations=config.compile_max_iterations,
+            max_seconds=config.compile_max_seconds,
+            on_step=progress.advance if progress is not None else None,
+        )
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One backend of a model's run: `key` as `model_backends` names it, `label` as the results row does."""
+
+    key: str
+    devices: dict = field(repr=False)
+
+    @property
+    def is_reference(self) -> bool:
+        return self.key == "ref"
+
+    @property
+    def label(self) -> str:
+        return OnnxRuntimeReference.backend if self.is_reference else backend_label(self.key)
+
+    @property
+    def name(self) -> str:
+        """The driver's name, or nnapi-reference ("ref" for the reference)."""
+        return split_backend(self.key)[0]
+
+    @property
+    def mode(self) -> str:
+        return split_backend(self.key)[1]
+
+    @property
+    def partitioned(self) -> bool:
+        return self.name == NNAPI_REFERENCE
+
+    @property
+    def device(self):
+        """The driver's open device (None for the reference and the runtime's own placement)."""
+        return None if self.is_reference or self.partitioned else self.devices[self.name]
+
+    def memory_watch(self) -> MemoryWatch:
+        """Peak memory of the client and, for one driver in its own process, of the driver."""
+        device = self.device
+        return MemoryWatch(driver_pid(device) if device is not None else None).start()
+
+    def open_session(self, model, config: BenchmarkConfig):
+        """A session on this driver, or the model partitioned over every driver, with the run's QoS."""
+        options = config.session_options()
+        if self.partitioned:
+            from mlts.runtime.partitioned import open_partitioned
+
+            return open_partitioned(self.devices, model, options["preference"], mode=self.mode)
+        from mlts.runtime.session import Session
+
+        return Session(self.device, model, mode=self.mode, **options)
+
+    def compilation(self, model, config: BenchmarkConfig, progress: Progress | None = None) -> dict | None:
+        """MLTS's compilation timings on one driver (None for the others or with --no-compilation)."""
+        device = self.device
+        return None if device is None else compilation_timings(device, model, config, progress)
+
+
+def model_backends(config: BenchmarkConfig, model_name: str, devices: dict) -> list[Backend]:
+    """The reference and every driver backend of one model, in the seeded order of `backend_order`."""
+    return [Backend(key, devices) for key in backend_order(config, model_name, devices)]
+
+
+def each_backend(
+    backends: list[Backend],
+    model: str,
+    family: str,
+    config: BenchmarkConfig,
+    progress: Progress,
+    run: Callable[[Backend], T],
+) -> tuple[dict[str, T], dict[str, dict]]:
+    """`run(backend)` for every backend in order: (results by key, error rows by key).
+
+    A driver backend's HalError becomes its error row (the other backends still run); the
+    reference's errors propagate. Progress counts one unit per backend.
+    """
+    results: dict[str, T] = {}
+    errors: dict[str, dict] = {}
+    for backend in backends:
+        if backend.is_reference:
+            results[backend.key] = run(backend)
+        else:
+            try:
+                results[backend.key] = run(backend)
+            except HalError as e:
+                errors[backend.key] = error_record(model, family, backend.label, config, str(e))
+        progress.unit_done()
+    return results, errors
+
+
+def merged_retries(sessions: list) -> dict:
+    """The `retries` field of a row whose run used several sessions (one per sequence length): the sums."""
+    out: dict[str, Any] = {"retries": 0, "errors": {}, "error_classes": {}}
+    for session in sessions:
+        stats = getattr(session, "retry_stats", None)
+        if stats is None:
+            continue
+        one = stats.to_dict()
+        out["retries"] += one["retries"]
+        for key in ("errors", "error_classes"):
+            for name, n in one[key].items():
+                out[key][name] = out[key].get(name, 0) + n
+    return out
