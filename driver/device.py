@@ -308,39 +308,39 @@ class SamplePreparedModel(PreparedModel):
         t0 = time.perf_counter_ns()
         if self._closed.is_set():
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "prepared model was released")
-        # A request object seen before (and naming no driver buffer) was validated then: reuse its layout.
-        io = self._io.get(request)
-        if io is None:
-            request = bind_buffers(request, self, self.buffers.lookup)
-            validate.validate_request(request, self.model)
-        if loop_timeout_duration is not None:
-            validate.validate_loop_timeout(loop_timeout_duration)
-        _check_deadline_before(deadline, "executeSynchronously")
-        self._check_feasible(deadline)
         budget, gate = self.device.budget, self.device.gate
-        held = budget.reserve(self._work_bytes, "the execution's working set")
-        try:
+        # The ticket covers the whole call, checks and output copies included: the client's lower-priority
+        # executions pause at their next operation from the moment this one arrives until its outputs
+        # are written, so none of this execution's own work competes with them for the CPU.
+        with gate.running(self.priority) as ticket:
+            # A request object seen before (and naming no driver buffer) was validated then: reuse its layout.
+            io = self._io.get(request)
             if io is None:
-                io = RequestIo(self.model, request)
-                self._io.put(io)
-            inputs = io.read_inputs(self.buffers)
-            # Output buffers too small for shapes known in advance fail here, before any kernel runs.
-            self.plan.shape_pass(inputs, io.limits)
-            ticket = gate.enter(self.priority)
+                request = bind_buffers(request, self, self.buffers.lookup)
+                validate.validate_request(request, self.model)
+            if loop_timeout_duration is not None:
+                validate.validate_loop_timeout(loop_timeout_duration)
+            _check_deadline_before(deadline, "executeSynchronously")
+            self._check_feasible(deadline)
+            held = budget.reserve(self._work_bytes, "the execution's working set")
             try:
+                if io is None:
+                    io = RequestIo(self.model, request)
+                    self._io.put(io)
+                inputs = io.read_inputs(self.buffers)
+                # Output buffers too small for shapes known in advance fail here, before any kernel runs.
+                self.plan.shape_pass(inputs, io.limits)
                 op_times: list[tuple[int, int]] | None = [] if request.measure_operations else None
                 t1 = time.perf_counter_ns()
                 outputs = self.plan.run(
                     inputs, qos.checkpoint(deadline, gate, ticket), loop_timeout_duration, op_times=op_times
                 )
                 t2 = time.perf_counter_ns()
+                if not ticket.paused:
+                    self._record(t2 - t1)
+                shapes = io.write_outputs(outputs, self.buffers)
             finally:
-                gate.leave(ticket)
-            if not ticket.paused:
-                self._record(t2 - t1)
-            shapes = io.write_outputs(outputs, self.buffers)
-        finally:
-            budget.release(held)
+                budget.release(held)
         t3 = time.perf_counter_ns()
         if measure == MeasureTiming.YES:
             timing = Timing(time_on_device=(t2 - t1) // 1000, time_in_driver=(t3 - t0) // 1000)

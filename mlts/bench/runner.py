@@ -276,6 +276,7 @@ def run_benchmark(
     from mlts.runtime.discovery import open_device
 
     progress = progress or Progress()
+    _build_missing_models(sources, progress)
     protos = [_load(source, progress) for source in sources]
     if protos and all(isinstance(p, str) for p in protos):
         raise ConversionError(protos[0])  # nothing to measure: bad input, before any driver starts
@@ -325,6 +326,16 @@ def run_benchmark(
             dev.close()
         progress.close()
     return doc
+
+
+def _build_missing_models(sources: list[ModelSource], progress: Progress) -> None:
+    """Zoo models not in the cache yet are built before the run, several at a time, each reported."""
+    from mlts.models.prebuild import build_missing
+
+    build_missing(
+        [s.zoo_name for s in sources if s.zoo_name is not None],
+        lambda message: progress.phase("zoo models", "-", message.strip()),
+    )
 
 
 def _model_error(source: ModelSource, error: BaseException) -> str:

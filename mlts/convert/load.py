@@ -216,10 +216,55 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
-        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(
+            model, check_type=False, strict_mode=False, data_prop=True
+        )
+        for _ in range(len(model.graph.node)):  # a Loop's shapes may unlock a later Loop's
+            known = _loop_output_shapes(inferred)
+            if not known:
+                break
+            inferred.graph.value_info.extend(known)
+            inferred = onnx.shape_inference.infer_shapes(
+                inferred, check_type=False, strict_mode=False, data_prop=True
+            )
+        return inferred
     except Exception as e:  # onnx raises several types (InferenceError, ValidationError, RuntimeError)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConversionError(f"ONNX shape inference failed: {first}") from None
+
+
+def _static_shape(value: onnx.ValueInfoProto | None) -> tuple[int, ...] | None:
+    if (
+        value is None
+        or not value.type.HasField("tensor_type")
+        or not value.type.tensor_type.HasField("shape")
+    ):
+        return None
+    dims = value.type.tensor_type.shape.dim
+    return tuple(d.dim_value for d in dims) if all(d.HasField("dim_value") for d in dims) else None
+
+
+def _loop_output_shapes(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """Shapes of Loop outputs that ONNX leaves unknown (a loop-carried value may change shape between
+    iterations): a carried value keeps its initial static shape when the body declares that same
+    shape for its new value."""
+    g = model.graph
+    values = {v.name: v for v in [*g.input, *g.value_info, *g.output]}
+    found = []
+    for node in g.node:
+        if node.op_type != "Loop":
+            continue
+        body = next((a.g for a in node.attribute if a.name == "body"), None)
+        if body is None:
+            continue
+        for k, (start, out) in enumerate(zip(node.input[2:], node.output, strict=False)):
+            shape = _static_shape(values.get(start))
+            if shape is None or _static_shape(values.get(out)) is not None or 1 + k >= len(body.output):
+                continue
+            if _static_shape(body.output[1 + k]) == shape:
+                elem = values[start].type.tensor_type.elem_type
+                found.append(helper.make_tensor_value_info(out, elem, list(shape)))
+    return found
 
 
 def _stand_in(node: NodeProto) -> NodeProto:

@@ -7,6 +7,12 @@ FAILURE when priorities make no difference: A's median under the LOW load is not
 median under the equal-priority load (less than `min_gain`, 30% by default, better). The goal,
 A's median under the LOW load within 1.5x of alone, is reported (`within_goal`), not enforced: on a
 loaded 2-core machine it depends on what else runs.
+
+The three phases are interleaved: ROUNDS rounds, each timing A alone, against the LOW load and
+against the MEDIUM load for a third of the round. What other programs do to the machine then drifts
+over all three phases alike instead of favouring the phase that happened to run in a quiet moment;
+each phase's statistics are over all its rounds. Every timed call is A's whole execution as the
+client sees it (request, scheduling, the driver's work, the reply).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from mlts.hal.errors import HalError
 
 GOAL_RATIO = 1.5
 MIN_GAIN = 0.3
+ROUNDS = 3
+MIN_CALLS = 5  # per phase, over all rounds
 
 
 def _stats(samples: list[float]) -> dict[str, float]:
@@ -61,13 +69,15 @@ def priority_stress(ctx: StressContext) -> dict[str, Any]:
     b_low = [session(b_model, Priority.LOW, b_name) for _ in range(threads)]
     b_medium = [session(b_model, Priority.MEDIUM, b_name) for _ in range(threads)]
     ctx.ready()
-    phase = ctx.duration_s / 3
+    rounds = max(1, int(ctx.params.get("rounds", ROUNDS)))
+    phase = ctx.duration_s / 3 / rounds  # one phase of one round
+    least = -(-MIN_CALLS // rounds)
 
     def timed(s, seconds: float) -> list[float]:
         s.run(a_inputs)  # warm-up call
         samples: list[float] = []
         end = time.monotonic() + seconds
-        while time.monotonic() < end or len(samples) < 5:
+        while time.monotonic() < end or len(samples) < least:
             t0 = time.perf_counter()
             s.run(a_inputs)
             samples.append(time.perf_counter() - t0)
@@ -99,10 +109,14 @@ def priority_stress(ctx: StressContext) -> dict[str, Any]:
                 e = errors[0]
                 raise (ctx.failure(e, f"execution of {b_name}") if isinstance(e, HalError) else e)
 
+    alone: list[float] = []
+    with_priorities: list[float] = []
+    without: list[float] = []
     try:
-        alone = timed(a_high, phase)
-        with_priorities = under_load(a_high, b_low)
-        without = under_load(a_medium, b_medium)
+        for _ in range(rounds):
+            alone += timed(a_high, phase)
+            with_priorities += under_load(a_high, b_low)
+            without += under_load(a_medium, b_medium)
     except HalError as e:
         raise ctx.failure(e, f"execution of {a_name}") from None
     finally:
@@ -112,6 +126,7 @@ def priority_stress(ctx: StressContext) -> dict[str, Any]:
         "model_a": a_name,
         "model_b": b_name,
         "threads": threads,
+        "rounds": rounds,
         "a_high_alone": _stats(alone),
         "a_high_vs_b_low": _stats(with_priorities),
         "a_medium_vs_b_medium": _stats(without),

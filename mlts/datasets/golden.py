@@ -1,18 +1,22 @@
 """Golden outputs: a float64 reference run, independent of both the driver and onnxruntime, cached.
 
 The reference is `onnx.reference` (ONNX's own NumPy implementation of the
-operators) evaluating a float64 copy of the model: every float initializer,
+operators, with a vectorised float64 Conv of our own: `_golden_conv`)
+evaluating a float64 copy of the model: every float initializer,
 input and output becomes DOUBLE, so the only float32 rounding left is that of
 the weights themselves (which are the model). Results are cached under
 <cache>/golden/ by a key made of the model bytes, the inputs and the
 reference's version, so a changed model or dataset never serves stale
-outputs; a corrupt cache file is recomputed.
+outputs; a corrupt cache file is recomputed. Many inputs are split among
+worker processes (MLTS_GOLDEN_WORKERS, default one per CPU up to 4), each
+running the reference on its share with one BLAS thread.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import os
 import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,7 +32,7 @@ _FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
 
 # Raised whenever the golden computation changes, so cached outputs of the old one are not served.
-GOLDEN_VERSION = "2"
+GOLDEN_VERSION = "3"
 
 
 #: A long computation's progress: (steps done, steps in all).
@@ -105,7 +109,9 @@ def reference_outputs(
     `on_step(done, total)` is called after each feed (a long run's progress)."""
     from onnx.reference import ReferenceEvaluator
 
-    evaluator = ReferenceEvaluator(float64_copy(model))
+    from mlts.datasets._golden_conv import Conv
+
+    evaluator = ReferenceEvaluator(float64_copy(model), new_ops=[Conv])
     results = []
     for feed in feeds:
         cast = {
@@ -116,6 +122,59 @@ def reference_outputs(
         if on_step is not None:
             on_step(len(results), len(feeds))
     return results
+
+
+_ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+#: Below this many feeds the golden run stays in this process (starting workers costs seconds).
+PARALLEL_FEEDS = 8
+
+
+def _workers() -> int:
+    """Golden worker processes: $MLTS_GOLDEN_WORKERS, else one per CPU this process may use (at most 4)."""
+    value = os.environ.get("MLTS_GOLDEN_WORKERS", "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    try:
+        return max(1, min(len(os.sched_getaffinity(0)), 4))
+    except (AttributeError, OSError):
+        return 1
+
+
+def _reference_chunk(model_bytes: bytes, feeds: Sequence[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
+    return reference_outputs(onnx.load_from_string(model_bytes), feeds)
+
+
+def _reference_in_workers(
+    model_bytes: bytes, feeds: Sequence[dict[str, np.ndarray]], on_step: Step | None = None
+) -> list[list[np.ndarray]]:
+    """reference_outputs over `feeds`, split into contiguous chunks run by spawned worker processes
+    (the float64 run is NumPy on one core per process); in this process for few feeds or one CPU."""
+    workers = min(_workers(), len(feeds) // (PARALLEL_FEEDS // 2) or 1)
+    if workers <= 1 or len(feeds) < PARALLEL_FEEDS:
+        return reference_outputs(onnx.load_from_string(model_bytes), feeds, on_step)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    bounds = np.linspace(0, len(feeds), workers + 1).astype(int)
+    chunks = [list(feeds[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    context = multiprocessing.get_context("spawn")
+    saved = {k: os.environ.get(k) for k in _ONE_THREAD}
+    os.environ.update(_ONE_THREAD)  # the workers inherit it: one BLAS thread each, one worker per CPU
+    try:
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            parts = []
+            for part in pool.map(_reference_chunk, [model_bytes] * workers, chunks):
+                parts.append(part)
+                if on_step is not None:  # progress as each worker's share lands
+                    on_step(sum(len(p) for p in parts), len(feeds))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return [outs for part in parts for outs in part]
 
 
 def _key(model_bytes: bytes, feeds: Sequence[dict[str, np.ndarray]]) -> str:
@@ -150,7 +209,7 @@ def golden_outputs(
     path = cache_root() / "golden" / f"{label}.{_key(model_bytes, feeds)}.npz"
 
     def build() -> bytes:
-        outs = reference_outputs(model, feeds, on_step)
+        outs = _reference_in_workers(model_bytes, feeds, on_step)
         buf = io.BytesIO()
         arrays: dict[str, Any] = {f"out{i}": o[0] for i, o in enumerate(outs)}
         np.savez(buf, **arrays)

@@ -23,7 +23,7 @@ import onnx
 from mlts.datasets.cache import cache_root, cached_file
 from mlts.errors import InputError
 from mlts.hal.atomic import write_atomic
-from mlts.models import gelu_mlp, mobilenet, quantized, speech
+from mlts.models import gelu_mlp, mobilenet, quantized, refine, speech
 
 GENERATOR_VERSION = mobilenet.GENERATOR_VERSION
 """Part of every cached file name; a new version rebuilds instead of reusing old files."""
@@ -217,18 +217,37 @@ for _suffix in quantized.VARIANTS:
         _REGISTRY[_q.name] = _q
 for _net in speech.NETS.values():
     _REGISTRY.update((m.name, m) for m in _speech(_net))
-_REGISTRY[gelu_mlp.NAME] = ZooModel(
-    name=gelu_mlp.NAME,
-    family="transformer",
-    dtype="float32",
-    input_shape=(gelu_mlp.TOKENS, gelu_mlp.DIM),
-    output_shape=(gelu_mlp.TOKENS, gelu_mlp.DIM),
-    description=(
-        f"Transformer MLP block, {gelu_mlp.TOKENS} tokens x {gelu_mlp.DIM} -> {gelu_mlp.HIDDEN} -> "
-        f"{gelu_mlp.DIM} with GELU (needs the extension com.example.mlts.activations; synthetic weights, seed 301)"
-    ),
-    builder=gelu_mlp.gelu_mlp_block,
-    output_name="output",
+
+
+def _tokens_block(name: str, family: str, shape: tuple[int, int], description: str, builder) -> ZooModel:
+    """A float model of one [tokens, width] input and one output of the same shape."""
+    return ZooModel(
+        name=name,
+        family=family,
+        dtype="float32",
+        input_shape=shape,
+        output_shape=shape,
+        description=description,
+        builder=builder,
+        output_name="output",
+    )
+
+
+_REGISTRY[gelu_mlp.NAME] = _tokens_block(
+    gelu_mlp.NAME,
+    "transformer",
+    (gelu_mlp.TOKENS, gelu_mlp.DIM),
+    f"Transformer MLP block, {gelu_mlp.TOKENS} tokens x {gelu_mlp.DIM} -> {gelu_mlp.HIDDEN} -> "
+    f"{gelu_mlp.DIM} with GELU (needs the extension com.example.mlts.activations; synthetic weights, seed 301)",
+    gelu_mlp.gelu_mlp_block,
+)
+_REGISTRY[refine.NAME] = _tokens_block(
+    refine.NAME,
+    "refinement",
+    (refine.TOKENS, refine.DIM),
+    f"Fixed-point refinement, {refine.TOKENS} tokens x {refine.DIM}: an ONNX Loop (NNAPI WHILE) that "
+    f"runs until the change is small, at most {refine.MAX_ITERATIONS} times (synthetic weights, seed 401)",
+    refine.iterative_refinement,
 )
 
 

@@ -139,3 +139,69 @@ def test_inference_batch_norm_is_computed_in_inference_mode(opset):
         c["var"] + np.float64(np.float32(1e-3))
     ) + c["bias"]
     np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "channels, out_channels, group, kernel, stride, dilation, pad",
+    [
+        (4, 6, 1, (3, 2), (2, 1), (2, 1), "EXPLICIT"),
+        (4, 6, 1, (1, 1), (1, 1), (1, 1), "NOTSET"),
+        (6, 6, 6, (3, 3), (2, 2), (1, 1), "SAME_UPPER"),
+        (6, 12, 6, (3, 3), (1, 2), (1, 1), "SAME_LOWER"),
+        (6, 12, 3, (3, 2), (2, 1), (2, 1), "VALID"),
+    ],
+)
+def test_golden_conv_matches_onnx_reference_conv(
+    channels, out_channels, group, kernel, stride, dilation, pad
+):
+    """The vectorised float64 Conv of the golden run gives onnx.reference's own Conv results."""
+    from onnx.reference import ReferenceEvaluator
+
+    from mlts.datasets._golden_conv import Conv
+
+    attrs = dict(group=group, strides=list(stride), dilations=list(dilation), kernel_shape=list(kernel))
+    if pad == "EXPLICIT":
+        attrs["pads"] = [1, 0, 2, 1]
+    elif pad != "NOTSET":
+        attrs["auto_pad"] = pad
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
+    graph = helper.make_graph(
+        [node],
+        "conv",
+        [helper.make_tensor_value_info(n, TensorProto.DOUBLE, None) for n in "xwb"],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    rng = np.random.default_rng(7)
+    feeds = {
+        "x": rng.standard_normal((2, channels, 9, 8)),
+        "w": rng.standard_normal((out_channels, channels // group, *kernel)),
+        "b": rng.standard_normal(out_channels),
+    }
+    (want,) = ReferenceEvaluator(model).run(None, feeds)
+    (got,) = ReferenceEvaluator(model, new_ops=[Conv]).run(None, feeds)
+    assert got.shape == want.shape and got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_golden_outputs_split_among_workers_equal_one_process(tmp_path, monkeypatch):
+    """Many feeds go to worker processes; the outputs, in feed order, are those of one process."""
+    monkeypatch.setenv("MLTS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MLTS_GOLDEN_WORKERS", "2")
+    w = numpy_helper.from_array(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Tanh", ["m"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 10
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.standard_normal((2, 4)).astype(np.float32)} for _ in range(golden.PARALLEL_FEEDS + 3)]
+    got = golden.golden_outputs(model, feeds, "split")
+    want = [o[0] for o in golden.reference_outputs(model, feeds)]
+    assert len(got) == len(feeds)
+    for g, e in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, e)

@@ -65,11 +65,12 @@ QUANT_NAMES = [
 
 SPEECH_NAMES = ["asr_float", "asr_float_sequence", "tts_float", "tts_float_sequence"]
 EXTENSION_NAMES = ["gelu_mlp_block"]  # needs the vendor extension com.example.mlts.activations
+LOOP_NAMES = ["iterative_refinement"]  # a data-dependent ONNX Loop (NNAPI WHILE)
 
 
 def test_registry_has_mltss_names_and_shapes():
     models = zoo.list_models()
-    assert [m.name for m in models] == MLTS_NAMES + QUANT_NAMES + SPEECH_NAMES + EXTENSION_NAMES
+    assert [m.name for m in models] == MLTS_NAMES + QUANT_NAMES + SPEECH_NAMES + EXTENSION_NAMES + LOOP_NAMES
     for m in models[: len(MLTS_NAMES)]:
         resolution = int(m.name.rsplit("_", 1)[1])
         assert m.input_shape == (1, 3, resolution, resolution) and m.output_shape == (1, 1001)

@@ -214,3 +214,26 @@ class SlowDevice(AddDevice):
 
     def _prepared(self, model: Model) -> PreparedModel:
         return _SlowPrepared(model, self.delay)
+
+
+class _ClientKeyPrepared(AddPrepared):
+    """ADD plus the identity of the client the service says the call comes from (qos.current_client())."""
+
+    def executeSynchronously(
+        self, request, measure=MeasureTiming.NO, deadline=None, loop_timeout_duration=None
+    ):
+        from mlts.hal import qos
+
+        result = super().executeSynchronously(request, measure, deadline, loop_timeout_duration)
+        dst = np.frombuffer(self._view(request, request.outputs[0], "output 0"), np.float32)
+        dst += np.float32(qos.current_client())
+        return result
+
+
+class ClientKeyDevice(AddDevice):
+    """ADD whose result also carries the calling client's identity: shows which client a path acts for."""
+
+    name = "fake-client-key"
+
+    def _prepared(self, model: Model) -> PreparedModel:
+        return _ClientKeyPrepared(model)

@@ -319,3 +319,33 @@ def test_driver_killed_mid_burst_is_reported_quickly(tmp_path):
         pool.close()
     finally:
         device.close()
+
+
+def test_burst_executions_act_for_their_client(tmp_path):
+    """The driver sees a burst execution's client as on the other paths (priorities and fair turns are
+    per client): each connection's burst reports its own identity, the one its sync executions report."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with SharedService.start(
+        fake_spec("ClientKeyDevice"), name="fake-client-key", log_path=str(tmp_path / "s.log")
+    ) as service:
+        keys = []
+        for _ in range(2):
+            device = service.connect()
+            try:
+                prepared = device.prepareModel(add_model())
+                pool = _pool(x, x)
+                prepared.executeSynchronously(_request(pool))
+                sync_key = _out(pool) - 2 * x
+                with prepared.configureExecutionBurst(polling_us=0) as burst:
+                    np.frombuffer(pool.buffer, np.float32, 6, 128)[:] = np.nan
+                    burst.execute(_request(pool))
+                    burst_key = _out(pool) - 2 * x
+                    burst.freeMemory(pool)
+                pool.close()
+                prepared.close()
+            finally:
+                device.close()
+            assert np.all(sync_key == sync_key.flat[0]) and sync_key.flat[0] > 0
+            np.testing.assert_array_equal(burst_key, sync_key)
+            keys.append(float(sync_key.flat[0]))
+        assert keys[0] != keys[1]

@@ -8,14 +8,17 @@ give outputs of the same shapes (NNAPI requires the types to match). The conditi
 tensor of one value.
 
 Loop becomes a WHILE whose loop values are the carried values, an iteration counter and the trip
-count; its condition subgraph is counter < trip count, its body the converted ONNX body plus the
-count. Not converted yet: a Loop whose condition depends on the data (the body would need comparison
-operators), a runtime trip count, scan outputs, bodies reading the iteration number, branches
-reading quantized outer values.
+count, and the condition: a state value when the body computes it from the data (the body's
+condition output, reduced to one BOOL [1], becomes the next value the condition subgraph reads), an
+input-only value when the body passes it through and it does not start as a constant true. The
+condition subgraph is counter < trip count and the condition; the body is the converted ONNX body
+plus the count. Not converted yet: a runtime trip count, scan outputs, bodies reading the iteration
+number, branches reading quantized outer values.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 from onnx import NodeProto, TensorProto, helper, numpy_helper
 
@@ -107,8 +110,12 @@ def convert_if(ctx: Context, node: NodeProto) -> None:
 
 # ---------------------------------------------------------------- Loop -> WHILE
 
+_F32, _BOOL = OperandType.TENSOR_FLOAT32, OperandType.TENSOR_BOOL8
+MAX_TRIP = 2**24  # the float32 counter counts exactly up to here
 
-def _scalar_const(values: bytearray, type_: int, fmt: str, value, dims=()):
+
+def _const(values: bytearray, type_: int, fmt: str, items: list, dims=()):
+    """A CONSTANT_COPY operand holding `items` packed by struct format `fmt`, appended to `values`."""
     import struct
 
     from mlts.hal.enums import OperandLifeTime
@@ -116,7 +123,7 @@ def _scalar_const(values: bytearray, type_: int, fmt: str, value, dims=()):
 
     values += bytes(-len(values) % 4)
     offset = len(values)
-    data = struct.pack("<" + fmt, value)
+    data = struct.pack(f"<{len(items)}{fmt}", *items)
     values += data
     return Operand(
         type_,
@@ -137,66 +144,151 @@ def _with_consumers(operands, operations):
     return tuple(replace(o, number_of_consumers=counts[i]) for i, o in enumerate(operands))
 
 
-def _loop_subgraphs(body, m: int, n: int):
-    """WHILE's condition and body Models around the converted ONNX body `body` (inputs: m carried, n outer).
+def _loop_subgraphs(body, m: int, n: int, cond: str | None):
+    """WHILE's condition and body Models around the converted ONNX body `body`.
 
-    Loop values: m carried, then the iteration counter (state), then the trip count and the n outer
-    values (input only). The condition is counter < trip count; the body runs `body` and counts.
+    `body` takes m carried values, then (when `cond` is "state") the condition as BOOL [1], then n
+    outer values; it gives the m new carried values, then (when "state") the new condition, of any
+    shape holding one value. Loop values: m carried; the iteration counter and, when "state", the
+    condition (state); the trip count and, when `cond` is "input", the condition (input only); the
+    n outer values. The condition subgraph is counter < trip count, and-ed with the condition when
+    there is one; the body runs `body`, counts, and reduces its condition to one BOOL [1].
     """
+    from dataclasses import replace
+
     from mlts.hal.enums import OperandLifeTime as L
     from mlts.hal.types import Model, Operand, Operation, Subgraph
 
     f1 = (1,)
     sub = body.main
-    carried = [sub.operands[i] for i in sub.input_indexes]
-    as_input = [Operand(o.type, o.dimensions, lifetime=L.SUBGRAPH_INPUT) for o in carried]
-    # Condition: inputs (m carried, counter, trip, n outer) -> counter < trip.
-    cvalues = bytearray()
-    c_ops = [*as_input[:m], Operand(OperandType.TENSOR_FLOAT32, f1, lifetime=L.SUBGRAPH_INPUT)]
-    c_ops += [Operand(OperandType.TENSOR_FLOAT32, f1, lifetime=L.SUBGRAPH_INPUT), *as_input[m:]]
-    c_ops.append(Operand(OperandType.TENSOR_BOOL8, f1, lifetime=L.SUBGRAPH_OUTPUT))
-    cond_op = Operation(OperationType.LESS, (m, m + 1), (len(c_ops) - 1,))
-    cond = Subgraph(
-        _with_consumers(c_ops, [cond_op]), (cond_op,), tuple(range(len(c_ops) - 1)), (len(c_ops) - 1,)
-    )
-    cond_model = Model(cond, (), bytes(cvalues))
-    # Body: the converted body's operands, then the counter, trip, one, activation, counter + 1.
+    state = cond == "state"
+    outer_at = m + (1 if state else 0)  # where the outer values start among the body's inputs
+
+    def as_input(index: int) -> Operand:
+        o = sub.operands[index]
+        return Operand(o.type, o.dimensions, lifetime=L.SUBGRAPH_INPUT)
+
+    def scalar_in(type_: int) -> Operand:
+        return Operand(type_, f1, lifetime=L.SUBGRAPH_INPUT)
+
+    # Condition: inputs in loop-value order -> (counter < trip) [and cond].
+    c_ops = [as_input(i) for i in sub.input_indexes[:m]]
+    counter_at = len(c_ops)
+    c_ops.append(scalar_in(_F32))
+    if state:
+        c_ops.append(scalar_in(_BOOL))
+    trip_at = len(c_ops)
+    c_ops.append(scalar_in(_F32))
+    if cond == "input":
+        c_ops.append(scalar_in(_BOOL))
+    c_ops += [as_input(i) for i in sub.input_indexes[outer_at:]]
+    c_inputs = tuple(range(len(c_ops)))
+    less = len(c_ops)
+    c_ops.append(Operand(_BOOL, f1, lifetime=L.SUBGRAPH_OUTPUT if cond is None else L.TEMPORARY_VARIABLE))
+    c_opers = [Operation(OperationType.LESS, (counter_at, trip_at), (less,))]
+    result = less
+    if cond is not None:
+        result = len(c_ops)
+        c_ops.append(Operand(_BOOL, f1, lifetime=L.SUBGRAPH_OUTPUT))
+        c_opers.append(
+            Operation(OperationType.LOGICAL_AND, (counter_at + 1 if state else trip_at + 1, less), (result,))
+        )
+    cond_sub = Subgraph(_with_consumers(c_ops, c_opers), tuple(c_opers), c_inputs, (result,))
+    cond_model = Model(cond_sub, (), b"")
+    # Body: the converted body's operands, then the counter, trip, [condition input], one, activation,
+    # counter + 1, [the condition reduced to BOOL [1]].
     values = bytearray(body.operand_values)
     ops = list(sub.operands)
     base = len(ops)
     ops += [
-        Operand(OperandType.TENSOR_FLOAT32, f1, lifetime=L.SUBGRAPH_INPUT),  # counter
-        Operand(OperandType.TENSOR_FLOAT32, f1, lifetime=L.SUBGRAPH_INPUT),  # trip count
-        _scalar_const(values, OperandType.TENSOR_FLOAT32, "f", 1.0, f1),
-        _scalar_const(values, OperandType.INT32, "i", 0),
-        Operand(OperandType.TENSOR_FLOAT32, f1, lifetime=L.SUBGRAPH_OUTPUT),
+        scalar_in(_F32),  # counter
+        scalar_in(_F32),  # trip count
+        _const(values, _F32, "f", [1.0], f1),
+        _const(values, OperandType.INT32, "i", [0]),
+        Operand(_F32, f1, lifetime=L.SUBGRAPH_OUTPUT),
     ]
-    count = Operation(OperationType.ADD, (base, base + 2, base + 3), (base + 4,))
-    operations = (*sub.operations, count)
-    inputs = (*sub.input_indexes[:m], base, base + 1, *sub.input_indexes[m:])
-    outputs = (*sub.output_indexes, base + 4)
-    body_sub = Subgraph(_with_consumers(ops, operations), operations, inputs, outputs)
+    operations = [*sub.operations, Operation(OperationType.ADD, (base, base + 2, base + 3), (base + 4,))]
+    outputs = [*sub.output_indexes[:m], base + 4]
+    if state:
+        made = sub.output_indexes[m]
+        if tuple(sub.operands[made].dimensions) != f1:
+            # REDUCE_ANY over every axis without keep_dims gives [1] (NNAPI's rule for a full reduction).
+            rank = len(sub.operands[made].dimensions)
+            ops[made] = replace(ops[made], lifetime=L.TEMPORARY_VARIABLE)
+            axes = len(ops)
+            ops += [
+                _const(values, OperandType.TENSOR_INT32, "i", list(range(rank)), (rank,)),
+                _const(values, OperandType.BOOL, "?", [False]),
+                Operand(_BOOL, f1, lifetime=L.SUBGRAPH_OUTPUT),
+            ]
+            operations.append(Operation(OperationType.REDUCE_ANY, (made, axes, axes + 1), (axes + 2,)))
+            made = axes + 2
+        outputs.append(made)
+    inputs = [*sub.input_indexes[:m], base]
+    if state:
+        inputs.append(sub.input_indexes[m])
+    inputs.append(base + 1)
+    if cond == "input":
+        inputs.append(len(ops))
+        ops.append(scalar_in(_BOOL))
+    inputs += sub.input_indexes[outer_at:]
+    body_sub = Subgraph(_with_consumers(ops, operations), tuple(operations), tuple(inputs), tuple(outputs))
     return cond_model, Model(body_sub, body.referenced, bytes(values), body.pools)
+
+
+def _loop_condition(ctx: Context, node: NodeProto, g: onnx.GraphProto) -> tuple[str | None, NodeProto | None]:
+    """How the Loop's condition is carried: None (always true), "input" (the initial condition never
+    changes: the body passes it through) or "state" (the body computes it); and the pass-through node."""
+    cond_in, cond_out = g.input[1].name, g.output[0].name
+    p = next((n for n in g.node if cond_out in n.output), None)
+    passes = cond_out == cond_in or (p is not None and p.op_type == "Identity" and p.input[0] == cond_in)
+    first = node.input[1] if len(node.input) > 1 else ""
+    always = not first or (ctx.is_const(first) and bool(np.all(ctx.const(first))))
+    if passes:
+        return (None if always else "input"), (p if cond_out != cond_in else None)
+    return "state", None
+
+
+def _initial_condition(ctx: Context, node: NodeProto) -> int:
+    """The operand of the Loop's initial condition: a constant, or a runtime BOOL tensor of one value."""
+    name = node.input[1] if len(node.input) > 1 else ""
+    if not name or ctx.is_const(name):
+        value = bool(np.all(ctx.const(name))) if name else True
+        return ctx.builder.add_constant(np.array([value]), _BOOL)
+    t = ctx.tensors.get(name)
+    if t is None or ctx.builder.type_of(t.operand) != _BOOL or t.shape != (1,):
+        raise ConversionError(
+            f"{where(node)}: the initial condition '{name}' must be a constant or a runtime BOOL tensor of shape [1]"
+        )
+    return t.operand
+
+
+def _trip_count(ctx: Context, node: NodeProto) -> float:
+    name = node.input[0] if node.input else ""
+    if not name:
+        return float("inf")  # no trip count: the condition (or the loop timeout) ends the loop
+    trip = ctx.const(name)
+    if trip is None or trip.size != 1:
+        raise ConversionError(f"{where(node)}: only a constant trip count is supported")
+    value = int(np.asarray(trip).reshape(-1)[0])
+    if value > MAX_TRIP:
+        raise ConversionError(
+            f"{where(node)}: trip count {value} is above {MAX_TRIP} (the counter is float32)"
+        )
+    return float(max(value, 0))
 
 
 @register("Loop", since=1)
 def convert_loop(ctx: Context, node: NodeProto) -> None:
-    """Loop with a constant trip count and no scan outputs -> WHILE.
+    """Loop with a constant (or no) trip count and no scan outputs -> WHILE.
 
-    The body's condition output must be its condition input passed through (Identity) or a constant
-    true: a data-dependent condition needs comparison operators in the body.
+    The body's condition output may pass its input through (the initial condition, constant or a
+    runtime BOOL [1], then holds for every iteration) or be computed by the body from the data: it
+    is then a loop value the body updates and the condition subgraph reads.
     """
     from mlts.convert.converter import convert
 
-    trip = ctx.const(node.input[0]) if node.input[0] else None
-    if trip is None or trip.size != 1:
-        raise ConversionError(f"{where(node)}: only a constant trip count is supported")
-    if (
-        len(node.input) > 1
-        and node.input[1]
-        and not (ctx.is_const(node.input[1]) and bool(ctx.const(node.input[1])))
-    ):
-        raise ConversionError(f"{where(node)}: only a constant true initial condition is supported")
+    trip = _trip_count(ctx, node)
     g = _graph_attr(node, "body")
     carried_names = [n for n in node.input[2:]]
     m = len(carried_names)
@@ -205,22 +297,16 @@ def convert_loop(ctx: Context, node: NodeProto) -> None:
             f"{where(node)}: scan outputs are not supported ({len(g.output) - 1 - m} given)"
         )
     iter_name, cond_in = g.input[0].name, g.input[1].name
-    cond_out = g.output[0].name
-    producers = {o: n for n in g.node for o in n.output}
-    p = producers.get(cond_out)
-    if not (cond_out == cond_in or (p is not None and p.op_type == "Identity" and p.input[0] == cond_in)):
-        raise ConversionError(f"{where(node)}: the body's condition must pass its input through (Identity)")
-    nodes = [n for n in g.node if n is not p]
-    if any(iter_name in n.input or cond_in in n.input for n in nodes):
-        raise ConversionError(
-            f"{where(node)}: bodies reading the iteration number or condition are not supported"
-        )
+    cond, passthrough = _loop_condition(ctx, node, g)
+    nodes = [n for n in g.node if n is not passthrough]
+    if any(iter_name in n.input for n in nodes):
+        raise ConversionError(f"{where(node)}: bodies reading the iteration number are not supported")
+    if cond != "state" and any(cond_in in n.input for n in nodes):
+        raise ConversionError(f"{where(node)}: a body reading its condition must also compute it")
     missing = [n for n in carried_names if n not in ctx.tensors]
     if missing:
         raise ConversionError(f"{where(node)}: the loop value '{missing[0]}' must be a runtime float tensor")
-    inner = helper.make_graph(
-        nodes, g.name or "body", list(g.input[2:]), list(g.output[1:]), list(g.initializer)
-    )
+    inner = helper.make_graph(nodes, g.name or "body", list(g.input), list(g.output), list(g.initializer))
     outer = [n for n in _outer_names(inner) if n not in {i.name for i in g.input}]
     runtime = [n for n in outer if n in ctx.tensors]
     consts = [n for n in outer if n not in ctx.tensors and ctx.is_const(n)]
@@ -228,24 +314,35 @@ def convert_loop(ctx: Context, node: NodeProto) -> None:
         helper.make_tensor_value_info(i.name, TensorProto.FLOAT, list(ctx.tensors[c].shape))
         for i, c in zip(g.input[2:], carried_names, strict=True)
     ]
+    outputs = list(g.output[1:])
+    if cond == "state":
+        inputs.append(helper.make_tensor_value_info(cond_in, TensorProto.BOOL, [1]))
+        outputs.append(g.output[0])
     inputs += [
         helper.make_tensor_value_info(n, TensorProto.FLOAT, list(ctx.tensors[n].shape)) for n in runtime
     ]
     inits = list(g.initializer) + [numpy_helper.from_array(ctx.consts[n], n) for n in consts]
-    body_graph = helper.make_graph(nodes, g.name or "body", inputs, list(g.output[1:]), inits)
+    body_graph = helper.make_graph(nodes, g.name or "body", inputs, outputs, inits)
     body_proto = helper.make_model(body_graph, opset_imports=[helper.make_opsetid("", ctx.opset)])
     body_proto.ir_version = 10
     try:
-        body = convert(body_proto).model
+        conv = convert(body_proto)
     except ConversionError as e:
         raise ConversionError(f"{where(node)}: body: {e}") from None
-    cond_model, body_model = _loop_subgraphs(body, m, len(runtime))
-    import numpy as np
-
-    counter = ctx.const_operand(np.zeros(1, np.float32))
-    limit = ctx.const_operand(np.asarray(trip, np.float32).reshape(1))
+    if cond == "state":
+        made = conv.model.main.operands[conv.model.main.output_indexes[m]]
+        if made.type != _BOOL or int(np.prod(made.dimensions)) != 1:
+            raise ConversionError(f"{where(node)}: the body's condition must be a BOOL tensor of one value")
+    cond_model, body_model = _loop_subgraphs(conv.model, m, len(runtime), cond)
+    f32 = OperandType.TENSOR_FLOAT32
     args = [ctx.in_layout(n, False).operand for n in carried_names]
-    args += [counter, limit] + [ctx.in_layout(n, False).operand for n in runtime]
+    args.append(ctx.builder.add_constant(np.zeros(1, np.float32), f32))
+    if cond == "state":
+        args.append(_initial_condition(ctx, node))
+    args.append(ctx.builder.add_constant(np.array([trip], np.float32), f32))
+    if cond == "input":
+        args.append(_initial_condition(ctx, node))
+    args += [ctx.in_layout(n, False).operand for n in runtime]
     cond_ref, body_ref = ctx.builder.add_subgraph(cond_model), ctx.builder.add_subgraph(body_model)
     outs = [
         ctx.new_tensor(name, ctx.tensors[c].shape) for name, c in zip(node.output, carried_names, strict=True)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mlts.hal import burst_messages as msg
-from mlts.hal import validate
+from mlts.hal import qos, validate
 from mlts.hal.buffer_use import bind_buffers
 from mlts.hal.burst_ring import DEFAULT_POLLING_US, MessageTooLarge, Ring, RingError
 from mlts.hal.enums import ErrorStatus
@@ -289,9 +289,11 @@ class BurstContext:
             raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "burst: the deadline had already passed")
 
         def run() -> Any:
-            return entry.prepared.executeSynchronously(
-                hal_request, request.measure, request.deadline, request.loop_timeout
-            )
+            # As on every execution path: the driver tells clients apart by this key.
+            with qos.serving_client(self.client.key):
+                return entry.prepared.executeSynchronously(
+                    hal_request, request.measure, request.deadline, request.loop_timeout
+                )
 
         return self._on_worker(run, entry.priority)
 
@@ -323,7 +325,7 @@ class BurstContext:
                 done.set()
 
         try:
-            pool.submit(work, priority)
+            pool.submit(work, priority, self.client.key)  # clients take turns, as for other executions
         except RuntimeError:
             raise HalError(ErrorStatus.DEVICE_UNAVAILABLE, "burst: the service is stopping") from None
         done.wait()
