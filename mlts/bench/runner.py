@@ -166,17 +166,19 @@ def _run_driver(work, backend: Backend, config: BenchmarkConfig, progress: Progr
 def _timed_session(work, session, label: str, config: BenchmarkConfig, progress: Progress):
     """Warm-up and timed run, then the accuracy pass: (Timed, timed results, outputs).
 
-    The accuracy pass scores the outputs of the first warm-up or timed call on each input and runs
-    only the inputs those calls did not reach (the calls cycle through the inputs from the first).
+    The calls cycle through the inputs from the first, the timed ones going on where the warm-up
+    stopped. The accuracy pass scores the outputs of the first call on each input and runs only the
+    inputs no warm-up or timed call reached.
     """
     results: list = []
     feeds = work.feeds
     first: dict[int, list] = {}
 
-    def call(i: int) -> None:
-        outputs, result = session.run(feeds[i % len(feeds)])
+    def call(_: int) -> None:
+        k = len(results) % len(feeds)
+        outputs, result = session.run(feeds[k])
         results.append(result)
-        first.setdefault(i % len(feeds), outputs)
+        first.setdefault(k, outputs)
 
     progress.phase(work.name, label, "warm-up and timing")
     timed = config.control.run(call)

@@ -25,9 +25,9 @@ def _work(n: int):
     return SimpleNamespace(name="m", feeds=[[np.array([float(k)])] for k in range(n)])
 
 
-def _run(n: int, iterations: int):
+def _run(n: int, iterations: int, warmup_s: float = 0.0):
     session = _Session()
-    config = BenchmarkConfig(warmup_s=0.0, duration_s=0.0, min_iterations=iterations)
+    config = BenchmarkConfig(warmup_s=warmup_s, duration_s=0.0, min_iterations=iterations)
     timed, results, outputs = _timed_session(_work(n), session, "driver:x", config, Silent())
     return session, timed, results, outputs
 
@@ -43,3 +43,11 @@ def test_timed_calls_covering_every_input_leave_no_accuracy_calls():
     session, timed, _, outputs = _run(3, 7)
     assert session.calls == [0, 1, 2, 0, 1, 2, 0]
     assert [float(o[0][0]) for o in outputs] == [0.0, 2.0, 4.0]
+
+
+def test_timed_calls_go_on_where_the_warm_up_stopped():
+    session, timed, results, outputs = _run(6, 2, warmup_s=1e-9)  # one warm-up call
+    assert timed.warmup_iterations == 1 and timed.iterations == 2
+    assert session.calls == [0, 1, 2, 3, 4, 5]  # warm-up 0, timed 1 and 2, accuracy 3, 4 and 5
+    assert [r.call for r in results] == [2, 3]
+    assert [float(o[0][0]) for o in outputs] == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
