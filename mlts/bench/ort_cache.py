@@ -19,6 +19,7 @@ import io
 import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +66,9 @@ def cache_path(key: str) -> Path:
 
 
 def _encode(outputs: Outputs) -> bytes:
-    arrays = {f"o{i}_{j}": np.asarray(o) for i, outs in enumerate(outputs) for j, o in enumerate(outs)}
+    arrays: dict[str, Any] = {
+        f"o{i}_{j}": np.asarray(o) for i, outs in enumerate(outputs) for j, o in enumerate(outs)
+    }
     arrays["counts"] = np.array([len(outs) for outs in outputs], dtype=np.int64)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
