@@ -10,6 +10,8 @@ higher priority is running. The paused execution keeps its operation index and i
 where they are and resumes from there: nothing done is lost, and a low-priority execution that is
 preempted again and again still finishes once the high-priority work stops (a restart would throw
 its work away each time). Executions of other clients are never paused by this client's priorities.
+Inside `holding_tickets()` (the service wraps it around an execution and its reply) a ticket is left
+only when the block ends.
 
 `checkpoint()` builds the callable an executor calls before every operation: it answers
 MISSED_DEADLINE_TRANSIENT once the deadline has passed, and waits out preemption (a paused execution
