@@ -13,10 +13,14 @@ from mlts.validate.results import results_document
 
 def _section(outcome: str = "fail") -> ValidateSection:
     cases = (
-        CaseResult("validation", "ADD/TENSOR_FLOAT32: operand scale: y", outcome, "accepted", "/r/x.nnm", 0.25),
+        CaseResult(
+            "validation", "ADD/TENSOR_FLOAT32: operand scale: y", outcome, "accepted", "/r/x.nnm", 0.25
+        ),
         CaseResult("behaviour", "timing [sync]", "pass", "", None, 1.5),
     )
-    return ValidateSection("sample-all", ("validation", "behaviour"), cases, 3.0, 1, {"quick": True, "seed": 0})
+    return ValidateSection(
+        "sample-all", ("validation", "behaviour"), cases, 3.0, 1, {"quick": True, "seed": 0}
+    )
 
 
 def test_document_round_trip_through_json():
@@ -27,7 +31,13 @@ def test_document_round_trip_through_json():
     assert data["environment"]["threads"] == 1 and "cpu" in data["environment"]
     assert data["config"]["driver"] == "sample-all" and data["config"]["seed"] == 0
     assert data["validate"]["passed"] is False
-    assert data["validate"]["summary"]["validation"] == {"pass": 0, "fail": 1, "error": 0, "hang": 0, "skip": 0}
+    assert data["validate"]["summary"]["validation"] == {
+        "pass": 0,
+        "fail": 1,
+        "error": 0,
+        "hang": 0,
+        "skip": 0,
+    }
     back = ResultsDocument.from_json(data)
     assert back.validate == section and back.to_json() == data
 
@@ -47,7 +57,10 @@ def test_a_benchmark_document_may_carry_a_validate_section():
         (lambda v: v.update(version=2), "validate.version: section version 2; this mlts reads version 1"),
         (lambda v: v["cases"][0].update(outcome="ok"), "validate.cases[0].outcome: expected one of 'pass'"),
         (lambda v: v["cases"][1].pop("reason"), "validate.cases[1].reason: missing"),
-        (lambda v: v["cases"][0].update(seconds=-1), "validate.cases[0].seconds: expected a finite number >= 0"),
+        (
+            lambda v: v["cases"][0].update(seconds=-1),
+            "validate.cases[0].seconds: expected a finite number >= 0",
+        ),
         (lambda v: v.update(suites="validation"), "validate.suites: expected a list"),
         (lambda v: v.update(suites=["validation"]), "validate.cases: cases of suite 'behaviour', which"),
         (lambda v: v.update(passed=True), "validate.passed: true, but the cases and errors say otherwise"),
@@ -80,7 +93,12 @@ def test_version_2_validate_documents_are_read(tmp_path):
     """What `mlts validate` wrote before the typed document: no config and no results."""
     section = _section()
     path = tmp_path / "results.json"
-    old = {"schema_version": 2, "kind": "validate", "environment": {"cpu": "x"}, "validate": section.to_json()}
+    old = {
+        "schema_version": 2,
+        "kind": "validate",
+        "environment": {"cpu": "x"},
+        "validate": section.to_json(),
+    }
     path.write_text(json.dumps(old))
     doc = load_document(path)
     assert doc.read_from_version == 2 and doc.validate == section and doc.config == {}
