@@ -9,11 +9,11 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from mlts.hal.errors import HalError
+from mlts.records import RecordError
+from mlts.report.validate_section import matrix_cells, page
 from mlts.runtime.discovery import plugin_specs
 from mlts.validate import core, runner
 from mlts.validate.core import CaseResult, SuiteOptions, Target
-from mlts.records import RecordError
-from mlts.report.validate_section import matrix_cells, page
 from mlts.validate.junit import junit_xml
 from mlts.validate.results import ValidateSection
 
@@ -74,7 +74,9 @@ def test_section_round_trip_and_summary():
     section = _section()
     assert ValidateSection.from_json(section.to_json()) == section
     assert section.summary()["behaviour"] == {"pass": 0, "fail": 0, "error": 0, "hang": 1, "skip": 1}
-    with pytest.raises(RecordError, match=r"^validate\.version: section version 9; this mlts reads version 1$"):
+    with pytest.raises(
+        RecordError, match=r"^validate\.version: section version 9; this mlts reads version 1$"
+    ):
         ValidateSection.from_json({**section.to_json(), "version": 9})
     with pytest.raises(RecordError, match=r"^validate\.cases: expected a list"):
         ValidateSection.from_json({**section.to_json(), "cases": "x"})
