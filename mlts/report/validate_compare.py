@@ -147,7 +147,8 @@ def format_validate_comparison(cmp: dict[str, Any]) -> list[str]:
     if cmp["new_suite_errors"]:
         lines.append("suites that could not run in the new run:")
         lines += [f"  {e}" for e in cmp["new_suite_errors"]]
-    lines.append("")
+    if lines[-1]:
+        lines.append("")
     if cmp["regressions"]:
         lines.append(f"{len(cmp['regressions'])} regression(s):")
         lines += [f"  {r}" for r in cmp["regressions"]]
