@@ -22,7 +22,7 @@ from typing import Any
 
 from mlts.records import ResultsDocument, ValidateSection
 from mlts.records.validate import FAILING
-from mlts.report.compare import environment_differences
+from mlts.report.compare import environment_differences, verdict_lines, warning_lines
 
 # Options of a validate run whose difference changes which cases run or how hard they push.
 _OPTIONS = ("quick", "seed", "filter", "fuzz_seconds", "fuzz_cases", "call_timeout")
@@ -121,11 +121,7 @@ def format_validate_comparison(cmp: dict[str, Any]) -> list[str]:
         f"  {cmp['new']}: {s_new['driver']}: {s_new['cases']} cases, {s_new['failing']} failing",
         "",
     ]
-    for key, what in (("config_warnings", "configurations"), ("environment_warnings", "environments")):
-        if cmp[key]:
-            lines.append(f"warning: the runs' {what} differ, so a change may come from them:")
-            lines += [f"  {w}" for w in cmp[key]]
-            lines.append("")
+    lines += warning_lines(cmp)
     for change, title in (("regression", "newly failing"), ("fixed", "fixed"), ("changed", "other changes")):
         rows = [c for c in cmp["changes"] if c["change"] == change]
         if rows:
@@ -149,9 +145,4 @@ def format_validate_comparison(cmp: dict[str, Any]) -> list[str]:
         lines += [f"  {e}" for e in cmp["new_suite_errors"]]
     if lines[-1]:
         lines.append("")
-    if cmp["regressions"]:
-        lines.append(f"{len(cmp['regressions'])} regression(s):")
-        lines += [f"  {r}" for r in cmp["regressions"]]
-    else:
-        lines.append("no regression")
-    return lines
+    return lines + verdict_lines(cmp["regressions"], "regression")
