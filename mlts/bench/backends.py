@@ -5,7 +5,8 @@ A backend is the onnxruntime reference, one driver on one execution path (`sampl
 (`nnapi-reference`). `model_backends` lists them in a seeded random order per model (so slow drift
 favours none); a `Backend` opens its sessions, watches peak memory and times compilation; and
 `each_backend` runs them in order, turning a driver's HalError into that backend's error row. The
-row helpers (`record`, `error_record`, `timed_fields`, `driver_timing`) build the results rows.
+row helpers (`row`, `error_row`, `timed_fields`, `driver_timing`) build the results rows as records
+(`record` and `error_record`: the same rows as JSON, for the producers still writing JSON parts).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from mlts.bench.stats import PERCENTILE_ESTIMATOR, describe
 from mlts.bench.timing import RunControl, Timed
 from mlts.hal.enums import UINT64_MAX
 from mlts.hal.errors import HalError
+from mlts.records import BenchmarkRow, Run, Stats, Warmup
 from mlts.runtime.execution import EXECUTION_MODES
 
 NOT_MEASURED = "not measured"
@@ -94,7 +96,24 @@ def execution_of(backend: str) -> str:
     return split_backend(backend)[1]
 
 
+def row(model: str, backend: str, config: BenchmarkConfig, **fields: Any) -> BenchmarkRow:
+    """An ok row of `model` on `backend`: its identity and run settings, then `fields` (record values)."""
+    values: dict[str, Any] = {
+        "model": model,
+        "family": "user",
+        "backend": backend,
+        "execution": execution_of(backend),
+        "status": "ok",
+        "threads": config.threads,
+        "qos": dict(config.qos),
+        "percentile_estimator": PERCENTILE_ESTIMATOR,
+        "validation_errors": (),
+    }
+    return BenchmarkRow.make(**{**values, **fields})
+
+
 def record(model: str, backend: str, config: BenchmarkConfig, **extra) -> dict:
+    """The JSON of an ok row whose parts are still JSON (the LSTM producers)."""
     rec = {
         "model": model,
         "family": "user",
@@ -110,36 +129,40 @@ def record(model: str, backend: str, config: BenchmarkConfig, **extra) -> dict:
     return rec
 
 
+def error_row(model: str, family: str, backend: str, config: BenchmarkConfig, error: str) -> BenchmarkRow:
+    return BenchmarkRow(
+        model=model,
+        family=family,
+        backend=backend,
+        execution=execution_of(backend),
+        status="error",
+        error=error,
+        threads=config.threads,
+    )
+
+
 def error_record(model: str, family: str, backend: str, config: BenchmarkConfig, error: str) -> dict:
-    return {
-        "model": model,
-        "family": family,
-        "backend": backend,
-        "execution": execution_of(backend),
-        "status": "error",
-        "error": error,
-        "threads": config.threads,
-    }
+    return error_row(model, family, backend, config, error).to_json()
 
 
-def timed_fields(timed: Timed, config: BenchmarkConfig) -> dict:
-    """warmup, run, iterations and latency_ms (with the raw samples in ms) of one timed run."""
+def timed_fields(timed: Timed, config: BenchmarkConfig) -> dict[str, Any]:
+    """warmup, run, iterations and latency_ms (with the raw samples in ms) of one timed run, as records."""
     latency = describe(timed.samples)
     latency["samples"] = [s * 1000.0 for s in timed.samples]
     return {
-        "warmup": {
-            "iterations": timed.warmup_iterations,
-            "seconds": timed.warmup_seconds,
-            "target_seconds": config.warmup_s,
-        },
-        "run": {
-            "iterations": timed.iterations,
-            "seconds": timed.duration_seconds,
-            "min_seconds": config.duration_s,
-            "min_iterations": config.min_iterations,
-        },
+        "warmup": Warmup(
+            iterations=timed.warmup_iterations,
+            seconds=timed.warmup_seconds,
+            target_seconds=config.warmup_s,
+        ),
+        "run": Run(
+            iterations=timed.iterations,
+            seconds=timed.duration_seconds,
+            min_seconds=config.duration_s,
+            min_iterations=config.min_iterations,
+        ),
         "iterations": timed.iterations,
-        "latency_ms": latency,
+        "latency_ms": Stats.of(latency),
     }
 
 

@@ -260,6 +260,12 @@ class BenchmarkRow(j.Record):
     quantization: dict | None = j.value(j.obj, default=None, omit=True)
     reference_inexact: str | None = j.value(j.text, default=None, omit=True)
     extensions: tuple[str, ...] | None = j.value(j.texts, default=None, omit=True)
+    harness_overhead: dict | None = j.value(j.nullable(j.obj), default=None, omit=True)
+    profile: dict | None = j.value(j.obj, default=None, omit=True)
+    selection: str | None = j.value(j.text, default=None, omit=True)
+    partition: dict | None = j.value(j.obj, default=None, omit=True)
+    partitioned_models: int | None = j.value(j.count, default=None, omit=True)
+    device_memory: dict | None = j.value(j.obj, default=None, omit=True)
     extra: dict = j.extra()
 
     @classmethod
@@ -278,6 +284,12 @@ class BenchmarkRow(j.Record):
                 if key not in source:
                     j.fail(j.at(where, key), "missing (ok rows need it)")
         return j.decode(cls, source, where)
+
+    @classmethod
+    def make(cls, **values: Any) -> BenchmarkRow:
+        """The row a producer builds: an optional key given as None is written as null (not left out), as
+        from_json keeps it; keys the row does not model go to `extra` as they are."""
+        return j.make(cls, values)
 
     def to_json(self) -> dict:
         out = j.encode_fields(self)
