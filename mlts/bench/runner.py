@@ -27,8 +27,8 @@ from mlts.bench.backends import (  # noqa: F401  (BenchmarkConfig and the row he
     driver_timing,
     each_backend,
     error_record,
+    measured_row,
     model_backends,
-    row,
     split_backend,
     timed_fields,
 )
@@ -42,17 +42,7 @@ from mlts.bench.speech_runner import benchmark_recurrent
 from mlts.bench.timing import Timed
 from mlts.convert.errors import ConversionError
 from mlts.hal.errors import HalError
-from mlts.records import (
-    SCHEMA_VERSION,
-    BenchmarkRow,
-    Compilation,
-    Dataset,
-    DriverTiming,
-    Memory,
-    Retries,
-    Violation,
-)
-from mlts.records.benchmark import accuracy_check
+from mlts.records import SCHEMA_VERSION, BenchmarkRow, Violation
 from mlts.records.environment import environment
 
 # MLTS's --quick: 0.3 s warm-up and a 1 s run; compilation timings capped at 1 s each.
@@ -88,7 +78,7 @@ def benchmark_model(
     ran, failed = each_backend(
         model_backends(config, source.name, devices), work.name, work.family, config, progress, run
     )
-    rows = {**ran, **{key: BenchmarkRow.from_json(rec) for key, rec in failed.items()}}
+    rows = {**ran, **failed}
     ref = rows["ref"]
     drivers = driver_backends(config, devices)
     from mlts.bench.evaluators import validation_errors
@@ -171,19 +161,18 @@ def _row(
         fields["quantization"] = work.quantization(accuracy)
     if work.reference_verdict is not None and not work.reference_verdict["exact"]:
         fields["reference_inexact"] = work.reference_verdict["note"]
-    if retries is not None:
-        fields["retries"] = Retries.from_json(retries, "retries")
-    rec = row(
+    rec = measured_row(
         work.name,
         label,
         config,
         family=work.family,
-        dataset=Dataset.from_json(work.dataset, "dataset"),
+        dataset=work.dataset,
         **timed_fields(timed, config),
-        driver_timing_us=None if driver_timing_us is None else DriverTiming.from_json(driver_timing_us),
-        accuracy=accuracy_check(accuracy, "accuracy"),
-        compilation=None if compilation is None else Compilation.from_json(compilation, "compilation"),
-        memory_mb=Memory.from_json(memory_mb, "memory_mb"),
+        driver_timing_us=driver_timing_us,
+        accuracy=accuracy,
+        compilation=compilation,
+        memory_mb=memory_mb,
+        retries=retries,
         **fields,
     )
     progress.log(unit_summary(rec))

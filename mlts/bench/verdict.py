@@ -119,18 +119,6 @@ def verdict_errors(verdict: dict) -> list[dict]:
     return errors
 
 
-def apply_verdicts(rows: list[dict], ref: dict) -> None:
-    """Set `verdict` on each driver row (JSON) and add a validation error per failed check."""
-    for row in rows:
-        verdict = network_verdict(row, ref)
-        if verdict is None:
-            continue
-        row["verdict"] = verdict
-        errors = verdict_errors(verdict)
-        if errors:
-            row.setdefault("validation_errors", []).extend(errors)
-
-
 def with_verdict(row: BenchmarkRow, ref: BenchmarkRow) -> BenchmarkRow:
     """Driver row `row` with its verdict against `ref` and a validation error per failed check."""
     verdict = network_verdict(row.to_json(), ref.to_json())

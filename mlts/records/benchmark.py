@@ -241,6 +241,8 @@ class BenchmarkRow(j.Record):
     warmup: Warmup | None = j.value(j.record_check(Warmup), default=None, omit=True)
     run: Run | None = j.value(j.record_check(Run), default=None, omit=True)
     iterations: int | None = j.value(j.count, default=None, omit=True)
+    warmup_steps: int | None = j.value(j.count, default=None, omit=True)
+    warmup_calls_per_sequence: int | None = j.value(j.count, default=None, omit=True)
     latency_ms: Stats | None = j.value(j.record_check(Stats), default=None, omit=True)
     latency_unit: str | None = j.value(j.text, default=None, omit=True)
     sequence_latency_ms: Stats | None = j.value(j.record_check(Stats), default=None, omit=True)
