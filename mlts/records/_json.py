@@ -288,3 +288,9 @@ class Record:
 
     def to_json(self) -> dict:
         return encode_fields(self)
+
+    @classmethod
+    def make(cls, **values: Any) -> Any:
+        """The record a producer builds from field values: an optional key given as None is written as
+        null (not left out), as from_json keeps it; names the record does not have go to `extra`."""
+        return make(cls, values)

@@ -287,12 +287,6 @@ class BenchmarkRow(j.Record):
                     j.fail(j.at(where, key), "missing (ok rows need it)")
         return j.decode(cls, source, where)
 
-    @classmethod
-    def make(cls, **values: Any) -> BenchmarkRow:
-        """The row a producer builds: an optional key given as None is written as null (not left out), as
-        from_json keeps it; keys the row does not model go to `extra` as they are."""
-        return j.make(cls, values)
-
     def to_json(self) -> dict:
         out = j.encode_fields(self)
         # Nullable keys an ok row always has: written as null rather than left out.
