@@ -144,3 +144,47 @@ def test_control_flow_model_round_trips_the_compilation_cache(tmp_path) -> None:
     want_x, want_i = reference_while(*args)
     assert out_i.tolist() == [want_i]
     np.testing.assert_allclose(out_x, want_x, rtol=1e-5)
+
+
+def test_static_subgraph_runs_unchecked_with_the_same_results(monkeypatch) -> None:
+    """A referenced subgraph whose inputs arrive with their declared shapes skips the per-step size
+    checks (all sizes are known at prepare); the results equal the checked path's bit for bit."""
+    step = np.array([0.1, 0.2, 0.3], np.float32)
+    args = [
+        np.array([0.01, 0.02, 0.03], np.float32),
+        np.array([0], np.float32),
+        np.array([1e4], np.float32),
+        step,
+    ]
+    plan = Plan(cfkit.while_model())
+    subplans = list(plan_subplans(plan))
+    assert subplans and all(p._static_inputs is not None for p in subplans)
+    checked_steps: list[str] = []
+    original = Plan._check_step
+
+    def spy(self, step, *rest):
+        if self is not plan:  # the main graph holds the WHILE itself: always checked
+            checked_steps.append(step.label)
+        return original(self, step, *rest)
+
+    monkeypatch.setattr(Plan, "_check_step", spy)
+    fast = plan.run(args)
+    assert checked_steps == []
+    for p in subplans:
+        p._static_inputs = None
+    slow = plan.run(args)
+    assert checked_steps  # the checked path ran this time
+    for a, b in zip(fast, slow, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def plan_subplans(plan: Plan):
+    """The plans of the subgraphs a plan's WHILE/IF steps reference (through their closures)."""
+    seen: dict[int, Plan] = {}
+    for st in plan.steps:
+        if st.control is None:
+            continue
+        for cell in st.control.__closure__ or ():
+            if isinstance(cell.cell_contents, Plan):
+                seen[id(cell.cell_contents)] = cell.cell_contents
+    return seen.values()
