@@ -5,7 +5,8 @@ A backend is the onnxruntime reference, one driver on one execution path (`sampl
 (`nnapi-reference`). `model_backends` lists them in a seeded random order per model (so slow drift
 favours none); a `Backend` opens its sessions, watches peak memory and times compilation; and
 `each_backend` runs them in order, turning a driver's HalError into that backend's error row. The
-row helpers (`record`, `error_record`, `timed_fields`, `driver_timing`) build the results rows.
+row helpers (`row`, `measured_row`, `error_row`, `timed_fields`, `driver_timing`) build the results
+rows as records (BenchmarkRow); producers write them as JSON (`to_json`) once a model is done.
 """
 
 from __future__ import annotations
@@ -23,6 +24,19 @@ from mlts.bench.stats import PERCENTILE_ESTIMATOR, describe
 from mlts.bench.timing import RunControl, Timed
 from mlts.hal.enums import UINT64_MAX
 from mlts.hal.errors import HalError
+from mlts.records import (
+    BenchmarkRow,
+    Compilation,
+    Dataset,
+    DriverTiming,
+    Memory,
+    Retries,
+    Run,
+    Stats,
+    Violation,
+    Warmup,
+)
+from mlts.records.benchmark import accuracy_check
 from mlts.runtime.execution import EXECUTION_MODES
 
 NOT_MEASURED = "not measured"
@@ -94,8 +108,9 @@ def execution_of(backend: str) -> str:
     return split_backend(backend)[1]
 
 
-def record(model: str, backend: str, config: BenchmarkConfig, **extra) -> dict:
-    rec = {
+def row(model: str, backend: str, config: BenchmarkConfig, **fields: Any) -> BenchmarkRow:
+    """An ok row of `model` on `backend`: its identity and run settings, then `fields` (record values)."""
+    values: dict[str, Any] = {
         "model": model,
         "family": "user",
         "backend": backend,
@@ -104,42 +119,77 @@ def record(model: str, backend: str, config: BenchmarkConfig, **extra) -> dict:
         "threads": config.threads,
         "qos": dict(config.qos),
         "percentile_estimator": PERCENTILE_ESTIMATOR,
-        "validation_errors": [],
+        "validation_errors": (),
     }
-    rec.update(extra)
-    return rec
+    return BenchmarkRow.make(**{**values, **fields})
+
+
+def measured_row(
+    model: str,
+    backend: str,
+    config: BenchmarkConfig,
+    *,
+    dataset: dict,
+    accuracy: dict,
+    driver_timing_us: dict | None,
+    compilation: dict | None,
+    memory_mb: dict,
+    retries: dict | None = None,
+    validation_errors: list[dict] | None = None,
+    **fields: Any,
+) -> BenchmarkRow:
+    """`row` of a finished run whose measured parts come as the JSON their modules write (each then
+    checked into its record, a RecordError naming the part if a module wrote it wrong)."""
+    if retries is not None:
+        fields["retries"] = Retries.from_json(retries, "retries")
+    return row(
+        model,
+        backend,
+        config,
+        dataset=Dataset.from_json(dataset, "dataset"),
+        driver_timing_us=None if driver_timing_us is None else DriverTiming.from_json(driver_timing_us),
+        accuracy=accuracy_check(accuracy, "accuracy"),
+        validation_errors=tuple(Violation.from_json(v) for v in validation_errors or ()),
+        compilation=None if compilation is None else Compilation.from_json(compilation, "compilation"),
+        memory_mb=Memory.from_json(memory_mb, "memory_mb"),
+        **fields,
+    )
+
+
+def error_row(model: str, family: str, backend: str, config: BenchmarkConfig, error: str) -> BenchmarkRow:
+    return BenchmarkRow(
+        model=model,
+        family=family,
+        backend=backend,
+        execution=execution_of(backend),
+        status="error",
+        error=error,
+        threads=config.threads,
+    )
 
 
 def error_record(model: str, family: str, backend: str, config: BenchmarkConfig, error: str) -> dict:
-    return {
-        "model": model,
-        "family": family,
-        "backend": backend,
-        "execution": execution_of(backend),
-        "status": "error",
-        "error": error,
-        "threads": config.threads,
-    }
+    return error_row(model, family, backend, config, error).to_json()
 
 
-def timed_fields(timed: Timed, config: BenchmarkConfig) -> dict:
-    """warmup, run, iterations and latency_ms (with the raw samples in ms) of one timed run."""
+def timed_fields(timed: Timed, config: BenchmarkConfig) -> dict[str, Any]:
+    """warmup, run, iterations and latency_ms (with the raw samples in ms) of one timed run, as records."""
     latency = describe(timed.samples)
     latency["samples"] = [s * 1000.0 for s in timed.samples]
     return {
-        "warmup": {
-            "iterations": timed.warmup_iterations,
-            "seconds": timed.warmup_seconds,
-            "target_seconds": config.warmup_s,
-        },
-        "run": {
-            "iterations": timed.iterations,
-            "seconds": timed.duration_seconds,
-            "min_seconds": config.duration_s,
-            "min_iterations": config.min_iterations,
-        },
+        "warmup": Warmup(
+            iterations=timed.warmup_iterations,
+            seconds=timed.warmup_seconds,
+            target_seconds=config.warmup_s,
+        ),
+        "run": Run(
+            iterations=timed.iterations,
+            seconds=timed.duration_seconds,
+            min_seconds=config.duration_s,
+            min_iterations=config.min_iterations,
+        ),
         "iterations": timed.iterations,
-        "latency_ms": latency,
+        "latency_ms": Stats.of(latency),
     }
 
 
@@ -260,14 +310,14 @@ def each_backend(
     config: BenchmarkConfig,
     progress: Progress,
     run: Callable[[Backend], T],
-) -> tuple[dict[str, T], dict[str, dict]]:
+) -> tuple[dict[str, T], dict[str, BenchmarkRow]]:
     """`run(backend)` for every backend in order: (results by key, error rows by key).
 
     A driver backend's HalError becomes its error row (the other backends still run); the
     reference's errors propagate. Progress counts one unit per backend.
     """
     results: dict[str, T] = {}
-    errors: dict[str, dict] = {}
+    errors: dict[str, BenchmarkRow] = {}
     for backend in backends:
         if backend.is_reference:
             results[backend.key] = run(backend)
@@ -275,7 +325,7 @@ def each_backend(
             try:
                 results[backend.key] = run(backend)
             except HalError as e:
-                errors[backend.key] = error_record(model, family, backend.label, config, str(e))
+                errors[backend.key] = error_row(model, family, backend.label, config, str(e))
         progress.unit_done()
     return results, errors
 

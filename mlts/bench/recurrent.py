@@ -24,7 +24,8 @@ import numpy as np
 
 from mlts.bench import speech_metrics
 from mlts.bench.stats import describe
-from mlts.records.benchmark import violation
+from mlts.records.benchmark import Run, Warmup, violation
+from mlts.records.stats import Stats
 
 # One step: the model's inputs in order -> (outputs in order, backend-specific extra such as driver timing).
 # A step's outputs: None for those kept in driver buffers (the state, with --state-in-driver).
@@ -220,7 +221,7 @@ def validation_errors(accuracy: dict) -> list[dict]:
 
 
 def latency_fields(run: SequenceRun, warmup_s: float, whole: bool = False) -> dict:
-    """Per-step latency statistics plus per-sequence totals for the results row.
+    """Per-step latency statistics plus per-sequence totals for the results row (as records).
 
     `whole`: one sample per sequence (run_whole); the per-step figure is then
     each sequence's latency divided by its steps.
@@ -228,11 +229,11 @@ def latency_fields(run: SequenceRun, warmup_s: float, whole: bool = False) -> di
     latency = describe(run.samples)
     latency["samples"] = [s * 1000.0 for s in run.samples]
     common = {
-        "warmup": {"iterations": run.warmup_calls, "seconds": run.warmup_seconds, "target_seconds": warmup_s},
+        "warmup": Warmup(iterations=run.warmup_calls, seconds=run.warmup_seconds, target_seconds=warmup_s),
         "iterations": len(run.samples),
         # The run is the whole chosen test set, not time-bound: every step (or sequence) once.
-        "run": {"iterations": len(run.samples), "seconds": float(sum(run.samples))},
-        "latency_ms": latency,
+        "run": Run(iterations=len(run.samples), seconds=float(sum(run.samples))),
+        "latency_ms": Stats.of(latency),
     }
     if whole:
         steps = [len(_read_back(outs[:1], "output 0")[0]) for outs in run.outputs]
@@ -243,7 +244,7 @@ def latency_fields(run: SequenceRun, warmup_s: float, whole: bool = False) -> di
             "warmup_calls_per_sequence": 1 if run.warmup_calls else 0,
             **common,
             "latency_unit": "sequence",
-            "step_latency_ms": describe([s / n for s, n in zip(run.samples, steps, strict=True)]),
+            "step_latency_ms": Stats.of(describe([s / n for s, n in zip(run.samples, steps, strict=True)])),
         }
     return {
         "mode": "step-by-step",
@@ -252,5 +253,5 @@ def latency_fields(run: SequenceRun, warmup_s: float, whole: bool = False) -> di
         "warmup_steps": run.warmup_calls,
         **common,
         "latency_unit": "step",
-        "sequence_latency_ms": describe(run.sequence_seconds),
+        "sequence_latency_ms": Stats.of(describe(run.sequence_seconds)),
     }

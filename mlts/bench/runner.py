@@ -13,7 +13,7 @@ the client and of the driver process is taken over each unit.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from mlts.bench.backends import (  # noqa: F401  (BenchmarkConfig and the row helpers are used from here too)
@@ -27,8 +27,8 @@ from mlts.bench.backends import (  # noqa: F401  (BenchmarkConfig and the row he
     driver_timing,
     each_backend,
     error_record,
+    measured_row,
     model_backends,
-    record,
     split_backend,
     timed_fields,
 )
@@ -42,7 +42,7 @@ from mlts.bench.speech_runner import benchmark_recurrent
 from mlts.bench.timing import Timed
 from mlts.convert.errors import ConversionError
 from mlts.hal.errors import HalError
-from mlts.records import SCHEMA_VERSION
+from mlts.records import SCHEMA_VERSION, BenchmarkRow, Violation
 from mlts.records.environment import environment
 
 # MLTS's --quick: 0.3 s warm-up and a 1 s run; compilation timings capped at 0.3 s each.
@@ -70,7 +70,7 @@ def benchmark_model(
 
     work = prepare_workload(source, proto, config, imageset, progress, offered_extensions(devices))
 
-    def run(backend: Backend) -> dict:
+    def run(backend: Backend) -> BenchmarkRow:
         if backend.is_reference:
             return _run_reference(work, backend, config, progress)
         return _run_driver(work, backend, config, progress)
@@ -79,23 +79,28 @@ def benchmark_model(
         model_backends(config, source.name, devices), work.name, work.family, config, progress, run
     )
     rows = {**ran, **failed}
-    ref_topk = (rows["ref"].get("accuracy") or {}).get("topk")
+    ref = rows["ref"]
     drivers = driver_backends(config, devices)
+    from mlts.bench.evaluators import validation_errors
+    from mlts.bench.verdict import with_verdict
+
     for name in drivers:
-        row = rows[name]
-        topk = (row.get("accuracy") or {}).get("topk")
-        if row["status"] == "ok" and topk and ref_topk:
-            from mlts.bench.evaluators import validation_errors
-
-            row["validation_errors"] = validation_errors(topk, ref_topk)
-    from mlts.bench.verdict import apply_verdicts
-
-    apply_verdicts([rows[d] for d in drivers], rows["ref"])
+        rows[name] = with_verdict(_mlts_validation(rows[name], ref, validation_errors), ref)
     if config.profile:
         from mlts.bench.profile import attach_layer_pairs
 
-        attach_layer_pairs(rows)
-    return [rows["ref"]] + [rows[d] for d in drivers]
+        # The profiles are the rows' own JSON objects: the driver rows' gain their `layers` in place.
+        attach_layer_pairs({key: {"profile": r.profile} for key, r in rows.items()})
+    return [r.to_json() for r in [ref] + [rows[d] for d in drivers]]
+
+
+def _mlts_validation(rec: BenchmarkRow, ref: BenchmarkRow, validation_errors) -> BenchmarkRow:
+    """An ok driver row with MLTS's top-1 rule against the reference as its validation errors."""
+    topk, ref_topk = rec.evaluator("topk"), ref.evaluator("topk")
+    if not rec.ok or not topk or not ref_topk:
+        return rec
+    errors = validation_errors(topk.to_json(), ref_topk.to_json())
+    return replace(rec, validation_errors=tuple(Violation.from_json(e) for e in errors))
 
 
 def offered_extensions(devices: dict) -> frozenset[str]:
@@ -109,7 +114,7 @@ def offered_extensions(devices: dict) -> frozenset[str]:
     return frozenset(names)
 
 
-def _run_reference(work, backend: Backend, config: BenchmarkConfig, progress: Progress) -> dict:
+def _run_reference(work, backend: Backend, config: BenchmarkConfig, progress: Progress) -> BenchmarkRow:
     label = backend.label
     watch = backend.memory_watch()
     progress.phase(work.name, label, "warm-up and timing")
@@ -135,28 +140,46 @@ def _run_reference(work, backend: Backend, config: BenchmarkConfig, progress: Pr
     )
 
 
-def _row(work, label: str, config: BenchmarkConfig, timed: Timed, progress: Progress, **fields) -> dict:
-    """The results row of a finished run (and its detail line)."""
-    rec = record(
+def _row(
+    work,
+    label: str,
+    config: BenchmarkConfig,
+    timed: Timed,
+    progress: Progress,
+    *,
+    accuracy: dict,
+    driver_timing_us: dict | None,
+    compilation: dict | None,
+    memory_mb: dict,
+    retries: dict | None = None,
+    **fields,
+) -> BenchmarkRow:
+    """The results row of a finished run (and its detail line); the parts given as JSON become records."""
+    if work.extensions:
+        fields["extensions"] = tuple(work.extensions)
+    if work.quantization is not None:
+        fields["quantization"] = work.quantization(accuracy)
+    if work.reference_verdict is not None and not work.reference_verdict["exact"]:
+        fields["reference_inexact"] = work.reference_verdict["note"]
+    rec = measured_row(
         work.name,
         label,
         config,
         family=work.family,
         dataset=work.dataset,
         **timed_fields(timed, config),
+        driver_timing_us=driver_timing_us,
+        accuracy=accuracy,
+        compilation=compilation,
+        memory_mb=memory_mb,
+        retries=retries,
         **fields,
     )
-    if work.extensions:
-        rec["extensions"] = list(work.extensions)
-    if work.quantization is not None:
-        rec["quantization"] = work.quantization(rec["accuracy"])
-    if work.reference_verdict is not None and not work.reference_verdict["exact"]:
-        rec["reference_inexact"] = work.reference_verdict["note"]
     progress.log(unit_summary(rec))
     return rec
 
 
-def _run_driver(work, backend: Backend, config: BenchmarkConfig, progress: Progress) -> dict:
+def _run_driver(work, backend: Backend, config: BenchmarkConfig, progress: Progress) -> BenchmarkRow:
     """One driver, or (nnapi-reference) the runtime's own placement of the model over every driver."""
     if backend.partitioned:
         return _run_partitioned(work, backend, config, progress)
@@ -187,7 +210,7 @@ def _timed_session(work, session, label: str, config: BenchmarkConfig, progress:
     return timed, results[len(results) - timed.iterations :], outputs
 
 
-def _run_one_driver(work, backend: Backend, config: BenchmarkConfig, progress: Progress) -> dict:
+def _run_one_driver(work, backend: Backend, config: BenchmarkConfig, progress: Progress) -> BenchmarkRow:
     label = backend.label
     watch = backend.memory_watch()
     progress.phase(work.name, label, "compilation timings")
@@ -222,7 +245,7 @@ def _run_one_driver(work, backend: Backend, config: BenchmarkConfig, progress: P
     )
 
 
-def _run_partitioned(work, backend: Backend, config: BenchmarkConfig, progress: Progress) -> dict:
+def _run_partitioned(work, backend: Backend, config: BenchmarkConfig, progress: Progress) -> BenchmarkRow:
     """The model split over the drivers by their capabilities, unsupported operations on the CPU path.
 
     The row adds `partition`: which operation ran where, the steps, coverage per device, each step's
@@ -254,12 +277,14 @@ def _run_partitioned(work, backend: Backend, config: BenchmarkConfig, progress: 
     )
 
 
-def unit_summary(rec: dict) -> str:
+def unit_summary(rec: BenchmarkRow) -> str:
     """One detail line: calls, seconds and median of a finished run."""
-    lat, run = rec["latency_ms"], rec["run"]
+    lat, run = rec.latency_ms, rec.run
+    assert lat is not None and run is not None  # an ok row
+    lo, hi = lat.median_ci95
     return (
-        f"{rec['model']} on {rec['backend']}: {run['iterations']} timed calls in {run['seconds']:.2f} s, "
-        f"median {lat['median']:.3f} ms [{lat['median_ci95'][0]:.3f}, {lat['median_ci95'][1]:.3f}]"
+        f"{rec.model} on {rec.backend}: {run.iterations} timed calls in {run.seconds:.2f} s, "
+        f"median {lat.median:.3f} ms [{lo:.3f}, {hi:.3f}]"
     )
 
 

@@ -19,9 +19,9 @@ from mlts.bench.backends import (
     driver_backends,
     driver_timing,
     each_backend,
+    measured_row,
     merged_retries,
     model_backends,
-    record,
 )
 from mlts.bench.progress import Progress
 from mlts.bench.reference import OnnxRuntimeReference
@@ -29,6 +29,7 @@ from mlts.bench.sources import ModelSource, family_of
 from mlts.datasets import speech
 from mlts.datasets.golden import golden_outputs
 from mlts.models import zoo
+from mlts.records import BenchmarkRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,14 +48,14 @@ class Scored:
         reference_label: str,
         config: BenchmarkConfig,
         drivers: list[str],
-    ) -> list[dict]:
+    ) -> list[BenchmarkRow]:
         """The reference row then one per driver; `collected.rows` already holds the drivers that failed."""
-        rows = collected.rows
+        rows = dict(collected.rows)
         family = "asr" if self.step_name.startswith("asr") else "tts"
         for backend, run in collected.runs.items():
             against = None if backend == "ref" else collected.runs["ref"]
             accuracy = recurrent.score(self.step_name, self.sig, run, self.golden, against)
-            rows[backend] = record(
+            rows[backend] = measured_row(
                 self.model,
                 reference_label if backend == "ref" else collected.labels[backend],
                 config,
@@ -69,10 +70,9 @@ class Scored:
                 **collected.chosen.get(backend, {}),
                 **({"retries": collected.retries[backend]} if backend in collected.retries else {}),
             )
-        from mlts.bench.verdict import apply_verdicts
+        from mlts.bench.verdict import with_verdict
 
-        apply_verdicts([rows[d] for d in drivers], rows["ref"])
-        return [rows["ref"]] + [rows[d] for d in drivers]
+        return [rows["ref"]] + [with_verdict(rows[d], rows["ref"]) for d in drivers]
 
 
 @dataclass
@@ -80,7 +80,7 @@ class Collected:
     """Each backend's run, error rows of drivers that failed, compilation timings and peak memory."""
 
     runs: dict[str, recurrent.SequenceRun]
-    rows: dict[str, dict]
+    rows: dict[str, BenchmarkRow]  # the error rows of drivers that failed
     compilation: dict[str, dict | None]
     memory: dict[str, dict]
     labels: dict[str, str] = field(default_factory=dict)
@@ -210,7 +210,7 @@ def benchmark_recurrent(
             lambda session: run_in_driver(session, sig, n_inputs, seqs, config.warmup_s),
             family,
         )
-    return rows
+    return [r.to_json() for r in rows]
 
 
 def _speech_golden(
@@ -265,4 +265,5 @@ def _benchmark_whole_sequences(
     what = f"{len(seqs)} whole sequences (prepared per length)"
     collected = _collect_runs(source, devices, config, progress, what, run_reference, run_driver)
     scored = Scored(source.name, step_name, sig, golden, whole=True)
-    return scored.rows(collected, reference.backend, config, driver_backends(config, devices))
+    rows = scored.rows(collected, reference.backend, config, driver_backends(config, devices))
+    return [r.to_json() for r in rows]

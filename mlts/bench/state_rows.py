@@ -20,11 +20,12 @@ from mlts.bench.backends import (
     Backend,
     backend_label,
     driver_timing,
-    error_record,
-    record,
+    error_row,
+    measured_row,
     split_backend,
 )
 from mlts.hal.errors import HalError
+from mlts.records import BenchmarkRow
 
 STATE_TAG = "+state-in-driver"
 
@@ -64,7 +65,7 @@ def state_rows(
     config: Any,
     run_state: Callable[[Any], recurrent.SequenceRun],
     family: str,
-) -> list[dict]:
+) -> list[BenchmarkRow]:
     """One row per driver backend that ran with client state: the same run with the state in the driver."""
     rows = []
     for backend, client_run in collected.runs.items():
@@ -84,14 +85,14 @@ def state_rows(
                 session.close()
             memory = watch.result()
         except HalError as e:
-            rows.append(error_record(scored.model, family, label, config, f"state in driver: {e}"))
+            rows.append(error_row(scored.model, family, label, config, f"state in driver: {e}"))
             continue
         against = collected.runs["ref"]
         accuracy = recurrent.score(scored.step_name, scored.sig, run, scored.golden, against)
         fields = recurrent.latency_fields(run, config.warmup_s)
-        client_median = recurrent.latency_fields(client_run, config.warmup_s)["latency_ms"]["median"]
+        client_median = recurrent.latency_fields(client_run, config.warmup_s)["latency_ms"].median
         rows.append(
-            record(
+            measured_row(
                 scored.model,
                 label,
                 config,
@@ -107,7 +108,7 @@ def state_rows(
                     "state_in_driver": True,
                     "client_state_backend": backend_label(backend),
                     "client_state_median_ms": client_median,
-                    "step_latency_saved_ms": client_median - fields["latency_ms"]["median"],
+                    "step_latency_saved_ms": client_median - fields["latency_ms"].median,
                     "bit_equal_to_client_state": bit_equal(run, client_run, scored.sig.main_output),
                 },
             )

@@ -19,10 +19,11 @@ Every check is kept with its value and limit; a failed check is also a validatio
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from mlts.bench.evaluators import VALIDATION_TOLERANCE
-from mlts.records.benchmark import violation
+from mlts.records.benchmark import BenchmarkRow, Verdict, Violation, violation
 from mlts.records.tolerance import WHOLE_NETWORK_FLOAT, WHOLE_NETWORK_QUANT8, WholeNetwork
 
 
@@ -103,21 +104,25 @@ def network_verdict(row: dict, ref: dict) -> dict | None:
     return {"pass": all(c["pass"] for c in checks), "profile": profile, "rule": rule, "checks": checks}
 
 
-def apply_verdicts(rows: list[dict], ref: dict) -> None:
-    """Set `verdict` on each driver row and add a validation error per failed check (not the MLTS rule,
-    which evaluators.validation_errors already reports)."""
-    for row in rows:
-        verdict = network_verdict(row, ref)
-        if verdict is None:
-            continue
-        row["verdict"] = verdict
-        for c in verdict["checks"]:
-            if not c["pass"] and c["metric"] != "top1_below_reference":
-                relation = "below" if c["at_least"] else "above"
-                message = (
-                    f"whole-network verdict: {c['metric']} {c['value']:.3g} is {relation} its limit "
-                    f"{c['limit']:.3g} ({verdict['profile']})"
-                )
-                row.setdefault("validation_errors", []).append(
-                    violation(message, c["metric"], c["value"], c["limit"])
-                )
+def verdict_errors(verdict: dict) -> list[dict]:
+    """A validation error per failed check of `verdict` (not the MLTS rule, which
+    evaluators.validation_errors already reports)."""
+    errors = []
+    for c in verdict["checks"]:
+        if not c["pass"] and c["metric"] != "top1_below_reference":
+            relation = "below" if c["at_least"] else "above"
+            message = (
+                f"whole-network verdict: {c['metric']} {c['value']:.3g} is {relation} its limit "
+                f"{c['limit']:.3g} ({verdict['profile']})"
+            )
+            errors.append(violation(message, c["metric"], c["value"], c["limit"]))
+    return errors
+
+
+def with_verdict(row: BenchmarkRow, ref: BenchmarkRow) -> BenchmarkRow:
+    """Driver row `row` with its verdict against `ref` and a validation error per failed check."""
+    verdict = network_verdict(row.to_json(), ref.to_json())
+    if verdict is None:
+        return row
+    errors = tuple(Violation.from_json(e) for e in verdict_errors(verdict))
+    return replace(row, verdict=Verdict.from_json(verdict), validation_errors=row.violations + errors)

@@ -1,4 +1,5 @@
-"""`mlts compare OLD.json NEW.json`: latency and accuracy changes between two benchmark runs."""
+"""`mlts compare OLD.json NEW.json`: latency and accuracy changes between two benchmark runs, or the
+cases whose outcome changed between two `mlts validate` runs."""
 
 from __future__ import annotations
 
@@ -40,22 +41,36 @@ def compare(old_path: str, new_path: str, threshold: str, as_json: bool) -> None
     exactness verdict that differs (on stderr with --json; the JSON has them as
     config_warnings and environment_warnings).
 
+    Two `mlts validate` results files: the cases whose outcome changed
+    (newly failing, fixed, other changes), cases only in one run, and suites
+    that could not run; a case that passed (or was skipped) and now fails,
+    errs or hangs is a regression. A validate run and a benchmark run have
+    nothing in common to compare.
+
     \b
     Exit status:
       0  no significant regression
       1  a significant regression: a "slower" row, a row that started
-         failing, a new validation error, or top-1 down by more than 0.05
+         failing, a new validation error, or top-1 down by more than 0.05;
+         for validate runs, a newly failing case or a suite that no longer runs
       2  a file cannot be read (missing, not JSON, another schema version),
-         the two files have no model x backend in common, or an option is bad: one line on stderr, "mlts compare: <reason>"
+         the two files have no model x backend (or validate case) in common,
+         or an option is bad: one line on stderr, "mlts compare: <reason>"
          (click's own usage errors exit 2 as well)
     """
     from mlts.report.compare import compare_results, format_comparison
     from mlts.report.schema import load_document
+    from mlts.report.validate_compare import compare_validate, format_validate_comparison, involves_validate
 
     try:
         value = _threshold(threshold)
         old, new = load_document(old_path), load_document(new_path)
-        result = compare_results(old, new, value, labels=(old_path, new_path))
+        if involves_validate(old, new):
+            result = compare_validate(old, new, labels=(old_path, new_path))
+            lines = format_validate_comparison(result)
+        else:
+            result = compare_results(old, new, value, labels=(old_path, new_path))
+            lines = format_comparison(result)
     except OSError as e:
         _bad_input(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else str(e))
     except (ValueError, RecursionError) as e:
@@ -65,7 +80,7 @@ def compare(old_path: str, new_path: str, threshold: str, as_json: bool) -> None
         for line in result["config_warnings"] + result["environment_warnings"]:
             click.echo(f"mlts compare: warning: {line}", err=True)
     else:
-        for line in format_comparison(result):
+        for line in lines:
             click.echo(line)
     if result["regressions"]:
         raise click.exceptions.Exit(EXIT_REGRESSION)

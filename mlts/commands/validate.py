@@ -288,7 +288,7 @@ def validate_cmd(
 
         section = run_suites(target, chosen, options, progress.on_case, progress.on_suite)
         progress.end_suite()
-    _write_outputs(section, out, junit_file)
+    _write_outputs(section, out, junit_file, threads)
     for error in section.errors:
         click.echo(f"mlts validate: suite {error}", err=True)
     verdict = "FAILED" if section.failed else "passed"
@@ -327,20 +327,16 @@ def _replay(target, path: str) -> None:
         raise click.exceptions.Exit(1)
 
 
-def _write_outputs(section, out: Path, junit_file: str | None) -> None:
+def _write_outputs(section, out: Path, junit_file: str | None, threads: int) -> None:
+    """results.json (the typed results document, kind "validate"), report.html and the JUnit XML."""
     from mlts.hal.atomic import write_atomic
-    from mlts.records.environment import environment
-    from mlts.validate.html import write_html
+    from mlts.report.html import write_report
     from mlts.validate.junit import write_junit
+    from mlts.validate.results import results_document
 
-    doc = {
-        "schema_version": 2,
-        "kind": "validate",
-        "environment": environment(),
-        "validate": section.to_json(),
-    }
+    doc = results_document(section, threads).to_json()
     write_atomic(out / "results.json", (json.dumps(doc, indent=1, allow_nan=False) + "\n").encode())
-    write_html(section, out / "report.html")
+    write_report(doc, out / "report.html")
     if junit_file is not None:
         try:
             write_junit(section, junit_file)

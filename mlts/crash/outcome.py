@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlts.errors import MltsError
+from mlts.records.stress import StressRecord
 
 
 class Outcome(enum.StrEnum):
@@ -35,7 +36,7 @@ class StressFailure(MltsError):
 
 @dataclass
 class TestResult:
-    """One test's record; `as_record()` is its results.json form."""
+    """One test's outcome; `record()` is its row of the results document (StressRecord)."""
 
     test: str
     mode: str
@@ -55,22 +56,22 @@ class TestResult:
     def as_expected(self) -> bool:
         return self.outcome == self.expected
 
-    def as_record(self) -> dict[str, Any]:
-        return {
-            "kind": "stress",
-            "test": self.test,
-            "mode": self.mode,
-            "driver": self.driver,
-            "models": list(self.models),
-            "model": ", ".join(self.models),
-            "outcome": self.outcome.value,
-            "expected": self.expected.value,
-            "as_expected": self.as_expected,
-            "reason": self.reason,
-            "duration_s": round(self.duration_s, 3),
-            "iterations": int(self.iterations),
-            "signal": self.signal,
-            "driver_died": self.driver_died,
-            "log_tail": list(self.log_tail),
-            "details": dict(self.details),
-        }
+    def record(self) -> StressRecord:
+        return StressRecord.make(
+            kind="stress",
+            test=self.test,
+            mode=self.mode,
+            driver=self.driver,
+            models=tuple(self.models),
+            model=", ".join(self.models),
+            outcome=self.outcome.value,
+            expected=self.expected.value,
+            as_expected=self.as_expected,
+            reason=self.reason,
+            duration_s=round(self.duration_s, 3),
+            iterations=int(self.iterations),
+            signal=self.signal,
+            driver_died=self.driver_died,
+            log_tail=tuple(self.log_tail),
+            details=dict(self.details),
+        )

@@ -441,5 +441,5 @@ def stress_document(
         "kind": "stress",
         "environment": environment(),
         "config": {**asdict(config), "modes": modes, "drivers": drivers, "models": models},
-        "results": [r.as_record() for r in results],
+        "results": [r.record().to_json() for r in results],
     }

@@ -10,6 +10,8 @@ higher priority is running. The paused execution keeps its operation index and i
 where they are and resumes from there: nothing done is lost, and a low-priority execution that is
 preempted again and again still finishes once the high-priority work stops (a restart would throw
 its work away each time). Executions of other clients are never paused by this client's priorities.
+Inside `holding_tickets()` (the service wraps it around an execution and its reply) a ticket is left
+only when the block ends.
 
 `checkpoint()` builds the callable an executor calls before every operation: it answers
 MISSED_DEADLINE_TRANSIENT once the deadline has passed, and waits out preemption (a paused execution
@@ -65,12 +67,39 @@ class Ticket:
     paused: int = 0  # how often it waited for a higher-priority execution
 
 
+_HELD: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.ContextVar(
+    "mlts_held_tickets", default=None
+)
+
+
+@contextlib.contextmanager
+def holding_tickets() -> Iterator[None]:
+    """Tickets left inside this block are left only when it ends (the service wraps it around an
+    execution and the write of its reply, so the client's lower-priority executions stay paused until
+    the reply is on its way instead of competing with its encoding and sending)."""
+    held: list[Callable[[], None]] = []
+    token = _HELD.set(held)
+    try:
+        yield
+    finally:
+        _HELD.reset(token)
+        for release in held:
+            release()
+
+
 class PriorityGate:
-    """Lets a running execution wait at its checkpoints while a higher-priority one of its client runs."""
+    """Lets a running execution wait at its checkpoints while a higher-priority one of its client runs.
+
+    `_top[client]` is the highest priority among the client's running executions. A checkpoint reads
+    it without the lock (one dict lookup): only an execution that is outranked takes the lock and waits.
+    `leave` wakes waiters only when there are some and the client's highest priority went down.
+    """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._running: dict[int, dict[int, int]] = {}  # client -> priority -> count
+        self._top: dict[int, int] = {}  # client -> highest running priority
+        self._waiting = 0  # executions waiting in wait_turn
         self._serial = itertools.count(1)
         self.enabled = True
         self.pauses = 0  # how often an execution waited for a higher-priority one
@@ -80,17 +109,31 @@ class PriorityGate:
         with self._cond:
             counts = self._running.setdefault(ticket.client, {})
             counts[ticket.priority] = counts.get(ticket.priority, 0) + 1
+            if ticket.priority > self._top.get(ticket.client, ticket.priority - 1):
+                self._top[ticket.client] = ticket.priority
         return ticket
 
     def leave(self, ticket: Ticket) -> None:
+        held = _HELD.get()
+        if held is not None:
+            held.append(lambda: self._leave(ticket))
+            return
+        self._leave(ticket)
+
+    def _leave(self, ticket: Ticket) -> None:
         with self._cond:
             counts = self._running.get(ticket.client, {})
             counts[ticket.priority] -= 1
             if not counts[ticket.priority]:
                 del counts[ticket.priority]
+            top = self._top.get(ticket.client)
             if not counts:
                 self._running.pop(ticket.client, None)
-            self._cond.notify_all()
+                self._top.pop(ticket.client, None)
+            elif top == ticket.priority and ticket.priority not in counts:
+                self._top[ticket.client] = max(counts)
+            if self._waiting and self._top.get(ticket.client) != top:
+                self._cond.notify_all()
 
     @contextlib.contextmanager
     def running(self, priority: int) -> Iterator[Ticket]:
@@ -101,29 +144,32 @@ class PriorityGate:
             self.leave(ticket)
 
     def _outranked(self, ticket: Ticket) -> bool:
-        counts = self._running.get(ticket.client, {})
-        return any(p > ticket.priority for p in counts)
+        return self._top.get(ticket.client, ticket.priority) > ticket.priority
 
     def wait_turn(self, ticket: Ticket, deadline: int | None, index: int) -> None:
         """Return once no higher-priority execution of the ticket's client runs (or fail at the deadline)."""
-        if not self.enabled:
+        if not self.enabled or not self._outranked(ticket):  # the lock-free fast path
             return
         with self._cond:
             if not self._outranked(ticket):
                 return
             ticket.paused += 1
             self.pauses += 1
-            while self._outranked(ticket):
-                if deadline is None:
-                    self._cond.wait(1.0)
-                    continue
-                left = (deadline - time.monotonic_ns()) / 1e9
-                if left <= 0:
-                    raise HalError(
-                        ErrorStatus.MISSED_DEADLINE_TRANSIENT,
-                        f"deadline passed before operation {index} while a higher-priority execution ran",
-                    )
-                self._cond.wait(left)
+            self._waiting += 1
+            try:
+                while self._outranked(ticket):
+                    if deadline is None:
+                        self._cond.wait(1.0)
+                        continue
+                    left = (deadline - time.monotonic_ns()) / 1e9
+                    if left <= 0:
+                        raise HalError(
+                            ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                            f"deadline passed before operation {index} while a higher-priority execution ran",
+                        )
+                    self._cond.wait(left)
+            finally:
+                self._waiting -= 1
 
     def running_count(self) -> int:
         with self._cond:
@@ -134,11 +180,20 @@ def checkpoint(
     deadline: int | None, gate: PriorityGate | None = None, ticket: Ticket | None = None
 ) -> Checkpoint | None:
     """What an executor calls before every operation: deadline check, then preemption."""
+    if gate is not None and ticket is not None and not gate.enabled:
+        gate = None
     if deadline is None and (gate is None or ticket is None):
         return None
+    if deadline is None:
+        wait_turn = gate.wait_turn  # type: ignore[union-attr]
+
+        def preempt_only(index: int) -> None:
+            wait_turn(ticket, None, index)  # type: ignore[arg-type]
+
+        return preempt_only
 
     def check(index: int) -> None:
-        if deadline is not None and time.monotonic_ns() > deadline:
+        if time.monotonic_ns() > deadline:
             raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed before operation {index}")
         if gate is not None and ticket is not None:
             gate.wait_turn(ticket, deadline, index)

@@ -23,12 +23,14 @@ from mlts.records.capabilities import DriverCapabilities
 from mlts.records.document import OPTIONAL_SECTIONS, SCHEMA_VERSION, ResultsDocument, VersionError
 from mlts.records.stats import NOT_MEASURED, Stats
 from mlts.records.stress import StressRecord
+from mlts.records.validate import CaseResult, ValidateSection
 
 __all__ = [
     "NOT_MEASURED",
     "OPTIONAL_SECTIONS",
     "SCHEMA_VERSION",
     "BenchmarkRow",
+    "CaseResult",
     "Compilation",
     "Dataset",
     "DriverCapabilities",
@@ -43,6 +45,7 @@ __all__ = [
     "StressRecord",
     "Verdict",
     "VerdictCheck",
+    "ValidateSection",
     "VersionError",
     "Violation",
     "Warmup",

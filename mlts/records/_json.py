@@ -226,6 +226,25 @@ def decode(cls: type[R], data: Any, where: str, required_because: Mapping[str, s
     return cls(**kwargs)
 
 
+def make(cls: type[R], values: Mapping[str, Any]) -> R:
+    """`cls` built by a producer from field values (records, not JSON): like `decode`, an omitted-when-None
+    field given as None is kept in `extra` as null, and names `cls` does not have go to `extra` too."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    for name, v in values.items():
+        f = fields.get(name)
+        if f is None or f.metadata.get("extra"):
+            rest[name] = v
+        elif v is None and f.metadata.get("omit"):
+            rest[f.metadata.get("key") or name] = None
+        else:
+            kwargs[name] = v
+    if rest:
+        kwargs[EXTRA] = rest
+    return cls(**kwargs)
+
+
 def encode(value: Any) -> Any:
     """The JSON form of a record, a list/tuple/dict of them, or a plain value."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -269,3 +288,9 @@ class Record:
 
     def to_json(self) -> dict:
         return encode_fields(self)
+
+    @classmethod
+    def make(cls, **values: Any) -> Any:
+        """The record a producer builds from field values: an optional key given as None is written as
+        null (not left out), as from_json keeps it; names the record does not have go to `extra`."""
+        return make(cls, values)

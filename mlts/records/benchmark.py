@@ -241,6 +241,8 @@ class BenchmarkRow(j.Record):
     warmup: Warmup | None = j.value(j.record_check(Warmup), default=None, omit=True)
     run: Run | None = j.value(j.record_check(Run), default=None, omit=True)
     iterations: int | None = j.value(j.count, default=None, omit=True)
+    warmup_steps: int | None = j.value(j.count, default=None, omit=True)
+    warmup_calls_per_sequence: int | None = j.value(j.count, default=None, omit=True)
     latency_ms: Stats | None = j.value(j.record_check(Stats), default=None, omit=True)
     latency_unit: str | None = j.value(j.text, default=None, omit=True)
     sequence_latency_ms: Stats | None = j.value(j.record_check(Stats), default=None, omit=True)
@@ -260,6 +262,12 @@ class BenchmarkRow(j.Record):
     quantization: dict | None = j.value(j.obj, default=None, omit=True)
     reference_inexact: str | None = j.value(j.text, default=None, omit=True)
     extensions: tuple[str, ...] | None = j.value(j.texts, default=None, omit=True)
+    harness_overhead: dict | None = j.value(j.nullable(j.obj), default=None, omit=True)
+    profile: dict | None = j.value(j.obj, default=None, omit=True)
+    selection: str | None = j.value(j.text, default=None, omit=True)
+    partition: dict | None = j.value(j.obj, default=None, omit=True)
+    partitioned_models: int | None = j.value(j.count, default=None, omit=True)
+    device_memory: dict | None = j.value(j.obj, default=None, omit=True)
     extra: dict = j.extra()
 
     @classmethod

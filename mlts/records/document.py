@@ -1,7 +1,7 @@
 """The results document (results.json): version, kind, environment, config, records and optional sections.
 
 Optional sections are top-level keys added by features that not every run has (the drivers'
-`capabilities`, and later e.g. a `profile` or `validate` section). Each is registered in
+`capabilities`, the `validate` section of `mlts validate`, and later e.g. a `profile` section). Each is registered in
 `OPTIONAL_SECTIONS` with the check that reads it; a section the running mlts does not know is kept as
 plain JSON and written back unchanged, so adding one needs no new schema version.
 """
@@ -16,16 +16,18 @@ from mlts.records import _json as j
 from mlts.records.benchmark import BenchmarkRow
 from mlts.records.capabilities import capabilities_section
 from mlts.records.stress import StressRecord
+from mlts.records.validate import ValidateSection, validate_section
 
 SCHEMA_VERSION = 3
 # Versions this mlts reads: older ones are upgraded on reading (see `_upgrade`).
 READABLE_VERSIONS = (2, 3)
-KINDS = ("benchmark", "stress")
+KINDS = ("benchmark", "stress", "validate")
 CORE_KEYS = ("schema_version", "kind", "environment", "config", "devices", "results")
 
 # name -> check: the optional top-level sections this mlts knows (add an entry to add a section).
 OPTIONAL_SECTIONS: dict[str, Callable[[Any, str], Any]] = {
     "capabilities": capabilities_section,
+    "validate": validate_section,
 }
 
 
@@ -57,6 +59,8 @@ class ResultsDocument(j.Record):
             j.fail("", f"not an mlts results document: the top level is {j.got(data)}, not an object")
         version = _check_version(data.get("schema_version"))
         kind = j.one_of(KINDS)(_field(data, "kind"), "kind")
+        if kind == "validate":
+            data = _validate_document(data, version)
         environment = j.obj(_field(data, "environment"), "environment")
         config = j.obj(_field(data, "config"), "config")
         devices = j.obj(data["devices"], "devices") if "devices" in data else None
@@ -94,6 +98,11 @@ class ResultsDocument(j.Record):
     def stress(self) -> list[StressRecord]:
         return [r for r in self.results if isinstance(r, StressRecord)]
 
+    @property
+    def validate(self) -> ValidateSection | None:
+        """The `validate` section (always there in a `kind: "validate"` document), or None."""
+        return self.sections.get("validate")
+
     def section(self, name: str) -> Any:
         return self.sections.get(name, self.extra.get(name))
 
@@ -108,6 +117,23 @@ def _field(data: dict, key: str) -> Any:
     if key not in data:
         j.fail(key, "missing")
     return data[key]
+
+
+def _validate_document(data: dict, version: int) -> dict:
+    """A `kind: "validate"` document: a `validate` section and no results records.
+
+    Version 2 validate documents (mlts validate before the typed document) had neither `config` nor
+    `results`: they are read as an empty config and no records.
+    """
+    if "validate" not in data:
+        j.fail("validate", 'missing (a document of kind "validate" holds a validate section)')
+    if version == 2:
+        data = {"config": {}, "results": [], **data}
+    if _field(data, "results") != []:
+        j.fail(
+            "results", 'expected an empty list in a document of kind "validate" (its cases are in validate)'
+        )
+    return data
 
 
 def _check_version(found: Any) -> int:

@@ -323,12 +323,7 @@ def _short(value: Any) -> str:
 def format_comparison(cmp: dict) -> list[str]:
     """The comparison as text lines: the latency table, accuracy changes, added/removed rows, the verdict."""
     lines = [f"{cmp['old']} -> {cmp['new']} (threshold {cmp['threshold'] * 100:g}%)", ""]
-    for key, what in (("config_warnings", "configurations"), ("environment_warnings", "environments")):
-        warnings = cmp.get(key) or []
-        if warnings:
-            lines.append(f"warning: the runs' {what} differ, so a change may come from them:")
-            lines += [f"  {w}" for w in warnings]
-            lines.append("")
+    lines += warning_lines(cmp)
     lines += _latency_table(cmp["rows"])
     lines += _accuracy_lines(cmp["rows"])
     if cmp.get("reference_changes"):
@@ -339,12 +334,26 @@ def format_comparison(cmp: dict) -> list[str]:
             lines += ["", f"{what} (only in {cmp[side]}):"]
             lines += [f"  {r['model']} on {r['backend']}" for r in cmp[what]]
     lines.append("")
-    if cmp["regressions"]:
-        lines.append(f"{len(cmp['regressions'])} significant regression(s):")
-        lines += [f"  {r}" for r in cmp["regressions"]]
-    else:
-        lines.append("no significant regression")
+    return lines + verdict_lines(cmp["regressions"], "significant regression")
+
+
+def warning_lines(cmp: dict) -> list[str]:
+    """The configuration and environment warnings of a comparison, a block each (ending in a blank line)."""
+    lines: list[str] = []
+    for key, what in (("config_warnings", "configurations"), ("environment_warnings", "environments")):
+        warnings = cmp.get(key) or []
+        if warnings:
+            lines.append(f"warning: the runs' {what} differ, so a change may come from them:")
+            lines += [f"  {w}" for w in warnings]
+            lines.append("")
     return lines
+
+
+def verdict_lines(regressions: list[str], noun: str) -> list[str]:
+    """'N <noun>(s):' and one line each, or 'no <noun>'."""
+    if not regressions:
+        return [f"no {noun}"]
+    return [f"{len(regressions)} {noun}(s):", *(f"  {r}" for r in regressions)]
 
 
 def _latency_table(rows: list[dict]) -> list[str]:

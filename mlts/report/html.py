@@ -40,6 +40,7 @@ from mlts.report._html_sections import (
 )
 from mlts.report._html_tables import _families, compare_medians
 from mlts.report.profile_section import profile_rows
+from mlts.report.validate_section import validate_page, validate_view, write_validate_page
 
 __all__ = [
     "BASELINE",
@@ -53,12 +54,20 @@ __all__ = [
 
 
 def render_report(doc: Mapping) -> str:
-    """The whole report page for `doc` (a results document, schema version 2 or 3) as one HTML string."""
+    """The whole report page for `doc` (a results document, schema version 2 or 3) as one HTML string.
+
+    A `kind: "validate"` document gets the validate page (mlts.report.validate_section).
+    """
+    if doc.get("kind") == "validate":
+        return validate_page(doc)
     return _template().render(r=build_view(doc))
 
 
 def write_report(doc: Mapping, path: str | Path) -> None:
     """Render `doc` and write it so `path` is either the old file or the complete new one."""
+    if doc.get("kind") == "validate":
+        write_validate_page(doc, path)  # reproducer links relative to where the page goes
+        return
     write_atomic(path, render_report(doc).encode("utf-8"))
 
 
@@ -101,4 +110,5 @@ def build_view(doc: Mapping) -> dict[str, Any]:
         "stress": _stress(stress),
         "capabilities": _capabilities(doc.get("capabilities")),
         "profiles": profile_rows(rows),
+        "validate": validate_view(doc),
     }

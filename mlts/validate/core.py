@@ -22,14 +22,13 @@ from typing import Any
 
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
+from mlts.records.validate import FAILING, CaseResult
+from mlts.records.validate import OUTCOMES as OUTCOMES  # re-exported: the suites import it from here
 from mlts.runtime.discovery import DriverSpec, thread_env
 from mlts.runtime.execution import EXECUTION_MODES
 from mlts.runtime.process import DriverProcess
 from mlts.runtime.remote import RemoteDevice
 
-#: The outcomes of a case; "pass" and "skip" are not failures.
-OUTCOMES = ("pass", "fail", "error", "hang", "skip")
-FAILING = frozenset({"fail", "error", "hang"})
 #: Suite name -> module that implements it (imported on first use).
 SUITES: Mapping[str, str] = {
     "validation": "mlts.validate.validation",
@@ -51,47 +50,6 @@ CaseBody = Callable[[], tuple[str, str] | str | None]
 
 class ValidateError(ValueError):
     """Bad input to `mlts validate` (unknown suite, driver that cannot start, bad replay file): one line."""
-
-
-@dataclass(frozen=True)
-class CaseResult:
-    """The outcome of one case: "pass", "fail", "error", "hang" or "skip", why, and how to reproduce it."""
-
-    suite: str
-    name: str
-    outcome: str  # "pass" | "fail" | "error" | "hang" | "skip"
-    reason: str
-    reproducer: str | None = None  # path of a reproducer file (`mlts validate --replay` runs it)
-    seconds: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.outcome not in OUTCOMES:
-            raise ValueError(f"case outcome {self.outcome!r} is not one of {', '.join(OUTCOMES)}")
-
-    @property
-    def failed(self) -> bool:
-        return self.outcome in FAILING
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "suite": self.suite,
-            "name": self.name,
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "reproducer": self.reproducer,
-            "seconds": round(self.seconds, 6),
-        }
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> CaseResult:
-        return cls(
-            str(doc["suite"]),
-            str(doc["name"]),
-            str(doc["outcome"]),
-            str(doc["reason"]),
-            None if doc.get("reproducer") is None else str(doc["reproducer"]),
-            float(doc.get("seconds", 0.0)),
-        )
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ def test_each_backend_turns_a_driver_error_into_its_row_and_keeps_going():
 
     ran, failed = each_backend(backends, "m", "fam", config, Progress(), run)
     assert ran == {"ref": "cpu:onnxruntime", "b": "driver:b"}
-    assert failed["a"]["status"] == "error" and "boom" in failed["a"]["error"]
-    assert failed["a"]["backend"] == "driver:a" and failed["a"]["family"] == "fam"
+    assert failed["a"].status == "error" and "boom" in failed["a"].error
+    assert failed["a"].backend == "driver:a" and failed["a"].family == "fam"
 
 
 def test_the_references_errors_propagate():

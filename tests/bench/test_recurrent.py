@@ -79,6 +79,6 @@ def test_latency_fields_are_per_step():
     run = recurrent.SequenceRun([0.001, 0.002, 0.003], [0.003, 0.003], [[], []], [None] * 3, 4, 0.5)
     fields = recurrent.latency_fields(run, 0.5)
     assert fields["steps"] == 3 and fields["sequences"] == 2 and fields["warmup_steps"] == 4
-    assert fields["warmup"] == {"iterations": 4, "seconds": 0.5, "target_seconds": 0.5}
-    assert fields["latency_ms"]["samples"] == pytest.approx([1.0, 2.0, 3.0])
-    assert fields["latency_unit"] == "step" and fields["latency_ms"]["median"] == pytest.approx(2.0)
+    assert fields["warmup"].to_json() == {"iterations": 4, "seconds": 0.5, "target_seconds": 0.5}
+    assert fields["latency_ms"].samples == pytest.approx([1.0, 2.0, 3.0])
+    assert fields["latency_unit"] == "step" and fields["latency_ms"].median == pytest.approx(2.0)

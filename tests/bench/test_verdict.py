@@ -8,8 +8,8 @@ import pytest
 from driver.faulty import parse_options, shift
 from mlts.bench.runner import BenchmarkConfig, run_benchmark
 from mlts.bench.sources import select_models
-from mlts.bench.verdict import apply_verdicts, network_verdict
-from mlts.records import BenchmarkRow, ResultsDocument
+from mlts.bench.verdict import network_verdict, with_verdict
+from mlts.records import BenchmarkRow, Evaluator, ResultsDocument
 from mlts.runtime.discovery import discover, select
 
 
@@ -69,18 +69,18 @@ def test_quantized_rule_in_units():
 
 
 def test_failed_checks_become_structured_validation_errors():
-    ref = _row(vs_golden={"max_abs_error": 1e-6})
-    row = _row(vs_golden={"max_abs_error": 1e-3})
-    row["validation_errors"] = []
-    apply_verdicts([row], ref)
-    (error,) = row["validation_errors"]
-    assert error["metric"] == "max_abs_error_vs_golden" and error["value"] == 1e-3 and error["limit"] < 2e-5
-    assert "whole-network verdict" in error["message"]
+    def rec(backend: str, max_abs_error: float) -> BenchmarkRow:
+        vs_golden = {"vs_golden": Evaluator(max_abs_error=max_abs_error)}
+        return BenchmarkRow(model="m", backend=backend, status="ok", accuracy=vs_golden, validation_errors=())
+
+    judged = with_verdict(rec("driver:d", 1e-3), rec("cpu:onnxruntime", 1e-6))
+    (error,) = judged.violations
+    assert error.metric == "max_abs_error_vs_golden" and error.value == 1e-3 and error.limit < 2e-5
+    assert "whole-network verdict" in error.message
+    assert judged.verdict.passed is False and judged.verdict.failures()[0].metric == error.metric
     assert (
-        BenchmarkRow.from_json(
-            {**row, "model": "m", "backend": "b", "status": "error", "error": "x"}
-        ).verdict.passed
-        is False
+        judged.to_json()["verdict"]["pass"] is False
+        and judged.to_json()["validation_errors"][0]["value"] == 1e-3
     )
 
 

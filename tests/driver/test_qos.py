@@ -95,6 +95,32 @@ def test_gate_pauses_only_lower_priorities_of_the_same_client() -> None:
     assert gate.pauses == 2
 
 
+def test_a_held_ticket_keeps_lower_ones_paused_until_the_block_ends() -> None:
+    gate = qos.PriorityGate()
+    low = gate.enter(Priority.LOW, client=1)
+    high = gate.enter(Priority.HIGH, client=1)
+    medium = gate.enter(Priority.MEDIUM, client=1)
+    resumed = threading.Event()
+
+    def low_checkpoint() -> None:
+        gate.wait_turn(low, None, 0)
+        resumed.set()
+
+    waiter = threading.Thread(target=low_checkpoint, daemon=True)
+    waiter.start()
+    with qos.holding_tickets():
+        gate.leave(high)  # e.g. the execution returned, its reply is being sent
+        assert not resumed.wait(0.1)
+        assert gate.running_count() == 3
+    # Left now; MEDIUM is still running, so LOW stays paused until it leaves too.
+    assert gate.running_count() == 2 and not resumed.wait(0.1)
+    gate.leave(medium)
+    assert resumed.wait(5)
+    waiter.join(5)
+    gate.leave(low)
+    assert gate.running_count() == 0 and gate.pauses == 1
+
+
 def test_priority_survives_the_compilation_cache(tmp_path) -> None:
     device = SampleAll()
     for priority in Priority:

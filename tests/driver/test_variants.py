@@ -282,7 +282,8 @@ def test_every_variant_is_registered_everywhere():
 
 def test_unknown_and_empty_options_are_one_line_errors():
     with pytest.raises(
-        ValueError, match=r"^sample-quant: unknown option 'speed'; known: capabilities, max_memory_mb, buffer_budget$"
+        ValueError,
+        match=r"^sample-quant: unknown option 'speed'; known: capabilities, max_memory_mb, buffer_budget$",
     ):
         device("sample-quant", speed="fast")
     with pytest.raises(

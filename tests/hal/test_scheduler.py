@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from mlts.hal.service.scheduler import WorkerPool
 
@@ -63,3 +64,32 @@ def test_higher_priority_work_of_the_same_client_starts_while_workers_are_busy()
     finally:
         release.set()
         assert pool.stop(5)
+
+
+def test_a_finished_preempting_thread_takes_the_next_preempting_work():
+    pool = WorkerPool("t", 1)
+    started, release = threading.Event(), threading.Event()
+    threads: list[threading.Thread] = []
+    done = threading.Semaphore(0)
+
+    def note() -> None:
+        threads.append(threading.current_thread())
+        done.release()
+
+    try:
+        pool.submit(_blocker(started, release), priority=0, owner=1)
+        assert started.wait(5)
+        for _ in range(3):  # one after the other: each preempts the busy worker's LOW work
+            pool.submit(note, priority=2, owner=1)
+            assert done.acquire(timeout=5)
+            end = time.monotonic() + 5
+            while pool._extra and time.monotonic() < end:  # the preempting thread is idle again
+                time.sleep(0.001)
+        assert len(threads) == 3 and threads[0].name == "t-preempt"
+        assert threads[1] is threads[0] and threads[2] is threads[0]
+        release.set()
+    finally:
+        release.set()
+        assert pool.stop(5)
+    threads[0].join(5)
+    assert not threads[0].is_alive()  # an idle preempting thread ends when the pool stops

@@ -162,3 +162,23 @@ def test_row_helpers():
     assert isinstance(lstm, BenchmarkRow) and lstm.step_wise and lstm.per_call_latency is lstm.latency_ms
     err = next(r for r in rows if not r.ok)
     assert err.error and err.latency_ms is None and err.violations == ()
+
+
+def test_make_keeps_optional_nulls_and_unknown_keys_as_from_json_does():
+    made = StressRecord.make(
+        mode="m", driver="d", outcome="SUCCESS", reason=None, signal=None, models=("a",), new_key=3
+    )
+    assert made.reason is None and made.extra == {"reason": None, "signal": None, "new_key": 3}
+    out = made.to_json()
+    assert out == {
+        "mode": "m",
+        "driver": "d",
+        "outcome": "SUCCESS",
+        "models": ["a"],
+        "reason": None,
+        "signal": None,
+        "new_key": 3,
+    }
+    assert StressRecord.from_json(out) == made
+    # Left out entirely when not given at all.
+    assert "reason" not in StressRecord.make(mode="m", driver="d", outcome="HANG").to_json()

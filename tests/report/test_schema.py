@@ -58,7 +58,7 @@ def _bump_count(doc):
 
 
 CORRUPTIONS = [
-    (_set(["kind"], "bench"), "kind: expected one of 'benchmark', 'stress', got 'bench'"),
+    (_set(["kind"], "bench"), "kind: expected one of 'benchmark', 'stress', 'validate', got 'bench'"),
     (_set(["environment"], []), "environment: expected an object, got a list"),
     (_set(["results"], {}), "results: expected a list, got an object"),
     (

@@ -50,6 +50,7 @@ def test_plugin_file_classes_are_named_by_their_name_attribute(monkeypatch):
         "fake-buggy",
         "fake-nan",
         "fake-slow",
+        "fake-client-key",
         *BUILTIN_DRIVERS,
     } == set(specs)
     assert specs["fake-add"].factory.endswith("fake_drivers.py:AddDevice")
@@ -110,7 +111,7 @@ def test_select():
 def test_load_factory_specs():
     assert load_factory("tests.runtime.fake_drivers:AddDevice") is AddDevice
     assert load_factory(fake_spec("AddDevice")).__name__ == "AddDevice"
-    with pytest.raises(FactoryError, match="defines 7 Device classes"):
+    with pytest.raises(FactoryError, match="defines 8 Device classes"):
         load_factory(FAKE_FILE)
     with pytest.raises(FactoryError, match="malformed"):
         load_factory("no_colon_here")

@@ -67,7 +67,7 @@ def test_every_table_combination_is_enumerated():
 
 
 def test_case_names_fill_the_report_matrix():
-    from mlts.validate.html import _CELL
+    from mlts.report.validate_section import _CELL
 
     combo = operations.Combo(OperationType.CONV_2D, T.TENSOR_QUANT8_ASYMM, True)
     name = operations.case_name(combo, "nchw", "burst")

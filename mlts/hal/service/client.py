@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mlts.hal import wire
+from mlts.hal import qos, wire
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.service.args import type_name
@@ -197,6 +197,12 @@ class Client:
         method = call.method
 
         def run() -> None:
+            # The driver's priority ticket is left once the reply is sent: the client's lower-priority
+            # executions stay paused until then instead of competing with the reply for the CPU.
+            with qos.holding_tickets():
+                answer()
+
+        def answer() -> None:
             try:
                 if self.closed.is_set():
                     return  # the client is gone: nobody to answer

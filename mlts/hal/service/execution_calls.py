@@ -207,6 +207,10 @@ def execute(client: Client, call: Call) -> dict[str, Any]:
     msg_id = call.id
 
     def run() -> None:
+        with qos.holding_tickets():  # the priority ticket is left once the completion is sent
+            complete()
+
+    def complete() -> None:
         notify: dict[str, Any] = {"kind": "notify", "event": "executionComplete", "id": msg_id}
         try:
             if client.closed.is_set():

@@ -13,7 +13,9 @@ lower priority, new higher-priority work does not wait for a worker: it
 starts at once on an extra thread (at most `workers` such at a time). The
 driver pauses the lower-priority execution at its next operation (it
 preempts), so the number of executions making progress stays within the
-pool's size.
+pool's size. An extra thread that finished its work waits a while
+(`SPARE_IDLE_S`) for the next preempting work, so a stream of high-priority
+calls does not start a thread for each.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from collections import deque
 from collections.abc import Callable
 
 log = logging.getLogger("mlts.hal.service")
+
+#: How long an extra (preempting) thread waits for more such work before it ends.
+SPARE_IDLE_S = 5.0
 
 
 class WorkerPool:
@@ -42,8 +47,12 @@ class WorkerPool:
         self._queued = 0
         self._running: dict[tuple[int, int], int] = {}  # (owner, priority) -> works running
         self._extra = 0  # preempting works on their own threads
+        self._extra_works: deque[tuple[Callable[[], None], int, int]] = deque()  # for idle extra threads
+        self._extra_idle = 0  # idle extra threads not yet promised one of `_extra_works`
         self._seq = itertools.count()
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)
+        self._extra_cond = threading.Condition(lock)
         self._busy = 0
         self._inline = 0  # slots taken by callers running work on their own thread
         self._stopping = False
@@ -62,9 +71,14 @@ class WorkerPool:
             if self._busy + self._inline >= self.workers and self._outranks(owner, priority):
                 self._extra += 1
                 self._mark(owner, priority, 1)
+                if self._extra_idle:
+                    self._extra_idle -= 1
+                    self._extra_works.append((work, owner, priority))
+                    self._extra_cond.notify()
+                    return
                 threading.Thread(
                     target=self._run_extra,
-                    args=(work, owner, priority),
+                    args=((work, owner, priority),),
                     name=f"{self.name}-preempt",
                     daemon=True,
                 ).start()
@@ -103,16 +117,31 @@ class WorkerPool:
         else:
             self._running.pop(key, None)
 
-    def _run_extra(self, work: Callable[[], None], owner: int, priority: int) -> None:
-        try:
-            work()
-        except BaseException as e:  # work reports its own errors
-            log.error("%s: work raised %s: %s", self.name, type(e).__name__, e, exc_info=True)
-        finally:
+    def _run_extra(self, item: tuple[Callable[[], None], int, int]) -> None:
+        while True:
+            work, owner, priority = item
+            try:
+                work()
+            except BaseException as e:  # work reports its own errors
+                log.error("%s: work raised %s: %s", self.name, type(e).__name__, e, exc_info=True)
             with self._cond:
                 self._extra -= 1
                 self._mark(owner, priority, -1)
-                self._cond.notify_all()
+                if self._stopping:  # `stop` waits for the preempting works (workers' slots are unchanged)
+                    self._cond.notify_all()
+                # Idle: `submit` hands the next preempting work to this thread (taking it off the idle
+                # count) instead of starting one.
+                self._extra_idle += 1
+                end = time.monotonic() + SPARE_IDLE_S
+                while not self._extra_works and not self._stopping:
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._extra_cond.wait(left)
+                if not self._extra_works:
+                    self._extra_idle -= 1
+                    return
+                item = self._extra_works.popleft()
 
     def _loop(self) -> None:
         while True:
@@ -162,6 +191,7 @@ class WorkerPool:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+            self._extra_cond.notify_all()
         end = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, end - time.monotonic()))

@@ -1,9 +1,11 @@
-"""A self-contained HTML page of a validate run: per-suite counts, the operation × type matrix, failing cases.
+"""The HTML of a `validate` section: per-suite counts, the operation × type matrix, failing cases.
 
-No scripts and nothing fetched: inline CSS only, so the page opens offline
-and in CI artifact viewers. Case names of the form `OPERATION/TYPE: ...`
-(validation and operations suites) fill the matrix; reproducer paths are
-linked relative to the page.
+`mlts report` on a `kind: "validate"` document writes `page` (the page `mlts validate` writes as
+report.html); on a benchmark document that carries a validate section, the report's template includes
+`body` and `CSS` (see mlts.report.html). No scripts and nothing fetched: inline CSS only, so the page
+opens offline and in CI artifact viewers. Case names of the form `OPERATION/TYPE: ...` (validation and
+operations suites) fill the matrix; reproducer paths are linked relative to the page. Every style is
+scoped to the `.validate-run` element, so the benchmark report's own styles are untouched.
 """
 
 from __future__ import annotations
@@ -11,25 +13,31 @@ from __future__ import annotations
 import os
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 from html import escape
+from typing import Any
+
+from markupsafe import Markup
 
 from mlts.hal.atomic import write_atomic
 from mlts.hal.enums import OperationType
-from mlts.validate.core import FAILING, OUTCOMES
-from mlts.validate.results import ValidateSection
+from mlts.records.validate import FAILING, OUTCOMES, ValidateSection
 
 _CELL = re.compile(r"^([A-Z0-9_]+)/([A-Z0-9_+]+)(?:\s|:|\[)")
-_STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
-h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}
-table{border-collapse:collapse;margin:.5em 0}
-td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top}
-th{background:#f2f2f2}
-.pass{background:#d9f2d9}.fail,.error,.hang{background:#f8d0d0}.skip{background:#eee}
-.verdict{font-size:1.2em;padding:.3em .6em;display:inline-block}
-td.m{text-align:center;font-size:12px;white-space:nowrap}
-.small{font-size:12px;color:#555}
-code{font-size:12px}
+_PAGE_STYLE = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}h1{font-size:1.4em}"
+#: The section's styles, each scoped to `.validate-run` (the element `body` returns).
+CSS = """
+.validate-run h2{font-size:1.15em;margin-top:1.6em}
+.validate-run table{border-collapse:collapse;margin:.5em 0}
+.validate-run td,.validate-run th{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top}
+.validate-run th{background:#f2f2f2}
+.validate-run .pass{background:#d9f2d9}
+.validate-run .fail,.validate-run .error,.validate-run .hang{background:#f8d0d0}
+.validate-run .skip{background:#eee}
+.validate-run .verdict{font-size:1.2em;padding:.3em .6em;display:inline-block}
+.validate-run td.m{text-align:center;font-size:12px;white-space:nowrap}
+.validate-run .small{font-size:12px;color:#555}
+.validate-run code{font-size:12px}
 """
 
 
@@ -81,8 +89,8 @@ def _link(path: str | None, page_dir: str, section: ValidateSection, case_name: 
     return f"<a href='{escape(rel)}'><code>{escape(rel)}</code></a>"
 
 
-def render(section: ValidateSection, page_dir: str = "") -> str:
-    """The page; reproducer links are relative to `page_dir` (where the page will be written)."""
+def body(section: ValidateSection, page_dir: str = "", heading: str = "h1") -> Markup:
+    """The section as one `<div class=validate-run>`; reproducer links relative to `page_dir`."""
     verdict = "FAILED" if section.failed else "PASSED"
     summary = section.summary()
     rows = []
@@ -108,10 +116,8 @@ def render(section: ValidateSection, page_dir: str = "") -> str:
         for c in skipped[:500]
     )
     opts = ", ".join(f"{k}={v}" for k, v in section.options.items())
-    return f"""<!DOCTYPE html>
-<html lang=en><head><meta charset=utf-8><title>mlts validate: {escape(section.driver)}</title>
-<style>{_STYLE}</style></head><body>
-<h1>mlts validate: {escape(section.driver)}</h1>
+    return Markup(f"""<div class=validate-run>
+<{heading}>mlts validate: {escape(section.driver)}</{heading}>
 <p><span class='verdict {"fail" if section.failed else "pass"}'>{verdict}</span>
  {len(section.cases)} cases in {section.seconds:.1f} s; driver restarts: {section.restarts}</p>
 <p class=small>options: {escape(opts)}</p>
@@ -126,10 +132,47 @@ def render(section: ValidateSection, page_dir: str = "") -> str:
 {more}
 <p class=small>Run a reproducer again with <code>mlts validate --driver NAME --replay FILE</code>.</p>
 {f"<h2>Skipped ({len(skipped)})</h2><table><tr><th>suite</th><th>case</th><th>why</th></tr>{srows}</table>" if skipped else ""}
+</div>
+""")
+
+
+def page(section: ValidateSection, page_dir: str = "", environment: Mapping[str, Any] | None = None) -> str:
+    """The whole self-contained page of a validate run (`environment`: the document's, shown at the end)."""
+    env = "".join(
+        f"<tr><th>{escape(str(k))}</th><td>{escape(str(v))}</td></tr>"
+        for k, v in (environment or {}).items()
+        if not isinstance(v, Mapping)
+    )
+    setup = f"<h2>Setup</h2><table>{env}</table>" if env else ""
+    return f"""<!DOCTYPE html>
+<html lang=en><head><meta charset=utf-8><title>mlts validate: {escape(section.driver)}</title>
+<style>{_PAGE_STYLE}{CSS}</style></head><body>
+{body(section, page_dir)}
+<div class=validate-run>{setup}</div>
 </body></html>
 """
 
 
-def write_html(section: ValidateSection, path: str | os.PathLike[str]) -> None:
-    page_dir = os.path.dirname(os.path.abspath(path))
-    write_atomic(path, render(section, page_dir).encode("utf-8"))
+# --- hooks of mlts.report.html ---------------------------------------------------------------------------
+
+
+def validate_view(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The validate section of results document `doc` (JSON) inside the report: None when it has none."""
+    data = doc.get("validate")
+    if data is None:
+        return None
+    section = ValidateSection.from_json(data)
+    return {"css": Markup(CSS), "body": body(section, heading="h2"), "failed": section.failed}
+
+
+def validate_page(doc: Mapping[str, Any], page_dir: str = "") -> str:
+    """The page of a `kind: "validate"` document (its validate section and environment)."""
+    env = doc.get("environment")
+    return page(
+        ValidateSection.from_json(doc["validate"]), page_dir, env if isinstance(env, Mapping) else None
+    )
+
+
+def write_validate_page(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+    """`validate_page` of `doc` written atomically at `path`, reproducer links relative to it."""
+    write_atomic(path, validate_page(doc, os.path.dirname(os.path.abspath(path))).encode("utf-8"))
