@@ -114,11 +114,11 @@ def prepare_workload(
     reference = OnnxRuntimeReference(proto.SerializeToString(), config.threads)
     if image is None:
         feeds = _synthetic_feeds(conv, config)
-        expected = [reference.run(f) for f in feeds]
+        expected = _reference_outputs(reference, feeds, config, progress)
         parts = _synthetic_parts(source, proto, feeds, quantized, progress)
     else:
         feeds, floats = _image_feeds(imageset, *image)
-        expected = [reference.run(f) for f in feeds]
+        expected = _reference_outputs(reference, feeds, config, progress)
         parts = _image_parts(source, proto, imageset, floats, expected, quantized, progress)
     verdict = None
     if quantized:
@@ -138,6 +138,14 @@ def prepare_workload(
         extensions=extensions_used(conv.model),
         **parts,
     )
+
+
+def _reference_outputs(reference: OnnxRuntimeReference, feeds, config, progress: Progress) -> list:
+    """onnxruntime's outputs on every feed, from the on-disk cache when this exact run made them before."""
+    from mlts.bench.ort_cache import reference_outputs
+
+    outputs, _ = reference_outputs(reference.model_bytes, feeds, config.threads, reference.run, progress.log)
+    return outputs
 
 
 def _image_feeds(imageset, resolution: int, tensor) -> tuple[list[list[np.ndarray]], np.ndarray]:

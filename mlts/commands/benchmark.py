@@ -110,7 +110,7 @@ def check_out_dir(out: Path, force: bool) -> None:
     type=seconds(0, MAX_BENCHMARK_SECONDS),
     default=None,
     metavar="SECONDS",
-    help="Minimum timed run per model × backend (default 10; 1 with --quick).",
+    help="Minimum timed run per model × backend (default 10; 0.3 with --quick).",
 )
 @click.option(
     "--iterations",
@@ -165,7 +165,7 @@ def check_out_dir(out: Path, force: bool) -> None:
     type=seconds(0, MAX_BENCHMARK_SECONDS),
     default=None,
     metavar="SECONDS",
-    help="Compilation timings: at most this long per measurement (default 10; 1 with --quick).",
+    help="Compilation timings: at most this long per measurement (default 10; 0.3 with --quick).",
 )
 @click.option(
     "--seed", default=0, show_default=True, type=SEED, help="Seed for synthetic inputs and backend order."

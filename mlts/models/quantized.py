@@ -33,11 +33,19 @@ VNNI. uint8 x uint8 and int8 x int8 do not saturate, so the other variants keep
 The result depends on onnxruntime's quantizer, so the zoo keys the cached file
 by onnxruntime's version as well as the generator version. The calibration
 ranges come from onnxruntime's float kernels, whose results do not depend on
-its thread count.
+its thread count. They do not depend on the variant either (the same float
+model on the same images), so they are computed once per float model and kept
+in <cache>/quant_calibration/ (onnxruntime's own JSON calibration cache, whose
+round trip is exact), keyed by the preprocessed float model's bytes, the
+calibration images' bytes, onnxruntime's version and the generator version;
+the other variants of that float model read them. A cache file that cannot be
+read is removed with a warning and the ranges are computed again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,13 +107,53 @@ VARIANTS: dict[str, Variant] = {
 }
 
 
+log = logging.getLogger("mlts.models")
+
+
+def calibration_batch(resolution: int) -> np.ndarray:
+    """The preprocessed procedural images every quantized model of this resolution is calibrated on."""
+    from mlts.datasets.images import image_batch
+
+    return image_batch(CALIBRATION_IMAGES, resolution, start=CALIBRATION_START)
+
+
+def calibration_cache_path(preprocessed: bytes, batch: np.ndarray) -> Path:
+    """Where the MinMax ranges of `preprocessed` (a float model's bytes) on `batch` are kept."""
+    import onnxruntime
+
+    from mlts.datasets.cache import cache_root
+
+    h = hashlib.sha256()
+    h.update(f"q{QUANT_GENERATOR_VERSION}|ort{onnxruntime.__version__}|MinMax|".encode())
+    h.update(hashlib.sha256(preprocessed).digest())
+    batch = np.ascontiguousarray(batch)
+    h.update(f"{batch.dtype.str}{batch.shape}".encode())
+    h.update(batch.tobytes())
+    return cache_root() / "quant_calibration" / f"{h.hexdigest()}.json"
+
+
+def _usable_calibration(path: Path) -> bool:
+    """Whether `path` holds MinMax ranges onnxruntime can load; an unreadable file is removed with a warning."""
+    from onnxruntime.quantization.calibrate import CalibrationMethod, load_tensors_data
+
+    if not path.is_file():
+        return False
+    try:
+        ranges = load_tensors_data(path)
+        if ranges.calibration_method != CalibrationMethod.MinMax or not ranges.data:
+            raise ValueError("not MinMax ranges of any tensor")
+        return True
+    except Exception as e:  # any damage: malformed JSON, missing keys, wrong types
+        reason = " ".join(str(e).split()) or type(e).__name__
+        log.warning("ignoring unusable calibration cache %s: %s; computing the ranges again", path, reason)
+        path.unlink(missing_ok=True)
+        return False
+
+
 class _Images:
     """onnxruntime CalibrationDataReader over preprocessed procedural images (float input)."""
 
-    def __init__(self, input_name: str, resolution: int) -> None:
-        from mlts.datasets.images import image_batch
-
-        batch = image_batch(CALIBRATION_IMAGES, resolution, start=CALIBRATION_START)
+    def __init__(self, input_name: str, batch: np.ndarray) -> None:
         self._name = input_name
         self._feeds = iter(batch[i : i + 1] for i in range(len(batch)))
 
@@ -133,10 +181,15 @@ def quantize(float_model: onnx.ModelProto, variant: Variant, resolution: int) ->
         src, pre, out = (Path(tmp) / n for n in ("float.onnx", "pre.onnx", "quant.onnx"))
         onnx.save(float_model, str(src))
         quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+        batch = calibration_batch(resolution)
+        ranges = calibration_cache_path(pre.read_bytes(), batch)
+        ranges.parent.mkdir(parents=True, exist_ok=True)
+        _usable_calibration(ranges)
         quantize_static(
             str(pre),
             str(out),
-            Reader("input", resolution),
+            Reader("input", batch),
+            calibration_cache_path=ranges,
             quant_format=QuantFormat.QDQ,
             activation_type=act,
             weight_type=weight,
