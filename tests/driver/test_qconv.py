@@ -23,6 +23,7 @@ from driver.ops._qconv import MAX_PRODUCT, accumulation_dtype, check_exact
 from mlts.bench.ort_exactness import pairing_is_exact
 from mlts.hal.enums import ErrorStatus, OperationType
 from mlts.hal.errors import HalError
+from tests.driver.convkit import ort_attrs, same_pads
 from tests.driver.qkit import (
     PAIRING_OF_KIND,
     PC,
@@ -38,8 +39,7 @@ from tests.driver.qkit import (
     require_exact_ort,
     to_signed,
 )
-from tests.driver.test_ops_conv import ort_attrs, same_pads
-from tests.driver.test_quant_math import ref_mbqm
+from tests.driver.requantkit import ref_mbqm
 
 CONV, DW, FC = OperationType.CONV_2D, OperationType.DEPTHWISE_CONV_2D, OperationType.FULLY_CONNECTED
 F32 = np.float32
