@@ -14,6 +14,7 @@ from onnx import TensorProto, helper
 
 from mlts.convert import convert
 from mlts.hal.enums import OperandType
+from tests.convert._util import error_of
 from tests.convert.quantkit import (
     ELEM,
     QDQ,
@@ -23,7 +24,6 @@ from tests.convert.quantkit import (
     T_U8,
     U8,
     check_vs_ort,
-    error_of,
     no_float_tensors,
     operand,
     operations,
