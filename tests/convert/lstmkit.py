@@ -1,4 +1,4 @@
-"""Helpers shared by test_lstm.py and the tests that reuse them."""
+"""ONNX LSTM test cases (`Case`) and the models built from them, for the LSTM conversion and cache tests."""
 
 from __future__ import annotations
 

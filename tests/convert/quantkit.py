@@ -1,4 +1,4 @@
-"""Helpers shared by test_quant.py and the tests that reuse them."""
+"""Hand-built quantized ONNX graphs (the `QDQ` builder) and checks of their conversion against onnxruntime."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Quantized ONNX graphs in QDQ format: the integer NN graph emitted, the refusals, and runs against onnxruntime.
 
-Models are built by hand (the `QDQ` builder below) so that every quantization
+Models are built by hand (the `QDQ` builder in tests/convert/quantkit.py) so that every quantization
 parameter is known; `test_quantize_static_*` converts onnxruntime's own QDQ
 output. Runs compare the sample driver with onnxruntime on the same ONNX file:
 onnxruntime requantizes in float and rounds half to even, NNAPI in fixed

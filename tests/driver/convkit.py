@@ -1,4 +1,4 @@
-"""Helpers shared by test_ops_conv.py and the tests that reuse them."""
+"""NNAPI window parameters and the matching onnxruntime attributes for the conv and pool kernel tests."""
 
 from __future__ import annotations
 

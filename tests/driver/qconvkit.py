@@ -1,4 +1,4 @@
-"""Helpers shared by test_qconv.py and the tests that reuse them."""
+"""Integer references, cases and onnxruntime twins for the quantized CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED tests."""
 
 from __future__ import annotations
 

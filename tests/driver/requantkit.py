@@ -1,4 +1,4 @@
-"""Helpers shared by test_quant_math.py and the tests that reuse them."""
+"""Bit-exact references of the sample driver's requantization arithmetic, and the closeness check against onnxruntime."""
 
 from __future__ import annotations
 

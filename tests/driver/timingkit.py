@@ -1,4 +1,4 @@
-"""Helpers shared by test_operation_times.py and the tests that reuse them."""
+"""A small float chain model for the per-operation timing tests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Helpers shared by test_validate_operation.py and the tests that reuse them."""
+"""Operand mutations of one-operation probe models and the invalid (BROKEN) cases built with them."""
 
 from __future__ import annotations
 

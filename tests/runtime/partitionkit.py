@@ -1,4 +1,4 @@
-"""Helpers shared by test_partition.py and the tests that reuse them."""
+"""A mixed float/quantized chain model and its inputs for the partitioning and concurrency tests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Helpers shared by test_shared_service.py and the tests that reuse them."""
+"""Shared-memory pools and requests for an ADD model of two [2, 3] float32 inputs, for the service tests."""
 
 from __future__ import annotations
 
