@@ -14,7 +14,8 @@ from onnx import TensorProto, helper
 
 from mlts.convert import convert
 from mlts.hal.enums import OperandType
-from tests.convert.test_quant import (
+from tests.convert._util import error_of
+from tests.convert.quantkit import (
     ELEM,
     QDQ,
     S8,
@@ -23,7 +24,6 @@ from tests.convert.test_quant import (
     T_U8,
     U8,
     check_vs_ort,
-    error_of,
     no_float_tensors,
     operand,
     operations,
@@ -253,7 +253,7 @@ def test_uint8_input_without_parameters_is_refused() -> None:
 def test_quantize_static_qoperator_output_converts_and_runs(tmp_path, signed: bool) -> None:
     from onnxruntime.quantization import QuantFormat, QuantType
 
-    from tests.convert.test_quant import quantize_tiny_net
+    from tests.convert.quantkit import quantize_tiny_net
 
     kind = QuantType.QInt8 if signed else QuantType.QUInt8
     model = quantize_tiny_net(

@@ -26,7 +26,7 @@ from tests.convert._util import (
     run_converted,
     run_ort,
 )
-from tests.convert.test_quant import ELEM, QDQ, S8, U8, zp_for
+from tests.convert.quantkit import ELEM, QDQ, S8, U8, zp_for
 
 N = helper.make_node
 R = np.random.default_rng(11)

@@ -43,7 +43,7 @@ class PackCounter:
 @functools.cache
 def float_onnx() -> onnx.ModelProto:
     """Conv-Relu, depthwise Conv-Clip, Add, GlobalAveragePool, Flatten, Gemm on a 1x3x12x12 float input."""
-    from tests.convert.test_quant import tiny_net
+    from tests.convert.quantkit import tiny_net
 
     return tiny_net()
 
@@ -53,7 +53,7 @@ def quant_onnx(per_channel: bool) -> onnx.ModelProto:
     """`float_onnx` quantized by onnxruntime (QDQ, uint8 activations; uint8 or per-channel int8 weights)."""
     from onnxruntime.quantization import QuantFormat, QuantType
 
-    from tests.convert.test_quant import quantize_tiny_net
+    from tests.convert.quantkit import quantize_tiny_net
 
     with tempfile.TemporaryDirectory(prefix="mlts-cachekit-") as tmp:
         return quantize_tiny_net(
@@ -68,7 +68,7 @@ def quant_onnx(per_channel: bool) -> onnx.ModelProto:
 @functools.cache
 def lstm_onnx() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """One ONNX LSTM (5 steps, batch 2, 6 inputs, 8 units, peepholes) and its feeds."""
-    from tests.convert.test_lstm import Case, lstm_model
+    from tests.convert.lstmkit import Case, lstm_model
 
     return lstm_model(Case(steps=5, batch=2, inputs=6, units=8, peep=True, init="input"))
 

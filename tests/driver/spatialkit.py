@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -126,3 +127,36 @@ def nhwc_to_nchw(x: np.ndarray) -> np.ndarray:
 
 def nchw_to_nhwc(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+
+
+def spec_transpose_acc(x, f, pads, stride, dtype=np.float64):
+    """Scatter form, straight from the spec: [N, OH, OW, Cout] sums (f is [Cout, KH, KW, Cin])."""
+    left, right, top, bottom = pads
+    n, h, w, _ = x.shape
+    cout, kh, kw, _ = f.shape
+    sw, sh = stride
+    oh, ow = (h - 1) * sh + kh - top - bottom, (w - 1) * sw + kw - left - right
+    y = np.zeros((n, oh, ow, cout), dtype)
+    xd, fd = x.astype(dtype), f.astype(dtype)
+    for hi in range(h):
+        for wi in range(w):
+            for i in range(kh):
+                for j in range(kw):
+                    ho, wo = hi * sh - top + i, wi * sw - left + j
+                    if 0 <= ho < oh and 0 <= wo < ow:
+                        y[:, ho, wo] += xd[:, hi, wi] @ fd[:, i, j].T
+    return y
+
+
+def spec_l2(x, axis):
+    x = x.astype(np.float64)
+    return x / np.maximum(np.sqrt((x * x).sum(axis=axis, keepdims=True)), 1e-6)
+
+
+def spec_depth_to_space(x, bs):
+    n, h, w, c = x.shape
+    co = c // (bs * bs)
+    y = np.empty((n, h * bs, w * bs, co), x.dtype)
+    for b, i, j, d in itertools.product(range(n), range(h * bs), range(w * bs), range(co)):
+        y[b, i, j, d] = x[b, i // bs, j // bs, ((i % bs) * bs + j % bs) * co + d]
+    return y

@@ -86,7 +86,7 @@ def _reference_check(name: str, outputs: list[np.ndarray]) -> None:
     arrays = cachekit.inputs(conv.model)
     feeds = {i.name: a for i, a in zip(conv.inputs, arrays, strict=True)}
     if name.startswith("quant"):
-        from tests.convert.test_quant import quant_reference
+        from tests.convert.quantkit import quant_reference
 
         # onnxruntime where its integer products are exact on this CPU, else onnx.reference.
         expected = quant_reference(cachekit.onnx_model(name), feeds)
@@ -98,7 +98,7 @@ def _reference_check(name: str, outputs: list[np.ndarray]) -> None:
         elif name == "float":
             assert_close(got, want)
         else:
-            from tests.convert.test_quant import output_scale
+            from tests.convert.quantkit import output_scale
 
             units = np.abs(got.astype(np.float64) - want) / output_scale(conv, 0)
             assert units.max() <= 1 + 1e-3

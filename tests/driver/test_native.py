@@ -23,8 +23,7 @@ from mlts.convert import convert
 from mlts.hal.enums import OperationType
 from tests.driver import cachekit
 from tests.driver.opkit import Const, call, check, rand
-from tests.driver.qkit import Q, out, qcall
-from tests.driver.test_qconv import (
+from tests.driver.qconvkit import (
     CONV_CASES,
     DW_CASES,
     FC_CASES,
@@ -38,6 +37,7 @@ from tests.driver.test_qconv import (
     ref_conv_acc,
     ref_requant,
 )
+from tests.driver.qkit import Q, out, qcall
 
 CONV, DW, FC = OperationType.CONV_2D, OperationType.DEPTHWISE_CONV_2D, OperationType.FULLY_CONNECTED
 

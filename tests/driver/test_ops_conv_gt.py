@@ -15,7 +15,18 @@ import pytest
 
 from mlts.hal.enums import ErrorStatus, OperandType, OperationType
 from mlts.hal.errors import HalError
+from tests.driver.convkit import ort_attrs
 from tests.driver.opkit import activation, ort_node
+from tests.driver.qconvkit import (
+    input_of,
+    make_filter,
+    random_bias,
+    ref_activation_range,
+    ref_conv_acc,
+    ref_pads,
+    ref_requant,
+    scales_for,
+)
 from tests.driver.qkit import Q, out, qcall
 from tests.driver.spatialkit import (
     F16T,
@@ -28,18 +39,8 @@ from tests.driver.spatialkit import (
     nchw_to_nhwc,
     nhwc_to_nchw,
     prepare,
+    spec_transpose_acc,
     tensor,
-)
-from tests.driver.test_ops_conv import ort_attrs
-from tests.driver.test_qconv import (
-    input_of,
-    make_filter,
-    random_bias,
-    ref_activation_range,
-    ref_conv_acc,
-    ref_pads,
-    ref_requant,
-    scales_for,
 )
 
 GROUPED, TCONV = OperationType.GROUPED_CONV_2D, OperationType.TRANSPOSE_CONV_2D
@@ -165,25 +166,6 @@ def spec_transpose_pads(padding, out_hw, k_hw, stride):
         head = (t - o) // 2 if t > o else 0
         res += [head, t - o - head]
     return tuple(res)
-
-
-def spec_transpose_acc(x, f, pads, stride, dtype=np.float64):
-    """Scatter form, straight from the spec: [N, OH, OW, Cout] sums (f is [Cout, KH, KW, Cin])."""
-    left, right, top, bottom = pads
-    n, h, w, _ = x.shape
-    cout, kh, kw, _ = f.shape
-    sw, sh = stride
-    oh, ow = (h - 1) * sh + kh - top - bottom, (w - 1) * sw + kw - left - right
-    y = np.zeros((n, oh, ow, cout), dtype)
-    xd, fd = x.astype(dtype), f.astype(dtype)
-    for hi in range(h):
-        for wi in range(w):
-            for i in range(kh):
-                for j in range(kw):
-                    ho, wo = hi * sh - top + i, wi * sw - left + j
-                    if 0 <= ho < oh and 0 <= wo < ow:
-                        y[:, ho, wo] += xd[:, hi, wi] @ fd[:, i, j].T
-    return y
 
 
 TCONV_CASES = [

@@ -31,6 +31,7 @@ from tests.driver.spatialkit import (
     omitted,
     out,
     prepare,
+    spec_l2,
     tensor,
     unset,
 )
@@ -126,11 +127,6 @@ def ref_l2_quant(x: np.ndarray, axis: int, zp: int, t) -> np.ndarray:
 
 
 # ------------------------------------------------------------ L2_NORMALIZATION
-
-
-def spec_l2(x, axis):
-    x = x.astype(np.float64)
-    return x / np.maximum(np.sqrt((x * x).sum(axis=axis, keepdims=True)), 1e-6)
 
 
 L2_CASES = [

@@ -7,8 +7,8 @@ import pytest
 
 from mlts.hal.enums import ErrorStatus, OperationType
 from mlts.hal.errors import HalError
+from tests.driver.convkit import ort_attrs, window_args
 from tests.driver.opkit import activation, call, check, nchw, nhwc, ort_node, prepare, rand
-from tests.driver.test_ops_conv import ort_attrs, window_args
 
 AVG, MAX, L2 = OperationType.AVERAGE_POOL_2D, OperationType.MAX_POOL_2D, OperationType.L2_POOL_2D
 

@@ -29,6 +29,7 @@ from tests.driver.spatialkit import (
     omitted,
     out,
     prepare,
+    spec_depth_to_space,
     tensor,
     unset,
 )
@@ -69,15 +70,6 @@ def run_layout(op, x_nhwc, t, params, layout, layout_at_end=True):
 LAYOUTS = ["nhwc", "nchw", "none", "omit", "unset"]
 
 # ------------------------------------------------------------ spec loops (independent of the kernels)
-
-
-def spec_depth_to_space(x, bs):
-    n, h, w, c = x.shape
-    co = c // (bs * bs)
-    y = np.empty((n, h * bs, w * bs, co), x.dtype)
-    for b, i, j, d in itertools.product(range(n), range(h * bs), range(w * bs), range(co)):
-        y[b, i, j, d] = x[b, i // bs, j // bs, ((i % bs) * bs + j % bs) * co + d]
-    return y
 
 
 def spec_batch_to_space(x, bh, bw):

@@ -10,10 +10,7 @@ from mlts.hal.builder import ModelBuilder
 from mlts.hal.enums import OperandType, OperationType
 from mlts.hal.types import SymmPerChannelQuantParams
 from mlts.hal.validate import validate_model
-from tests.driver.spatialkit import FP16_TOL
-from tests.driver.test_ops_conv_gt import spec_transpose_acc
-from tests.driver.test_ops_norm import spec_l2
-from tests.driver.test_ops_spatial import spec_depth_to_space
+from tests.driver.spatialkit import FP16_TOL, spec_depth_to_space, spec_l2, spec_transpose_acc
 
 T = OperandType
 Op = OperationType

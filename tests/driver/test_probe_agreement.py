@@ -13,7 +13,7 @@ from mlts.hal.errors import HalError
 from mlts.hal.opprobe import probe_cases, probe_model, takes_per_channel
 from mlts.hal.types import Model
 from mlts.hal.validate import validate_model
-from tests.hal.test_validate_operation import BROKEN
+from tests.hal.mutationkit import BROKEN
 
 T = OperandType
 CASES = [

@@ -39,20 +39,13 @@ from tests.driver.qkit import (
     random_q,
     to_signed,
 )
-from tests.driver.test_quant_math import ref_mbqm
+from tests.driver.requantkit import assert_near_ort, qrange, ref_act_range, ref_mbqm, rha
 
 Op = OperationType
 T = OperandType
 F32 = np.float32
 
 # ------------------------------------------------------------ independent references
-
-
-def rha(v: Fraction | float) -> int:
-    """Round half away from zero, exactly."""
-    f = Fraction(v)
-    n = math.floor(abs(f) + Fraction(1, 2))
-    return n if f >= 0 else -n
 
 
 def f32(s: float) -> float:
@@ -71,21 +64,6 @@ def ref_qm(real: float) -> tuple[int, int]:
     return (0, 0) if exp < -31 else (q, exp)
 
 
-def qrange(t: OperandType) -> tuple[int, int]:
-    return (0, 255) if t == U8 else (-128, 127)
-
-
-def ref_act_range(code: int, t: OperandType, scale: float, zp: int) -> tuple[int, int]:
-    """CalculateActivationRange: the bounds quantized with float32 division and std::round."""
-    qmin, qmax = qrange(t)
-
-    def q(v: float) -> int:
-        return zp + rha(float(F32(v) / F32(scale)))
-
-    lo, hi = {0: (qmin, qmax), 1: (q(0), qmax), 2: (q(-1), q(1)), 3: (q(0), q(6))}[code]
-    return max(qmin, lo), min(qmax, hi)
-
-
 def ref_rescale(x: int, real: float, bound: int) -> int:
     """The driver's precision-preserving requantization, one integer at a time."""
     m, e = ref_qm(real)
@@ -99,13 +77,6 @@ def ref_rescale(x: int, real: float, bound: int) -> int:
 
 def clamp(v: int, lo: int, hi: int) -> int:
     return max(lo, min(hi, v))
-
-
-def assert_near_ort(got: np.ndarray, ref: np.ndarray, min_equal: float = 0.9) -> None:
-    """Within one unit of onnxruntime everywhere, identical almost everywhere."""
-    assert got.shape == ref.shape and got.dtype == ref.dtype, (got.shape, got.dtype, ref.shape, ref.dtype)
-    assert max_unit_diff(got, ref) <= 1
-    assert np.mean(got == ref) >= min_equal, f"only {np.mean(got == ref):.3f} identical"
 
 
 def ort_qdq(

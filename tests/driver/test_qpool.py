@@ -19,9 +19,9 @@ from onnx import helper
 from driver.ops import ArgInfo
 from mlts.hal.enums import ErrorStatus, OperandType, OperationType
 from mlts.hal.errors import HalError
+from tests.driver.convkit import ort_attrs, same_pads, window_args
 from tests.driver.qkit import S8, U8, Q, ort_model, ort_run, out, qcall, random_q, to_signed
-from tests.driver.test_ops_conv import ort_attrs, same_pads, window_args
-from tests.driver.test_qelementwise import assert_near_ort, ref_act_range
+from tests.driver.requantkit import assert_near_ort, ref_act_range
 
 AVG, MAX = OperationType.AVERAGE_POOL_2D, OperationType.MAX_POOL_2D
 F32 = np.float32

@@ -19,29 +19,7 @@ from driver.ops._quant import (
 from mlts.hal.enums import FusedActivationFunc as A
 from mlts.hal.enums import OperandType as T
 from mlts.hal.errors import HalError
-
-
-def c_div(a: int, b: int) -> int:
-    """C++ integer division (truncates toward zero)."""
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b > 0) else -q
-
-
-def ref_srdhm(a: int, b: int) -> int:
-    ab = a * b
-    nudge = (1 << 30) if ab >= 0 else 1 - (1 << 30)
-    return c_div(ab + nudge, 1 << 31)
-
-
-def ref_rdbp(x: int, e: int) -> int:
-    mask = (1 << e) - 1
-    rem = x & mask
-    thr = (mask >> 1) + (1 if x < 0 else 0)
-    return (x >> e) + (1 if rem > thr else 0)
-
-
-def ref_mbqm(x: int, m: int, e: int) -> int:
-    return ref_rdbp(ref_srdhm(x * (1 << max(e, 0)), m), max(-e, 0))
+from tests.driver.requantkit import ref_mbqm, ref_rdbp, ref_srdhm
 
 
 def test_hand_computed_cases():

@@ -224,3 +224,38 @@ def slower(doc: dict, model: str, backend: str, factor: float) -> dict:
             r["latency_ms"] = describe(samples, p99_wanted=False)
             r["latency_ms"]["samples"] = [s * 1000.0 for s in samples]
     return out
+
+
+def stress_doc() -> dict:
+    return {
+        "schema_version": 2,
+        "kind": "stress",
+        "environment": {},
+        "config": {"duration_s": 2.0},
+        "results": [
+            {
+                "mode": "inference-stress",
+                "model": "mobilenet_v1_0.25_128",
+                "driver": "sample-all",
+                "outcome": "SUCCESS",
+            },
+            {
+                "mode": "client-early-termination-stress",
+                "driver": "sample-all",
+                "outcome": "CRASH",
+                "expected": "CRASH",
+                "reason": "client killed by the test",
+                "duration_s": 1.5,
+                "iterations": 12,
+                "signal": 9,
+                "log_tail": ["compiling", "killed"],
+            },
+            {
+                "mode": "inference-stress",
+                "driver": "sample-all",
+                "outcome": "HANG",
+                "signal": "SIGKILL",
+                "expected": None,
+            },
+        ],
+    }

@@ -276,7 +276,7 @@ def test_bad_threshold(write, value, message):
 
 
 def test_stress_and_duplicate_rows_are_refused(write):
-    from tests.report.test_schema import stress_doc
+    from tests.report._sample import stress_doc
 
     path = write(sample_doc(), "a.json")
     assert "compare reads benchmark results" in one_line_error(run(write(stress_doc(), "s.json"), path))

@@ -158,7 +158,7 @@ def test_invalid_document_is_refused():
 
 
 def test_stress_document_gets_stress_columns(tmp_path):
-    from tests.report.test_schema import stress_doc
+    from tests.report._sample import stress_doc
 
     path = tmp_path / "stress.csv"
     write_csv(stress_doc(), path)

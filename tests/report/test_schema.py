@@ -8,7 +8,7 @@ import pytest
 
 from mlts.report.results import write_json_atomic
 from mlts.report.schema import ResultsSchemaError, load_results, validate_results
-from tests.report._sample import sample_doc, slower
+from tests.report._sample import sample_doc, slower, stress_doc
 
 # Rows of sample_doc(): 0/1 mobilenet_v1 ref/driver, 2/3 mobilenet_v2, 4/5 quantized, 6 error row, 7 LSTM.
 
@@ -162,41 +162,6 @@ def test_top_level_must_be_an_object_with_version_2():
     del doc["schema_version"]
     with pytest.raises(ResultsSchemaError, match="schema_version: missing"):
         validate_results(doc)
-
-
-def stress_doc() -> dict:
-    return {
-        "schema_version": 2,
-        "kind": "stress",
-        "environment": {},
-        "config": {"duration_s": 2.0},
-        "results": [
-            {
-                "mode": "inference-stress",
-                "model": "mobilenet_v1_0.25_128",
-                "driver": "sample-all",
-                "outcome": "SUCCESS",
-            },
-            {
-                "mode": "client-early-termination-stress",
-                "driver": "sample-all",
-                "outcome": "CRASH",
-                "expected": "CRASH",
-                "reason": "client killed by the test",
-                "duration_s": 1.5,
-                "iterations": 12,
-                "signal": 9,
-                "log_tail": ["compiling", "killed"],
-            },
-            {
-                "mode": "inference-stress",
-                "driver": "sample-all",
-                "outcome": "HANG",
-                "signal": "SIGKILL",
-                "expected": None,
-            },
-        ],
-    }
 
 
 def test_stress_document_validates():

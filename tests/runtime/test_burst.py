@@ -18,7 +18,7 @@ import pytest
 from mlts.hal import burst_messages as msg
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError
-from mlts.hal.memory import HostMemory, SharedMemory
+from mlts.hal.memory import HostMemory
 from mlts.hal.types import DataLocation, Request, RequestArgument
 from mlts.runtime.execution import execute
 from mlts.runtime.remote import RemoteDevice
@@ -26,16 +26,10 @@ from mlts.runtime.session import Session
 from mlts.runtime.shared import SharedService
 from tests.runtime.conftest import fake_spec
 from tests.runtime.models import add_model
+from tests.runtime.servicekit import _pool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SAMPLE = "driver.variants:SampleAll"
-
-
-def _pool(a: np.ndarray, b: np.ndarray) -> SharedMemory:
-    pool = SharedMemory.create(256)
-    np.frombuffer(pool.buffer, np.float32, a.size, 0)[:] = a.ravel()
-    np.frombuffer(pool.buffer, np.float32, b.size, 64)[:] = b.ravel()
-    return pool
 
 
 def _request(pool, out_length: int = 24) -> Request:

@@ -10,7 +10,7 @@ import pytest
 from mlts.runtime.discovery import discover, open_device
 from mlts.runtime.session import Session
 from mlts.runtime.shared import SharedService
-from tests.runtime.test_partition import chain_inputs, chain_model
+from tests.runtime.partitionkit import chain_inputs, chain_model
 
 THREADS = 3
 RUNS = 4

@@ -12,7 +12,7 @@ from mlts.hal.errors import HalError
 from mlts.runtime.execution import EXECUTION_MODES
 from mlts.runtime.remote import RemoteDevice
 from mlts.runtime.session import Session
-from tests.driver.test_operation_times import chain_model
+from tests.driver.timingkit import chain_model
 from tests.runtime.conftest import FAKE_FILE
 from tests.runtime.models import add_model
 

@@ -20,7 +20,7 @@ from mlts.hal.memory import SharedMemory
 from mlts.runtime.shared import SharedService
 from tests.runtime.conftest import fake_spec
 from tests.runtime.models import add_model
-from tests.runtime.test_shared_service import _out, _pool, _request
+from tests.runtime.servicekit import _out, _pool, _request
 
 
 class RawClient:

@@ -21,31 +21,9 @@ from mlts.runtime.execution import execute
 from mlts.runtime.shared import SharedService
 from tests.runtime.conftest import fake_spec
 from tests.runtime.models import add_model
+from tests.runtime.servicekit import _out, _pool, _request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _pool(a: np.ndarray, b: np.ndarray) -> SharedMemory:
-    pool = SharedMemory.create(256)
-    np.frombuffer(pool.buffer, np.float32, a.size, 0)[:] = a.ravel()
-    np.frombuffer(pool.buffer, np.float32, b.size, 64)[:] = b.ravel()
-    return pool
-
-
-def _request(pool, out_offset: int = 128, shape=(2, 3)) -> Request:
-    n = 4 * int(np.prod(shape))
-    return Request(
-        (
-            RequestArgument(False, DataLocation(0, 0, n), shape),
-            RequestArgument(False, DataLocation(0, 64, n), shape),
-        ),
-        (RequestArgument(False, DataLocation(0, out_offset, n), ()),),
-        (pool,),
-    )
-
-
-def _out(pool, offset: int = 128) -> np.ndarray:
-    return np.frombuffer(pool.buffer, np.float32, 6, offset).reshape(2, 3).copy()
 
 
 @pytest.fixture
@@ -272,7 +250,7 @@ _CLIENT = textwrap.dedent(
     sys.path.insert(0, {root!r})
     from mlts.runtime.remote import RemoteDevice
     from tests.runtime.models import add_model
-    from tests.runtime.test_shared_service import _pool, _request
+    from tests.runtime.servicekit import _pool, _request
     dev = RemoteDevice.connect({path!r})
     prepared = dev.prepareModel(add_model())
     x = np.ones((2, 3), np.float32)

@@ -1,0 +1,31 @@
+"""Shared-memory pools and requests for an ADD model of two [2, 3] float32 inputs, for the service tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mlts.hal.memory import SharedMemory
+from mlts.hal.types import DataLocation, Request, RequestArgument
+
+
+def _pool(a: np.ndarray, b: np.ndarray) -> SharedMemory:
+    pool = SharedMemory.create(256)
+    np.frombuffer(pool.buffer, np.float32, a.size, 0)[:] = a.ravel()
+    np.frombuffer(pool.buffer, np.float32, b.size, 64)[:] = b.ravel()
+    return pool
+
+
+def _request(pool, out_offset: int = 128, shape=(2, 3)) -> Request:
+    n = 4 * int(np.prod(shape))
+    return Request(
+        (
+            RequestArgument(False, DataLocation(0, 0, n), shape),
+            RequestArgument(False, DataLocation(0, 64, n), shape),
+        ),
+        (RequestArgument(False, DataLocation(0, out_offset, n), ()),),
+        (pool,),
+    )
+
+
+def _out(pool, offset: int = 128) -> np.ndarray:
+    return np.frombuffer(pool.buffer, np.float32, 6, offset).reshape(2, 3).copy()
