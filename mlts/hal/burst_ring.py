@@ -23,6 +23,7 @@ import mmap
 import os
 import select
 import struct
+import sys
 import time
 
 from mlts.hal.fence import is_eventfd
@@ -31,7 +32,6 @@ HEADER_BYTES = 192
 _WRITE_AT = 0
 _READ_AT = 64
 _CLOSED_AT = 128
-_U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 #: The smallest and largest data areas accepted from the other side.
 MIN_CAPACITY = 256
@@ -58,6 +58,8 @@ class Ring:
     """One direction of a burst: this process is either its producer or its consumer."""
 
     def __init__(self, fd: int, size: int, event_fd: int, *, owner: bool) -> None:
+        if sys.byteorder != "little":  # the counters are native words; the layout is little-endian
+            raise OSError("burst rings need a little-endian machine")
         self.fd = fd
         self.event_fd = event_fd
         self.size = size
@@ -65,6 +67,10 @@ class Ring:
         self._map = mmap.mmap(fd, size)
         self._view = memoryview(self._map)
         self._data = self._view[HEADER_BYTES:]
+        # The counters and the flag as aligned 8- and 4-byte words, read and written whole: struct's
+        # pack_into zeroes its destination before writing it, so a peer could read a counter as 0.
+        self._words = self._view[:HEADER_BYTES].cast("Q")
+        self._flags = self._view[:HEADER_BYTES].cast("I")
         self._owner = owner
         # Each side's private copy of the counter it owns; the shared one is only ever written.
         self._write = 0
@@ -143,12 +149,12 @@ class Ring:
         self._put(w + 4, payload)
         self._write = w + 4 + n
         # The message is complete before the counter that publishes it.
-        _U64.pack_into(self._view, _WRITE_AT, self._write)
+        self._words[_WRITE_AT // 8] = self._write
         self.signal()
         return True
 
     def _used_by_consumer(self) -> int:
-        read = _U64.unpack_from(self._view, _READ_AT)[0]
+        read = self._words[_READ_AT // 8]
         used = self._write - read
         if not 0 <= used <= self.capacity:
             raise RingError(f"the consumer's read counter {read} is inconsistent with {self._write} written")
@@ -169,21 +175,21 @@ class Ring:
 
     def mark_closed(self) -> None:
         """Tell the consumer nothing more will come (and wake it)."""
-        _U32.pack_into(self._view, _CLOSED_AT, 1)
+        self._flags[_CLOSED_AT // 4] = 1
         self.signal()
 
     # ------------------------------------------------------------ consumer
 
     def peer_closed(self) -> bool:
-        return _U32.unpack_from(self._view, _CLOSED_AT)[0] != 0
+        return self._flags[_CLOSED_AT // 4] != 0
 
     def pending(self) -> bool:
         """Whether a message (or an inconsistency to report) waits to be read."""
-        return _U64.unpack_from(self._view, _WRITE_AT)[0] != self._read
+        return self._words[_WRITE_AT // 8] != self._read
 
     def read(self, max_message: int | None = None) -> bytes | None:
         """The next message's payload, or None when the ring is empty; RingError when it is inconsistent."""
-        written = _U64.unpack_from(self._view, _WRITE_AT)[0]
+        written = self._words[_WRITE_AT // 8]
         r = self._read
         available = written - r
         if available == 0:
@@ -200,7 +206,7 @@ class Ring:
             raise RingError(f"a message claims {length} bytes but {available - 4} were published")
         payload = self._get(r + 4, length)
         self._read = r + 4 + length
-        _U64.pack_into(self._view, _READ_AT, self._read)
+        self._words[_READ_AT // 8] = self._read
         return payload
 
     def _get(self, at: int, n: int) -> bytes:
@@ -254,6 +260,8 @@ class Ring:
             return
         self._closed = True
         self._data.release()
+        self._words.release()
+        self._flags.release()
         self._view.release()
         self._map.close()
         if self._owner:
