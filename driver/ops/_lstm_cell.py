@@ -434,7 +434,11 @@ def _output_state(cfg: LstmConfig, w: Weights, z: np.ndarray, c_new: np.ndarray)
     if w.ln is not None:
         pre_o[...] = _normalized(pre_o) * w.ln[-1] + w.bias[-1]
     o = sigmoid(pre_o, out=pre_o)
-    h = o * ACTIVATIONS[cfg.activation](c_new)
+    return project(cfg, w, o * ACTIVATIONS[cfg.activation](c_new))
+
+
+def project(cfg: LstmConfig, w: Weights, h: np.ndarray) -> np.ndarray:
+    """h' from o * act(c'): `h` itself without projection, else h·P^T + proj_bias, clipped."""
     if w.proj is None:
         return h
     h = matmul(h, w.proj)

@@ -1,0 +1,193 @@
+"""The fused float32 LSTM cell of driver/native/lstm_kernels.c: the gate products and the cell update in one call.
+
+Used by LSTM and UNIDIRECTIONAL_SEQUENCE_LSTM when the compiled kernels are loaded, every weight
+operand is a constant and there is no layer norm (its per-row mean needs every unit's gate
+before any is activated); otherwise they run `_lstm_cell.step` in NumPy. The weights are packed
+once at prepare in the kernel's panel layout (see the C file): eight units' columns of every gate
+side by side, so one pass over a panel gives those units' whole cell update. The projection, when
+present, follows in NumPy (`_lstm_cell.project`).
+
+The kernel's sigmoid and tanh are polynomial (Cephes); results agree with the NumPy path to a few
+float32 ulp, not bit for bit. Every buffer a call writes is its own (new, or the execution's
+workspace), so concurrent executions of one prepared model share only the constant panels.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from driver import native
+from driver.ops._lstm_cell import LstmConfig, Weights, project
+from driver.ops._workspace import address, output, scratch
+
+F32 = np.float32
+ABI = 1
+SOURCE = Path(native.__file__).with_name("lstm_kernels.c")
+
+_P, _L, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
+_ARGTYPES = [_L, _L, _I, _P, _L, _L, _P, _L, _L, _P, _P, _P, _L, _P, _P, _P, _P, _I, _F, _P, _P, _P]
+
+
+def _load() -> Any:
+    """mk_lstm_cell_f32, or None when the library is missing, was built from another lstm_kernels.c
+    or has another ABI."""
+    lib = native.LIB
+    if lib is None or not hasattr(lib, "mk_lstm_cell_f32"):
+        return None
+    lib.mk_lstm_source_hash.restype = ctypes.c_char_p
+    if SOURCE.is_file():
+        if lib.mk_lstm_source_hash().decode() != hashlib.sha256(SOURCE.read_bytes()).hexdigest():
+            return None
+    if lib.mk_lstm_abi() != ABI:
+        return None
+    fn = lib.mk_lstm_cell_f32
+    fn.argtypes = _ARGTYPES
+    fn.restype = None
+    return fn
+
+
+_CELL = _load()
+
+
+def available() -> bool:
+    return _CELL is not None
+
+
+def usable(cfg: LstmConfig, weights: Weights | None) -> bool:
+    """The fused cell computes this LSTM: kernels loaded, constant weights, no layer norm."""
+    return _CELL is not None and weights is not None and not cfg.layer_norm
+
+
+def panels(rows: np.ndarray, gates: int, units: int) -> np.ndarray:
+    """Gate-major columns [k, gates * units] as the kernel's panels [ceil(units / 8), k, gates * 8]."""
+    k = rows.shape[0]
+    count = -(-units // 8)
+    padded = np.zeros((k, gates, count * 8), dtype=F32)
+    padded[:, :, :units] = rows.reshape(k, gates, units)
+    return np.ascontiguousarray(padded.reshape(k, gates, count, 8).transpose(2, 0, 1, 3))
+
+
+def _vector(v: np.ndarray | None) -> tuple[np.ndarray | None, int | None]:
+    if v is None:
+        return None, None
+    a = np.ascontiguousarray(v, dtype=F32).reshape(-1)
+    return a, a.ctypes.data
+
+
+def _rows(a: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """`a` [rows, cols] with unit column stride: (array, address, row stride in floats)."""
+    if a.dtype != F32 or a.strides[1] != 4 or a.strides[0] % 4:
+        a = np.ascontiguousarray(a, dtype=F32)
+    return a, address(a), a.strides[0] // 4 if a.shape[0] > 1 else a.shape[1]
+
+
+class FusedCell:
+    """One LSTM's packed constants for the kernel. `with_input`: the panels cover the input weights
+    too (the LSTM op's step from x and h); otherwise only the recurrent ones (a sequence's steps,
+    whose input parts with the bias are computed for all steps at once)."""
+
+    __slots__ = ("cfg", "w", "k1", "k2", "panels", "_w_ptr", "_bias", "_bias_ptr", "_peep")
+
+    def __init__(self, cfg: LstmConfig, w: Weights, with_input: bool) -> None:
+        self.cfg = cfg
+        self.w = w
+        g, u = cfg.gates, cfg.num_units
+        if with_input:
+            self.k1, self.k2 = cfg.input_size, cfg.output_size
+            self.panels = panels(np.concatenate([w.w_x, w.w_h]), g, u)
+            self._bias, self._bias_ptr = _vector(w.bias)
+        else:
+            self.k1, self.k2 = cfg.output_size, 0
+            self.panels = panels(w.w_h, g, u)
+            self._bias, self._bias_ptr = None, None
+        self._w_ptr = self.panels.ctypes.data
+        self._peep = [_vector(p) for p in (w.peep_i, w.peep_f, w.peep_o)]
+
+    def _call(
+        self,
+        batch: int,
+        a1: tuple[np.ndarray, int, int],
+        a2: tuple[np.ndarray, int, int] | None,
+        add: tuple[int, int] | None,
+        c_in: int,
+        c_out: int,
+        h_out: int,
+        gates_out: int | None,
+    ) -> None:
+        cfg = self.cfg
+        (_, pi), (_, pf), (_, po) = self._peep
+        _CELL(
+            batch,
+            cfg.num_units,
+            cfg.gates,
+            a1[1],
+            self.k1,
+            a1[2],
+            None if a2 is None else a2[1],
+            self.k2,
+            0 if a2 is None else a2[2],
+            self._w_ptr,
+            self._bias_ptr,
+            None if add is None else add[0],
+            0 if add is None else add[1],
+            c_in,
+            pi,
+            pf,
+            po,
+            cfg.activation,
+            cfg.cell_clip,
+            c_out,
+            h_out,
+            gates_out,
+        )
+
+    def step(self, x: np.ndarray, h: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The LSTM op's step: (h' [batch, output_size], c' [batch, u], gate activations [batch, G*u])."""
+        cfg = self.cfg
+        batch, u = len(x), cfg.num_units
+        xr, hr, cr = _rows(x), _rows(h), _rows(c)
+        gates = output((batch, cfg.gates * u), F32, 0)
+        c_new = output((batch, u), F32, 2)
+        h_pre = output((batch, u), F32, 1) if not cfg.projection else scratch("lstm_h", (batch, u), F32)
+        if cr[2] != u:
+            cr = (np.ascontiguousarray(c), address(c), u)
+        self._call(batch, xr, hr, None, cr[1], address(c_new), address(h_pre), address(gates))
+        return project(cfg, self.w, h_pre), c_new, gates
+
+    def sequence(
+        self, x_steps: np.ndarray, out_steps: np.ndarray, h: np.ndarray, c: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Every step from the input parts `x_steps` [T, batch, G*u] (any strides with unit column
+        stride), writing each h' into `out_steps` [T, batch, output_size]; (last h, last c), new arrays."""
+        cfg = self.cfg
+        batch, u = x_steps.shape[1], cfg.num_units
+        c_buf = np.array(c, dtype=F32, order="C")
+        c_ptr = c_buf.ctypes.data
+        h_prev = np.array(h, dtype=F32, order="C")
+        h_bufs = [np.empty((batch, u), F32), np.empty((batch, u), F32)]
+        h_ptrs = [b.ctypes.data for b in h_bufs]
+        base = x_steps.ctypes.data
+        t_stride, row_stride = x_steps.strides[0], x_steps.strides[1] // 4
+        if batch == 1:
+            row_stride = x_steps.shape[2]
+        a_rows = cfg.output_size
+        for t in range(len(x_steps)):
+            a1 = (h_prev, h_prev.ctypes.data if t == 0 else _ptr_of(h_prev, h_bufs, h_ptrs), a_rows)
+            k = t % 2
+            self._call(batch, a1, None, (base + t * t_stride, row_stride), c_ptr, c_ptr, h_ptrs[k], None)
+            h_new = project(cfg, self.w, h_bufs[k])
+            out_steps[t] = h_new
+            h_prev = h_new if cfg.projection else h_bufs[k]
+        return np.array(h_prev, dtype=F32), c_buf
+
+
+def _ptr_of(a: np.ndarray, bufs: list[np.ndarray], ptrs: list[int]) -> int:
+    for b, p in zip(bufs, ptrs, strict=True):
+        if a is b:
+            return p
+    return a.ctypes.data
