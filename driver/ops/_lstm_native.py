@@ -30,7 +30,30 @@ ABI = 1
 SOURCE = Path(native.__file__).with_name("lstm_kernels.c")
 
 _P, _L, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
-_ARGTYPES = [_L, _L, _I, _P, _L, _L, _P, _L, _L, _P, _P, _P, _L, _P, _P, _P, _P, _I, _F, _P, _P, _P]
+_ARGTYPES: list[Any] = [
+    _L,
+    _L,
+    _I,
+    _P,
+    _L,
+    _L,
+    _P,
+    _L,
+    _L,
+    _P,
+    _P,
+    _P,
+    _L,
+    _P,
+    _P,
+    _P,
+    _P,
+    _I,
+    _F,
+    _P,
+    _P,
+    _P,
+]
 
 
 def _load() -> Any:
@@ -56,11 +79,6 @@ _CELL = _load()
 
 def available() -> bool:
     return _CELL is not None
-
-
-def usable(cfg: LstmConfig, weights: Weights | None) -> bool:
-    """The fused cell computes this LSTM: kernels loaded, constant weights, no layer norm."""
-    return _CELL is not None and weights is not None and not cfg.layer_norm
 
 
 def panels(rows: np.ndarray, gates: int, units: int) -> np.ndarray:
@@ -191,3 +209,11 @@ def _ptr_of(a: np.ndarray, bufs: list[np.ndarray], ptrs: list[int]) -> int:
         if a is b:
             return p
     return a.ctypes.data
+
+
+def fused_cell(cfg: LstmConfig, weights: Weights | None, with_input: bool) -> FusedCell | None:
+    """The fused cell of this LSTM when it computes it (kernels loaded, constant weights, no layer
+    norm), else None."""
+    if _CELL is None or weights is None or cfg.layer_norm:
+        return None
+    return FusedCell(cfg, weights, with_input)

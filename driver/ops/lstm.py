@@ -87,7 +87,7 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     _check_outputs(outs, cfg, batch, gates)
     packed = prepacked(ins, cfg)
     runtime = runtime_operands(ins, cfg)
-    fused = _lstm_native.FusedCell(cfg, packed, True) if _lstm_native.usable(cfg, packed) else None
+    fused = _lstm_native.fused_cell(cfg, packed, True)
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
         if gates != cfg.gates:

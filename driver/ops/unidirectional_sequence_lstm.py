@@ -104,7 +104,7 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     _check_outputs(outs, cfg, time_major, t, batch)
     packed = prepacked(ins, cfg)
     runtime = runtime_operands(ins, cfg)
-    fused = _lstm_native.FusedCell(cfg, packed, False) if _lstm_native.usable(cfg, packed) else None
+    fused = _lstm_native.fused_cell(cfg, packed, False)
     n_out = len(outs)
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
