@@ -26,7 +26,7 @@
 #endif
 
 /* Bumped whenever mk_lstm_cell_f32's arguments change. */
-#define LSTM_ABI 1
+#define LSTM_ABI 2
 
 /* Multiply-adds per step below which the cell stays on the calling thread. */
 #define LSTM_PARALLEL_WORK (1 << 18)
@@ -158,21 +158,33 @@ static inline void panel_dot(const float *a, int64_t k, const float *w, int gate
     for (int g = 0; g < gates; g++) acc[g] += s0[g] + s1[g];
 }
 
+/* What a prepared LSTM keeps for the kernel (driver/ops/_lstm_native.py mirrors this layout). */
+typedef struct {
+    int64_t units, k1, k2;
+    int64_t gates, act;
+    double cell_clip;
+    const float *w, *bias, *peep_i, *peep_f, *peep_o;
+} lstm_const_t;
+
 /* One LSTM step for `batch` rows (see _lstm_cell for the formulas; no layer norm, no projection):
  *
  *   pre = a1 @ W[:k1] + a2 @ W[k1:] (+ bias) (+ add), per gate i, f, g, o (no i under CIFG)
  *
- * a1 [batch, k1] and a2 [batch, k2] (a2 NULL when k2 = 0) with row strides lda1 and lda2; w the
- * panels of k1 + k2 rows; bias [gates * units] and add [batch, gates * units] (row stride ldadd)
- * gate-major like NNAPI's packed gates, either NULL; c_in [batch, units]; the peepholes [units]
- * or NULL; act the cell activation code; cell_clip > 0 clips the new cell state. Writes c_out
- * [batch, units] (may be c_in), h_out [batch, units] (must not overlap a1, a2) and, when not
- * NULL, gates_out [batch, gates * units], the gate activations gate-major. */
-void mk_lstm_cell_f32(int64_t batch, int64_t units, int gates, const float *a1, int64_t k1, int64_t lda1,
-                      const float *a2, int64_t k2, int64_t lda2, const float *w, const float *bias,
-                      const float *add, int64_t ldadd, const float *c_in, const float *peep_i,
-                      const float *peep_f, const float *peep_o, int act, float cell_clip, float *c_out,
+ * From the constants `cst`: w the panels of k1 + k2 rows; bias [gates * units] gate-major like
+ * NNAPI's packed gates, or NULL; the peepholes [units] or NULL; act the cell activation code;
+ * cell_clip > 0 clips the new cell state. Per call: a1 [batch, k1] and a2 [batch, k2] (a2 NULL
+ * when k2 = 0) with row strides lda1 and lda2; add [batch, gates * units] gate-major (row stride
+ * ldadd) or NULL; c_in [batch, units]. Writes c_out [batch, units] (may be c_in), h_out
+ * [batch, units] (must not overlap a1, a2) and, when not NULL, gates_out [batch, gates * units],
+ * the gate activations gate-major. */
+void mk_lstm_cell_f32(const lstm_const_t *cst, int64_t batch, const float *a1, int64_t lda1, const float *a2,
+                      int64_t lda2, const float *add, int64_t ldadd, const float *c_in, float *c_out,
                       float *h_out, float *gates_out) {
+    const int64_t units = cst->units, k1 = cst->k1, k2 = cst->k2;
+    const int gates = (int)cst->gates, act = (int)cst->act;
+    const float cell_clip = (float)cst->cell_clip;
+    const float *w = cst->w, *bias = cst->bias;
+    const float *peep_i = cst->peep_i, *peep_f = cst->peep_f, *peep_o = cst->peep_o;
     const int64_t panels = (units + 7) / 8;
     const int64_t k = k1 + k2;
     const int cifg = gates == 3;

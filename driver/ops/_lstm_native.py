@@ -29,34 +29,29 @@ from driver.ops._lstm_cell import LstmConfig, Weights, project
 from driver.ops._workspace import address, output, scratch
 
 F32 = np.float32
-ABI = 1
+ABI = 2
 SOURCE = Path(native.__file__).with_name("lstm_kernels.c")
 
-_P, _L, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
-_ARGTYPES: list[Any] = [
-    _L,
-    _L,
-    _I,
-    _P,
-    _L,
-    _L,
-    _P,
-    _L,
-    _L,
-    _P,
-    _P,
-    _P,
-    _L,
-    _P,
-    _P,
-    _P,
-    _P,
-    _I,
-    _F,
-    _P,
-    _P,
-    _P,
-]
+_P, _L = ctypes.c_void_p, ctypes.c_int64
+_ARGTYPES: list[Any] = [_P, _L, _P, _L, _P, _L, _P, _L, _P, _P, _P, _P]
+
+
+class _Const(ctypes.Structure):
+    """lstm_const_t of lstm_kernels.c."""
+
+    _fields_ = [
+        ("units", _L),
+        ("k1", _L),
+        ("k2", _L),
+        ("gates", _L),
+        ("act", _L),
+        ("cell_clip", ctypes.c_double),
+        ("w", _P),
+        ("bias", _P),
+        ("peep_i", _P),
+        ("peep_f", _P),
+        ("peep_o", _P),
+    ]
 
 
 def _load() -> Any:
@@ -95,18 +90,19 @@ def panels(rows: np.ndarray, gates: int, units: int) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(k, gates, count, 8).transpose(2, 0, 1, 3))
 
 
-def _vector(v: np.ndarray | None) -> tuple[np.ndarray | None, int | None]:
-    if v is None:
-        return None, None
-    a = np.ascontiguousarray(v, dtype=F32).reshape(-1)
-    return a, a.ctypes.data
+def _vector(v: np.ndarray | None) -> np.ndarray | None:
+    return None if v is None else np.ascontiguousarray(v, dtype=F32).reshape(-1)
 
 
-def _rows(a: np.ndarray) -> tuple[np.ndarray, int, int]:
-    """`a` [rows, cols] with unit column stride: (array, address, row stride in floats)."""
+def _ptr(a: np.ndarray | None) -> int | None:
+    return None if a is None else a.ctypes.data
+
+
+def _rows(a: np.ndarray) -> tuple[np.ndarray, int]:
+    """`a` [rows, cols] with unit column stride: (array, row stride in floats)."""
     if a.dtype != F32 or a.strides[1] != 4 or a.strides[0] % 4:
         a = np.ascontiguousarray(a, dtype=F32)
-    return a, address(a), a.strides[0] // 4 if a.shape[0] > 1 else a.shape[1]
+    return a, a.strides[0] // 4 if a.shape[0] > 1 else a.shape[1]
 
 
 class FusedCell:
@@ -114,72 +110,52 @@ class FusedCell:
     too (the LSTM op's step from x and h); otherwise only the recurrent ones (a sequence's steps,
     whose input parts with the bias are computed for all steps at once)."""
 
-    __slots__ = ("cfg", "w", "k1", "k2", "panels", "_w_ptr", "_bias", "_bias_ptr", "_peep")
+    __slots__ = ("cfg", "w", "panels", "_keep", "_const", "_const_ptr")
 
     def __init__(self, cfg: LstmConfig, w: Weights, with_input: bool) -> None:
         self.cfg = cfg
         self.w = w
         g, u = cfg.gates, cfg.num_units
         if with_input:
-            self.k1, self.k2 = cfg.input_size, cfg.output_size
+            k1, k2 = cfg.input_size, cfg.output_size
             self.panels = panels(np.concatenate([w.w_x, w.w_h]), g, u)
-            self._bias, self._bias_ptr = _vector(w.bias)
+            bias = _vector(w.bias)
         else:
-            self.k1, self.k2 = cfg.output_size, 0
+            k1, k2 = cfg.output_size, 0
             self.panels = panels(w.w_h, g, u)
-            self._bias, self._bias_ptr = None, None
-        self._w_ptr = self.panels.ctypes.data
-        self._peep = [_vector(p) for p in (w.peep_i, w.peep_f, w.peep_o)]
-
-    def _call(
-        self,
-        batch: int,
-        a1: tuple[np.ndarray, int, int],
-        a2: tuple[np.ndarray, int, int] | None,
-        add: tuple[int, int] | None,
-        c_in: int,
-        c_out: int,
-        h_out: int,
-        gates_out: int | None,
-    ) -> None:
-        cfg = self.cfg
-        (_, pi), (_, pf), (_, po) = self._peep
-        _CELL(
-            batch,
-            cfg.num_units,
-            cfg.gates,
-            a1[1],
-            self.k1,
-            a1[2],
-            None if a2 is None else a2[1],
-            self.k2,
-            0 if a2 is None else a2[2],
-            self._w_ptr,
-            self._bias_ptr,
-            None if add is None else add[0],
-            0 if add is None else add[1],
-            c_in,
-            pi,
-            pf,
-            po,
-            cfg.activation,
-            cfg.cell_clip,
-            c_out,
-            h_out,
-            gates_out,
+            bias = None
+        peep = [_vector(p) for p in (w.peep_i, w.peep_f, w.peep_o)]
+        self._keep = (bias, *peep)  # the arrays the structure points into
+        self._const = _Const(
+            u, k1, k2, g, cfg.activation, cfg.cell_clip, self.panels.ctypes.data, _ptr(bias), *map(_ptr, peep)
         )
+        self._const_ptr = ctypes.addressof(self._const)
 
     def step(self, x: np.ndarray, h: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The LSTM op's step: (h' [batch, output_size], c' [batch, u], gate activations [batch, G*u])."""
         cfg = self.cfg
         batch, u = len(x), cfg.num_units
-        xr, hr, cr = _rows(x), _rows(h), _rows(c)
+        x, ldx = _rows(x)
+        h, ldh = _rows(h)
+        if c.dtype != F32 or not c.flags.c_contiguous:
+            c = np.ascontiguousarray(c, dtype=F32)
         gates = output((batch, cfg.gates * u), F32, 0)
         c_new = output((batch, u), F32, 2)
         h_pre = output((batch, u), F32, 1) if not cfg.projection else scratch("lstm_h", (batch, u), F32)
-        if cr[2] != u:
-            cr = (np.ascontiguousarray(c), address(c), u)
-        self._call(batch, xr, hr, None, cr[1], address(c_new), address(h_pre), address(gates))
+        _CELL(
+            self._const_ptr,
+            batch,
+            address(x),
+            ldx,
+            address(h),
+            ldh,
+            None,
+            0,
+            address(c),
+            address(c_new),
+            address(h_pre),
+            address(gates),
+        )
         return project(cfg, self.w, h_pre), c_new, gates
 
     def sequence(
@@ -198,11 +174,11 @@ class FusedCell:
         t_stride, row_stride = x_steps.strides[0], x_steps.strides[1] // 4
         if batch == 1:
             row_stride = x_steps.shape[2]
-        a_rows = cfg.output_size
+        m, cst = cfg.output_size, self._const_ptr
         for t in range(len(x_steps)):
-            a1 = (h_prev, h_prev.ctypes.data if t == 0 else _ptr_of(h_prev, h_bufs, h_ptrs), a_rows)
+            a1 = h_prev.ctypes.data if t == 0 else _ptr_of(h_prev, h_bufs, h_ptrs)
             k = t % 2
-            self._call(batch, a1, None, (base + t * t_stride, row_stride), c_ptr, c_ptr, h_ptrs[k], None)
+            _CELL(cst, batch, a1, m, None, 0, base + t * t_stride, row_stride, c_ptr, c_ptr, h_ptrs[k], None)
             h_new = project(cfg, self.w, h_bufs[k])
             out_steps[t] = h_new
             h_prev = h_new if cfg.projection else h_bufs[k]
