@@ -159,10 +159,16 @@ class FusedCell:
         return project(cfg, self.w, h_pre), c_new, gates
 
     def sequence(
-        self, x_steps: np.ndarray, out_steps: np.ndarray, h: np.ndarray, c: np.ndarray
+        self,
+        x_steps: np.ndarray,
+        out_steps: np.ndarray,
+        h: np.ndarray,
+        c: np.ndarray,
+        reverse: bool = False,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Every step from the input parts `x_steps` [T, batch, G*u] (any strides with unit column
-        stride), writing each h' into `out_steps` [T, batch, output_size]; (last h, last c), new arrays."""
+        stride), writing each h' into `out_steps` [T, batch, output_size]; (last h, last c), new
+        arrays. `reverse`: from the last time index to the first (a backward direction)."""
         cfg = self.cfg
         batch, u = x_steps.shape[1], cfg.num_units
         c_buf = np.array(c, dtype=F32, order="C")
@@ -175,9 +181,10 @@ class FusedCell:
         if batch == 1:
             row_stride = x_steps.shape[2]
         m, cst = cfg.output_size, self._const_ptr
-        for t in range(len(x_steps)):
-            a1 = h_prev.ctypes.data if t == 0 else _ptr_of(h_prev, h_bufs, h_ptrs)
-            k = t % 2
+        order = range(len(x_steps) - 1, -1, -1) if reverse else range(len(x_steps))
+        for n, t in enumerate(order):
+            a1 = h_prev.ctypes.data if n == 0 else _ptr_of(h_prev, h_bufs, h_ptrs)
+            k = n % 2
             _CELL(cst, batch, a1, m, None, 0, base + t * t_stride, row_stride, c_ptr, c_ptr, h_ptrs[k], None)
             h_new = project(cfg, self.w, h_bufs[k])
             out_steps[t] = h_new
