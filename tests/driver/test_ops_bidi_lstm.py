@@ -16,7 +16,7 @@ from driver.ops import _lstm_native
 from mlts.hal.enums import OperandType, OperationType
 from tests.driver.lstmkit import GATES, Case, make_case, reference
 from tests.driver.opkit import Omit
-from tests.driver.typedkit import NoValue, Scalar, close, fails, out, prepare_op, run_op, tensor
+from tests.driver.typedkit import NoValue, Scalar, Tensor, close, fails, out, prepare_op, run_op, tensor
 
 T = OperandType
 Op = OperationType
@@ -195,8 +195,21 @@ def test_compiled_cells_equal_the_numpy_path(mode: str, monkeypatch) -> None:
         else None
     )
     ins = bidi_inputs(fw, bw, T.TENSOR_FLOAT32, aux=aux, fw_aux=fw_aux, bw_aux=bw_aux, time_major=False)
+    for k in [*range(1, 35), *range(40, 48)]:  # the weights of both cells and the aux weights: constants
+        if isinstance(ins[k], Tensor):
+            ins[k] = dataclasses.replace(ins[k], const=True)
+    made: list[bool] = []
+    real = _lstm_native.fused_cell
+
+    def spy(*args):
+        cell = real(*args)
+        made.append(cell is not None)
+        return cell
+
+    monkeypatch.setattr(_lstm_native, "fused_cell", spy)
     outs = [out(T.TENSOR_FLOAT32)] * 6
     fused = run_op(Op.BIDIRECTIONAL_SEQUENCE_LSTM, ins, outs)
+    assert made == [True, True]
     monkeypatch.setattr(_lstm_native, "_CELL", None)
     plain = run_op(Op.BIDIRECTIONAL_SEQUENCE_LSTM, ins, outs)
     for got, want in zip(fused, plain, strict=True):
