@@ -52,12 +52,20 @@ static inline lv8f sel(lv8i m, lv8f a, lv8f b) {
     return out;
 }
 
-static inline lv8f vmin(lv8f a, lv8f b) { return sel(a < b, a, b); }
-static inline lv8f vmax(lv8f a, lv8f b) { return sel(a > b, a, b); }
+/* x clamped to [lo, hi]; a NaN stays NaN (as NumPy's clip and maximum keep it). */
+static inline lv8f clampv(lv8f x, lv8f lo, lv8f hi) { return sel(x < lo, lo, sel(x > hi, hi, x)); }
 
-/* exp(x) for x clamped to [-87.3, 88.3] (Cephes expf). */
+static inline lv8f vabs(lv8f x) {
+    lv8i bits;
+    memcpy(&bits, &x, 32);
+    bits &= 0x7fffffff;
+    memcpy(&x, &bits, 32);
+    return x;
+}
+
+/* exp(x) for x clamped to [-87.3, 88.3] (Cephes expf); NaN gives NaN. */
 static inline lv8f vexp(lv8f x) {
-    x = vmin(vmax(x, splat(-87.3f)), splat(88.3f));
+    x = clampv(x, splat(-87.3f), splat(88.3f));
     lv8f fx = x * splat(1.44269504088896341f);
     /* round to nearest: add and subtract 1.5 * 2^23 */
     lv8f magic = splat(12582912.0f);
@@ -82,7 +90,7 @@ static inline lv8f vexp(lv8f x) {
 static inline lv8f vsigmoid(lv8f x) { return splat(1.0f) / (splat(1.0f) + vexp(-x)); }
 
 static inline lv8f vtanh(lv8f x) {
-    lv8f ax = vmax(x, -x);
+    lv8f ax = vabs(x);
     /* large: 1 - 2 / (exp(2|x|) + 1), sign restored */
     lv8f big = splat(1.0f) - splat(2.0f) / (vexp(ax + ax) + splat(1.0f));
     big = sel(x < splat(0.0f), -big, big);
@@ -100,9 +108,9 @@ static inline lv8f vtanh(lv8f x) {
 static inline lv8f vact(lv8f x, int act) {
     switch (act) {
     case 1:
-        return vmax(x, splat(0.0f));
+        return sel(x < splat(0.0f), splat(0.0f), x);
     case 3:
-        return vmin(vmax(x, splat(0.0f)), splat(6.0f));
+        return clampv(x, splat(0.0f), splat(6.0f));
     case 4:
         return vtanh(x);
     case 6:
@@ -212,7 +220,7 @@ void mk_lstm_cell_f32(const lstm_const_t *cst, int64_t batch, const float *a1, i
             lv8f g = vact(z[fi + 1], act);
             lv8f i = cifg ? splat(1.0f) - f : vsigmoid(z[0]);
             lv8f cn = f * c + i * g;
-            if (cell_clip > 0) cn = vmin(vmax(cn, splat(-cell_clip)), splat(cell_clip));
+            if (cell_clip > 0) cn = clampv(cn, splat(-cell_clip), splat(cell_clip));
             lv8f pre_o = z[fi + 2];
             if (peep_o) pre_o += load_n(peep_o + u0, nu) * cn;
             lv8f o = vsigmoid(pre_o);

@@ -126,6 +126,21 @@ def test_saturated_gates_stay_finite_and_exact():
         assert ((gates >= -1) & (gates <= 1)).all()
 
 
+@pytest.mark.parametrize("act", [1, 3, 4], ids=["relu", "relu6", "tanh"])
+def test_nan_propagates_as_in_numpy(act, monkeypatch):
+    """A NaN in one batch row's input makes that row's results NaN on both paths (the compiled
+    clamps keep NaN as NumPy's do); the other row stays finite and equal."""
+    case = make_case(np.random.default_rng(8), 4, 10, 2, 1, act=act, cell_clip=2.0)
+    case.x[0, 0, 1] = np.nan
+    fused = _lstm_steps(case)[0]
+    _numpy_path(monkeypatch)
+    plain = _lstm_steps(case)[0]
+    for got, want in zip(fused, plain, strict=True):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        assert np.isnan(got[0]).all() and np.isfinite(got[1]).all()
+        close(got[1], want[1].astype(np.float64))
+
+
 def _model(case: Case) -> tuple:
     """A one-step LSTM model: input and states as model inputs, constant weights."""
     b = ModelBuilder()
