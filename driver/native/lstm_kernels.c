@@ -28,8 +28,11 @@
 /* Bumped whenever mk_lstm_cell_f32's arguments change. */
 #define LSTM_ABI 2
 
-/* Multiply-adds per step below which the cell stays on the calling thread. */
-#define LSTM_PARALLEL_WORK (1 << 18)
+/* Multiply-adds per step below which the cell stays on the calling thread (kernels.c's
+ * PARALLEL_WORK): waking a sleeping worker costs tens of microseconds on an idle core and
+ * milliseconds when the other cores are busy, more than splitting a speech model's step saves
+ * (measured: two threads 2-7x slower per step at 256 K multiply-adds on a loaded machine). */
+#define LSTM_PARALLEL_WORK (1 << 21)
 
 int mk_threads(void); /* kernels.c */
 
