@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,13 +82,25 @@ def available() -> bool:
     return _CELL is not None
 
 
-def panels(rows: np.ndarray, gates: int, units: int) -> np.ndarray:
-    """Gate-major columns [k, gates * units] as the kernel's panels [ceil(units / 8), k, gates * 8]."""
-    k = rows.shape[0]
+def panels(blocks: Sequence[np.ndarray], gates: int, units: int) -> np.ndarray:
+    """Gate-major columns [k_i, gates * units] of each block, stacked by rows, as the kernel's panels
+    [ceil(units / 8), sum k_i, gates * 8] (units padded with zeros to a multiple of eight)."""
     count = -(-units // 8)
-    padded = np.zeros((k, gates, count * 8), dtype=F32)
-    padded[:, :, :units] = rows.reshape(k, gates, units)
-    return np.ascontiguousarray(padded.reshape(k, gates, count, 8).transpose(2, 0, 1, 3))
+    k = sum(b.shape[0] for b in blocks)
+    out = (np.zeros if units % 8 else np.empty)((count, k, gates, 8), dtype=F32)
+    row = 0
+    for b in blocks:
+        kb = b.shape[0]
+        v = b.reshape(kb, gates, units)
+        whole = units // 8
+        if whole:
+            out[:whole, row : row + kb] = (
+                v[:, :, : whole * 8].reshape(kb, gates, whole, 8).transpose(2, 0, 1, 3)
+            )
+        if units % 8:
+            out[whole, row : row + kb, :, : units % 8] = v[:, :, whole * 8 :]
+        row += kb
+    return out.reshape(count, k, gates * 8)
 
 
 def _vector(v: np.ndarray | None) -> np.ndarray | None:
@@ -118,11 +131,11 @@ class FusedCell:
         g, u = cfg.gates, cfg.num_units
         if with_input:
             k1, k2 = cfg.input_size, cfg.output_size
-            self.panels = panels(np.concatenate([w.w_x, w.w_h]), g, u)
+            self.panels = panels([w.w_x, w.w_h], g, u)
             bias = _vector(w.bias)
         else:
             k1, k2 = cfg.output_size, 0
-            self.panels = panels(w.w_h, g, u)
+            self.panels = panels([w.w_h], g, u)
             bias = None
         peep = [_vector(p) for p in (w.peep_i, w.peep_f, w.peep_o)]
         self._keep = (bias, *peep)  # the arrays the structure points into

@@ -93,6 +93,23 @@ def test_sequence_fused_equals_numpy(sizes, options, time_major, monkeypatch):
         close(got, want.astype(np.float64))
 
 
+@pytest.mark.parametrize("units", [8, 13, 3])
+def test_panel_layout(units):
+    """Panel p, row kk, gate g, lane j holds column g * units + 8p + j of the stacked blocks (0 past units)."""
+    rng = np.random.default_rng(units)
+    blocks = [rng.standard_normal((k, 3 * units)).astype(np.float32) for k in (5, 2)]
+    got = _lstm_native.panels(blocks, 3, units)
+    rows = np.concatenate(blocks)
+    count = -(-units // 8)
+    assert got.shape == (count, 7, 24) and got.flags.c_contiguous
+    for p in range(count):
+        for g in range(3):
+            for j in range(8):
+                unit = 8 * p + j
+                want = rows[:, g * units + unit] if unit < units else np.zeros(7, np.float32)
+                np.testing.assert_array_equal(got[p, :, g * 8 + j], want)
+
+
 def test_fused_cell_is_used_only_where_it_applies(monkeypatch):
     """Constant weights without layer norm: fused; layer norm or run-time weights: the NumPy path."""
     made: list[bool] = []
