@@ -1,18 +1,18 @@
 """The fused float32 LSTM cell of driver/native/lstm_kernels.c: the gate products and the cell update in one call.
 
-Used by LSTM and UNIDIRECTIONAL_SEQUENCE_LSTM when the compiled kernels are loaded, every weight
-operand is a constant and there is no layer norm (its per-row mean needs every unit's gate
-before any is activated); otherwise they run `_lstm_cell.step` in NumPy. The weights are packed
-once at prepare in the kernel's panel layout (see the C file): eight units' columns of every gate
-side by side, so one pass over a panel gives those units' whole cell update. The projection, when
-present, follows in NumPy (`_lstm_cell.project`).
+Used by LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM and each direction of BIDIRECTIONAL_SEQUENCE_LSTM when
+the compiled kernels are loaded, every weight operand is a constant and there is no layer norm (its
+per-row mean needs every unit's gate before any is activated); otherwise they run
+`_lstm_cell.step` in NumPy. The weights are packed once at prepare in the kernel's panel layout
+(see the C file): eight units' columns of every gate side by side, so one pass over a panel gives
+those units' whole cell update. The projection, when present, follows in NumPy
+(`_lstm_cell.project`).
 
 The kernel's sigmoid and tanh are polynomial (Cephes); results agree with the NumPy path to a few
 float32 ulp, not bit for bit. MLTS_DRIVER_FUSED_LSTM=0 in the driver's environment turns the fused
 cell off (to compare the two paths); MLTS_DRIVER_NATIVE=0 turns it off with every compiled kernel.
-Every buffer a call writes is its own (new, or the execution's
-workspace), so concurrent executions of one prepared model share only the constant panels.
-"""
+Every buffer a call writes is its own (new, or the execution's workspace), so concurrent
+executions of one prepared model share only the constant panels."""
 
 from __future__ import annotations
 
@@ -184,6 +184,8 @@ class FusedCell:
         arrays. `reverse`: from the last time index to the first (a backward direction)."""
         cfg = self.cfg
         batch, u = x_steps.shape[1], cfg.num_units
+        if x_steps.dtype != F32 or x_steps.strides[2] != 4 or any(s % 4 for s in x_steps.strides):
+            x_steps = np.ascontiguousarray(x_steps, dtype=F32)
         c_buf = np.array(c, dtype=F32, order="C")
         c_ptr = c_buf.ctypes.data
         h_prev = np.array(h, dtype=F32, order="C")
