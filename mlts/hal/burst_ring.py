@@ -4,14 +4,18 @@ Layout of the memfd (little-endian, see docs/burst-protocol.md):
 
     offset   0  u64 write counter  (bytes ever published; written by the producer only)
     offset  64  u64 read counter   (bytes ever consumed; written by the consumer only)
+    offset  72  u32 awake flag     (1: the consumer will look at the write counter before it blocks;
+                                    written by the consumer only)
     offset 128  u32 closed flag    (set by the producer when it will publish nothing more)
     offset 192  data, `capacity` bytes, used as a circular buffer
 
 A message is a u32 length followed by that many payload bytes, possibly
 wrapping round the end of the data area. The producer copies the whole
-message, then stores the new write counter, then signals the eventfd; the
-consumer reads the write counter, then the message, then stores its read
-counter. The counters are on separate cache lines and only grow; each side
+message, then stores the new write counter, then signals the eventfd unless
+the consumer's awake flag says it will look anyway (a full barrier between
+the counter's store and the flag's load, and between the consumer's clearing
+of the flag and its last look, keep every wake-up); the consumer reads the
+write counter, then the message, then stores its read counter. The counters are on separate cache lines and only grow; each side
 keeps its own copy of the counter it owns and never trusts the other side's
 values: a counter that moves backwards, a fill level past the capacity or a
 length past what was published is reported as a `RingError`, never read.
@@ -24,6 +28,7 @@ import os
 import select
 import struct
 import sys
+import threading
 import time
 
 from mlts.hal.fence import is_eventfd
@@ -31,7 +36,13 @@ from mlts.hal.fence import is_eventfd
 HEADER_BYTES = 192
 _WRITE_AT = 0
 _READ_AT = 64
+_AWAKE_AT = 72
 _CLOSED_AT = 128
+# Word indexes of the header fields (counters as u64 words, flags as u32 words).
+_W = _WRITE_AT // 8
+_R = _READ_AT // 8
+_AWAKE = _AWAKE_AT // 4
+_CLOSED = _CLOSED_AT // 4
 _U32 = struct.Struct("<I")
 #: The smallest and largest data areas accepted from the other side.
 MIN_CAPACITY = 256
@@ -39,6 +50,9 @@ MAX_CAPACITY = 16 << 20
 DEFAULT_CAPACITY = 64 << 10
 #: The polling window before a blocking wait (NNAPI's sample driver polls for 50 µs).
 DEFAULT_POLLING_US = 50
+#: The first blocking wait after a polling window re-checks the ring after this long (s): a bound on
+#: the delay a wake-up lost to a memory-ordering fault could cause (none is expected, see `_fence`).
+RECHECK_S = 0.001
 
 
 class RingError(Exception):
@@ -67,7 +81,7 @@ class Ring:
         self._map = mmap.mmap(fd, size)
         self._view = memoryview(self._map)
         self._data = self._view[HEADER_BYTES:]
-        # The counters and the flag as aligned 8- and 4-byte words, read and written whole: struct's
+        # The counters and the flags as aligned 8- and 4-byte words, read and written whole: struct's
         # pack_into zeroes its destination before writing it, so a peer could read a counter as 0.
         self._words = self._view[:HEADER_BYTES].cast("Q")
         self._flags = self._view[:HEADER_BYTES].cast("I")
@@ -75,8 +89,24 @@ class Ring:
         # Each side's private copy of the counter it owns; the shared one is only ever written.
         self._write = 0
         self._read = 0
+        self._awake = False  # the consumer's copy of its awake flag
+        self._barrier = threading.Lock()
         self._closed = False
         self._poller: select.poll | None = None  # made at the first blocking wait
+        #: Signals the producer left out because the consumer was awake (a statistic).
+        self.signals_saved = 0
+        #: Messages found by the re-check after a blocking wait's first RECHECK_S (a wake-up that
+        #: the eventfd did not deliver; expected to stay 0).
+        self.rechecks_found = 0
+
+    def _fence(self) -> None:
+        """A full memory barrier (stores before it are visible before loads after it).
+
+        Acquiring and releasing an uncontended lock is a locked read-modify-write instruction in
+        CPython (glibc semaphores, atomics), which orders stores before later loads on x86-64.
+        """
+        self._barrier.acquire()
+        self._barrier.release()
 
     # ------------------------------------------------------------ creating and adopting
 
@@ -129,32 +159,45 @@ class Ring:
     # ------------------------------------------------------------ producer
 
     def write(self, payload: bytes | bytearray | memoryview, timeout: float | None = 0.0) -> bool:
-        """Publish one message and signal the consumer.
+        """Publish one message and signal the consumer unless it is awake and will look anyway.
 
         Non-blocking with `timeout` 0 (False when the ring has no room now); otherwise waits up to
         `timeout` seconds (None: for ever) for room. MessageTooLarge if it could never fit.
         """
         n = len(payload)
-        if n + 4 > self.capacity:
-            raise MessageTooLarge(
-                f"a burst message of {n} bytes does not fit in a ring of {self.capacity} bytes"
-            )
-        limit = None if timeout is None else time.monotonic() + timeout
-        while self.capacity - self._used_by_consumer() < n + 4:
-            if limit is not None and time.monotonic() >= limit:
-                return False
-            time.sleep(0.0001)
+        capacity = self.capacity
+        if n + 4 > capacity:
+            raise MessageTooLarge(f"a burst message of {n} bytes does not fit in a ring of {capacity} bytes")
+        if capacity - self._used_by_consumer() < n + 4:
+            limit = None if timeout is None else time.monotonic() + timeout
+            while capacity - self._used_by_consumer() < n + 4:
+                if limit is not None and time.monotonic() >= limit:
+                    return False
+                time.sleep(0.0001)
         w = self._write
-        self._put(w, _U32.pack(n))
-        self._put(w + 4, payload)
-        self._write = w + 4 + n
+        start = w % capacity
+        end = start + 4 + n
+        if end <= capacity:
+            at = HEADER_BYTES + start
+            _U32.pack_into(self._map, at, n)
+            self._map[at + 4 : HEADER_BYTES + end] = payload
+        else:
+            self._put(w, _U32.pack(n))
+            self._put(w + 4, payload)
+        self._write = w = w + 4 + n
         # The message is complete before the counter that publishes it.
-        self._words[_WRITE_AT // 8] = self._write
-        self.signal()
+        self._words[_W] = w
+        # Store the counter, then load the consumer's awake flag: with the consumer's own barrier
+        # between clearing the flag and its last look, one of the two sees the other's store.
+        self._fence()
+        if self._flags[_AWAKE]:
+            self.signals_saved += 1
+        else:
+            self.signal()
         return True
 
     def _used_by_consumer(self) -> int:
-        read = self._words[_READ_AT // 8]
+        read = self._words[_R]
         used = self._write - read
         if not 0 <= used <= self.capacity:
             raise RingError(f"the consumer's read counter {read} is inconsistent with {self._write} written")
@@ -174,39 +217,48 @@ class Ring:
             pass  # the counter is saturated: the consumer is woken anyway
 
     def mark_closed(self) -> None:
-        """Tell the consumer nothing more will come (and wake it)."""
-        self._flags[_CLOSED_AT // 4] = 1
+        """Tell the consumer nothing more will come (and wake it, awake or not)."""
+        self._flags[_CLOSED] = 1
         self.signal()
 
     # ------------------------------------------------------------ consumer
 
     def peer_closed(self) -> bool:
-        return self._flags[_CLOSED_AT // 4] != 0
+        return self._flags[_CLOSED] != 0
 
     def pending(self) -> bool:
         """Whether a message (or an inconsistency to report) waits to be read."""
-        return self._words[_WRITE_AT // 8] != self._read
+        return self._words[_W] != self._read
 
     def read(self, max_message: int | None = None) -> bytes | None:
         """The next message's payload, or None when the ring is empty; RingError when it is inconsistent."""
-        written = self._words[_WRITE_AT // 8]
+        written = self._words[_W]
         r = self._read
         available = written - r
         if available == 0:
             return None
+        capacity = self.capacity
         if available < 0:
             raise RingError(f"the write counter moved backwards ({written} after {r} were read)")
-        if available > self.capacity:
-            raise RingError(f"the write counter claims {available} unread bytes in a ring of {self.capacity}")
+        if available > capacity:
+            raise RingError(f"the write counter claims {available} unread bytes in a ring of {capacity}")
         if available < 4:
             raise RingError(f"{available} bytes were published, less than a message header")
-        length = _U32.unpack_from(self._get(r, 4))[0]
-        limit = self.capacity - 4 if max_message is None else min(max_message, self.capacity - 4)
+        start = r % capacity
+        if start + 4 <= capacity:
+            length = _U32.unpack_from(self._map, HEADER_BYTES + start)[0]
+        else:
+            length = _U32.unpack_from(self._get(r, 4))[0]
+        limit = capacity - 4 if max_message is None else min(max_message, capacity - 4)
         if length > available - 4 or length > limit:
             raise RingError(f"a message claims {length} bytes but {available - 4} were published")
-        payload = self._get(r + 4, length)
-        self._read = r + 4 + length
-        self._words[_READ_AT // 8] = self._read
+        begin = start + 4
+        if begin + length <= capacity:
+            payload = self._map[HEADER_BYTES + begin : HEADER_BYTES + begin + length]
+        else:
+            payload = self._get(r + 4, length)
+        self._read = r = r + 4 + length
+        self._words[_R] = r
         return payload
 
     def _get(self, at: int, n: int) -> bytes:
@@ -220,15 +272,29 @@ class Ring:
         """Poll for `polling_us`, then block on the eventfd; True once a message (or closing) is pending
         or the eventfd was signalled (the caller checks what happened).
 
-        Returns False after `timeout` seconds (None: no limit) with nothing pending.
+        While polling the awake flag is set, so the producer need not signal; it is cleared (then a
+        barrier, then a last look) before blocking. Returns False after `timeout` seconds (None: no
+        limit) with nothing pending.
         """
-        if self.pending() or self.peer_closed():
+        words = self._words
+        r = self._read
+        if words[_W] != r or self._flags[_CLOSED]:
             return True
         if polling_us > 0:
-            until = time.perf_counter_ns() + polling_us * 1000
-            while time.perf_counter_ns() < until:
-                if self.pending():
-                    return True
+            if not self._awake:
+                self._flags[_AWAKE] = 1
+                self._awake = True
+            clock = time.perf_counter_ns
+            until = clock() + polling_us * 1000
+            while clock() < until:
+                if words[_W] != r:
+                    return True  # still awake: the flag stays set until this side blocks
+        recheck = False
+        if self._awake:
+            self._flags[_AWAKE] = 0
+            self._awake = False
+            self._fence()
+            recheck = True
         limit = None if timeout is None else time.monotonic() + timeout
         poller = self._poller
         if poller is None:
@@ -236,7 +302,7 @@ class Ring:
             poller.register(self.event_fd, select.POLLIN)
         while True:
             # A signal sent after the check above leaves the eventfd readable, so none is missed.
-            if self.pending() or self.peer_closed():
+            if words[_W] != r or self._flags[_CLOSED]:
                 return True
             if limit is None:
                 wait_ms = -1
@@ -245,6 +311,8 @@ class Ring:
                 if remaining <= 0:
                     return False
                 wait_ms = max(1, int(remaining * 1000))
+            if recheck:
+                wait_ms = int(RECHECK_S * 1000) if wait_ms < 0 else min(wait_ms, int(RECHECK_S * 1000))
             if poller.poll(wait_ms):
                 try:
                     os.eventfd_read(self.event_fd)
@@ -252,6 +320,11 @@ class Ring:
                     pass
                 # Woken: a message, or a signal meant for this side itself (a burst being released).
                 return True
+            if recheck:
+                recheck = False
+                if words[_W] != r:
+                    self.rechecks_found += 1
+                    return True
 
     # ------------------------------------------------------------ ending
 
