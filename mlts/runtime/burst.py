@@ -220,6 +220,7 @@ class RemoteBurst(Burst):
             if data is None:
                 if ring.peer_closed():
                     raise self._break("the driver ended the burst", dead_driver=False)
+                polling = 0  # a stale signal woke this side: block again without another polling window
                 continue
             try:
                 repeated = decoder.success(data)

@@ -161,8 +161,9 @@ class BurstContext:
         try:
             # Executions run on this thread act for the burst's client (queued ones say so themselves).
             with qos.serving_client(self.client.key):
+                polling = self.polling_us
                 while not self._stopping:
-                    if not requests.wait(None, self.polling_us):
+                    if not requests.wait(None, polling):
                         continue
                     if self._stopping:
                         break
@@ -170,7 +171,9 @@ class BurstContext:
                     if data is None:
                         if requests.peer_closed():
                             break  # the client will send nothing more
+                        polling = 0  # a stale signal: block again without another polling window
                         continue
+                    polling = self.polling_us
                     self._serve(data)
         except (RingError, MessageTooLarge) as e:
             log.warning("burst of client pid %d ended: %s", self.client.pid, e)
