@@ -206,7 +206,7 @@ class BurstContext:
                     raise invalid(f"burst request: {e}") from None
                 known = self._remember(key, request)
             request = known[0]
-            result = self._execute(request, self._resolve(request, held, known), known)
+            result = self._execute(request, self._resolve(request, seq, held, known), known)
             if request.measure_operations:
                 reply = msg.BurstResult(
                     seq, ErrorStatus.NONE, result.output_shapes, result.timing, "", result.operation_times
@@ -244,7 +244,9 @@ class BurstContext:
         self._known[key] = known
         return known
 
-    def _resolve(self, request: msg.BurstRequest, held: list[Resource], known: list[Any]) -> tuple[Any, ...]:
+    def _resolve(
+        self, request: msg.BurstRequest, seq: int, held: list[Resource], known: list[Any]
+    ) -> tuple[Any, ...]:
         """The request's pools in order: a token stays a token (its buffer, this client's only, is held:
         another client's is INVALID_ARGUMENT and logged), a slot becomes its cached memory (unknown
         slots are asked for once). Every resource taken is appended to `held` for the caller to release
@@ -261,7 +263,8 @@ class BurstContext:
                 return validated[0]
         for token in dict.fromkeys(v for k, v in request.pools if k == msg.POOL_TOKEN):
             held.append(hold_buffer(self.client, "burst", token))
-        self._fetch_missing(request.seq, [v for k, v in request.pools if k == msg.POOL_SLOT])
+        # Asked under this execution's number (a cached request keeps the number of its first run).
+        self._fetch_missing(seq, [v for k, v in request.pools if k == msg.POOL_SLOT])
         pools: list[Any] = []
         with self._cond:
             for n, (kind, value) in enumerate(request.pools):
