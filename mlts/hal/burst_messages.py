@@ -204,6 +204,15 @@ def request_seq(data: bytes) -> int:
     return int(seq) if kind == KIND_EXECUTE else 0
 
 
+#: The first four bytes of every execute message.
+EXECUTE_KIND_BYTES = _U32.pack(KIND_EXECUTE)
+
+
+def message_seq(data: bytes) -> int:
+    """The sequence number of a message of at least 8 bytes (unchecked: see `request_seq`)."""
+    return int(_U32.unpack_from(data, 4)[0])
+
+
 def decode_request(data: bytes) -> BurstRequest:
     """A request message; ValueError naming what is wrong."""
     reader = _Reader(data)

@@ -69,8 +69,9 @@ class BurstContext:
         self._cond = threading.Condition()
         self._stopping = False
         self._answers = 0  # burstProvideMemories calls so far: an answer ends a wait even if incomplete
-        # Request messages already decoded (without their sequence numbers), each with the pools and
-        # validated Request of its last run: a repeated message on the same mappings is not checked again.
+        # Execute messages already decoded (keyed by their bytes after the sequence number), each with
+        # the pools, validated Request and slots of its last run: a repeated message on the same
+        # mappings is not checked again.
         self._known: dict[bytes, list[Any]] = {}
         self._encoder = msg.ResultEncoder()
         self.executions = 0
@@ -195,11 +196,14 @@ class BurstContext:
         done: Any = None  # a successful execution's result, when it carries no operation times
         reply: msg.BurstResult | None = None
         try:
-            seq = msg.request_seq(data)  # 0 when not even the fixed part is whole
-            # The same message as before, but for its sequence number, decodes the same: decode once.
-            key = data[:4] + data[8:]
-            known = self._known.get(key)
-            if known is None:
+            # The same execute message as before, but for its sequence number (bytes 4..8), decodes the
+            # same: decode once.
+            key = data[8:]
+            known = self._known.get(key) if data[:4] == msg.EXECUTE_KIND_BYTES else None
+            if known is not None:
+                seq = msg.message_seq(data)
+            else:
+                seq = msg.request_seq(data)  # 0 when not even the fixed part is whole
                 try:
                     request = msg.decode_request(data)
                 except ValueError as e:
