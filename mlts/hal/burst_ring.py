@@ -168,13 +168,14 @@ class Ring:
         capacity = self.capacity
         if n + 4 > capacity:
             raise MessageTooLarge(f"a burst message of {n} bytes does not fit in a ring of {capacity} bytes")
-        if capacity - self._used_by_consumer() < n + 4:
+        w = self._write
+        used = w - self._words[_R]
+        if not 0 <= used <= capacity or capacity - used < n + 4:
             limit = None if timeout is None else time.monotonic() + timeout
             while capacity - self._used_by_consumer() < n + 4:
                 if limit is not None and time.monotonic() >= limit:
                     return False
                 time.sleep(0.0001)
-        w = self._write
         start = w % capacity
         end = start + 4 + n
         if end <= capacity:
@@ -189,7 +190,9 @@ class Ring:
         self._words[_W] = w
         # Store the counter, then load the consumer's awake flag: with the consumer's own barrier
         # between clearing the flag and its last look, one of the two sees the other's store.
-        self._fence()
+        barrier = self._barrier  # `_fence`, inline
+        barrier.acquire()
+        barrier.release()
         if self._flags[_AWAKE]:
             self.signals_saved += 1
         else:
