@@ -153,7 +153,7 @@ def timed_runs(
     while time.perf_counter() < end:
         session.run(feeds[i % len(feeds)])
         i += 1
-    samples = []
+    samples: list[float] = []
     pid = getattr(getattr(session.device, "process", None), "pid", None)
     before = (process_cpu(None), process_cpu(pid) if pid else 0.0)
     end = time.perf_counter() + duration
