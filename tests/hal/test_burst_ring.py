@@ -211,7 +211,7 @@ def test_producer_signals_only_a_consumer_that_may_block():
         # consumer stays awake until it blocks).
         late = threading.Timer(0.001, lambda: producer.write(b"b"))
         late.start()
-        assert consumer.wait(5.0, polling_us=10_000) and consumer.read() == b"b"
+        assert consumer.wait(5.0, polling_us=2_000_000) and consumer.read() == b"b"  # polls up to 2 s
         late.join()
         producer.write(b"c")
         assert not _readable(consumer.event_fd) and producer.signals_saved == 2
