@@ -271,9 +271,16 @@ class Ring:
             return bytes(self._data[start : start + n])
         return bytes(self._data[start:]) + bytes(self._data[: n - first])
 
-    def wait(self, timeout: float | None, polling_us: int = DEFAULT_POLLING_US) -> bool:
+    def wait(
+        self, timeout: float | None, polling_us: int = DEFAULT_POLLING_US, answered: Ring | None = None
+    ) -> bool:
         """Poll for `polling_us`, then block on the eventfd; True once a message (or closing) is pending
         or the eventfd was signalled (the caller checks what happened).
+
+        `answered`: the ring this side answers into. While the peer has not read all of it yet (it is
+        being woken by the signal that came with the answer), this side polls for up to `polling_us`
+        more, and the polling window starts when the peer has read it: a peer that had to be woken
+        still finds this side polling when its next message comes.
 
         While polling the awake flag is set, so the producer need not signal; it is cleared (then a
         barrier, then a last look) before blocking. Returns False after `timeout` seconds (None: no
@@ -289,6 +296,14 @@ class Ring:
                 self._awake = True
             clock = time.perf_counter_ns
             until = clock() + polling_us * 1000
+            if answered is not None:
+                peer_read, written = answered._words, answered._write
+                while peer_read[_R] != written:  # the peer has not read the answer yet
+                    if words[_W] != r:
+                        return True
+                    if clock() >= until:
+                        break
+                until = clock() + polling_us * 1000
             while clock() < until:
                 if words[_W] != r:
                     return True  # still awake: the flag stays set until this side blocks

@@ -164,7 +164,7 @@ class BurstContext:
             with qos.serving_client(self.client.key):
                 polling = self.polling_us
                 while not self._stopping:
-                    if not requests.wait(None, polling):
+                    if not requests.wait(None, polling, self.results):
                         continue
                     if self._stopping:
                         break
