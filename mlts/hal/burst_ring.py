@@ -15,10 +15,11 @@ message, then stores the new write counter, then signals the eventfd unless
 the consumer's awake flag says it will look anyway (a full barrier between
 the counter's store and the flag's load, and between the consumer's clearing
 of the flag and its last look, keep every wake-up); the consumer reads the
-write counter, then the message, then stores its read counter. The counters are on separate cache lines and only grow; each side
-keeps its own copy of the counter it owns and never trusts the other side's
-values: a counter that moves backwards, a fill level past the capacity or a
-length past what was published is reported as a `RingError`, never read.
+write counter, then the message, then stores its read counter. The counters
+are on separate cache lines and only grow; each side keeps its own copy of
+the counter it owns and never trusts the other side's values: a counter
+that moves backwards, a fill level past the capacity or a length past what
+was published is reported as a `RingError`, never read.
 """
 
 from __future__ import annotations
