@@ -54,6 +54,11 @@ DEFAULT_POLLING_US = 50
 #: The first blocking wait after a polling window re-checks the ring after this long (s): a bound on
 #: the delay a wake-up lost to a memory-ordering fault could cause (none is expected, see `_fence`).
 RECHECK_S = 0.001
+#: After this many polling windows in a row ended with nothing, a consumer polls only on every
+#: PROBE_EVERY-th wait (and blocks at once on the others) until a window finds a message again: a
+#: peer that answers later than the window (a long execution, a busy machine) costs no polling.
+EMPTY_WINDOWS_BEFORE_PROBING = 2
+PROBE_EVERY = 4
 
 
 class RingError(Exception):
@@ -91,6 +96,8 @@ class Ring:
         self._write = 0
         self._read = 0
         self._awake = False  # the consumer's copy of its awake flag
+        self._empty_windows = 0  # polling windows in a row that ended with nothing
+        self._skipped = 0  # waits without a window since the last probing one
         self._barrier = threading.Lock()
         self._closed = False
         self._poller: select.poll | None = None  # made at the first blocking wait
@@ -283,14 +290,22 @@ class Ring:
         more, and the polling window starts when the peer has read it: a peer that had to be woken
         still finds this side polling when its next message comes.
 
-        While polling the awake flag is set, so the producer need not signal; it is cleared (then a
-        barrier, then a last look) before blocking. Returns False after `timeout` seconds (None: no
-        limit) with nothing pending.
+        After EMPTY_WINDOWS_BEFORE_PROBING windows in a row that found nothing, only every
+        PROBE_EVERY-th wait polls, until one finds a message. While polling the awake flag is set, so
+        the producer need not signal; it is cleared (then a barrier, then a last look) before
+        blocking. Returns False after `timeout` seconds (None: no limit) with nothing pending.
         """
         words = self._words
         r = self._read
         if words[_W] != r or self._flags[_CLOSED]:
             return True
+        if polling_us > 0 and self._empty_windows >= EMPTY_WINDOWS_BEFORE_PROBING:
+            # The last windows all ended with nothing: poll only on every PROBE_EVERY-th wait.
+            self._skipped += 1
+            if self._skipped < PROBE_EVERY:
+                polling_us = 0
+            else:
+                self._skipped = 0
         if polling_us > 0:
             if not self._awake:
                 self._flags[_AWAKE] = 1
@@ -301,13 +316,16 @@ class Ring:
                 peer_read, written = answered._words, answered._write
                 while peer_read[_R] != written:  # the peer has not read the answer yet
                     if words[_W] != r:
+                        self._empty_windows = 0
                         return True
                     if clock() >= until:
                         break
                 until = clock() + polling_us * 1000
             while clock() < until:
                 if words[_W] != r:
+                    self._empty_windows = 0
                     return True  # still awake: the flag stays set until this side blocks
+            self._empty_windows += 1
         recheck = False
         if self._awake:
             self._flags[_AWAKE] = 0

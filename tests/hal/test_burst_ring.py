@@ -224,3 +224,28 @@ def test_producer_signals_only_a_consumer_that_may_block():
     finally:
         producer.close()
         consumer.close()
+
+
+def test_a_consumer_whose_windows_stay_empty_polls_only_on_every_fourth_wait():
+    consumer = Ring.create(256)
+    producer = Ring(consumer.fd, consumer.size, consumer.event_fd, owner=False)
+    try:
+        for _ in range(2):  # two windows in a row find nothing
+            assert not consumer.wait(0.001, polling_us=20)
+        assert consumer._empty_windows == 2
+        for skipped in range(1, 4):  # the next three waits block at once: no window, nothing counted
+            assert not consumer.wait(0.001, polling_us=20)
+            assert consumer._skipped == skipped and consumer._empty_windows == 2
+        assert not consumer.wait(0.001, polling_us=20)  # the fourth polls, and finds nothing either
+        assert consumer._skipped == 0 and consumer._empty_windows == 3
+        for _ in range(3):
+            assert not consumer.wait(0.001, polling_us=20)
+        # A polling window that finds a message ends the probing.
+        late = threading.Timer(0.001, lambda: producer.write(b"x"))
+        late.start()
+        assert consumer.wait(5.0, polling_us=2_000_000) and consumer.read() == b"x"
+        late.join()
+        assert consumer._empty_windows == 0
+    finally:
+        producer.close()
+        consumer.close()
