@@ -2,7 +2,9 @@
 
 A frame is `struct "<4sHHII"` (magic b"MLTW", version major, version minor,
 header length, payload length), then the message as a UTF-8 JSON object, then
-the raw payload. File descriptors travel with the frame's first bytes as
+the raw payload. A compact frame (protocol 1.4, magic b"MLTC") carries a binary
+message instead of the JSON one (mlts.hal.compact_calls); peers send it only to
+a peer that announced 1.4. File descriptors travel with the frame's first bytes as
 SCM_RIGHTS ancillary data. docs/wire-protocol.md is the full specification.
 
 Every size read from the peer is checked against a limit before anything is
@@ -27,7 +29,11 @@ from mlts.errors import MltsError
 from mlts.hal import procctl
 
 MAGIC = b"MLTW"
-PROTOCOL_VERSION = (1, 3)
+#: The magic of a compact frame: its message is binary (protocol 1.4, mlts.hal.compact_calls).
+MAGIC_COMPACT = b"MLTC"
+PROTOCOL_VERSION = (1, 4)
+#: The first minor version that has compact frames.
+COMPACT_MINOR = 4
 FIXED_HEADER = struct.Struct("<4sHHII")
 MAX_HEADER_BYTES = 1 << 20
 MAX_PAYLOAD_BYTES = 64 << 20
@@ -66,12 +72,16 @@ class ConnectionClosed(WireError):
 
 @dataclass(frozen=True, slots=True)
 class Frame:
-    """One received frame; the receiver owns `fds` and must close them."""
+    """One received frame; the receiver owns `fds` and must close them.
+
+    A compact frame has an empty `message` and its binary message in `compact`.
+    """
 
     message: dict[str, Any]
     payload: bytes
     fds: tuple[int, ...]
     minor: int = 0
+    compact: bytes | None = None
 
     def close_fds(self) -> None:
         """Close every fd that came with the frame."""
@@ -120,6 +130,14 @@ def frame_bytes(body: bytes, payload: bytes = b"") -> bytes:
         raise ValueError(f"payload of {len(payload)} bytes exceeds the {MAX_PAYLOAD_BYTES}-byte limit")
     major, minor = PROTOCOL_VERSION
     return FIXED_HEADER.pack(MAGIC, major, minor, len(body), len(payload)) + body + bytes(payload)
+
+
+def compact_frame_bytes(body: bytes) -> bytes:
+    """The bytes of one compact frame whose binary message is `body` (no payload)."""
+    if len(body) > MAX_HEADER_BYTES:
+        raise ValueError(f"message of {len(body)} bytes exceeds the {MAX_HEADER_BYTES}-byte limit")
+    major, minor = PROTOCOL_VERSION
+    return FIXED_HEADER.pack(MAGIC_COMPACT, major, minor, len(body), 0) + body
 
 
 def call_body(msg_id: int, method: str, args: dict[str, Any], encoded: dict[str, bytes]) -> bytes:
@@ -275,6 +293,11 @@ def _read_exact(sock: socket.socket, n: int, wait: Wait | None, what: str) -> by
     return buf
 
 
+def compact_id(body: bytes) -> int | None:
+    """The call id of a compact message (u32 at offset 4, as mlts.hal.compact_calls lays it out)."""
+    return int.from_bytes(body[4:8], "little") if len(body) >= 8 else None
+
+
 def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
     """Receive one frame, checking every limit before reading what it announces.
 
@@ -305,7 +328,7 @@ def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
                 raise ConnectionClosed()
             head += data
         magic, major, minor, header_len, payload_len = FIXED_HEADER.unpack(head)
-        if magic != MAGIC:
+        if magic != MAGIC and magic != MAGIC_COMPACT:
             raise WireError(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}", fatal=True)
         if major != PROTOCOL_VERSION[0]:
             raise WireError(
@@ -323,10 +346,15 @@ def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
             )
         # The message and the payload in one read when they have arrived (they usually have).
         body = _read_exact(sock, header_len + payload_len, wait, "header and payload")
-        message = loads(bytes(body[:header_len]))
+        compact = None
+        if magic == MAGIC_COMPACT:
+            message: dict[str, Any] = {}
+            compact = bytes(body[:header_len])
+        else:
+            message = loads(bytes(body[:header_len]))
         payload = body[header_len:]
         if truncated_fds or len(fds) > MAX_FDS:
-            msg_id = message.get("id")
+            msg_id = message.get("id") if compact is None else compact_id(compact)
             # Close what arrived first: they count against the limit being asked about.
             close_fds(fds)
             fds = []
@@ -342,7 +370,7 @@ def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
             raise WireError(
                 text, fatal=False, msg_id=msg_id if type(msg_id) is int else None, exhausted=exhausted
             )
-        return Frame(message, bytes(payload), tuple(fds), minor)
+        return Frame(message, bytes(payload) if payload else b"", tuple(fds), minor, compact)
     except BaseException:
         close_fds(fds)
         raise

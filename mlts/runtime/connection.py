@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mlts.hal import wire
+from mlts.hal import compact_calls, wire
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 
@@ -131,6 +131,37 @@ class ServiceConnection:
                 raise self._died(method) from None
         return slot
 
+    def send_compact(
+        self,
+        method: str,
+        body: Callable[[int], bytes],
+        fds: Sequence[int] = (),
+        timeout: float = 60.0,
+        on_notify: Callable[[dict[str, Any] | None, HalError | None], None] | None = None,
+    ) -> Slot | None:
+        """Send the compact call `body(call_id)` (protocol 1.4); None when the ids no longer fit in
+        its 32 bits (the caller then sends a JSON call). Call with `send_lock` held."""
+        self.check_usable()
+        with self._cond:
+            msg_id = self._next_id
+            if msg_id > compact_calls.MAX_U32:
+                return None
+            self._next_id += 1
+            slot = Slot(msg_id, method, on_notify)
+            self._slots[msg_id] = slot
+        try:
+            wire.send_data(self.sock, wire.compact_frame_bytes(body(msg_id)), fds, timeout)
+        except TimeoutError:
+            self._forget(slot)
+            raise self._hung(method, timeout) from None
+        except OSError:
+            self._forget(slot)
+            raise self._died(method) from None
+        except BaseException:
+            self._forget(slot)
+            raise
+        return slot
+
     def _forget(self, slot: Slot) -> None:
         with self._cond:
             self._slots.pop(slot.id, None)
@@ -229,6 +260,8 @@ class ServiceConnection:
 
     def _dispatch(self, frame: wire.Frame) -> None:
         message = frame.message
+        if frame.compact is not None:
+            message = self._compact_message(frame.compact)
         kind = message.get("kind")
         msg_id = message.get("id")
         with self._cond:
@@ -254,6 +287,15 @@ class ServiceConnection:
         if kind == "notify":
             return  # a completion nobody waits for any more
         raise self._stop(f"driver {self.name!r} sent an unexpected message {str(message)[:120]}")
+
+    def _compact_message(self, body: bytes) -> dict[str, Any]:
+        """A compact answer as the reply or notify message it stands for; the body rides along."""
+        try:
+            tag, msg_id = compact_calls.answer_head(body)
+        except ValueError as e:
+            raise self._stop(f"driver {self.name!r} sent a bad compact answer ({e})") from None
+        kind = "notify" if tag == compact_calls.COMPLETE else "reply"
+        return {"kind": kind, "id": msg_id, "ok": True, "compact": body, "tag": tag}
 
     # ------------------------------------------------------------ failing
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from mlts.hal import codec, operation_times, wire
+from mlts.hal import codec, compact_calls, operation_times, wire
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError
 from mlts.hal.execution import ExecutionCallback, FencedExecutionCallback, FencedExecutionInfo
@@ -51,10 +51,13 @@ def _close_copies(copies: list[tuple[HostMemory, SharedMemory]]) -> None:
 class RemoteExecution(ExecutionCallback):
     """An asynchronous execution in flight; waiting on it reads the connection until its completion arrives."""
 
-    def __init__(self, device: RemoteDevice, timeout: float) -> None:
+    def __init__(
+        self, device: RemoteDevice, timeout: float, decoder: compact_calls.ResultDecoder | None = None
+    ) -> None:
         super().__init__()
         self.device = device
         self.timeout = timeout
+        self.decoder = decoder or compact_calls.ResultDecoder()
         self.slot: Slot | None = None
         self.copies: list[tuple[HostMemory, SharedMemory]] = []
 
@@ -62,6 +65,12 @@ class RemoteExecution(ExecutionCallback):
         """Called by whichever thread reads the completion (or with `error` when the connection ends)."""
         try:
             if error is None and message is not None:
+                compact = message.get("compact")
+                if compact is not None:
+                    result = self.device._decode("execute", self.decoder.decode, compact)
+                    _copy_back(self.copies)
+                    self.notify(result)
+                    return
                 if message.get("status") == 0:
                     result = self.device._decode(
                         "execute", codec.execution_result_from_dict, message.get("result")
@@ -165,6 +174,8 @@ class RemotePreparedModel(PreparedModel):
         self._bursts: list[RemoteBurst] = []
         # The output shapes of the last synchronous result, as sent and as decoded.
         self._last_shapes: tuple[Any, tuple] | None = None
+        # Decodes compact results (protocol 1.4), reusing what repeats from one result to the next.
+        self._decoder = compact_calls.ResultDecoder()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -198,6 +209,9 @@ class RemotePreparedModel(PreparedModel):
         try:
             reply = dev.connection.wait_reply(slot, limit)
             wire.close_fds(slot.fds)
+            compact = reply.get("compact")
+            if compact is not None and reply.get("tag") == compact_calls.RESULT:
+                return dev._decode("executeSynchronously", self._decoder.decode, compact)
             result = dev._unpack_reply("executeSynchronously", reply)
             _copy_back(copies)
             copies = []
@@ -227,7 +241,7 @@ class RemotePreparedModel(PreparedModel):
         self._check_open()
         dev = self.device
         limit = dev.execute_timeout if timeout is None else timeout
-        execution = RemoteExecution(dev, limit)
+        execution = RemoteExecution(dev, limit, self._decoder)
         slot, copies = dev.send_execution(
             "execute",
             self._args(measure, deadline, loop_timeout_duration),
@@ -241,7 +255,8 @@ class RemotePreparedModel(PreparedModel):
         try:
             reply = dev.connection.wait_reply(slot, limit)
             wire.close_fds(slot.fds)
-            dev._unpack_reply("execute", reply)
+            if reply.get("tag") != compact_calls.LAUNCHED:
+                dev._unpack_reply("execute", reply)
         except HalError as e:
             # The launch failed: no completion will come.
             dev.connection._forget(slot)
@@ -283,9 +298,14 @@ class RemotePreparedModel(PreparedModel):
         reply = dev.connection.wait_reply(slot, limit)
         fds = list(slot.fds)
         try:
-            result = dev._unpack_reply("executeFenced", reply)
-            handle = dev._decode("executeFenced", lambda: _int(result["execution"]))
-            index = dev._decode("executeFenced", lambda: _int(result["fence"]))
+            compact = reply.get("compact")
+            if compact is not None and reply.get("tag") == compact_calls.FENCED_LAUNCHED:
+                handle = dev._decode("executeFenced", compact_calls.fenced_handle, compact)
+                index = 0
+            else:
+                result = dev._unpack_reply("executeFenced", reply)
+                handle = dev._decode("executeFenced", lambda: _int(result["execution"]))
+                index = dev._decode("executeFenced", lambda: _int(result["fence"]))
             if not 0 <= index < len(fds):
                 raise HalError(
                     ErrorStatus.GENERAL_FAILURE, f"driver {dev.name!r} sent no fence with executeFenced"

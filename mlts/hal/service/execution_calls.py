@@ -16,8 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mlts.hal import codec, operation_times, qos, validate
+from mlts.hal import codec, compact_calls, operation_times, qos, validate, wire
 from mlts.hal.buffer_use import bind_buffers
+from mlts.hal.burst_messages import POOL_TOKEN
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.fence import SyncFence
@@ -29,7 +30,7 @@ from mlts.hal.service.buffer_calls import hold_buffer
 from mlts.hal.service.client import DEFERRED, Call, Client, Handler
 from mlts.hal.service.device_calls import PreparedEntry, close_memory, map_memory
 from mlts.hal.service.handles import Kind, Resource
-from mlts.hal.service.transport import error_dict
+from mlts.hal.service.transport import error_dict, error_reply
 from mlts.hal.types import ExecutionResult, Request, Timing
 
 log = logging.getLogger("mlts.hal.service")
@@ -134,37 +135,106 @@ def _admit(client: Client, call: Call) -> Job:
     in the client's handle table first, as on every call.
     """
     m = call.method
+    compact = call.compact
+    if compact is not None:
+        return _admit_compact(client, call, compact)
     request_doc = arg(call.args, m, "request", dict)
     job = Job(None, None, MeasureTiming.NO, None, None, client_key=client.key)  # type: ignore[arg-type]
     try:
         descs = codec.request_pool_descs(request_doc)
         pools = _resolve_pools(client, call, descs, job)
-        prepared = client.handles.get(Kind.PREPARED, arg(call.args, m, "prepared", int), m)
-        job.held.append(prepared)
-        job.entry = prepared.value
-        job.measure = enum_value(
-            MeasureTiming, m, "measure", int(arg(call.args, m, "measure", (bool, int), False))
+        args = call.args
+
+        def timing() -> tuple[MeasureTiming, int | None, int | None]:
+            measure = int(arg(args, m, "measure", (bool, int), False))
+            return (
+                enum_value(MeasureTiming, m, "measure", measure),
+                opt_ns(args, m, "deadline"),
+                opt_ns(args, m, "loop_timeout"),
+            )
+
+        _admit_request(
+            client,
+            job,
+            m,
+            arg(call.args, m, "prepared", int),
+            timing,
+            request_doc,
+            pools,
+            lambda: codec.request_from_dict(request_doc, tuple(pools)),
+            request_cache.cacheable(descs),
         )
-        job.deadline = opt_ns(call.args, m, "deadline")
-        job.loop_timeout = opt_ns(call.args, m, "loop_timeout")
-        cache = job.entry.requests
-        known = cache.get(request_doc, pools)
-        if known is not None:
-            job.request = known
-        else:
-            job.request = codec.request_from_dict(request_doc, tuple(pools))
-            if job.entry.model is not None:
-                job.request = bind_buffers(
-                    job.request, job.entry.prepared, lambda t: _buffer_of(client, m, t)
-                )
-                if client.host.prevalidate:
-                    validate.validate_request(job.request, job.entry.model)
-                if request_cache.cacheable(descs):
-                    cache.put(request_doc, pools, job.request)
     except BaseException:
         job.finish()
         raise
     return job
+
+
+def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> Job:
+    """`_admit` for a compact call (protocol 1.4): its pools are memory ids and buffer tokens."""
+    m = call.method
+    job = Job(None, None, MeasureTiming.NO, None, None, client_key=client.key)  # type: ignore[arg-type]
+    try:
+        pools: list[Any] = []
+        for n, (kind, value) in enumerate(c.pools):
+            if kind == POOL_TOKEN:
+                job.held.append(hold_buffer(client, m, value))
+                pools.append(value)
+                continue
+            try:
+                resource = client.handles.get(Kind.MEMORY, value, m)
+            except HalError:
+                raise invalid(
+                    f"{m}: request.pools[{n}] names memory id {value}, which this client has not mapped "
+                    "(or freed)"
+                ) from None
+            job.held.append(resource)
+            pools.append(resource.value)
+        _admit_request(
+            client,
+            job,
+            m,
+            c.prepared,
+            lambda: (c.measure, c.deadline, c.loop_timeout),
+            c.key,
+            pools,
+            lambda: Request(c.inputs, c.outputs, tuple(pools), c.measure_operations),
+            all(kind != POOL_TOKEN for kind, _ in c.pools),
+        )
+    except BaseException:
+        job.finish()
+        raise
+    return job
+
+
+def _admit_request(
+    client: Client,
+    job: Job,
+    m: str,
+    prepared_handle: int,
+    timing: Callable[[], tuple[MeasureTiming, int | None, int | None]],
+    key: object,
+    pools: list[Any],
+    build: Callable[[], Request],
+    cacheable: bool,
+) -> None:
+    """The checks both encodings share: the model, the timing arguments, the request."""
+    prepared = client.handles.get(Kind.PREPARED, prepared_handle, m)
+    job.held.append(prepared)
+    job.entry = prepared.value
+    job.measure, job.deadline, job.loop_timeout = timing()
+    cache = job.entry.requests
+    known = cache.get(key, pools)
+    if known is not None:
+        job.request = known
+        return
+    job.request = build()
+    if job.entry.model is not None:
+        job.request = bind_buffers(job.request, job.entry.prepared, lambda t: _buffer_of(client, m, t))
+        if client.host.prevalidate:
+            validate.validate_request(job.request, job.entry.model)
+        if cacheable:
+            cache.put(key, pools, job.request)
 
 
 def _can_run_inline(client: Client) -> bool:
@@ -183,12 +253,27 @@ def _can_run_inline(client: Client) -> bool:
 def execute_synchronously(client: Client, call: Call) -> dict[str, Any]:
     job = _admit(client, call)
     pool = client.host.exec_pool
+    compact = call.compact is not None
     if _can_run_inline(client):
         try:
-            return codec.execution_result_to_dict(job.run())
+            result = job.run()
         finally:
             pool.end_inline()
             job.finish()
+        if not compact:
+            return codec.execution_result_to_dict(result)
+        client.end()
+        client.conn.send_compact(compact_calls.result_answer(compact_calls.RESULT, call.id or 0, result))
+        return DEFERRED
+    if compact:
+        return client.defer(
+            client.host.exec_pool,
+            call,
+            job.run,
+            job.finish,
+            job.entry.priority,
+            lambda r: compact_calls.result_answer(compact_calls.RESULT, call.id or 0, r),
+        )
     return client.defer(
         client.host.exec_pool,
         call,
@@ -205,6 +290,7 @@ def execute(client: Client, call: Call) -> dict[str, Any]:
     """Launch: the reply says the execution started; a notify `executionComplete` (same id) ends it."""
     job = _admit(client, call)
     msg_id = call.id
+    compact = call.compact is not None
 
     def run() -> None:
         with qos.holding_tickets():  # the priority ticket is left once the completion is sent
@@ -212,11 +298,15 @@ def execute(client: Client, call: Call) -> dict[str, Any]:
 
     def complete() -> None:
         notify: dict[str, Any] = {"kind": "notify", "event": "executionComplete", "id": msg_id}
+        answer = b""
         try:
             if client.closed.is_set():
                 return
             result = job.run()
-            notify.update(status=0, result=codec.execution_result_to_dict(result))
+            if compact:
+                answer = compact_calls.result_answer(compact_calls.COMPLETE, msg_id or 0, result)
+            else:
+                notify.update(status=0, result=codec.execution_result_to_dict(result))
         except HalError as e:
             notify.update(status=int(e.status), error=error_dict(e))
         except Exception as e:
@@ -226,10 +316,16 @@ def execute(client: Client, call: Call) -> dict[str, Any]:
         finally:
             job.finish()
             client.end()
-        client.conn.send(notify)
+        if "status" in notify:
+            client.conn.send(notify)
+        else:
+            client.conn.send_compact(answer)
 
     # The launch reply goes first, so the client knows the id before any completion can arrive.
-    client.conn.send({"kind": "reply", "id": msg_id, "ok": True, "result": {}})
+    if compact:
+        client.conn.send_compact(compact_calls.launched_answer(msg_id or 0))
+    else:
+        client.conn.send({"kind": "reply", "id": msg_id, "ok": True, "result": {}})
     try:
         client.host.exec_pool.submit(run, job.entry.priority, client.key)
     except RuntimeError:
@@ -301,8 +397,15 @@ def execute_fenced(client: Client, call: Call) -> dict[str, Any]:
     """Reply at once with the execution's handle and its fence; run once every input fence is signalled."""
     m = call.method
     client.handles.check_room(Kind.FENCED, m)
-    indexes = int_list(call.args, m, "wait_for", MAX_WAIT_FOR)
-    after_fence = opt_ns(call.args, m, "timeout_after_fence")
+    if call.compact is not None:
+        # A compact call waits for every fd of its frame, in order.
+        if len(call.fds) > MAX_WAIT_FOR:
+            raise invalid(f"{m}: 'wait_for' has {len(call.fds)} entries; at most {MAX_WAIT_FOR} are allowed")
+        indexes = list(range(len(call.fds)))
+        after_fence = call.compact.timeout_after_fence
+    else:
+        indexes = int_list(call.args, m, "wait_for", MAX_WAIT_FOR)
+        after_fence = opt_ns(call.args, m, "timeout_after_fence")
     fences: list[SyncFence] = []
     try:
         for n, i in enumerate(indexes):
@@ -322,9 +425,13 @@ def execute_fenced(client: Client, call: Call) -> dict[str, Any]:
             fence.close()
         job.finish()
         raise
-    client.conn.send(
-        {"kind": "reply", "id": call.id, "ok": True, "result": {"execution": number, "fence": 0}}, [out.fd]
-    )
+    if call.compact is not None:
+        client.conn.send_compact(compact_calls.fenced_answer(call.id or 0, number), [out.fd])
+    else:
+        client.conn.send(
+            {"kind": "reply", "id": call.id, "ok": True, "result": {"execution": number, "fence": 0}},
+            [out.fd],
+        )
     host = client.host
     now_ns = time.monotonic_ns()
     if job.deadline is not None and job.deadline <= now_ns:
@@ -429,6 +536,29 @@ def free_memory(client: Client, call: Call) -> dict[str, Any]:
                 entry.requests.forget(resource.value)
     return {"freed": freed}
 
+
+def dispatch_compact(client: Client, frame: wire.Frame) -> None:
+    """Serve one compact call (protocol 1.4); a message that does not decode gets an error reply."""
+    assert frame.compact is not None
+    client.compact_calls += 1
+    try:
+        decoded = client.decoder.decode(frame.compact)
+    except ValueError as e:
+        frame.close_fds()
+        client.calls += 1
+        msg_id = wire.compact_id(frame.compact)
+        client.conn.send(error_reply(msg_id, invalid(f"bad compact call: {e}")))
+        return
+    method = compact_calls.METHODS[decoded.method]
+    call = Call(decoded.id, method, {}, frame.fds, compact=decoded)
+    client.run_call(call, COMPACT_HANDLERS[decoded.method])
+
+
+COMPACT_HANDLERS: dict[int, Handler] = {
+    compact_calls.SYNC: execute_synchronously,
+    compact_calls.ASYNC: execute,
+    compact_calls.FENCED: execute_fenced,
+}
 
 HANDLERS: dict[str, Handler] = {
     "executeSynchronously": execute_synchronously,

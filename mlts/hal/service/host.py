@@ -70,6 +70,8 @@ class ServiceHost:
             **burst_calls.HANDLERS,
             **buffer_calls.HANDLERS,
         }
+        #: Serves a compact frame (protocol 1.4) of a client.
+        self.dispatch_compact = execution_calls.dispatch_compact
         self.exec_pool = WorkerPool("execute", workers)
         self.prepare_pool = WorkerPool("prepare", prepare_workers)
         self.fences = FenceWatcher()
