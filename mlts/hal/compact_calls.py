@@ -211,12 +211,31 @@ def fits(value: int | None) -> bool:
 
 def result_answer(tag: int, call_id: int, result: ExecutionResult) -> bytes:
     """A RESULT or COMPLETE answer: a successful execution's shapes, timing and operation times."""
-    message = encode_result(
-        BurstResult(
-            call_id, ErrorStatus.NONE, result.output_shapes, result.timing, "", result.operation_times
+    shapes = result.output_shapes
+    timing = result.timing
+    last = _last_answer
+    if result.operation_times is None and last[0] == shapes:
+        # Only the id and the timing differ from the last answer: pack those, reuse the rest.
+        head = _RESULT_HEAD.pack(
+            KIND_RESULT, call_id, 0, len(shapes), timing.time_on_device, timing.time_in_driver
         )
+        return b"".join((ANSWER.pack(tag, call_id), head, last[1]))
+    message = encode_result(
+        BurstResult(call_id, ErrorStatus.NONE, shapes, timing, "", result.operation_times)
     )
+    if result.operation_times is None:
+        _remember_answer(shapes, message[_RESULT_HEAD.size :])
     return ANSWER.pack(tag, call_id) + message
+
+
+#: The shapes of the last answer without operation times and its bytes after the fixed part (one
+#: tuple, replaced whole, so threads answering at once never see a torn pair).
+_last_answer: tuple[object, bytes] = (None, b"")
+
+
+def _remember_answer(shapes: object, tail: bytes) -> None:
+    global _last_answer
+    _last_answer = (shapes, tail)
 
 
 def launched_answer(call_id: int) -> bytes:

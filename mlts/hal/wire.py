@@ -43,6 +43,7 @@ _FD_SIZE = array.array("i").itemsize
 _ANC_BUFSIZE = socket.CMSG_SPACE(MAX_FDS * _FD_SIZE)
 # A plain int: socket's flag enums make every `&` a Python-level call.
 _MSG_CTRUNC = int(socket.MSG_CTRUNC)
+_DONTWAIT = int(socket.MSG_DONTWAIT)
 # Bodies are read in slices of at most this much, so memory follows real data.
 _CHUNK = 1 << 20
 
@@ -182,17 +183,25 @@ def send_data(
         while sent < len(view):
             sent += sock.send(view[sent:])
         return
-    view = memoryview(data)
     sent = 0
+    if not anc:
+        # The usual case: the whole frame fits in the socket's buffer at once.
+        try:
+            sent = sock.send(data, _DONTWAIT)
+        except BlockingIOError:
+            pass
+        if sent == len(data):
+            return
+    view = memoryview(data)
     limit = time.monotonic() + timeout
     poller: select.poll | None = None
     while True:
         try:
             if anc:
-                sent += sock.sendmsg([view[sent:]], anc, socket.MSG_DONTWAIT)
+                sent += sock.sendmsg([view[sent:]], anc, _DONTWAIT)
                 anc = []
             else:
-                sent += sock.send(view[sent:], socket.MSG_DONTWAIT)
+                sent += sock.send(view[sent:], _DONTWAIT)
         except BlockingIOError:
             pass
         if sent >= len(view):
@@ -249,6 +258,8 @@ class FrameTimer:
     def __call__(self, partial: bool) -> None:
         if not partial:
             self._deadline = None
+            if self.idle is None:
+                return  # the read blocks until the peer sends or hangs up: no poll needed first
             if not self._readable(self.idle):
                 raise TimeoutError(f"no frame within {self.idle} s")
             return

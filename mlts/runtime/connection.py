@@ -76,6 +76,8 @@ class ServiceConnection:
         #: Held while a call's frame is built and sent, so pool-cache ids reach the service in order.
         self.send_lock = threading.RLock()
         self._cond = threading.Condition()
+        # Threads waiting on `_cond`: with none (a lone caller), nobody needs notifying.
+        self._waiters = 0
         self._reading = False
         self._slots: dict[int, Slot] = {}
         self._next_id = 1
@@ -212,13 +214,18 @@ class ServiceConnection:
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         raise _Timeout
-                    self._cond.wait(remaining)
+                    self._waiters += 1
+                    try:
+                        self._cond.wait(remaining)
+                    finally:
+                        self._waiters -= 1
             try:
                 self._read_until(done, deadline, method)
             finally:
                 with self._cond:
                     self._reading = False
-                    self._cond.notify_all()
+                    if self._waiters:
+                        self._cond.notify_all()
 
     def _read_until(self, done: Callable[[], bool], deadline: float | None, method: str) -> None:
         sock = self.sock
@@ -270,7 +277,8 @@ class ServiceConnection:
                 slot.reply, slot.fds = message, frame.fds
                 if slot.on_notify is None:
                     del self._slots[slot.id]
-                self._cond.notify_all()
+                if self._waiters:
+                    self._cond.notify_all()
                 return
             if kind == "notify" and slot is not None and slot.on_notify is not None:
                 del self._slots[slot.id]
@@ -282,7 +290,8 @@ class ServiceConnection:
             slot.on_notify(message, None)
             with self._cond:
                 slot.notified = True
-                self._cond.notify_all()
+                if self._waiters:
+                    self._cond.notify_all()
             return
         if kind == "notify":
             return  # a completion nobody waits for any more

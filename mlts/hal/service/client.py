@@ -208,7 +208,7 @@ class Client:
         self,
         pool: WorkerPool,
         call: Call,
-        work: Callable[[], dict[str, Any]],
+        work: Callable[[], Any],
         cleanup: Callable[[], None] | None = None,
         priority: int = 1,
         compact: Callable[[Any], bytes] | None = None,
