@@ -71,7 +71,7 @@ class ConnectionClosed(WireError):
         super().__init__("connection closed", fatal=True)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Frame:
     """One received frame; the receiver owns `fds` and must close them.
 
@@ -280,8 +280,23 @@ def _fds_of(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
     return fds
 
 
-def _read_exact(sock: socket.socket, n: int, wait: Wait | None, what: str) -> bytearray:
-    buf = bytearray()
+def _read_exact(sock: socket.socket, n: int, wait: Wait | None, what: str) -> bytes | bytearray:
+    if wait is not None and 0 < n <= _CHUNK:
+        # The usual case: the whole rest of the frame has arrived with its start.
+        try:
+            first = sock.recv(n, _DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            first = None
+        except ConnectionResetError:
+            first = b""
+        if first is not None:
+            if len(first) == n:
+                return first
+            if not first:
+                raise WireError(f"truncated frame: connection closed after 0 of {n} {what} bytes", fatal=True)
+        buf = bytearray(first or b"")
+    else:
+        buf = bytearray()
     while len(buf) < n:
         try:
             if wait is None:
@@ -358,12 +373,13 @@ def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
         # The message and the payload in one read when they have arrived (they usually have).
         body = _read_exact(sock, header_len + payload_len, wait, "header and payload")
         compact = None
+        data = body if not payload_len and type(body) is bytes else bytes(body[:header_len])
         if magic == MAGIC_COMPACT:
             message: dict[str, Any] = {}
-            compact = bytes(body[:header_len])
+            compact = data
         else:
-            message = loads(bytes(body[:header_len]))
-        payload = body[header_len:]
+            message = loads(data)
+        payload = body[header_len:] if payload_len else b""
         if truncated_fds or len(fds) > MAX_FDS:
             msg_id = message.get("id") if compact is None else compact_id(compact)
             # Close what arrived first: they count against the limit being asked about.
