@@ -30,6 +30,8 @@ from mlts.hal.burst_messages import (
     encode_result,
 )
 from mlts.hal.enums import ErrorStatus, MeasureTiming
+from mlts.hal.execution import FencedExecutionInfo
+from mlts.hal.operation_times import OperationTimes
 from mlts.hal.types import UINT64_MAX, ExecutionResult, Request, RequestArgument, Timing
 
 #: Method codes of a compact call.
@@ -43,12 +45,15 @@ RESULT = 1  # the result of executeSynchronously
 LAUNCHED = 2  # execute started (its completion follows)
 COMPLETE = 3  # the successful completion of execute
 FENCED_LAUNCHED = 4  # executeFenced started: the execution's handle; its fence is fd 0
+FENCED_DONE = 5  # executeFenced ended: what getExecutionInfo would report (sent before the fence signals)
 
 #: method, call id, prepared-model handle, timeout after fence (ns, -1 none); a burst request follows.
 CALL = struct.Struct("<BxxxIQq")
 #: tag, call id; a burst result message (RESULT, COMPLETE) or a u64 handle (FENCED_LAUNCHED) follows.
 ANSWER = struct.Struct("<BxxxI")
 _HANDLE = struct.Struct("<Q")
+#: timingLaunched and timingFenced of a FENCED_DONE answer (time on device, time in driver each).
+_TIMINGS = struct.Struct("<QQQQ")
 #: The fixed part of a burst result (docs/burst-protocol.md): kind, seq, status, shapes, two times.
 _RESULT_HEAD = struct.Struct("<IIiIQQ")
 #: The fixed part of a burst request (docs/burst-protocol.md): kind, seq, measure, flags, deadline,
@@ -244,6 +249,43 @@ def launched_answer(call_id: int) -> bytes:
 
 def fenced_answer(call_id: int, execution: int) -> bytes:
     return ANSWER.pack(FENCED_LAUNCHED, call_id) + _HANDLE.pack(execution)
+
+
+def fenced_done_answer(
+    call_id: int,
+    status: ErrorStatus,
+    message: str,
+    launched: Timing,
+    fenced: Timing,
+    times: OperationTimes | None,
+) -> bytes:
+    """A FENCED_DONE answer: a fenced execution's status, message, timings and operation times."""
+    report = encode_result(BurstResult(call_id, status, (), Timing(), message, times))
+    return b"".join(
+        (
+            ANSWER.pack(FENCED_DONE, call_id),
+            _TIMINGS.pack(
+                launched.time_on_device, launched.time_in_driver, fenced.time_on_device, fenced.time_in_driver
+            ),
+            report,
+        )
+    )
+
+
+def fenced_done(body: bytes) -> FencedExecutionInfo:
+    """The report in a FENCED_DONE answer; ValueError when it is malformed."""
+    if len(body) < ANSWER.size + _TIMINGS.size:
+        raise ValueError(f"a fenced execution report of {len(body)} bytes is shorter than its timings")
+    on_l, in_l, on_f, in_f = _TIMINGS.unpack_from(body, ANSWER.size)
+    report = decode_result(body[ANSWER.size + _TIMINGS.size :])
+    if report.output_shapes:
+        raise ValueError("a fenced execution report has output shapes")
+    for on_device, in_driver in ((on_l, in_l), (on_f, in_f)):
+        if on_device != UINT64_MAX and in_driver != UINT64_MAX and on_device > in_driver:
+            raise ValueError("timeOnDevice exceeds timeInDriver")
+    return FencedExecutionInfo(
+        report.status, Timing(on_l, in_l), Timing(on_f, in_f), report.message, report.operation_times
+    )
 
 
 def answer_head(body: bytes) -> tuple[int, int]:

@@ -303,7 +303,7 @@ class ServiceConnection:
             tag, msg_id = compact_calls.answer_head(body)
         except ValueError as e:
             raise self._stop(f"driver {self.name!r} sent a bad compact answer ({e})") from None
-        kind = "notify" if tag == compact_calls.COMPLETE else "reply"
+        kind = "notify" if tag in (compact_calls.COMPLETE, compact_calls.FENCED_DONE) else "reply"
         return {"kind": kind, "id": msg_id, "ok": True, "compact": body, "tag": tag}
 
     # ------------------------------------------------------------ failing

@@ -107,16 +107,49 @@ class RemoteExecution(ExecutionCallback):
         return super().result(0)
 
 
-class RemoteFencedCallback(FencedExecutionCallback):
-    """Asks the service for a fenced execution's status and timings; releases the service's handle on close."""
+class _FencedReport:
+    """The report a service sends unasked for a compact executeFenced (protocol 1.4), once it arrives."""
 
-    def __init__(self, device: RemoteDevice, handle: int, fence: SyncFence, measure: MeasureTiming) -> None:
+    def __init__(self, device: RemoteDevice) -> None:
+        self.device = device
+        self.info: FencedExecutionInfo | None = None
+        self.error: HalError | None = None
+
+    def on_notify(self, message: dict[str, Any] | None, error: HalError | None) -> None:
+        if error is not None or message is None:
+            self.error = error or HalError(
+                ErrorStatus.GENERAL_FAILURE, "the fenced execution's report was lost"
+            )
+            return
+        try:
+            self.info = self.device._decode(
+                "executeFenced", compact_calls.fenced_done, message.get("compact")
+            )
+        except HalError as e:
+            self.error = e
+
+
+class RemoteFencedCallback(FencedExecutionCallback):
+    """Asks the service for a fenced execution's status and timings; releases the service's handle on close.
+
+    After a compact executeFenced (protocol 1.4) the service sends the report by itself, before the
+    fence signals, and releases its record: the callback reads that report instead of asking."""
+
+    def __init__(
+        self,
+        device: RemoteDevice,
+        handle: int,
+        fence: SyncFence,
+        measure: MeasureTiming,
+        pushed: tuple[_FencedReport, Slot] | None = None,
+    ) -> None:
         self.device = device
         self.handle = handle
         self.fence = fence
         self.measure = measure
+        self._pushed = pushed
         self._info: FencedExecutionInfo | None = None
-        self._closed = False
+        self._closed = pushed is not None  # nothing to release on the service
 
     def getExecutionInfo(self, *, timeout: float | None = None) -> FencedExecutionInfo:
         """Status and timings once the fence is signalled (waits for it, up to the device's execute timeout)."""
@@ -128,6 +161,17 @@ class RemoteFencedCallback(FencedExecutionCallback):
                 ErrorStatus.MISSED_DEADLINE_TRANSIENT,
                 f"fenced execution {self.handle} did not signal its fence within {limit:.1f} s",
             )
+        if self._pushed is not None:
+            report, slot = self._pushed
+            if report.info is None and report.error is None:
+                # Sent before the fence signalled: already on the socket, or arriving.
+                if not self.device.connection.wait_notify(slot, limit):
+                    raise self.device.connection._hung("executeFenced", limit)
+            if report.error is not None:
+                raise HalError(report.error.status, report.error.message, report.error.output_shapes)
+            assert report.info is not None
+            self._info = report.info
+            return self._info
         # One call reads the report and releases the service's record of the execution.
         args = {"execution": self.handle, "release": True}
         result = self.device.call("getExecutionInfo", args, timeout=timeout)
@@ -293,16 +337,24 @@ class RemotePreparedModel(PreparedModel):
             "wait_for": list(range(len(fences))),
             "timeout_after_fence": timeout_after_fence,
         }
-        slot, copies = dev.send_execution("executeFenced", args, request, fences, limit)
+        report = _FencedReport(dev)
+        slot, copies = dev.send_execution("executeFenced", args, request, fences, limit, report.on_notify)
         _close_copies(copies)
-        reply = dev.connection.wait_reply(slot, limit)
+        try:
+            reply = dev.connection.wait_reply(slot, limit)
+        except BaseException:
+            dev.connection._forget(slot)
+            raise
         fds = list(slot.fds)
+        pushed = None
         try:
             compact = reply.get("compact")
             if compact is not None and reply.get("tag") == compact_calls.FENCED_LAUNCHED:
+                pushed = (report, slot)
                 handle = dev._decode("executeFenced", compact_calls.fenced_handle, compact)
                 index = 0
             else:
+                dev.connection._forget(slot)  # a JSON reply: no report follows
                 result = dev._unpack_reply("executeFenced", reply)
                 handle = dev._decode("executeFenced", lambda: _int(result["execution"]))
                 index = dev._decode("executeFenced", lambda: _int(result["fence"]))
@@ -311,9 +363,12 @@ class RemotePreparedModel(PreparedModel):
                     ErrorStatus.GENERAL_FAILURE, f"driver {dev.name!r} sent no fence with executeFenced"
                 )
             fence = SyncFence.from_fd(fds.pop(index), "the fence executeFenced returned")
+        except BaseException:
+            dev.connection._forget(slot)
+            raise
         finally:
             wire.close_fds(fds)
-        return fence, RemoteFencedCallback(dev, handle, fence, measure)
+        return fence, RemoteFencedCallback(dev, handle, fence, measure, pushed)
 
     def configureExecutionBurst(self, *, polling_us: int | None = None) -> RemoteBurst:
         """A burst over shared-memory rings (see mlts.runtime.burst); released with the model at the latest."""

@@ -155,3 +155,36 @@ def test_values_beyond_the_format_are_refused_so_the_json_path_is_taken():
     big = Request((RequestArgument(False, DataLocation(0, 2**32, 4), (1,)),), (), ("pool",))
     with pytest.raises((ValueError, OverflowError, struct.error)):
         cc.template(big, (PoolRef.slot(1),))
+
+
+def test_fenced_reports_round_trip():
+    from mlts.hal.enums import ErrorStatus
+
+    body = cc.fenced_done_answer(
+        8, ErrorStatus.NONE, "", Timing(3, 9), Timing(3, 7), (OperationTime(0, 10), OperationTime(1, 20))
+    )
+    assert cc.answer_head(body) == (cc.FENCED_DONE, 8)
+    info = cc.fenced_done(body)
+    assert (info.status, info.timing_launched, info.timing_fenced) == (
+        ErrorStatus.NONE,
+        Timing(3, 9),
+        Timing(3, 7),
+    )
+    assert info.operation_times == (OperationTime(0, 10), OperationTime(1, 20))
+    failed = cc.fenced_done(
+        cc.fenced_done_answer(9, ErrorStatus.MISSED_DEADLINE_TRANSIENT, "late", Timing(), Timing(), None)
+    )
+    assert (failed.status, failed.message, failed.operation_times) == (
+        ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+        "late",
+        None,
+    )
+    with pytest.raises(ValueError, match="exceeds"):
+        cc.fenced_done(cc.fenced_done_answer(9, ErrorStatus.NONE, "", Timing(9, 3), Timing(), None))
+    # Cut anywhere: refused, or (cut right before the optional operation times) a report without them.
+    for n in range(len(body)):
+        try:
+            cut = cc.fenced_done(body[:n])
+        except ValueError:
+            continue
+        assert cut.operation_times is None and cut.status == ErrorStatus.NONE

@@ -209,10 +209,24 @@ def test_hostile_compact_frames_get_errors_and_the_connection_goes_on(service):
     assert cc.answer_head(frame.compact)[0] == cc.FENCED_LAUNCHED and len(frame.fds) == 1
     execution = cc.fenced_handle(frame.compact)
     out = SyncFence.from_fd(frame.fds[0], "fence")
+    # The report comes unasked, before the fence signals, and the service releases the record.
+    done = c.recv()
+    assert cc.answer_head(done.compact) == (cc.FENCED_DONE, 12)
+    info = cc.fenced_done(done.compact)
+    assert (
+        info.status == ErrorStatus.NONE
+        and info.timing_fenced.time_in_driver <= info.timing_launched.time_in_driver
+    )
     assert out.wait(5.0)
-    info = c.json(13, "getExecutionInfo", {"execution": execution, "release": True})["result"]
-    assert info["finished"] is True and info["status"] == 0
+    reply = c.json(13, "getExecutionInfo", {"execution": execution})
+    assert "unknown fenced execution handle" in reply["error"]["message"]
     out.close()
+    # A deadline already passed: launched, then reported as failed.
+    frame = c.compact(made.call(cc.FENCED, 15, handle, 0, 1, None))
+    assert cc.answer_head(frame.compact)[0] == cc.FENCED_LAUNCHED
+    frame.close_fds()
+    info = cc.fenced_done(c.recv().compact)
+    assert info.status == ErrorStatus.MISSED_DEADLINE_PERSISTENT and "deadline" in info.message
     # The connection and the cached request still serve.
     frame = c.compact(made.call(cc.SYNC, 14, handle, 0, None, None))
     assert cc.answer_head(frame.compact) == (cc.RESULT, 14)

@@ -360,6 +360,9 @@ class FencedExecution:
         self.timing_launched = Timing()
         self.timing_fenced = Timing()
         self.operation_times: OperationTimes | None = None
+        #: Called with this record once it is complete, before the fence signals (compact calls send
+        #: the report then, so a client that saw the fence finds it on the socket).
+        self.announce: Callable[[FencedExecution], None] | None = None
 
     def complete(self, fenced_ns: int | None, result: ExecutionResult | None, error: HalError | None) -> None:
         end = time.monotonic_ns()
@@ -374,6 +377,8 @@ class FencedExecution:
             on_device = result.timing.time_on_device
             self.timing_launched = Timing(on_device, (end - self.launched_ns) // 1000)
             self.timing_fenced = Timing(on_device, (end - fenced_ns) // 1000)
+        if self.announce is not None:
+            self.announce(self)
         self.done.set()
         self.fence.signal(ok=error is None)
         self.fence.close()
@@ -426,7 +431,24 @@ def execute_fenced(client: Client, call: Call) -> dict[str, Any]:
         job.finish()
         raise
     if call.compact is not None:
-        client.conn.send_compact(compact_calls.fenced_answer(call.id or 0, number), [out.fd])
+        msg_id = call.id or 0
+
+        def announce(done: FencedExecution) -> None:
+            # The report goes to the client unasked (and `finish` releases the record): a compact
+            # client never calls getExecutionInfo or releaseExecution for it.
+            client.conn.send_compact(
+                compact_calls.fenced_done_answer(
+                    msg_id,
+                    done.status,
+                    done.message,
+                    done.timing_launched,
+                    done.timing_fenced,
+                    done.operation_times,
+                )
+            )
+
+        execution.announce = announce
+        client.conn.send_compact(compact_calls.fenced_answer(msg_id, number), [out.fd])
     else:
         client.conn.send(
             {"kind": "reply", "id": call.id, "ok": True, "result": {"execution": number, "fence": 0}},
@@ -456,6 +478,8 @@ def execute_fenced(client: Client, call: Call) -> dict[str, Any]:
     def finish(fenced_ns: int | None, result: ExecutionResult | None, error: HalError | None) -> None:
         job.finish()
         execution.complete(fenced_ns, result, error)
+        if execution.announce is not None:
+            client.handles.remove(Kind.FENCED, number)
         client.end()
 
     def run(fenced_ns: int) -> None:
