@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mlts.hal import compact_calls, wire
@@ -50,7 +50,7 @@ class _Timeout(Exception):
     pass
 
 
-@dataclass
+@dataclass(slots=True)
 class Slot:
     """One call in flight: its reply (and fds), and for an asynchronous call the completion handler."""
 
@@ -60,7 +60,6 @@ class Slot:
     reply: dict[str, Any] | None = None
     fds: tuple[int, ...] = ()
     notified: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class ServiceConnection:
