@@ -234,3 +234,23 @@ def test_hostile_compact_frames_get_errors_and_the_connection_goes_on(service):
         thing.close()
     c.sock.close()
     other.sock.close()
+
+
+def test_a_freed_pool_is_mapped_again_by_json_and_a_closed_one_is_refused(service):
+    with service.connect() as dev:
+        prepared = dev.prepareModel(add_model())
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        pool = _pool(x, x)
+        request = _request(pool)
+        prepared.executeSynchronously(request)  # JSON: maps the pool
+        prepared.executeSynchronously(request)  # compact
+        dev.freeMemory([pool])
+        np.frombuffer(pool.buffer, np.float32, 6, 0)[:] = 5
+        prepared.executeSynchronously(request)  # JSON again: the service has no mapping now
+        np.testing.assert_array_equal(_out(pool), 5 + x)
+        prepared.executeSynchronously(request)  # compact again
+        assert _compact_count(dev) == 2
+        pool.close()
+        with pytest.raises(HalError, match="is closed") as e:
+            prepared.executeSynchronously(request)
+        assert e.value.status == ErrorStatus.INVALID_ARGUMENT
