@@ -204,6 +204,11 @@ class Client:
         with self._lock:
             return self._in_flight
 
+    @property
+    def in_flight_now(self) -> int:
+        """`in_flight` read without the lock (for the reader thread, the only one that adds calls)."""
+        return self._in_flight
+
     def defer(
         self,
         pool: WorkerPool,

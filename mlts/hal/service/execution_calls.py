@@ -237,7 +237,9 @@ def _can_run_inline(client: Client) -> bool:
 
     Asynchronous and fenced executions always go to the pool: their launches must be answered at once,
     one after the other, however long each execution takes."""
-    return client.in_flight == 1 and not client.conn.pending() and client.host.exec_pool.try_inline()
+    # Only this thread (the reader) adds calls in flight: a stale count is a higher one, so reading it
+    # without the lock errs towards the pool.
+    return client.in_flight_now == 1 and not client.conn.pending() and client.host.exec_pool.try_inline()
 
 
 # ------------------------------------------------------------ synchronous
