@@ -34,7 +34,8 @@
  * (measured: two threads 2-7x slower per step at 256 K multiply-adds on a loaded machine). */
 #define LSTM_PARALLEL_WORK (1 << 21)
 
-int mk_threads(void); /* kernels.c */
+/* kernels.c's thread count; weak, so that this file still loads (on one thread) without it. */
+int mk_threads(void) __attribute__((weak));
 
 typedef float lv8f __attribute__((vector_size(32)));
 typedef int32_t lv8i __attribute__((vector_size(32)));
@@ -200,7 +201,7 @@ void mk_lstm_cell_f32(const lstm_const_t *cst, int64_t batch, const float *a1, i
     const int64_t k = k1 + k2;
     const int cifg = gates == 3;
     const int fi = cifg ? 0 : 1; /* index of the forget gate */
-    int nt = mk_threads();
+    int nt = mk_threads ? mk_threads() : 1;
     if (nt > panels) nt = (int)panels;
     if (nt <= 1 || batch * k * units * gates < LSTM_PARALLEL_WORK) nt = 1;
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
