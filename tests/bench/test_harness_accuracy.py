@@ -35,6 +35,26 @@ def test_busy_option_parses_and_refuses_bad_values():
             raise AssertionError(f"busy_us={bad} was accepted")
 
 
+def test_busy_every_makes_one_execution_in_n_busy():
+    assert parse_options({"busy_us": "500", "busy_every": "3"}).busy_every == 3
+    for bad in (
+        {"busy_every": "3"},
+        {"busy_us": "5", "busy_every": "0"},
+        {"busy_us": "5", "busy_every": "x"},
+    ):
+        try:
+            parse_options(bad)
+        except ValueError as e:
+            assert "busy_every" in str(e)
+        else:
+            raise AssertionError(f"{bad} was accepted")
+    model = harness_accuracy.one_add_model()
+    with Session(SampleFaulty(busy_us="1000", busy_every="3"), model) as session:
+        times = [session.run([np.ones(1, np.float32)] * 2)[1].timing.time_in_driver for _ in range(7)]
+    busy = [t >= 1000 for t in times]
+    assert busy == [True, False, False, True, False, False, True], times
+
+
 def test_a_busy_execution_takes_at_least_its_time_and_does_no_model_work():
     model = harness_accuracy.one_add_model()
     device = SampleFaulty(busy_us="2000")
@@ -55,21 +75,37 @@ def test_harness_overhead_is_measured_on_a_connection_and_absent_in_process():
     assert 0 < lo <= overhead["median_us"] <= hi
 
 
-def test_the_report_says_ok_or_short_with_the_worst_figure():
-    def m(median, lo, hi):
-        return harness_accuracy.Measured(median, lo, hi)
+def _repeat(median, lo, hi, executed, empty):
+    return harness_accuracy.Repeat(harness_accuracy.Measured(median, lo, hi), executed, empty, 2.0)
 
-    good = harness_accuracy.Case(1000.0, "private", [m(1300, 1290, 1310)] * 4, [m(300, 295, 305)] * 4, 250.0)
+
+def test_the_truth_is_the_drivers_execution_time_plus_the_empty_calls_cost():
+    r = _repeat(1310.0, 1300.0, 1320.0, 1005.0, 302.0)
+    # 1005 us executed (5 over X) + 300 us of harness (302 us per empty call, 2 of them in the driver).
+    assert r.overhead_us == 300.0 and r.truth_us == 1305.0
+    case = harness_accuracy.Case(1000.0, "private", [r, _repeat(1290.0, 1280.0, 1300.0, 1001.0, 302.0)], 80.0)
+    assert case.overhead_us() == 300.0  # reported median minus X, averaged
+    assert case.wait_error_us() == 3.0
+    assert case.worst_error_us() == 11.0  # |1290 - 1301|; the first repeat is off by 5
+    assert case.coverage() == 0.5  # the second interval [1280, 1300] misses its truth 1301
+
+
+def test_the_report_says_ok_or_short_with_the_worst_figure():
+    good = harness_accuracy.Case(1000.0, "private", [_repeat(1300, 1290, 1310, 1000, 302)] * 4, 250.0)
     lines = harness_accuracy.report([good])
     assert lines[-1].startswith("ok") and "coverage 100%" in lines[-1]
-    off = harness_accuracy.Case(1000.0, "shared", [m(1400, 1250, 1410)] * 4, [m(300, 295, 305)] * 4, 250.0)
+    off = harness_accuracy.Case(1000.0, "shared", [_repeat(1400, 1250, 1410, 1000, 302)] * 4, 250.0)
     last = harness_accuracy.report([good, off])[-1]
     # The interval still covers the truth (1300 us), but the median is 100 us off where 20 are allowed.
     assert last == "short: median off by 100.0 us (allowed 20.0) at X=1000 us on a shared service"
-    wide = harness_accuracy.Case(
-        10000.0, "private", [m(10300, 10000, 10310)] * 4, [m(400, 395, 405)] * 4, 1.0
-    )
+    wide = harness_accuracy.Case(10000.0, "private", [_repeat(10300, 10000, 10310, 10000, 402)] * 4, 1.0)
     assert harness_accuracy.report([wide])[-1].startswith("short: coverage 0% (goal 90%) at X=10000 us")
+
+
+def test_a_loaded_machine_is_named():
+    assert harness_accuracy.load_note((0.3, 0.2, 0.1), (0.9, 0.5, 0.2), 2) is None
+    note = harness_accuracy.load_note((2.5, 1.0, 0.5), (0.4, 0.5, 0.5), 2)
+    assert note is not None and note.startswith("note: load average up to 2.50 on 2 cores")
 
 
 def test_short_run_of_the_script():
@@ -92,7 +128,7 @@ def test_short_run_of_the_script():
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert lines[0].startswith("harness self-test:") and "load average" in lines[0]
-    rows = [line.split() for line in lines[2:-1]]
+    rows = [line.split() for line in lines[2:-1] if not line.startswith("note:")]
     assert [row[:2] for row in rows] == [["1000", "private"], ["1000", "shared"]]
     for row in rows:
         overhead, empty, ping = float(row[2]), float(row[3]), float(row[4])
