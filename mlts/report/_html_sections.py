@@ -8,6 +8,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from mlts.records import StressRecord
 from mlts.records.benchmark import violation_message
 from mlts.report._html_format import (
     BASELINE,
@@ -93,7 +94,7 @@ def _devices(devices: Mapping) -> list[dict[str, Any]]:
     ]
 
 
-def _summary(rows: list[Mapping], stress: list[Mapping]) -> list[tuple[str, str]]:
+def _summary(rows: list[Mapping], stress: list[StressRecord]) -> list[tuple[str, str]]:
     failed = sum(not _ok(r) for r in rows)
     invalid = sum(bool(r.get("validation_errors")) for r in rows)
     out = (
@@ -258,39 +259,31 @@ def _memory(rows: list[Mapping]) -> dict[str, Any]:
 # --- stress and capabilities ------------------------------------------------------------------------
 
 
-def _outcome_class(record: Mapping) -> str:
+def _outcome_class(record: StressRecord) -> str:
     """ "expected" when the outcome is the expected one (SUCCESS when none is given), else "unexpected"."""
-    outcome = str(record.get("outcome") or "").upper()
-    expected = str(record.get("expected") or "SUCCESS").upper()
-    return "expected" if outcome and outcome == expected else "unexpected"
+    return "unexpected" if record.unexpected else "expected"
 
 
-def _stress(records: list[Mapping]) -> list[dict[str, Any]]:
+def _stress(records: list[StressRecord]) -> list[dict[str, Any]]:
     out = []
     for r in records:
-        duration = _number(r.get("duration_s"))
+        models = r.models if r.models is not None else (None if r.model is None else (r.model,))
         out.append(
             {
-                "mode": _text(r.get("mode")),
-                "driver": _text(r.get("driver")),
-                "models": _text(r.get("models")),
-                "outcome": _text(r.get("outcome")),
+                "mode": r.mode,
+                "driver": r.driver,
+                "models": _text(models),
+                "outcome": r.outcome,
                 "outcome_cls": _outcome_class(r),
-                "expected": _text(r.get("expected")),
-                "reason": _text(r.get("reason")),
-                "duration": DASH if duration is None else f"{duration:.1f} s",
-                "iterations": _text(r.get("iterations")),
-                "signal": _text(r.get("signal")),
-                "log_tail": _log_text(r.get("log_tail")),
+                "expected": _text(r.expected),
+                "reason": _text(r.reason),
+                "duration": DASH if r.duration_s is None else f"{r.duration_s:.1f} s",
+                "iterations": _text(r.iterations),
+                "signal": _text(r.signal),
+                "log_tail": "\n".join(r.log_tail or ()),
             }
         )
     return out
-
-
-def _log_text(value: Any) -> str:
-    if isinstance(value, list):
-        return "\n".join(str(v) for v in value)
-    return "" if value is None else str(value)
 
 
 def _capabilities(caps: Any) -> list[dict[str, Any]]:
