@@ -102,6 +102,30 @@ def test_the_report_says_ok_or_short_with_the_worst_figure():
     assert harness_accuracy.report([wide])[-1].startswith("short: coverage 0% (goal 90%) at X=10000 us")
 
 
+def test_coverage_is_judged_over_all_runs_and_a_case_only_when_its_misses_are_significant():
+    hit, miss = _repeat(1300, 1290, 1310, 1000, 302), _repeat(1300, 1301, 1310, 1000, 302)
+    # 2 misses in 10: 26% likely for an interval that holds the truth 90% of the time, not significant.
+    assert abs(harness_accuracy.misses_tail(2, 10) - 0.2639) < 1e-4
+    two = [
+        harness_accuracy.Case(1000.0, kind, [miss] * 2 + [hit] * 8, 80.0) for kind in ("private", "shared")
+    ]
+    assert harness_accuracy.report(two)[-1] == "short: coverage 80% over all 20 runs (goal 90%)"
+    # 1 miss in 20 runs: 95% over all, ok.
+    one = harness_accuracy.Case(1000.0, "private", [miss] + [hit] * 9, 80.0)
+    full = harness_accuracy.Case(1000.0, "shared", [hit] * 10, 80.0)
+    assert (
+        harness_accuracy.report([one, full])[-1].startswith("ok (")
+        and "95% over all 20 runs" in (harness_accuracy.report([one, full])[-1])
+    )
+    # 5 misses in 10 are significant for that case even when the other runs lift the whole to 90%.
+    half = harness_accuracy.Case(100.0, "private", [miss] * 5 + [hit] * 5, 80.0)
+    many = harness_accuracy.Case(1000.0, "shared", [hit] * 40, 80.0)
+    assert (
+        harness_accuracy.report([half, many])[-1]
+        == "short: coverage 50% (goal 90%) at X=100 us on a private service"
+    )
+
+
 def test_a_loaded_machine_is_named():
     assert harness_accuracy.load_note((0.3, 0.2, 0.1), (0.9, 0.5, 0.2), 2) is None
     note = harness_accuracy.load_note((2.5, 1.0, 0.5), (0.4, 0.5, 0.5), 2)
