@@ -220,9 +220,9 @@ def busy_execution(model: Model, busy_us: float, measure: MeasureTiming) -> Exec
     shapes, its outputs left untouched, and the time it actually spent as its Timing.
 
     The wait spins on the clock. While more than BUSY_YIELD_US remain, each turn lets go of the GIL
-    (sleep(0)), so a shared service's other threads are not held up; the last BUSY_YIELD_US are a pure
-    spin, because a sleep(0) returns only after the kernel's timer slack (50 µs by default on Linux),
-    which would make the wait overshoot by tens of microseconds. A wait is thus exact to about a
+    (sleep(0)), so a shared service's other threads are held up by at most the last BUSY_YIELD_US,
+    which are a pure spin: a sleep(0) returns only after the kernel's timer slack (50 µs by default
+    on Linux), which would make the wait overshoot by tens of microseconds. A wait is thus exact to about a
     microsecond unless the process is preempted; the Timing says what it really took."""
     start = time.perf_counter_ns()
     end = start + int(busy_us * 1000)
