@@ -96,8 +96,8 @@ def _template() -> jinja2.Template:
 def build_view(doc: Mapping | ResultsDocument) -> dict[str, Any]:
     """Everything the template shows, as strings, lists and dicts; robust to missing optional fields.
 
-    The inference and stress tables read the typed records; the other sections read the records'
-    JSON (validated the same way).
+    The overview, tables, lists and charts read the typed records; the profiles read the rows' JSON
+    and the header the document's environment, config and devices (validated the same way).
     """
     document = doc if isinstance(doc, ResultsDocument) else ResultsDocument.from_json(doc)
     data = document.to_json()
@@ -110,20 +110,20 @@ def build_view(doc: Mapping | ResultsDocument) -> dict[str, Any]:
         "title": f"mlts {kind} report",
         "time": _text(env.get("time_utc")),
         "environment": _environment_items(env),
-        "config": _config_items(_mapping(data.get("config")), rows),
-        "overview": overview(rows) if rows else None,
+        "config": _config_items(_mapping(data.get("config")), records),
+        "overview": overview(records) if records else None,
         "schema_version": SCHEMA_VERSION,
         "devices": _devices(_mapping(data.get("devices"))),
-        "summary": _summary(rows, stress),
+        "summary": _summary(records, stress),
         "families": _families(records),
-        "validation": _validation(rows),
-        "inexact_reference": _inexact_reference(rows),
-        "extensions": _extensions_used(rows),
-        "warnings": _warnings(rows),
-        "charts": _charts(rows),
-        "compilation": _compilation(rows),
-        "timing": _driver_timing(rows),
-        "memory": _memory(rows),
+        "validation": _validation(records),
+        "inexact_reference": _inexact_reference(records),
+        "extensions": _extensions_used(records),
+        "warnings": _warnings(records),
+        "charts": _charts(records),
+        "compilation": _compilation(records),
+        "timing": _driver_timing(records),
+        "memory": _memory(records),
         "stress": _stress(stress),
         "capabilities": _capabilities(data.get("capabilities")),
         "profiles": profile_rows(rows),
