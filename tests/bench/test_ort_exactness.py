@@ -146,7 +146,8 @@ def _row(backend: str, note: str | None) -> dict:
 
 
 def _whole(row: dict) -> dict:
-    """The row as a whole record (the report reads records): full statistics and every field an ok row has."""
+    """The row as a whole record (the table and the report read records): full statistics and every
+    field an ok row has."""
     return {
         **row,
         "warmup": {"iterations": 1, "seconds": 0.01},
@@ -160,10 +161,10 @@ def _whole(row: dict) -> dict:
 
 def test_table_and_report_mark_comparisons_with_an_inexact_reference():
     note = "onnxruntime 1.0 is not exact on this CPU for uint8 x int8 (weights up to ±127)"
-    lines = format_table([_row("driver:sample-all", note)])
+    lines = format_table([_whole(_row("driver:sample-all", note))])
     assert "40u!" in lines[2] and "13.30x!" in lines[2]
     assert lines[3] == f"  ! reference: {note}"
-    assert not any("!" in line for line in format_table([_row("driver:sample-all", None)])[2:])
+    assert not any("!" in line for line in format_table([_whole(_row("driver:sample-all", None))])[2:])
     # results.csv reads records: built here field by field (the rows above are not whole records).
     ref = BenchmarkRow(model="m", backend="cpu:onnxruntime", status="ok", reference_inexact=note)
     assert benchmark_row(ref)["reference_exact"] is False
