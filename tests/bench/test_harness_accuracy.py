@@ -8,9 +8,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from driver.faulty import SampleFaulty, parse_options
 from mlts.bench.overhead import harness_overhead
+from mlts.bench.timing import RunControl
+from mlts.hal.types import ExecutionResult, Timing
 from mlts.runtime.remote import RemoteDevice
 from mlts.runtime.session import Session
 
@@ -160,3 +163,29 @@ def test_short_run_of_the_script():
         assert overhead > 0 and empty > 0 and ping > 0
         assert row[-1].endswith("%")
     assert lines[-1].startswith(("ok", "short: "))
+
+
+class _FakeSession:
+    """A session whose driver makes every PERIOD-th execution (from its `first`) busy: Timing only, no wait."""
+
+    def __init__(self, busy_us: float, first: int = 0) -> None:
+        self.busy_us, self.calls, self.first = busy_us, 0, first
+
+    def run(self, feed):
+        busy = (self.calls - self.first) % harness_accuracy.PERIOD == 0
+        self.calls += 1
+        spent = int(self.busy_us) + 1 if busy else 3
+        return [None], ExecutionResult((), Timing(spent, spent))
+
+
+def test_timed_runs_tell_busy_and_empty_calls_apart_across_warm_ups():
+    control = RunControl(0.01, 0.01, 4 * harness_accuracy.PERIOD)
+    session, counter = _FakeSession(500.0), [0]
+    runs = [harness_accuracy.timed_run(session, 500.0, control, counter) for _ in range(3)]
+    assert counter[0] == session.calls  # the harness counted every execution, warm-ups included
+    for r in runs:
+        assert r.executed_us == 501 and r.empty_executed_us == 3 and r.late == 0
+        assert r.busy.lo_us <= r.busy.median_us <= r.busy.hi_us
+    # A driver out of step with the harness (its busy call one later) is refused, not misread.
+    with pytest.raises(RuntimeError, match="did not make one execution in 5 busy"):
+        harness_accuracy.timed_run(_FakeSession(500.0, first=1), 500.0, control, [0])
