@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     load = os.getloadavg()
     print(
-        f"harness self-test: sample-faulty busy_us=X, {repeats} repeats of {control.warmup_s:g} s warm-up + "
+        f"harness self-test: sample-faulty busy_us=X busy_every={PERIOD}, {repeats} repeats of {control.warmup_s:g} s warm-up + "
         f"{control.min_duration_s:g} s timed; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
     model = one_add_model()
