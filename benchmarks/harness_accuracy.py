@@ -18,7 +18,11 @@ The truth for a busy call is what its execution really took plus the harness's o
 - the harness's cost is the median wall time of the empty calls (less their driver Timing), which
   run interleaved with the busy ones on the same connection, in the same timed loop: drift of the
   machine's load or clock speed hits both alike, and no second process has to wake up. There are four
-  empty calls to each busy one, so the truth is known more finely than the median it is compared with.
+  empty calls to each busy one, so the truth is known more finely than the median it is compared with;
+- the platform's cost of a longer wait (`wake`): a client that waited X is woken more slowly than one
+  that waited a few microseconds (on a virtual machine an idle CPU halts and the hypervisor must
+  wake it). Every latency pays it, whatever measures it, so it is measured without mlts, by two bare
+  processes on a socket pair in the same busy/empty pattern, before the service starts.
 
 Printed per X and service, over --repeats repeated runs:
 
@@ -27,8 +31,8 @@ Printed per X and service, over --repeats repeated runs:
   `harness_overhead`) beside it;
 - wait err: the driver's reported execution time minus X; late: the share of busy calls the driver
   was preempted in (more than 20 µs over X); after wait: how much more a busy call's own overhead
-  (its wall time less its driver Timing) is than an empty call's (waking the client after a longer
-  wait; large on a loaded machine);
+  (its wall time less its driver Timing) is than an empty call's, to compare with `wake`, the part
+  of it the platform explains (both large on a loaded machine);
 - error: |reported median - truth|, the worst repeat, against the goal max(1% of the truth, 20 µs);
 - coverage: how many repeats' 95% interval of the median holds the truth. The goal (>= 90%) is
   judged over all runs of all X and services together; one X and service alone falls short only when
@@ -47,8 +51,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import socket
 import statistics
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,6 +137,10 @@ class Case:
     service: str
     runs: list[Repeat]
     ping_us: float
+    wake_us: float = 0.0  # the platform's extra cost of waking a client after a wait of X (see wake_cost_us)
+
+    def truth_us(self, r: Repeat) -> float:
+        return r.truth_us + self.wake_us
 
     def overhead_us(self) -> float:
         """Reported median minus X, averaged over the repeats."""
@@ -151,13 +161,13 @@ class Case:
         return statistics.fmean(r.late for r in self.runs)
 
     def worst_error_us(self) -> float:
-        return max(abs(r.busy.median_us - r.truth_us) for r in self.runs)
+        return max(abs(r.busy.median_us - self.truth_us(r)) for r in self.runs)
 
     def allowed_error_us(self) -> float:
-        return max(ERROR_FRACTION * statistics.fmean(r.truth_us for r in self.runs), ERROR_FLOOR_US)
+        return max(ERROR_FRACTION * statistics.fmean(self.truth_us(r) for r in self.runs), ERROR_FLOOR_US)
 
     def coverage(self) -> float:
-        hits = sum(r.busy.lo_us <= r.truth_us <= r.busy.hi_us for r in self.runs)
+        hits = sum(r.busy.lo_us <= self.truth_us(r) <= r.busy.hi_us for r in self.runs)
         return hits / len(self.runs)
 
 
@@ -235,7 +245,51 @@ def timed_run(session: Session, busy_us: float, control: RunControl, counter: li
     )
 
 
+def wake_cost_us(busy_us: float, seconds: float) -> float:
+    """The platform's own cost of a longer wait, measured without mlts: two bare processes on a socket pair.
+
+    The client sends, the server busy-waits X (one round trip in PERIOD) or nothing (the others) and
+    answers with the time it spent, in the same pattern as the timed runs. Returned: the median round
+    trip after a wait of X less the server's time, less the same for the round trips answered at once. What the operating system (on a virtual
+    machine: the hypervisor) adds to waking a client that waited X rather than a few microseconds;
+    every latency, the harness's included, pays it, so it belongs to the truth.
+    """
+    client, server = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:  # the server: no mlts, no threads
+        client.close()
+        try:
+            while data := server.recv(32):
+                start = time.perf_counter_ns()
+                end = start + int(data)
+                while time.perf_counter_ns() < end:
+                    pass
+                server.send(str(time.perf_counter_ns() - start).encode())
+        finally:
+            os._exit(0)
+    server.close()
+    wait_ns = str(int(busy_us * 1000)).encode()
+    busy: list[float] = []
+    empty: list[float] = []
+    try:
+        stop = time.perf_counter() + seconds
+        i = 0
+        while time.perf_counter() < stop or len(busy) < 20:
+            is_busy = i % PERIOD == 0
+            t0 = time.perf_counter()
+            client.send(wait_ns if is_busy else b"0")
+            spent_ns = int(client.recv(32))
+            (busy if is_busy else empty).append((time.perf_counter() - t0) * 1e6 - spent_ns / 1000)
+            i += 1
+    finally:
+        client.close()
+        os.waitpid(pid, 0)
+    return statistics.median(busy) - statistics.median(empty)
+
+
 def measure(busy_us: float, kind: str, repeats: int, control: RunControl, model: Model) -> Case:
+    # Before any service starts: this process has one thread, so it may fork.
+    wake = wake_cost_us(busy_us, max(2 * control.min_duration_s, 0.2))
     service = Service(kind, busy_us)
     try:
         device = service.connect()
@@ -249,21 +303,21 @@ def measure(busy_us: float, kind: str, repeats: int, control: RunControl, model:
             device.close()
     finally:
         service.stop()
-    return Case(busy_us, kind, runs, ping)
+    return Case(busy_us, kind, runs, ping, wake)
 
 
 def report(cases: list[Case]) -> list[str]:
     """The table, then `ok` or `short: <worst figure>` as the last line."""
     lines = [
         f"{'X us':>8} {'service':<8} {'overhead us':>11} {'empty us':>9} {'ping us':>8} {'wait err':>8} "
-        f"{'late':>5} {'after wait':>10} {'worst err us':>12} {'allowed':>8} {'coverage':>8}"
+        f"{'late':>5} {'after wait':>10} {'wake':>6} {'worst err us':>12} {'allowed':>8} {'coverage':>8}"
     ]
     shortfalls: list[tuple[float, int, str]] = []
     for c in cases:
         error, allowed, coverage = c.worst_error_us(), c.allowed_error_us(), c.coverage()
         lines.append(
             f"{c.busy_us:>8.0f} {c.service:<8} {c.overhead_us():>11.1f} {c.measured_overhead_us():>9.1f} "
-            f"{c.ping_us:>8.1f} {c.wait_error_us():>8.1f} {100 * c.late():>4.0f}% {c.after_wait_us():>10.1f} "
+            f"{c.ping_us:>8.1f} {c.wait_error_us():>8.1f} {100 * c.late():>4.0f}% {c.after_wait_us():>10.1f} {c.wake_us:>6.1f} "
             f"{error:>12.1f} {allowed:>8.1f} {100 * coverage:>7.0f}%"
         )
         where = f"X={c.busy_us:g} us on a {c.service} service"
