@@ -22,7 +22,8 @@ The truth for a busy call is what its execution really took plus the harness's o
 - the platform's cost of a longer wait (`wake`): a client that waited X is woken more slowly than one
   that waited a few microseconds (on a virtual machine an idle CPU halts and the hypervisor must
   wake it). Every latency pays it, whatever measures it, so it is measured without mlts, by two bare
-  processes on a socket pair in the same busy/empty pattern, before the service starts.
+  processes on a socket pair in the same busy/empty pattern with the same waits, after the service
+  has stopped.
 
 Printed per X and service, over --repeats repeated runs:
 
@@ -245,12 +246,14 @@ def timed_run(session: Session, busy_us: float, control: RunControl, counter: li
     )
 
 
-def wake_cost_us(busy_us: float, seconds: float) -> float:
+def wake_cost_us(busy_us: float, base_us: float, seconds: float) -> float:
     """The platform's own cost of a longer wait, measured without mlts: two bare processes on a socket pair.
 
-    The client sends, the server busy-waits X (one round trip in PERIOD) or nothing (the others) and
-    answers with the time it spent, in the same pattern as the timed runs. Returned: the median round
-    trip after a wait of X less the server's time, less the same for the round trips answered at once. What the operating system (on a virtual
+    The client sends, the server busy-waits base + X (one round trip in PERIOD) or base (the others;
+    base: as long as an empty call of the harness keeps its client waiting, since the cost depends
+    on how long the client waited) and answers with the time it spent, in the same pattern as the
+    timed runs. Returned: the median round trip after a wait of base + X less the server's time, less
+    the same for the round trips after base. What the operating system (on a virtual
     machine: the hypervisor) adds to waking a client that waited X rather than a few microseconds;
     every latency, the harness's included, pays it, so it belongs to the truth.
     """
@@ -268,7 +271,7 @@ def wake_cost_us(busy_us: float, seconds: float) -> float:
         finally:
             os._exit(0)
     server.close()
-    wait_ns = str(int(busy_us * 1000)).encode()
+    busy_ns, base_ns = str(int((base_us + busy_us) * 1000)).encode(), str(int(base_us * 1000)).encode()
     busy: list[float] = []
     empty: list[float] = []
     try:
@@ -277,7 +280,7 @@ def wake_cost_us(busy_us: float, seconds: float) -> float:
         while time.perf_counter() < stop or len(busy) < 20:
             is_busy = i % PERIOD == 0
             t0 = time.perf_counter()
-            client.send(wait_ns if is_busy else b"0")
+            client.send(busy_ns if is_busy else base_ns)
             spent_ns = int(client.recv(32))
             (busy if is_busy else empty).append((time.perf_counter() - t0) * 1e6 - spent_ns / 1000)
             i += 1
@@ -288,8 +291,6 @@ def wake_cost_us(busy_us: float, seconds: float) -> float:
 
 
 def measure(busy_us: float, kind: str, repeats: int, control: RunControl, model: Model) -> Case:
-    # Before any service starts: this process has one thread, so it may fork.
-    wake = wake_cost_us(busy_us, max(2 * control.min_duration_s, 0.2))
     service = Service(kind, busy_us)
     try:
         device = service.connect()
@@ -303,6 +304,9 @@ def measure(busy_us: float, kind: str, repeats: int, control: RunControl, model:
             device.close()
     finally:
         service.stop()
+    # Once the service is gone, this process has one thread again, so it may fork.
+    base = max(0.0, statistics.fmean(r.overhead_us for r in runs))
+    wake = wake_cost_us(busy_us, base, max(2 * control.min_duration_s, 0.2))
     return Case(busy_us, kind, runs, ping, wake)
 
 
