@@ -10,7 +10,8 @@ then timed calls, the median and its distribution-free 95% interval from `mlts.b
 over the busy calls), for X = 100 µs, 1 ms and 10 ms, on a private service (the benchmark's default)
 and on a shared one (`mlts driver serve`, reached over its socket).
 
-The truth for a busy call is what its execution really took plus the harness's own cost per call:
+The truth for a busy call is what its execution really took, plus the harness's own cost per call,
+plus what the platform charges for waiting longer:
 
 - the execution part is the median Timing the driver reports for the busy calls (X plus the
   busy-wait's own error, which the `wait err` column shows: about a microsecond on a quiet machine,
@@ -19,11 +20,12 @@ The truth for a busy call is what its execution really took plus the harness's o
   run interleaved with the busy ones on the same connection, in the same timed loop: drift of the
   machine's load or clock speed hits both alike, and no second process has to wake up. There are four
   empty calls to each busy one, so the truth is known more finely than the median it is compared with;
-- the platform's cost of a longer wait (`wake`): a client that waited X is woken more slowly than one
-  that waited a few microseconds (on a virtual machine an idle CPU halts and the hypervisor must
-  wake it). Every latency pays it, whatever measures it, so it is measured without mlts, by two bare
-  processes on a socket pair in the same busy/empty pattern with the same waits, after the service
-  has stopped.
+- the platform's cost of a longer wait (`wake`): a client that waited X more is woken more slowly
+  than one that waited as long as an empty call (on a virtual machine an idle CPU halts and the
+  hypervisor must wake it). Every latency pays it, whatever measures it, so it is measured without
+  mlts, by two bare processes on a socket pair in the same busy/empty pattern with the same waits,
+  once per X and service, after the service has stopped (on a loaded machine this figure is
+  erratic: the other work decides when a waiting process runs again).
 
 Printed per X and service, over --repeats repeated runs:
 
