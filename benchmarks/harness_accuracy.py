@@ -10,8 +10,7 @@ then timed calls, the median and its distribution-free 95% interval from `mlts.b
 over the busy calls), for X = 100 µs, 1 ms and 10 ms, on a private service (the benchmark's default)
 and on a shared one (`mlts driver serve`, reached over its socket).
 
-The truth for a busy call is what its execution really took, plus the harness's own cost per call,
-plus what the platform charges for waiting longer:
+The truth for a busy call is what its execution really took plus the harness's own cost per call:
 
 - the execution part is the median Timing the driver reports for the busy calls (X plus the
   busy-wait's own error, which the `wait err` column shows: about a microsecond on a quiet machine,
@@ -19,13 +18,16 @@ plus what the platform charges for waiting longer:
 - the harness's cost is the median wall time of the empty calls (less their driver Timing), which
   run interleaved with the busy ones on the same connection, in the same timed loop: drift of the
   machine's load or clock speed hits both alike, and no second process has to wake up. There are four
-  empty calls to each busy one, so the truth is known more finely than the median it is compared with;
-- the platform's cost of a longer wait (`wake`): a client that waited X more is woken more slowly
-  than one that waited as long as an empty call (on a virtual machine an idle CPU halts and the
-  hypervisor must wake it). Every latency pays it, whatever measures it, so it is measured without
-  mlts, by two bare processes on a socket pair in the same busy/empty pattern with the same waits,
-  once per X and service, after the service has stopped (on a loaded machine this figure is
-  erratic: the other work decides when a waiting process runs again).
+  empty calls to each busy one, so the truth is known more finely than the median it is compared with.
+
+One cost is left out of that truth and shown beside it: the platform's cost of a longer wait
+(`wake`). A client that waited X more is woken more slowly than one that waited as long as an empty
+call (on a virtual machine an idle CPU halts and the hypervisor must wake it); every latency pays it,
+whatever measures it. Two bare processes on a socket pair measure it without mlts, in the same
+busy/empty pattern with the same waits, right after each timed run for half its time. It is not
+added to the truth because, measured apart, it is erratic on a loaded machine (the other work decides
+when a waiting process runs again); on a quiet one, an error at 1 ms or 10 ms close to `wake` is the
+platform's, not the harness's.
 
 Printed per X and service, over --repeats repeated runs:
 
@@ -34,8 +36,8 @@ Printed per X and service, over --repeats repeated runs:
   `harness_overhead`) beside it;
 - wait err: the driver's reported execution time minus X; late: the share of busy calls the driver
   was preempted in (more than 20 µs over X); after wait: how much more a busy call's own overhead
-  (its wall time less its driver Timing) is than an empty call's, to compare with `wake`, the part
-  of it the platform explains (both large on a loaded machine);
+  (its wall time less its driver Timing) is than an empty call's, to compare with `wake`, what the
+  platform alone charges (both large on a loaded machine);
 - error: |reported median - truth|, the worst repeat, against the goal max(1% of the truth, 20 µs);
 - coverage: how many repeats' 95% interval of the median holds the truth. The goal (>= 90%) is
   judged over all runs of all X and services together; one X and service alone falls short only when
@@ -58,7 +60,7 @@ import socket
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,7 +114,8 @@ class Repeat:
     and driver Timing of the empty calls interleaved with them. late: the fraction of busy calls whose
     execution took more than LATE_US over X (the driver was preempted: a loaded machine). rest_us: the
     median of a busy call's wall time less its driver Timing (the harness's cost on the busy calls
-    themselves, which includes waking the client after a longer wait).
+    themselves, which includes waking the client after a longer wait). wake_us: what the bare pair
+    measured right after this run (BarePair.wake_cost_us), shown beside the truth, not in it.
     """
 
     busy: Measured
@@ -121,6 +124,7 @@ class Repeat:
     empty_executed_us: float
     late: float = 0.0
     rest_us: float = float("nan")
+    wake_us: float = 0.0
 
     @property
     def overhead_us(self) -> float:
@@ -140,10 +144,6 @@ class Case:
     service: str
     runs: list[Repeat]
     ping_us: float
-    wake_us: float = 0.0  # the platform's extra cost of waking a client after a wait of X (see wake_cost_us)
-
-    def truth_us(self, r: Repeat) -> float:
-        return r.truth_us + self.wake_us
 
     def overhead_us(self) -> float:
         """Reported median minus X, averaged over the repeats."""
@@ -160,17 +160,20 @@ class Case:
         """What a busy call's own overhead exceeds an empty call's by (waking up after a longer wait)."""
         return statistics.fmean(r.rest_us - r.overhead_us for r in self.runs)
 
+    def wake_us(self) -> float:
+        return statistics.fmean(r.wake_us for r in self.runs)
+
     def late(self) -> float:
         return statistics.fmean(r.late for r in self.runs)
 
     def worst_error_us(self) -> float:
-        return max(abs(r.busy.median_us - self.truth_us(r)) for r in self.runs)
+        return max(abs(r.busy.median_us - r.truth_us) for r in self.runs)
 
     def allowed_error_us(self) -> float:
-        return max(ERROR_FRACTION * statistics.fmean(self.truth_us(r) for r in self.runs), ERROR_FLOOR_US)
+        return max(ERROR_FRACTION * statistics.fmean(r.truth_us for r in self.runs), ERROR_FLOOR_US)
 
     def coverage(self) -> float:
-        hits = sum(r.busy.lo_us <= self.truth_us(r) <= r.busy.hi_us for r in self.runs)
+        hits = sum(r.busy.lo_us <= r.truth_us <= r.busy.hi_us for r in self.runs)
         return hits / len(self.runs)
 
 
@@ -248,68 +251,81 @@ def timed_run(session: Session, busy_us: float, control: RunControl, counter: li
     )
 
 
-def wake_cost_us(busy_us: float, base_us: float, seconds: float) -> float:
-    """The platform's own cost of a longer wait, measured without mlts: two bare processes on a socket pair.
+class BarePair:
+    """Two bare processes on a socket pair, no mlts: they measure the platform's own cost of a longer wait.
 
-    The client sends, the server busy-waits base + X (one round trip in PERIOD) or base (the others;
-    base: as long as an empty call of the harness keeps its client waiting, since the cost depends
-    on how long the client waited) and answers with the time it spent, in the same pattern as the
-    timed runs. Returned: the median round trip after a wait of base + X less the server's time, less
-    the same for the round trips after base. What the operating system (on a virtual
-    machine: the hypervisor) adds to waking a client that waited X rather than a few microseconds;
-    every latency, the harness's included, pays it, so it belongs to the truth.
+    The server is forked at once (while this process has one thread) and serves until close().
     """
-    client, server = socket.socketpair()
-    pid = os.fork()
-    if pid == 0:  # the server: no mlts, no threads
-        client.close()
-        try:
-            while data := server.recv(32):
-                start = time.perf_counter_ns()
-                end = start + int(data)
-                while time.perf_counter_ns() < end:
-                    pass
-                server.send(str(time.perf_counter_ns() - start).encode())
-        finally:
-            os._exit(0)
-    server.close()
-    busy_ns, base_ns = str(int((base_us + busy_us) * 1000)).encode(), str(int(base_us * 1000)).encode()
-    busy: list[float] = []
-    empty: list[float] = []
-    try:
+
+    def __init__(self) -> None:
+        self.client, server = socket.socketpair()
+        self.pid = os.fork()
+        if self.pid == 0:  # the server: no mlts, no threads
+            self.client.close()
+            try:
+                while data := server.recv(32):
+                    start = time.perf_counter_ns()
+                    end = start + int(data)
+                    while time.perf_counter_ns() < end:
+                        pass
+                    server.send(str(time.perf_counter_ns() - start).encode())
+            finally:
+                os._exit(0)
+        server.close()
+
+    def wake_cost_us(self, busy_us: float, base_us: float, seconds: float) -> float:
+        """What waking a client that waited X longer costs more, measured for `seconds`.
+
+        The client sends, the server busy-waits base + X (one round trip in PERIOD) or base (the
+        others; base: as long as an empty call of the harness keeps its client waiting, since the cost
+        depends on how long the client waited) and answers with the time it spent, in the same pattern
+        as the timed runs. Returned: the median round trip after a wait of base + X less the server's
+        time, less the same for the round trips after base.
+        """
+        busy_ns, base_ns = str(int((base_us + busy_us) * 1000)).encode(), str(int(base_us * 1000)).encode()
+        busy: list[float] = []
+        empty: list[float] = []
         stop = time.perf_counter() + seconds
         i = 0
         while time.perf_counter() < stop or len(busy) < 20:
             is_busy = i % PERIOD == 0
             t0 = time.perf_counter()
-            client.send(busy_ns if is_busy else base_ns)
-            spent_ns = int(client.recv(32))
+            self.client.send(busy_ns if is_busy else base_ns)
+            spent_ns = int(self.client.recv(32))
             (busy if is_busy else empty).append((time.perf_counter() - t0) * 1e6 - spent_ns / 1000)
             i += 1
-    finally:
-        client.close()
-        os.waitpid(pid, 0)
-    return statistics.median(busy) - statistics.median(empty)
+        return statistics.median(busy) - statistics.median(empty)
+
+    def close(self) -> None:
+        self.client.close()
+        os.waitpid(self.pid, 0)
 
 
 def measure(busy_us: float, kind: str, repeats: int, control: RunControl, model: Model) -> Case:
-    service = Service(kind, busy_us)
+    """Repeated timed runs of the harness, each followed by the bare pair's wake-up cost at its waits."""
+    bare = BarePair()  # before the service starts: this process has one thread, so it may fork
     try:
-        device = service.connect()
+        service = Service(kind, busy_us)
         try:
-            counter = [0]  # executions the service has served
-            with Session(device, model) as session:
-                runs = [timed_run(session, busy_us, control, counter) for _ in range(repeats)]
-            overhead = harness_overhead(device)
-            ping = overhead["median_us"] if overhead else float("nan")
+            device = service.connect()
+            try:
+                counter = [0]  # executions the service has served
+                runs = []
+                with Session(device, model) as session:
+                    for _ in range(repeats):
+                        run = timed_run(session, busy_us, control, counter)
+                        base = max(0.0, run.overhead_us)
+                        wake = bare.wake_cost_us(busy_us, base, max(control.min_duration_s / 2, 0.05))
+                        runs.append(replace(run, wake_us=wake))
+                overhead = harness_overhead(device)
+                ping = overhead["median_us"] if overhead else float("nan")
+            finally:
+                device.close()
         finally:
-            device.close()
+            service.stop()
     finally:
-        service.stop()
-    # Once the service is gone, this process has one thread again, so it may fork.
-    base = max(0.0, statistics.fmean(r.overhead_us for r in runs))
-    wake = wake_cost_us(busy_us, base, max(2 * control.min_duration_s, 0.2))
-    return Case(busy_us, kind, runs, ping, wake)
+        bare.close()
+    return Case(busy_us, kind, runs, ping)
 
 
 def report(cases: list[Case]) -> list[str]:
@@ -323,7 +339,7 @@ def report(cases: list[Case]) -> list[str]:
         error, allowed, coverage = c.worst_error_us(), c.allowed_error_us(), c.coverage()
         lines.append(
             f"{c.busy_us:>8.0f} {c.service:<8} {c.overhead_us():>11.1f} {c.measured_overhead_us():>9.1f} "
-            f"{c.ping_us:>8.1f} {c.wait_error_us():>8.1f} {100 * c.late():>4.0f}% {c.after_wait_us():>10.1f} {c.wake_us:>6.1f} "
+            f"{c.ping_us:>8.1f} {c.wait_error_us():>8.1f} {100 * c.late():>4.0f}% {c.after_wait_us():>10.1f} {c.wake_us():>6.1f} "
             f"{error:>12.1f} {allowed:>8.1f} {100 * coverage:>7.0f}%"
         )
         where = f"X={c.busy_us:g} us on a {c.service} service"
