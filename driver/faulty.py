@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from driver.device import SampleDevice, SamplePreparedModel, Variant
+from driver.faulty_busy import busy_execution
 from driver.faulty_conformance import UnvalidatedPreparedModel, has_operation, unstable, unvalidated
 from driver.operands import dtype_of, pool_view
 from mlts.hal.enums import ErrorStatus, ExecutionPreference, MeasureTiming, OperationType, Priority
@@ -38,10 +39,8 @@ from mlts.hal.types import (
     ExecutionResult,
     Model,
     Operation,
-    OutputShape,
     PerformanceInfo,
     Request,
-    Timing,
 )
 
 log = logging.getLogger("driver.faulty")
@@ -201,10 +200,6 @@ def _busy_us(key: str, text: str) -> dict[str, Any]:
     return {"busy_us": _number(key, text, 0.0, 10_000_000.0, "microseconds between 0 and 10000000")}
 
 
-#: The last microseconds of a busy-wait spin without letting go of the GIL (see busy_execution).
-BUSY_YIELD_US = 500
-
-
 def _busy_every(key: str, text: str) -> dict[str, Any]:
     try:
         n = int(text)
@@ -213,27 +208,6 @@ def _busy_every(key: str, text: str) -> dict[str, Any]:
     if not 1 <= n <= 1000:
         raise ValueError(f"{key}={text!r} must be an integer between 1 and 1000")
     return {"busy_every": n}
-
-
-def busy_execution(model: Model, busy_us: float, measure: MeasureTiming) -> ExecutionResult:
-    """An execution that does no model work: a busy-wait of `busy_us`, the model's declared output
-    shapes, its outputs left untouched, and the time it actually spent as its Timing.
-
-    The wait spins on the clock. While more than BUSY_YIELD_US remain, each turn lets go of the GIL
-    (sleep(0)), so a shared service's other threads are held up by at most the last BUSY_YIELD_US,
-    which are a pure spin: a sleep(0) returns only after the kernel's timer slack (50 µs by default
-    on Linux), which would make the wait overshoot by tens of microseconds. A wait is thus exact to about a
-    microsecond unless the process is preempted; the Timing says what it really took."""
-    start = time.perf_counter_ns()
-    end = start + int(busy_us * 1000)
-    yield_until = end - BUSY_YIELD_US * 1000
-    while time.perf_counter_ns() < yield_until:
-        time.sleep(0)
-    while time.perf_counter_ns() < end:
-        pass
-    shapes = tuple(OutputShape(model.main.operands[i].dimensions) for i in model.main.output_indexes)
-    spent = (time.perf_counter_ns() - start) // 1000
-    return ExecutionResult(shapes, Timing(spent, spent) if measure == MeasureTiming.YES else Timing())
 
 
 def _flag(field: str) -> Callable[[str, str], dict[str, Any]]:
