@@ -25,7 +25,7 @@ log = logging.getLogger("driver.native")
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "kernels.c"
-ABI = 5
+ABI = 6
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int
@@ -45,12 +45,22 @@ _SIGNATURES: dict[str, list] = {
     "mk_gemm_bias_act_f32": [_P, _P, _P, _L, _L, _L, _P, _F, _F],
     "mk_gemm_requant_f32": [_P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
     "mk_set_sgemm": [_P, _I],
+    "mk_pack_b_f32": [_P, _L, _L, _P],
+    "mk_gemm_packed_bias_act_f32": [_P, _P, _P, _L, _L, _L, _P, _F, _F],
+    "mk_gemm_packed_requant_f32": [_P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
 }
 
 
 # Kernels that allocate: they return 0, or -1 when out of memory.
 _RETURNS_STATUS = frozenset(
-    {"mk_requant_f32", "mk_depthwise_q8", "mk_gemm_f32", "mk_gemm_bias_act_f32", "mk_gemm_requant_f32"}
+    {
+        "mk_requant_f32",
+        "mk_depthwise_q8",
+        "mk_gemm_f32",
+        "mk_gemm_bias_act_f32",
+        "mk_gemm_requant_f32",
+        "mk_gemm_packed_requant_f32",
+    }
 )
 
 # NumPy's bundled OpenBLAS (numpy.libs) names its symbols with a prefix and suffix; a system BLAS does not.

@@ -20,7 +20,7 @@
 #include <immintrin.h>
 #endif
 
-#define NATIVE_ABI 5
+#define NATIVE_ABI 6
 
 static int g_threads = 1;
 
@@ -439,6 +439,117 @@ static int gemm_epilogue(const float *a, const float *b, float *c, int64_t m, in
     return 0;
 }
 
+/* ------------------------------------------------------------ GEMM on prepacked weights */
+
+/* Columns per panel of a packed B: bp[(p * k + q) * PANEL + j] = b[q, p * PANEL + j], 0 past n. */
+#define PANEL 16
+
+/* B [k, n] (row-major) into panels of PANEL columns, each k x PANEL contiguous: a panel streams from
+ * memory in order, where b's own rows are n floats apart (every row a new page for large n). */
+void mk_pack_b_f32(const float *b, int64_t k, int64_t n, float *bp) {
+    int64_t panels = (n + PANEL - 1) / PANEL;
+    for (int64_t p = 0; p < panels; p++) {
+        int64_t j0 = p * PANEL, w = n - j0 < PANEL ? n - j0 : PANEL;
+        for (int64_t q = 0; q < k; q++) {
+            float *dst = bp + (p * k + q) * PANEL;
+            memcpy(dst, b + q * n + j0, (size_t)w * sizeof(float));
+            for (int64_t j = w; j < PANEL; j++) dst[j] = 0.0f;
+        }
+    }
+}
+
+/* R (1..6) rows of c, one panel: R x 16 sums in registers over all k, B's panel streamed in order;
+ * the epilogue as the block is stored (`cols` valid columns from column j). */
+static inline __attribute__((always_inline)) void packed_micro(int R, const float *a, int64_t k, const float *bpp,
+                                                               float *c, int64_t ldc, int64_t j, int64_t cols,
+                                                               const epilogue_t *e) {
+    v8i z = {0};
+    v8f s0[6] = {{0}}, s1[6] = {{0}};
+    const float *ar[6];
+    for (int r = 0; r < R; r++) ar[r] = a + r * k;
+    for (int64_t q = 0; q < k; q++) {
+        v8f b0 = ld_f32(bpp + q * PANEL, z), b1 = ld_f32(bpp + q * PANEL + 8, z);
+        for (int r = 0; r < R; r++) {
+            float av = ar[r][q];
+            s0[r] += av * b0;
+            s1[r] += av * b1;
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float *o = c + r * ldc + j;
+        if (cols == PANEL) {
+            v8f o0 = epi8(s0[r], e, j), o1 = epi8(s1[r], e, j + 8);
+            memcpy(o, &o0, 32);
+            memcpy(o + 8, &o1, 32);
+        } else {
+            float t[PANEL];
+            memcpy(t, &s0[r], 32);
+            memcpy(t + 8, &s1[r], 32);
+            for (int64_t q = 0; q < cols; q++) o[q] = epi1(t[q], e, j + q);
+        }
+    }
+}
+
+/* Rows [r0, r1) by panels [p0, p1) of c = a @ B (B packed), then the epilogue. Each element of c is
+ * the sum over q in order, whatever the block, so results do not depend on how work is split. */
+static void gemm_packed_block(const float *a, const float *bp, float *c, int64_t n, int64_t k, int64_t r0,
+                              int64_t r1, int64_t p0, int64_t p1, const epilogue_t *e) {
+    for (int64_t i = r0; i < r1; i += 6) {
+        int64_t rows = r1 - i < 6 ? r1 - i : 6;
+        const float *ai = a + i * k;
+        float *ci = c + i * n;
+        for (int64_t p = p0; p < p1; p++) {
+            int64_t j = p * PANEL, cols = n - j < PANEL ? n - j : PANEL;
+            const float *bpp = bp + p * k * PANEL;
+            switch (rows) {
+            case 6: packed_micro(6, ai, k, bpp, ci, n, j, cols, e); break;
+            case 5: packed_micro(5, ai, k, bpp, ci, n, j, cols, e); break;
+            case 4: packed_micro(4, ai, k, bpp, ci, n, j, cols, e); break;
+            case 3: packed_micro(3, ai, k, bpp, ci, n, j, cols, e); break;
+            case 2: packed_micro(2, ai, k, bpp, ci, n, j, cols, e); break;
+            default: packed_micro(1, ai, k, bpp, ci, n, j, cols, e); break;
+            }
+        }
+    }
+    if (e->rq) {
+        int64_t c1 = p1 * PANEL < n ? p1 * PANEL : n;
+        requant_block(c, n, r0, r1, p0 * PANEL, c1, e->rq, e->qout);
+    }
+}
+
+/* Bytes of packed B one task multiplies (its panels stay in L2 while the task's rows stream by). */
+#define PACKED_B_CHUNK (256 << 10)
+
+/* c = a @ B with B packed by mk_pack_b_f32, then the epilogue: tasks of up to 60 rows by a group of
+ * panels, dealt out over the kernels' threads panel group by panel group (consecutive tasks share
+ * their panels). No BLAS call, so no per-call packing. */
+static void gemm_packed(const float *a, const float *bp, float *c, int64_t m, int64_t n, int64_t k,
+                        const epilogue_t *e) {
+    int64_t panels = (n + PANEL - 1) / PANEL;
+    if (m <= 0 || panels <= 0) return;
+    int nt = g_threads;
+    if (nt <= 1 || m * n * k < PARALLEL_GEMM) nt = 1;
+    const int64_t rows = 60;
+    int64_t row_chunks = (m + rows - 1) / rows;
+    int64_t group = panels;
+    while (group > 1 && (k * group * PANEL * 4 > PACKED_B_CHUNK || (nt > 1 && row_chunks * ((panels + group - 1) / group) < 4 * nt)))
+        group = (group + 1) / 2;
+    int64_t groups = (panels + group - 1) / group;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+    for (int64_t t = 0; t < row_chunks * groups; t++) {
+        int64_t g0 = (t / row_chunks) * group, g1 = g0 + group < panels ? g0 + group : panels;
+        int64_t r0 = (t % row_chunks) * rows, r1 = r0 + rows < m ? r0 + rows : m;
+        gemm_packed_block(a, bp, c, n, k, r0, r1, g0, g1, e);
+    }
+}
+
+/* c = clamp(a @ b + bias, lo, hi) with b packed (mk_pack_b_f32). */
+void mk_gemm_packed_bias_act_f32(const float *a, const float *bp, float *c, int64_t m, int64_t n, int64_t k,
+                                 const float *bias, float lo, float hi) {
+    epilogue_t e = {bias, lo, hi, NULL, NULL};
+    gemm_packed(a, bp, c, m, n, k, &e);
+}
+
 int mk_gemm_f32(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k) {
     epilogue_t none = {NULL, 0.0f, 0.0f, NULL, NULL};
     return gemm_epilogue(a, b, c, m, n, k, &none);
@@ -607,6 +718,19 @@ int mk_gemm_requant_f32(const float *a, const float *b, float *acc, int64_t m, i
     int status = gemm_epilogue(a, b, acc, m, n, k, &e);
     requant_free(&q);
     return status == 0 ? 0 : -2;
+}
+
+/* mk_gemm_requant_f32 with b packed (mk_pack_b_f32): 0, or -1 when out of memory. */
+int mk_gemm_packed_requant_f32(const float *a, const float *bp, float *acc, int64_t m, int64_t n, int64_t k,
+                               const int64_t *bias, const int64_t *mult, const int64_t *left,
+                               const int64_t *right, int64_t zp, int64_t lo, int64_t hi, int is_signed,
+                               void *out) {
+    requant_t q = REQUANT_INIT(bias, mult, left, right, zp, lo, hi, is_signed);
+    if (!requant_init(&q, (int)n)) return -1;
+    epilogue_t e = {NULL, 0.0f, 0.0f, &q, out};
+    gemm_packed(a, bp, acc, m, n, k, &e);
+    requant_free(&q);
+    return 0;
 }
 
 /* ------------------------------------------------------------ float epilogue and patches */
