@@ -28,9 +28,10 @@
 
 static int g_threads = 1;
 
-/* Work (multiply-adds or elements) below which an operation stays on the calling thread: handing
- * work to a sleeping worker costs tens of microseconds (a spinning one about one). */
-#define PARALLEL_WORK (1 << 21)
+/* Work (elements) below which an operation stays on the calling thread, some tens of microseconds of
+ * it: the caller starts on the tasks at once and a worker joins when it is up (about a microsecond
+ * when it spins, tens when it sleeps), so splitting pays from a few tasks' worth of work. */
+#define PARALLEL_WORK (1 << 17)
 
 /* Channel count limit of mk_depthwise_q8 (its per-thread accumulators live on the stack). */
 #define MAX_DW_CHANNELS 4096
@@ -295,8 +296,8 @@ static void sgemm_block(const float *a, const float *b, float *c, int64_t n, int
     epilogue_block(c, n, r0, r1, c0, c1, e);
 }
 
-/* Multiply-adds below which a GEMM stays on one thread. */
-#define PARALLEL_GEMM (1 << 23)
+/* Multiply-adds below which a GEMM stays on one thread (about 20 us of it). */
+#define PARALLEL_GEMM (1 << 21)
 
 /* GEMMs with few terms per output (K <= SMALL_K: the expansion layers of MobileNet v2, a first
  * convolution's 27) are where BLAS is least efficient; this loop keeps a 4 x 16 block of C in
@@ -1208,7 +1209,7 @@ static inline void dw_inside4_f32(const float *corner, int64_t step, const int64
 
 /* Depthwise work (multiply-adds) below which it stays on the calling thread: a depthwise
  * multiply-add costs several GEMM ones (one output per few taps, no reuse of a register block). */
-#define DW_PARALLEL_WORK (1 << 18)
+#define DW_PARALLEL_WORK (1 << 17)
 
 typedef struct {
     const void *x;
