@@ -638,17 +638,27 @@ static inline __attribute__((always_inline)) void packed_micro(int R, const floa
     v8f s0[6] = {{0}}, s1[6] = {{0}};
     const float *ar[6];
     for (int r = 0; r < R; r++) ar[r] = a + r * k;
-    for (int64_t q = 0; q < k; q++) {
-        v8f b0 = ld_f32(bpp + q * PANEL, z), b1 = ld_f32(bpp + q * PANEL + 8, z);
-        for (int r = 0; r < R; r++) {
-            float av = ar[r][q];
-            s0[r] += av * b0;
-            s1[r] += av * b1;
+    if (cols <= 8) { /* a last panel of at most 8 columns: half the work */
+        for (int64_t q = 0; q < k; q++) {
+            v8f b0 = ld_f32(bpp + q * PANEL, z);
+            for (int r = 0; r < R; r++) s0[r] += ar[r][q] * b0;
+        }
+    } else {
+        for (int64_t q = 0; q < k; q++) {
+            v8f b0 = ld_f32(bpp + q * PANEL, z), b1 = ld_f32(bpp + q * PANEL + 8, z);
+            for (int r = 0; r < R; r++) {
+                float av = ar[r][q];
+                s0[r] += av * b0;
+                s1[r] += av * b1;
+            }
         }
     }
     for (int r = 0; r < R; r++) {
         float *o = c + r * ldc + j;
-        if (cols == PANEL) {
+        if (cols == 8) {
+            v8f o0 = epi8(s0[r], e, j);
+            memcpy(o, &o0, 32);
+        } else if (cols == PANEL) {
             v8f o0 = epi8(s0[r], e, j), o1 = epi8(s1[r], e, j + 8);
             memcpy(o, &o0, 32);
             memcpy(o + 8, &o1, 32);
@@ -969,13 +979,27 @@ static void im2col_f32_task(void *ctx, int64_t r) {
     const float *x = j->x;
     int64_t k = (int64_t)g.kh * g.kw * g.c;
     int b = (int)(r / g.oh), oy = (int)(r % g.oh);
+    int span = g.kw * g.c; /* floats of one window row, contiguous in x when dilation_w is 1 */
     for (int ox = 0; ox < g.ow; ox++) {
         float *dst = j->cols + (r * g.ow + ox) * k;
+        int ix0 = ox * g.sw - g.pl;
+        int row_inside = g.dw == 1 && ix0 >= 0 && ix0 + g.kw <= g.w;
         for (int ky = 0; ky < g.kh; ky++) {
             int iy = oy * g.sh - g.pt + ky * g.dh;
+            if (iy < 0 || iy >= g.h) {
+                memset(dst, 0, sizeof(float) * (size_t)span);
+                dst += span;
+                continue;
+            }
+            if (row_inside) {
+                const float *src = x + (((int64_t)b * g.h + iy) * g.w + ix0) * g.c;
+                for (int q = 0; q < span; q++) dst[q] = src[q];
+                dst += span;
+                continue;
+            }
             for (int kx = 0; kx < g.kw; kx++, dst += g.c) {
-                int ix = ox * g.sw - g.pl + kx * g.dw;
-                if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) {
+                int ix = ix0 + kx * g.dw;
+                if (ix < 0 || ix >= g.w) {
                     for (int ci = 0; ci < g.c; ci++) dst[ci] = 0.0f;
                 } else {
                     /* A plain loop: the few channels of a first layer make memcpy calls dominate. */
@@ -1002,13 +1026,33 @@ static void im2col_q8_task(void *ctx, int64_t r) {
     int zp = j->zp;
     int64_t k = (int64_t)g.kh * g.kw * g.c;
     int b = (int)(r / g.oh), oy = (int)(r % g.oh);
+    int span = g.kw * g.c; /* values of one window row, contiguous in x when dilation_w is 1 */
     for (int ox = 0; ox < g.ow; ox++) {
         float *dst = j->cols + (r * g.ow + ox) * k;
+        int ix0 = ox * g.sw - g.pl;
+        int row_inside = g.dw == 1 && ix0 >= 0 && ix0 + g.kw <= g.w;
         for (int ky = 0; ky < g.kh; ky++) {
             int iy = oy * g.sh - g.pt + ky * g.dh;
+            if (iy < 0 || iy >= g.h) {
+                memset(dst, 0, sizeof(float) * (size_t)span);
+                dst += span;
+                continue;
+            }
+            if (row_inside) {
+                int64_t at = (((int64_t)b * g.h + iy) * g.w + ix0) * g.c;
+                if (j->is_signed) {
+                    const int8_t *s = (const int8_t *)j->x + at;
+                    for (int q = 0; q < span; q++) dst[q] = (float)(s[q] - zp);
+                } else {
+                    const uint8_t *s = (const uint8_t *)j->x + at;
+                    for (int q = 0; q < span; q++) dst[q] = (float)(s[q] - zp);
+                }
+                dst += span;
+                continue;
+            }
             for (int kx = 0; kx < g.kw; kx++, dst += g.c) {
-                int ix = ox * g.sw - g.pl + kx * g.dw;
-                if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) {
+                int ix = ix0 + kx * g.dw;
+                if (ix < 0 || ix >= g.w) {
                     memset(dst, 0, sizeof(float) * g.c);
                     continue;
                 }
