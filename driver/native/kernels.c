@@ -1269,7 +1269,69 @@ typedef struct {
     /* quantized */
     int is_signed, zp_x;
     const requant_t *q;
+    const float *zeros; /* [C] (the staged path's bias), NULL: no staged path */
+    int wp;             /* the staged rows' width: padding, input, padding */
 } dw_job;
+
+/* A thread's staging buffer of the quantized depthwise (grown as needed, kept for the next call). */
+static _Thread_local float *t_stage;
+static _Thread_local int64_t t_stage_floats;
+
+static float *stage_buffer(int64_t floats) {
+    if (floats > t_stage_floats) {
+        float *p = realloc(t_stage, (size_t)floats * sizeof(float));
+        if (!p) return NULL;
+        t_stage = p;
+        t_stage_floats = floats;
+    }
+    return t_stage;
+}
+
+/* One output row of the quantized depthwise (m == 1) through the float path: the KH input rows its
+ * windows read, centred as float32 with zero columns for the padding (0 = the zero point), so every
+ * window lies inside them; the taps of four pixels at a time (dw_inside4_f32, bias 0, no clamp) into
+ * float sums, which are exact integers below 2^24 whatever their order (the caller's bound); then the
+ * requantization of each pixel. 0 when the buffer cannot be had (the caller takes the pixel path). */
+static int dw_q8_row_staged(const dw_job *d, int64_t r) {
+    const geom_t g = d->g;
+    const int c = g.c, wp = d->wp, zp = d->zp_x;
+    int64_t row_floats = (int64_t)wp * c;
+    float *stage = stage_buffer(g.kh * row_floats + (int64_t)g.ow * c);
+    if (!stage) return 0;
+    float *acc = stage + g.kh * row_floats;
+    int b = (int)(r / g.oh), oy = (int)(r % g.oh);
+    for (int ky = 0; ky < g.kh; ky++) {
+        float *dst = stage + ky * row_floats;
+        int iy = oy * g.sh - g.pt + ky * g.dh;
+        if (iy < 0 || iy >= g.h) {
+            memset(dst, 0, sizeof(float) * (size_t)row_floats);
+            continue;
+        }
+        int64_t left = (int64_t)g.pl * c, inner = (int64_t)g.w * c;
+        memset(dst, 0, sizeof(float) * (size_t)left);
+        int64_t at = ((int64_t)b * g.h + iy) * g.w * c;
+        if (d->is_signed) {
+            const int8_t *s = (const int8_t *)d->x + at;
+            for (int64_t q = 0; q < inner; q++) dst[left + q] = (float)(s[q] - zp);
+        } else {
+            const uint8_t *s = (const uint8_t *)d->x + at;
+            for (int64_t q = 0; q < inner; q++) dst[left + q] = (float)(s[q] - zp);
+        }
+        memset(dst + left + inner, 0, sizeof(float) * (size_t)(row_floats - left - inner));
+    }
+    int64_t toff[DW_MAX_TAPS];
+    int taps = g.kh * g.kw;
+    for (int ky = 0; ky < g.kh; ky++)
+        for (int kx = 0; kx < g.kw; kx++) toff[ky * g.kw + kx] = ky * row_floats + (int64_t)kx * g.dw * c;
+    const float inf = __builtin_inff();
+    int64_t step = (int64_t)g.sw * c;
+    int ox = 0;
+    for (; ox + 4 <= g.ow; ox += 4)
+        dw_inside4_f32(stage + ox * step, step, toff, taps, d->wt, c, d->zeros, -inf, inf, acc + (int64_t)ox * c);
+    for (; ox < g.ow; ox++) dw_inside_f32(stage + ox * step, toff, taps, d->wt, c, d->zeros, -inf, inf, acc + (int64_t)ox * c);
+    for (ox = 0; ox < g.ow; ox++) requant_row_f32(acc + (int64_t)ox * c, c, d->q, d->y, (r * g.ow + ox) * c);
+    return 1;
+}
 
 static void dw_f32_task(void *ctx, int64_t r) {
     const dw_job *d = ctx;
@@ -1347,6 +1409,7 @@ static void dw_q8_task(void *ctx, int64_t r) {
     const void *xv = d->x;
     void *yv = d->y;
     v8i zpv = {zp_x, zp_x, zp_x, zp_x, zp_x, zp_x, zp_x, zp_x};
+    if (d->zeros && dw_q8_row_staged(d, r)) return;
     float accs[MAX_DW_CHANNELS];
     float xc[MAX_DW_CHANNELS];
     int b = (int)(r / g.oh), oy = (int)(r % g.oh);
@@ -1401,9 +1464,20 @@ int mk_depthwise_q8(const void *xv, int is_signed, int zp_x, GEOM_ARGS, int m, c
     requant_t q = REQUANT_INIT(bias, mult, left, right, zp_y, lo, hi, is_signed);
     if (!requant_init(&q, cout)) return -1;
     d.q = &q;
+    float *zeros = NULL;
+    if (m == 1 && g.kh * g.kw <= DW_MAX_TAPS && g.ow > 0) {
+        /* The staged rows hold every column a window reads: left padding, the input, right padding. */
+        int64_t need = (int64_t)(g.ow - 1) * g.sw + (int64_t)(g.kw - 1) * g.dw + 1;
+        int64_t wp = (int64_t)g.pl + g.w;
+        if (need > wp) wp = need;
+        zeros = wp < INT32_MAX / (g.c > 0 ? g.c : 1) ? calloc((size_t)cout + 1, sizeof(float)) : NULL;
+        d.wp = (int)wp;
+    }
+    d.zeros = zeros;
     int64_t rows = (int64_t)g.n * g.oh, work = rows * g.ow * cout * g.kh * g.kw;
     int nt = work < DW_PARALLEL_WORK || rows < 2 ? 1 : (rows < g_threads ? (int)rows : g_threads);
     parallel_for(nt, rows, dw_q8_task, &d);
+    free(zeros);
     requant_free(&q);
     return 0;
 }

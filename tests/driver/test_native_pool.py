@@ -161,3 +161,58 @@ def test_two_callers_share_the_pool(rng):
         native.set_threads(before)
     assert not any(t.is_alive() for t in callers)
     assert errors == []
+
+
+@needs_native
+@pytest.mark.parametrize("stride, pad, signed", [(1, 1, 0), (2, 0, 1)])
+def test_quantized_depthwise_is_exact_at_any_thread_count(rng, stride, pad, signed):
+    """The staged float path of the 8-bit depthwise: the exact integer sums (int64 reference), requantized
+    as mk_requant_f32 does, with one thread or two."""
+    h, c, k = 30, 40, 3
+    o = (h + 2 * pad - k) // stride + 1
+    dtype, zp_x = (np.int8, -5) if signed else (np.uint8, 130)
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max + 1, (1, h, h, c)).astype(dtype)
+    wt = rng.integers(-127, 128, (k, k, c)).astype(np.float32)
+    g = np.array([1, h, h, c, k, k, stride, stride, 1, 1, pad, pad, o, o], np.int32)
+    xc = np.pad(x[0].astype(np.int64) - zp_x, ((pad, pad), (pad, pad), (0, 0)))
+    acc = np.zeros((o, o, c), np.int64)
+    for ky in range(k):
+        for kx in range(k):
+            acc += xc[ky : ky + stride * o : stride, kx : kx + stride * o : stride] * wt[ky, kx].astype(
+                np.int64
+            )
+    bias = rng.integers(-3000, 3000, c).astype(np.int64)
+    mult = rng.integers(2**30, 2**31 - 1, c).astype(np.int64)
+    left, right = np.zeros(c, np.int64), rng.integers(10, 16, c).astype(np.int64)
+    zp_y, lo, hi = (3, -128, 127) if signed else (128, 0, 255)
+    tables = [t.ctypes.data for t in (bias, mult, left, right)]
+    exact = acc.reshape(-1, c).astype(np.float32)
+    want = np.empty((o * o, c), dtype)
+    assert (
+        native.LIB.mk_requant_f32(
+            exact.ctypes.data, o * o, c, *tables, zp_y, lo, hi, signed, want.ctypes.data
+        )
+        == 0
+    )
+
+    def run() -> np.ndarray:
+        y = np.empty((1, o, o, c), dtype)
+        status = native.LIB.mk_depthwise_q8(
+            x.ctypes.data,
+            signed,
+            zp_x,
+            g.ctypes.data,
+            1,
+            wt.ctypes.data,
+            *tables,
+            zp_y,
+            lo,
+            hi,
+            y.ctypes.data,
+        )
+        assert status == 0
+        return y
+
+    for threads in (1, 2):
+        np.testing.assert_array_equal(_with_threads(threads, run).reshape(-1, c), want)
