@@ -1465,7 +1465,8 @@ int mk_depthwise_q8(const void *xv, int is_signed, int zp_x, GEOM_ARGS, int m, c
     if (!requant_init(&q, cout)) return -1;
     d.q = &q;
     float *zeros = NULL;
-    if (m == 1 && g.kh * g.kw <= DW_MAX_TAPS && g.ow > 0) {
+    /* Measured: staging pays for rows of at least 16 pixels (a MobileNet's early layers). */
+    if (m == 1 && g.kh * g.kw <= DW_MAX_TAPS && g.ow >= 16) {
         /* The staged rows hold every column a window reads: left padding, the input, right padding. */
         int64_t need = (int64_t)(g.ow - 1) * g.sw + (int64_t)(g.kw - 1) * g.dw + 1;
         int64_t wp = (int64_t)g.pl + g.w;

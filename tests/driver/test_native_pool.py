@@ -168,7 +168,7 @@ def test_two_callers_share_the_pool(rng):
 def test_quantized_depthwise_is_exact_at_any_thread_count(rng, stride, pad, signed):
     """The staged float path of the 8-bit depthwise: the exact integer sums (int64 reference), requantized
     as mk_requant_f32 does, with one thread or two."""
-    h, c, k = 30, 40, 3
+    h, c, k = 40, 40, 3  # output rows of 40 and 20 pixels: the staged path
     o = (h + 2 * pad - k) // stride + 1
     dtype, zp_x = (np.int8, -5) if signed else (np.uint8, 130)
     info = np.iinfo(dtype)
