@@ -712,6 +712,10 @@ static void packed_task(void *ctx, int64_t t) {
     gemm_packed_block(j->a, j->bp, j->c, j->n, j->k, r0, r1, g0, g1, j->e);
 }
 
+/* Multiply-adds below which a GEMM on packed weights stays on one thread (about 10 us of it: it
+ * calls no BLAS, so a split costs only the hand-out of its tasks). */
+#define PARALLEL_PACKED_GEMM (1 << 20)
+
 /* Bytes of packed B one task multiplies (its panels stay in L2 while the task's rows stream by). */
 #define PACKED_B_CHUNK (256 << 10)
 
@@ -723,9 +727,11 @@ static void gemm_packed(const float *a, const float *bp, float *c, int64_t m, in
     int64_t panels = (n + PANEL - 1) / PANEL;
     if (m <= 0 || panels <= 0) return;
     int nt = g_threads;
-    if (nt <= 1 || m * n * k < PARALLEL_GEMM) nt = 1;
-    const int64_t rows = 60;
-    int64_t row_chunks = (m + rows - 1) / rows;
+    if (nt <= 1 || m * n * k < PARALLEL_PACKED_GEMM) nt = 1;
+    /* Chunks of at most 60 rows, of equal size in blocks of six. */
+    int64_t row_chunks = (m + 59) / 60;
+    int64_t rows = ((m + row_chunks - 1) / row_chunks + 5) / 6 * 6;
+    row_chunks = (m + rows - 1) / rows;
     int64_t group = panels;
     while (group > 1 && (k * group * PANEL * 4 > PACKED_B_CHUNK || (nt > 1 && row_chunks * ((panels + group - 1) / group) < 4 * nt)))
         group = (group + 1) / 2;
