@@ -51,6 +51,7 @@ _SIGNATURES: dict[str, list] = {
     "mk_pack_b_f32": [_P, _L, _L, _P],
     "mk_gemm_packed_bias_act_f32": [_P, _P, _P, _L, _L, _L, _P, _F, _F],
     "mk_gemm_packed_requant_f32": [_P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
+    "mk_gemm_packed_requant_q8": [_P, _I, _I, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
 }
 
 
@@ -63,6 +64,7 @@ _RETURNS_STATUS = frozenset(
         "mk_gemm_bias_act_f32",
         "mk_gemm_requant_f32",
         "mk_gemm_packed_requant_f32",
+        "mk_gemm_packed_requant_q8",
     }
 )
 

@@ -612,6 +612,21 @@ static int gemm_epilogue(const float *a, const float *b, float *c, int64_t m, in
 
 /* ------------------------------------------------------------ GEMM on prepacked weights */
 
+/* A thread's staging buffer (centred 8-bit rows as float32), grown as needed and kept for the next
+ * call: one per pool thread, never shared. */
+static _Thread_local float *t_stage;
+static _Thread_local int64_t t_stage_floats;
+
+static float *stage_buffer(int64_t floats) {
+    if (floats > t_stage_floats) {
+        float *p = realloc(t_stage, (size_t)floats * sizeof(float));
+        if (!p) return NULL;
+        t_stage = p;
+        t_stage_floats = floats;
+    }
+    return t_stage;
+}
+
 /* Columns per panel of a packed B: bp[(p * k + q) * PANEL + j] = b[q, p * PANEL + j], 0 past n. */
 #define PANEL 16
 
@@ -703,13 +718,36 @@ typedef struct {
     float *c;
     int64_t m, n, k, rows, row_chunks, group, panels;
     const epilogue_t *e;
+    const void *x8; /* instead of a: 8-bit rows, centred per task (x - zp as float32) */
+    int is_signed, zp;
+    _Atomic int failed;
 } packed_job;
 
 static void packed_task(void *ctx, int64_t t) {
-    const packed_job *j = ctx;
+    packed_job *j = ctx;
     int64_t g0 = (t / j->row_chunks) * j->group, g1 = g0 + j->group < j->panels ? g0 + j->group : j->panels;
     int64_t r0 = (t % j->row_chunks) * j->rows, r1 = r0 + j->rows < j->m ? r0 + j->rows : j->m;
-    gemm_packed_block(j->a, j->bp, j->c, j->n, j->k, r0, r1, g0, g1, j->e);
+    if (!j->x8) {
+        gemm_packed_block(j->a, j->bp, j->c, j->n, j->k, r0, r1, g0, g1, j->e);
+        return;
+    }
+    /* The task's rows of a, centred into this thread's buffer (in cache for the multiply). */
+    int64_t count = (r1 - r0) * j->k, at = r0 * j->k;
+    float *a = stage_buffer(count);
+    if (!a) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    if (j->is_signed) {
+        const int8_t *s = (const int8_t *)j->x8 + at;
+        for (int64_t i = 0; i < count; i++) a[i] = (float)(s[i] - j->zp);
+    } else {
+        const uint8_t *s = (const uint8_t *)j->x8 + at;
+        for (int64_t i = 0; i < count; i++) a[i] = (float)(s[i] - j->zp);
+    }
+    epilogue_t part = *j->e;
+    if (part.qout) part.qout = (char *)part.qout + r0 * j->n;
+    gemm_packed_block(a, j->bp, j->c + r0 * j->n, j->n, j->k, 0, r1 - r0, g0, g1, &part);
 }
 
 /* Multiply-adds below which a GEMM on packed weights stays on one thread (about 10 us of it: it
@@ -722,10 +760,10 @@ static void packed_task(void *ctx, int64_t t) {
 /* c = a @ B with B packed by mk_pack_b_f32, then the epilogue: tasks of up to 60 rows by a group of
  * panels, dealt out over the kernels' threads panel group by panel group (consecutive tasks share
  * their panels). No BLAS call, so no per-call packing. */
-static void gemm_packed(const float *a, const float *bp, float *c, int64_t m, int64_t n, int64_t k,
-                        const epilogue_t *e) {
+static int gemm_packed_x(const float *a, const void *x8, int is_signed, int zp, const float *bp, float *c,
+                         int64_t m, int64_t n, int64_t k, const epilogue_t *e) {
     int64_t panels = (n + PANEL - 1) / PANEL;
-    if (m <= 0 || panels <= 0) return;
+    if (m <= 0 || panels <= 0) return 0;
     int nt = g_threads;
     if (nt <= 1 || m * n * k < PARALLEL_PACKED_GEMM) nt = 1;
     /* Chunks of at most 60 rows, of equal size in blocks of six. */
@@ -736,8 +774,14 @@ static void gemm_packed(const float *a, const float *bp, float *c, int64_t m, in
     while (group > 1 && (k * group * PANEL * 4 > PACKED_B_CHUNK || (nt > 1 && row_chunks * ((panels + group - 1) / group) < 4 * nt)))
         group = (group + 1) / 2;
     int64_t groups = (panels + group - 1) / group;
-    packed_job job = {a, bp, c, m, n, k, rows, row_chunks, group, panels, e};
+    packed_job job = {a, bp, c, m, n, k, rows, row_chunks, group, panels, e, x8, is_signed, zp, 0};
     parallel_for(nt, row_chunks * groups, packed_task, &job);
+    return atomic_load(&job.failed) ? -1 : 0;
+}
+
+static void gemm_packed(const float *a, const float *bp, float *c, int64_t m, int64_t n, int64_t k,
+                        const epilogue_t *e) {
+    gemm_packed_x(a, NULL, 0, 0, bp, c, m, n, k, e);
 }
 
 /* c = clamp(a @ b + bias, lo, hi) with b packed (mk_pack_b_f32). */
@@ -939,6 +983,20 @@ int mk_gemm_packed_requant_f32(const float *a, const float *bp, float *acc, int6
     gemm_packed(a, bp, acc, m, n, k, &e);
     requant_free(&q);
     return 0;
+}
+
+/* mk_gemm_packed_requant_f32 on 8-bit rows x [m, k] minus their zero point (a pointwise convolution's
+ * or fully connected layer's input), centred task by task instead of in a pass of its own. 0, or -1
+ * when out of memory. */
+int mk_gemm_packed_requant_q8(const void *x, int x_signed, int zp_x, const float *bp, float *acc, int64_t m,
+                              int64_t n, int64_t k, const int64_t *bias, const int64_t *mult, const int64_t *left,
+                              const int64_t *right, int64_t zp, int64_t lo, int64_t hi, int is_signed, void *out) {
+    requant_t q = REQUANT_INIT(bias, mult, left, right, zp, lo, hi, is_signed);
+    if (!requant_init(&q, (int)n)) return -1;
+    epilogue_t e = {NULL, 0.0f, 0.0f, &q, out};
+    int status = gemm_packed_x(NULL, x, x_signed, zp_x, bp, acc, m, n, k, &e);
+    requant_free(&q);
+    return status;
 }
 
 /* ------------------------------------------------------------ float epilogue and patches */
@@ -1278,20 +1336,6 @@ typedef struct {
     const float *zeros; /* [C] (the staged path's bias), NULL: no staged path */
     int wp;             /* the staged rows' width: padding, input, padding */
 } dw_job;
-
-/* A thread's staging buffer of the quantized depthwise (grown as needed, kept for the next call). */
-static _Thread_local float *t_stage;
-static _Thread_local int64_t t_stage_floats;
-
-static float *stage_buffer(int64_t floats) {
-    if (floats > t_stage_floats) {
-        float *p = realloc(t_stage, (size_t)floats * sizeof(float));
-        if (!p) return NULL;
-        t_stage = p;
-        t_stage_floats = floats;
-    }
-    return t_stage;
-}
 
 /* One output row of the quantized depthwise (m == 1) through the float path: the KH input rows its
  * windows read, centred as float32 with zero columns for the padding (0 = the zero point), so every

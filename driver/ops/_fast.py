@@ -235,6 +235,27 @@ def gemm_requant(
     _requant(ap, rows, cout, rq, y_ptr)
 
 
+def _gemm_requant_q8(
+    x: np.ndarray, xp: int, zp_x: int, w: Const, acc: np.ndarray, rq: Requant, y_ptr: int
+) -> None:
+    """acc = (x - zp_x) @ w for 8-bit x read as [rows, K] (contiguous), requantized into y: on packed
+    weights the GEMM centres x task by task; else a centring pass, then gemm_requant."""
+    rows, cout = acc.shape
+    k = w.array.shape[0]
+    signed = int(x.dtype == np.int8)
+    if isinstance(w, GemmWeights):
+        status = _LIB.mk_gemm_packed_requant_q8(
+            xp, signed, zp_x, w.panels_ptr, address(acc), rows, cout, k, rq.bias.ptr, rq.mult.ptr,
+            rq.left.ptr, rq.right.ptr, rq.zp, rq.lo, rq.hi, rq.signed, y_ptr,
+        )  # fmt: skip
+        _check(status)
+        return
+    cols = scratch("cols", (rows, k), F32)
+    cp = address(cols)
+    _LIB.mk_center_q8(xp, signed, zp_x, rows * k, cp)
+    gemm_requant(cols, w, acc, cp, address(acc), rq, y_ptr)
+
+
 def _requant(acc_ptr: int, rows: int, cout: int, rq: Requant, y_ptr: int) -> None:
     status = _LIB.mk_requant_f32(
         acc_ptr, rows, cout, rq.bias.ptr, rq.mult.ptr, rq.left.ptr, rq.right.ptr,
@@ -269,15 +290,15 @@ def conv_q8(x: np.ndarray, zp_x: int, gc: GeometryCache, w: Const, rq: Requant, 
     n, c = x.shape[0], x.shape[3]
     rows = n * g.out_h * g.out_w
     k = g.k_h * g.k_w * c
-    cols = scratch("cols", (rows, k), F32)
-    cp = address(cols)
     signed = int(x.dtype == np.int8)
-    if g.k_h == g.k_w == g.stride_h == g.stride_w == 1 and not g.padded:
-        _LIB.mk_center_q8(xp, signed, zp_x, x.size, cp)
-    else:
-        _LIB.mk_im2col_q8(xp, signed, zp_x, gp, cp)
     acc = scratch("acc", (rows, out_c), F32)
     y = output((n, g.out_h, g.out_w, out_c), rq.dtype)
+    if g.k_h == g.k_w == g.stride_h == g.stride_w == 1 and not g.padded:
+        _gemm_requant_q8(x, xp, zp_x, w, acc, rq, address(y))
+        return y
+    cols = scratch("cols", (rows, k), F32)
+    cp = address(cols)
+    _LIB.mk_im2col_q8(xp, signed, zp_x, gp, cp)
     gemm_requant(cols, w, acc, cp, address(acc), rq, address(y))
     return y
 
@@ -296,12 +317,9 @@ def fc_q8(x2: np.ndarray, zp_x: int, w: Const, rq: Requant) -> np.ndarray:
     x2, xp = _x(x2)
     rows, size = x2.shape
     units = w.array.shape[1]
-    cols = scratch("cols", (rows, size), F32)
-    cp = address(cols)
-    _LIB.mk_center_q8(xp, int(x2.dtype == np.int8), zp_x, x2.size, cp)
     acc = scratch("acc", (rows, units), F32)
     y = output((rows, units), rq.dtype)
-    gemm_requant(cols, w, acc, cp, address(acc), rq, address(y))
+    _gemm_requant_q8(x2, xp, zp_x, w, acc, rq, address(y))
     return y
 
 

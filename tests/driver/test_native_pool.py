@@ -97,10 +97,24 @@ def test_packed_gemm_requantized_equals_the_separate_pass(rng, signed, m, k, n):
         assert status == 0
         return acc, y
 
+    # The same GEMM on 8-bit rows centred by the kernel (a pointwise convolution's input).
+    zp_x = -10 if signed else 100
+    x8 = (a + zp_x).astype(dtype)
+
+    def run_q8() -> tuple[np.ndarray, np.ndarray]:
+        acc, y = np.empty((m, n), np.float32), np.empty((m, n), dtype)
+        status = native.LIB.mk_gemm_packed_requant_q8(
+            x8.ctypes.data, signed, zp_x, w.panels_ptr, acc.ctypes.data, m, n, k, *tables, zp, lo, hi, signed,
+            y.ctypes.data,
+        )  # fmt: skip
+        assert status == 0
+        return acc, y
+
     for threads in (1, 2):
-        acc, y = _with_threads(threads, run)
-        np.testing.assert_array_equal(acc, exact)
-        np.testing.assert_array_equal(y, want)
+        for fn in (run, run_q8):
+            acc, y = _with_threads(threads, fn)
+            np.testing.assert_array_equal(acc, exact)
+            np.testing.assert_array_equal(y, want)
 
 
 @needs_native
