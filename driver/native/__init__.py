@@ -48,6 +48,7 @@ _SIGNATURES: dict[str, list] = {
     "mk_gemm_requant_f32": [_P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
     "mk_set_sgemm": [_P, _I],
     "mk_set_spin": [_I],
+    "mk_pool_backoffs": [],
     "mk_pack_b_f32": [_P, _L, _L, _P],
     "mk_gemm_packed_bias_act_f32": [_P, _P, _P, _L, _L, _L, _P, _F, _F],
     "mk_gemm_packed_requant_f32": [_P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
@@ -69,6 +70,8 @@ _RETURNS_STATUS = frozenset(
 )
 
 DEFAULT_SPIN_US = 100
+
+_RESTYPES = {"mk_pool_backoffs": ctypes.c_int64}
 
 # NumPy's bundled OpenBLAS (numpy.libs) names its symbols with a prefix and suffix; a system BLAS does not.
 _SGEMM_NAMES = (
@@ -130,7 +133,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     for name, argtypes in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.argtypes = argtypes
-        fn.restype = ctypes.c_int if name in _RETURNS_STATUS else None
+        fn.restype = _RESTYPES.get(name, ctypes.c_int if name in _RETURNS_STATUS else None)
     lib.mk_set_threads(_thread_count())
     lib.mk_set_spin(_spin_us())
     _adopt_blas(lib)
@@ -180,6 +183,12 @@ def available() -> bool:
 def threads() -> int:
     """The thread count of the compiled kernels (1 without them)."""
     return int(LIB.mk_threads()) if LIB is not None else 1
+
+
+def pool_backoffs() -> int:
+    """How many times the kernels' pool ran on the calling thread alone for a while after a worker
+    stalled it (descheduled mid-task: a busy machine)."""
+    return int(LIB.mk_pool_backoffs()) if LIB is not None else 0
 
 
 def set_threads(n: int) -> None:

@@ -94,6 +94,24 @@ static struct {
 
 static _Atomic int64_t g_spin_ns = 100000;
 
+/* A spinning worker that finds a gap of PREEMPTED_NS between two looks at the clock was descheduled:
+ * the machine has more runnable threads than cores, where spinning takes CPU from the threads doing
+ * the work. Idle workers then sleep at once for NOSPIN_NS. */
+#define PREEMPTED_NS 200000
+#define NOSPIN_NS 100000000
+static _Atomic int64_t g_nospin_until = 0;
+
+/* When the caller waited this long for a task a worker had claimed, the worker was descheduled
+ * mid-task (a busy machine: tasks take tens of microseconds); jobs then run on the caller's thread
+ * alone for BACKOFF_NS, so that two threads are never slower than one for long. */
+#define STALL_NS 300000
+#define BACKOFF_NS 100000000
+static _Atomic int64_t g_backoff_until = 0;
+static _Atomic int64_t g_backoffs = 0;
+
+/* How many times the pool fell back to the caller's thread alone (see STALL_NS). */
+int64_t mk_pool_backoffs(void) { return atomic_load(&g_backoffs); }
+
 /* How long an idle worker spins before it sleeps (microseconds; 0: sleep at once). */
 void mk_set_spin(int us) { atomic_store(&g_spin_ns, us < 0 ? 0 : (int64_t)us * 1000); }
 
@@ -132,15 +150,22 @@ static void *pool_worker(void *arg) {
     int id = (int)(intptr_t)arg;
     uint32_t seen = atomic_load(&g_pool.gen);
     for (;;) {
-        int64_t start = now_ns();
+        int64_t start = now_ns(), last = start;
         uint32_t g;
         unsigned spins = 0;
         while ((g = atomic_load_explicit(&g_pool.gen, memory_order_acquire)) == seen) {
             cpu_relax();
-            if ((++spins & 127) == 0 && now_ns() - start >= atomic_load_explicit(&g_spin_ns, memory_order_relaxed)) {
+            if ((++spins & 127) != 0) continue;
+            int64_t t = now_ns();
+            if (t - last >= PREEMPTED_NS) atomic_store_explicit(&g_nospin_until, t + NOSPIN_NS, memory_order_relaxed);
+            last = t;
+            int64_t window = atomic_load_explicit(&g_spin_ns, memory_order_relaxed);
+            if (t < atomic_load_explicit(&g_nospin_until, memory_order_relaxed)) window = 0;
+            if (t - start >= window) {
                 atomic_fetch_add(&g_pool.sleepers, 1);
                 syscall(SYS_futex, &g_pool.gen, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
                 atomic_fetch_sub(&g_pool.sleepers, 1);
+                start = last = now_ns();
             }
         }
         seen = g;
@@ -174,6 +199,8 @@ static int pool_start(int n) {
 static void parallel_for(int nt, int64_t ntasks, task_fn fn, void *ctx) {
     if (nt > ntasks) nt = (int)ntasks;
     int helpers = nt - 1;
+    int64_t backoff = atomic_load_explicit(&g_backoff_until, memory_order_relaxed);
+    if (backoff && now_ns() < backoff) helpers = 0;
     if (helpers > 0 && ntasks < (int64_t)CLOSED && !atomic_flag_test_and_set(&g_pool.busy)) {
         int have = pool_start(helpers);
         if (have < helpers) helpers = have;
@@ -191,11 +218,21 @@ static void parallel_for(int nt, int64_t ntasks, task_fn fn, void *ctx) {
             pool_run(gen);
             /* Only tasks a worker claimed remain; a descheduled worker gets the CPU back soonest
              * if we yield ours. */
+            int64_t waited = 0;
             for (unsigned spins = 0; atomic_load_explicit(&g_pool.done, memory_order_acquire) < ntasks; spins++) {
-                if (spins < 4096)
+                if (spins < 4096) {
                     cpu_relax();
-                else
-                    sched_yield();
+                    continue;
+                }
+                if (!waited) waited = now_ns();
+                sched_yield();
+            }
+            if (waited) {
+                int64_t t = now_ns();
+                if (t - waited >= STALL_NS) {
+                    atomic_store(&g_backoff_until, t + BACKOFF_NS);
+                    atomic_fetch_add(&g_backoffs, 1);
+                }
             }
             atomic_store(&g_pool.state, ((uint64_t)gen << 32) | CLOSED);
             atomic_flag_clear(&g_pool.busy);
