@@ -488,36 +488,36 @@ static void gemm_smallk_rows(const float *a, const float *b, float *c, int64_t l
 /* c = a @ b for fewer than four rows (a fully connected layer on one vector, an LSTM step): b is
  * streamed once, row after row in memory order (it is usually larger than the caches), four rows at a
  * time into the row of c, which stays in L1; then the epilogue over that row. */
-static void gemm_fewrows(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k,
+static void gemm_fewrows(const float *a, const float *b, float *c, int64_t ld, int64_t m, int64_t n, int64_t k,
                          const epilogue_t *e) {
     v8i z = {0};
     for (int64_t i = 0; i < m; i++) {
         const float *a0 = a + i * k;
-        float *ci = c + i * n;
+        float *ci = c + i * ld;
         memset(ci, 0, (size_t)n * sizeof(float));
         int64_t q = 0;
         for (; q + 8 <= k; q += 8) {
-            const float *b0 = b + q * n;
+            const float *b0 = b + q * ld;
             float x[8];
             memcpy(x, a0 + q, sizeof x);
             int64_t j = 0;
             for (; j + 16 <= n; j += 16) {
                 v8f acc0 = ld_f32(ci + j, z), acc1 = ld_f32(ci + j + 8, z);
                 for (int r = 0; r < 8; r++) {
-                    acc0 += x[r] * ld_f32(b0 + r * n + j, z);
-                    acc1 += x[r] * ld_f32(b0 + r * n + j + 8, z);
+                    acc0 += x[r] * ld_f32(b0 + r * ld + j, z);
+                    acc1 += x[r] * ld_f32(b0 + r * ld + j + 8, z);
                 }
                 memcpy(ci + j, &acc0, 32);
                 memcpy(ci + j + 8, &acc1, 32);
             }
             for (; j < n; j++) {
                 float acc = ci[j];
-                for (int r = 0; r < 8; r++) acc += x[r] * b0[r * n + j];
+                for (int r = 0; r < 8; r++) acc += x[r] * b0[r * ld + j];
                 ci[j] = acc;
             }
         }
         for (; q + 4 <= k; q += 4) {
-            const float *b0 = b + q * n, *b1 = b0 + n, *b2 = b1 + n, *b3 = b2 + n;
+            const float *b0 = b + q * ld, *b1 = b0 + ld, *b2 = b1 + ld, *b3 = b2 + ld;
             float x0 = a0[q], x1 = a0[q + 1], x2 = a0[q + 2], x3 = a0[q + 3];
             int64_t j = 0;
             for (; j + 8 <= n; j += 8) {
@@ -538,7 +538,7 @@ static void gemm_fewrows(const float *a, const float *b, float *c, int64_t m, in
             }
         }
         for (; q < k; q++) {
-            const float *b0 = b + q * n;
+            const float *b0 = b + q * ld;
             float x0 = a0[q];
             int64_t j = 0;
             for (; j + 8 <= n; j += 8) {
@@ -548,7 +548,7 @@ static void gemm_fewrows(const float *a, const float *b, float *c, int64_t m, in
             }
             for (; j < n; j++) ci[j] += x0 * b0[j];
         }
-        epilogue_block(c, n, i, i + 1, 0, n, e);
+        epilogue_block(c, ld, i, i + 1, 0, n, e);
     }
 }
 
@@ -586,6 +586,22 @@ static void gemm_smallk(const float *a, const float *b, float *c, int64_t m, int
     parallel_for(nt, row_chunks * col_chunks, smallk_task, &job);
 }
 
+typedef struct {
+    const float *a, *b;
+    float *c;
+    int64_t m, n, k, width;
+    const epilogue_t *e;
+} fewrows_job;
+
+static void fewrows_task(void *ctx, int64_t t) {
+    const fewrows_job *j = ctx;
+    int64_t c0 = t * j->width, c1 = c0 + j->width < j->n ? c0 + j->width : j->n;
+    const epilogue_t *e = j->e;
+    epilogue_t part = {e->bias ? e->bias + c0 : NULL, e->lo, e->hi, NULL, NULL};
+    gemm_fewrows(j->a, j->b + c0, j->c + c0, j->n, j->m, c1 - c0, j->k, &part);
+    if (e->rq) requant_block(j->c, j->n, 0, j->m, c0, c1, e->rq, e->qout);
+}
+
 /* Bytes of c a single-threaded BLAS call writes before its epilogue runs (about L2). */
 #define EPILOGUE_CHUNK (256 << 10)
 
@@ -615,8 +631,18 @@ static int gemm_epilogue(const float *a, const float *b, float *c, int64_t m, in
         gemm_smallk(a, b, c, m, n, k, e);
         return 0;
     }
-    if (m < 4 && n >= 8 && (g_threads <= 1 || m * n * k < PARALLEL_GEMM)) {
-        gemm_fewrows(a, b, c, m, n, k, e);
+    if (m < 4 && n >= 8) {
+        /* Streaming b is the cost: split its columns over the threads from 512 KB of it (each
+         * element of c is summed in the same order whatever the split). */
+        int nt = g_threads;
+        if (nt <= 1 || k * n * (int64_t)sizeof(float) < (512 << 10)) {
+            gemm_fewrows(a, b, c, n, m, n, k, e);
+            return 0;
+        }
+        int64_t width = (n + 4 * nt - 1) / (4 * nt);
+        width = width < 64 ? 64 : (width + 15) / 16 * 16;
+        fewrows_job job = {a, b, c, m, n, k, width, e};
+        parallel_for(nt, (n + width - 1) / width, fewrows_task, &job);
         return 0;
     }
     if (!g_sgemm) return -1;

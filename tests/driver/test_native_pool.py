@@ -230,3 +230,24 @@ def test_quantized_depthwise_is_exact_at_any_thread_count(rng, stride, pad, sign
 
     for threads in (1, 2):
         np.testing.assert_array_equal(_with_threads(threads, run).reshape(-1, c), want)
+
+
+@needs_native
+@pytest.mark.parametrize("m", [1, 3])
+def test_fully_connected_on_few_rows_does_not_depend_on_the_thread_count(rng, m):
+    """A classifier layer on one or a few vectors (weights streamed once, split by columns)."""
+    k, n = 1024, 1001
+    a, b, bias = rand(rng, m, k), rand(rng, k, n), rand(rng, n)
+
+    def run() -> np.ndarray:
+        out = np.empty((m, n), np.float32)
+        status = native.LIB.mk_gemm_bias_act_f32(
+            a.ctypes.data, b.ctypes.data, out.ctypes.data, m, n, k, bias.ctypes.data, -1.0, 1.0
+        )
+        assert status == 0
+        return out
+
+    one = _with_threads(1, run)
+    np.testing.assert_array_equal(_with_threads(2, run), one)
+    ref = np.clip(a.astype(np.float64) @ b.astype(np.float64) + bias, -1.0, 1.0)
+    np.testing.assert_allclose(one, ref, rtol=1e-5, atol=k * 2e-7)
