@@ -676,16 +676,24 @@ static int gemm_epilogue(const float *a, const float *b, float *c, int64_t m, in
 /* ------------------------------------------------------------ GEMM on prepacked weights */
 
 /* A thread's staging buffer (centred 8-bit rows as float32), grown as needed and kept for the next
- * call: one per pool thread, never shared. */
+ * call: one per thread, never shared, freed when the thread ends (a thread-specific key's destructor). */
 static _Thread_local float *t_stage;
 static _Thread_local int64_t t_stage_floats;
+static pthread_key_t g_stage_key;
+static pthread_once_t g_stage_once = PTHREAD_ONCE_INIT;
+static int g_stage_key_ok;
+
+static void stage_key_init(void) { g_stage_key_ok = pthread_key_create(&g_stage_key, free) == 0; }
 
 static float *stage_buffer(int64_t floats) {
     if (floats > t_stage_floats) {
+        pthread_once(&g_stage_once, stage_key_init);
+        if (!g_stage_key_ok) return NULL;
         float *p = realloc(t_stage, (size_t)floats * sizeof(float));
         if (!p) return NULL;
         t_stage = p;
         t_stage_floats = floats;
+        pthread_setspecific(g_stage_key, p);
     }
     return t_stage;
 }
