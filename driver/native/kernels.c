@@ -101,9 +101,10 @@ static _Atomic int64_t g_spin_ns = 100000;
 #define NOSPIN_NS 100000000
 static _Atomic int64_t g_nospin_until = 0;
 
-/* When the caller waited this long for a task a worker had claimed, the worker was descheduled
- * mid-task (a busy machine: tasks take tens of microseconds); jobs then run on the caller's thread
- * alone for BACKOFF_NS, so that two threads are never slower than one for long. */
+/* When the caller waited this long for a task a worker had claimed, and four times as long as its own
+ * tasks took, the worker was descheduled mid-task (a busy machine: tasks take tens of microseconds);
+ * jobs then run on the caller's thread alone for BACKOFF_NS, so that two threads are never slower
+ * than one for long. */
 #define STALL_NS 300000
 #define BACKOFF_NS 100000000
 static _Atomic int64_t g_backoff_until = 0;
@@ -129,18 +130,20 @@ static inline int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* Claim and run tasks of job `gen` until none is left (or a newer job replaced it). */
-static void pool_run(uint32_t gen) {
-    for (;;) {
+/* Claim and run tasks of job `gen` until none is left (or a newer job replaced it); how many. */
+static int64_t pool_run(uint32_t gen) {
+    for (int64_t ran = 0;; ran++) {
         uint64_t s = atomic_load_explicit(&g_pool.state, memory_order_acquire);
-        if ((uint32_t)(s >> 32) != gen) return;
+        if ((uint32_t)(s >> 32) != gen) return ran;
         uint32_t next = (uint32_t)s;
-        if (next == CLOSED || (int64_t)next >= atomic_load_explicit(&g_pool.ntasks, memory_order_relaxed)) return;
+        if (next == CLOSED || (int64_t)next >= atomic_load_explicit(&g_pool.ntasks, memory_order_relaxed)) return ran;
         task_fn fn = atomic_load_explicit(&g_pool.fn, memory_order_relaxed);
         void *ctx = atomic_load_explicit(&g_pool.ctx, memory_order_relaxed);
         if (!atomic_compare_exchange_weak_explicit(&g_pool.state, &s, s + 1, memory_order_acq_rel,
-                                                   memory_order_acquire))
+                                                   memory_order_acquire)) {
+            ran--;
             continue;
+        }
         fn(ctx, next);
         atomic_fetch_add_explicit(&g_pool.done, 1, memory_order_release);
     }
@@ -215,22 +218,25 @@ static void parallel_for(int nt, int64_t ntasks, task_fn fn, void *ctx) {
             atomic_store(&g_pool.gen, gen);
             if (atomic_load(&g_pool.sleepers) > 0)
                 syscall(SYS_futex, &g_pool.gen, FUTEX_WAKE_PRIVATE, helpers, NULL, NULL, 0);
-            pool_run(gen);
+            int64_t t0 = now_ns();
+            int64_t ran = pool_run(gen);
             /* Only tasks a worker claimed remain; a descheduled worker gets the CPU back soonest
              * if we yield ours. */
-            int64_t waited = 0;
+            int64_t t1 = 0;
             for (unsigned spins = 0; atomic_load_explicit(&g_pool.done, memory_order_acquire) < ntasks; spins++) {
                 if (spins < 4096) {
                     cpu_relax();
                     continue;
                 }
-                if (!waited) waited = now_ns();
+                if (!t1) t1 = now_ns();
                 sched_yield();
             }
-            if (waited) {
-                int64_t t = now_ns();
-                if (t - waited >= STALL_NS) {
-                    atomic_store(&g_backoff_until, t + BACKOFF_NS);
+            if (t1) {
+                /* A stall: a wait of STALL_NS and of four of this caller's tasks (a worker's
+                 * task of normal length ends sooner). */
+                int64_t t2 = now_ns(), per_task = (t1 - t0) / (ran > 0 ? ran : 1);
+                if (t2 - t1 >= STALL_NS && t2 - t1 >= 4 * per_task) {
+                    atomic_store(&g_backoff_until, t2 + BACKOFF_NS);
                     atomic_fetch_add(&g_backoffs, 1);
                 }
             }
