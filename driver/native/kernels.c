@@ -136,9 +136,11 @@ static int64_t pool_run(uint32_t gen) {
         uint64_t s = atomic_load_explicit(&g_pool.state, memory_order_acquire);
         if ((uint32_t)(s >> 32) != gen) return ran;
         uint32_t next = (uint32_t)s;
-        if (next == CLOSED || (int64_t)next >= atomic_load_explicit(&g_pool.ntasks, memory_order_relaxed)) return ran;
-        task_fn fn = atomic_load_explicit(&g_pool.fn, memory_order_relaxed);
-        void *ctx = atomic_load_explicit(&g_pool.ctx, memory_order_relaxed);
+        /* Acquire: a field written for a newer job orders that job's CLOSED before the CAS below,
+         * which then fails. */
+        if (next == CLOSED || (int64_t)next >= atomic_load_explicit(&g_pool.ntasks, memory_order_acquire)) return ran;
+        task_fn fn = atomic_load_explicit(&g_pool.fn, memory_order_acquire);
+        void *ctx = atomic_load_explicit(&g_pool.ctx, memory_order_acquire);
         if (!atomic_compare_exchange_weak_explicit(&g_pool.state, &s, s + 1, memory_order_acq_rel,
                                                    memory_order_acquire)) {
             ran--;
@@ -209,9 +211,9 @@ static void parallel_for(int nt, int64_t ntasks, task_fn fn, void *ctx) {
         if (have < helpers) helpers = have;
         if (helpers > 0) {
             uint32_t gen = atomic_load_explicit(&g_pool.gen, memory_order_relaxed) + 1;
-            atomic_store_explicit(&g_pool.fn, fn, memory_order_relaxed);
-            atomic_store_explicit(&g_pool.ctx, ctx, memory_order_relaxed);
-            atomic_store_explicit(&g_pool.ntasks, ntasks, memory_order_relaxed);
+            atomic_store_explicit(&g_pool.fn, fn, memory_order_release);
+            atomic_store_explicit(&g_pool.ctx, ctx, memory_order_release);
+            atomic_store_explicit(&g_pool.ntasks, ntasks, memory_order_release);
             atomic_store_explicit(&g_pool.helpers, helpers, memory_order_relaxed);
             atomic_store_explicit(&g_pool.done, 0, memory_order_relaxed);
             atomic_store_explicit(&g_pool.state, (uint64_t)gen << 32, memory_order_release);
