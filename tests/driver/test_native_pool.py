@@ -251,3 +251,19 @@ def test_fully_connected_on_few_rows_does_not_depend_on_the_thread_count(rng, m)
     np.testing.assert_array_equal(_with_threads(2, run), one)
     ref = np.clip(a.astype(np.float64) @ b.astype(np.float64) + bias, -1.0, 1.0)
     np.testing.assert_allclose(one, ref, rtol=1e-5, atol=k * 2e-7)
+
+
+@needs_native
+def test_idle_workers_stop_spinning():
+    """After a split job the workers spin for the bounded window only, then sleep: a process that
+    waits uses no CPU (the thread CPU clocks of the whole process barely move while it sleeps)."""
+    import time
+
+    m, k, n = 196, 256, 256
+    a, bias = np.ones((m, k), np.float32), np.zeros(n, np.float32)
+    w = _fast.GemmWeights(np.ones((k, n), np.float32))
+    _with_threads(2, lambda: _packed_gemm(a, w, bias, -1.0, 1.0))  # the workers exist and ran
+    time.sleep(0.05)  # past the spin window (100 us by default)
+    before = time.process_time()
+    time.sleep(0.3)
+    assert time.process_time() - before < 0.05
