@@ -210,7 +210,7 @@ def test_another_client_cannot_use_a_cached_request(tmp_path):
             mem_id = a._memories[id(pool)][0]
             args = {"prepared": prepared.handle, "request": _wire_request(mem_id)}
             a.call("executeSynchronously", args)
-            assert _hits(a) >= 2
+            assert _hits(a) >= 1
             # B names A's prepared model and A's memory id: both unknown to B.
             with pytest.raises(HalError, match="unknown prepared model handle|has not mapped"):
                 b.call("executeSynchronously", args)
