@@ -28,10 +28,12 @@
 
 static int g_threads = 1;
 
-/* Work (elements) below which an operation stays on the calling thread, some tens of microseconds of
- * it: the caller starts on the tasks at once and a worker joins when it is up (about a microsecond
- * when it spins, tens when it sleeps), so splitting pays from a few tasks' worth of work. */
-#define PARALLEL_WORK (1 << 17)
+/* Work (elements) below which an operation stays on the calling thread, about 50 us of it. The caller
+ * starts on the tasks at once and a worker joins when it is up (about a microsecond when it spins,
+ * tens when it sleeps), so shorter jobs would pay on a quiet machine; on a busy one every job handed
+ * to a worker risks waiting for it (measured: MobileNet 0.25 twice as slow on two threads as on one
+ * with jobs from 10 us), so only work that a second core clearly shortens is split. */
+#define PARALLEL_WORK (1 << 18)
 
 /* Channel count limit of mk_depthwise_q8 (its per-thread accumulators live on the stack). */
 #define MAX_DW_CHANNELS 4096
@@ -102,10 +104,10 @@ static _Atomic int64_t g_spin_ns = 100000;
 static _Atomic int64_t g_nospin_until = 0;
 
 /* When the caller waited this long for a task a worker had claimed, and four times as long as its own
- * tasks took, the worker was descheduled mid-task (a busy machine: tasks take tens of microseconds);
+ * tasks took, the worker was descheduled mid-task (a busy machine);
  * jobs then run on the caller's thread alone for BACKOFF_NS, so that two threads are never slower
  * than one for long. */
-#define STALL_NS 300000
+#define STALL_NS 50000
 #define BACKOFF_NS 100000000
 static _Atomic int64_t g_backoff_until = 0;
 static _Atomic int64_t g_backoffs = 0;
@@ -341,8 +343,8 @@ static void sgemm_block(const float *a, const float *b, float *c, int64_t n, int
     epilogue_block(c, n, r0, r1, c0, c1, e);
 }
 
-/* Multiply-adds below which a GEMM stays on one thread (about 20 us of it). */
-#define PARALLEL_GEMM (1 << 21)
+/* Multiply-adds below which a GEMM stays on one thread (about 40 us of it). */
+#define PARALLEL_GEMM (1 << 22)
 
 /* GEMMs with few terms per output (K <= SMALL_K: the expansion layers of MobileNet v2, a first
  * convolution's 27) are where BLAS is least efficient; this loop keeps a 4 x 16 block of C in
@@ -829,9 +831,8 @@ static void packed_task(void *ctx, int64_t t) {
     gemm_packed_block(a, j->bp, j->c + r0 * j->n, j->n, j->k, 0, r1 - r0, g0, g1, &part);
 }
 
-/* Multiply-adds below which a GEMM on packed weights stays on one thread (about 10 us of it: it
- * calls no BLAS, so a split costs only the hand-out of its tasks). */
-#define PARALLEL_PACKED_GEMM (1 << 20)
+/* Multiply-adds below which a GEMM on packed weights stays on one thread (about 40 us of it). */
+#define PARALLEL_PACKED_GEMM (1 << 22)
 
 /* Bytes of packed B one task multiplies (its panels stay in L2 while the task's rows stream by). */
 #define PACKED_B_CHUNK (256 << 10)
@@ -1394,9 +1395,10 @@ static inline void dw_inside4_f32(const float *corner, int64_t step, const int64
     }
 }
 
-/* Depthwise work (multiply-adds) below which it stays on the calling thread: a depthwise
- * multiply-add costs several GEMM ones (one output per few taps, no reuse of a register block). */
-#define DW_PARALLEL_WORK (1 << 17)
+/* Depthwise work (multiply-adds) below which it stays on the calling thread, about 70 us of it: a
+ * depthwise multiply-add costs several GEMM ones (one output per few taps, no reuse of a register
+ * block). */
+#define DW_PARALLEL_WORK (1 << 19)
 
 typedef struct {
     const void *x;
