@@ -169,7 +169,8 @@ def prepare_quant8(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
             return [finish(scaled_exps(inv, bits_over_unit, exp_f0[index]))]
         # Long rows: count each row's table entries, compute the 256 possible outputs per row (the
         # arithmetic above on the table instead of on every element) and look the entries up.
-        moved = np.moveaxis(x, ax, -1)
+        last = ax == x.ndim - 1
+        moved = x if last else np.moveaxis(x, ax, -1)
         index = moved.reshape(-1, n).astype(np.int16)
         rows = index.shape[0]
         index -= index.max(axis=1, keepdims=True)
@@ -182,6 +183,6 @@ def prepare_quant8(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
         inv, bits_over_unit = row_reciprocals(total)
         table = finish(scaled_exps(inv[:, None], bits_over_unit[:, None], exp_f0))
         y = table.reshape(-1)[flat].reshape(moved.shape)
-        return [np.ascontiguousarray(np.moveaxis(y, -1, ax))]
+        return [y if last else np.ascontiguousarray(np.moveaxis(y, -1, ax))]
 
     return run
