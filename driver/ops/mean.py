@@ -62,7 +62,7 @@ def _quant_mean(name: str, x_info: ArgInfo, out: ArgInfo) -> QuantReducer:
             acc_type: type = np.uint16 if n * x_hi <= 0xFFFF else np.int32
         else:
             acc_type = np.int16 if n * -x_lo <= 0x7FFF else np.int32
-        raw = np.add.reduce(x, axis=axes, dtype=acc_type, keepdims=keep)
+        raw = np.add.reduce(x, axis=axes, dtype=acc_type, keepdims=keep)  # type: ignore[call-overload]
         if x_lo:
             raw = raw.astype(np.intp)
             raw -= n * x_lo
