@@ -29,6 +29,7 @@ from mlts.hal.enums import OperandType, OperationType
 
 # Up to this many reduced elements (a 1 MiB table), the outputs of every possible sum are a table.
 TABLE_MAX_COUNT = 4096
+MAX_TABLES = 4  # counts whose tables are kept (one per input shape seen)
 
 
 def _quant_mean(name: str, x_info: ArgInfo, out: ArgInfo) -> QuantReducer:
@@ -49,7 +50,8 @@ def _quant_mean(name: str, x_info: ArgInfo, out: ArgInfo) -> QuantReducer:
         table = tables.get(n)
         if table is None:
             table = from_sums(np.arange(n * x_lo, n * x_hi + 1, dtype=np.int64) - n * zp_in, n)
-            tables[n] = table
+            if len(tables) < MAX_TABLES:
+                tables[n] = table
         return table
 
     def mean(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
