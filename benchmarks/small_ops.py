@@ -16,6 +16,7 @@ every figure.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -106,13 +107,8 @@ def main() -> None:
                 times.append(time.perf_counter() - t0)
             us = statistics.median(times) * 1e6
         else:
-            us = (
-                statistics.median(
-                    timeit.repeat(lambda run=run, args=args: run(args), number=a.calls, repeat=7)
-                )
-                / a.calls
-                * 1e6
-            )
+            call = functools.partial(run, args)
+            us = statistics.median(timeit.repeat(call, number=a.calls, repeat=7)) / a.calls * 1e6
         print(f"{name:36s} {us:9.2f} µs")
 
 
