@@ -66,6 +66,8 @@ class Variant:
 
 
 _check_deadline_before = qos.check_deadline_before
+_perf_ns = time.perf_counter_ns
+_NOT_MEASURED = Timing()
 
 
 def _memory_option(text: str | None, name: str) -> int | None:
@@ -305,14 +307,16 @@ class SamplePreparedModel(PreparedModel):
         deadline: int | None = None,
         loop_timeout_duration: int | None = None,
     ) -> ExecutionResult:
-        t0 = time.perf_counter_ns()
+        t0 = _perf_ns()
         if self._closed.is_set():
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "prepared model was released")
-        budget, gate = self.device.budget, self.device.gate
+        device = self.device
+        budget, gate, plan = device.budget, device.gate, self.plan
         # The ticket covers the whole call, checks and output copies included: the client's lower-priority
         # executions pause at their next operation from the moment this one arrives until its outputs
         # are written, so none of this execution's own work competes with them for the CPU.
-        with gate.running(self.priority) as ticket:
+        ticket = gate.enter(self.priority)
+        try:
             # A request object seen before (and naming no driver buffer) was validated then: reuse its layout.
             io = self._io.get(request)
             if io is None:
@@ -320,8 +324,9 @@ class SamplePreparedModel(PreparedModel):
                 validate.validate_request(request, self.model)
             if loop_timeout_duration is not None:
                 validate.validate_loop_timeout(loop_timeout_duration)
-            _check_deadline_before(deadline, "executeSynchronously")
-            self._check_feasible(deadline)
+            if deadline is not None:
+                _check_deadline_before(deadline, "executeSynchronously")
+                self._check_feasible(deadline)
             held = budget.reserve(self._work_bytes, "the execution's working set")
             try:
                 if io is None:
@@ -329,23 +334,36 @@ class SamplePreparedModel(PreparedModel):
                     self._io.put(io)
                 inputs = io.read_inputs(self.buffers)
                 # Output buffers too small for shapes known in advance fail here, before any kernel runs.
-                self.plan.shape_pass(inputs, io.limits)
+                if io.checked_budget != plan.memory_budget:
+                    io.static_fits = plan.static_fits(io.limits)
+                    io.checked_budget = plan.memory_budget
+                checked = io.static_fits
+                predicted = None if checked else plan.shape_pass(inputs, io.limits)
                 op_times: list[tuple[int, int]] | None = [] if request.measure_operations else None
-                t1 = time.perf_counter_ns()
-                outputs = self.plan.run(
-                    inputs, qos.checkpoint(deadline, gate, ticket), loop_timeout_duration, op_times=op_times
+                checkpoint = qos.checkpoint(deadline, gate, ticket)
+                t1 = _perf_ns()
+                outputs = plan.run(
+                    inputs,
+                    checkpoint,
+                    loop_timeout_duration,
+                    op_times=op_times,
+                    checked=checked,
+                    predicted=predicted,
                 )
-                t2 = time.perf_counter_ns()
+                t2 = _perf_ns()
                 if not ticket.paused:
-                    self._record(t2 - t1)
+                    fastest = self._fastest_ns
+                    if fastest is None or t2 - t1 < fastest:
+                        self._record(t2 - t1)
                 shapes = io.write_outputs(outputs, self.buffers)
             finally:
                 budget.release(held)
-        t3 = time.perf_counter_ns()
+        finally:
+            gate.leave(ticket)
         if measure == MeasureTiming.YES:
-            timing = Timing(time_on_device=(t2 - t1) // 1000, time_in_driver=(t3 - t0) // 1000)
+            timing = Timing((t2 - t1) // 1000, (_perf_ns() - t0) // 1000)
         else:
-            timing = Timing()
+            timing = _NOT_MEASURED
         return ExecutionResult(shapes, timing, None if op_times is None else from_pairs(op_times))
 
     def _record(self, ns: int) -> None:

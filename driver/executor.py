@@ -29,7 +29,8 @@ from driver.control_flow import CONTROL_FLOW, referenced_subgraphs
 from driver.operands import arg_info, constant_value, dtype_of
 from driver.ops import kernel_for
 from driver.ops._base import ArgInfo, PackedArrays, Prepare, Run, packing_step
-from driver.ops._workspace import WorkspacePool, activate, current, deactivate
+from driver.ops._workspace import CURRENT as _CURRENT
+from driver.ops._workspace import WorkspacePool, current
 from mlts.hal.enums import ErrorStatus, OperandLifeTime, OperandType, OperationType
 from mlts.hal.errors import HalError
 from mlts.hal.extensions import ExtensionSpec, OperationView, resolve, validate_operation
@@ -61,6 +62,10 @@ def type_name(code: int) -> str:
         return f"type {code}"
 
 
+def _no_kernel(args: Sequence[Any]) -> list[np.ndarray]:
+    raise HalError(ErrorStatus.GENERAL_FAILURE, "control flow runs inside a plan, not as a kernel")
+
+
 @dataclass(slots=True)
 class Step:
     index: int
@@ -76,6 +81,9 @@ class Step:
     number: int = 0  # the step's number across subgraphs (main first): keys packed arrays and buffers
     label: str = ""  # how errors name the operation (operation_label), made once at prepare
     single: bool = False  # exactly one output (the common case, checked without a loop)
+    direct: Callable[[Sequence[Any]], list[np.ndarray]] = (
+        _no_kernel  # `run` when every model input has a value
+    )
 
 
 def operation_label(index: int, code: int, sub_index: int = -1, model: Model | None = None) -> str:
@@ -124,10 +132,6 @@ def prepare_operation(
         raise HalError(
             ErrorStatus.GENERAL_FAILURE, f"{label}: prepare failed: {type(e).__name__}: {e}"
         ) from None
-
-
-def _no_kernel(args: Sequence[Any]) -> list[np.ndarray]:
-    raise HalError(ErrorStatus.GENERAL_FAILURE, "control flow runs inside a plan, not as a kernel")
 
 
 def step_offset(model: Model, sub_index: int) -> int:
@@ -190,7 +194,8 @@ class Plan:
                 last_read[i] = s
         keep = set(self.output_indexes) | set(self.constants)
         # Operands a request (or an enclosing IF/WHILE) may leave without a value.
-        may_lack = set(self.input_indexes) | {i for i, v in self.constants.items() if v is None}
+        inputs = set(self.input_indexes)
+        may_lack = inputs | {i for i, v in self.constants.items() if v is None}
         base = step_offset(model, sub_index)
         self.steps: list[Step] = []
         for s, op in enumerate(sub.operations):
@@ -213,7 +218,12 @@ class Plan:
                 if not any(i in may_lack for i in op.inputs):
                     # Every input is a constant or another operation's result: never without a value.
                     step.run = getattr(step.run, "direct", step.run)
+                step.direct = step.run
+                if not any(i in may_lack and i not in inputs for i in op.inputs):
+                    # Only model inputs may lack a value: a run whose inputs all have one skips the check.
+                    step.direct = getattr(step.run, "direct", step.run)
             self.steps.append(step)
+        self._control = any(st.control is not None for st in self.steps)
         self.memory_budget = shapes.DEFAULT_MEMORY_BUDGET
         self._output_of = {idx: k for k, idx in enumerate(self.output_indexes)}
         self._declared_outputs = tuple(tuple(sub.operands[i].dimensions) for i in self.output_indexes)
@@ -317,6 +327,9 @@ class Plan:
         loop_timeout_ns: int | None = None,
         output_limits: Sequence[int | None] | None = None,
         op_times: list[tuple[int, int]] | None = None,
+        *,
+        checked: bool = False,
+        predicted: list[list[shapes.Shape] | None] | None = None,
     ) -> list[np.ndarray]:
         """Run the plan on the model inputs (in input_indexes order); returns the outputs.
 
@@ -329,21 +342,36 @@ class Plan:
         `op_times`, when given, gets (operation index, ns) appended for every operation of this
         subgraph as it runs, the kernel call only; an IF or WHILE counts once, its referenced
         subgraphs' operations included in its time (mlts.hal.operation_times).
+
+        A caller that already did the checks says so: `checked` when `static_fits(output_limits)`
+        held, `predicted` when it ran `shape_pass(inputs, output_limits)` itself (its result).
         """
         timeout = LOOP_TIMEOUT_DEFAULT_NS if loop_timeout_ns is None else loop_timeout_ns
-        ctx = control_flow.RunContext(checkpoint, timeout)
-        fast = self._static_fits(output_limits)
-        predicted = None if fast else self.shape_pass(inputs, output_limits)
+        fast = checked or self._static_fits(output_limits)
+        if not fast and predicted is None:
+            predicted = self.shape_pass(inputs, output_limits)
         ws = self.workspaces.acquire()
-        token = activate(ws)
+        token = _CURRENT.set(ws)
         try:
-            outputs = self._run_steps(inputs, ctx, ws, output_limits, predicted, fast, op_times)
+            if fast and not self._control:  # a static plan never has IF or WHILE steps
+                outputs = self._run_checked(inputs, checkpoint, ws, op_times)
+            else:
+                ctx = control_flow.RunContext(checkpoint, timeout)
+                outputs = self._run_steps(inputs, ctx, ws, output_limits, predicted, fast, op_times)
             owns = ws.owns
-            return [np.array(o, copy=True) if owns(o) else o for o in outputs]
+            for k, o in enumerate(outputs):
+                if owns(o):
+                    outputs[k] = np.array(o, copy=True)
+            return outputs
         finally:
-            deactivate(token)
+            _CURRENT.reset(token)
             ws.step = -1
             self.workspaces.release(ws)
+
+    def static_fits(self, output_limits: Sequence[int | None] | None) -> bool:
+        """True when every size of a run with these output buffers is checked already (a static plan
+        within the memory budget whose outputs fit): then `run(..., checked=True)` checks nothing."""
+        return self._static_fits(output_limits)
 
     def run_in(self, inputs: Sequence[Any], ctx: control_flow.RunContext) -> list[np.ndarray]:
         """Run with the context of the enclosing execution (what IF and WHILE call for their subgraphs).
@@ -359,7 +387,10 @@ class Plan:
             and self._static_fits(None)
             and all(np.shape(a) == d for a, d in zip(inputs, want, strict=True))
         )
-        outputs = self._run_steps(inputs, ctx, ws, None, None, fast)
+        if fast and not self._control:
+            outputs = self._run_checked(inputs, ctx.checkpoint, ws)
+        else:
+            outputs = self._run_steps(inputs, ctx, ws, None, None, fast)
         if ws is None:
             return outputs
         return [np.array(o, copy=True) if isinstance(o, np.ndarray) and ws.owns(o) else o for o in outputs]
@@ -439,6 +470,77 @@ class Plan:
                 if not checked:
                     held.pop(idx, None)
         return [values[i] for i in self.output_indexes]
+
+    def _run_checked(
+        self,
+        inputs: Sequence[Any],
+        checkpoint: Checkpoint | None,
+        ws,
+        op_times: list[tuple[int, int]] | None = None,
+    ) -> list:
+        """`_run_steps` for a plan without IF or WHILE whose sizes were all checked in advance: the
+        per-operation floor.
+
+        Per step: the checkpoint, the workspace's step number, the arguments gathered, the kernel
+        (its `direct` form when every model input has a value), and its result checked against the
+        declared shape and dtype (identity first, then equality).
+        """
+        values = self._template.copy()
+        complete = True
+        for idx, arr in zip(self.input_indexes, inputs, strict=True):
+            values[idx] = arr
+            if arr is None:
+                complete = False
+        get = values.__getitem__
+        perf_ns = time.perf_counter_ns
+        for step in self.steps:
+            if checkpoint is not None:
+                checkpoint(step.index)
+            if ws is not None:
+                ws.step = step.number
+            args = list(map(get, step.inputs))
+            run = step.direct if complete else step.run
+            try:
+                if op_times is None:
+                    results = run(args)
+                else:
+                    t0 = perf_ns()
+                    results = run(args)
+                    op_times.append((step.index, perf_ns() - t0))
+            except HalError as e:
+                raise HalError(e.status, f"{step.label}: {e.message}", e.output_shapes) from None
+            except Exception as e:
+                raise HalError(
+                    ErrorStatus.GENERAL_FAILURE,
+                    f"{step.label} failed on inputs {describe_args(args)}: {type(e).__name__}: {e}",
+                ) from None
+            if step.single and len(results) == 1:
+                arr = results[0]
+                idx = step.outputs[0]
+                want = step.out_dtypes[0]
+                dtype = arr.dtype
+                if arr.shape != step.out_shapes[0] or (dtype is not want and dtype != want):
+                    arr = check_output(step, idx, self.sub.operands[idx], want, arr)
+                values[idx] = arr
+            else:
+                self._store(step, results, values)
+            for idx in step.release:
+                values[idx] = None
+        return [values[i] for i in self.output_indexes]
+
+    def _store(self, step: Step, results: Sequence[Any], values: list) -> None:
+        """A step's results into `values`, each checked against its operand (the general case)."""
+        if len(results) != len(step.outputs):
+            raise HalError(
+                ErrorStatus.GENERAL_FAILURE,
+                f"{step.label}: kernel returned {len(results)} outputs, expected {len(step.outputs)}",
+            )
+        for idx, want, declared_shape, arr in zip(
+            step.outputs, step.out_dtypes, step.out_shapes, results, strict=True
+        ):
+            if declared_shape is None or arr.shape != declared_shape or arr.dtype != want:
+                arr = check_output(step, idx, self.sub.operands[idx], want, arr)
+            values[idx] = arr
 
     def _check_step(
         self,
