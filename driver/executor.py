@@ -330,7 +330,8 @@ class Plan:
         *,
         checked: bool = False,
         predicted: list[list[shapes.Shape] | None] | None = None,
-    ) -> list[np.ndarray]:
+        sink: Callable[[list[np.ndarray]], Any] | None = None,
+    ) -> Any:
         """Run the plan on the model inputs (in input_indexes order); returns the outputs.
 
         `checkpoint` is called before every operation, inside referenced subgraphs too; a WHILE loop
@@ -345,6 +346,8 @@ class Plan:
 
         A caller that already did the checks says so: `checked` when `static_fits(output_limits)`
         held, `predicted` when it ran `shape_pass(inputs, output_limits)` itself (its result).
+        With `sink`, the run returns `sink(outputs)`, called while the workspace is still held, so
+        results that live in it are read in place (the driver copies them to the request's pools).
         """
         timeout = LOOP_TIMEOUT_DEFAULT_NS if loop_timeout_ns is None else loop_timeout_ns
         fast = checked or self._static_fits(output_limits)
@@ -358,6 +361,8 @@ class Plan:
             else:
                 ctx = control_flow.RunContext(checkpoint, timeout)
                 outputs = self._run_steps(inputs, ctx, ws, output_limits, predicted, fast, op_times)
+            if sink is not None:
+                return sink(outputs)
             owns = ws.owns
             for k, o in enumerate(outputs):
                 if owns(o):
