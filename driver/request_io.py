@@ -208,25 +208,25 @@ class IoCache:
 
     def __init__(self, size: int = CACHED_REQUESTS) -> None:
         self.size = size
-        self._entries: dict[int, RequestIo] = {}
+        self.entries: dict[int, RequestIo] = {}  # id(request) -> layout; read without the lock
         self._lock = threading.Lock()
 
     def get(self, request: Request) -> RequestIo | None:
-        io = self._entries.get(id(request))
+        io = self.entries.get(id(request))
         return io if io is not None and io.request is request else None
 
     def put(self, io: RequestIo) -> None:
         if not io.cacheable:
             return
         with self._lock:
-            self._entries.pop(id(io.request), None)
-            self._entries[id(io.request)] = io
-            while len(self._entries) > self.size:
-                del self._entries[next(iter(self._entries))]
+            self.entries.pop(id(io.request), None)
+            self.entries[id(io.request)] = io
+            while len(self.entries) > self.size:
+                del self.entries[next(iter(self.entries))]
 
     def clear(self) -> None:
         with self._lock:
-            self._entries.clear()
+            self.entries.clear()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.entries)

@@ -159,8 +159,15 @@ class Session:
         assert self.prepared is not None
         prepared = self.prepared
 
-        def once() -> ExecutionResult:
-            return execute(prepared, request, self.measure, self.mode, self._deadline(), self.loop_timeout_ns)
+        measure, mode, loop_timeout = self.measure, self.mode, self.loop_timeout_ns
+        if self.deadline_ms is None:
+
+            def once() -> ExecutionResult:
+                return execute(prepared, request, measure, mode, None, loop_timeout)
+        else:
+
+            def once() -> ExecutionResult:
+                return execute(prepared, request, measure, mode, self._deadline(), loop_timeout)
 
         return call_with_retries(once, self.retry, self.retry_stats)
 
