@@ -23,47 +23,27 @@ from typing import Any
 
 import numpy as np
 
-import driver.ops  # noqa: F401  (registers every kernel)
 from driver import control_flow, shapes
 from driver.control_flow import CONTROL_FLOW, referenced_subgraphs
-from driver.operands import arg_info, constant_value, dtype_of
-from driver.ops import kernel_for
-from driver.ops._base import ArgInfo, PackedArrays, Prepare, Run, packing_step
+from driver.operands import constant_value, dtype_of
+from driver.operation_kernel import (  # noqa: F401  (the plan's public helpers, imported from here too)
+    Checkpoint,
+    check_output,
+    deadline_checkpoint,
+    describe_args,
+    no_kernel,
+    op_name,
+    operation_label,
+    prepare_operation,
+    type_name,
+)
+from driver.ops._base import PackedArrays, packing_step
 from driver.ops._workspace import CURRENT as _CURRENT
 from driver.ops._workspace import WorkspacePool, current
-from mlts.hal.enums import ErrorStatus, OperandLifeTime, OperandType, OperationType
+from mlts.hal.enums import ErrorStatus, OperandLifeTime
 from mlts.hal.errors import HalError
-from mlts.hal.extensions import ExtensionSpec, OperationView, resolve, validate_operation
+from mlts.hal.extensions import ExtensionSpec
 from mlts.hal.types import LOOP_TIMEOUT_DEFAULT_NS, Model
-
-# Deadline check between operations: called with the operation index; raises to abort.
-Checkpoint = Callable[[int], None]
-
-
-def op_name(code: int, model: Model | None = None) -> str:
-    try:
-        return OperationType(code).name
-    except ValueError:
-        pass
-    if model is not None:
-        try:
-            found = resolve(model, code)
-        except HalError:
-            found = None
-        if found is not None:
-            return f"{found[0]}:{found[1]}"
-    return f"operation type {code}"
-
-
-def type_name(code: int) -> str:
-    try:
-        return OperandType(code).name
-    except ValueError:
-        return f"type {code}"
-
-
-def _no_kernel(args: Sequence[Any]) -> list[np.ndarray]:
-    raise HalError(ErrorStatus.GENERAL_FAILURE, "control flow runs inside a plan, not as a kernel")
 
 
 @dataclass(slots=True)
@@ -82,56 +62,8 @@ class Step:
     label: str = ""  # how errors name the operation (operation_label), made once at prepare
     single: bool = False  # exactly one output (the common case, checked without a loop)
     direct: Callable[[Sequence[Any]], list[np.ndarray]] = (
-        _no_kernel  # `run` when every model input has a value
+        no_kernel  # `run` when every model input has a value
     )
-
-
-def operation_label(index: int, code: int, sub_index: int = -1, model: Model | None = None) -> str:
-    """How errors name an operation: its index, its type and, outside main, its subgraph."""
-    where = "" if sub_index < 0 else f" of referenced subgraph {sub_index}"
-    return f"operation {index}{where} ({op_name(code, model)})"
-
-
-def prepare_operation(
-    model: Model, index: int, extensions: Sequence[ExtensionSpec] = (), sub_index: int = -1
-) -> Callable[[Sequence[Any]], list[np.ndarray]]:
-    """Ask the kernel for operation `index` of a subgraph (-1: main) to prepare; errors name the operation.
-
-    An extension operation is first validated by its declared rule (`extensions`, the driver's own);
-    its kernel is `prepare(view, ins, outs)`. IF and WHILE have no kernel: the plan runs them
-    (driver.control_flow); here they are checked by preparing every operation of the subgraphs
-    they reference.
-    """
-    sub = model.subgraph(sub_index)
-    op = sub.operations[index]
-    label = operation_label(index, op.type, sub_index, model)
-    if op.type in CONTROL_FLOW:
-        for r in referenced_subgraphs(model, sub, op):
-            for j in range(len(model.referenced[r].operations)):
-                prepare_operation(model, j, extensions, r)
-        return _no_kernel
-    prepare: Prepare | None
-    if resolve(model, op.type) is not None:
-        spec, declared = validate_operation(model, index, extensions)
-        view = OperationView(model, op, f"operation {index} ({spec.name}:{declared.name})", spec)
-        kernel = declared.kernel
-
-        def prepare(i: Sequence[ArgInfo], o: Sequence[ArgInfo]) -> Run:
-            return kernel(view, i, o)
-    else:
-        prepare = kernel_for(op.type)
-    if prepare is None:
-        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{label}: no kernel for this operation")
-    ins = [arg_info(model, sub.operands[i]) for i in op.inputs]
-    outs = [arg_info(model, sub.operands[i]) for i in op.outputs]
-    try:
-        return prepare(ins, outs)
-    except HalError as e:
-        raise HalError(e.status, f"{label}: {e.message}") from None
-    except Exception as e:  # a kernel bug must not take the driver down
-        raise HalError(
-            ErrorStatus.GENERAL_FAILURE, f"{label}: prepare failed: {type(e).__name__}: {e}"
-        ) from None
 
 
 def step_offset(model: Model, sub_index: int) -> int:
@@ -204,7 +136,7 @@ class Plan:
             out_shapes = tuple(_known_shape(sub.operands[i].dimensions) for i in op.outputs)
             declared = tuple(tuple(sub.operands[i].dimensions) for i in op.outputs)
             step = Step(
-                s, op.type, _no_kernel, op.inputs, op.outputs, release, out_dtypes, out_shapes, declared
+                s, op.type, no_kernel, op.inputs, op.outputs, release, out_dtypes, out_shapes, declared
             )
             step.number = base + s
             step.single = len(op.outputs) == 1
@@ -490,9 +422,14 @@ class Plan:
         (its `direct` form when every model input has a value), and its result checked against the
         declared shape and dtype (identity first, then equality).
         """
+        if len(inputs) != len(self.input_indexes):
+            raise HalError(
+                ErrorStatus.GENERAL_FAILURE,
+                f"the plan takes {len(self.input_indexes)} inputs, {len(inputs)} were given",
+            )
         values = self._template.copy()
         complete = True
-        for idx, arr in zip(self.input_indexes, inputs, strict=True):
+        for idx, arr in zip(self.input_indexes, inputs, strict=False):  # lengths checked above
             values[idx] = arr
             if arr is None:
                 complete = False
@@ -531,7 +468,7 @@ class Plan:
                 self._store(step, results, values)
             for idx in step.release:
                 values[idx] = None
-        return [values[i] for i in self.output_indexes]
+        return list(map(get, self.output_indexes))
 
     def _store(self, step: Step, results: Sequence[Any], values: list) -> None:
         """A step's results into `values`, each checked against its operand (the general case)."""
@@ -590,32 +527,6 @@ def _known_shape(dims: Sequence[int]) -> tuple[int, ...] | None:
     return tuple(dims) if dims and all(dims) else None
 
 
-def describe_args(args: Sequence[Any]) -> str:
-    parts = []
-    for a in args:
-        if isinstance(a, np.ndarray):
-            parts.append(f"{a.dtype}{list(a.shape)}")
-        else:
-            parts.append(repr(a))
-    return "(" + ", ".join(parts) + ")"
-
-
-def check_output(step: Step, index: int, operand, want: np.dtype, arr: np.ndarray) -> np.ndarray:
-    """The kernel's result must have the operand's dtype `want` and agree with its known dimensions."""
-    if arr.dtype != want:
-        raise HalError(
-            ErrorStatus.GENERAL_FAILURE,
-            f"operation {step.index} ({op_name(step.type)}): output operand {index} is {arr.dtype}, expected {want} ({type_name(operand.type)})",
-        )
-    dims = operand.dimensions
-    if dims and (len(dims) != arr.ndim or any(d and d != a for d, a in zip(dims, arr.shape, strict=False))):
-        raise HalError(
-            ErrorStatus.GENERAL_FAILURE,
-            f"operation {step.index} ({op_name(step.type)}): output operand {index} has shape {list(arr.shape)}, model declares {list(dims)}",
-        )
-    return arr
-
-
 def run_model(
     model: Model,
     inputs: Sequence[np.ndarray],
@@ -632,15 +543,3 @@ def run_model(
     for idx, arr in zip(sub.input_indexes, inputs, strict=True):
         cast.append(np.ascontiguousarray(arr, dtype=dtype_of(sub.operands[idx].type)))
     return [np.array(o, copy=True) for o in plan.run(cast, loop_timeout_ns=loop_timeout_ns)]
-
-
-def deadline_checkpoint(deadline_ns: int | None) -> Checkpoint | None:
-    """MISSED_DEADLINE_TRANSIENT when the deadline passes during the work (checked before every operation)."""
-    if deadline_ns is None:
-        return None
-
-    def check(index: int) -> None:
-        if time.monotonic_ns() > deadline_ns:
-            raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed before operation {index}")
-
-    return check
