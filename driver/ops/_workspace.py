@@ -102,7 +102,11 @@ def output(shape: tuple[int, ...], dtype: np.dtype | type, slot: int = 0) -> np.
     ws = _CURRENT.get()
     if ws is None:
         return np.empty(shape, dtype=dtype)
-    return ws.get((ws.step, slot), shape, dtype)
+    key = (ws.step, slot)
+    cached = ws._views.get(key)  # the hit of `Workspace.get`, inlined: every operation asks once
+    if cached is not None and cached[1] == shape and cached[2] == dtype:
+        return cached[0]
+    return ws.get(key, shape, dtype)
 
 
 def address(arr: np.ndarray) -> int:
