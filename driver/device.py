@@ -353,16 +353,20 @@ class SamplePreparedModel(PreparedModel):
                     done.append(_perf_ns())
                     return io.write_outputs(outputs, buffers)
 
+                checkpoint = qos.checkpoint(deadline, gate, ticket)
                 t1 = _perf_ns()
-                shapes = plan.run(
-                    inputs,
-                    qos.checkpoint(deadline, gate, ticket),
-                    loop_timeout_duration,
-                    op_times=op_times,
-                    checked=checked,
-                    predicted=predicted,
-                    sink=write,
-                )
+                if checked and op_times is None:  # a static plan has no WHILE: no loop timeout either
+                    shapes = plan.run_into(inputs, checkpoint, write)
+                else:
+                    shapes = plan.run(
+                        inputs,
+                        checkpoint,
+                        loop_timeout_duration,
+                        op_times=op_times,
+                        checked=checked,
+                        predicted=predicted,
+                        sink=write,
+                    )
                 t2 = done[0]
                 if not ticket.paused:
                     fastest = self._fastest_ns

@@ -305,6 +305,21 @@ class Plan:
             ws.step = -1
             self.workspaces.release(ws)
 
+    def run_into(
+        self, inputs: Sequence[np.ndarray | None], checkpoint: Checkpoint | None, sink: Callable[[list], Any]
+    ) -> Any:
+        """`run(inputs, checkpoint, checked=True, sink=sink)` without the options: the repeated execution
+        of a static plan whose sizes the caller found checked (`static_fits`)."""
+        workspaces = self.workspaces
+        ws = workspaces.acquire()
+        token = _CURRENT.set(ws)
+        try:
+            return sink(self._run_checked(inputs, checkpoint, ws))
+        finally:
+            _CURRENT.reset(token)
+            ws.step = -1
+            workspaces.release(ws)
+
     def static_fits(self, output_limits: Sequence[int | None] | None) -> bool:
         """True when every size of a run with these output buffers is checked already (a static plan
         within the memory budget whose outputs fit): then `run(..., checked=True)` checks nothing."""
