@@ -353,9 +353,10 @@ class Session:
 
     def _refill(self, layout: _Layout, inputs: Sequence[np.ndarray | None]) -> bool:
         """Write `inputs` into a plain layout's input regions if they are arrays of the shapes and
-        dtypes it was made for (False, nothing written, when any is not: the caller lays them out)."""
+        dtypes it was made for; False when one is not (the caller then lays all of them out again)."""
         shapes = layout.key[0]
         dtypes = self._in_dtypes
+        views = layout.in_views
         if len(inputs) != len(shapes):
             return False
         for k, value in enumerate(inputs):
@@ -364,7 +365,7 @@ class Session:
             dtype = value.dtype
             if dtype is not dtypes[k] and dtype != dtypes[k]:
                 return False
-        for value, view in zip(inputs, layout.in_views, strict=True):
+            view = views[k]
             if view is not None:
                 view[...] = value
         return True
