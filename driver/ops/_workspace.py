@@ -94,6 +94,9 @@ def scratch(name: str, shape: tuple[int, ...], dtype: np.dtype | type) -> np.nda
     ws = _CURRENT.get()
     if ws is None:
         return np.empty(shape, dtype=dtype)
+    cached = ws._views.get(name)  # the hit of `Workspace.get`, inlined
+    if cached is not None and cached[1] == shape and cached[2] == dtype:
+        return cached[0]
     return ws.get(name, shape, dtype)
 
 
