@@ -44,7 +44,9 @@ def _token(pool: object) -> int | None:
 
 
 class RequestIo:
-    """The layout of one bound, validated request for one model; read-only once built."""
+    """The layout of one bound, validated request for one model; read-only once built, except for
+    what executions note on it: the result shapes last checked and whether the plan checked every
+    size in advance for these output buffers (`static_fits`, for the plan's `checked_budget`)."""
 
     __slots__ = (
         "request",
