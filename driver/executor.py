@@ -40,6 +40,7 @@ from driver.operation_kernel import (  # noqa: F401  (the plan's public helpers,
 from driver.ops._base import PackedArrays, packing_step
 from driver.ops._workspace import CURRENT as _CURRENT
 from driver.ops._workspace import WorkspacePool, current
+from driver.straight_line import StraightRun, compile_steps
 from mlts.hal.enums import ErrorStatus, OperandLifeTime
 from mlts.hal.errors import HalError
 from mlts.hal.extensions import ExtensionSpec
@@ -75,6 +76,10 @@ def step_offset(model: Model, sub_index: int) -> int:
 
 def total_steps(model: Model) -> int:
     return len(model.main.operations) + sum(len(g.operations) for g in model.referenced)
+
+
+#: The longest plan compiled into one straight-line function (longer ones run the step loop).
+MAX_STRAIGHT_STEPS = 4096
 
 
 class Plan:
@@ -156,6 +161,8 @@ class Plan:
                     step.direct = getattr(step.run, "direct", step.run)
             self.steps.append(step)
         self._control = any(st.control is not None for st in self.steps)
+        self._straight: StraightRun | None = None  # compiled on the first checked run
+        self._straight_tried = False
         self.memory_budget = shapes.DEFAULT_MEMORY_BUDGET
         self._output_of = {idx: k for k, idx in enumerate(self.output_indexes)}
         self._declared_outputs = tuple(tuple(sub.operands[i].dimensions) for i in self.output_indexes)
@@ -442,6 +449,16 @@ class Plan:
                 ErrorStatus.GENERAL_FAILURE,
                 f"the plan takes {len(self.input_indexes)} inputs, {len(inputs)} were given",
             )
+        if op_times is None and ws is not None:
+            straight = self._straight
+            if straight is None and not self._straight_tried:
+                straight = self._compile_straight()
+            if straight is not None:
+                for arr in inputs:
+                    if arr is None:
+                        break
+                else:
+                    return straight(inputs, checkpoint, ws)
         values = self._template.copy()
         complete = True
         for idx, arr in zip(self.input_indexes, inputs, strict=False):  # lengths checked above
@@ -484,6 +501,21 @@ class Plan:
             for idx in step.release:
                 values[idx] = None
         return list(map(get, self.output_indexes))
+
+    def _compile_straight(self) -> StraightRun | None:
+        """The steps as one compiled function (driver.straight_line), made on the first checked run;
+        None for a plan too long to be worth compiling (the loop runs it)."""
+        straight = None
+        if len(self.steps) <= MAX_STRAIGHT_STEPS:
+            try:
+                straight = compile_steps(
+                    self.steps, self.input_indexes, self.output_indexes, self._template, self.sub.operands
+                )
+            except (SyntaxError, RecursionError, MemoryError, ValueError):
+                straight = None  # a function Python will not compile: the loop runs the plan as well
+        self._straight = straight
+        self._straight_tried = True
+        return straight
 
     def _store(self, step: Step, results: Sequence[Any], values: list) -> None:
         """A step's results into `values`, each checked against its operand (the general case)."""

@@ -136,3 +136,88 @@ def test_a_driver_without_a_budget_still_counts_what_executions_hold() -> None:
     assert budget.used == 1 << 40
     budget.release(1 << 40)
     assert budget.used == 0
+
+
+# ------------------------------------------------------------ the straight-line run of a static plan
+
+
+def _split_add_model():
+    """x (2, 6) -> SPLIT into a, b (2, 3) -> s = a + b -> m = s * b; outputs a and m. Hand-computed below."""
+    from mlts.hal.builder import ModelBuilder
+    from mlts.hal.enums import OperandType as T
+    from mlts.hal.enums import OperationType as O
+
+    bld = ModelBuilder()
+    x = bld.add_input(T.TENSOR_FLOAT32, (2, 6))
+    a, b = (bld.add_operand(T.TENSOR_FLOAT32, (2, 3)) for _ in range(2))
+    bld.add_operation(O.SPLIT, [x, bld.add_scalar(1, T.INT32), bld.add_scalar(2, T.INT32)], [a, b])
+    s = bld.add_operand(T.TENSOR_FLOAT32, (2, 3))
+    bld.add_operation(O.ADD, [a, b, bld.add_scalar(0, T.INT32)], [s])
+    m = bld.add_operand(T.TENSOR_FLOAT32, (2, 3))
+    bld.add_operation(O.MUL, [s, b, bld.add_scalar(0, T.INT32)], [m])
+    bld.mark_outputs([a, m])
+    return bld.build()
+
+
+def _loop_only(plan) -> None:
+    plan._straight, plan._straight_tried = None, True
+
+
+def test_straight_line_run_gives_the_loops_results() -> None:
+    from driver.executor import Plan
+
+    x = np.arange(12, dtype=np.float32).reshape(2, 6) - 5.5
+    a, b = x[:, :3], x[:, 3:]
+    fast, slow = Plan(_split_add_model()), Plan(_split_add_model())
+    _loop_only(slow)
+    for plan in (fast, slow):
+        for _ in range(2):  # the first run compiles, the second reuses
+            out_a, out_m = plan.run([x], checked=True)
+            np.testing.assert_array_equal(out_a, a)
+            np.testing.assert_array_equal(out_m, (a + b) * b)
+    assert fast._straight is not None and slow._straight is None
+
+
+def test_straight_line_run_reports_errors_as_the_loop_does() -> None:
+    from driver.executor import Plan
+
+    x = np.ones((2, 6), np.float32)
+    messages = []
+    for straight in (True, False):
+        plan = Plan(_split_add_model())
+        if not straight:
+            _loop_only(plan)
+        plan.run([x], checked=True)
+        step = plan.steps[1]  # ADD: kernels replaced after the first run take effect
+        got = []
+        for kernel in (
+            lambda args: (_ for _ in ()).throw(HalError(ErrorStatus.INVALID_ARGUMENT, "bad")),
+            lambda args: (_ for _ in ()).throw(ValueError("broken")),
+            lambda args: [np.zeros((2, 3), np.float64)],
+            lambda args: [np.zeros((2, 3), np.float32)] * 2,
+        ):
+            step.run = step.direct = kernel
+            with pytest.raises(HalError) as info:
+                plan.run([x], checked=True)
+            got.append((info.value.status, info.value.message))
+
+        def late(index: int) -> None:
+            raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed before operation {index}")
+
+        with pytest.raises(HalError) as info:
+            plan.run([x], late, checked=True)
+        got.append((info.value.status, info.value.message))
+        messages.append(got)
+    assert messages[0] == messages[1]
+    statuses = [s for s, _ in messages[0]]
+    assert statuses == [ErrorStatus.INVALID_ARGUMENT] + [ErrorStatus.GENERAL_FAILURE] * 3 + [
+        ErrorStatus.MISSED_DEADLINE_TRANSIENT
+    ]
+    assert messages[0][0][1] == "operation 1 (ADD): bad"
+    assert (
+        "operation 1 (ADD) failed on inputs (float32[2, 3], float32[2, 3], 0): ValueError"
+        in messages[0][1][1]
+    )
+    assert "is float64, expected float32" in messages[0][2][1]
+    assert "kernel returned 2 outputs, expected 1" in messages[0][3][1]
+    assert messages[0][4][1] == "deadline passed before operation 0"
