@@ -7,6 +7,12 @@ keeps the arrays the kernels packed through `driver.ops._base.packed`, keyed
 by (operation index, name): what the compilation cache stores, and what a
 plan built from the cache is given instead of packing again.
 
+A plan whose every size is checked in advance (a static plan within its memory
+budget) runs its steps as one compiled straight-line function
+(`driver.straight_line`); other plans, and runs that record per-operation
+times, walk the steps in a loop that checks sizes as it goes. Preparing one
+operation's kernel and checking its results live in `driver.operation_kernel`.
+
 Floating point: TENSOR_FLOAT16 operations are computed in float32 and rounded
 to float16 (`driver.ops._adapt`). A model with relaxComputationFloat32toFloat16
 runs exactly like the same model without it, in float32, as NNAPI's CPU
