@@ -9,9 +9,10 @@ plan built from the cache is given instead of packing again.
 
 A plan whose every size is checked in advance (a static plan within its memory
 budget) runs its steps as one compiled straight-line function
-(`driver.straight_line`); other plans, and runs that record per-operation
-times, walk the steps in a loop that checks sizes as it goes. Preparing one
-operation's kernel and checking its results live in `driver.operation_kernel`.
+(`driver.straight_line`), or the same steps in a loop when a run records
+per-operation times or leaves a model input without a value; other plans walk
+their steps in a loop that checks sizes as it goes. Preparing one operation's
+kernel and checking its results live in `driver.operation_kernel`.
 
 Floating point: TENSOR_FLOAT16 operations are computed in float32 and rounded
 to float16 (`driver.ops._adapt`). A model with relaxComputationFloat32toFloat16
