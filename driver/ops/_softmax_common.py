@@ -31,9 +31,10 @@ def parse_beta_axis(name: str, ins: Sequence[ArgInfo]) -> tuple[np.float32, int]
 
 def shifted_logits(name: str, x: np.ndarray, beta: np.float32, axis: int) -> tuple[np.ndarray, int]:
     """beta * (x - max(x)) along `axis` (so exp never overflows) and the normalised axis."""
-    ax = normalize_axis(name, "axis", axis, x.ndim)
+    ax = axis if 0 <= axis < x.ndim else normalize_axis(name, "axis", axis, x.ndim)
     z = x - np.maximum.reduce(x, axis=ax, keepdims=True)  # x.max without its Python layers
-    z *= beta
+    if beta != 1:  # multiplying by 1 changes nothing
+        z *= beta
     return z, ax
 
 

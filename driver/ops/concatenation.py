@@ -27,6 +27,7 @@ from mlts.hal.errors import invalid
 
 NAME = "CONCATENATION"
 MAX_RANK = 4  # NNAPI supports tensors of rank up to 4 here
+MAX_CHECKED = 16  # input shape combinations remembered as valid
 
 # Per input: None to copy it, else the 256-entry table from its bytes to output values.
 Tables = list[np.ndarray | None]
@@ -83,11 +84,18 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
         _check_rank(r)
         normalize_axis(NAME, "axis", axis, r)
 
+    checked: dict[tuple[tuple[int, ...], ...], int] = {}  # input shapes already checked -> their axis
+
     def run(args: Sequence[Any]) -> list[np.ndarray]:
         xs = args[:n]
-        _check_rank(xs[0].ndim)
-        ax = normalize_axis(NAME, "axis", axis, xs[0].ndim)
-        _check_shapes(xs, ax)
+        shapes = tuple([x.shape for x in xs])
+        ax = checked.get(shapes)
+        if ax is None:
+            _check_rank(xs[0].ndim)
+            ax = normalize_axis(NAME, "axis", axis, xs[0].ndim)
+            _check_shapes(xs, ax)
+            if len(checked) < MAX_CHECKED:
+                checked[shapes] = ax
         if tables is not None:
             xs = [x if t is None else t[as_bytes(x)] for x, t in zip(xs, tables, strict=True)]
         return [np.concatenate(xs, axis=ax)]

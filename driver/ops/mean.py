@@ -7,6 +7,11 @@ zp_out, saturated. NNAPI 1.3's CPU reference (TFLite's reference Mean<T, int32>)
 instead truncates sum(x) / n on the raw values and requires the output to keep
 the input's scale and zero point; with equal quantization the two differ by at
 most one unit (this kernel rounds to nearest, the reference rounds toward zero).
+
+For up to 4096 reduced elements the output of every possible raw sum is a table
+built on first use per count; the raw bytes are then summed in the narrowest
+integer type that holds the sum exactly (uint16 for up to 257 uint8 values) and
+looked up, which gives the same bytes as the int64 arithmetic above.
 """
 
 from __future__ import annotations
@@ -22,18 +27,48 @@ from driver.ops._quant import QUANT8_RANGE, saturate
 from driver.ops._reduce import QuantReducer, prepare_reduce
 from mlts.hal.enums import OperandType, OperationType
 
+# Up to this many reduced elements (a 1 MiB table), the outputs of every possible sum are a table.
+TABLE_MAX_COUNT = 4096
+MAX_TABLES = 4  # counts whose tables are kept (one per input shape seen)
+
 
 def _quant_mean(name: str, x_info: ArgInfo, out: ArgInfo) -> QuantReducer:
     quant8_output(name, "output 0", out, x_info)
     lo, hi = QUANT8_RANGE[out.type]
     s_in, s_out = f32(x_info.scale), f32(out.scale)
     zp_in, zp_out = x_info.zero_point, out.zero_point
+    x_lo, x_hi = QUANT8_RANGE[x_info.type]
+
+    def from_sums(acc: np.ndarray, n: int) -> np.ndarray:
+        """The output for sums `acc` (int64) of n centred inputs."""
+        y = rescale(acc, s_in / (s_out * n), 255 * n) + zp_out
+        return saturate(y, lo, hi, out.type)
+
+    tables: dict[int, np.ndarray] = {}  # n -> the output for every raw sum n * x_lo .. n * x_hi
+
+    def table_for(n: int) -> np.ndarray:
+        table = tables.get(n)
+        if table is None:
+            table = from_sums(np.arange(n * x_lo, n * x_hi + 1, dtype=np.int64) - n * zp_in, n)
+            if len(tables) < MAX_TABLES:
+                tables[n] = table
+        return table
 
     def mean(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
         n = max(math.prod(x.shape[a] for a in axes), 1)
-        acc = np.sum(x, axis=axes, keepdims=keep, dtype=np.int64) - n * zp_in
-        y = rescale(acc, s_in / (s_out * n), 255 * n) + zp_out
-        return saturate(y, lo, hi, out.type)
+        if n > TABLE_MAX_COUNT:
+            acc = np.sum(x, axis=axes, keepdims=keep, dtype=np.int64) - n * zp_in
+            return from_sums(acc, n)
+        # The smallest accumulator that holds every sum exactly: uint16 / int16 for n <= 257 / 255.
+        if x_lo == 0:
+            acc_type: type = np.uint16 if n * x_hi <= 0xFFFF else np.int32
+        else:
+            acc_type = np.int16 if n * -x_lo <= 0x7FFF else np.int32
+        raw = np.add.reduce(x, axis=axes, dtype=acc_type, keepdims=keep)  # type: ignore[call-overload]
+        if x_lo:
+            raw = raw.astype(np.intp)
+            raw -= n * x_lo
+        return table_for(n)[raw]
 
     return mean
 

@@ -302,6 +302,26 @@ def test_mean(case, quant):
         assert_near_ort(y, ref.reshape(y.shape), min_equal=0.8)
 
 
+@pytest.mark.parametrize(
+    ("shape", "axes"), [((1, 7, 7, 40), [1, 2]), ((2, 300, 3), [1]), ((1, 4200), [1]), ((3, 2, 130), [0, 2])]
+)
+def test_mean_large_counts(shape, axes):
+    # 49 elements sum in 16 bits, 300 and 390 in 32 bits, 4200 without a table.
+    x = random_q(np.random.default_rng(len(shape) + shape[-1]), shape, np.uint8)
+    x.reshape(-1)[:200] = 255  # long runs of the extremes
+    x.reshape(-1)[-200:] = 0
+    ax = tuple(axes)
+    for s_in, zp_in, s_out, zp_out in MEAN_QUANTS:
+        (y,) = qcall(Op.MEAN, [Q(x, s_in, zp_in), np.array(axes, np.int32), 1], [out(U8, s_out, zp_out)])
+        np.testing.assert_array_equal(y, ref_mean(x, zp_in, s_in, zp_out, s_out, ax, True, U8))
+        (ys,) = qcall(
+            Op.MEAN,
+            [Q(to_signed(x), s_in, zp_in - 128), np.array(axes, np.int32), 1],
+            [out(S8, s_out, zp_out - 128)],
+        )
+        np.testing.assert_array_equal(ys.astype(np.int16) + 128, y)
+
+
 def test_mean_hand_computed_and_nnapi_truncation():
     x = np.array([[1, 2], [5, 5], [0, 255]], np.uint8)
     (y,) = qcall(Op.MEAN, [Q(x, 1.0, 0), np.array([1], np.int32), 0], [out(U8, 1.0, 0)])

@@ -226,6 +226,37 @@ def test_softmax_bit_exact_vs_scalar_reference(scale, beta):
     assert np.array_equal(softmax(x, scale, beta), ref_softmax_u8(x, scale, beta))
 
 
+@pytest.mark.parametrize(
+    ("shape", "axis", "scale", "beta"),
+    [
+        ((1, 1001), -1, 0.1, 1.0),
+        ((3, 300), -1, 0.02, 2.0),
+        ((2, 260, 3), 1, 0.3, 1.0),
+        ((40, 200), -1, 0.05, 1.0),
+    ],
+)
+def test_softmax_long_rows_bit_exact_vs_scalar_reference(shape, axis, scale, beta):
+    # Rows of 128 or more entries take the per-row output table; 40 rows use the array reciprocal.
+    x = random_q(RNG, shape, np.uint8)
+    got = softmax(x, scale, beta, axis)
+    ref = np.moveaxis(ref_softmax_u8(np.moveaxis(x, axis, -1), scale, beta), -1, axis)
+    assert np.array_equal(got, ref)
+    assert np.array_equal(softmax(to_signed(x), scale, beta, axis, zp=-128), ref.astype(np.int16) - 128)
+
+
+def test_softmax_scalar_reciprocal_matches_arrays_and_reference():
+    from driver.ops.softmax import reciprocal_of
+
+    totals = [1 << 19, (1 << 19) + 1, 1 << 20, 3 << 19, (1 << 31) - 1, (1 << 30) - 1, 1 << 30]
+    totals += RNG.integers(1 << 19, 1 << 31, 300).tolist()
+    inv, bits = fp.reciprocal(np.array(totals, np.int64), 12)
+    for t, i, b in zip(totals, inv.tolist(), bits.tolist(), strict=True):
+        headroom = 32 - t.bit_length()
+        assert (
+            reciprocal_of(t) == (i, b) == (one_over_one_plus(w32((t << headroom) - (1 << 31))), 12 - headroom)
+        )
+
+
 @pytest.mark.parametrize("beta", [1.0, 0.5, 2.0])
 @pytest.mark.parametrize("scale", [0.01, 0.03, 0.1, 0.3, 1.0])
 def test_softmax_within_one_unit_of_float64(scale, beta):
