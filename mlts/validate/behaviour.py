@@ -26,6 +26,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from mlts.hal.codec import UINT64_MAX
 from mlts.hal.enums import ErrorStatus, MeasureTiming, Priority
@@ -222,6 +223,11 @@ def case_priorities_accepted(target: Target) -> str | None:
     return None
 
 
+#: How long each execution of the priority-order case should take, and its largest WHILE count.
+PRIORITY_EXECUTION_S = 0.1
+PRIORITY_MAX_COUNT = 1_000_000
+
+
 def case_priority_order(target: Target) -> str | None:
     """A HIGH execution queued behind LOW executions of the same client must not finish last.
 
@@ -237,27 +243,37 @@ def case_priority_order(target: Target) -> str | None:
     lock = threading.Lock()
     errors: list[str] = []
 
-    def wait(callback, label: str) -> None:
-        try:
-            callback.result()
-        except HalError as e:
-            errors.append(f"{label}: {e.status.name}: {e.message}")
-        with lock:
-            finished.append(label)
+    def record(label: str) -> Callable[[Any], None]:
+        # Called by whichever thread reads the completion, in the order the service's messages arrive
+        # on the connection: the order the executions finished, whatever the waiting threads' scheduling.
+        def listener(callback: Any) -> None:
+            with lock:
+                finished.append(label)
+
+        return listener
 
     try:
+        # Each execution long enough (about 0.1 s) that launching the others, slow on a loaded machine,
+        # cannot outlast the queue: a fast driver would otherwise finish every LOW before HIGH arrives.
+        probe = 1500
+        start = time.perf_counter()
+        low.executeSynchronously(counting_request(model, probe), loop_timeout_duration=15_000_000_000)
+        took = time.perf_counter() - start
+        limit = int(min(max(probe * PRIORITY_EXECUTION_S / max(took, 1e-6), probe), PRIORITY_MAX_COUNT))
         launched = [
-            (low.execute(counting_request(model, 1500), loop_timeout_duration=15_000_000_000), f"low{i}")
+            (low.execute(counting_request(model, limit), loop_timeout_duration=15_000_000_000), f"low{i}")
             for i in range(n_low)
         ]
         launched.append(
-            (high.execute(counting_request(model, 1500), loop_timeout_duration=15_000_000_000), "high")
+            (high.execute(counting_request(model, limit), loop_timeout_duration=15_000_000_000), "high")
         )
-        threads = [threading.Thread(target=wait, args=item) for item in launched]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+        for callback, label in launched:
+            callback.on_done(record(label))
+        for callback, label in launched:
+            try:
+                callback.result()
+            except HalError as e:
+                errors.append(f"{label}: {e.status.name}: {e.message}")
     finally:
         low.close()
         high.close()
