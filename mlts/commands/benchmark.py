@@ -110,7 +110,7 @@ def check_out_dir(out: Path, force: bool) -> None:
     type=seconds(0, MAX_BENCHMARK_SECONDS),
     default=None,
     metavar="SECONDS",
-    help="Minimum timed run per model × backend (default 10; 0.3 with --quick).",
+    help="Minimum timed run per model × backend (default 10; 1 with --quick).",
 )
 @click.option(
     "--iterations",
@@ -142,10 +142,10 @@ def check_out_dir(out: Path, force: bool) -> None:
 )
 @click.option(
     "--sequences",
-    default=50,
-    show_default=True,
+    default=None,
     type=click.IntRange(1, 50),
-    help="LSTM models (asr_float, tts_float): how many of the 50 dataset sequences to run step by step.",
+    help="LSTM models (asr_float, tts_float and their whole-sequence forms): how many of the 50 dataset "
+    "sequences to run (default 50; 10 with --quick).",
 )
 @click.option(
     "--compilation/--no-compilation",
@@ -241,7 +241,7 @@ def benchmark(
     quick: bool,
     images: int | None,
     dataset_dir: str | None,
-    sequences: int,
+    sequences: int | None,
     compilation: bool,
     compile_iterations: int,
     compile_seconds: float | None,
@@ -282,6 +282,7 @@ def benchmark(
     from mlts.bench.runner import (
         QUICK_COMPILE_SECONDS,
         QUICK_DURATION_S,
+        QUICK_SEQUENCES,
         QUICK_WARMUP_S,
         BenchmarkConfig,
         run_benchmark,
@@ -311,7 +312,7 @@ def benchmark(
         seed=seed,
         in_process=in_process,
         plugin_files=tuple(plugin_files),
-        sequences=sequences,
+        sequences=sequences if sequences is not None else (QUICK_SEQUENCES if quick else 50),
         compilation=compilation,
         compile_max_iterations=compile_iterations,
         nnapi_reference=nnapi_reference,
