@@ -63,6 +63,8 @@ class TerminalProgress(Progress):
         self.models = models
         self.per_unit = seconds_per_unit
         self.start = self.unit_start = time.monotonic()
+        # Phases before the plan (building zoo models) are not one of the planned models.
+        self.model, self.model_index, self.backends = "", 0, []
 
     def eta(self) -> float:
         left = max(0, self.units - self.done)
