@@ -124,7 +124,9 @@ def check_out_dir(out: Path, force: bool) -> None:
     "-q",
     "--quick",
     is_flag=True,
-    help="MLTS's short run for CI: 0.3 s warm-up, 1 s timed, compilation 1 s (-q as in the script).",
+    help="MLTS's short run for CI: 0.3 s warm-up and at least 1 s (and --iterations calls) timed, each "
+    "compilation timing at most 0.3 s, 10 of the 50 LSTM sequences; every model, backend and accuracy "
+    "verdict as in a full run (-q as in the script).",
 )
 @click.option(
     "--images",
@@ -279,14 +281,7 @@ def benchmark(
     status 1 when any driver failed to prepare or run a model, or when a run
     broke an accuracy limit.
     """
-    from mlts.bench.runner import (
-        QUICK_COMPILE_SECONDS,
-        QUICK_DURATION_S,
-        QUICK_SEQUENCES,
-        QUICK_WARMUP_S,
-        BenchmarkConfig,
-        run_benchmark,
-    )
+    from mlts.bench.runner import BenchmarkConfig, run_benchmark, run_lengths
     from mlts.bench.sources import select_models
     from mlts.commands._progress import make_progress
     from mlts.report.results import format_table, write_json_atomic
@@ -303,8 +298,6 @@ def benchmark(
     specs = select(discover(plugin_files, driver_sockets), drivers_regex)
     config = BenchmarkConfig(
         threads=threads,
-        warmup_s=warmup_s if warmup_s is not None else (QUICK_WARMUP_S if quick else 2.0),
-        duration_s=duration_s if duration_s is not None else (QUICK_DURATION_S if quick else 10.0),
         min_iterations=min_iterations,
         quick=quick,
         images=images,
@@ -312,7 +305,6 @@ def benchmark(
         seed=seed,
         in_process=in_process,
         plugin_files=tuple(plugin_files),
-        sequences=sequences if sequences is not None else (QUICK_SEQUENCES if quick else 50),
         compilation=compilation,
         compile_max_iterations=compile_iterations,
         nnapi_reference=nnapi_reference,
@@ -321,8 +313,12 @@ def benchmark(
         qos=qos_settings(priority, preference, deadline_ms, loop_timeout_ms).to_dict(),
         state_in_driver=state_in_driver,
         profile=profile,
-        compile_max_seconds=(
-            compile_seconds if compile_seconds is not None else (QUICK_COMPILE_SECONDS if quick else 10.0)
+        **run_lengths(
+            quick,
+            warmup_s=warmup_s,
+            duration_s=duration_s,
+            compile_seconds=compile_seconds,
+            sequences=sequences,
         ),
     )
     verbose = bool((ctx.find_root().obj or {}).get("verbose"))

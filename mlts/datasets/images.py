@@ -163,7 +163,7 @@ def quantize_images(x: np.ndarray, scale: float, zero_point: int, dtype: type) -
     info = np.iinfo(dtype)
     x = np.asarray(x)
     flat = x.reshape(-1)
-    out = np.empty(flat.shape, dtype)
+    out: np.ndarray = np.empty(flat.shape, dtype)
     # In float64 blocks that stay in the CPU cache: a whole image set at once is several times slower.
     step = min(flat.size, _QUANTIZE_BLOCK) or 1
     scaled, rounded = np.empty(step, np.float64), np.empty(step, np.float64)
