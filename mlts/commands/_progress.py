@@ -89,7 +89,7 @@ class TerminalProgress(Progress):
     def phase(self, model: str, backend: str, phase: str) -> None:
         if model != self.model:
             self.model = model
-            self.model_index += 1
+            self.model_index += 1 if self.units else 0  # phases before the plan belong to no model
             self.backends = []
         if backend != "-" and backend not in self.backends:
             self.backends.append(backend)

@@ -58,6 +58,7 @@ def test_the_count_names_model_and_backend_of_all_planned(monkeypatch):
     out = io.StringIO()
     p = TerminalProgress(out, live=True)
     p.phase("zoo models", "-", "building 3 zoo models")  # before the plan: not a model of the run
+    assert out.getvalue().split("\r")[-1].startswith("\x1b[2K0:00 elapsed")
     p.plan(6, 10.0, models=3)  # 3 models x 2 backends
     p.phase("a", "-", "convert")
     assert (
