@@ -13,13 +13,16 @@ from setuptools import Extension, setup
 
 SOURCE = Path("driver/native/kernels.c")
 DIGEST = hashlib.sha256(SOURCE.read_bytes()).hexdigest()
+# The fused LSTM cell (driver/ops/_lstm_native.py checks its own digest).
+LSTM_SOURCE = Path("driver/native/lstm_kernels.c")
+LSTM_DIGEST = hashlib.sha256(LSTM_SOURCE.read_bytes()).hexdigest()
 
 setup(
     ext_modules=[
         Extension(
             "driver.native._kernels",
-            [str(SOURCE)],
-            define_macros=[("MK_SOURCE_HASH", f'"{DIGEST}"')],
+            [str(SOURCE), str(LSTM_SOURCE)],
+            define_macros=[("MK_SOURCE_HASH", f'"{DIGEST}"'), ("MK_LSTM_SOURCE_HASH", f'"{LSTM_DIGEST}"')],
             extra_compile_args=["-O3", "-march=native", "-fopenmp", "-fwrapv", "-std=gnu11"],
             extra_link_args=["-fopenmp"],
             optional=True,

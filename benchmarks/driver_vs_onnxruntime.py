@@ -1,7 +1,8 @@
 """Median latency of the sample driver and of onnxruntime on the same inputs and thread count, and their ratio.
 
 usage: python benchmarks/driver_vs_onnxruntime.py [--threads N] [--warmup S] [--duration S]
-       [--iterations N] [--images N] [--sequences N] [--compilation] [--in-process] [MODEL ...]
+       [--iterations N] [--images N] [--sequences N] [--compilation] [--in-process] [--profile]
+       [MODEL ...]
 
 Both backends see the same procedural images; each timed iteration is the wall
 clock around one whole execution call (for the driver: request into shared
@@ -25,6 +26,11 @@ The LSTM models (asr_float, tts_float) run --sequences dataset sequences step
 by step on both backends (state carried, reset per sequence); their figure is
 the median per-step latency and their accuracy column is MLTS's metric
 (PhoneErrorRate / mel-cepstral distortion) of the driver against onnxruntime.
+With --profile, after its row each LSTM model's steps through its first
+sequence (states carried, for at least --duration / 2 seconds and 5 steps) are
+run once more with per-operation times on: the driver's own times per
+operation (median µs over the steps) next to onnxruntime's profiler's time for
+the ONNX node each operation was converted from.
 """
 
 from __future__ import annotations
@@ -101,6 +107,72 @@ def fmt_ci(ci: tuple[float | None, float | None]) -> str:
     return f"[{'-' if lo is None else f'{lo:.2f}'}, {'-' if hi is None else f'{hi:.2f}'}]"
 
 
+def profile_lstm(name: str, device, threads: int, duration: float) -> None:
+    """Per-operation medians of the driver and of onnxruntime over the first sequence's steps."""
+    import numpy as np
+
+    from mlts.bench import profile
+    from mlts.bench.ort_profile import profile_onnxruntime
+    from mlts.bench.profile_runs import profile_control
+    from mlts.bench.reference import OnnxRuntimeReference
+    from mlts.bench.sources import ModelSource, zoo_entry
+    from mlts.convert import convert, load_model
+    from mlts.datasets import speech
+    from mlts.runtime.session import Session
+
+    source = ModelSource(name, None, name)
+    proto = load_model(source.onnx_path())
+    entry = zoo_entry(source)
+    conv = convert(proto)
+    names = [t.name for t in conv.inputs]
+    outs = [t.name for t in conv.outputs]
+    states = [(names.index(i), outs.index(o), shape) for i, o, shape in entry.state]
+    model_bytes = proto.SerializeToString()
+    reference = OnnxRuntimeReference(model_bytes, threads)
+    # The feeds of the first sequence's steps, states from onnxruntime.
+    feeds: list[list[np.ndarray]] = []
+    state = [np.zeros(shape, np.float32) for _, _, shape in states]
+    for x in speech.sequences(entry.name, 1)[0]:
+        feed: list[np.ndarray] = [np.empty(0, np.float32)] * len(names)
+        feed[names.index(entry.input_name)] = np.ascontiguousarray(x[None], dtype=np.float32)
+        for (i, _, _), value in zip(states, state, strict=True):
+            feed[i] = value
+        feeds.append(feed)
+        result = reference.run(feed)
+        state = [np.asarray(result[o], dtype=np.float32) for _, o, _ in states]
+    control = profile_control(2 * duration)
+    session = Session(device, conv.model, profile=True)
+    try:
+        records = []
+
+        def call(i: int) -> None:
+            times = session.run(feeds[i % len(feeds)])[1].operation_times
+            if times is not None:
+                records.append(times)
+
+        control.run(call)
+    finally:
+        session.close()
+    types = [op.type for op in conv.model.main.operations]
+    drv = profile.driver_entries(records, types, conv.origins)
+    prof = profile_onnxruntime(model_bytes, threads, feeds, lambda fn: control.run(fn).samples)
+    ref = profile.reference_entries(prof, proto.graph, conv.origins)
+    ref_by_layer = profile.summarize(ref, prof.runs)["by_layer"]
+    print(
+        f"  per-operation profile of {name}: median µs per step ({len(records)} driver steps, {prof.runs} onnxruntime steps)"
+    )
+    print(f"  {'operation':<28} {'ONNX node':<28} {'driver us':>10} {'onnxruntime us':>15}")
+    seen: set[str] = set()
+    for e in drv:
+        layer = e["layer"] or "-"
+        ort_us = ref_by_layer.get(layer) if layer not in seen else None
+        seen.add(layer)
+        ort = f"{ort_us:>15.1f}" if ort_us is not None else f"{'':>15}"
+        print(f"  {e['name']:<28} {layer[:28]:<28} {e['us']:>10.1f} {ort}")
+    total_ort = sum(e["us"] for e in ref)
+    print(f"  {'total':<57} {sum(e['us'] for e in drv):>10.1f} {total_ort:>15.1f}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("models", nargs="*", default=MODELS, help="zoo models (default: the table in the README)")
@@ -115,6 +187,9 @@ def main() -> int:
     )
     p.add_argument("--driver", default="sample-all")
     p.add_argument("--in-process", action="store_true", help="load the driver in this process (no IPC)")
+    p.add_argument(
+        "--profile", action="store_true", help="LSTM models: per-operation times of both backends too"
+    )
     a = p.parse_args()
     # BLAS threads of this process (in-process driver) follow --threads too.
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -178,6 +253,8 @@ def main() -> int:
                 print(
                     f"{label:<38} {d:>10.3f} {on_device_ms(drv):>9} {r:>15.3f} {d / r:>7.2f} {ci:>14} {err:>9.2e} {score:>8}"
                 )
+                if a.profile:
+                    profile_lstm(name, device, a.threads, a.duration)
                 continue
             vs = acc["vs_reference"]
             err = (

@@ -16,12 +16,16 @@ into shared memory, the execution, outputs back):
   and a second Python process, both spinning on a counter (no message, no
   model, no eventfd).
 
-Each prints `MODEL PATH median X us p90 Y us n=N cpu/run client C us service S us` (the CPU
+Each prints `MODEL PATH median X us p10 Z us p90 Y us n=N cpu/run client C us service S us` (the CPU
 time per run of this process and of the service process: on a busy machine wall times grow with
-the waits for a core, CPU times far less), and each model a line
+the waits for a core, CPU times far less; p10 is what the path does when neither process waits
+for a core), and each model a line
 `MODEL burst/sync median ratio R.RRx` (goals: burst median <= 15 us and
 >= 5x faster than sync on the trivial model; on mobilenet_v1_0.25_128 burst
-never slower than sync). Then, on one shared
+never slower than sync). Lines `MODEL sync-execute` and `MODEL burst-execute`
+time the bare executeSynchronously and Burst.execute calls of one fixed
+request, without Session (the transport and the driver alone), with their
+ratio `MODEL burst-execute/sync-execute median ratio`. Then, on one shared
 service (--workers execution workers, BLAS threads 1 per execution), the
 executions per second of 1, 2 and 4 client threads, each with its own
 connection: `MODEL clients=2 throughput X/s speedup Y.YYx`. Goals on a
@@ -33,6 +37,7 @@ figures as an order of magnitude.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -86,6 +91,46 @@ def feeds_for(model, n: int = 4):
     return out
 
 
+def fixed_request(model, feed):
+    """A Request of `model` on one SharedMemory holding `feed` and room for every output."""
+    import numpy as np
+
+    from mlts.hal.enums import DTYPE_NAME, OperandType
+    from mlts.hal.memory import SharedMemory
+    from mlts.hal.types import DataLocation, Request, RequestArgument
+
+    sub = model.main
+    sizes = [a.nbytes for a in feed]
+    for i in sub.output_indexes:
+        op = sub.operands[i]
+        itemsize = np.dtype(DTYPE_NAME[OperandType(op.type)]).itemsize
+        sizes.append(int(np.prod(op.dimensions, dtype=np.int64)) * itemsize)
+    offsets, at = [], 0
+    for size in sizes:
+        offsets.append(at)
+        at += (size + 63) // 64 * 64
+    pool = SharedMemory.create(max(at, 64), "mlts-bench")
+    for arr, offset in zip(feed, offsets, strict=False):
+        np.ndarray(arr.shape, arr.dtype, buffer=pool.buffer, offset=offset)[...] = arr
+    args = [RequestArgument(False, DataLocation(0, o, n), ()) for o, n in zip(offsets, sizes, strict=True)]
+    n_in = len(feed)
+    return Request(tuple(args[:n_in]), tuple(args[n_in:]), (pool,)), pool
+
+
+def timed_calls(call, duration: float, warmup: float, max_n: int) -> list[float]:
+    """Seconds per `call()`, after `warmup` seconds of discarded calls."""
+    end = time.perf_counter() + warmup
+    while time.perf_counter() < end:
+        call()
+    samples: list[float] = []
+    end = time.perf_counter() + duration
+    while time.perf_counter() < end and len(samples) < max_n:
+        t0 = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
 def process_cpu(pid: int | None) -> float:
     """CPU seconds (user + system) used so far by this process (None) or by process `pid`."""
     if pid is None:
@@ -108,7 +153,7 @@ def timed_runs(
     while time.perf_counter() < end:
         session.run(feeds[i % len(feeds)])
         i += 1
-    samples = []
+    samples: list[float] = []
     pid = getattr(getattr(session.device, "process", None), "pid", None)
     before = (process_cpu(None), process_cpu(pid) if pid else 0.0)
     end = time.perf_counter() + duration
@@ -172,9 +217,13 @@ def fmt(seconds: float) -> str:
 def report(label: str, path: str, samples: list[float], cpu: list[float] | None = None) -> float:
     samples = sorted(samples)
     median = statistics.median(samples)
+    p10 = samples[int(0.1 * len(samples))]
     p90 = samples[min(len(samples) - 1, int(0.9 * len(samples)))]
     extra = f" cpu/run client {fmt(cpu[0])} service {fmt(cpu[1])}" if cpu else ""
-    print(f"{label} {path} median {fmt(median)} p90 {fmt(p90)} n={len(samples)}{extra}", flush=True)
+    print(
+        f"{label} {path} median {fmt(median)} p10 {fmt(p10)} p90 {fmt(p90)} n={len(samples)}{extra}",
+        flush=True,
+    )
     return median
 
 
@@ -267,6 +316,34 @@ def main() -> int:
                     medians[mode] = report(label, mode, samples, cpu)
             set_burst_polling(None)
             print(f"{label} burst/sync median ratio {medians['sync'] / medians['burst']:.2f}x", flush=True)
+            request, pool = fixed_request(model, feeds[0])
+            prepared = private.prepareModel(model)
+            try:
+                sync_call = report(
+                    label,
+                    "sync-execute",
+                    timed_calls(
+                        functools.partial(prepared.executeSynchronously, request),
+                        a.duration,
+                        a.warmup,
+                        a.max_calls,
+                    ),
+                )
+                with prepared.configureExecutionBurst() as burst:
+                    burst_call = report(
+                        label,
+                        "burst-execute",
+                        timed_calls(
+                            functools.partial(burst.execute, request), a.duration, a.warmup, a.max_calls
+                        ),
+                    )
+                print(
+                    f"{label} burst-execute/sync-execute median ratio {sync_call / burst_call:.2f}x",
+                    flush=True,
+                )
+            finally:
+                prepared.close()
+                pool.close()
     finally:
         private.close()
         local.close()

@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from driver.device import SampleDevice, SamplePreparedModel, Variant
+from driver.faulty_busy import busy_execution
 from driver.faulty_conformance import UnvalidatedPreparedModel, has_operation, unstable, unvalidated
 from driver.operands import dtype_of, pool_view
 from mlts.hal.enums import ErrorStatus, ExecutionPreference, MeasureTiming, OperationType, Priority
@@ -38,10 +39,8 @@ from mlts.hal.types import (
     ExecutionResult,
     Model,
     Operation,
-    OutputShape,
     PerformanceInfo,
     Request,
-    Timing,
 )
 
 log = logging.getLogger("driver.faulty")
@@ -90,6 +89,7 @@ class FaultPlan:
     output_offset: float = 0.0  # added to every output value (quantized outputs: rounded, in units)
     seed: int = 0
     busy_us: float | None = None  # executions only busy-wait this long, no model work (0: empty ones)
+    busy_every: int = 1  # with busy_us: executions 1, N+1, 2N+1, ... busy-wait, the others are empty
     # Conformance faults (what `mlts validate` must catch).
     skip_validation: bool = False
     wrong_op: int | None = None  # an OperationType code
@@ -200,17 +200,14 @@ def _busy_us(key: str, text: str) -> dict[str, Any]:
     return {"busy_us": _number(key, text, 0.0, 10_000_000.0, "microseconds between 0 and 10000000")}
 
 
-def busy_execution(model: Model, busy_us: float, measure: MeasureTiming) -> ExecutionResult:
-    """An execution that does no model work: a busy-wait of `busy_us` (no timed sleep, so constant to
-    a few microseconds), the model's declared output shapes, its outputs left untouched. Each turn of
-    the wait lets go of the GIL (sleep(0)), so the service's other threads are not held up by it."""
-    start = time.perf_counter_ns()
-    end = start + int(busy_us * 1000)
-    while time.perf_counter_ns() < end:
-        time.sleep(0)
-    shapes = tuple(OutputShape(model.main.operands[i].dimensions) for i in model.main.output_indexes)
-    spent = (time.perf_counter_ns() - start) // 1000
-    return ExecutionResult(shapes, Timing(spent, spent) if measure == MeasureTiming.YES else Timing())
+def _busy_every(key: str, text: str) -> dict[str, Any]:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 1000:
+        raise ValueError(f"{key}={text!r} must be an integer between 1 and 1000")
+    return {"busy_every": n}
 
 
 def _flag(field: str) -> Callable[[str, str], dict[str, Any]]:
@@ -247,6 +244,7 @@ _PARSERS: dict[str, Callable[[str, str], dict[str, Any]]] = {
     "output_offset": _output_offset,
     "seed": _seed,
     "busy_us": _busy_us,
+    "busy_every": _busy_every,
     "skip_validation": _flag("skip_validation"),
     "wrong_op": _wrong_op,
     "unstable_capabilities": _flag("unstable_capabilities"),
@@ -270,6 +268,8 @@ def _check_combination(options: Mapping[str, str]) -> None:
             raise ValueError(f"{' and '.join(t for t in triggers if t in options)} needs {kind}={values}")
     if "slow_method" in options and "slow_ms" not in options:
         raise ValueError("slow_method needs slow_ms=X")
+    if "busy_every" in options and "busy_us" not in options:
+        raise ValueError("busy_every needs busy_us=X")
 
 
 def parse_options(options: Mapping[str, object], source: str = "option") -> FaultPlan:
@@ -471,7 +471,8 @@ class FaultyPreparedModel(PreparedModel):
         if plan.ignore_deadlines:
             deadline = None
         if plan.busy_us is not None:
-            return busy_execution(self.inner.model, plan.busy_us, measure)
+            busy = plan.busy_us if (point.n - 1) % plan.busy_every == 0 else 0.0
+            return busy_execution(self.inner.model, busy, measure)
         try:
             result = self.inner.executeSynchronously(request, measure, deadline, loop_timeout_duration)
         except HalError as e:

@@ -145,6 +145,12 @@ def test_ruff_is_clean():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_ruff_format_is_clean():
+    """Code, tests, benchmarks and the Python examples in the docs are formatted as `ruff format` would."""
+    r = subprocess.run([_tool("ruff"), "format", "--check", "."], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_mypy_is_clean_on_every_layer():
     r = subprocess.run([_tool("mypy"), "mlts", "driver"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

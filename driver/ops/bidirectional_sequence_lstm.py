@@ -9,7 +9,8 @@ features); 40-43 forward and 44-47 backward aux input-to-{input, forget, cell, o
 (BOOL); 52 time_major (BOOL); 53-56 forward and 57-60 backward layer-norm weights (optional).
 All tensors TENSOR_FLOAT32 with FLOAT32 clips, or TENSOR_FLOAT16 with FLOAT16 clips (computed in
 float32, rounded at the end). Each cell's optional parts (CIFG, peepholes, projection, layer
-norm) follow LSTM's rules; the arithmetic of one step is `_lstm_cell.step`.
+norm) follow LSTM's rules; the arithmetic of one step is `_lstm_cell.step` (or, for a direction
+with constant weights and no layer norm, the compiled cell of `_lstm_native`).
 
 Linking: without aux_input both cells read the input; with aux_input and aux weights
 (cross-linking) each gate also adds aux_input·aux_weights^T; with aux_input but no aux weights
@@ -30,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from driver.ops import _lstm_native
 from driver.ops._base import ArgInfo, Run, expect_type, register
 from driver.ops._lstm_cell import (
     LstmConfig,
@@ -169,10 +171,21 @@ class _Plan:
         self.linking = _linking(f32)
         self.fw = _cell(f32, "forward", 0, self.linking)
         self.bw = _cell(f32, "backward", AUX if self.linking == "parallel" else 0, self.linking)
+        # The compiled cell of each direction with constant weights and no layer norm.
+        self.fw_fused = _lstm_native.fused_cell(self.fw.cfg, self.fw.packed, False)
+        self.bw_fused = _lstm_native.fused_cell(self.bw.cfg, self.bw.packed, False)
 
 
-def _run_cell(cell: Cell, args: Sequence[Any], x: np.ndarray, aux: np.ndarray | None, reverse: bool):
-    """(outputs [T, B, m], last h, last c) of one direction over time-major x."""
+def _run_cell(
+    cell: Cell,
+    args: Sequence[Any],
+    x: np.ndarray,
+    aux: np.ndarray | None,
+    reverse: bool,
+    fused: _lstm_native.FusedCell | None = None,
+):
+    """(outputs [T, B, m], last h, last c) of one direction over time-major x (the steps in the
+    compiled cell `fused` when given)."""
     cfg = cell.cfg
     values = [None if k < 0 else args[k] for k in cell.operands]
     w = cell.packed if cell.packed is not None else pack_weights(cfg, [_f32(v) for v in values])
@@ -196,6 +209,9 @@ def _run_cell(cell: Cell, args: Sequence[Any], x: np.ndarray, aux: np.ndarray | 
             f"{NAME}: states {list(h.shape)} and {list(c.shape)} do not fit batch {batch} and the weights"
         )
     out = np.empty((steps, batch, cfg.output_size), dtype=F32)
+    if fused is not None and steps and batch:
+        h, c = fused.sequence(part, out, h, c, reverse)
+        return out, h, c
     for t in range(steps - 1, -1, -1) if reverse else range(steps):
         h, c, _ = step(cfg, w, part[t], h, c)
         out[t] = h
@@ -246,9 +262,10 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
             raise op_failed(
                 f"{NAME}: aux_input {list(at.shape)} and input {list(x.shape)} differ in time or batch"
             )
-        fw, fw_h, fw_c = _run_cell(plan.fw, args, xt, at if plan.linking == "cross" else None, False)
+        cross = at if plan.linking == "cross" else None
+        fw, fw_h, fw_c = _run_cell(plan.fw, args, xt, cross, False, plan.fw_fused)
         bw_x = at if at is not None and plan.linking == "parallel" else xt
-        bw, bw_h, bw_c = _run_cell(plan.bw, args, bw_x, at if plan.linking == "cross" else None, True)
+        bw, bw_h, bw_c = _run_cell(plan.bw, args, bw_x, cross, True, plan.bw_fused)
         ys = [np.concatenate([fw, bw], axis=2)] if merge else [fw, bw]
         ys = [y if time_major else y.swapaxes(0, 1) for y in ys]
         if with_state:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from driver.ops import _lstm_native
 from driver.ops._base import ArgInfo, Run, expect_count, register
 from driver.ops._lstm_cell import (
     C_IN,
@@ -86,6 +87,7 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     _check_outputs(outs, cfg, batch, gates)
     packed = prepacked(ins, cfg)
     runtime = runtime_operands(ins, cfg)
+    fused = _lstm_native.fused_cell(cfg, packed, True)
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
         if gates != cfg.gates:
@@ -95,6 +97,9 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
             )
         x = _run_input(args[0], cfg)
         check_run_shapes(NAME, cfg, args, runtime, len(x))
+        if fused is not None:
+            h, c, activations = fused.step(x, args[H_IN], args[C_IN])
+            return [activations, h, c, h.copy()]
         w = packed if packed is not None else pack_weights(cfg, args)
         h, c, activations = step(cfg, w, input_part(cfg, w, x), args[H_IN], args[C_IN])
         return [activations.reshape(len(x), -1), h, c, h.copy()]

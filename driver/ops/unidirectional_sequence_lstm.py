@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from driver.ops import _lstm_native
 from driver.ops._base import ArgInfo, Run, expect_count, register
 from driver.ops._lstm_cell import (
     C_IN,
@@ -68,13 +69,23 @@ def _time_major_view(a: np.ndarray, time_major: bool) -> np.ndarray:
 
 
 def _sequence(
-    cfg: LstmConfig, w: Weights, x: np.ndarray, h: np.ndarray, c: np.ndarray, time_major: bool
+    cfg: LstmConfig,
+    w: Weights,
+    x: np.ndarray,
+    h: np.ndarray,
+    c: np.ndarray,
+    time_major: bool,
+    fused: _lstm_native.FusedCell | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(output in the input's layout, last h, last c): one input GEMM, then one step per time index."""
+    """(output in the input's layout, last h, last c): one input GEMM, then one step per time index
+    (in the fused cell when there is one)."""
     x_part = input_part(cfg, w, x.reshape(-1, cfg.input_size))
     x_part = x_part.reshape(*x.shape[:2], cfg.gates * cfg.num_units)
     out = np.empty((*x.shape[:2], cfg.output_size), dtype=F32)
     x_steps, out_steps = _time_major_view(x_part, time_major), _time_major_view(out, time_major)
+    if fused is not None and len(x_steps) and x_steps.shape[1]:
+        h, c = fused.sequence(x_steps, out_steps, h, c)
+        return out, h, c
     for t in range(len(x_steps)):
         h, c, _ = step(cfg, w, x_steps[t], h, c)
         out_steps[t] = h
@@ -93,6 +104,7 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     _check_outputs(outs, cfg, time_major, t, batch)
     packed = prepacked(ins, cfg)
     runtime = runtime_operands(ins, cfg)
+    fused = _lstm_native.fused_cell(cfg, packed, False)
     n_out = len(outs)
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
@@ -101,7 +113,7 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
             raise invalid(f"{NAME}: input has shape {x.shape}, expected rank 3 ending in {cfg.input_size}")
         check_run_shapes(NAME, cfg, args, runtime, x.shape[1 if time_major else 0])
         w = packed if packed is not None else pack_weights(cfg, args)
-        out, h, c = _sequence(cfg, w, x, args[H_IN], args[C_IN], time_major)
+        out, h, c = _sequence(cfg, w, x, args[H_IN], args[C_IN], time_major, fused)
         return [out, h, c][:n_out]
 
     return run

@@ -22,7 +22,14 @@ from mlts.hal.operation_times import (
     check_operation_times,
     checked_by_service,
 )
-from mlts.hal.types import UINT64_MAX, DataLocation, OutputShape, RequestArgument, Timing
+from mlts.hal.types import (
+    UINT64_MAX,
+    DataLocation,
+    ExecutionResult,
+    OutputShape,
+    RequestArgument,
+    Timing,
+)
 
 # Request ring
 KIND_EXECUTE = 1
@@ -197,6 +204,15 @@ def request_seq(data: bytes) -> int:
     return int(seq) if kind == KIND_EXECUTE else 0
 
 
+#: The first four bytes of every execute message.
+EXECUTE_KIND_BYTES = _U32.pack(KIND_EXECUTE)
+
+
+def message_seq(data: bytes) -> int:
+    """The sequence number of a message of at least 8 bytes (unchecked: see `request_seq`)."""
+    return int(_U32.unpack_from(data, 4)[0])
+
+
 def decode_request(data: bytes) -> BurstRequest:
     """A request message; ValueError naming what is wrong."""
     reader = _Reader(data)
@@ -233,6 +249,11 @@ def decode_request(data: bytes) -> BurstRequest:
 def renumber(data: bytes, seq: int) -> bytes:
     """An encoded request message with another sequence number (how a client resends a request)."""
     return data[:4] + _U32.pack(seq) + data[8:]
+
+
+def set_seq(message: bytearray, seq: int) -> None:
+    """Give an encoded request message (in place) another sequence number."""
+    _U32.pack_into(message, 4, seq)
 
 
 def encode_result(r: BurstResult) -> bytes:
@@ -328,6 +349,8 @@ class ResultDecoder:
     def __init__(self) -> None:
         self._tail: bytes | None = None
         self._decoded: BurstResult | None = None
+        # (time on device, time in driver, ExecutionResult) of the last `success`.
+        self._success: tuple[int, int, ExecutionResult] | None = None
 
     def decode(self, data: bytes) -> BurstResult:
         if len(data) < _RESULT.size:
@@ -336,7 +359,7 @@ class ResultDecoder:
         last = self._decoded
         if last is None or tail != self._tail:
             result = decode_result(data)
-            self._tail, self._decoded = tail, result
+            self._tail, self._decoded, self._success = tail, result, None
             return result
         kind, seq, status, n_shapes, on_device, in_driver = _RESULT.unpack_from(data)
         if kind != KIND_RESULT or status != last.status or n_shapes != len(last.output_shapes):
@@ -355,4 +378,41 @@ class ResultDecoder:
             Timing(on_device, in_driver),
             last.message,
             last.operation_times,
+        )
+
+    def success(self, data: bytes) -> tuple[int, ExecutionResult] | None:
+        """(seq, the execution's result) for a successful result whose bytes after the fixed part repeat
+        the last decoded successful one's, or None (the caller then uses `decode`). Equal timings give
+        the very same ExecutionResult object (it is immutable)."""
+        last = self._decoded
+        if last is None or last.status != ErrorStatus.NONE or data[_RESULT.size :] != self._tail:
+            return None
+        kind, seq, status, n_shapes, on_device, in_driver = _RESULT.unpack_from(data)
+        if kind != KIND_RESULT or status != 0 or n_shapes != len(last.output_shapes):
+            return None
+        cached = self._success
+        if cached is None or cached[0] != on_device or cached[1] != in_driver:
+            if in_driver != UINT64_MAX and on_device != UINT64_MAX and on_device > in_driver:
+                raise ValueError("timeOnDevice exceeds timeInDriver")
+            result = ExecutionResult(last.output_shapes, Timing(on_device, in_driver), last.operation_times)
+            cached = self._success = (on_device, in_driver, result)
+        return seq, cached[2]
+
+
+class ResultEncoder:
+    """`encode_result` for successful results without operation times, with the bytes after the fixed
+    part (output shapes, empty message) encoded once per distinct output shapes and reused. Not
+    thread-safe (one per burst)."""
+
+    def __init__(self) -> None:
+        self._shapes: tuple[OutputShape, ...] | None = None
+        self._tail = b""
+
+    def success(self, seq: int, shapes: tuple[OutputShape, ...], timing: Timing) -> bytes:
+        if shapes is not self._shapes and shapes != self._shapes:
+            tail = encode_result(BurstResult(0, ErrorStatus.NONE, shapes))[_RESULT.size :]
+            self._shapes, self._tail = shapes, tail
+        return (
+            _RESULT.pack(KIND_RESULT, seq, 0, len(shapes), timing.time_on_device, timing.time_in_driver)
+            + self._tail
         )

@@ -4,17 +4,22 @@ Layout of the memfd (little-endian, see docs/burst-protocol.md):
 
     offset   0  u64 write counter  (bytes ever published; written by the producer only)
     offset  64  u64 read counter   (bytes ever consumed; written by the consumer only)
+    offset  72  u32 awake flag     (1: the consumer will look at the write counter before it blocks;
+                                    written by the consumer only)
     offset 128  u32 closed flag    (set by the producer when it will publish nothing more)
     offset 192  data, `capacity` bytes, used as a circular buffer
 
 A message is a u32 length followed by that many payload bytes, possibly
 wrapping round the end of the data area. The producer copies the whole
-message, then stores the new write counter, then signals the eventfd; the
-consumer reads the write counter, then the message, then stores its read
-counter. The counters are on separate cache lines and only grow; each side
-keeps its own copy of the counter it owns and never trusts the other side's
-values: a counter that moves backwards, a fill level past the capacity or a
-length past what was published is reported as a `RingError`, never read.
+message, then stores the new write counter, then signals the eventfd unless
+the consumer's awake flag says it will look anyway (a full barrier between
+the counter's store and the flag's load, and between the consumer's clearing
+of the flag and its last look, keep every wake-up); the consumer reads the
+write counter, then the message, then stores its read counter. The counters
+are on separate cache lines and only grow; each side keeps its own copy of
+the counter it owns and never trusts the other side's values: a counter
+that moves backwards, a fill level past the capacity or a length past what
+was published is reported as a `RingError`, never read.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import os
 import select
 import struct
 import sys
+import threading
 import time
 
 from mlts.hal.fence import is_eventfd
@@ -31,7 +37,13 @@ from mlts.hal.fence import is_eventfd
 HEADER_BYTES = 192
 _WRITE_AT = 0
 _READ_AT = 64
+_AWAKE_AT = 72
 _CLOSED_AT = 128
+# Word indexes of the header fields (counters as u64 words, flags as u32 words).
+_W = _WRITE_AT // 8
+_R = _READ_AT // 8
+_AWAKE = _AWAKE_AT // 4
+_CLOSED = _CLOSED_AT // 4
 _U32 = struct.Struct("<I")
 #: The smallest and largest data areas accepted from the other side.
 MIN_CAPACITY = 256
@@ -39,6 +51,14 @@ MAX_CAPACITY = 16 << 20
 DEFAULT_CAPACITY = 64 << 10
 #: The polling window before a blocking wait (NNAPI's sample driver polls for 50 µs).
 DEFAULT_POLLING_US = 50
+#: The first blocking wait after a polling window re-checks the ring after this long (s): a bound on
+#: the delay a wake-up lost to a memory-ordering fault could cause (none is expected, see `_fence`).
+RECHECK_S = 0.001
+#: After this many polling windows in a row ended with nothing, a consumer polls only on every
+#: PROBE_EVERY-th wait (and blocks at once on the others) until a window finds a message again: a
+#: peer that answers later than the window (a long execution, a busy machine) costs no polling.
+EMPTY_WINDOWS_BEFORE_PROBING = 2
+PROBE_EVERY = 4
 
 
 class RingError(Exception):
@@ -67,7 +87,7 @@ class Ring:
         self._map = mmap.mmap(fd, size)
         self._view = memoryview(self._map)
         self._data = self._view[HEADER_BYTES:]
-        # The counters and the flag as aligned 8- and 4-byte words, read and written whole: struct's
+        # The counters and the flags as aligned 8- and 4-byte words, read and written whole: struct's
         # pack_into zeroes its destination before writing it, so a peer could read a counter as 0.
         self._words = self._view[:HEADER_BYTES].cast("Q")
         self._flags = self._view[:HEADER_BYTES].cast("I")
@@ -75,8 +95,26 @@ class Ring:
         # Each side's private copy of the counter it owns; the shared one is only ever written.
         self._write = 0
         self._read = 0
+        self._awake = False  # the consumer's copy of its awake flag
+        self._empty_windows = 0  # polling windows in a row that ended with nothing
+        self._skipped = 0  # waits without a window since the last probing one
+        self._barrier = threading.Lock()
         self._closed = False
         self._poller: select.poll | None = None  # made at the first blocking wait
+        #: Signals the producer left out because the consumer was awake (a statistic).
+        self.signals_saved = 0
+        #: Messages found by the re-check after a blocking wait's first RECHECK_S (a wake-up that
+        #: the eventfd did not deliver; expected to stay 0).
+        self.rechecks_found = 0
+
+    def _fence(self) -> None:
+        """A full memory barrier (stores before it are visible before loads after it).
+
+        Acquiring and releasing an uncontended lock is a locked read-modify-write instruction in
+        CPython (glibc semaphores, atomics), which orders stores before later loads on x86-64.
+        """
+        self._barrier.acquire()
+        self._barrier.release()
 
     # ------------------------------------------------------------ creating and adopting
 
@@ -129,32 +167,48 @@ class Ring:
     # ------------------------------------------------------------ producer
 
     def write(self, payload: bytes | bytearray | memoryview, timeout: float | None = 0.0) -> bool:
-        """Publish one message and signal the consumer.
+        """Publish one message and signal the consumer unless it is awake and will look anyway.
 
         Non-blocking with `timeout` 0 (False when the ring has no room now); otherwise waits up to
         `timeout` seconds (None: for ever) for room. MessageTooLarge if it could never fit.
         """
         n = len(payload)
-        if n + 4 > self.capacity:
-            raise MessageTooLarge(
-                f"a burst message of {n} bytes does not fit in a ring of {self.capacity} bytes"
-            )
-        limit = None if timeout is None else time.monotonic() + timeout
-        while self.capacity - self._used_by_consumer() < n + 4:
-            if limit is not None and time.monotonic() >= limit:
-                return False
-            time.sleep(0.0001)
+        capacity = self.capacity
+        if n + 4 > capacity:
+            raise MessageTooLarge(f"a burst message of {n} bytes does not fit in a ring of {capacity} bytes")
         w = self._write
-        self._put(w, _U32.pack(n))
-        self._put(w + 4, payload)
-        self._write = w + 4 + n
+        used = w - self._words[_R]
+        if not 0 <= used <= capacity or capacity - used < n + 4:
+            limit = None if timeout is None else time.monotonic() + timeout
+            while capacity - self._used_by_consumer() < n + 4:
+                if limit is not None and time.monotonic() >= limit:
+                    return False
+                time.sleep(0.0001)
+        start = w % capacity
+        end = start + 4 + n
+        if end <= capacity:
+            at = HEADER_BYTES + start
+            _U32.pack_into(self._map, at, n)
+            self._map[at + 4 : HEADER_BYTES + end] = payload
+        else:
+            self._put(w, _U32.pack(n))
+            self._put(w + 4, payload)
+        self._write = w = w + 4 + n
         # The message is complete before the counter that publishes it.
-        self._words[_WRITE_AT // 8] = self._write
-        self.signal()
+        self._words[_W] = w
+        # Store the counter, then load the consumer's awake flag: with the consumer's own barrier
+        # between clearing the flag and its last look, one of the two sees the other's store.
+        barrier = self._barrier  # `_fence`, inline
+        barrier.acquire()
+        barrier.release()
+        if self._flags[_AWAKE]:
+            self.signals_saved += 1
+        else:
+            self.signal()
         return True
 
     def _used_by_consumer(self) -> int:
-        read = self._words[_READ_AT // 8]
+        read = self._words[_R]
         used = self._write - read
         if not 0 <= used <= self.capacity:
             raise RingError(f"the consumer's read counter {read} is inconsistent with {self._write} written")
@@ -174,39 +228,48 @@ class Ring:
             pass  # the counter is saturated: the consumer is woken anyway
 
     def mark_closed(self) -> None:
-        """Tell the consumer nothing more will come (and wake it)."""
-        self._flags[_CLOSED_AT // 4] = 1
+        """Tell the consumer nothing more will come (and wake it, awake or not)."""
+        self._flags[_CLOSED] = 1
         self.signal()
 
     # ------------------------------------------------------------ consumer
 
     def peer_closed(self) -> bool:
-        return self._flags[_CLOSED_AT // 4] != 0
+        return self._flags[_CLOSED] != 0
 
     def pending(self) -> bool:
         """Whether a message (or an inconsistency to report) waits to be read."""
-        return self._words[_WRITE_AT // 8] != self._read
+        return self._words[_W] != self._read
 
     def read(self, max_message: int | None = None) -> bytes | None:
         """The next message's payload, or None when the ring is empty; RingError when it is inconsistent."""
-        written = self._words[_WRITE_AT // 8]
+        written = self._words[_W]
         r = self._read
         available = written - r
         if available == 0:
             return None
+        capacity = self.capacity
         if available < 0:
             raise RingError(f"the write counter moved backwards ({written} after {r} were read)")
-        if available > self.capacity:
-            raise RingError(f"the write counter claims {available} unread bytes in a ring of {self.capacity}")
+        if available > capacity:
+            raise RingError(f"the write counter claims {available} unread bytes in a ring of {capacity}")
         if available < 4:
             raise RingError(f"{available} bytes were published, less than a message header")
-        length = _U32.unpack_from(self._get(r, 4))[0]
-        limit = self.capacity - 4 if max_message is None else min(max_message, self.capacity - 4)
+        start = r % capacity
+        if start + 4 <= capacity:
+            length = _U32.unpack_from(self._map, HEADER_BYTES + start)[0]
+        else:
+            length = _U32.unpack_from(self._get(r, 4))[0]
+        limit = capacity - 4 if max_message is None else min(max_message, capacity - 4)
         if length > available - 4 or length > limit:
             raise RingError(f"a message claims {length} bytes but {available - 4} were published")
-        payload = self._get(r + 4, length)
-        self._read = r + 4 + length
-        self._words[_READ_AT // 8] = self._read
+        begin = start + 4
+        if begin + length <= capacity:
+            payload = self._map[HEADER_BYTES + begin : HEADER_BYTES + begin + length]
+        else:
+            payload = self._get(r + 4, length)
+        self._read = r = r + 4 + length
+        self._words[_R] = r
         return payload
 
     def _get(self, at: int, n: int) -> bytes:
@@ -216,19 +279,59 @@ class Ring:
             return bytes(self._data[start : start + n])
         return bytes(self._data[start:]) + bytes(self._data[: n - first])
 
-    def wait(self, timeout: float | None, polling_us: int = DEFAULT_POLLING_US) -> bool:
+    def wait(
+        self, timeout: float | None, polling_us: int = DEFAULT_POLLING_US, answered: Ring | None = None
+    ) -> bool:
         """Poll for `polling_us`, then block on the eventfd; True once a message (or closing) is pending
         or the eventfd was signalled (the caller checks what happened).
 
-        Returns False after `timeout` seconds (None: no limit) with nothing pending.
+        `answered`: the ring this side answers into. While the peer has not read all of it yet (it is
+        being woken by the signal that came with the answer), this side polls for up to `polling_us`
+        more, and the polling window starts when the peer has read it: a peer that had to be woken
+        still finds this side polling when its next message comes.
+
+        After EMPTY_WINDOWS_BEFORE_PROBING windows in a row that found nothing, only every
+        PROBE_EVERY-th wait polls, until one finds a message. While polling the awake flag is set, so
+        the producer need not signal; it is cleared (then a barrier, then a last look) before
+        blocking. Returns False after `timeout` seconds (None: no limit) with nothing pending.
         """
-        if self.pending() or self.peer_closed():
+        words = self._words
+        r = self._read
+        if words[_W] != r or self._flags[_CLOSED]:
             return True
+        if polling_us > 0 and self._empty_windows >= EMPTY_WINDOWS_BEFORE_PROBING:
+            # The last windows all ended with nothing: poll only on every PROBE_EVERY-th wait.
+            self._skipped += 1
+            if self._skipped < PROBE_EVERY:
+                polling_us = 0
+            else:
+                self._skipped = 0
         if polling_us > 0:
-            until = time.perf_counter_ns() + polling_us * 1000
-            while time.perf_counter_ns() < until:
-                if self.pending():
-                    return True
+            if not self._awake:
+                self._flags[_AWAKE] = 1
+                self._awake = True
+            clock = time.perf_counter_ns
+            until = clock() + polling_us * 1000
+            if answered is not None:
+                peer_read, written = answered._words, answered._write
+                while peer_read[_R] != written:  # the peer has not read the answer yet
+                    if words[_W] != r:
+                        self._empty_windows = 0
+                        return True
+                    if clock() >= until:
+                        break
+                until = clock() + polling_us * 1000
+            while clock() < until:
+                if words[_W] != r:
+                    self._empty_windows = 0
+                    return True  # still awake: the flag stays set until this side blocks
+            self._empty_windows += 1
+        recheck = False
+        if self._awake:
+            self._flags[_AWAKE] = 0
+            self._awake = False
+            self._fence()
+            recheck = True
         limit = None if timeout is None else time.monotonic() + timeout
         poller = self._poller
         if poller is None:
@@ -236,7 +339,7 @@ class Ring:
             poller.register(self.event_fd, select.POLLIN)
         while True:
             # A signal sent after the check above leaves the eventfd readable, so none is missed.
-            if self.pending() or self.peer_closed():
+            if words[_W] != r or self._flags[_CLOSED]:
                 return True
             if limit is None:
                 wait_ms = -1
@@ -245,6 +348,8 @@ class Ring:
                 if remaining <= 0:
                     return False
                 wait_ms = max(1, int(remaining * 1000))
+            if recheck:
+                wait_ms = int(RECHECK_S * 1000) if wait_ms < 0 else min(wait_ms, int(RECHECK_S * 1000))
             if poller.poll(wait_ms):
                 try:
                     os.eventfd_read(self.event_fd)
@@ -252,6 +357,11 @@ class Ring:
                     pass
                 # Woken: a message, or a signal meant for this side itself (a burst being released).
                 return True
+            if recheck:
+                recheck = False
+                if words[_W] != r:
+                    self.rechecks_found += 1
+                    return True
 
     # ------------------------------------------------------------ ending
 

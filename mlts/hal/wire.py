@@ -2,7 +2,9 @@
 
 A frame is `struct "<4sHHII"` (magic b"MLTW", version major, version minor,
 header length, payload length), then the message as a UTF-8 JSON object, then
-the raw payload. File descriptors travel with the frame's first bytes as
+the raw payload. A compact frame (protocol 1.4, magic b"MLTC") carries a binary
+message instead of the JSON one (mlts.hal.compact_calls); peers send it only to
+a peer that announced 1.4. File descriptors travel with the frame's first bytes as
 SCM_RIGHTS ancillary data. docs/wire-protocol.md is the full specification.
 
 Every size read from the peer is checked against a limit before anything is
@@ -27,7 +29,11 @@ from mlts.errors import MltsError
 from mlts.hal import procctl
 
 MAGIC = b"MLTW"
-PROTOCOL_VERSION = (1, 3)
+#: The magic of a compact frame: its message is binary (protocol 1.4, mlts.hal.compact_calls).
+MAGIC_COMPACT = b"MLTC"
+PROTOCOL_VERSION = (1, 4)
+#: The first minor version that has compact frames.
+COMPACT_MINOR = 4
 FIXED_HEADER = struct.Struct("<4sHHII")
 MAX_HEADER_BYTES = 1 << 20
 MAX_PAYLOAD_BYTES = 64 << 20
@@ -37,6 +43,7 @@ _FD_SIZE = array.array("i").itemsize
 _ANC_BUFSIZE = socket.CMSG_SPACE(MAX_FDS * _FD_SIZE)
 # A plain int: socket's flag enums make every `&` a Python-level call.
 _MSG_CTRUNC = int(socket.MSG_CTRUNC)
+_DONTWAIT = int(socket.MSG_DONTWAIT)
 # Bodies are read in slices of at most this much, so memory follows real data.
 _CHUNK = 1 << 20
 
@@ -64,14 +71,18 @@ class ConnectionClosed(WireError):
         super().__init__("connection closed", fatal=True)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Frame:
-    """One received frame; the receiver owns `fds` and must close them."""
+    """One received frame; the receiver owns `fds` and must close them.
+
+    A compact frame has an empty `message` and its binary message in `compact`.
+    """
 
     message: dict[str, Any]
     payload: bytes
     fds: tuple[int, ...]
     minor: int = 0
+    compact: bytes | None = None
 
     def close_fds(self) -> None:
         """Close every fd that came with the frame."""
@@ -122,6 +133,14 @@ def frame_bytes(body: bytes, payload: bytes = b"") -> bytes:
     return FIXED_HEADER.pack(MAGIC, major, minor, len(body), len(payload)) + body + bytes(payload)
 
 
+def compact_frame_bytes(body: bytes) -> bytes:
+    """The bytes of one compact frame whose binary message is `body` (no payload)."""
+    if len(body) > MAX_HEADER_BYTES:
+        raise ValueError(f"message of {len(body)} bytes exceeds the {MAX_HEADER_BYTES}-byte limit")
+    major, minor = PROTOCOL_VERSION
+    return FIXED_HEADER.pack(MAGIC_COMPACT, major, minor, len(body), 0) + body
+
+
 def call_body(msg_id: int, method: str, args: dict[str, Any], encoded: dict[str, bytes]) -> bytes:
     """The JSON text of a call whose arguments are `args` plus members already encoded as JSON text
     (`encoded`, e.g. a request sent again and again: its text is made once)."""
@@ -164,17 +183,25 @@ def send_data(
         while sent < len(view):
             sent += sock.send(view[sent:])
         return
-    view = memoryview(data)
     sent = 0
+    if not anc:
+        # The usual case: the whole frame fits in the socket's buffer at once.
+        try:
+            sent = sock.send(data, _DONTWAIT)
+        except BlockingIOError:
+            pass
+        if sent == len(data):
+            return
+    view = memoryview(data)
     limit = time.monotonic() + timeout
     poller: select.poll | None = None
     while True:
         try:
             if anc:
-                sent += sock.sendmsg([view[sent:]], anc, socket.MSG_DONTWAIT)
+                sent += sock.sendmsg([view[sent:]], anc, _DONTWAIT)
                 anc = []
             else:
-                sent += sock.send(view[sent:], socket.MSG_DONTWAIT)
+                sent += sock.send(view[sent:], _DONTWAIT)
         except BlockingIOError:
             pass
         if sent >= len(view):
@@ -231,6 +258,8 @@ class FrameTimer:
     def __call__(self, partial: bool) -> None:
         if not partial:
             self._deadline = None
+            if self.idle is None:
+                return  # the read blocks until the peer sends or hangs up: no poll needed first
             if not self._readable(self.idle):
                 raise TimeoutError(f"no frame within {self.idle} s")
             return
@@ -251,8 +280,23 @@ def _fds_of(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
     return fds
 
 
-def _read_exact(sock: socket.socket, n: int, wait: Wait | None, what: str) -> bytearray:
-    buf = bytearray()
+def _read_exact(sock: socket.socket, n: int, wait: Wait | None, what: str) -> bytes | bytearray:
+    if wait is not None and 0 < n <= _CHUNK:
+        # The usual case: the whole rest of the frame has arrived with its start.
+        try:
+            first = sock.recv(n, _DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            first = None
+        except ConnectionResetError:
+            first = b""
+        if first is not None:
+            if len(first) == n:
+                return first
+            if not first:
+                raise WireError(f"truncated frame: connection closed after 0 of {n} {what} bytes", fatal=True)
+        buf = bytearray(first or b"")
+    else:
+        buf = bytearray()
     while len(buf) < n:
         try:
             if wait is None:
@@ -273,6 +317,11 @@ def _read_exact(sock: socket.socket, n: int, wait: Wait | None, what: str) -> by
             )
         buf += chunk
     return buf
+
+
+def compact_id(body: bytes) -> int | None:
+    """The call id of a compact message (u32 at offset 4, as mlts.hal.compact_calls lays it out)."""
+    return int.from_bytes(body[4:8], "little") if len(body) >= 8 else None
 
 
 def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
@@ -305,7 +354,7 @@ def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
                 raise ConnectionClosed()
             head += data
         magic, major, minor, header_len, payload_len = FIXED_HEADER.unpack(head)
-        if magic != MAGIC:
+        if magic != MAGIC and magic != MAGIC_COMPACT:
             raise WireError(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}", fatal=True)
         if major != PROTOCOL_VERSION[0]:
             raise WireError(
@@ -323,10 +372,16 @@ def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
             )
         # The message and the payload in one read when they have arrived (they usually have).
         body = _read_exact(sock, header_len + payload_len, wait, "header and payload")
-        message = loads(bytes(body[:header_len]))
-        payload = body[header_len:]
+        compact = None
+        data = body if not payload_len and type(body) is bytes else bytes(body[:header_len])
+        if magic == MAGIC_COMPACT:
+            message: dict[str, Any] = {}
+            compact = data
+        else:
+            message = loads(data)
+        payload = body[header_len:] if payload_len else b""
         if truncated_fds or len(fds) > MAX_FDS:
-            msg_id = message.get("id")
+            msg_id = message.get("id") if compact is None else compact_id(compact)
             # Close what arrived first: they count against the limit being asked about.
             close_fds(fds)
             fds = []
@@ -342,7 +397,7 @@ def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
             raise WireError(
                 text, fatal=False, msg_id=msg_id if type(msg_id) is int else None, exhausted=exhausted
             )
-        return Frame(message, bytes(payload), tuple(fds), minor)
+        return Frame(message, bytes(payload) if payload else b"", tuple(fds), minor, compact)
     except BaseException:
         close_fds(fds)
         raise

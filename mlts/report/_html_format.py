@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from mlts.records import Stats
 from mlts.report.svg import SENTINEL_MIN
 
 BASELINE = "cpu:onnxruntime"
@@ -66,6 +67,13 @@ def _percent(value: Any, decimals: int = 1) -> str | None:
 
 def _stat(stats: Any) -> dict[str, str] | None:
     """{median, ci, p90, note} of a statistics record, or None when it holds no real median."""
+    if isinstance(stats, Stats):
+        stats = {
+            "median": stats.median,
+            "median_ci95": stats.median_ci95,
+            "p90": stats.p90,
+            "median_ci95_note": stats.median_ci95_note,
+        }
     if not isinstance(stats, Mapping) or _number(stats.get("median")) is None:
         return None
     ci = stats.get("median_ci95")

@@ -1,7 +1,6 @@
 """The report's first screen: per model and driver, latency against the reference, accuracy verdict, failures.
 
-Read from typed records (mlts.records.BenchmarkRow); a row that does not validate is left out of the
-overview (the detailed tables below still show what they can of it). The latency ratio is the driver's
+Read from typed records (mlts.records.BenchmarkRow, validated with the document). The latency ratio is the driver's
 median over the reference's (cpu:onnxruntime) median of the same model, with the conservative interval
 [driver_lo / ref_hi, driver_hi / ref_lo] built from the two medians' 95% intervals (as `mlts compare`
 does): "faster" when it lies below 1, "slower" above, "same" when it contains 1.
@@ -10,29 +9,18 @@ does): "faster" when it lies below 1, "slower" above, "same" when it contains 1.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from html import escape
 from typing import Any
 
 from markupsafe import Markup
 
-from mlts.records import BenchmarkRow, RecordError
+from mlts.records import BenchmarkRow
 from mlts.report._html_format import BASELINE, DASH
 
 CHART_WIDTH = 720
 LABEL_WIDTH = 300
 ROW_HEIGHT = 22
 AXIS_HEIGHT = 42
-
-
-def parse_rows(rows: list[Mapping]) -> list[BenchmarkRow]:
-    out = []
-    for r in rows:
-        try:
-            out.append(BenchmarkRow.from_json(r))
-        except RecordError:
-            continue
-    return out
 
 
 def ratio_interval(driver: BenchmarkRow, ref: BenchmarkRow) -> dict[str, Any] | None:
@@ -79,9 +67,8 @@ def _retries(row: BenchmarkRow) -> str:
     return f"{r.retries} retried" + (f" ({classes})" if classes else "")
 
 
-def overview(rows: list[Mapping]) -> dict[str, Any]:
+def overview(records: list[BenchmarkRow]) -> dict[str, Any]:
     """Headline counts, one line per driver row (ratio, verdict, failures, retries) and the ratio chart."""
-    records = parse_rows(rows)
     refs = {r.model: r for r in records if r.backend == BASELINE}
     lines = []
     for row in records:

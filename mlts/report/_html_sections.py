@@ -8,16 +8,13 @@ from typing import Any
 
 from markupsafe import Markup
 
-from mlts.records.benchmark import violation_message
+from mlts.records import BenchmarkRow, StressRecord
 from mlts.report._html_format import (
     BASELINE,
     DASH,
     _anchor,
-    _in_order,
-    _latency,
     _mapping,
     _number,
-    _ok,
     _stat_text,
     _text,
 )
@@ -66,16 +63,16 @@ def _environment_items(env: Mapping) -> list[tuple[str, str]]:
     return items + [(str(k), _text(v)) for k, v in env.items() if k not in known]
 
 
-def _config_items(config: Mapping, rows: Sequence[Mapping] = ()) -> list[tuple[str, str]]:
+def _config_items(config: Mapping, rows: Sequence[BenchmarkRow] = ()) -> list[tuple[str, str]]:
     items = []
     for key, (label, unit) in CONFIG_LABELS.items():
         if key == "images" and key in config and config[key] is None:
             # Not chosen: say how many the image models actually ran on.
             sizes = sorted(
                 {
-                    _text(_mapping(r.get("dataset")).get("size"))
+                    str(r.dataset.size)
                     for r in rows
-                    if r.get("latency_unit") is None and _mapping(r.get("dataset")).get("size") is not None
+                    if r.latency_unit is None and r.dataset is not None and r.dataset.size is not None
                 }
             )
             items.append((label, f"{', '.join(sizes)} (default)" if sizes else "default"))
@@ -93,9 +90,9 @@ def _devices(devices: Mapping) -> list[dict[str, Any]]:
     ]
 
 
-def _summary(rows: list[Mapping], stress: list[Mapping]) -> list[tuple[str, str]]:
-    failed = sum(not _ok(r) for r in rows)
-    invalid = sum(bool(r.get("validation_errors")) for r in rows)
+def _summary(rows: list[BenchmarkRow], stress: list[StressRecord]) -> list[tuple[str, str]]:
+    failed = sum(not r.ok for r in rows)
+    invalid = sum(bool(r.validation_errors) for r in rows)
     out = (
         [("runs", str(len(rows))), ("failed", str(failed)), ("with validation errors", str(invalid))]
         if rows
@@ -110,47 +107,43 @@ def _summary(rows: list[Mapping], stress: list[Mapping]) -> list[tuple[str, str]
 # --- lists: validation errors and latency warnings --------------------------------------------------
 
 
-def _validation(rows: list[Mapping]) -> list[dict[str, Any]]:
+def _validation(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
     return [
-        {
-            "model": _text(r.get("model")),
-            "backend": _text(r.get("backend")),
-            "items": [violation_message(e) for e in errors],
-        }
+        {"model": r.model, "backend": r.backend, "items": [e.message for e in r.violations]}
         for r in rows
-        if isinstance(errors := r.get("validation_errors"), list) and errors
+        if r.violations
     ]
 
 
-def _inexact_reference(rows: list[Mapping]) -> list[dict[str, str]]:
+def _inexact_reference(rows: list[BenchmarkRow]) -> list[dict[str, str]]:
     """One line per model whose onnxruntime results are not exact integer arithmetic on this CPU."""
     seen: dict[str, str] = {}
     for r in rows:
-        if r.get("reference_inexact"):
-            seen.setdefault(_text(r.get("model")), str(r["reference_inexact"]))
+        if r.reference_inexact:
+            seen.setdefault(r.model, r.reference_inexact)
     return [{"model": m, "note": n} for m, n in seen.items()]
 
 
-def _extensions_used(rows: list[Mapping]) -> list[dict[str, str]]:
+def _extensions_used(rows: list[BenchmarkRow]) -> list[dict[str, str]]:
     """One line per model that uses vendor extensions, naming them."""
     seen: dict[str, str] = {}
     for r in rows:
-        names = r.get("extensions")
-        if isinstance(names, list) and names:
-            seen.setdefault(_text(r.get("model")), ", ".join(str(n) for n in names))
+        if r.extensions:
+            seen.setdefault(r.model, ", ".join(r.extensions))
     return [{"model": m, "names": n} for m, n in seen.items()]
 
 
-def _warnings(rows: list[Mapping]) -> list[dict[str, Any]]:
+def _warnings(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
     """One compact line per row with latency warnings: their short names, the full lines on expanding."""
     out = []
     for r in rows:
-        items = [str(w) for w in _mapping(_latency(r)).get("warnings") or []]
+        lat = r.per_call_latency
+        items = list(lat.warnings) if lat is not None else []
         if items:
             out.append(
                 {
-                    "model": _text(r.get("model")),
-                    "backend": _text(r.get("backend")),
+                    "model": r.model,
+                    "backend": r.backend,
                     "items": items,
                     "short": ", ".join(re.split(r"[:;]", w, maxsplit=1)[0] for w in items),
                 }
@@ -161,15 +154,20 @@ def _warnings(rows: list[Mapping]) -> list[dict[str, Any]]:
 # --- charts -----------------------------------------------------------------------------------------
 
 
-def _charts(rows: list[Mapping]) -> list[dict[str, Any]]:
+def _charts(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
     """Per model with any successful run: a histogram and a CDF, one series per backend."""
     used: set[str] = set()
     out = []
-    for model, members in _in_order(rows, "model").items():
-        series = {str(r.get("backend")): _latency(r) for r in members if _ok(r) and _latency(r) is not None}
+    models: dict[str, list[BenchmarkRow]] = {}
+    for row in rows:
+        models.setdefault(row.model, []).append(row)
+    for model, members in models.items():
+        series = {
+            r.backend: lat.to_json() for r in members if r.ok and (lat := r.per_call_latency) is not None
+        }
         if not series:
             continue
-        per_step = any(r.get("latency_unit") == "step" for r in members)
+        per_step = any(r.latency_unit == "step" for r in members)
         what = "per-step latency" if per_step else "latency"
         out.append(
             {
@@ -185,12 +183,8 @@ def _charts(rows: list[Mapping]) -> list[dict[str, Any]]:
 # --- compilation, driver timing, memory -------------------------------------------------------------
 
 
-def _driver_rows(rows: list[Mapping]) -> list[Mapping]:
-    return [
-        r
-        for r in rows
-        if _ok(r) and r.get("backend") != BASELINE and not str(r.get("backend")).startswith("cpu:")
-    ]
+def _driver_rows(rows: list[BenchmarkRow]) -> list[BenchmarkRow]:
+    return [r for r in rows if r.ok and r.backend != BASELINE and not r.backend.startswith("cpu:")]
 
 
 def _size(value: Any) -> str:
@@ -200,97 +194,87 @@ def _size(value: Any) -> str:
     return f"{int(size):,} B ({size / 2**20:.2f} MiB)"
 
 
-def _compilation(rows: list[Mapping]) -> list[dict[str, Any]]:
+def _compilation(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
     """Driver rows: median (95% CI) ms of compile without cache, save to cache, prepare from cache."""
     out = []
     for r in _driver_rows(rows):
-        comp = _mapping(r.get("compilation"))
-        note = comp.get("note") or ("" if comp else "compilation was not timed for this run")
+        comp = r.compilation
+        note = "compilation was not timed for this run" if comp is None else (comp.note or "")
+        stats = (
+            (None, None, None)
+            if comp is None
+            else (comp.without_cache, comp.save_to_cache, comp.prepare_from_cache)
+        )
         out.append(
             {
-                "model": _text(r.get("model")),
-                "backend": _text(r.get("backend")),
-                "cells": [
-                    _stat_text(comp.get(k)) for k in ("without_cache", "save_to_cache", "prepare_from_cache")
-                ],
-                "size": _size(comp.get("cache_size_bytes")),
-                "note": str(note),
+                "model": r.model,
+                "backend": r.backend,
+                "cells": [_stat_text(s) for s in stats],
+                "size": _size(None if comp is None else comp.cache_size_bytes),
+                "note": note,
             }
         )
     return out
 
 
-def _driver_timing(rows: list[Mapping]) -> list[dict[str, Any]]:
+def _driver_timing(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
     """Driver rows: median (95% CI) µs of the driver's own Timing, "not measured" when it gave none."""
     out = []
     for r in _driver_rows(rows):
-        timing = _mapping(r.get("driver_timing_us"))
-        out.append(
-            {
-                "model": _text(r.get("model")),
-                "backend": _text(r.get("backend")),
-                "cells": [_stat_text(timing.get(k)) for k in ("time_on_device", "time_in_driver")],
-            }
-        )
+        timing = r.driver_timing_us
+        fields = (None, None) if timing is None else (timing.time_on_device, timing.time_in_driver)
+        out.append({"model": r.model, "backend": r.backend, "cells": [_stat_text(f) for f in fields]})
     return out
 
 
-def _memory(rows: list[Mapping]) -> dict[str, Any]:
+def _memory(rows: list[BenchmarkRow]) -> dict[str, Any]:
     items = []
     methods: list[str] = []
     for r in rows:
-        mem = r.get("memory_mb")
-        if not _ok(r) or not isinstance(mem, Mapping):
+        mem = r.memory_mb
+        if not r.ok or mem is None:
             continue
-        cells = [_number(mem.get(k)) for k in ("client_peak_rss", "driver_peak_rss")]
+        cells = [_number(mem.client_peak_rss), _number(mem.driver_peak_rss)]
         items.append(
             {
-                "model": _text(r.get("model")),
-                "backend": _text(r.get("backend")),
+                "model": r.model,
+                "backend": r.backend,
                 "cells": [DASH if v is None else f"{v:.1f}" for v in cells],
             }
         )
-        if mem.get("method") and str(mem["method"]) not in methods:
-            methods.append(str(mem["method"]))
+        if mem.method and mem.method not in methods:
+            methods.append(mem.method)
     return {"rows": items, "methods": methods}
 
 
 # --- stress and capabilities ------------------------------------------------------------------------
 
 
-def _outcome_class(record: Mapping) -> str:
+def _outcome_class(record: StressRecord) -> str:
     """ "expected" when the outcome is the expected one (SUCCESS when none is given), else "unexpected"."""
-    outcome = str(record.get("outcome") or "").upper()
-    expected = str(record.get("expected") or "SUCCESS").upper()
-    return "expected" if outcome and outcome == expected else "unexpected"
+    return "unexpected" if record.unexpected else "expected"
 
 
-def _stress(records: list[Mapping]) -> list[dict[str, Any]]:
+def _stress(records: list[StressRecord]) -> list[dict[str, Any]]:
     out = []
     for r in records:
-        duration = _number(r.get("duration_s"))
+        models = r.models if r.models is not None else (None if r.model is None else (r.model,))
         out.append(
             {
-                "mode": _text(r.get("mode")),
-                "driver": _text(r.get("driver")),
-                "models": _text(r.get("models")),
-                "outcome": _text(r.get("outcome")),
+                "mode": r.mode,
+                "driver": r.driver,
+                "models": _text(models),
+                "outcome": r.outcome,
                 "outcome_cls": _outcome_class(r),
-                "expected": _text(r.get("expected")),
-                "reason": _text(r.get("reason")),
-                "duration": DASH if duration is None else f"{duration:.1f} s",
-                "iterations": _text(r.get("iterations")),
-                "signal": _text(r.get("signal")),
-                "log_tail": _log_text(r.get("log_tail")),
+                "expected": _text(r.expected),
+                "reason": _text(r.reason),
+                "duration": DASH if r.duration_s is None else f"{r.duration_s:.1f} s",
+                "iterations": _text(r.iterations),
+                "signal": _text(r.signal),
+                "log_tail": "\n".join(r.log_tail or ()),
             }
         )
     return out
-
-
-def _log_text(value: Any) -> str:
-    if isinstance(value, list):
-        return "\n".join(str(v) for v in value)
-    return "" if value is None else str(value)
 
 
 def _capabilities(caps: Any) -> list[dict[str, Any]]:

@@ -1,5 +1,6 @@
 """The HTML report's inference tables: one per model family, accuracy columns and the baseline difference.
 
+The tables read the typed records of the document (`mlts.records.BenchmarkRow`), already validated.
 The difference against the CPU baseline is median - baseline median, in ms and in % of the
 baseline median; it is "same" when the two medians' 95% confidence intervals overlap, else
 "better" (faster) or "worse".
@@ -11,21 +12,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mlts.records import BenchmarkRow, Evaluator, Stats
 from mlts.report._html_format import (
     BASELINE,
     DASH,
     _anchor,
-    _in_order,
-    _latency,
     _mapping,
     _number,
-    _ok,
     _percent,
     _stat,
     _text,
 )
 
 # --- inference tables -------------------------------------------------------------------------------
+
+Cell = tuple[str, str]  # (text, css class)
 
 
 @dataclass(frozen=True)
@@ -35,73 +36,79 @@ class Column:
     group: str
     header: str
     hint: str
-    cell: Callable[[Mapping], tuple[str, str] | None]  # (text, css class) or None when absent
+    cell: Callable[[BenchmarkRow], Cell | None]  # None when the row has no value for it
 
 
-def _acc(row: Mapping, *path: str) -> Any:
-    node: Any = row.get("accuracy")
-    for key in path:
-        node = node.get(key) if isinstance(node, Mapping) else None
-    return node
+def _evaluator(row: BenchmarkRow, name: str) -> Evaluator | None:
+    found = row.evaluator(name)
+    return found if isinstance(found, Evaluator) else None
 
 
-def _topk_cell(k: int) -> Callable[[Mapping], tuple[str, str] | None]:
-    def cell(row: Mapping) -> tuple[str, str] | None:
-        value = _number(_acc(row, "topk", f"top{k}"))
+def _figure(row: BenchmarkRow, name: str, key: str) -> float | None:
+    """A number of evaluator `name` of the row, None when absent or the HAL's "no measurement"."""
+    ev = _evaluator(row, name)
+    return None if ev is None else _number(getattr(ev, key))
+
+
+def _topk_cell(k: int) -> Callable[[BenchmarkRow], Cell | None]:
+    def cell(row: BenchmarkRow) -> Cell | None:
+        value = _figure(row, "topk", f"top{k}")
         return None if value is None else (f"{100.0 * value:.1f}", "")
 
     return cell
 
 
-def _golden_error(row: Mapping) -> tuple[str, str] | None:
+def _golden_error(row: BenchmarkRow) -> Cell | None:
     """Largest |actual - golden| of the row: the whole output's, or the maximum over named outputs."""
-    value = _number(_acc(row, "vs_golden", "max_abs_error"))
-    outputs = _acc(row, "vs_golden", "outputs")
-    if value is None and isinstance(outputs, Mapping):
-        found = [_number(_mapping(o).get("max_abs_error")) for o in outputs.values()]
-        value = max((v for v in found if v is not None), default=None)
+    ev = _evaluator(row, "vs_golden")
+    value = None
+    if ev is not None:
+        value = _number(ev.max_abs_error)
+        if value is None and ev.outputs:
+            found = [_number(o.max_abs_error) for o in ev.outputs.values()]
+            value = max((v for v in found if v is not None), default=None)
     return None if value is None else (f"{value:.2e}", "")
 
 
-def _cts_ratio(row: Mapping) -> tuple[str, str] | None:
+def _cts_ratio(row: BenchmarkRow) -> Cell | None:
     """Largest error as a multiple of CTS's per-element tolerance: a figure, not the verdict (a whole
     network usually lands above 1x), so it is not marked pass or fail."""
-    ratio = _number(_acc(row, "vs_reference", "cts_ratio"))
+    ratio = _figure(row, "vs_reference", "cts_ratio")
     return None if ratio is None else (f"{ratio:.2f}×", "")
 
 
-def _verdict_cell(row: Mapping) -> tuple[str, str] | None:
+def _verdict_cell(row: BenchmarkRow) -> Cell | None:
     """The whole-network accuracy verdict (docs/results-schema.md): pass or fail, marked so."""
-    verdict = row.get("verdict")
-    if not isinstance(verdict, Mapping) or not isinstance(verdict.get("pass"), bool):
+    if row.verdict is None:
         return None
-    return ("pass", "pass") if verdict["pass"] else ("fail", "fail")
+    return ("pass", "pass") if row.verdict.passed else ("fail", "fail")
 
 
-def _ref_agreement(row: Mapping) -> tuple[str, str] | None:
-    text = _percent(_acc(row, "vs_reference", "top1_agreement"))
+def _ref_agreement(row: BenchmarkRow) -> Cell | None:
+    text = _percent(_figure(row, "vs_reference", "top1_agreement"))
     return None if text is None else (text, "")
 
 
-def _quant_units(row: Mapping) -> tuple[str, str] | None:
-    units = _number(_acc(row, "vs_reference", "max_quant_deviation"))
+def _quant_units(row: BenchmarkRow) -> Cell | None:
+    units = _figure(row, "vs_reference", "max_quant_deviation")
     return None if units is None else (f"{units:g} u", "")
 
 
-def _vs_float(row: Mapping) -> tuple[str, str] | None:
-    text = _percent(_mapping(row.get("quantization")).get("top1_agreement_with_float"))
+def _vs_float(row: BenchmarkRow) -> Cell | None:
+    text = _percent(_mapping(row.quantization).get("top1_agreement_with_float"))
     return None if text is None else (text, "")
 
 
-def _metric_cell(side: str, key: str, unit: str) -> Callable[[Mapping], tuple[str, str] | None]:
+def _metric_cell(side: str, key: str, unit: str) -> Callable[[BenchmarkRow], Cell | None]:
     """A recurrent model's MLTS metric against golden outputs or onnxruntime, marked by its limit check."""
 
-    def cell(row: Mapping) -> tuple[str, str] | None:
-        metric = _mapping(_acc(row, side, "metric"))
-        value = _number(metric.get(key))
-        if value is None:
+    def cell(row: BenchmarkRow) -> Cell | None:
+        ev = _evaluator(row, side)
+        metric = None if ev is None else ev.metric
+        value = None if metric is None else _number(getattr(metric, key))
+        if metric is None or value is None:
             return None
-        ok = metric.get("ok")
+        ok = metric.ok
         return f"{value:.3g}{unit}", "" if ok is None else ("pass" if ok else "fail")
 
     return cell
@@ -153,12 +160,15 @@ ACCURACY_COLUMNS = (
 )
 
 
-def _families(rows: list[Mapping]) -> list[dict[str, Any]]:
+def _families(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
     """One table per model family, families and rows in the order they appear in the document."""
     used: set[str] = set()
+    groups: dict[str, list[BenchmarkRow]] = {}
+    for row in rows:
+        groups.setdefault(row.family or row.model, []).append(row)
     out = []
-    for family, members in _in_order(rows, "family").items():
-        columns = [c for c in ACCURACY_COLUMNS if any(_ok(r) and c.cell(r) is not None for r in members)]
+    for family, members in groups.items():
+        columns = [c for c in ACCURACY_COLUMNS if any(r.ok and c.cell(r) is not None for r in members)]
         baselines = _baselines(members)
         out.append(
             {
@@ -166,7 +176,7 @@ def _families(rows: list[Mapping]) -> list[dict[str, Any]]:
                 "anchor": _anchor("family", family, used),
                 "groups": _groups(columns),
                 "columns": [{"header": c.header, "hint": c.hint} for c in columns],
-                "rows": [_row_view(r, columns, baselines.get(str(r.get("model")))) for r in members],
+                "rows": [_row_view(r, columns, baselines.get(r.model)) for r in members],
             }
         )
     return out
@@ -183,32 +193,32 @@ def _groups(columns: list[Column]) -> list[tuple[str, int]]:
     return groups
 
 
-def _baselines(rows: list[Mapping]) -> dict[str, Mapping]:
+def _baselines(rows: list[BenchmarkRow]) -> dict[str, Stats]:
     """model -> the latency statistics of its successful cpu:onnxruntime row."""
-    out: dict[str, Mapping] = {}
+    out: dict[str, Stats] = {}
     for r in rows:
-        lat = _latency(r)
-        if r.get("backend") == BASELINE and _ok(r) and lat is not None and _stat(lat) is not None:
-            out.setdefault(str(r.get("model")), lat)
+        lat = r.per_call_latency
+        if r.backend == BASELINE and r.ok and lat is not None and _stat(lat) is not None:
+            out.setdefault(r.model, lat)
     return out
 
 
-def _row_view(row: Mapping, columns: list[Column], baseline: Mapping | None) -> dict[str, Any]:
+def _row_view(row: BenchmarkRow, columns: list[Column], baseline: Stats | None) -> dict[str, Any]:
     view: dict[str, Any] = {
-        "model": _text(row.get("model")),
-        "backend": _text(row.get("backend")),
-        "ok": _ok(row),
-        "error": _text(row.get("error") or row.get("status")),
-        "invalid": bool(row.get("validation_errors")),
+        "model": row.model,
+        "backend": row.backend,
+        "ok": row.ok,
+        "error": row.error or row.status,
+        "invalid": bool(row.validation_errors),
     }
-    if not view["ok"]:
+    if not row.ok:
         return view
-    lat = _latency(row)
-    per_step = row.get("latency_unit") == "step" or row.get("mode") in ("step-by-step", "whole-sequence")
+    lat = row.per_call_latency
+    per_step = row.latency_unit == "step" or row.step_wise
     view.update(
         {
-            "iterations": _text(row.get("iterations")),
-            "size": _text(_mapping(row.get("dataset")).get("size")),
+            "iterations": _text(row.iterations),
+            "size": _text(None if row.dataset is None else row.dataset.size),
             "latency": _stat(lat) or {"median": DASH, "ci": DASH, "p90": DASH, "note": ""},
             "unit": "per step" if per_step else "",
             "accuracy": [_mark_inexact(row, c, c.cell(row) or (DASH, "")) for c in columns],
@@ -218,21 +228,21 @@ def _row_view(row: Mapping, columns: list[Column], baseline: Mapping | None) -> 
     return view
 
 
-def _mark_inexact(row: Mapping, column: Column, cell: tuple[str, str]) -> tuple[str, str]:
+def _mark_inexact(row: BenchmarkRow, column: Column, cell: Cell) -> Cell:
     """A cell that compares with onnxruntime, on a row where onnxruntime is not exact: marked with †."""
-    if not row.get("reference_inexact") or cell[0] == DASH:
+    if not row.reference_inexact or cell[0] == DASH:
         return cell
-    against_reference = column.group == REFERENCE or row.get("backend") == BASELINE
+    against_reference = column.group == REFERENCE or row.backend == BASELINE
     return (f"{cell[0]} †", f"{cell[1]} inexact-ref".strip()) if against_reference else cell
 
 
-def compare_medians(lat: Mapping, base: Mapping) -> dict[str, Any]:
+def compare_medians(lat: Stats | Mapping, base: Stats | Mapping) -> dict[str, Any]:
     """d = median - base median (ms), 100 * d / base median (%), and the verdict.
 
     "same" when the 95% CIs of the two medians overlap (lo <= base hi and base lo <= hi; a missing CI
     counts as the median alone), else "better" when d < 0 and "worse" when d > 0.
     """
-    m, b = float(lat["median"]), float(base["median"])
+    m, b = _median(lat), _median(base)
     lo, hi = _ci(lat)
     base_lo, base_hi = _ci(base)
     d = m - b
@@ -240,16 +250,20 @@ def compare_medians(lat: Mapping, base: Mapping) -> dict[str, Any]:
     return {"ms": d, "percent": 100.0 * d / b if b > 0 else None, "verdict": verdict}
 
 
-def _ci(stats: Mapping) -> tuple[float, float]:
-    ci = stats.get("median_ci95")
-    m = float(stats["median"])
+def _median(stats: Stats | Mapping) -> float:
+    return float(stats.median if isinstance(stats, Stats) else stats["median"])
+
+
+def _ci(stats: Stats | Mapping) -> tuple[float, float]:
+    ci = stats.median_ci95 if isinstance(stats, Stats) else stats.get("median_ci95")
+    m = _median(stats)
     if isinstance(ci, (list, tuple)) and len(ci) == 2 and None not in (_number(ci[0]), _number(ci[1])):
         return float(ci[0]), float(ci[1])
     return m, m
 
 
-def _diff(row: Mapping, lat: Mapping | None, baseline: Mapping | None) -> dict[str, str]:
-    if row.get("backend") == BASELINE:
+def _diff(row: BenchmarkRow, lat: Stats | None, baseline: Stats | None) -> dict[str, str]:
+    if row.backend == BASELINE:
         return {"text": "baseline", "cls": "baseline", "verdict": ""}
     if baseline is None or lat is None or _stat(lat) is None:
         return {"text": DASH, "cls": "", "verdict": ""}

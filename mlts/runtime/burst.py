@@ -62,8 +62,8 @@ class RemoteBurst(Burst):
         self._next_slot = 1
         self._closed = False
         self._broken: HalError | None = None
-        # The last request sent (request, pools, measure, deadline, loop timeout, its message): resent
-        # with a new sequence number when the next execution is the same.
+        # The last request sent (request, measure, deadline, loop timeout, its message): resent with a
+        # new sequence number when the next execution is the same request object on the same pools.
         self._last: tuple | None = None
         self._results = msg.ResultDecoder()
         #: Memories sent to the driver over the socket (each once per slot).
@@ -140,24 +140,44 @@ class RemoteBurst(Burst):
         """Run `request` through the burst's rings; raises the execution's HalError on failure."""
         with self._lock:
             self._check_usable()
-            pools = tuple(self._pool(n, p) for n, p in enumerate(request.pools))
-            self._seq = (self._seq + 1) & 0xFFFFFFFF
-            key = (request, pools, measure, deadline, loop_timeout_duration)
             last = self._last
-            if last is not None and last[0] is request and last[1:5] == key[1:]:
-                payload = msg.renumber(last[5], self._seq)  # the same request again
+            if (
+                last is not None
+                and last[0] is request
+                and last[1] == measure
+                and last[2] == deadline
+                and last[3] == loop_timeout_duration
+                and self._still_usable(request.pools)
+            ):
+                payload = last[4]  # the same request again: only its sequence number changes
             else:
-                payload = self._encode(request, pools, measure, deadline, loop_timeout_duration)
-                self._last = (*key, payload)
+                self._last = None
+                pools = tuple(self._pool(n, p) for n, p in enumerate(request.pools))
+                payload = bytearray(self._encode(request, pools, measure, deadline, loop_timeout_duration))
+                self._last = (request, measure, deadline, loop_timeout_duration, payload)
+            self._seq = seq = (self._seq + 1) & 0xFFFFFFFF
+            msg.set_seq(payload, seq)
             limit = self.device.execute_timeout if timeout is None else timeout
             try:
                 if not self.requests.write(payload, timeout=min(limit, 1.0)):
                     raise self._break("the driver does not read the burst's request ring")
-                return self._await(self._seq, time.monotonic() + limit, limit)
+                return self._await(seq, limit)
             except MessageTooLarge as e:
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{e}; use a synchronous execution") from None
             except RingError as e:
                 raise self._break(f"the burst's rings are inconsistent ({e})") from None
+
+    def _still_usable(self, pools: tuple[object, ...]) -> bool:
+        """Whether the pools of the last request sent can be named as they were then: each memory
+        still open and cached under its slot, each driver buffer still open."""
+        slots = self._slots
+        for pool in pools:
+            if isinstance(pool, SharedMemory):
+                if pool.fd < 0 or id(pool) not in slots:
+                    return False
+            elif isinstance(pool, RemoteBuffer) and pool.closed:
+                return False
+        return True
 
     def _encode(
         self,
@@ -183,28 +203,38 @@ class RemoteBurst(Burst):
         except Exception as e:  # a field past its fixed width (struct.error, OverflowError)
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"burst request cannot be encoded: {e}") from None
 
-    def _await(self, seq: int, deadline: float, limit: float) -> ExecutionResult:
+    def _await(self, seq: int, limit: float) -> ExecutionResult:
         ring = self.results
         polling = self.polling_us
+        decoder = self._results
+        deadline: float | None = None
         while True:
             if not ring.wait(LIVENESS_STEP_S, polling):
                 self._check_driver()
-                if time.monotonic() >= deadline:
+                if deadline is None:
+                    deadline = time.monotonic() + limit - LIVENESS_STEP_S
+                elif time.monotonic() >= deadline:
                     raise self._break(f"no burst result within {limit:.1f} s")
                 continue
             data = ring.read(1 << 20)
             if data is None:
                 if ring.peer_closed():
                     raise self._break("the driver ended the burst", dead_driver=False)
+                polling = 0  # a stale signal woke this side: block again without another polling window
                 continue
             try:
+                repeated = decoder.success(data)
+                if repeated is not None:
+                    if repeated[0] == seq:
+                        return repeated[1]
+                    continue  # the late result of an execution this client gave up on
                 kind = msg.result_kind(data)
                 if kind == msg.KIND_GET_MEMORIES:
                     asked_seq, asked = msg.decode_get_memories(data)
                     if asked_seq == seq:
                         self._provide(asked)
                     continue
-                result = self._results.decode(data)
+                result = decoder.decode(data)
             except ValueError as e:
                 raise self._break(f"driver {self.device.name!r} sent a malformed burst result: {e}") from None
             if result.seq != seq:
@@ -253,6 +283,7 @@ class RemoteBurst(Burst):
         """Let the driver drop its mapping of `memory` (a pool used by this burst); unknown is a no-op."""
         with self._lock:
             entry = self._slots.pop(id(memory), None)
+            self._last = None
             if entry is None or self._closed:
                 return
             try:

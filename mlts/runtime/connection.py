@@ -18,10 +18,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from mlts.hal import wire
+from mlts.hal import compact_calls, wire
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 
@@ -50,7 +50,7 @@ class _Timeout(Exception):
     pass
 
 
-@dataclass
+@dataclass(slots=True)
 class Slot:
     """One call in flight: its reply (and fds), and for an asynchronous call the completion handler."""
 
@@ -60,7 +60,6 @@ class Slot:
     reply: dict[str, Any] | None = None
     fds: tuple[int, ...] = ()
     notified: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class ServiceConnection:
@@ -76,6 +75,8 @@ class ServiceConnection:
         #: Held while a call's frame is built and sent, so pool-cache ids reach the service in order.
         self.send_lock = threading.RLock()
         self._cond = threading.Condition()
+        # Threads waiting on `_cond`: with none (a lone caller), nobody needs notifying.
+        self._waiters = 0
         self._reading = False
         self._slots: dict[int, Slot] = {}
         self._next_id = 1
@@ -131,6 +132,37 @@ class ServiceConnection:
                 raise self._died(method) from None
         return slot
 
+    def send_compact(
+        self,
+        method: str,
+        body: Callable[[int], bytes],
+        fds: Sequence[int] = (),
+        timeout: float = 60.0,
+        on_notify: Callable[[dict[str, Any] | None, HalError | None], None] | None = None,
+    ) -> Slot | None:
+        """Send the compact call `body(call_id)` (protocol 1.4); None when the ids no longer fit in
+        its 32 bits (the caller then sends a JSON call). Call with `send_lock` held."""
+        self.check_usable()
+        with self._cond:
+            msg_id = self._next_id
+            if msg_id > compact_calls.MAX_U32:
+                return None
+            self._next_id += 1
+            slot = Slot(msg_id, method, on_notify)
+            self._slots[msg_id] = slot
+        try:
+            wire.send_data(self.sock, wire.compact_frame_bytes(body(msg_id)), fds, timeout)
+        except TimeoutError:
+            self._forget(slot)
+            raise self._hung(method, timeout) from None
+        except OSError:
+            self._forget(slot)
+            raise self._died(method) from None
+        except BaseException:
+            self._forget(slot)
+            raise
+        return slot
+
     def _forget(self, slot: Slot) -> None:
         with self._cond:
             self._slots.pop(slot.id, None)
@@ -181,13 +213,18 @@ class ServiceConnection:
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         raise _Timeout
-                    self._cond.wait(remaining)
+                    self._waiters += 1
+                    try:
+                        self._cond.wait(remaining)
+                    finally:
+                        self._waiters -= 1
             try:
                 self._read_until(done, deadline, method)
             finally:
                 with self._cond:
                     self._reading = False
-                    self._cond.notify_all()
+                    if self._waiters:
+                        self._cond.notify_all()
 
     def _read_until(self, done: Callable[[], bool], deadline: float | None, method: str) -> None:
         sock = self.sock
@@ -229,6 +266,8 @@ class ServiceConnection:
 
     def _dispatch(self, frame: wire.Frame) -> None:
         message = frame.message
+        if frame.compact is not None:
+            message = self._compact_message(frame.compact)
         kind = message.get("kind")
         msg_id = message.get("id")
         with self._cond:
@@ -237,7 +276,8 @@ class ServiceConnection:
                 slot.reply, slot.fds = message, frame.fds
                 if slot.on_notify is None:
                     del self._slots[slot.id]
-                self._cond.notify_all()
+                if self._waiters:
+                    self._cond.notify_all()
                 return
             if kind == "notify" and slot is not None and slot.on_notify is not None:
                 del self._slots[slot.id]
@@ -249,11 +289,21 @@ class ServiceConnection:
             slot.on_notify(message, None)
             with self._cond:
                 slot.notified = True
-                self._cond.notify_all()
+                if self._waiters:
+                    self._cond.notify_all()
             return
         if kind == "notify":
             return  # a completion nobody waits for any more
         raise self._stop(f"driver {self.name!r} sent an unexpected message {str(message)[:120]}")
+
+    def _compact_message(self, body: bytes) -> dict[str, Any]:
+        """A compact answer as the reply or notify message it stands for; the body rides along."""
+        try:
+            tag, msg_id = compact_calls.answer_head(body)
+        except ValueError as e:
+            raise self._stop(f"driver {self.name!r} sent a bad compact answer ({e})") from None
+        kind = "notify" if tag in (compact_calls.COMPLETE, compact_calls.FENCED_DONE) else "reply"
+        return {"kind": kind, "id": msg_id, "ok": True, "compact": body, "tag": tag}
 
     # ------------------------------------------------------------ failing
 

@@ -8,13 +8,15 @@ execution paths are in `mlts.runtime.remote_prepared`.
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mlts.hal import codec, nnfile, wire
+from mlts.hal import codec, compact_calls, nnfile, wire
+from mlts.hal.burst_messages import PoolRef
 from mlts.hal.enums import DeviceType, ErrorStatus, ExecutionPreference, Priority
 from mlts.hal.errors import HalError
 from mlts.hal.interface import Device
@@ -69,6 +71,10 @@ class RemoteDevice(Device):
         self._next_memory_id = 1
         # id(request) -> (request, its pool descriptions, its JSON text); used under the send lock.
         self._request_texts: dict[int, tuple[Request, list[dict[str, Any]], bytes]] = {}
+        # id(request) -> (request, its pool references, its compact form); used under the send lock.
+        self._templates: dict[int, tuple[Request, tuple[PoolRef, ...], compact_calls.RequestTemplate]] = {}
+        #: Whether executions travel as compact calls (the service speaks protocol 1.4 or later).
+        self.compact_calls = _speaks_compact(getattr(process, "hello", None))
         self._closed = False
         self._close_lock = threading.Lock()
 
@@ -336,6 +342,71 @@ class RemoteDevice(Device):
         self._request_texts[id(request)] = (request, descs, text)
         return text
 
+    def _compact_refs(self, request: Request) -> tuple[PoolRef, ...] | None:
+        """The request's pools as compact references, or None when one is not a cached memory or a
+        live buffer (that call takes the JSON path, which maps and caches new pools)."""
+        refs = []
+        for pool in request.pools:
+            if isinstance(pool, SharedMemory):
+                entry = self._memories.get(id(pool))
+                if entry is None or entry[1] is not pool or entry[0] > compact_calls.MAX_U32 or pool.fd < 0:
+                    return None
+                self._memories.move_to_end(id(pool))
+                refs.append(PoolRef.slot(entry[0]))
+                continue
+            if isinstance(pool, RemoteBuffer):
+                if pool.device is not self or pool.closed:
+                    return None  # the JSON path says what is wrong
+                pool = pool.token
+            if isinstance(pool, int) and not isinstance(pool, bool) and 0 < pool <= compact_calls.MAX_U32:
+                refs.append(PoolRef.token(pool))
+                continue
+            return None
+        return tuple(refs)
+
+    def _compact_template(self, request: Request) -> compact_calls.RequestTemplate | None:
+        """The compact form of `request` (made once per request object), or None for the JSON path."""
+        refs = self._compact_refs(request)
+        if refs is None:
+            return None
+        known = self._templates.get(id(request))
+        if known is not None and known[0] is request and known[1] == refs:
+            return known[2]
+        try:
+            made = compact_calls.template(request, refs)
+        except (ValueError, OverflowError, struct.error):
+            return None  # a field beyond the compact format's range
+        if len(self._templates) >= MAX_CACHED_REQUESTS:
+            del self._templates[next(iter(self._templates))]
+        self._templates[id(request)] = (request, refs, made)
+        return made
+
+    def _send_compact(
+        self,
+        method: str,
+        args: dict[str, Any],
+        request: Request,
+        fds: Sequence[int],
+        timeout: float,
+        on_notify: Any,
+    ) -> Slot | None:
+        """Send the execution as a compact call when it can be one; None otherwise. Send lock held."""
+        deadline, loop, after = args["deadline"], args["loop_timeout"], args.get("timeout_after_fence")
+        if not (compact_calls.fits(deadline) and compact_calls.fits(loop) and compact_calls.fits(after)):
+            return None
+        made = self._compact_template(request)
+        if made is None:
+            return None
+        code = _COMPACT_METHODS[method]
+        prepared, measure = args["prepared"], args["measure"]
+        return self.connection.send_compact(
+            method,
+            lambda call_id: made.call(code, call_id, prepared, measure, deadline, loop, after),
+            fds,
+            timeout,
+            on_notify,
+        )
+
     def send_execution(
         self,
         method: str,
@@ -345,10 +416,18 @@ class RemoteDevice(Device):
         timeout: float,
         on_notify: Any = None,
     ) -> tuple[Slot, list[tuple[HostMemory, SharedMemory]]]:
-        """Describe the request's pools and send the call, atomically (pool ids reach the service in order)."""
+        """Describe the request's pools and send the call, atomically (pool ids reach the service in order).
+
+        With a service of protocol 1.4, a request whose pools the service has all cached travels as a
+        compact call (mlts.hal.compact_calls); its answer then holds the compact body ("compact").
+        """
         conn = self.connection
         with conn.send_lock:
             conn.check_usable()
+            if self.compact_calls:
+                slot = self._send_compact(method, args, request, fds, timeout, on_notify)
+                if slot is not None:
+                    return slot, []
             descs, pool_fds, copies, new = self._describe_pools(request)
             try:
                 if len(fds) + len(pool_fds) > wire.MAX_FDS:
@@ -406,6 +485,7 @@ class RemoteDevice(Device):
         with self.connection.send_lock:
             self._memories.clear()
             self._request_texts.clear()
+            self._templates.clear()
         self.process.stop()
 
     def __enter__(self) -> RemoteDevice:
@@ -435,6 +515,25 @@ def error_from_dict(name: str, method: str, error: Any) -> HalError:
             ErrorStatus.GENERAL_FAILURE, f"driver {name!r} sent a malformed reply to {method}: {e}"
         )
     return HalError(status, text, shapes)
+
+
+_COMPACT_METHODS = {
+    "executeSynchronously": compact_calls.SYNC,
+    "execute": compact_calls.ASYNC,
+    "executeFenced": compact_calls.FENCED,
+}
+
+
+def _speaks_compact(hello: Any) -> bool:
+    """Whether a service's hello announces protocol 1.4 or later (compact execution calls)."""
+    protocol = hello.get("protocol") if isinstance(hello, dict) else None
+    return (
+        isinstance(protocol, list)
+        and len(protocol) == 2
+        and protocol[0] == wire.PROTOCOL_VERSION[0]
+        and type(protocol[1]) is int
+        and protocol[1] >= wire.COMPACT_MINOR
+    )
 
 
 def _typed(value: Any, kind: type) -> Any:

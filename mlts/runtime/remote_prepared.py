@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from mlts.hal import codec, operation_times, wire
+from mlts.hal import codec, compact_calls, operation_times, wire
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError
 from mlts.hal.execution import ExecutionCallback, FencedExecutionCallback, FencedExecutionInfo
@@ -51,10 +51,13 @@ def _close_copies(copies: list[tuple[HostMemory, SharedMemory]]) -> None:
 class RemoteExecution(ExecutionCallback):
     """An asynchronous execution in flight; waiting on it reads the connection until its completion arrives."""
 
-    def __init__(self, device: RemoteDevice, timeout: float) -> None:
+    def __init__(
+        self, device: RemoteDevice, timeout: float, decoder: compact_calls.ResultDecoder | None = None
+    ) -> None:
         super().__init__()
         self.device = device
         self.timeout = timeout
+        self.decoder = decoder or compact_calls.ResultDecoder()
         self.slot: Slot | None = None
         self.copies: list[tuple[HostMemory, SharedMemory]] = []
 
@@ -62,6 +65,12 @@ class RemoteExecution(ExecutionCallback):
         """Called by whichever thread reads the completion (or with `error` when the connection ends)."""
         try:
             if error is None and message is not None:
+                compact = message.get("compact")
+                if compact is not None:
+                    result = self.device._decode("execute", self.decoder.decode, compact)
+                    _copy_back(self.copies)
+                    self.notify(result)
+                    return
                 if message.get("status") == 0:
                     result = self.device._decode(
                         "execute", codec.execution_result_from_dict, message.get("result")
@@ -98,16 +107,49 @@ class RemoteExecution(ExecutionCallback):
         return super().result(0)
 
 
-class RemoteFencedCallback(FencedExecutionCallback):
-    """Asks the service for a fenced execution's status and timings; releases the service's handle on close."""
+class _FencedReport:
+    """The report a service sends unasked for a compact executeFenced (protocol 1.4), once it arrives."""
 
-    def __init__(self, device: RemoteDevice, handle: int, fence: SyncFence, measure: MeasureTiming) -> None:
+    def __init__(self, device: RemoteDevice) -> None:
+        self.device = device
+        self.info: FencedExecutionInfo | None = None
+        self.error: HalError | None = None
+
+    def on_notify(self, message: dict[str, Any] | None, error: HalError | None) -> None:
+        if error is not None or message is None:
+            self.error = error or HalError(
+                ErrorStatus.GENERAL_FAILURE, "the fenced execution's report was lost"
+            )
+            return
+        try:
+            self.info = self.device._decode(
+                "executeFenced", compact_calls.fenced_done, message.get("compact")
+            )
+        except HalError as e:
+            self.error = e
+
+
+class RemoteFencedCallback(FencedExecutionCallback):
+    """Asks the service for a fenced execution's status and timings; releases the service's handle on close.
+
+    After a compact executeFenced (protocol 1.4) the service sends the report by itself, before the
+    fence signals, and releases its record: the callback reads that report instead of asking."""
+
+    def __init__(
+        self,
+        device: RemoteDevice,
+        handle: int,
+        fence: SyncFence,
+        measure: MeasureTiming,
+        pushed: tuple[_FencedReport, Slot] | None = None,
+    ) -> None:
         self.device = device
         self.handle = handle
         self.fence = fence
         self.measure = measure
+        self._pushed = pushed
         self._info: FencedExecutionInfo | None = None
-        self._closed = False
+        self._closed = pushed is not None  # nothing to release on the service
 
     def getExecutionInfo(self, *, timeout: float | None = None) -> FencedExecutionInfo:
         """Status and timings once the fence is signalled (waits for it, up to the device's execute timeout)."""
@@ -119,6 +161,17 @@ class RemoteFencedCallback(FencedExecutionCallback):
                 ErrorStatus.MISSED_DEADLINE_TRANSIENT,
                 f"fenced execution {self.handle} did not signal its fence within {limit:.1f} s",
             )
+        if self._pushed is not None:
+            report, slot = self._pushed
+            if report.info is None and report.error is None:
+                # Sent before the fence signalled: already on the socket, or arriving.
+                if not self.device.connection.wait_notify(slot, limit):
+                    raise self.device.connection._hung("executeFenced", limit)
+            if report.error is not None:
+                raise HalError(report.error.status, report.error.message, report.error.output_shapes)
+            assert report.info is not None
+            self._info = report.info
+            return self._info
         # One call reads the report and releases the service's record of the execution.
         args = {"execution": self.handle, "release": True}
         result = self.device.call("getExecutionInfo", args, timeout=timeout)
@@ -165,6 +218,8 @@ class RemotePreparedModel(PreparedModel):
         self._bursts: list[RemoteBurst] = []
         # The output shapes of the last synchronous result, as sent and as decoded.
         self._last_shapes: tuple[Any, tuple] | None = None
+        # Decodes compact results (protocol 1.4), reusing what repeats from one result to the next.
+        self._decoder = compact_calls.ResultDecoder()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -198,6 +253,9 @@ class RemotePreparedModel(PreparedModel):
         try:
             reply = dev.connection.wait_reply(slot, limit)
             wire.close_fds(slot.fds)
+            compact = reply.get("compact")
+            if compact is not None and reply.get("tag") == compact_calls.RESULT:
+                return dev._decode("executeSynchronously", self._decoder.decode, compact)
             result = dev._unpack_reply("executeSynchronously", reply)
             _copy_back(copies)
             copies = []
@@ -227,7 +285,7 @@ class RemotePreparedModel(PreparedModel):
         self._check_open()
         dev = self.device
         limit = dev.execute_timeout if timeout is None else timeout
-        execution = RemoteExecution(dev, limit)
+        execution = RemoteExecution(dev, limit, self._decoder)
         slot, copies = dev.send_execution(
             "execute",
             self._args(measure, deadline, loop_timeout_duration),
@@ -241,7 +299,8 @@ class RemotePreparedModel(PreparedModel):
         try:
             reply = dev.connection.wait_reply(slot, limit)
             wire.close_fds(slot.fds)
-            dev._unpack_reply("execute", reply)
+            if reply.get("tag") != compact_calls.LAUNCHED:
+                dev._unpack_reply("execute", reply)
         except HalError as e:
             # The launch failed: no completion will come.
             dev.connection._forget(slot)
@@ -278,22 +337,38 @@ class RemotePreparedModel(PreparedModel):
             "wait_for": list(range(len(fences))),
             "timeout_after_fence": timeout_after_fence,
         }
-        slot, copies = dev.send_execution("executeFenced", args, request, fences, limit)
+        report = _FencedReport(dev)
+        slot, copies = dev.send_execution("executeFenced", args, request, fences, limit, report.on_notify)
         _close_copies(copies)
-        reply = dev.connection.wait_reply(slot, limit)
-        fds = list(slot.fds)
         try:
-            result = dev._unpack_reply("executeFenced", reply)
-            handle = dev._decode("executeFenced", lambda: _int(result["execution"]))
-            index = dev._decode("executeFenced", lambda: _int(result["fence"]))
+            reply = dev.connection.wait_reply(slot, limit)
+        except BaseException:
+            dev.connection._forget(slot)
+            raise
+        fds = list(slot.fds)
+        pushed = None
+        try:
+            compact = reply.get("compact")
+            if compact is not None and reply.get("tag") == compact_calls.FENCED_LAUNCHED:
+                pushed = (report, slot)
+                handle = dev._decode("executeFenced", compact_calls.fenced_handle, compact)
+                index = 0
+            else:
+                dev.connection._forget(slot)  # a JSON reply: no report follows
+                result = dev._unpack_reply("executeFenced", reply)
+                handle = dev._decode("executeFenced", lambda: _int(result["execution"]))
+                index = dev._decode("executeFenced", lambda: _int(result["fence"]))
             if not 0 <= index < len(fds):
                 raise HalError(
                     ErrorStatus.GENERAL_FAILURE, f"driver {dev.name!r} sent no fence with executeFenced"
                 )
             fence = SyncFence.from_fd(fds.pop(index), "the fence executeFenced returned")
+        except BaseException:
+            dev.connection._forget(slot)
+            raise
         finally:
             wire.close_fds(fds)
-        return fence, RemoteFencedCallback(dev, handle, fence, measure)
+        return fence, RemoteFencedCallback(dev, handle, fence, measure, pushed)
 
     def configureExecutionBurst(self, *, polling_us: int | None = None) -> RemoteBurst:
         """A burst over shared-memory rings (see mlts.runtime.burst); released with the model at the latest."""

@@ -32,7 +32,8 @@ from mlts.runtime.remote import RemoteDevice
 from mlts.validate import reproducer
 from mlts.validate.control_flow_mutations import if_model, if_mutants, while_model, while_mutants
 from mlts.validate.core import CaseResult, SuiteOptions, Target, run_case
-from mlts.validate.mutations import Mutant, graph_mutants, judge, operand_mutants, operation_mutants
+from mlts.validate.mutations import Mutant, graph_mutants, judge, operand_mutants
+from mlts.validate.operation_mutations import operation_mutants
 from mlts.validate.request_mutations import RequestMutant, judge_requests, request_mutants, valid_request
 
 SUITE = "validation"

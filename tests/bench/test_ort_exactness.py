@@ -16,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from mlts.bench import ort_exactness
+from mlts.bench.stats import describe
 from mlts.models import zoo
 from mlts.records import BenchmarkRow, Evaluator
 from mlts.records.environment import cpu_features, environment
@@ -144,12 +145,26 @@ def _row(backend: str, note: str | None) -> dict:
     return row
 
 
+def _whole(row: dict) -> dict:
+    """The row as a whole record (the table and the report read records): full statistics and every
+    field an ok row has."""
+    return {
+        **row,
+        "warmup": {"iterations": 1, "seconds": 0.01},
+        "run": {"iterations": 3, "seconds": 0.003},
+        "latency_ms": describe([0.0009, 0.001, 0.0012], p99_wanted=False),
+        "compilation": None,
+        "driver_timing_us": None,
+        "memory_mb": {"client_peak_rss": None, "driver_peak_rss": None},
+    }
+
+
 def test_table_and_report_mark_comparisons_with_an_inexact_reference():
     note = "onnxruntime 1.0 is not exact on this CPU for uint8 x int8 (weights up to ±127)"
-    lines = format_table([_row("driver:sample-all", note)])
+    lines = format_table([_whole(_row("driver:sample-all", note))])
     assert "40u!" in lines[2] and "13.30x!" in lines[2]
     assert lines[3] == f"  ! reference: {note}"
-    assert not any("!" in line for line in format_table([_row("driver:sample-all", None)])[2:])
+    assert not any("!" in line for line in format_table([_whole(_row("driver:sample-all", None))])[2:])
     # results.csv reads records: built here field by field (the rows above are not whole records).
     ref = BenchmarkRow(model="m", backend="cpu:onnxruntime", status="ok", reference_inexact=note)
     assert benchmark_row(ref)["reference_exact"] is False
@@ -170,7 +185,7 @@ def test_table_and_report_mark_comparisons_with_an_inexact_reference():
             "onnxruntime_integer": {"exact": False, "summary": "uint8 x int8 NOT exact here"},
         },
         "config": {},
-        "results": [_row("cpu:onnxruntime", note), _row("driver:sample-all", note)],
+        "results": [_whole(_row("cpu:onnxruntime", note)), _whole(_row("driver:sample-all", note))],
     }
     html = render_report(doc)
     assert "AVX2 yes, AVX-512 no, VNNI no, AMX no" in html

@@ -7,6 +7,7 @@ import pytest
 
 from mlts.bench.accuracy import HISTOGRAM_MAX_UNITS, compare_quantized, top1_agreement
 from mlts.bench.inputs import make_inputs
+from mlts.bench.stats import describe
 from mlts.datasets.images import image_batch
 from mlts.report.results import format_table
 
@@ -67,7 +68,13 @@ def test_table_shows_quantized_units_top_k_and_the_median_interval():
         "backend": "driver:sample-all",
         "status": "ok",
         "iterations": 3,
-        "latency_ms": {"median": 1.0, "p90": 1.2, "mean": 1.1, "std": 0.1, "median_ci95": [0.9, 1.25]},
+        "warmup": {"iterations": 1, "seconds": 0.01},
+        "run": {"iterations": 3, "seconds": 0.003},
+        # Three samples: the median 1.0 ms, its interval [min, max] (the widest one n = 3 allows).
+        "latency_ms": describe([0.0009, 0.001, 0.00125], p99_wanted=False),
+        "compilation": None,
+        "driver_timing_us": None,
+        "memory_mb": {"client_peak_rss": None, "driver_peak_rss": None},
         "accuracy": {
             "topk": {"top1": 0.75, "top5": 0.875},
             "vs_reference": {"max_quant_deviation": 2, "top1_agreement": 0.5, "cts_ratio": 2 / 3},

@@ -6,6 +6,7 @@ import json
 
 from click.testing import CliRunner
 
+from mlts.bench.stats import describe
 from mlts.cli import main
 from mlts.report.html import render_report
 
@@ -37,11 +38,21 @@ def test_profile_flag_end_to_end(tmp_path):
 
 
 def test_report_has_no_profile_section_without_profiles():
-    doc = {
-        "schema_version": 2,
-        "kind": "benchmark",
-        "results": [{"model": "m", "backend": "cpu:onnxruntime"}],
+    # The report reads records: the smallest valid document, one ok row.
+    row = {
+        "model": "m",
+        "backend": "cpu:onnxruntime",
+        "status": "ok",
+        "warmup": {"iterations": 1, "seconds": 0.01},
+        "run": {"iterations": 1, "seconds": 0.01},
+        "latency_ms": describe([0.001], p99_wanted=False),
+        "accuracy": {},
+        "validation_errors": [],
+        "compilation": None,
+        "driver_timing_us": None,
+        "memory_mb": {"client_peak_rss": None, "driver_peak_rss": None},
     }
+    doc = {"schema_version": 2, "kind": "benchmark", "environment": {}, "config": {}, "results": [row]}
     assert 'id="profiles"' not in render_report(doc)
     doc["results"][0]["profile"] = {"available": False, "reason": "the driver returns no per-operation times"}
     assert "No per-operation times: the driver returns no per-operation times" in render_report(doc)

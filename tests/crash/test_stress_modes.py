@@ -182,11 +182,11 @@ def test_driver_hang_is_a_hang_and_everything_is_killed():
 
 
 def test_wrong_results_and_error_codes_are_failures():
-    _, doc = stress("inference-stress", *FAULTY, *fault("wrong=executeSynchronously:4"), *QUICK)
+    _, doc = stress("inference-stress", *FAULTY, *fault("wrong=executeSynchronously:2"), *QUICK)
     (r,) = doc["results"]
     assert r["outcome"] == "FAILURE" and "wrong result at call" in r["reason"] and not r["driver_died"]
     _, doc = stress(
-        "model-loading-stress", *FAULTY, *fault("error=GENERAL_FAILURE", "error_at=prepareModel:3"), *QUICK
+        "model-loading-stress", *FAULTY, *fault("error=GENERAL_FAILURE", "error_at=prepareModel:2"), *QUICK
     )
     (r,) = doc["results"]
     assert r["outcome"] == "FAILURE" and "GENERAL_FAILURE" in r["reason"] and "prepareModel" in r["reason"]

@@ -12,10 +12,11 @@ import dataclasses
 import numpy as np
 import pytest
 
+from driver.ops import _lstm_native
 from mlts.hal.enums import OperandType, OperationType
 from tests.driver.lstmkit import GATES, Case, make_case, reference
 from tests.driver.opkit import Omit
-from tests.driver.typedkit import NoValue, Scalar, close, fails, out, prepare_op, run_op, tensor
+from tests.driver.typedkit import NoValue, Scalar, Tensor, close, fails, out, prepare_op, run_op, tensor
 
 T = OperandType
 Op = OperationType
@@ -172,3 +173,45 @@ def test_errors() -> None:
     bad = list(ins)
     bad[3] = tensor(np.zeros((4, 5)), f)  # forward input-to-cell weights of the wrong width
     fails(Op.BIDIRECTIONAL_SEQUENCE_LSTM, bad, [out(f)] * 2, "forward cell")
+
+
+@pytest.mark.skipif(not _lstm_native.available(), reason="compiled kernels not loaded")
+@pytest.mark.parametrize("mode", ["none", "cross"])
+def test_compiled_cells_equal_the_numpy_path(mode: str, monkeypatch) -> None:
+    """Both directions in the compiled cell (constant weights, no layer norm; the backward one runs
+    in reverse) against the NumPy steps: within 1e-6 (polynomial sigmoid and tanh, another order of
+    the sums)."""
+    rng = np.random.default_rng(21)
+    t, b, n, n_aux = 5, 2, 6, 3
+    fw = make_case(rng, n, 9, b, t, peephole=True)
+    bw = dataclasses.replace(make_case(rng, n, 13, b, t, cifg=True, proj=5, proj_bias=True), x=fw.x)
+    aux = rng.uniform(-1, 1, (t, b, n_aux)).astype(np.float32) if mode == "cross" else None
+    fw_aux = (
+        {k: rng.uniform(-0.5, 0.5, (9, n_aux)).astype(np.float32) for k in GATES} if aux is not None else None
+    )
+    bw_aux = (
+        {k: rng.uniform(-0.5, 0.5, (13, n_aux)).astype(np.float32) for k in GATES[1:]}
+        if aux is not None
+        else None
+    )
+    ins = bidi_inputs(fw, bw, T.TENSOR_FLOAT32, aux=aux, fw_aux=fw_aux, bw_aux=bw_aux, time_major=False)
+    for k in [*range(1, 35), *range(40, 48)]:  # the weights of both cells and the aux weights: constants
+        if isinstance(ins[k], Tensor):
+            ins[k] = dataclasses.replace(ins[k], const=True)
+    made: list[bool] = []
+    real = _lstm_native.fused_cell
+
+    def spy(*args):
+        cell = real(*args)
+        made.append(cell is not None)
+        return cell
+
+    monkeypatch.setattr(_lstm_native, "fused_cell", spy)
+    outs = [out(T.TENSOR_FLOAT32)] * 6
+    fused = run_op(Op.BIDIRECTIONAL_SEQUENCE_LSTM, ins, outs)
+    assert made == [True, True]
+    monkeypatch.setattr(_lstm_native, "_CELL", None)
+    plain = run_op(Op.BIDIRECTIONAL_SEQUENCE_LSTM, ins, outs)
+    for got, want in zip(fused, plain, strict=True):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import struct
+import threading
 
 import pytest
 
@@ -189,3 +190,62 @@ def test_random_ring_contents_never_read_out_of_bounds():
     finally:
         r.close()
     assert outcomes["ring"] > 1000 and outcomes["value"] > 100 and outcomes["none"] > 100, outcomes
+
+
+def _readable(fd: int) -> bool:
+    import select
+
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def test_producer_signals_only_a_consumer_that_may_block():
+    consumer = Ring.create(256)
+    producer = Ring(consumer.fd, consumer.size, consumer.event_fd, owner=False)
+    try:
+        # Never polled: the awake flag is 0 and every message is signalled.
+        producer.write(b"a")
+        assert _readable(consumer.event_fd) and producer.signals_saved == 0
+        assert consumer.wait(1.0, polling_us=0) and consumer.read() == b"a"
+        os.eventfd_read(consumer.event_fd)  # the message was pending: the wait left the signal
+        # A message published while the consumer polls is not signalled, nor one after it (the
+        # consumer stays awake until it blocks).
+        late = threading.Timer(0.001, lambda: producer.write(b"b"))
+        late.start()
+        assert consumer.wait(5.0, polling_us=2_000_000) and consumer.read() == b"b"  # polls up to 2 s
+        late.join()
+        producer.write(b"c")
+        assert not _readable(consumer.event_fd) and producer.signals_saved == 2
+        assert consumer.wait(1.0, polling_us=10_000) and consumer.read() == b"c"
+        # A consumer whose window ended with nothing cleared the flag before blocking: signalled again.
+        assert not consumer.wait(0.01, polling_us=20)
+        producer.write(b"d")
+        assert _readable(consumer.event_fd) and producer.signals_saved == 2
+        assert consumer.wait(1.0, polling_us=20) and consumer.read() == b"d"
+    finally:
+        producer.close()
+        consumer.close()
+
+
+def test_a_consumer_whose_windows_stay_empty_polls_only_on_every_fourth_wait():
+    consumer = Ring.create(256)
+    producer = Ring(consumer.fd, consumer.size, consumer.event_fd, owner=False)
+    try:
+        for _ in range(2):  # two windows in a row find nothing
+            assert not consumer.wait(0.001, polling_us=20)
+        assert consumer._empty_windows == 2
+        for skipped in range(1, 4):  # the next three waits block at once: no window, nothing counted
+            assert not consumer.wait(0.001, polling_us=20)
+            assert consumer._skipped == skipped and consumer._empty_windows == 2
+        assert not consumer.wait(0.001, polling_us=20)  # the fourth polls, and finds nothing either
+        assert consumer._skipped == 0 and consumer._empty_windows == 3
+        for _ in range(3):
+            assert not consumer.wait(0.001, polling_us=20)
+        # A polling window that finds a message ends the probing.
+        late = threading.Timer(0.001, lambda: producer.write(b"x"))
+        late.start()
+        assert consumer.wait(5.0, polling_us=2_000_000) and consumer.read() == b"x"
+        late.join()
+        assert consumer._empty_windows == 0
+    finally:
+        producer.close()
+        consumer.close()

@@ -13,7 +13,9 @@ import re
 import pytest
 from click.testing import CliRunner
 
+from mlts.bench.stats import describe
 from mlts.commands import report as report_cmd
+from mlts.records import RecordError, ResultsDocument
 from mlts.report.html import compare_medians, render_report, write_report
 from mlts.report.svg import cdf_svg, histogram_svg
 from tests.report._dom import Node, parse_html
@@ -261,9 +263,10 @@ def test_driver_timing_and_memory(doc, tree):
 def test_uint64_max_style_fields_say_not_measured_never_a_huge_number(doc):
     d = copy.deepcopy(doc)
     drv = record(d, V1, DRV)
-    sentinel_stats = {"median": UINT64_MAX, "median_ci95": [UINT64_MAX, UINT64_MAX], "p90": UINT64_MAX}
-    drv["driver_timing_us"] = {"time_on_device": UINT64_MAX, "time_in_driver": sentinel_stats}
-    drv["compilation"]["prepare_from_cache"] = "not measured"
+    # Statistics of samples at the HAL's "no measurement" value: valid records, shown as not measured.
+    sentinel_stats = describe([UINT64_MAX / 1000.0], p99_wanted=False)
+    drv["driver_timing_us"] = {"time_on_device": "not measured", "time_in_driver": sentinel_stats}
+    drv["compilation"]["prepare_from_cache"] = None
     drv["compilation"]["save_to_cache"] = sentinel_stats
     drv["memory_mb"]["driver_peak_rss"] = UINT64_MAX
     html = render_report(d)
@@ -338,6 +341,8 @@ def test_a_document_of_only_error_rows_renders():
     d = {
         "schema_version": 2,
         "kind": "benchmark",
+        "environment": {},
+        "config": {},
         "results": [
             {
                 "model": "m",
@@ -354,29 +359,74 @@ def test_a_document_of_only_error_rows_renders():
     assert not list(tree.iter("svg")) and not tree.find_all("section", id="charts")
 
 
-def test_rows_missing_optional_fields_render(doc):
-    bare = {
-        "model": "bare",
+def _bare(model: str, backend: str, latency: dict) -> dict:
+    """A valid ok row with every optional field absent, the nullable ones null and the others empty."""
+    return {
+        "model": model,
         "family": "f",
-        "backend": CPU,
+        "backend": backend,
         "status": "ok",
-    }  # no latency, accuracy, dataset...
-    hist_only = {
-        "model": "h",
-        "family": "f",
-        "backend": DRV,
-        "latency_ms": dict(record(doc, V1, DRV)["latency_ms"]),
+        "warmup": {"iterations": 0, "seconds": 0.0},
+        "run": {"iterations": latency["n"], "seconds": 0.1},
+        "latency_ms": latency,
+        "accuracy": {},
+        "validation_errors": [],
+        "compilation": None,
+        "driver_timing_us": None,
+        "memory_mb": {"client_peak_rss": None, "driver_peak_rss": None},
     }
-    hist_only["latency_ms"].pop("samples")
-    one = {"model": "one", "family": "f", "backend": DRV, "latency_ms": {"median": 2.0, "samples": [2.0]}}
-    d = {"schema_version": 2, "results": [bare, hist_only, one]}
+
+
+def test_rows_missing_optional_fields_render(doc):
+    hist_only = dict(record(doc, V1, DRV)["latency_ms"])
+    hist_only.pop("samples")
+    one = describe([0.002], p99_wanted=False)
+    d = {
+        "schema_version": 3,
+        "kind": "benchmark",
+        "environment": {},
+        "config": {},
+        "results": [_bare("bare", CPU, one), _bare("h", DRV, hist_only), _bare("one", DRV, one)],
+    }
     tree = parse_html(render_report(d))
     cells = [td.text for td in inference_row(tree, "bare", CPU).find_all("td")]
-    assert cells[2:] == ["-", "-", "- [-]", "-", "baseline"]
-    assert len(list(tree.iter("svg"))) == 4  # h and one; bare has no latency
+    # No iterations or dataset; one sample is too few for a 95% interval (the * note); no accuracy columns.
+    assert cells[2:] == ["-", "-", "2.00 [2.00 – 2.00] *", "2.00", "baseline"]
+    assert len(list(tree.iter("svg"))) == 6  # a histogram and a CDF per model
     counts = record(doc, V1, DRV)["latency_ms"]["histogram"]["counts"]
     bars = tree.find("div", "charts", data_model="h").find("svg", "chart-histogram").find_all("rect", "bar")
     assert len(bars) == sum(c > 0 for c in counts)
+
+
+def test_an_invalid_row_is_refused_with_its_field_path(doc):
+    d = copy.deepcopy(doc)
+    record(d, V2, DRV)["latency_ms"]["median"] = "fast"
+    index = d["results"].index(record(d, V2, DRV))
+    with pytest.raises(RecordError) as e:
+        render_report(d)
+    assert str(e.value) == f"results[{index}].latency_ms.median: expected a number, got 'fast'"
+    bad = copy.deepcopy(doc)
+    del record(bad, V1, CPU)["warmup"]
+    with pytest.raises(RecordError, match=r"^results\[0\]\.warmup: missing \(ok rows need it\)$"):
+        render_report(bad)
+
+
+def test_the_report_command_names_an_invalid_row_in_one_line(tmp_path, doc):
+    d = copy.deepcopy(doc)
+    record(d, V1, DRV)["accuracy"]["topk"]["top1"] = 1.5
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(d))
+    r = CliRunner().invoke(report_cmd.report, [str(path)])
+    assert r.exit_code != 0 and not (tmp_path / "report.html").exists()
+    message = r.output.strip().splitlines()
+    assert (
+        len(message) == 1
+        and "results[1].accuracy.topk.top1: expected a fraction in [0, 1], got 1.5" in message[0]
+    )
+
+
+def test_a_records_document_renders_like_its_json(doc, html):
+    assert render_report(ResultsDocument.from_json(doc)) == html
 
 
 # --- stress and capabilities ------------------------------------------------------------------------
@@ -387,16 +437,17 @@ def test_stress_section():
         "schema_version": 2,
         "kind": "stress",
         "environment": {"cpu": "x"},
+        "config": {},
         "results": [
             {"mode": "inference-stress", "driver": "sample-all", "models": ["a", "b"], "outcome": "SUCCESS",
              "expected": "SUCCESS", "reason": None, "duration_s": 2.0, "iterations": 120, "signal": None,
-             "log_tail": "step 119 ok\nstep 120 ok"},
+             "log_tail": ["step 119 ok", "step 120 ok"]},
             {"mode": "client-early-termination-stress", "driver": "sample-all", "models": ["a"],
              "outcome": "CRASH", "expected": "CRASH", "reason": "client killed", "duration_s": 0.7,
-             "iterations": 0, "signal": 9, "log_tail": ""},
+             "iterations": 0, "signal": 9, "log_tail": []},
             {"mode": "parallel-inference-stress", "driver": "sample-all", "models": ["a"], "outcome": "HANG",
              "expected": "SUCCESS", "reason": "no result within 3 s", "duration_s": 3.0, "iterations": 17,
-             "signal": None, "log_tail": "<tail>"},
+             "signal": None, "log_tail": ["<tail>"]},
         ],
     }  # fmt: skip
     tree = parse_html(render_report(d))

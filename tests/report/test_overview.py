@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from mlts.records import BenchmarkRow
+from mlts.records import BenchmarkRow, ResultsDocument
 from mlts.report._html_overview import overview, ratio_interval
 from mlts.report.html import render_report
 from tests.report._dom import parse_html
@@ -48,7 +48,7 @@ def _with_verdict(doc, passed: bool):
 
 def test_overview_lines_show_verdict_failures_and_retries():
     doc = _with_verdict(sample_doc(), passed=False)
-    view = overview(doc["results"])
+    view = overview(ResultsDocument.from_json(doc).rows)
     line = next(ln for ln in view["lines"] if ln["model"] == V1 and ln["backend"] == DRV)
     assert line["verdict"] == "fail" and "max_abs_error_vs_golden" in line["verdict_detail"]
     assert line["retries"] == "2 retried (2 transient)"

@@ -210,7 +210,7 @@ def test_another_client_cannot_use_a_cached_request(tmp_path):
             mem_id = a._memories[id(pool)][0]
             args = {"prepared": prepared.handle, "request": _wire_request(mem_id)}
             a.call("executeSynchronously", args)
-            assert _hits(a) >= 2
+            assert _hits(a) >= 1
             # B names A's prepared model and A's memory id: both unknown to B.
             with pytest.raises(HalError, match="unknown prepared model handle|has not mapped"):
                 b.call("executeSynchronously", args)
@@ -280,6 +280,63 @@ def test_burst_results_equal_sync_bit_for_bit_and_a_freed_slot_is_asked_for_agai
             b.execute(request)  # the pool under a new slot: the driver asks for it
             assert b.memories_sent == 2
             np.testing.assert_array_equal(_out(pool), a + c)
+        prepared.close()
+        pool.close()
+    finally:
+        device.close()
+
+
+def test_a_burst_slot_replaced_after_validation_runs_on_the_new_memory(tmp_path):
+    """The listener's fast path for a repeated message holds the mappings it validated; replacing the
+    slot's memory (burstProvideMemories again) must make the next execution use the new one."""
+    model = add_model()
+    device = RemoteDevice.start(SAMPLE, name="sample-all", log_path=str(tmp_path / "d.log"))
+    try:
+        prepared = device.prepareModel(model)
+        first = _pool(*_inputs(1))
+        request = _request(first)
+        a, c = _inputs(2)
+        second = _pool(a, c)
+        with prepared.configureExecutionBurst() as b:
+            for _ in range(3):  # decoded, validated, then the fast path
+                b.execute(request)
+            np.testing.assert_array_equal(_out(first), sum(_inputs(1)))
+            (slot,) = {s for s, _ in b._slots.values()}
+            device.call(
+                "burstProvideMemories",
+                {"burst": b.handle, "memories": [{"slot": slot, "fd": 0, "size": second.size}]},
+                [second.fd],
+            )
+            b.execute(request)  # the same message: slot `slot` now maps `second`
+            np.testing.assert_array_equal(_out(second), a + c)
+            assert b.memories_sent == 1
+        prepared.close()
+        first.close()
+        second.close()
+    finally:
+        device.close()
+
+
+def test_a_cached_burst_message_whose_slot_was_freed_asks_for_it_under_the_new_number(tmp_path):
+    """A repeated message (decoded once) whose slot the driver dropped asks for the slot again under
+    the current execution's sequence number, which the client answers."""
+    model = add_model()
+    device = RemoteDevice.start(SAMPLE, name="sample-all", log_path=str(tmp_path / "d.log"))
+    try:
+        prepared = device.prepareModel(model)
+        pool = _pool(*_inputs(1))
+        request = _request(pool)
+        with prepared.configureExecutionBurst() as b:
+            for _ in range(3):
+                b.execute(request)
+            (slot,) = {s for s, _ in b._slots.values()}
+            # The driver drops the slot behind the client's back; the client resends the same message.
+            assert device.call("burstFreeMemory", {"burst": b.handle, "slot": slot}) == {"freed": True}
+            a, c = _inputs(3)
+            _fill(pool, a, c)
+            b.execute(request)  # asked under an old number, the ask would go unanswered: INVALID_ARGUMENT
+            np.testing.assert_array_equal(_out(pool), a + c)
+            assert b.memories_sent == 2
         prepared.close()
         pool.close()
     finally:

@@ -13,10 +13,10 @@ from mlts.validate.mutations import (
     graph_mutants,
     judge,
     operand_mutants,
-    operation_mutants,
     rule_of,
     write_scalar,
 )
+from mlts.validate.operation_mutations import operation_mutants
 from mlts.validate.request_mutations import judge_requests, request_mutants, rule_of_request, valid_request
 from mlts.validate.validation import model_sources
 

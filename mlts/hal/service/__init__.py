@@ -4,7 +4,8 @@ Every message is untrusted: frames are checked by `mlts.hal.wire`, arguments
 by type in `args`, models and requests by `mlts.hal.validate` before the
 Device sees them. Modules: `transport` (one connection), `handles` (per-client
 handle tables and limits), `client` (dispatch of one client's calls),
-`device_calls` and `execution_calls` (the handlers), `scheduler` (worker
+`device_calls`, `execution_calls` and `fenced_calls` (the handlers),
+`compact_dispatch` (compact execution calls, protocol 1.4), `scheduler` (worker
 pools), `fence_watcher` (waits on input fences), `host` (the shared Device and
 its clients) and `main` (the command line).
 """

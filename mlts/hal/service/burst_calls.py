@@ -69,9 +69,11 @@ class BurstContext:
         self._cond = threading.Condition()
         self._stopping = False
         self._answers = 0  # burstProvideMemories calls so far: an answer ends a wait even if incomplete
-        # Request messages already decoded (without their sequence numbers), each with the pools and
-        # validated Request of its last run: a repeated message on the same mappings is not checked again.
+        # Execute messages already decoded (keyed by their bytes after the sequence number), each with
+        # the pools, validated Request and slots of its last run: a repeated message on the same
+        # mappings is not checked again.
         self._known: dict[bytes, list[Any]] = {}
+        self._encoder = msg.ResultEncoder()
         self.executions = 0
         self.thread = threading.Thread(target=self._listen, name="burst", daemon=True)
 
@@ -90,13 +92,15 @@ class BurstContext:
                 )
             old = self._slots.pop(slot, None)
             self._slots[slot] = Resource(memory, lambda: close_memory(memory), memory.size)
+            if old is not None:
+                self._forget(old.value)
             self._cond.notify_all()
         if old is not None:
-            self._forget(old.value)
             old.release()
 
     def _forget(self, memory: Any) -> None:
-        """Drop the validated requests that ran on `memory` (its slot was freed or replaced)."""
+        """Drop the validated requests that ran on `memory` (its slot was freed or replaced); called
+        with the lock held."""
         for known in list(self._known.values()):
             validated = known[1]
             if validated is not None and any(p is memory for p in validated[0]):
@@ -110,9 +114,10 @@ class BurstContext:
     def free(self, slot: int) -> bool:
         with self._cond:
             resource = self._slots.pop(slot, None)
+            if resource is not None:
+                self._forget(resource.value)
         if resource is None:
             return False
-        self._forget(resource.value)
         resource.release()
         return True
 
@@ -153,18 +158,24 @@ class BurstContext:
     # ------------------------------------------------------------ listener
 
     def _listen(self) -> None:
+        requests = self.requests
         try:
-            while not self._stopping:
-                if not self.requests.wait(None, self.polling_us):
-                    continue
-                if self._stopping:
-                    break
-                data = self.requests.read()
-                if data is None and self.requests.peer_closed():
-                    break  # the client will send nothing more
-                if data is None:
-                    continue
-                self._serve(data)
+            # Executions run on this thread act for the burst's client (queued ones say so themselves).
+            with qos.serving_client(self.client.key):
+                polling = self.polling_us
+                while not self._stopping:
+                    if not requests.wait(None, polling, self.results):
+                        continue
+                    if self._stopping:
+                        break
+                    data = requests.read()
+                    if data is None:
+                        if requests.peer_closed():
+                            break  # the client will send nothing more
+                        polling = 0  # a stale signal: block again without another polling window
+                        continue
+                    polling = self.polling_us
+                    self._serve(data)
         except (RingError, MessageTooLarge) as e:
             log.warning("burst of client pid %d ended: %s", self.client.pid, e)
         except Exception as e:
@@ -182,21 +193,30 @@ class BurstContext:
     def _serve(self, data: bytes) -> None:
         seq = 0
         held: list[Resource] = []
+        done: Any = None  # a successful execution's result, when it carries no operation times
+        reply: msg.BurstResult | None = None
         try:
-            seq = msg.request_seq(data)  # 0 when not even the fixed part is whole
-            # The same message as before, but for its sequence number, decodes the same: decode once.
-            key = data[:4] + data[8:]
-            known = self._known.get(key)
-            if known is None:
+            # The same execute message as before, but for its sequence number (bytes 4..8), decodes the
+            # same: decode once.
+            key = data[8:]
+            known = self._known.get(key) if data[:4] == msg.EXECUTE_KIND_BYTES else None
+            if known is not None:
+                seq = msg.message_seq(data)
+            else:
+                seq = msg.request_seq(data)  # 0 when not even the fixed part is whole
                 try:
                     request = msg.decode_request(data)
                 except ValueError as e:
                     raise invalid(f"burst request: {e}") from None
                 known = self._remember(key, request)
             request = known[0]
-            result = self._execute(request, self._resolve(request, held), known)
-            times = result.operation_times if request.measure_operations else None
-            reply = msg.BurstResult(seq, ErrorStatus.NONE, result.output_shapes, result.timing, "", times)
+            result = self._execute(request, self._resolve(request, seq, held, known), known)
+            if request.measure_operations:
+                reply = msg.BurstResult(
+                    seq, ErrorStatus.NONE, result.output_shapes, result.timing, "", result.operation_times
+                )
+            else:
+                done = result
         except HalError as e:
             reply = msg.BurstResult(seq, e.status, e.output_shapes, message=e.message)
         except Exception as e:
@@ -207,7 +227,11 @@ class BurstContext:
                 resource.release()
         self.executions += 1
         try:
-            encoded = msg.encode_result(reply)
+            if done is not None:
+                encoded = self._encoder.success(seq, done.output_shapes, done.timing)
+            else:
+                assert reply is not None
+                encoded = msg.encode_result(reply)
         except Exception as e:  # a shape the format cannot carry (a dimension past uint32)
             encoded = msg.encode_result(
                 msg.BurstResult(seq, ErrorStatus.GENERAL_FAILURE, message=f"result cannot be encoded: {e}")
@@ -216,21 +240,35 @@ class BurstContext:
             raise RingError("the client does not read its results (the result ring stays full)")
 
     def _remember(self, key: bytes, request: msg.BurstRequest) -> list[Any]:
-        """Cache a decoded request message: [the request, (pools, validated Request) of its last run]."""
+        """Cache a decoded request message: [the request, (pools, validated Request, slot resources) of
+        its last run, or None]."""
         known: list[Any] = [request, None]
         if len(self._known) >= MAX_KNOWN_MESSAGES:
             del self._known[next(iter(self._known))]
         self._known[key] = known
         return known
 
-    def _resolve(self, request: msg.BurstRequest, held: list[Resource]) -> list[Any]:
+    def _resolve(
+        self, request: msg.BurstRequest, seq: int, held: list[Resource], known: list[Any]
+    ) -> tuple[Any, ...]:
         """The request's pools in order: a token stays a token (its buffer, this client's only, is held:
         another client's is INVALID_ARGUMENT and logged), a slot becomes its cached memory (unknown
         slots are asked for once). Every resource taken is appended to `held` for the caller to release
         when the execution ends."""
+        validated = known[1]  # read once: a freed or replaced slot sets it to None
+        if validated is not None:
+            # This message ran before on these mappings (slots only), none freed since: hold them.
+            try:
+                for resource in validated[2]:
+                    held.append(resource.acquire())
+            except HalError:
+                pass  # released meanwhile: look everything up again
+            else:
+                return validated[0]
         for token in dict.fromkeys(v for k, v in request.pools if k == msg.POOL_TOKEN):
             held.append(hold_buffer(self.client, "burst", token))
-        self._fetch_missing(request.seq, [v for k, v in request.pools if k == msg.POOL_SLOT])
+        # Asked under this execution's number (a cached request keeps the number of its first run).
+        self._fetch_missing(seq, [v for k, v in request.pools if k == msg.POOL_SLOT])
         pools: list[Any] = []
         with self._cond:
             for n, (kind, value) in enumerate(request.pools):
@@ -244,7 +282,7 @@ class BurstContext:
                     )
                 held.append(resource.acquire())
                 pools.append(resource.value)
-        return pools
+        return tuple(pools)
 
     def _fetch_missing(self, seq: int, slots: list[int]) -> None:
         """Ask the client once for the slots not cached, and wait (bounded) for its answer."""
@@ -264,38 +302,46 @@ class BurstContext:
                     break
                 self._cond.wait(remaining)
 
-    def _execute(self, request: msg.BurstRequest, pools: list[Any], known: list[Any]) -> Any:
+    def _execute(self, request: msg.BurstRequest, pools: tuple[Any, ...], known: list[Any]) -> Any:
         prepared = self.prepared
         if prepared is None or self.client.handles.peek(Kind.PREPARED, self.prepared_number) is not prepared:
             raise invalid(f"burst: prepared model {self.prepared_number} was released")
         entry: PreparedEntry = prepared.value
-        validated = known[1]  # (pools, Request), read once: a freed slot replaces it with None
-        if (
-            validated is not None
-            and len(validated[0]) == len(pools)
-            and all(a is b for a, b in zip(validated[0], pools, strict=True))
+        validated = known[1]  # (pools, Request, slot resources), read once: a freed slot sets None
+        if validated is not None and (
+            validated[0] is pools
+            or (
+                len(validated[0]) == len(pools)
+                and all(a is b for a, b in zip(validated[0], pools, strict=True))
+            )
         ):
             # This message ran on these very mappings before and passed validation.
             hal_request = validated[1]
         else:
-            hal_request = Request(request.inputs, request.outputs, tuple(pools), request.measure_operations)
+            hal_request = Request(request.inputs, request.outputs, pools, request.measure_operations)
             if entry.model is not None:
                 hal_request = bind_buffers(hal_request, entry.prepared, self._buffer)
                 if self.client.host.prevalidate:
                     validate.validate_request(hal_request, entry.model)
                 if all(kind == msg.POOL_SLOT for kind, _ in request.pools):
-                    known[1] = (tuple(pools), hal_request)
+                    self._keep_validated(known, request, pools, hal_request)
         if request.deadline is not None and request.deadline <= time.monotonic_ns():
             raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "burst: the deadline had already passed")
+        return self._on_worker(
+            entry.prepared.executeSynchronously,
+            (hal_request, request.measure, request.deadline, request.loop_timeout),
+            entry.priority,
+        )
 
-        def run() -> Any:
-            # As on every execution path: the driver tells clients apart by this key.
-            with qos.serving_client(self.client.key):
-                return entry.prepared.executeSynchronously(
-                    hal_request, request.measure, request.deadline, request.loop_timeout
-                )
-
-        return self._on_worker(run, entry.priority)
+    def _keep_validated(
+        self, known: list[Any], request: msg.BurstRequest, pools: tuple[Any, ...], hal_request: Request
+    ) -> None:
+        """Remember that `request` passed validation on `pools`, with the cached slots behind them, unless
+        a slot was freed or replaced meanwhile (under the lock that `_forget` runs under)."""
+        with self._cond:
+            resources = [self._slots.get(value) for _, value in request.pools]
+            if all(r is not None and r.value is p for r, p in zip(resources, pools, strict=True)):
+                known[1] = (pools, hal_request, tuple({id(r): r for r in resources}.values()))
 
     def _buffer(self, token: int) -> Any:
         """The buffer behind a token of this client (as on the other execution paths)."""
@@ -304,28 +350,32 @@ class BurstContext:
             raise invalid(f"burst: buffer token {token} is not a live buffer of this client")
         return resource.value
 
-    def _on_worker(self, run: Callable[[], Any], priority: int) -> Any:
-        """Run within the service's execution workers, as every other execution does: on this thread
-        when a worker slot is free (no hand-off), else queued by priority and waited for."""
+    def _on_worker(self, run: Callable[..., Any], args: tuple[Any, ...], priority: int) -> Any:
+        """`run(*args)` within the service's execution workers, as every other execution: on this
+        thread (which acts for the burst's client) when a worker slot is free (no hand-off), else
+        queued by priority and waited for."""
         pool = self.client.host.exec_pool
         if pool.try_inline():
             try:
-                return run()
+                return run(*args)
             finally:
                 pool.end_inline()
         done = threading.Event()
         outcome: list[Any] = []
+        client = self.client.key
 
         def work() -> None:
             try:
-                outcome.append((True, run()))
+                # As on every execution path: the driver tells clients apart by this key.
+                with qos.serving_client(client):
+                    outcome.append((True, run(*args)))
             except BaseException as e:
                 outcome.append((False, e))
             finally:
                 done.set()
 
         try:
-            pool.submit(work, priority, self.client.key)  # clients take turns, as for other executions
+            pool.submit(work, priority, client)  # clients take turns, as for other executions
         except RuntimeError:
             raise HalError(ErrorStatus.DEVICE_UNAVAILABLE, "burst: the service is stopping") from None
         done.wait()

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mlts.hal import qos, wire
+from mlts.hal import compact_calls, qos, wire
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.service.args import type_name
@@ -46,6 +46,8 @@ class Call:
     args: dict[str, Any]
     fds: tuple[int, ...]
     taken: set[int] = field(default_factory=set)
+    #: A compact call (protocol 1.4): its decoded fields instead of `args`; answered compactly.
+    compact: compact_calls.CompactCall | None = None
 
     def take_fd(self, index: object, what: str) -> int:
         """Take ownership of fd number `index` of the frame (each at most once)."""
@@ -78,7 +80,10 @@ class Client:
         self._lock = threading.Lock()
         self._in_flight = 0
         self.calls = 0
+        self.compact_calls = 0  # of `calls`, those that came as compact frames (protocol 1.4)
         self.closed = threading.Event()
+        #: Decodes this connection's compact calls (used by the reader thread only).
+        self.decoder = compact_calls.CallDecoder()
 
     # ------------------------------------------------------------ serving
 
@@ -106,7 +111,10 @@ class Client:
             except OSError as e:
                 log.warning("connection of client pid %d failed: %s", self.pid, e)
                 return
-            self._dispatch(frame)
+            if frame.compact is not None:
+                self.host.dispatch_compact(self, frame)
+            else:
+                self._dispatch(frame)
             if self.conn.broken:
                 return
 
@@ -115,8 +123,6 @@ class Client:
         raw_id = message.get("id")
         msg_id = raw_id if type(raw_id) is int else None
         call = Call(msg_id, str(message.get("method")), {}, frame.fds)
-        self.calls += 1
-        counted = False
         try:
             if message.get("kind") != "call":
                 raise invalid(
@@ -138,6 +144,20 @@ class Client:
                     ErrorStatus.GENERAL_FAILURE,
                     f"method {method!r:.60} is not implemented by this service; implemented: {known}",
                 )
+        except HalError as e:
+            self.calls += 1
+            log.info("%s failed: %s", call.method, e)
+            call.close_untaken()
+            self.conn.send(error_reply(msg_id, e))
+            return
+        self.run_call(call, handler)
+
+    def run_call(self, call: Call, handler: Handler) -> None:
+        """Count the call in flight, run its handler and reply (or leave the reply to deferred work)."""
+        msg_id = call.id
+        self.calls += 1
+        counted = False
+        try:
             self.begin()
             counted = True
             result = handler(self, call)
@@ -184,15 +204,24 @@ class Client:
         with self._lock:
             return self._in_flight
 
+    @property
+    def in_flight_now(self) -> int:
+        """`in_flight` read without the lock (for the reader thread, the only one that adds calls)."""
+        return self._in_flight
+
     def defer(
         self,
         pool: WorkerPool,
         call: Call,
-        work: Callable[[], dict[str, Any]],
+        work: Callable[[], Any],
         cleanup: Callable[[], None] | None = None,
         priority: int = 1,
+        compact: Callable[[Any], bytes] | None = None,
     ) -> dict[str, Any]:
-        """Run `work` on `pool` and reply with its result or error; returns DEFERRED."""
+        """Run `work` on `pool` and reply with its result or error; returns DEFERRED.
+
+        With `compact`, a result is answered by the compact message `compact(result)`.
+        """
         msg_id = call.id
         method = call.method
 
@@ -203,10 +232,15 @@ class Client:
                 answer()
 
         def answer() -> None:
+            body = b""
+            reply: dict[str, Any] = {}
             try:
                 if self.closed.is_set():
                     return  # the client is gone: nobody to answer
-                reply = ok_reply(msg_id, work())  # type: ignore[arg-type]
+                if compact is not None:
+                    body = compact(work())
+                else:
+                    reply = ok_reply(msg_id, work())  # type: ignore[arg-type]
             except HalError as e:
                 log.info("%s failed: %s", method, e)
                 reply = error_reply(msg_id, e)
@@ -219,7 +253,10 @@ class Client:
                 if cleanup is not None:
                     cleanup()
                 self.end()
-            self.conn.send(reply)
+            if reply:
+                self.conn.send(reply)
+            else:
+                self.conn.send_compact(body)
 
         try:
             pool.submit(run, priority, self.key)
@@ -245,6 +282,7 @@ class Client:
             "in_flight": self.in_flight,
             "mapped_bytes": self.handles.mapped_bytes,
             "calls": self.calls,
+            "compact_calls": self.compact_calls,
             # Executions that reused a request already decoded and validated (request_cache).
             "request_cache_hits": sum(e.requests.hits for e in self.handles.values(Kind.PREPARED)),
         }

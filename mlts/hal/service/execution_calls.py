@@ -1,4 +1,4 @@
-"""Handlers of the PreparedModel methods: synchronous, asynchronous and fenced executions, and pools.
+"""Handlers of the PreparedModel methods: admission of every execution, synchronous and asynchronous ones, pools.
 
 Every execution is admitted on the client's reader thread (arguments,
 handles, pools, the request checked against the model) and then run on the
@@ -10,32 +10,26 @@ execution is queued or running is safe.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mlts.hal import codec, operation_times, qos, validate
+from mlts.hal import codec, compact_calls, qos, validate
 from mlts.hal.buffer_use import bind_buffers
+from mlts.hal.burst_messages import POOL_TOKEN
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError, invalid
-from mlts.hal.fence import SyncFence
 from mlts.hal.memory import SharedMemory
-from mlts.hal.operation_times import OperationTimes
 from mlts.hal.service import request_cache
-from mlts.hal.service.args import arg, enum_value, handle, int_list, opt_ns, pool_token
+from mlts.hal.service.args import arg, enum_value, int_list, opt_ns, pool_token
 from mlts.hal.service.buffer_calls import hold_buffer
 from mlts.hal.service.client import DEFERRED, Call, Client, Handler
 from mlts.hal.service.device_calls import PreparedEntry, close_memory, map_memory
 from mlts.hal.service.handles import Kind, Resource
 from mlts.hal.service.transport import error_dict
-from mlts.hal.types import ExecutionResult, Request, Timing
+from mlts.hal.types import ExecutionResult, Request
 
 log = logging.getLogger("mlts.hal.service")
-
-#: At most this many input fences per fenced execution.
-MAX_WAIT_FOR = 32
 
 
 @dataclass
@@ -126,7 +120,7 @@ def _buffer_of(client: Client, method: str, token: int) -> Any:
     return resource.value
 
 
-def _admit(client: Client, call: Call) -> Job:
+def admit(client: Client, call: Call) -> Job:
     """Check an execution call and take everything it needs; the caller must `finish()` the job.
 
     A request equal to one this prepared model already ran on the same pools is not decoded and
@@ -134,37 +128,106 @@ def _admit(client: Client, call: Call) -> Job:
     in the client's handle table first, as on every call.
     """
     m = call.method
+    compact = call.compact
+    if compact is not None:
+        return _admit_compact(client, call, compact)
     request_doc = arg(call.args, m, "request", dict)
     job = Job(None, None, MeasureTiming.NO, None, None, client_key=client.key)  # type: ignore[arg-type]
     try:
         descs = codec.request_pool_descs(request_doc)
         pools = _resolve_pools(client, call, descs, job)
-        prepared = client.handles.get(Kind.PREPARED, arg(call.args, m, "prepared", int), m)
-        job.held.append(prepared)
-        job.entry = prepared.value
-        job.measure = enum_value(
-            MeasureTiming, m, "measure", int(arg(call.args, m, "measure", (bool, int), False))
+        args = call.args
+
+        def timing() -> tuple[MeasureTiming, int | None, int | None]:
+            measure = int(arg(args, m, "measure", (bool, int), False))
+            return (
+                enum_value(MeasureTiming, m, "measure", measure),
+                opt_ns(args, m, "deadline"),
+                opt_ns(args, m, "loop_timeout"),
+            )
+
+        _admit_request(
+            client,
+            job,
+            m,
+            arg(call.args, m, "prepared", int),
+            timing,
+            request_doc,
+            pools,
+            lambda: codec.request_from_dict(request_doc, tuple(pools)),
+            request_cache.cacheable(descs),
         )
-        job.deadline = opt_ns(call.args, m, "deadline")
-        job.loop_timeout = opt_ns(call.args, m, "loop_timeout")
-        cache = job.entry.requests
-        known = cache.get(request_doc, pools)
-        if known is not None:
-            job.request = known
-        else:
-            job.request = codec.request_from_dict(request_doc, tuple(pools))
-            if job.entry.model is not None:
-                job.request = bind_buffers(
-                    job.request, job.entry.prepared, lambda t: _buffer_of(client, m, t)
-                )
-                if client.host.prevalidate:
-                    validate.validate_request(job.request, job.entry.model)
-                if request_cache.cacheable(descs):
-                    cache.put(request_doc, pools, job.request)
     except BaseException:
         job.finish()
         raise
     return job
+
+
+def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> Job:
+    """`admit` for a compact call (protocol 1.4): its pools are memory ids and buffer tokens."""
+    m = call.method
+    job = Job(None, None, MeasureTiming.NO, None, None, client_key=client.key)  # type: ignore[arg-type]
+    try:
+        pools: list[Any] = []
+        for n, (kind, value) in enumerate(c.pools):
+            if kind == POOL_TOKEN:
+                job.held.append(hold_buffer(client, m, value))
+                pools.append(value)
+                continue
+            try:
+                resource = client.handles.get(Kind.MEMORY, value, m)
+            except HalError:
+                raise invalid(
+                    f"{m}: request.pools[{n}] names memory id {value}, which this client has not mapped "
+                    "(or freed)"
+                ) from None
+            job.held.append(resource)
+            pools.append(resource.value)
+        _admit_request(
+            client,
+            job,
+            m,
+            c.prepared,
+            lambda: (c.measure, c.deadline, c.loop_timeout),
+            c.key,
+            pools,
+            lambda: Request(c.inputs, c.outputs, tuple(pools), c.measure_operations),
+            all(kind != POOL_TOKEN for kind, _ in c.pools),
+        )
+    except BaseException:
+        job.finish()
+        raise
+    return job
+
+
+def _admit_request(
+    client: Client,
+    job: Job,
+    m: str,
+    prepared_handle: int,
+    timing: Callable[[], tuple[MeasureTiming, int | None, int | None]],
+    key: object,
+    pools: list[Any],
+    build: Callable[[], Request],
+    cacheable: bool,
+) -> None:
+    """The checks both encodings share: the model, the timing arguments, the request."""
+    prepared = client.handles.get(Kind.PREPARED, prepared_handle, m)
+    job.held.append(prepared)
+    job.entry = prepared.value
+    job.measure, job.deadline, job.loop_timeout = timing()
+    cache = job.entry.requests
+    known = cache.get(key, pools)
+    if known is not None:
+        job.request = known
+        return
+    job.request = build()
+    if job.entry.model is not None:
+        job.request = bind_buffers(job.request, job.entry.prepared, lambda t: _buffer_of(client, m, t))
+        if client.host.prevalidate:
+            validate.validate_request(job.request, job.entry.model)
+        if cacheable:
+            cache.put(key, pools, job.request)
 
 
 def _can_run_inline(client: Client) -> bool:
@@ -174,21 +237,38 @@ def _can_run_inline(client: Client) -> bool:
 
     Asynchronous and fenced executions always go to the pool: their launches must be answered at once,
     one after the other, however long each execution takes."""
-    return client.in_flight == 1 and not client.conn.pending() and client.host.exec_pool.try_inline()
+    # Only this thread (the reader) adds calls in flight: a stale count is a higher one, so reading it
+    # without the lock errs towards the pool.
+    return client.in_flight_now == 1 and not client.conn.pending() and client.host.exec_pool.try_inline()
 
 
 # ------------------------------------------------------------ synchronous
 
 
 def execute_synchronously(client: Client, call: Call) -> dict[str, Any]:
-    job = _admit(client, call)
+    job = admit(client, call)
     pool = client.host.exec_pool
+    compact = call.compact is not None
     if _can_run_inline(client):
         try:
-            return codec.execution_result_to_dict(job.run())
+            result = job.run()
         finally:
             pool.end_inline()
             job.finish()
+        if not compact:
+            return codec.execution_result_to_dict(result)
+        client.end()
+        client.conn.send_compact(compact_calls.result_answer(compact_calls.RESULT, call.id or 0, result))
+        return DEFERRED
+    if compact:
+        return client.defer(
+            client.host.exec_pool,
+            call,
+            job.run,
+            job.finish,
+            job.entry.priority,
+            lambda r: compact_calls.result_answer(compact_calls.RESULT, call.id or 0, r),
+        )
     return client.defer(
         client.host.exec_pool,
         call,
@@ -203,8 +283,9 @@ def execute_synchronously(client: Client, call: Call) -> dict[str, Any]:
 
 def execute(client: Client, call: Call) -> dict[str, Any]:
     """Launch: the reply says the execution started; a notify `executionComplete` (same id) ends it."""
-    job = _admit(client, call)
+    job = admit(client, call)
     msg_id = call.id
+    compact = call.compact is not None
 
     def run() -> None:
         with qos.holding_tickets():  # the priority ticket is left once the completion is sent
@@ -212,11 +293,15 @@ def execute(client: Client, call: Call) -> dict[str, Any]:
 
     def complete() -> None:
         notify: dict[str, Any] = {"kind": "notify", "event": "executionComplete", "id": msg_id}
+        answer = b""
         try:
             if client.closed.is_set():
                 return
             result = job.run()
-            notify.update(status=0, result=codec.execution_result_to_dict(result))
+            if compact:
+                answer = compact_calls.result_answer(compact_calls.COMPLETE, msg_id or 0, result)
+            else:
+                notify.update(status=0, result=codec.execution_result_to_dict(result))
         except HalError as e:
             notify.update(status=int(e.status), error=error_dict(e))
         except Exception as e:
@@ -226,10 +311,16 @@ def execute(client: Client, call: Call) -> dict[str, Any]:
         finally:
             job.finish()
             client.end()
-        client.conn.send(notify)
+        if "status" in notify:
+            client.conn.send(notify)
+        else:
+            client.conn.send_compact(answer)
 
     # The launch reply goes first, so the client knows the id before any completion can arrive.
-    client.conn.send({"kind": "reply", "id": msg_id, "ok": True, "result": {}})
+    if compact:
+        client.conn.send_compact(compact_calls.launched_answer(msg_id or 0))
+    else:
+        client.conn.send({"kind": "reply", "id": msg_id, "ok": True, "result": {}})
     try:
         client.host.exec_pool.submit(run, job.entry.priority, client.key)
     except RuntimeError:
@@ -246,169 +337,6 @@ def execute(client: Client, call: Call) -> dict[str, Any]:
             }
         )
     return DEFERRED
-
-
-# ------------------------------------------------------------ fenced
-
-
-class FencedExecution:
-    """What `getExecutionInfo` reports about one fenced execution, and the fence it signals."""
-
-    def __init__(self, fence: SyncFence, measure: MeasureTiming) -> None:
-        self.fence = fence
-        self.measure = measure
-        self.launched_ns = time.monotonic_ns()
-        self.done = threading.Event()
-        self.status = ErrorStatus.NONE
-        self.message = ""
-        self.timing_launched = Timing()
-        self.timing_fenced = Timing()
-        self.operation_times: OperationTimes | None = None
-
-    def complete(self, fenced_ns: int | None, result: ExecutionResult | None, error: HalError | None) -> None:
-        end = time.monotonic_ns()
-        if error is None and result is not None and result.operation_times is not None:
-            try:
-                self.operation_times = operation_times.checked_by_service(result.operation_times)
-            except HalError as e:
-                error = e
-        if error is not None:
-            self.status, self.message = error.status, error.message
-        elif result is not None and self.measure == MeasureTiming.YES and fenced_ns is not None:
-            on_device = result.timing.time_on_device
-            self.timing_launched = Timing(on_device, (end - self.launched_ns) // 1000)
-            self.timing_fenced = Timing(on_device, (end - fenced_ns) // 1000)
-        self.done.set()
-        self.fence.signal(ok=error is None)
-        self.fence.close()
-
-    def info(self) -> dict[str, Any]:
-        if not self.done.is_set():
-            return {"finished": False}
-        info = {
-            "finished": True,
-            "status": int(self.status),
-            "message": self.message,
-            "timingLaunched": codec.timing_to_dict(self.timing_launched),
-            "timingFenced": codec.timing_to_dict(self.timing_fenced),
-        }
-        if self.operation_times is not None:
-            info["operationTimes"] = operation_times.to_list(self.operation_times)
-        return info
-
-
-def execute_fenced(client: Client, call: Call) -> dict[str, Any]:
-    """Reply at once with the execution's handle and its fence; run once every input fence is signalled."""
-    m = call.method
-    client.handles.check_room(Kind.FENCED, m)
-    indexes = int_list(call.args, m, "wait_for", MAX_WAIT_FOR)
-    after_fence = opt_ns(call.args, m, "timeout_after_fence")
-    fences: list[SyncFence] = []
-    try:
-        for n, i in enumerate(indexes):
-            fences.append(SyncFence.from_fd(call.take_fd(i, f"wait_for[{n}]"), f"{m}: wait_for[{n}]"))
-        job = _admit(client, call)
-    except BaseException:
-        for fence in fences:
-            fence.close()
-        raise
-    out = SyncFence.create()
-    execution = FencedExecution(out, job.measure)
-    try:
-        number = client.handles.add(Kind.FENCED, Resource(execution, out.close), m)
-    except BaseException:
-        out.close()
-        for fence in fences:
-            fence.close()
-        job.finish()
-        raise
-    client.conn.send(
-        {"kind": "reply", "id": call.id, "ok": True, "result": {"execution": number, "fence": 0}}, [out.fd]
-    )
-    host = client.host
-    now_ns = time.monotonic_ns()
-    if job.deadline is not None and job.deadline <= now_ns:
-        fail = HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, f"{m}: the deadline had already passed")
-    else:
-        fail = None
-    # Waiting ends at the deadline, or after the service's longest fence wait.
-    limit = time.monotonic() + host.fence_wait_limit
-    wait_until = (
-        limit if job.deadline is None else min(limit, time.monotonic() + (job.deadline - now_ns) / 1e9)
-    )
-    expired = HalError(
-        ErrorStatus.MISSED_DEADLINE_TRANSIENT,
-        f"{m}: the input fences were not all signalled "
-        + (
-            "before the deadline"
-            if job.deadline is not None and wait_until < limit
-            else f"within {host.fence_wait_limit:g} s"
-        ),
-    )
-
-    def finish(fenced_ns: int | None, result: ExecutionResult | None, error: HalError | None) -> None:
-        job.finish()
-        execution.complete(fenced_ns, result, error)
-        client.end()
-
-    def run(fenced_ns: int) -> None:
-        if client.closed.is_set():
-            finish(fenced_ns, None, HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"{m}: the client disconnected"))
-            return
-        try:
-            deadline = job.deadline
-            if after_fence is not None:
-                limit_ns = fenced_ns + after_fence
-                deadline = limit_ns if deadline is None else min(deadline, limit_ns)
-            result = job.run(deadline)
-        except HalError as e:
-            finish(fenced_ns, None, e)
-        except Exception as e:
-            log.error("executeFenced raised %s: %s", type(e).__name__, e, exc_info=True)
-            finish(fenced_ns, None, HalError(ErrorStatus.GENERAL_FAILURE, f"{m}: {type(e).__name__}: {e}"))
-        else:
-            finish(fenced_ns, result, None)
-
-    def ready(error: HalError | None) -> None:
-        if error is not None:
-            finish(None, None, error)
-            return
-        fenced_ns = time.monotonic_ns()
-        try:
-            host.exec_pool.submit(lambda: run(fenced_ns), job.entry.priority, client.key)
-        except RuntimeError:
-            finish(None, None, HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"{m}: the service is stopping"))
-
-    if fail is not None:
-        for fence in fences:
-            fence.close()
-        finish(None, None, fail)
-    elif fences:
-        host.fences.add(client, fences, wait_until, expired, ready)
-    else:
-        ready(None)
-    return DEFERRED
-
-
-def get_execution_info(client: Client, call: Call) -> dict[str, Any]:
-    """The execution's report; with `release` true a finished execution's handle is released too."""
-    number = handle(call.args, call.method, "execution")
-    release = arg(call.args, call.method, "release", bool, False)
-    resource = client.handles.get(Kind.FENCED, number, call.method)
-    try:
-        info = resource.value.info()
-    finally:
-        resource.release()
-    if release and info["finished"]:
-        client.handles.remove(Kind.FENCED, number)
-    return info
-
-
-def release_execution(client: Client, call: Call) -> dict[str, Any]:
-    number = handle(call.args, call.method, "execution")
-    if not client.handles.remove(Kind.FENCED, number):
-        raise invalid(f"{call.method}: unknown fenced execution handle {number}")
-    return {}
 
 
 # ------------------------------------------------------------ pools
@@ -433,8 +361,5 @@ def free_memory(client: Client, call: Call) -> dict[str, Any]:
 HANDLERS: dict[str, Handler] = {
     "executeSynchronously": execute_synchronously,
     "execute": execute,
-    "executeFenced": execute_fenced,
-    "getExecutionInfo": get_execution_info,
-    "releaseExecution": release_execution,
     "freeMemory": free_memory,
 }

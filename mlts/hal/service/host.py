@@ -18,7 +18,14 @@ from typing import Any
 
 from mlts.hal import wire
 from mlts.hal.interface import Device
-from mlts.hal.service import buffer_calls, burst_calls, device_calls, execution_calls
+from mlts.hal.service import (
+    buffer_calls,
+    burst_calls,
+    compact_dispatch,
+    device_calls,
+    execution_calls,
+    fenced_calls,
+)
 from mlts.hal.service.client import Client, Handler
 from mlts.hal.service.fence_watcher import FenceWatcher
 from mlts.hal.service.handles import Limits
@@ -67,9 +74,12 @@ class ServiceHost:
         self.handlers: dict[str, Handler] = {
             **device_calls.HANDLERS,
             **execution_calls.HANDLERS,
+            **fenced_calls.HANDLERS,
             **burst_calls.HANDLERS,
             **buffer_calls.HANDLERS,
         }
+        #: Serves a compact frame (protocol 1.4) of a client.
+        self.dispatch_compact = compact_dispatch.dispatch_compact
         self.exec_pool = WorkerPool("execute", workers)
         self.prepare_pool = WorkerPool("prepare", prepare_workers)
         self.fences = FenceWatcher()

@@ -35,12 +35,16 @@ class RequestCache:
 
     def __init__(self, size: int = CACHED_REQUESTS) -> None:
         self.size = size
-        self._entries: list[tuple[dict[str, Any], tuple[Any, ...], Request]] = []
+        self._entries: list[tuple[object, tuple[Any, ...], Request]] = []
         self._lock = threading.Lock()
         self.hits = 0
 
-    def get(self, doc: dict[str, Any], pools: list[Any]) -> Request | None:
-        """The request built from an equal `doc` on these very pools, or None."""
+    def get(self, doc: object, pools: list[Any]) -> Request | None:
+        """The request built from an equal `doc` on these very pools, or None.
+
+        `doc` is the request's JSON object, or the bytes of a compact call's request (protocol 1.4):
+        the two never compare equal, so each encoding finds only its own entries.
+        """
         entries = self._entries  # replaced, never changed in place: safe to read without the lock
         for n, (d, p, request) in enumerate(entries):
             if len(p) == len(pools) and all(a is b for a, b in zip(p, pools, strict=True)) and d == doc:
@@ -57,7 +61,7 @@ class RequestCache:
                 entries.insert(0, entries.pop(n))
                 self._entries = entries
 
-    def put(self, doc: dict[str, Any], pools: list[Any], request: Request) -> None:
+    def put(self, doc: object, pools: list[Any], request: Request) -> None:
         with self._lock:
             self._entries = [(doc, tuple(pools), request), *self._entries[: self.size - 1]]
 

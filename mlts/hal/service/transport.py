@@ -72,6 +72,20 @@ class Connection:
             return False
         return True
 
+    def send_compact(self, body: bytes, fds: Sequence[int] = ()) -> bool:
+        """Send one compact message (protocol 1.4); False (and the connection marked broken) as `send`."""
+        if self.broken:
+            return False
+        try:
+            with self._send_lock:
+                wire.send_data(self.sock, wire.compact_frame_bytes(body), fds, self.frame_timeout)
+        except OSError as e:
+            log.warning("cannot send to client pid %d (%s); closing the connection", self.pid, e)
+            self.broken = True
+            self.shutdown()
+            return False
+        return True
+
     def shutdown(self) -> None:
         """Wake the reader (it sees end of file); the socket is closed by its owner."""
         try:

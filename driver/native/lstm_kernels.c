@@ -1,0 +1,243 @@
+/* The float32 LSTM cell in one call: the gate products and the cell's elementwise work fused
+ * (called through ctypes from driver/ops/_lstm_native.py, built into the same library as
+ * kernels.c, whose thread count it follows).
+ *
+ * The weights are packed at prepare in panels of eight units: panel p holds, for every row kk of
+ * the product, the columns of units 8p..8p+7 of each gate in the order i, f, g, o (no i under
+ * CIFG), i.e. [panels][k][gates * 8], units padded with zeros to a multiple of eight. One pass
+ * over a panel gives the pre-activations of all gates of eight units in registers, so the cell
+ * update for those units follows at once: the weights are read once per step, nothing else is
+ * stored in between, and the panels split over threads with no synchronisation. Every thread
+ * writes disjoint units, so results do not depend on the thread count.
+ *
+ * The exponential is Cephes' expf polynomial (about 1 ulp on the clamped range), tanh Cephes'
+ * tanhf (its odd polynomial below 0.625, 1 - 2 / (exp(2|x|) + 1) above); sigmoid(x) is
+ * 1 / (1 + exp(-x)). They differ from NumPy's by a few ulp.
+ */
+
+#include <stdint.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#ifndef MK_LSTM_SOURCE_HASH
+#define MK_LSTM_SOURCE_HASH "unknown"
+#endif
+
+/* Bumped whenever mk_lstm_cell_f32's arguments change. */
+#define LSTM_ABI 2
+
+/* Multiply-adds per step below which the cell stays on the calling thread (kernels.c's
+ * PARALLEL_WORK): waking a sleeping worker costs tens of microseconds on an idle core and
+ * milliseconds when the other cores are busy, more than splitting a speech model's step saves
+ * (measured: two threads 2-7x slower per step at 256 K multiply-adds on a loaded machine). */
+#define LSTM_PARALLEL_WORK (1 << 21)
+
+/* kernels.c's thread count; weak, so that this file still loads (on one thread) without it. */
+int mk_threads(void) __attribute__((weak));
+
+typedef float lv8f __attribute__((vector_size(32)));
+typedef int32_t lv8i __attribute__((vector_size(32)));
+
+const char *mk_lstm_source_hash(void) { return MK_LSTM_SOURCE_HASH; }
+int mk_lstm_abi(void) { return LSTM_ABI; }
+
+static inline lv8f splat(float v) { return (lv8f){v, v, v, v, v, v, v, v}; }
+
+/* Lanes of a where m is set (all ones), of b where it is clear (a vector comparison's result). */
+static inline lv8f sel(lv8i m, lv8f a, lv8f b) {
+    lv8i ai, bi, r;
+    memcpy(&ai, &a, 32);
+    memcpy(&bi, &b, 32);
+    r = (ai & m) | (bi & ~m);
+    lv8f out;
+    memcpy(&out, &r, 32);
+    return out;
+}
+
+/* x clamped to [lo, hi]; a NaN stays NaN (as NumPy's clip and maximum keep it). */
+static inline lv8f clampv(lv8f x, lv8f lo, lv8f hi) { return sel(x < lo, lo, sel(x > hi, hi, x)); }
+
+static inline lv8f vabs(lv8f x) {
+    lv8i bits;
+    memcpy(&bits, &x, 32);
+    bits &= 0x7fffffff;
+    memcpy(&x, &bits, 32);
+    return x;
+}
+
+/* exp(x) for x clamped to [-87.3, 88.3] (Cephes expf); NaN gives NaN. */
+static inline lv8f vexp(lv8f x) {
+    x = clampv(x, splat(-87.3f), splat(88.3f));
+    lv8f fx = x * splat(1.44269504088896341f);
+    /* round to nearest: add and subtract 1.5 * 2^23 */
+    lv8f magic = splat(12582912.0f);
+    fx = (fx + magic) - magic;
+    x = x - fx * splat(0.693359375f);
+    x = x - fx * splat(-2.12194440e-4f);
+    lv8f z = x * x;
+    lv8f y = splat(1.9875691500e-4f);
+    y = y * x + splat(1.3981999507e-3f);
+    y = y * x + splat(8.3334519073e-3f);
+    y = y * x + splat(4.1665795894e-2f);
+    y = y * x + splat(1.6666665459e-1f);
+    y = y * x + splat(5.0000001201e-1f);
+    y = y * z + x + splat(1.0f);
+    lv8i n = __builtin_convertvector(fx, lv8i);
+    lv8i bits = (n + 127) << 23;
+    lv8f scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return y * scale;
+}
+
+static inline lv8f vsigmoid(lv8f x) { return splat(1.0f) / (splat(1.0f) + vexp(-x)); }
+
+static inline lv8f vtanh(lv8f x) {
+    lv8f ax = vabs(x);
+    /* large: 1 - 2 / (exp(2|x|) + 1), sign restored */
+    lv8f big = splat(1.0f) - splat(2.0f) / (vexp(ax + ax) + splat(1.0f));
+    big = sel(x < splat(0.0f), -big, big);
+    lv8f z = x * x;
+    lv8f p = splat(-5.70498872745e-3f);
+    p = p * z + splat(2.06390887954e-2f);
+    p = p * z + splat(-5.37397155531e-2f);
+    p = p * z + splat(1.33314422036e-1f);
+    p = p * z + splat(-3.33332819422e-1f);
+    lv8f small = p * z * x + x;
+    return sel(ax < splat(0.625f), small, big);
+}
+
+/* NNAPI's fused-activation codes of the cell input and output activation. */
+static inline lv8f vact(lv8f x, int act) {
+    switch (act) {
+    case 1:
+        return sel(x < splat(0.0f), splat(0.0f), x);
+    case 3:
+        return clampv(x, splat(0.0f), splat(6.0f));
+    case 4:
+        return vtanh(x);
+    case 6:
+        return vsigmoid(x);
+    default:
+        return x;
+    }
+}
+
+/* n (1..8) floats from p, zeros after. */
+static inline lv8f load_n(const float *p, int64_t n) {
+    lv8f v = splat(0.0f);
+    if (n == 8)
+        memcpy(&v, p, 32);
+    else
+        memcpy(&v, p, (size_t)n * sizeof(float));
+    return v;
+}
+
+static inline void store_n(float *p, lv8f v, int64_t n) {
+    if (n == 8)
+        memcpy(p, &v, 32);
+    else
+        memcpy(p, &v, (size_t)n * sizeof(float));
+}
+
+/* acc[g] += sum over kk < k of a[kk] * w[kk][g*8 .. g*8+7], w's rows `gates * 8` floats apart. */
+static inline void panel_dot(const float *a, int64_t k, const float *w, int gates, lv8f acc[4]) {
+    const int64_t stride = (int64_t)gates * 8;
+    lv8f s0[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
+    lv8f s1[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
+    int64_t kk = 0;
+    for (; kk + 2 <= k; kk += 2) {
+        const float *w0 = w + kk * stride, *w1 = w0 + stride;
+        lv8f x0 = splat(a[kk]), x1 = splat(a[kk + 1]);
+        for (int g = 0; g < gates; g++) {
+            lv8f v0, v1;
+            memcpy(&v0, w0 + g * 8, 32);
+            memcpy(&v1, w1 + g * 8, 32);
+            s0[g] += x0 * v0;
+            s1[g] += x1 * v1;
+        }
+    }
+    for (; kk < k; kk++) {
+        const float *w0 = w + kk * stride;
+        lv8f x0 = splat(a[kk]);
+        for (int g = 0; g < gates; g++) {
+            lv8f v0;
+            memcpy(&v0, w0 + g * 8, 32);
+            s0[g] += x0 * v0;
+        }
+    }
+    for (int g = 0; g < gates; g++) acc[g] += s0[g] + s1[g];
+}
+
+/* What a prepared LSTM keeps for the kernel (driver/ops/_lstm_native.py mirrors this layout). */
+typedef struct {
+    int64_t units, k1, k2;
+    int64_t gates, act;
+    double cell_clip;
+    const float *w, *bias, *peep_i, *peep_f, *peep_o;
+} lstm_const_t;
+
+/* One LSTM step for `batch` rows (see _lstm_cell for the formulas; no layer norm, no projection):
+ *
+ *   pre = a1 @ W[:k1] + a2 @ W[k1:] (+ bias) (+ add), per gate i, f, g, o (no i under CIFG)
+ *
+ * From the constants `cst`: w the panels of k1 + k2 rows; bias [gates * units] gate-major like
+ * NNAPI's packed gates, or NULL; the peepholes [units] or NULL; act the cell activation code;
+ * cell_clip > 0 clips the new cell state. Per call: a1 [batch, k1] and a2 [batch, k2] (a2 NULL
+ * when k2 = 0) with row strides lda1 and lda2; add [batch, gates * units] gate-major (row stride
+ * ldadd) or NULL; c_in [batch, units]. Writes c_out [batch, units] (may be c_in), h_out
+ * [batch, units] (must not overlap a1, a2) and, when not NULL, gates_out [batch, gates * units],
+ * the gate activations gate-major. */
+void mk_lstm_cell_f32(const lstm_const_t *cst, int64_t batch, const float *a1, int64_t lda1, const float *a2,
+                      int64_t lda2, const float *add, int64_t ldadd, const float *c_in, float *c_out,
+                      float *h_out, float *gates_out) {
+    const int64_t units = cst->units, k1 = cst->k1, k2 = cst->k2;
+    const int gates = (int)cst->gates, act = (int)cst->act;
+    const float cell_clip = (float)cst->cell_clip;
+    const float *w = cst->w, *bias = cst->bias;
+    const float *peep_i = cst->peep_i, *peep_f = cst->peep_f, *peep_o = cst->peep_o;
+    const int64_t panels = (units + 7) / 8;
+    const int64_t k = k1 + k2;
+    const int cifg = gates == 3;
+    const int fi = cifg ? 0 : 1; /* index of the forget gate */
+    int nt = mk_threads ? mk_threads() : 1;
+    if (nt > panels) nt = (int)panels;
+    if (nt <= 1 || batch * k * units * gates < LSTM_PARALLEL_WORK) nt = 1;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t p = 0; p < panels; p++) {
+        const int64_t u0 = p * 8;
+        const int64_t nu = units - u0 < 8 ? units - u0 : 8;
+        const float *wp = w + p * k * gates * 8;
+        for (int64_t r = 0; r < batch; r++) {
+            lv8f z[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
+            panel_dot(a1 + r * lda1, k1, wp, gates, z);
+            if (k2 > 0) panel_dot(a2 + r * lda2, k2, wp + k1 * gates * 8, gates, z);
+            for (int g = 0; g < gates; g++) {
+                if (bias) z[g] += load_n(bias + g * units + u0, nu);
+                if (add) z[g] += load_n(add + r * ldadd + g * units + u0, nu);
+            }
+            lv8f c = load_n(c_in + r * units + u0, nu);
+            if (peep_f) z[fi] += load_n(peep_f + u0, nu) * c;
+            if (peep_i && !cifg) z[0] += load_n(peep_i + u0, nu) * c;
+            lv8f f = vsigmoid(z[fi]);
+            lv8f g = vact(z[fi + 1], act);
+            lv8f i = cifg ? splat(1.0f) - f : vsigmoid(z[0]);
+            lv8f cn = f * c + i * g;
+            if (cell_clip > 0) cn = clampv(cn, splat(-cell_clip), splat(cell_clip));
+            lv8f pre_o = z[fi + 2];
+            if (peep_o) pre_o += load_n(peep_o + u0, nu) * cn;
+            lv8f o = vsigmoid(pre_o);
+            lv8f h = o * vact(cn, act);
+            store_n(c_out + r * units + u0, cn, nu);
+            store_n(h_out + r * units + u0, h, nu);
+            if (gates_out) {
+                float *go = gates_out + r * gates * units + u0;
+                if (!cifg) store_n(go, i, nu);
+                store_n(go + fi * units, f, nu);
+                store_n(go + (fi + 1) * units, g, nu);
+                store_n(go + (fi + 2) * units, o, nu);
+            }
+        }
+    }
+}

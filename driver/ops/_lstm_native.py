@@ -1,0 +1,222 @@
+"""The fused float32 LSTM cell of driver/native/lstm_kernels.c: the gate products and the cell update in one call.
+
+Used by LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM and each direction of BIDIRECTIONAL_SEQUENCE_LSTM when
+the compiled kernels are loaded, every weight operand is a constant and there is no layer norm (its
+per-row mean needs every unit's gate before any is activated); otherwise they run
+`_lstm_cell.step` in NumPy. The weights are packed once at prepare in the kernel's panel layout
+(see the C file): eight units' columns of every gate side by side, so one pass over a panel gives
+those units' whole cell update. The projection, when present, follows in NumPy
+(`_lstm_cell.project`).
+
+The kernel's sigmoid and tanh are polynomial (Cephes); results agree with the NumPy path to a few
+float32 ulp, not bit for bit. MLTS_DRIVER_FUSED_LSTM=0 in the driver's environment turns the fused
+cell off (to compare the two paths); MLTS_DRIVER_NATIVE=0 turns it off with every compiled kernel.
+Every buffer a call writes is its own (new, or the execution's workspace), so concurrent
+executions of one prepared model share only the constant panels."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from driver import native
+from driver.ops._lstm_cell import LstmConfig, Weights, project
+from driver.ops._workspace import address, output, scratch
+
+F32 = np.float32
+ABI = 2
+SOURCE = Path(native.__file__).with_name("lstm_kernels.c")
+
+_P, _L = ctypes.c_void_p, ctypes.c_int64
+_ARGTYPES: list[Any] = [_P, _L, _P, _L, _P, _L, _P, _L, _P, _P, _P, _P]
+
+
+class _Const(ctypes.Structure):
+    """lstm_const_t of lstm_kernels.c."""
+
+    _fields_ = [
+        ("units", _L),
+        ("k1", _L),
+        ("k2", _L),
+        ("gates", _L),
+        ("act", _L),
+        ("cell_clip", ctypes.c_double),
+        ("w", _P),
+        ("bias", _P),
+        ("peep_i", _P),
+        ("peep_f", _P),
+        ("peep_o", _P),
+    ]
+
+
+def _load() -> Any:
+    """mk_lstm_cell_f32, or None when the library is missing, was built from another lstm_kernels.c
+    or has another ABI."""
+    lib = native.LIB
+    if os.environ.get("MLTS_DRIVER_FUSED_LSTM", "1") == "0":
+        return None
+    if lib is None or not hasattr(lib, "mk_lstm_cell_f32"):
+        return None
+    lib.mk_lstm_source_hash.restype = ctypes.c_char_p
+    if SOURCE.is_file():
+        if lib.mk_lstm_source_hash().decode() != hashlib.sha256(SOURCE.read_bytes()).hexdigest():
+            return None
+    if lib.mk_lstm_abi() != ABI:
+        return None
+    fn = lib.mk_lstm_cell_f32
+    fn.argtypes = _ARGTYPES
+    fn.restype = None
+    return fn
+
+
+_CELL = _load()
+
+
+def available() -> bool:
+    return _CELL is not None
+
+
+def panels(blocks: Sequence[np.ndarray], gates: int, units: int) -> np.ndarray:
+    """Gate-major columns [k_i, gates * units] of each block, stacked by rows, as the kernel's panels
+    [ceil(units / 8), sum k_i, gates * 8] (units padded with zeros to a multiple of eight)."""
+    count = -(-units // 8)
+    k = sum(b.shape[0] for b in blocks)
+    out = (np.zeros if units % 8 else np.empty)((count, k, gates, 8), dtype=F32)
+    row = 0
+    for b in blocks:
+        kb = b.shape[0]
+        v = b.reshape(kb, gates, units)
+        whole = units // 8
+        if whole:
+            out[:whole, row : row + kb] = (
+                v[:, :, : whole * 8].reshape(kb, gates, whole, 8).transpose(2, 0, 1, 3)
+            )
+        if units % 8:
+            out[whole, row : row + kb, :, : units % 8] = v[:, :, whole * 8 :]
+        row += kb
+    return out.reshape(count, k, gates * 8)
+
+
+def _vector(v: np.ndarray | None) -> np.ndarray | None:
+    return None if v is None else np.ascontiguousarray(v, dtype=F32).reshape(-1)
+
+
+def _ptr(a: np.ndarray | None) -> int | None:
+    return None if a is None else a.ctypes.data
+
+
+def _rows(a: np.ndarray) -> tuple[np.ndarray, int]:
+    """`a` [rows, cols] with unit column stride: (array, row stride in floats)."""
+    if a.dtype != F32 or a.strides[1] != 4 or a.strides[0] % 4:
+        a = np.ascontiguousarray(a, dtype=F32)
+    return a, a.strides[0] // 4 if a.shape[0] > 1 else a.shape[1]
+
+
+class FusedCell:
+    """One LSTM's packed constants for the kernel. `with_input`: the panels cover the input weights
+    too (the LSTM op's step from x and h); otherwise only the recurrent ones (a sequence's steps,
+    whose input parts with the bias are computed for all steps at once)."""
+
+    __slots__ = ("cfg", "w", "panels", "_keep", "_const", "_const_ptr")
+
+    def __init__(self, cfg: LstmConfig, w: Weights, with_input: bool) -> None:
+        self.cfg = cfg
+        self.w = w
+        g, u = cfg.gates, cfg.num_units
+        if with_input:
+            k1, k2 = cfg.input_size, cfg.output_size
+            self.panels = panels([w.w_x, w.w_h], g, u)
+            bias = _vector(w.bias)
+        else:
+            k1, k2 = cfg.output_size, 0
+            self.panels = panels([w.w_h], g, u)
+            bias = None
+        peep = [_vector(p) for p in (w.peep_i, w.peep_f, w.peep_o)]
+        self._keep = (bias, *peep)  # the arrays the structure points into
+        self._const = _Const(
+            u, k1, k2, g, cfg.activation, cfg.cell_clip, self.panels.ctypes.data, _ptr(bias), *map(_ptr, peep)
+        )
+        self._const_ptr = ctypes.addressof(self._const)
+
+    def step(self, x: np.ndarray, h: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The LSTM op's step: (h' [batch, output_size], c' [batch, u], gate activations [batch, G*u])."""
+        cfg = self.cfg
+        batch, u = len(x), cfg.num_units
+        x, ldx = _rows(x)
+        h, ldh = _rows(h)
+        if c.dtype != F32 or not c.flags.c_contiguous:
+            c = np.ascontiguousarray(c, dtype=F32)
+        gates = output((batch, cfg.gates * u), F32, 0)
+        c_new = output((batch, u), F32, 2)
+        h_pre = output((batch, u), F32, 1) if not cfg.projection else scratch("lstm_h", (batch, u), F32)
+        _CELL(
+            self._const_ptr,
+            batch,
+            address(x),
+            ldx,
+            address(h),
+            ldh,
+            None,
+            0,
+            address(c),
+            address(c_new),
+            address(h_pre),
+            address(gates),
+        )
+        return project(cfg, self.w, h_pre), c_new, gates
+
+    def sequence(
+        self,
+        x_steps: np.ndarray,
+        out_steps: np.ndarray,
+        h: np.ndarray,
+        c: np.ndarray,
+        reverse: bool = False,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Every step from the input parts `x_steps` [T, batch, G*u] (any strides with unit column
+        stride), writing each h' into `out_steps` [T, batch, output_size]; (last h, last c), new
+        arrays. `reverse`: from the last time index to the first (a backward direction)."""
+        cfg = self.cfg
+        batch, u = x_steps.shape[1], cfg.num_units
+        if x_steps.dtype != F32 or x_steps.strides[2] != 4 or any(s % 4 for s in x_steps.strides):
+            x_steps = np.ascontiguousarray(x_steps, dtype=F32)
+        c_buf = np.array(c, dtype=F32, order="C")
+        c_ptr = c_buf.ctypes.data
+        h_prev = np.array(h, dtype=F32, order="C")
+        h_bufs = [np.empty((batch, u), F32), np.empty((batch, u), F32)]
+        h_ptrs = [b.ctypes.data for b in h_bufs]
+        base = x_steps.ctypes.data
+        t_stride, row_stride = x_steps.strides[0], x_steps.strides[1] // 4
+        if batch == 1:
+            row_stride = x_steps.shape[2]
+        m, cst = cfg.output_size, self._const_ptr
+        order = range(len(x_steps) - 1, -1, -1) if reverse else range(len(x_steps))
+        for n, t in enumerate(order):
+            a1 = h_prev.ctypes.data if n == 0 else _ptr_of(h_prev, h_bufs, h_ptrs)
+            k = n % 2
+            _CELL(cst, batch, a1, m, None, 0, base + t * t_stride, row_stride, c_ptr, c_ptr, h_ptrs[k], None)
+            h_new = project(cfg, self.w, h_bufs[k])
+            out_steps[t] = h_new
+            h_prev = h_new if cfg.projection else h_bufs[k]
+        return np.array(h_prev, dtype=F32), c_buf
+
+
+def _ptr_of(a: np.ndarray, bufs: list[np.ndarray], ptrs: list[int]) -> int:
+    for b, p in zip(bufs, ptrs, strict=True):
+        if a is b:
+            return p
+    return a.ctypes.data
+
+
+def fused_cell(cfg: LstmConfig, weights: Weights | None, with_input: bool) -> FusedCell | None:
+    """The fused cell of this LSTM when it computes it (kernels loaded, constant weights, no layer
+    norm), else None."""
+    if _CELL is None or weights is None or cfg.layer_norm:
+        return None
+    return FusedCell(cfg, weights, with_input)

@@ -1,0 +1,210 @@
+"""The compiled fused LSTM cell (driver/ops/_lstm_native.py) against the NumPy path it replaces.
+
+Both compute the same float32 formulas; the fused cell's sigmoid and tanh are polynomials a few
+ulp from NumPy's and its products sum in another order, so results agree within 1e-6 absolute +
+1e-6 relative over the few steps compared (a wrong gate, panel offset, stride or peephole is off
+by orders of magnitude more). Two executions of one prepared model running at once must each get
+their own results: the cell shares nothing mutable between them.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from driver.executor import Plan
+from driver.ops import _lstm_native
+from mlts.hal.builder import ModelBuilder
+from mlts.hal.enums import OperandType, OperationType
+from mlts.hal.validate import validate_model
+from tests.driver.lstmkit import F32T, Case, lstm_inputs, make_case, seq_inputs
+from tests.driver.opkit import prepare
+
+Op = OperationType
+TOL = 1e-6
+
+pytestmark = pytest.mark.skipif(not _lstm_native.available(), reason="compiled kernels not loaded")
+
+# (name, (input_size, num_units, batch, steps), make_case options): units not a multiple of 8 too.
+CASES = [
+    ("plain", (5, 6, 3, 3), {}),
+    ("units_13_batch_1", (7, 13, 1, 3), {}),
+    ("wide", (40, 64, 2, 3), {}),
+    ("peephole", (5, 11, 2, 3), dict(peephole=True)),
+    ("cifg_peephole", (5, 9, 2, 3), dict(cifg=True, peephole=True)),
+    ("projection", (6, 10, 2, 3), dict(proj=4, proj_bias=True, proj_clip=0.3)),
+    ("cell_clip", (5, 8, 2, 3), dict(cell_clip=0.4)),
+    ("act_none", (5, 8, 2, 3), dict(act=0)),
+    ("act_relu", (5, 8, 2, 3), dict(act=1)),
+    ("act_relu6", (5, 8, 2, 3), dict(act=3, peephole=True)),
+    ("act_sigmoid", (5, 8, 2, 3), dict(act=6, proj=3)),
+    ("zero_state", (4, 16, 2, 3), dict(zero_state=True)),
+]  # fmt: skip
+
+
+def close(actual: np.ndarray, expected: np.ndarray) -> None:
+    assert actual.shape == expected.shape and actual.dtype == np.float32
+    err = np.abs(actual.astype(np.float64) - expected)
+    bad = ~(err <= TOL + TOL * np.abs(expected))
+    assert not bad.any(), f"{bad.sum()} of {bad.size} values out of tolerance; max error {err.max():.3g}"
+
+
+def _numpy_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_lstm_native, "_CELL", None)
+
+
+def _lstm_steps(case: Case) -> list[list[np.ndarray]]:
+    h, c, outs = case.h0, case.c0, []
+    for x in case.x:
+        run, args = prepare(Op.LSTM, lstm_inputs(case, x, h, c), 4)
+        step = run(args)
+        outs.append([np.array(o) for o in step])
+        _, h, c, _ = step
+    return outs
+
+
+def _sequence(case: Case, time_major: bool) -> list[np.ndarray]:
+    run, args = prepare(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, seq_inputs(case, time_major), 3)
+    return [np.array(o) for o in run(args)]
+
+
+@pytest.mark.parametrize("sizes,options", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_lstm_step_fused_equals_numpy(sizes, options, monkeypatch):
+    case = make_case(np.random.default_rng(sum(sizes)), *sizes, **options)
+    fused = _lstm_steps(case)
+    _numpy_path(monkeypatch)
+    plain = _lstm_steps(case)
+    for t, (got, want) in enumerate(zip(fused, plain, strict=True)):
+        for g, w in zip(got, want, strict=True):  # scratch (gate activations), h, c, output
+            close(g, w.astype(np.float64))
+        assert got[0].shape == (sizes[2], (3 if case.cifg else 4) * sizes[1]), t
+
+
+@pytest.mark.parametrize("time_major", [True, False], ids=["time_major", "batch_major"])
+@pytest.mark.parametrize("sizes,options", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_sequence_fused_equals_numpy(sizes, options, time_major, monkeypatch):
+    case = make_case(np.random.default_rng(3 + sum(sizes)), *sizes, **options)
+    fused = _sequence(case, time_major)
+    _numpy_path(monkeypatch)
+    plain = _sequence(case, time_major)
+    for got, want in zip(fused, plain, strict=True):
+        close(got, want.astype(np.float64))
+
+
+@pytest.mark.parametrize("units", [8, 13, 3])
+def test_panel_layout(units):
+    """Panel p, row kk, gate g, lane j holds column g * units + 8p + j of the stacked blocks (0 past units)."""
+    rng = np.random.default_rng(units)
+    blocks = [rng.standard_normal((k, 3 * units)).astype(np.float32) for k in (5, 2)]
+    got = _lstm_native.panels(blocks, 3, units)
+    rows = np.concatenate(blocks)
+    count = -(-units // 8)
+    assert got.shape == (count, 7, 24) and got.flags.c_contiguous
+    for p in range(count):
+        for g in range(3):
+            for j in range(8):
+                unit = 8 * p + j
+                want = rows[:, g * units + unit] if unit < units else np.zeros(7, np.float32)
+                np.testing.assert_array_equal(got[p, :, g * 8 + j], want)
+
+
+def test_fused_cell_is_used_only_where_it_applies(monkeypatch):
+    """Constant weights without layer norm: fused; layer norm or run-time weights: the NumPy path."""
+    made: list[bool] = []
+    real = _lstm_native.fused_cell
+
+    def spy(*args, **kwargs):
+        cell = real(*args, **kwargs)
+        made.append(cell is not None)
+        return cell
+
+    monkeypatch.setattr(_lstm_native, "fused_cell", spy)
+    for options, const, expect in (
+        ({}, True, True),
+        (dict(layer_norm=True), True, False),
+        ({}, False, False),
+    ):
+        case = make_case(np.random.default_rng(1), 4, 8, 1, 1, **options)
+        made.clear()
+        prepare(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, seq_inputs(case, True, const), 3)
+        prepare(Op.LSTM, lstm_inputs(case, case.x[0], case.h0, case.c0, const), 4)
+        assert made == [expect, expect], (options, const)
+
+
+def test_saturated_gates_stay_finite_and_exact():
+    """Pre-activations of +-1e4: the cell's exp is clamped, sigmoid and tanh give 0 or 1 exactly."""
+    case = make_case(np.random.default_rng(2), 4, 12, 2, 2, peephole=True)
+    case.x = case.x * np.float32(1e4)
+    for outs in _lstm_steps(case):
+        gates, h, c, _ = outs
+        assert np.isfinite(gates).all() and np.isfinite(h).all() and np.isfinite(c).all()
+        assert ((gates >= -1) & (gates <= 1)).all()
+
+
+@pytest.mark.parametrize("act", [1, 3, 4], ids=["relu", "relu6", "tanh"])
+def test_nan_propagates_as_in_numpy(act, monkeypatch):
+    """A NaN in one batch row's input makes that row's results NaN on both paths (the compiled
+    clamps keep NaN as NumPy's do); the other row stays finite and equal."""
+    case = make_case(np.random.default_rng(8), 4, 10, 2, 1, act=act, cell_clip=2.0)
+    case.x[0, 0, 1] = np.nan
+    fused = _lstm_steps(case)[0]
+    _numpy_path(monkeypatch)
+    plain = _lstm_steps(case)[0]
+    for got, want in zip(fused, plain, strict=True):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        assert np.isnan(got[0]).all() and np.isfinite(got[1]).all()
+        close(got[1], want[1].astype(np.float64))
+
+
+def _model(case: Case) -> tuple:
+    """A one-step LSTM model: input and states as model inputs, constant weights."""
+    b = ModelBuilder()
+    n, u = case.x.shape[2], case.h0.shape[1]
+    batch = case.x.shape[1]
+    x_in = b.add_input(F32T, (batch, n))
+    weights = [b.add_constant(case.wx[k]) for k in "ifgo"] + [b.add_constant(case.wh[k]) for k in "ifgo"]
+    peep = [b.add_omitted(F32T) for _ in range(3)]
+    bias = [b.add_constant(case.b[k]) for k in "ifgo"]
+    proj = [b.add_omitted(F32T), b.add_omitted(F32T)]
+    h_in, c_in = b.add_input(F32T, (batch, u)), b.add_input(F32T, (batch, u))
+    params = [
+        b.add_scalar(4, OperandType.INT32),
+        b.add_scalar(0.0, OperandType.FLOAT32),
+        b.add_scalar(0.0, OperandType.FLOAT32),
+    ]
+    outs = [b.add_operand(F32T, (batch, 4 * u))] + [b.add_operand(F32T, (batch, u)) for _ in range(3)]
+    b.add_operation(Op.LSTM, [x_in, *weights, *peep, *bias, *proj, h_in, c_in, *params], outs)
+    b.mark_outputs(outs)
+    model = b.build()
+    validate_model(model)
+    return model
+
+
+def test_concurrent_executions_of_one_prepared_model_share_no_buffer():
+    case = make_case(np.random.default_rng(4), 24, 40, 2, 1)
+    plan = Plan(_model(case))
+    rng = np.random.default_rng(9)
+    feeds = [
+        [rng.uniform(-2, 2, size=shape).astype(np.float32) for shape in ((2, 24), (2, 40), (2, 40))]
+        for _ in range(2)
+    ]
+    expected = [plan.run(f) for f in feeds]
+    failures: list[str] = []
+
+    def worker(k: int) -> None:
+        for i in range(200):
+            got = plan.run(feeds[k])
+            for g, e in zip(got, expected[k], strict=True):
+                if not np.array_equal(g, e):
+                    failures.append(f"execution {k}, call {i}")
+                    return
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[:3]
+    assert plan.workspaces.created >= 1
