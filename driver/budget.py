@@ -64,13 +64,18 @@ class MemoryBudget:
 
     def reserve(self, need: int, what: str) -> int:
         """Take `need` bytes (give them back with `release`); TRANSIENT when they are not free now."""
+        limit = self.limit
+        if limit is None:  # no budget: only the count (every execution passes here)
+            with self._lock:
+                self._used += need
+            return need
         self.check_fits(need, what)
         with self._lock:
-            if self.limit is not None and self._used + need > self.limit:
+            if self._used + need > limit:
                 raise HalError(
                     ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
-                    f"{what} needs {need} bytes; {self.limit - self._used} of the driver's "
-                    f"{self.limit} are free now (others hold the rest): retry later",
+                    f"{what} needs {need} bytes; {limit - self._used} of the driver's "
+                    f"{limit} are free now (others hold the rest): retry later",
                 )
             self._used += need
         return need

@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from driver import cache
 from driver._malloc import tune_allocator
 from driver.budget import MemoryBudget, constant_bytes, working_bytes
@@ -38,6 +40,7 @@ from mlts.hal.types import (
     Extension,
     Model,
     Operation,
+    OutputShape,
     Request,
     Timing,
 )
@@ -66,6 +69,8 @@ class Variant:
 
 
 _check_deadline_before = qos.check_deadline_before
+_perf_ns = time.perf_counter_ns
+_NOT_MEASURED = Timing()
 
 
 def _memory_option(text: str | None, name: str) -> int | None:
@@ -296,6 +301,7 @@ class SamplePreparedModel(PreparedModel):
         self._lock = threading.Lock()
         self.buffers = device.buffers
         self._closed = threading.Event()
+        self._released = False  # what executions check: `_closed.is_set()` as a plain attribute
         self._io = IoCache()
 
     def executeSynchronously(
@@ -305,47 +311,75 @@ class SamplePreparedModel(PreparedModel):
         deadline: int | None = None,
         loop_timeout_duration: int | None = None,
     ) -> ExecutionResult:
-        t0 = time.perf_counter_ns()
-        if self._closed.is_set():
+        t0 = _perf_ns()
+        if self._released:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "prepared model was released")
-        budget, gate = self.device.budget, self.device.gate
+        device = self.device
+        budget, gate, plan, buffers = device.budget, device.gate, self.plan, self.buffers
         # The ticket covers the whole call, checks and output copies included: the client's lower-priority
         # executions pause at their next operation from the moment this one arrives until its outputs
         # are written, so none of this execution's own work competes with them for the CPU.
-        with gate.running(self.priority) as ticket:
+        ticket = gate.enter(self.priority)
+        try:
             # A request object seen before (and naming no driver buffer) was validated then: reuse its layout.
-            io = self._io.get(request)
+            io = self._io.entries.get(id(request))  # IoCache.get inlined
+            if io is not None and io.request is not request:
+                io = None
             if io is None:
-                request = bind_buffers(request, self, self.buffers.lookup)
+                request = bind_buffers(request, self, buffers.lookup)
                 validate.validate_request(request, self.model)
             if loop_timeout_duration is not None:
                 validate.validate_loop_timeout(loop_timeout_duration)
-            _check_deadline_before(deadline, "executeSynchronously")
-            self._check_feasible(deadline)
+            if deadline is not None:
+                _check_deadline_before(deadline, "executeSynchronously")
+                self._check_feasible(deadline)
             held = budget.reserve(self._work_bytes, "the execution's working set")
             try:
                 if io is None:
                     io = RequestIo(self.model, request)
                     self._io.put(io)
-                inputs = io.read_inputs(self.buffers)
+                inputs = io.read_inputs(buffers)
                 # Output buffers too small for shapes known in advance fail here, before any kernel runs.
-                self.plan.shape_pass(inputs, io.limits)
+                if io.checked_budget != plan.memory_budget:
+                    io.static_fits = plan.static_fits(io.limits)
+                    io.checked_budget = plan.memory_budget
+                checked = io.static_fits
+                predicted = None if checked else plan.shape_pass(inputs, io.limits)
                 op_times: list[tuple[int, int]] | None = [] if request.measure_operations else None
-                t1 = time.perf_counter_ns()
-                outputs = self.plan.run(
-                    inputs, qos.checkpoint(deadline, gate, ticket), loop_timeout_duration, op_times=op_times
-                )
-                t2 = time.perf_counter_ns()
+                done: list[int] = []
+
+                def write(outputs: list[np.ndarray]) -> tuple[OutputShape, ...]:
+                    # Results are copied out of the plan's workspace straight into the request's pools.
+                    done.append(_perf_ns())
+                    return io.write_outputs(outputs, buffers)
+
+                checkpoint = qos.checkpoint(deadline, gate, ticket)
+                t1 = _perf_ns()
+                if checked and op_times is None:  # a static plan has no WHILE: no loop timeout either
+                    shapes = plan.run_into(inputs, checkpoint, write)
+                else:
+                    shapes = plan.run(
+                        inputs,
+                        checkpoint,
+                        loop_timeout_duration,
+                        op_times=op_times,
+                        checked=checked,
+                        predicted=predicted,
+                        sink=write,
+                    )
+                t2 = done[0]
                 if not ticket.paused:
-                    self._record(t2 - t1)
-                shapes = io.write_outputs(outputs, self.buffers)
+                    fastest = self._fastest_ns
+                    if fastest is None or t2 - t1 < fastest:
+                        self._record(t2 - t1)
             finally:
                 budget.release(held)
-        t3 = time.perf_counter_ns()
+        finally:
+            gate.leave(ticket)
         if measure == MeasureTiming.YES:
-            timing = Timing(time_on_device=(t2 - t1) // 1000, time_in_driver=(t3 - t0) // 1000)
+            timing = Timing((t2 - t1) // 1000, (_perf_ns() - t0) // 1000)
         else:
-            timing = Timing()
+            timing = _NOT_MEASURED
         return ExecutionResult(shapes, timing, None if op_times is None else from_pairs(op_times))
 
     def _record(self, ns: int) -> None:
@@ -367,6 +401,7 @@ class SamplePreparedModel(PreparedModel):
 
     def close(self) -> None:
         if not self._closed.is_set():
+            self._released = True
             self._closed.set()
             self._io.clear()
             with self._lock:

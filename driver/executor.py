@@ -7,6 +7,13 @@ keeps the arrays the kernels packed through `driver.ops._base.packed`, keyed
 by (operation index, name): what the compilation cache stores, and what a
 plan built from the cache is given instead of packing again.
 
+A plan whose every size is checked in advance (a static plan within its memory
+budget) runs its steps as one compiled straight-line function
+(`driver.straight_line`), or the same steps in a loop when a run records
+per-operation times or leaves a model input without a value; other plans walk
+their steps in a loop that checks sizes as it goes. Preparing one operation's
+kernel and checking its results live in `driver.operation_kernel`.
+
 Floating point: TENSOR_FLOAT16 operations are computed in float32 and rounded
 to float16 (`driver.ops._adapt`). A model with relaxComputationFloat32toFloat16
 runs exactly like the same model without it, in float32, as NNAPI's CPU
@@ -23,42 +30,28 @@ from typing import Any
 
 import numpy as np
 
-import driver.ops  # noqa: F401  (registers every kernel)
 from driver import control_flow, shapes
 from driver.control_flow import CONTROL_FLOW, referenced_subgraphs
-from driver.operands import arg_info, constant_value, dtype_of
-from driver.ops import kernel_for
-from driver.ops._base import ArgInfo, PackedArrays, Prepare, Run, packing_step
-from driver.ops._workspace import WorkspacePool, activate, current, deactivate
-from mlts.hal.enums import ErrorStatus, OperandLifeTime, OperandType, OperationType
+from driver.operands import constant_value, dtype_of
+from driver.operation_kernel import (  # noqa: F401  (the plan's public helpers, imported from here too)
+    Checkpoint,
+    check_output,
+    deadline_checkpoint,
+    describe_args,
+    no_kernel,
+    op_name,
+    operation_label,
+    prepare_operation,
+    type_name,
+)
+from driver.ops._base import PackedArrays, packing_step
+from driver.ops._workspace import CURRENT as _CURRENT
+from driver.ops._workspace import WorkspacePool, current
+from driver.straight_line import StraightRun, compile_steps
+from mlts.hal.enums import ErrorStatus, OperandLifeTime
 from mlts.hal.errors import HalError
-from mlts.hal.extensions import ExtensionSpec, OperationView, resolve, validate_operation
+from mlts.hal.extensions import ExtensionSpec
 from mlts.hal.types import LOOP_TIMEOUT_DEFAULT_NS, Model
-
-# Deadline check between operations: called with the operation index; raises to abort.
-Checkpoint = Callable[[int], None]
-
-
-def op_name(code: int, model: Model | None = None) -> str:
-    try:
-        return OperationType(code).name
-    except ValueError:
-        pass
-    if model is not None:
-        try:
-            found = resolve(model, code)
-        except HalError:
-            found = None
-        if found is not None:
-            return f"{found[0]}:{found[1]}"
-    return f"operation type {code}"
-
-
-def type_name(code: int) -> str:
-    try:
-        return OperandType(code).name
-    except ValueError:
-        return f"type {code}"
 
 
 @dataclass(slots=True)
@@ -76,58 +69,9 @@ class Step:
     number: int = 0  # the step's number across subgraphs (main first): keys packed arrays and buffers
     label: str = ""  # how errors name the operation (operation_label), made once at prepare
     single: bool = False  # exactly one output (the common case, checked without a loop)
-
-
-def operation_label(index: int, code: int, sub_index: int = -1, model: Model | None = None) -> str:
-    """How errors name an operation: its index, its type and, outside main, its subgraph."""
-    where = "" if sub_index < 0 else f" of referenced subgraph {sub_index}"
-    return f"operation {index}{where} ({op_name(code, model)})"
-
-
-def prepare_operation(
-    model: Model, index: int, extensions: Sequence[ExtensionSpec] = (), sub_index: int = -1
-) -> Callable[[Sequence[Any]], list[np.ndarray]]:
-    """Ask the kernel for operation `index` of a subgraph (-1: main) to prepare; errors name the operation.
-
-    An extension operation is first validated by its declared rule (`extensions`, the driver's own);
-    its kernel is `prepare(view, ins, outs)`. IF and WHILE have no kernel: the plan runs them
-    (driver.control_flow); here they are checked by preparing every operation of the subgraphs
-    they reference.
-    """
-    sub = model.subgraph(sub_index)
-    op = sub.operations[index]
-    label = operation_label(index, op.type, sub_index, model)
-    if op.type in CONTROL_FLOW:
-        for r in referenced_subgraphs(model, sub, op):
-            for j in range(len(model.referenced[r].operations)):
-                prepare_operation(model, j, extensions, r)
-        return _no_kernel
-    prepare: Prepare | None
-    if resolve(model, op.type) is not None:
-        spec, declared = validate_operation(model, index, extensions)
-        view = OperationView(model, op, f"operation {index} ({spec.name}:{declared.name})", spec)
-        kernel = declared.kernel
-
-        def prepare(i: Sequence[ArgInfo], o: Sequence[ArgInfo]) -> Run:
-            return kernel(view, i, o)
-    else:
-        prepare = kernel_for(op.type)
-    if prepare is None:
-        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{label}: no kernel for this operation")
-    ins = [arg_info(model, sub.operands[i]) for i in op.inputs]
-    outs = [arg_info(model, sub.operands[i]) for i in op.outputs]
-    try:
-        return prepare(ins, outs)
-    except HalError as e:
-        raise HalError(e.status, f"{label}: {e.message}") from None
-    except Exception as e:  # a kernel bug must not take the driver down
-        raise HalError(
-            ErrorStatus.GENERAL_FAILURE, f"{label}: prepare failed: {type(e).__name__}: {e}"
-        ) from None
-
-
-def _no_kernel(args: Sequence[Any]) -> list[np.ndarray]:
-    raise HalError(ErrorStatus.GENERAL_FAILURE, "control flow runs inside a plan, not as a kernel")
+    direct: Callable[[Sequence[Any]], list[np.ndarray]] = (
+        no_kernel  # `run` when every model input has a value
+    )
 
 
 def step_offset(model: Model, sub_index: int) -> int:
@@ -139,6 +83,10 @@ def step_offset(model: Model, sub_index: int) -> int:
 
 def total_steps(model: Model) -> int:
     return len(model.main.operations) + sum(len(g.operations) for g in model.referenced)
+
+
+#: The longest plan compiled into one straight-line function (longer ones run the step loop).
+MAX_STRAIGHT_STEPS = 4096
 
 
 class Plan:
@@ -190,7 +138,8 @@ class Plan:
                 last_read[i] = s
         keep = set(self.output_indexes) | set(self.constants)
         # Operands a request (or an enclosing IF/WHILE) may leave without a value.
-        may_lack = set(self.input_indexes) | {i for i, v in self.constants.items() if v is None}
+        inputs = set(self.input_indexes)
+        may_lack = inputs | {i for i, v in self.constants.items() if v is None}
         base = step_offset(model, sub_index)
         self.steps: list[Step] = []
         for s, op in enumerate(sub.operations):
@@ -199,7 +148,7 @@ class Plan:
             out_shapes = tuple(_known_shape(sub.operands[i].dimensions) for i in op.outputs)
             declared = tuple(tuple(sub.operands[i].dimensions) for i in op.outputs)
             step = Step(
-                s, op.type, _no_kernel, op.inputs, op.outputs, release, out_dtypes, out_shapes, declared
+                s, op.type, no_kernel, op.inputs, op.outputs, release, out_dtypes, out_shapes, declared
             )
             step.number = base + s
             step.single = len(op.outputs) == 1
@@ -213,7 +162,14 @@ class Plan:
                 if not any(i in may_lack for i in op.inputs):
                     # Every input is a constant or another operation's result: never without a value.
                     step.run = getattr(step.run, "direct", step.run)
+                step.direct = step.run
+                if not any(i in may_lack and i not in inputs for i in op.inputs):
+                    # Only model inputs may lack a value: a run whose inputs all have one skips the check.
+                    step.direct = getattr(step.run, "direct", step.run)
             self.steps.append(step)
+        self._control = any(st.control is not None for st in self.steps)
+        self._straight: StraightRun | None = None  # compiled on the first checked run
+        self._straight_tried = False
         self.memory_budget = shapes.DEFAULT_MEMORY_BUDGET
         self._output_of = {idx: k for k, idx in enumerate(self.output_indexes)}
         self._declared_outputs = tuple(tuple(sub.operands[i].dimensions) for i in self.output_indexes)
@@ -317,7 +273,11 @@ class Plan:
         loop_timeout_ns: int | None = None,
         output_limits: Sequence[int | None] | None = None,
         op_times: list[tuple[int, int]] | None = None,
-    ) -> list[np.ndarray]:
+        *,
+        checked: bool = False,
+        predicted: list[list[shapes.Shape] | None] | None = None,
+        sink: Callable[[list[np.ndarray]], Any] | None = None,
+    ) -> Any:
         """Run the plan on the model inputs (in input_indexes order); returns the outputs.
 
         `checkpoint` is called before every operation, inside referenced subgraphs too; a WHILE loop
@@ -329,21 +289,55 @@ class Plan:
         `op_times`, when given, gets (operation index, ns) appended for every operation of this
         subgraph as it runs, the kernel call only; an IF or WHILE counts once, its referenced
         subgraphs' operations included in its time (mlts.hal.operation_times).
+
+        A caller that already did the checks says so: `checked` when `static_fits(output_limits)`
+        held, `predicted` when it ran `shape_pass(inputs, output_limits)` itself (its result).
+        With `sink`, the run returns `sink(outputs)`, called while the workspace is still held, so
+        results that live in it are read in place (the driver copies them to the request's pools).
         """
         timeout = LOOP_TIMEOUT_DEFAULT_NS if loop_timeout_ns is None else loop_timeout_ns
-        ctx = control_flow.RunContext(checkpoint, timeout)
-        fast = self._static_fits(output_limits)
-        predicted = None if fast else self.shape_pass(inputs, output_limits)
+        fast = checked or self._static_fits(output_limits)
+        if not fast and predicted is None:
+            predicted = self.shape_pass(inputs, output_limits)
         ws = self.workspaces.acquire()
-        token = activate(ws)
+        token = _CURRENT.set(ws)
         try:
-            outputs = self._run_steps(inputs, ctx, ws, output_limits, predicted, fast, op_times)
+            if fast and not self._control:  # a static plan never has IF or WHILE steps
+                outputs = self._run_checked(inputs, checkpoint, ws, op_times)
+            else:
+                ctx = control_flow.RunContext(checkpoint, timeout)
+                outputs = self._run_steps(inputs, ctx, ws, output_limits, predicted, fast, op_times)
+            if sink is not None:
+                return sink(outputs)
             owns = ws.owns
-            return [np.array(o, copy=True) if owns(o) else o for o in outputs]
+            for k, o in enumerate(outputs):
+                if owns(o):
+                    outputs[k] = np.array(o, copy=True)
+            return outputs
         finally:
-            deactivate(token)
+            _CURRENT.reset(token)
             ws.step = -1
             self.workspaces.release(ws)
+
+    def run_into(
+        self, inputs: Sequence[np.ndarray | None], checkpoint: Checkpoint | None, sink: Callable[[list], Any]
+    ) -> Any:
+        """`run(inputs, checkpoint, checked=True, sink=sink)` without the options: the repeated execution
+        of a static plan whose sizes the caller found checked (`static_fits`)."""
+        workspaces = self.workspaces
+        ws = workspaces.acquire()
+        token = _CURRENT.set(ws)
+        try:
+            return sink(self._run_checked(inputs, checkpoint, ws))
+        finally:
+            _CURRENT.reset(token)
+            ws.step = -1
+            workspaces.release(ws)
+
+    def static_fits(self, output_limits: Sequence[int | None] | None) -> bool:
+        """True when every size of a run with these output buffers is checked already (a static plan
+        within the memory budget whose outputs fit): then `run(..., checked=True)` checks nothing."""
+        return self._static_fits(output_limits)
 
     def run_in(self, inputs: Sequence[Any], ctx: control_flow.RunContext) -> list[np.ndarray]:
         """Run with the context of the enclosing execution (what IF and WHILE call for their subgraphs).
@@ -359,7 +353,10 @@ class Plan:
             and self._static_fits(None)
             and all(np.shape(a) == d for a, d in zip(inputs, want, strict=True))
         )
-        outputs = self._run_steps(inputs, ctx, ws, None, None, fast)
+        if fast and not self._control:
+            outputs = self._run_checked(inputs, ctx.checkpoint, ws)
+        else:
+            outputs = self._run_steps(inputs, ctx, ws, None, None, fast)
         if ws is None:
             return outputs
         return [np.array(o, copy=True) if isinstance(o, np.ndarray) and ws.owns(o) else o for o in outputs]
@@ -440,6 +437,107 @@ class Plan:
                     held.pop(idx, None)
         return [values[i] for i in self.output_indexes]
 
+    def _run_checked(
+        self,
+        inputs: Sequence[Any],
+        checkpoint: Checkpoint | None,
+        ws,
+        op_times: list[tuple[int, int]] | None = None,
+    ) -> list:
+        """`_run_steps` for a plan without IF or WHILE whose sizes were all checked in advance: the
+        per-operation floor.
+
+        Per step: the checkpoint, the workspace's step number, the arguments gathered, the kernel
+        (its `direct` form when every model input has a value), and its result checked against the
+        declared shape and dtype (identity first, then equality).
+        """
+        if len(inputs) != len(self.input_indexes):
+            raise HalError(
+                ErrorStatus.GENERAL_FAILURE,
+                f"the plan takes {len(self.input_indexes)} inputs, {len(inputs)} were given",
+            )
+        if op_times is None and ws is not None:
+            straight = self._straight
+            if straight is None and not self._straight_tried:
+                straight = self._compile_straight()
+            if straight is not None:
+                for arr in inputs:
+                    if arr is None:
+                        break
+                else:
+                    return straight(inputs, checkpoint, ws)
+        values = self._template.copy()
+        complete = True
+        for idx, arr in zip(self.input_indexes, inputs, strict=False):  # lengths checked above
+            values[idx] = arr
+            if arr is None:
+                complete = False
+        get = values.__getitem__
+        perf_ns = time.perf_counter_ns
+        for step in self.steps:
+            if checkpoint is not None:
+                checkpoint(step.index)
+            if ws is not None:
+                ws.step = step.number
+            args = list(map(get, step.inputs))
+            run = step.direct if complete else step.run
+            try:
+                if op_times is None:
+                    results = run(args)
+                else:
+                    t0 = perf_ns()
+                    results = run(args)
+                    op_times.append((step.index, perf_ns() - t0))
+            except HalError as e:
+                raise HalError(e.status, f"{step.label}: {e.message}", e.output_shapes) from None
+            except Exception as e:
+                raise HalError(
+                    ErrorStatus.GENERAL_FAILURE,
+                    f"{step.label} failed on inputs {describe_args(args)}: {type(e).__name__}: {e}",
+                ) from None
+            if step.single and len(results) == 1:
+                arr = results[0]
+                idx = step.outputs[0]
+                want = step.out_dtypes[0]
+                dtype = arr.dtype
+                if arr.shape != step.out_shapes[0] or (dtype is not want and dtype != want):
+                    arr = check_output(step, idx, self.sub.operands[idx], want, arr)
+                values[idx] = arr
+            else:
+                self._store(step, results, values)
+            for idx in step.release:
+                values[idx] = None
+        return list(map(get, self.output_indexes))
+
+    def _compile_straight(self) -> StraightRun | None:
+        """The steps as one compiled function (driver.straight_line), made on the first checked run;
+        None for a plan too long to be worth compiling (the loop runs it)."""
+        straight = None
+        if len(self.steps) <= MAX_STRAIGHT_STEPS:
+            try:
+                straight = compile_steps(
+                    self.steps, self.input_indexes, self.output_indexes, self._template, self.sub.operands
+                )
+            except (SyntaxError, RecursionError, MemoryError, ValueError):
+                straight = None  # a function Python will not compile: the loop runs the plan as well
+        self._straight = straight
+        self._straight_tried = True
+        return straight
+
+    def _store(self, step: Step, results: Sequence[Any], values: list) -> None:
+        """A step's results into `values`, each checked against its operand (the general case)."""
+        if len(results) != len(step.outputs):
+            raise HalError(
+                ErrorStatus.GENERAL_FAILURE,
+                f"{step.label}: kernel returned {len(results)} outputs, expected {len(step.outputs)}",
+            )
+        for idx, want, declared_shape, arr in zip(
+            step.outputs, step.out_dtypes, step.out_shapes, results, strict=True
+        ):
+            if declared_shape is None or arr.shape != declared_shape or arr.dtype != want:
+                arr = check_output(step, idx, self.sub.operands[idx], want, arr)
+            values[idx] = arr
+
     def _check_step(
         self,
         step: Step,
@@ -483,32 +581,6 @@ def _known_shape(dims: Sequence[int]) -> tuple[int, ...] | None:
     return tuple(dims) if dims and all(dims) else None
 
 
-def describe_args(args: Sequence[Any]) -> str:
-    parts = []
-    for a in args:
-        if isinstance(a, np.ndarray):
-            parts.append(f"{a.dtype}{list(a.shape)}")
-        else:
-            parts.append(repr(a))
-    return "(" + ", ".join(parts) + ")"
-
-
-def check_output(step: Step, index: int, operand, want: np.dtype, arr: np.ndarray) -> np.ndarray:
-    """The kernel's result must have the operand's dtype `want` and agree with its known dimensions."""
-    if arr.dtype != want:
-        raise HalError(
-            ErrorStatus.GENERAL_FAILURE,
-            f"operation {step.index} ({op_name(step.type)}): output operand {index} is {arr.dtype}, expected {want} ({type_name(operand.type)})",
-        )
-    dims = operand.dimensions
-    if dims and (len(dims) != arr.ndim or any(d and d != a for d, a in zip(dims, arr.shape, strict=False))):
-        raise HalError(
-            ErrorStatus.GENERAL_FAILURE,
-            f"operation {step.index} ({op_name(step.type)}): output operand {index} has shape {list(arr.shape)}, model declares {list(dims)}",
-        )
-    return arr
-
-
 def run_model(
     model: Model,
     inputs: Sequence[np.ndarray],
@@ -525,15 +597,3 @@ def run_model(
     for idx, arr in zip(sub.input_indexes, inputs, strict=True):
         cast.append(np.ascontiguousarray(arr, dtype=dtype_of(sub.operands[idx].type)))
     return [np.array(o, copy=True) for o in plan.run(cast, loop_timeout_ns=loop_timeout_ns)]
-
-
-def deadline_checkpoint(deadline_ns: int | None) -> Checkpoint | None:
-    """MISSED_DEADLINE_TRANSIENT when the deadline passes during the work (checked before every operation)."""
-    if deadline_ns is None:
-        return None
-
-    def check(index: int) -> None:
-        if time.monotonic_ns() > deadline_ns:
-            raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed before operation {index}")
-
-    return check

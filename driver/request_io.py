@@ -17,6 +17,7 @@ it would uncached.
 
 from __future__ import annotations
 
+import operator
 import threading
 from typing import Any
 
@@ -27,6 +28,8 @@ from driver.operands import dtype_of
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 from mlts.hal.types import Model, OutputShape, Request
+
+_SHAPE = operator.attrgetter("shape")
 
 #: Request layouts a prepared model keeps (the most recent ones).
 CACHED_REQUESTS = 8
@@ -41,9 +44,22 @@ def _token(pool: object) -> int | None:
 
 
 class RequestIo:
-    """The layout of one bound, validated request for one model; read-only once built."""
+    """The layout of one bound, validated request for one model; read-only once built, except for
+    what executions note on it: the result shapes last checked and whether the plan checked every
+    size in advance for these output buffers (`static_fits`, for the plan's `checked_budget`)."""
 
-    __slots__ = ("request", "inputs", "outputs", "limits", "cacheable", "_shapes")
+    __slots__ = (
+        "request",
+        "inputs",
+        "outputs",
+        "limits",
+        "cacheable",
+        "static_fits",
+        "checked_budget",
+        "_shapes",
+        "_reads",
+        "_writes",
+    )
 
     def __init__(self, model: Model, request: Request) -> None:
         self.request = request
@@ -65,11 +81,31 @@ class RequestIo:
         self.limits = limits
         # The result shapes last seen and what they were reported as: the same shapes pass the same checks.
         self._shapes: tuple[tuple, tuple[OutputShape, ...]] | None = None
+        #: Whether the plan checked everything in advance for these output sizes (set by the driver).
+        self.static_fits = False
+        self.checked_budget: int | None = None  # the plan's memory budget `static_fits` was worked out for
+        # Every input in a pool and every output present and in a pool (the common case): the reads
+        # and writes as (pool index, offset, dims, dtype), done without looking at the layout again.
+        self._reads: tuple[tuple[int, int, tuple[int, ...], np.dtype], ...] | None = None
+        self._writes: tuple[tuple[int, int, np.dtype], ...] | None = None
+        if all(
+            w is not None and w[0] == "pool" and w[3] == w[4].itemsize * _count(w[5]) for w in self.inputs
+        ):
+            self._reads = tuple((w[1], w[2], w[5], w[4]) for w in self.inputs)  # type: ignore[index]
+        if self.cacheable and all(w is not None for w in self.outputs):
+            self._writes = tuple((w[1], w[2], w[4]) for w in self.outputs)  # type: ignore[index]
 
     def read_inputs(self, buffers: BufferTracker) -> list[np.ndarray | None]:
         """Zero-copy, read-only views of the inputs (from pools or driver buffers)."""
         pools: tuple[Any, ...] = self.request.pools  # the layout's entries name memories, not tokens
         result: list[np.ndarray | None] = []
+        reads = self._reads
+        if reads is not None:
+            # Validation put each region inside its pool with the size of its dims; NumPy checks it again.
+            # A read-only view of the pool's memory gives a read-only array without a flags update.
+            for p, offset, dims, dtype in reads:
+                result.append(np.ndarray(dims, dtype, pools[p].buffer.toreadonly(), offset))
+            return result
         for where in self.inputs:
             if where is None:
                 result.append(None)
@@ -85,13 +121,23 @@ class RequestIo:
 
     def write_outputs(self, outputs: list[np.ndarray], buffers: BufferTracker) -> tuple[OutputShape, ...]:
         """Copy results into the output regions (or driver buffers), or report which are too small."""
-        got = tuple(arr.shape for arr in outputs)
+        got = tuple(map(_SHAPE, outputs))
         shapes = self._shapes
         if shapes is None or shapes[0] != got:
             shapes = self._shapes = (got, self._check_outputs(outputs, buffers))
         elif not self.cacheable:
             self._check_outputs(outputs, buffers)
         pools: tuple[Any, ...] = self.request.pools
+        writes = self._writes
+        if writes is not None:
+            # The checks above put every result inside its region.
+            for k, (p, offset, dtype) in enumerate(writes):
+                arr = outputs[k]
+                buf = pools[p].buffer
+                if buf.readonly:
+                    raise HalError(ErrorStatus.INVALID_ARGUMENT, f"output {k}: its pool is read-only")
+                np.ndarray(arr.shape, dtype, buf, offset)[...] = arr
+            return shapes[1]
         for k, (where, arr) in enumerate(zip(self.outputs, outputs, strict=True)):
             if where is None:
                 continue
@@ -132,6 +178,13 @@ class RequestIo:
         return tuple(shapes)
 
 
+def _count(dims: tuple[int, ...]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
 def _where(arg: Any, operand: Any, pools: tuple, dims: tuple[int, ...], is_input: bool) -> _Where:
     if arg.has_no_value:
         return None
@@ -157,25 +210,25 @@ class IoCache:
 
     def __init__(self, size: int = CACHED_REQUESTS) -> None:
         self.size = size
-        self._entries: dict[int, RequestIo] = {}
+        self.entries: dict[int, RequestIo] = {}  # id(request) -> layout; read without the lock
         self._lock = threading.Lock()
 
     def get(self, request: Request) -> RequestIo | None:
-        io = self._entries.get(id(request))
+        io = self.entries.get(id(request))
         return io if io is not None and io.request is request else None
 
     def put(self, io: RequestIo) -> None:
         if not io.cacheable:
             return
         with self._lock:
-            self._entries.pop(id(io.request), None)
-            self._entries[id(io.request)] = io
-            while len(self._entries) > self.size:
-                del self._entries[next(iter(self._entries))]
+            self.entries.pop(id(io.request), None)
+            self.entries[id(io.request)] = io
+            while len(self.entries) > self.size:
+                del self.entries[next(iter(self.entries))]
 
     def clear(self) -> None:
         with self._lock:
-            self._entries.clear()
+            self.entries.clear()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.entries)

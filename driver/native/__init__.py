@@ -5,9 +5,11 @@ install still succeeds and `LIB` is None, so every kernel runs its NumPy path. A
 source hash differs from kernels.c beside it is stale and not used. `MLTS_DRIVER_NATIVE=0` turns
 the compiled kernels off (to compare both paths).
 
-The kernels split large operations over `threads()` OpenMP threads: MLTS_DRIVER_THREADS, else
-OMP_NUM_THREADS, else OPENBLAS_NUM_THREADS (what the runtime sets for a driver process started
-with a thread count), else the CPUs this process may use.
+The kernels split large operations over `threads()` threads of their own pool: MLTS_DRIVER_THREADS,
+else OMP_NUM_THREADS, else OPENBLAS_NUM_THREADS (what the runtime sets for a driver process started
+with a thread count), else the CPUs this process may use. An idle pool thread spins for
+MLTS_DRIVER_SPIN_US microseconds (default 100: about the gap between two operations of a model)
+before it sleeps, so consecutive operations hand out work without a wake-up; 0 sleeps at once.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ log = logging.getLogger("driver.native")
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "kernels.c"
-ABI = 5
+ABI = 6
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int
@@ -45,13 +47,31 @@ _SIGNATURES: dict[str, list] = {
     "mk_gemm_bias_act_f32": [_P, _P, _P, _L, _L, _L, _P, _F, _F],
     "mk_gemm_requant_f32": [_P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
     "mk_set_sgemm": [_P, _I],
+    "mk_set_spin": [_I],
+    "mk_pool_backoffs": [],
+    "mk_pack_b_f32": [_P, _L, _L, _P],
+    "mk_gemm_packed_bias_act_f32": [_P, _P, _P, _L, _L, _L, _P, _F, _F],
+    "mk_gemm_packed_requant_f32": [_P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
+    "mk_gemm_packed_requant_q8": [_P, _I, _I, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
 }
 
 
 # Kernels that allocate: they return 0, or -1 when out of memory.
 _RETURNS_STATUS = frozenset(
-    {"mk_requant_f32", "mk_depthwise_q8", "mk_gemm_f32", "mk_gemm_bias_act_f32", "mk_gemm_requant_f32"}
+    {
+        "mk_requant_f32",
+        "mk_depthwise_q8",
+        "mk_gemm_f32",
+        "mk_gemm_bias_act_f32",
+        "mk_gemm_requant_f32",
+        "mk_gemm_packed_requant_f32",
+        "mk_gemm_packed_requant_q8",
+    }
 )
+
+DEFAULT_SPIN_US = 100
+
+_RESTYPES = {"mk_pool_backoffs": ctypes.c_int64}
 
 # NumPy's bundled OpenBLAS (numpy.libs) names its symbols with a prefix and suffix; a system BLAS does not.
 _SGEMM_NAMES = (
@@ -78,6 +98,11 @@ def _thread_count() -> int:
         return os.cpu_count() or 1
 
 
+def _spin_us() -> int:
+    value = os.environ.get("MLTS_DRIVER_SPIN_US", "").strip()
+    return int(value) if value.isdigit() else DEFAULT_SPIN_US
+
+
 def _library_path() -> Path | None:
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         path = HERE / f"_kernels{suffix}"
@@ -93,8 +118,6 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     path = _library_path()
     if path is None:
         return None, "not built (no C compiler at install time?): NumPy kernels only"
-    # Idle OpenMP threads sleep instead of spinning: they share two cores with BLAS's threads.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         lib = ctypes.CDLL(str(path))
     except OSError as e:
@@ -110,8 +133,9 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     for name, argtypes in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.argtypes = argtypes
-        fn.restype = ctypes.c_int if name in _RETURNS_STATUS else None
+        fn.restype = _RESTYPES.get(name, ctypes.c_int if name in _RETURNS_STATUS else None)
     lib.mk_set_threads(_thread_count())
+    lib.mk_set_spin(_spin_us())
     _adopt_blas(lib)
     return lib, ""
 
@@ -125,7 +149,7 @@ def _blas_libraries() -> list[Path]:
 def _adopt_blas(lib: ctypes.CDLL) -> None:
     """Give the kernels NumPy's sgemm and run it on their threads: BLAS's own threads go to 1.
 
-    OpenBLAS's threads and the kernels' OpenMP threads would otherwise compete for the same cores
+    OpenBLAS's threads and the kernels' threads would otherwise compete for the same cores
     (measured: several times slower with two of each on two busy cores). Without a usable BLAS the
     kernels keep calling np.matmul, with BLAS's threads untouched.
     """
@@ -161,6 +185,12 @@ def threads() -> int:
     return int(LIB.mk_threads()) if LIB is not None else 1
 
 
+def pool_backoffs() -> int:
+    """How many times the kernels' pool ran on the calling thread alone for a while after a worker
+    stalled it (descheduled mid-task: a busy machine)."""
+    return int(LIB.mk_pool_backoffs()) if LIB is not None else 0
+
+
 def set_threads(n: int) -> None:
     if LIB is not None:
         LIB.mk_set_threads(int(n))
@@ -170,9 +200,9 @@ def describe() -> str:
     """One line for logs and benchmark headers."""
     if LIB is None:
         return f"NumPy kernels ({WHY_NOT})"
-    omp = "OpenMP" if LIB.mk_openmp() else "no OpenMP"
+    pool = f"own thread pool (idle spin {LIB.mk_spin()} us)"
     gemm = "GEMM on the same threads" if has_gemm() else "GEMM by np.matmul"
-    return f"compiled kernels, {threads()} thread(s), {omp}, {gemm}"
+    return f"compiled kernels, {threads()} thread(s), {pool}, {gemm}"
 
 
 def has_gemm() -> bool:

@@ -10,24 +10,30 @@
  * NumPy path.
  */
 
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
 
-#define NATIVE_ABI 5
+#define NATIVE_ABI 6
 
 static int g_threads = 1;
 
-/* Work (multiply-adds or elements) below which an operation stays on the calling thread: waking a
- * worker costs tens of microseconds, and milliseconds when the other cores are busy. Work is dealt
- * out in small chunks (schedule(dynamic)), so a thread that is descheduled holds up little of it. */
-#define PARALLEL_WORK (1 << 21)
+/* Work (elements) below which an operation stays on the calling thread, about 50 us of it. The caller
+ * starts on the tasks at once and a worker joins when it is up (about a microsecond when it spins,
+ * tens when it sleeps), so shorter jobs would pay on a quiet machine; on a busy one every job handed
+ * to a worker risks waiting for it (measured: MobileNet 0.25 twice as slow on two threads as on one
+ * with jobs from 10 us), so only work that a second core clearly shortens is split. */
+#define PARALLEL_WORK (1 << 18)
 
 /* Channel count limit of mk_depthwise_q8 (its per-thread accumulators live on the stack). */
 #define MAX_DW_CHANNELS 4096
@@ -41,21 +47,210 @@ int mk_abi(void) { return NATIVE_ABI; }
 /* The SHA-256 of this file when it was built (setup.py defines it): a stale build is not used. */
 const char *mk_source_hash(void) { return MK_SOURCE_HASH; }
 
-void mk_set_threads(int n) { g_threads = n < 1 ? 1 : n; }
+void mk_set_threads(int n) { g_threads = n < 1 ? 1 : (n > 64 ? 64 : n); }
 
 int mk_threads(void) { return g_threads; }
 
-int mk_openmp(void) {
-#ifdef _OPENMP
-    return 1;
-#else
-    return 0;
-#endif
-}
+/* The kernels' threads are their own pool (below), not OpenMP's. */
+int mk_openmp(void) { return 0; }
 
 static inline int nthreads_for(int64_t work, int64_t rows) {
     if (g_threads <= 1 || work < PARALLEL_WORK || rows < 2) return 1;
     return rows < g_threads ? (int)rows : g_threads;
+}
+
+/* ------------------------------------------------------------ the kernels' thread pool
+ *
+ * One pool for every kernel (BLAS's own threads are off, see driver/native/__init__.py). A job is
+ * `ntasks` calls fn(ctx, t); the calling thread publishes it, wakes sleeping workers and claims
+ * tasks itself, one at a time from a shared counter; it then waits only for the tasks a worker
+ * has claimed and not finished. A worker that is descheduled when the job is published (a busy
+ * machine) finds no task left when it runs and holds up nothing: the caller never waits for a
+ * worker to arrive, only for a task in progress. An idle worker spins for a bounded window
+ * (mk_set_spin, about the gap between two operations of a model) so that the next operation's
+ * job starts without a wake-up, then sleeps on a futex until the next job.
+ *
+ * The job's state word holds its generation (high 32 bits) and the next unclaimed task (low 32);
+ * a worker claims task i of generation g by compare-and-swap from (g, i) to (g, i + 1), so a late
+ * worker can never claim a task of a newer job with an older job's view. Between jobs the word is
+ * CLOSED (no task claimable) while the caller writes the next job's fields. */
+
+typedef void (*task_fn)(void *ctx, int64_t t);
+
+#define MAX_WORKERS 63
+#define CLOSED 0xffffffffu
+
+static struct {
+    _Atomic uint64_t state;  /* generation << 32 | next task, CLOSED between jobs */
+    _Atomic uint32_t gen;    /* the futex word: generation of the latest job */
+    _Atomic int64_t done;    /* tasks of the current job finished */
+    _Atomic int sleepers;    /* workers asleep (or about to be) on gen */
+    atomic_flag busy;        /* a caller owns the pool */
+    _Atomic(task_fn) fn;
+    _Atomic(void *) ctx;
+    _Atomic int64_t ntasks;
+    _Atomic int helpers;     /* workers 0 .. helpers-1 take part in the current job */
+    int workers;             /* started */
+    pthread_mutex_t start;
+} g_pool = {.busy = ATOMIC_FLAG_INIT, .start = PTHREAD_MUTEX_INITIALIZER};
+
+static _Atomic int64_t g_spin_ns = 100000;
+
+/* A spinning worker that finds a gap of PREEMPTED_NS between two looks at the clock was descheduled:
+ * the machine has more runnable threads than cores, where spinning takes CPU from the threads doing
+ * the work. Idle workers then sleep at once for NOSPIN_NS. */
+#define PREEMPTED_NS 200000
+#define NOSPIN_NS 100000000
+static _Atomic int64_t g_nospin_until = 0;
+
+/* When the caller waited this long for a task a worker had claimed, and four times as long as its own
+ * tasks took, the worker was descheduled mid-task (a busy machine);
+ * jobs then run on the caller's thread alone for BACKOFF_NS, so that two threads are never slower
+ * than one for long. */
+#define STALL_NS 50000
+#define BACKOFF_NS 100000000
+static _Atomic int64_t g_backoff_until = 0;
+static _Atomic int64_t g_backoffs = 0;
+
+/* How many times the pool fell back to the caller's thread alone (see STALL_NS). */
+int64_t mk_pool_backoffs(void) { return atomic_load(&g_backoffs); }
+
+/* How long an idle worker spins before it sleeps (microseconds; 0: sleep at once). */
+void mk_set_spin(int us) { atomic_store(&g_spin_ns, us < 0 ? 0 : (int64_t)us * 1000); }
+
+int mk_spin(void) { return (int)(atomic_load(&g_spin_ns) / 1000); }
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static inline int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Claim and run tasks of job `gen` until none is left (or a newer job replaced it); how many. */
+static int64_t pool_run(uint32_t gen) {
+    for (int64_t ran = 0;; ran++) {
+        uint64_t s = atomic_load_explicit(&g_pool.state, memory_order_acquire);
+        if ((uint32_t)(s >> 32) != gen) return ran;
+        uint32_t next = (uint32_t)s;
+        /* Acquire: a field written for a newer job orders that job's CLOSED before the CAS below,
+         * which then fails. */
+        if (next == CLOSED || (int64_t)next >= atomic_load_explicit(&g_pool.ntasks, memory_order_acquire)) return ran;
+        task_fn fn = atomic_load_explicit(&g_pool.fn, memory_order_acquire);
+        void *ctx = atomic_load_explicit(&g_pool.ctx, memory_order_acquire);
+        if (!atomic_compare_exchange_weak_explicit(&g_pool.state, &s, s + 1, memory_order_acq_rel,
+                                                   memory_order_acquire)) {
+            ran--;
+            continue;
+        }
+        fn(ctx, next);
+        atomic_fetch_add_explicit(&g_pool.done, 1, memory_order_release);
+    }
+}
+
+static void *pool_worker(void *arg) {
+    int id = (int)(intptr_t)arg;
+    uint32_t seen = atomic_load(&g_pool.gen);
+    for (;;) {
+        int64_t start = now_ns(), last = start;
+        uint32_t g;
+        unsigned spins = 0;
+        while ((g = atomic_load_explicit(&g_pool.gen, memory_order_acquire)) == seen) {
+            cpu_relax();
+            if ((++spins & 127) != 0) continue;
+            int64_t t = now_ns();
+            if (t - last >= PREEMPTED_NS) atomic_store_explicit(&g_nospin_until, t + NOSPIN_NS, memory_order_relaxed);
+            last = t;
+            int64_t window = atomic_load_explicit(&g_spin_ns, memory_order_relaxed);
+            if (t < atomic_load_explicit(&g_nospin_until, memory_order_relaxed)) window = 0;
+            if (t - start >= window) {
+                atomic_fetch_add(&g_pool.sleepers, 1);
+                syscall(SYS_futex, &g_pool.gen, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+                atomic_fetch_sub(&g_pool.sleepers, 1);
+                start = last = now_ns();
+            }
+        }
+        seen = g;
+        if (id < atomic_load_explicit(&g_pool.helpers, memory_order_relaxed)) pool_run(g);
+    }
+    return NULL;
+}
+
+/* Start workers until there are `n` (fewer if the system refuses); how many there are. */
+static int pool_start(int n) {
+    if (n > MAX_WORKERS) n = MAX_WORKERS;
+    pthread_mutex_lock(&g_pool.start);
+    while (g_pool.workers < n) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int failed = pthread_create(&t, &attr, pool_worker, (void *)(intptr_t)g_pool.workers);
+        pthread_attr_destroy(&attr);
+        if (failed) break;
+        g_pool.workers++;
+    }
+    int have = g_pool.workers;
+    pthread_mutex_unlock(&g_pool.start);
+    return have;
+}
+
+/* fn(ctx, t) for t in [0, ntasks) on up to nt threads (the caller's included). Results must not
+ * depend on which thread runs a task. A second caller while the pool is in use (two executions at
+ * once) runs its tasks on its own thread. */
+static void parallel_for(int nt, int64_t ntasks, task_fn fn, void *ctx) {
+    if (nt > ntasks) nt = (int)ntasks;
+    int helpers = nt - 1;
+    int64_t backoff = atomic_load_explicit(&g_backoff_until, memory_order_relaxed);
+    if (backoff && now_ns() < backoff) helpers = 0;
+    if (helpers > 0 && ntasks < (int64_t)CLOSED && !atomic_flag_test_and_set(&g_pool.busy)) {
+        int have = pool_start(helpers);
+        if (have < helpers) helpers = have;
+        if (helpers > 0) {
+            uint32_t gen = atomic_load_explicit(&g_pool.gen, memory_order_relaxed) + 1;
+            atomic_store_explicit(&g_pool.fn, fn, memory_order_release);
+            atomic_store_explicit(&g_pool.ctx, ctx, memory_order_release);
+            atomic_store_explicit(&g_pool.ntasks, ntasks, memory_order_release);
+            atomic_store_explicit(&g_pool.helpers, helpers, memory_order_relaxed);
+            atomic_store_explicit(&g_pool.done, 0, memory_order_relaxed);
+            atomic_store_explicit(&g_pool.state, (uint64_t)gen << 32, memory_order_release);
+            atomic_store(&g_pool.gen, gen);
+            if (atomic_load(&g_pool.sleepers) > 0)
+                syscall(SYS_futex, &g_pool.gen, FUTEX_WAKE_PRIVATE, helpers, NULL, NULL, 0);
+            int64_t t0 = now_ns();
+            int64_t ran = pool_run(gen);
+            /* Only tasks a worker claimed remain; a descheduled worker gets the CPU back soonest
+             * if we yield ours. */
+            int64_t t1 = 0;
+            for (unsigned spins = 0; atomic_load_explicit(&g_pool.done, memory_order_acquire) < ntasks; spins++) {
+                if (spins < 4096) {
+                    cpu_relax();
+                    continue;
+                }
+                if (!t1) t1 = now_ns();
+                sched_yield();
+            }
+            if (t1) {
+                /* A stall: a wait of STALL_NS and of four of this caller's tasks (a worker's
+                 * task of normal length ends sooner). */
+                int64_t t2 = now_ns(), per_task = (t1 - t0) / (ran > 0 ? ran : 1);
+                if (t2 - t1 >= STALL_NS && t2 - t1 >= 4 * per_task) {
+                    atomic_store(&g_backoff_until, t2 + BACKOFF_NS);
+                    atomic_fetch_add(&g_backoffs, 1);
+                }
+            }
+            atomic_store(&g_pool.state, ((uint64_t)gen << 32) | CLOSED);
+            atomic_flag_clear(&g_pool.busy);
+            return;
+        }
+        atomic_flag_clear(&g_pool.busy);
+    }
+    for (int64_t t = 0; t < ntasks; t++) fn(ctx, t);
 }
 
 static inline float clampf(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
@@ -148,8 +343,8 @@ static void sgemm_block(const float *a, const float *b, float *c, int64_t n, int
     epilogue_block(c, n, r0, r1, c0, c1, e);
 }
 
-/* Multiply-adds below which a GEMM stays on one thread. */
-#define PARALLEL_GEMM (1 << 23)
+/* Multiply-adds below which a GEMM stays on one thread (about 40 us of it). */
+#define PARALLEL_GEMM (1 << 22)
 
 /* GEMMs with few terms per output (K <= SMALL_K: the expansion layers of MobileNet v2, a first
  * convolution's 27) are where BLAS is least efficient; this loop keeps a 4 x 16 block of C in
@@ -303,36 +498,36 @@ static void gemm_smallk_rows(const float *a, const float *b, float *c, int64_t l
 /* c = a @ b for fewer than four rows (a fully connected layer on one vector, an LSTM step): b is
  * streamed once, row after row in memory order (it is usually larger than the caches), four rows at a
  * time into the row of c, which stays in L1; then the epilogue over that row. */
-static void gemm_fewrows(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k,
+static void gemm_fewrows(const float *a, const float *b, float *c, int64_t ld, int64_t m, int64_t n, int64_t k,
                          const epilogue_t *e) {
     v8i z = {0};
     for (int64_t i = 0; i < m; i++) {
         const float *a0 = a + i * k;
-        float *ci = c + i * n;
+        float *ci = c + i * ld;
         memset(ci, 0, (size_t)n * sizeof(float));
         int64_t q = 0;
         for (; q + 8 <= k; q += 8) {
-            const float *b0 = b + q * n;
+            const float *b0 = b + q * ld;
             float x[8];
             memcpy(x, a0 + q, sizeof x);
             int64_t j = 0;
             for (; j + 16 <= n; j += 16) {
                 v8f acc0 = ld_f32(ci + j, z), acc1 = ld_f32(ci + j + 8, z);
                 for (int r = 0; r < 8; r++) {
-                    acc0 += x[r] * ld_f32(b0 + r * n + j, z);
-                    acc1 += x[r] * ld_f32(b0 + r * n + j + 8, z);
+                    acc0 += x[r] * ld_f32(b0 + r * ld + j, z);
+                    acc1 += x[r] * ld_f32(b0 + r * ld + j + 8, z);
                 }
                 memcpy(ci + j, &acc0, 32);
                 memcpy(ci + j + 8, &acc1, 32);
             }
             for (; j < n; j++) {
                 float acc = ci[j];
-                for (int r = 0; r < 8; r++) acc += x[r] * b0[r * n + j];
+                for (int r = 0; r < 8; r++) acc += x[r] * b0[r * ld + j];
                 ci[j] = acc;
             }
         }
         for (; q + 4 <= k; q += 4) {
-            const float *b0 = b + q * n, *b1 = b0 + n, *b2 = b1 + n, *b3 = b2 + n;
+            const float *b0 = b + q * ld, *b1 = b0 + ld, *b2 = b1 + ld, *b3 = b2 + ld;
             float x0 = a0[q], x1 = a0[q + 1], x2 = a0[q + 2], x3 = a0[q + 3];
             int64_t j = 0;
             for (; j + 8 <= n; j += 8) {
@@ -353,7 +548,7 @@ static void gemm_fewrows(const float *a, const float *b, float *c, int64_t m, in
             }
         }
         for (; q < k; q++) {
-            const float *b0 = b + q * n;
+            const float *b0 = b + q * ld;
             float x0 = a0[q];
             int64_t j = 0;
             for (; j + 8 <= n; j += 8) {
@@ -363,8 +558,26 @@ static void gemm_fewrows(const float *a, const float *b, float *c, int64_t m, in
             }
             for (; j < n; j++) ci[j] += x0 * b0[j];
         }
-        epilogue_block(c, n, i, i + 1, 0, n, e);
+        epilogue_block(c, ld, i, i + 1, 0, n, e);
     }
+}
+
+typedef struct {
+    const float *a, *b;
+    float *c;
+    int64_t m, n, k, rows, width, row_chunks, col_chunks;
+    const epilogue_t *e;
+} smallk_job;
+
+static void smallk_task(void *ctx, int64_t t) {
+    const smallk_job *j = ctx;
+    const epilogue_t *e = j->e;
+    int64_t m = j->m, n = j->n, rows = j->rows, width = j->width;
+    int64_t r0 = (t / j->col_chunks) * rows, r1 = r0 + rows < m ? r0 + rows : m;
+    int64_t c0 = (t % j->col_chunks) * width, c1 = c0 + width < n ? c0 + width : n;
+    epilogue_t part = {e->bias ? e->bias + c0 : NULL, e->lo, e->hi, NULL, NULL};
+    gemm_smallk_rows(j->a, j->b + c0, j->c + c0, n, c1 - c0, j->k, r0, r1, &part);
+    if (e->rq) requant_block(j->c, n, r0, r1, c0, c1, e->rq, e->qout);
 }
 
 static void gemm_smallk(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k,
@@ -379,18 +592,45 @@ static void gemm_smallk(const float *a, const float *b, float *c, int64_t m, int
     while (width > 64 && (row_chunks * ((n + width - 1) / width) < 4 * nt || k * width * 4 > (256 << 10)))
         width = ((width / 2) + 15) / 16 * 16;
     int64_t col_chunks = (n + width - 1) / width;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
-    for (int64_t t = 0; t < row_chunks * col_chunks; t++) {
-        int64_t r0 = (t / col_chunks) * rows, r1 = r0 + rows < m ? r0 + rows : m;
-        int64_t c0 = (t % col_chunks) * width, c1 = c0 + width < n ? c0 + width : n;
-        epilogue_t part = {e->bias ? e->bias + c0 : NULL, e->lo, e->hi, NULL, NULL};
-        gemm_smallk_rows(a, b + c0, c + c0, n, c1 - c0, k, r0, r1, &part);
-        if (e->rq) requant_block(c, n, r0, r1, c0, c1, e->rq, e->qout);
-    }
+    smallk_job job = {a, b, c, m, n, k, rows, width, row_chunks, col_chunks, e};
+    parallel_for(nt, row_chunks * col_chunks, smallk_task, &job);
+}
+
+typedef struct {
+    const float *a, *b;
+    float *c;
+    int64_t m, n, k, width;
+    const epilogue_t *e;
+} fewrows_job;
+
+static void fewrows_task(void *ctx, int64_t t) {
+    const fewrows_job *j = ctx;
+    int64_t c0 = t * j->width, c1 = c0 + j->width < j->n ? c0 + j->width : j->n;
+    const epilogue_t *e = j->e;
+    epilogue_t part = {e->bias ? e->bias + c0 : NULL, e->lo, e->hi, NULL, NULL};
+    gemm_fewrows(j->a, j->b + c0, j->c + c0, j->n, j->m, c1 - c0, j->k, &part);
+    if (e->rq) requant_block(j->c, j->n, 0, j->m, c0, c1, e->rq, e->qout);
 }
 
 /* Bytes of c a single-threaded BLAS call writes before its epilogue runs (about L2). */
 #define EPILOGUE_CHUNK (256 << 10)
+
+typedef struct {
+    const float *a, *b;
+    float *c;
+    int64_t n, k, per, extent, extent_m;
+    int by_rows;
+    const epilogue_t *e;
+} sgemm_job;
+
+static void sgemm_task(void *ctx, int64_t t) {
+    const sgemm_job *j = ctx;
+    int64_t lo = t * j->per, hi = lo + j->per < j->extent ? lo + j->per : j->extent;
+    if (j->by_rows)
+        sgemm_block(j->a, j->b, j->c, j->n, j->k, lo, hi, 0, j->n, j->e);
+    else
+        sgemm_block(j->a, j->b, j->c, j->n, j->k, 0, j->extent_m, lo, hi, j->e);
+}
 
 /* c = a @ b, then the epilogue, split by rows (or, for few rows, by columns) over the kernels'
  * threads: each block is one single-threaded BLAS call, so results do not depend on the thread
@@ -401,8 +641,18 @@ static int gemm_epilogue(const float *a, const float *b, float *c, int64_t m, in
         gemm_smallk(a, b, c, m, n, k, e);
         return 0;
     }
-    if (m < 4 && n >= 8 && (g_threads <= 1 || m * n * k < PARALLEL_GEMM)) {
-        gemm_fewrows(a, b, c, m, n, k, e);
+    if (m < 4 && n >= 8) {
+        /* Streaming b is the cost: split its columns over the threads from 512 KB of it (each
+         * element of c is summed in the same order whatever the split). */
+        int nt = g_threads;
+        if (nt <= 1 || k * n * (int64_t)sizeof(float) < (512 << 10)) {
+            gemm_fewrows(a, b, c, n, m, n, k, e);
+            return 0;
+        }
+        int64_t width = (n + 4 * nt - 1) / (4 * nt);
+        width = width < 64 ? 64 : (width + 15) / 16 * 16;
+        fewrows_job job = {a, b, c, m, n, k, width, e};
+        parallel_for(nt, (n + width - 1) / width, fewrows_task, &job);
         return 0;
     }
     if (!g_sgemm) return -1;
@@ -428,15 +678,197 @@ static int gemm_epilogue(const float *a, const float *b, float *c, int64_t m, in
     int64_t per = (extent + blocks - 1) / blocks;
     if (!by_rows) per = (per + 15) / 16 * 16;
     blocks = (extent + per - 1) / per;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-    for (int64_t t = 0; t < blocks; t++) {
-        int64_t lo = t * per, hi = lo + per < extent ? lo + per : extent;
-        if (by_rows)
-            sgemm_block(a, b, c, n, k, lo, hi, 0, n, e);
-        else
-            sgemm_block(a, b, c, n, k, 0, m, lo, hi, e);
-    }
+    sgemm_job job = {a, b, c, n, k, per, extent, m, by_rows, e};
+    parallel_for(nt, blocks, sgemm_task, &job);
     return 0;
+}
+
+/* ------------------------------------------------------------ GEMM on prepacked weights */
+
+/* A thread's staging buffer (centred 8-bit rows as float32), grown as needed and kept for the next
+ * call: one per thread, never shared, freed when the thread ends (a thread-specific key's destructor). */
+static _Thread_local float *t_stage;
+static _Thread_local int64_t t_stage_floats;
+static pthread_key_t g_stage_key;
+static pthread_once_t g_stage_once = PTHREAD_ONCE_INIT;
+static int g_stage_key_ok;
+
+static void stage_key_init(void) { g_stage_key_ok = pthread_key_create(&g_stage_key, free) == 0; }
+
+static float *stage_buffer(int64_t floats) {
+    if (floats > t_stage_floats) {
+        pthread_once(&g_stage_once, stage_key_init);
+        if (!g_stage_key_ok) return NULL;
+        float *p = realloc(t_stage, (size_t)floats * sizeof(float));
+        if (!p) return NULL;
+        t_stage = p;
+        t_stage_floats = floats;
+        pthread_setspecific(g_stage_key, p);
+    }
+    return t_stage;
+}
+
+/* Columns per panel of a packed B: bp[(p * k + q) * PANEL + j] = b[q, p * PANEL + j], 0 past n. */
+#define PANEL 16
+
+/* B [k, n] (row-major) into panels of PANEL columns, each k x PANEL contiguous: a panel streams from
+ * memory in order, where b's own rows are n floats apart (every row a new page for large n). */
+void mk_pack_b_f32(const float *b, int64_t k, int64_t n, float *bp) {
+    int64_t panels = (n + PANEL - 1) / PANEL;
+    for (int64_t p = 0; p < panels; p++) {
+        int64_t j0 = p * PANEL, w = n - j0 < PANEL ? n - j0 : PANEL;
+        for (int64_t q = 0; q < k; q++) {
+            float *dst = bp + (p * k + q) * PANEL;
+            memcpy(dst, b + q * n + j0, (size_t)w * sizeof(float));
+            for (int64_t j = w; j < PANEL; j++) dst[j] = 0.0f;
+        }
+    }
+}
+
+/* R (1..6) rows of c, one panel: R x 16 sums in registers over all k, B's panel streamed in order;
+ * the epilogue as the block is stored (`cols` valid columns from column j). */
+static inline __attribute__((always_inline)) void packed_micro(int R, const float *a, int64_t k, const float *bpp,
+                                                               float *c, int64_t ldc, int64_t j, int64_t cols,
+                                                               const epilogue_t *e) {
+    v8i z = {0};
+    v8f s0[6] = {{0}}, s1[6] = {{0}};
+    const float *ar[6];
+    for (int r = 0; r < R; r++) ar[r] = a + r * k;
+    if (cols <= 8) { /* a last panel of at most 8 columns: half the work */
+        for (int64_t q = 0; q < k; q++) {
+            v8f b0 = ld_f32(bpp + q * PANEL, z);
+            for (int r = 0; r < R; r++) s0[r] += ar[r][q] * b0;
+        }
+    } else {
+        for (int64_t q = 0; q < k; q++) {
+            v8f b0 = ld_f32(bpp + q * PANEL, z), b1 = ld_f32(bpp + q * PANEL + 8, z);
+            for (int r = 0; r < R; r++) {
+                float av = ar[r][q];
+                s0[r] += av * b0;
+                s1[r] += av * b1;
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float *o = c + r * ldc + j;
+        if (cols == 8) {
+            v8f o0 = epi8(s0[r], e, j);
+            memcpy(o, &o0, 32);
+        } else if (cols == PANEL) {
+            v8f o0 = epi8(s0[r], e, j), o1 = epi8(s1[r], e, j + 8);
+            memcpy(o, &o0, 32);
+            memcpy(o + 8, &o1, 32);
+        } else {
+            float t[PANEL];
+            memcpy(t, &s0[r], 32);
+            memcpy(t + 8, &s1[r], 32);
+            for (int64_t q = 0; q < cols; q++) o[q] = epi1(t[q], e, j + q);
+        }
+    }
+}
+
+/* Rows [r0, r1) by panels [p0, p1) of c = a @ B (B packed), then the epilogue. Each element of c is
+ * the sum over q in order, whatever the block, so results do not depend on how work is split. */
+static void gemm_packed_block(const float *a, const float *bp, float *c, int64_t n, int64_t k, int64_t r0,
+                              int64_t r1, int64_t p0, int64_t p1, const epilogue_t *e) {
+    for (int64_t i = r0; i < r1; i += 6) {
+        int64_t rows = r1 - i < 6 ? r1 - i : 6;
+        const float *ai = a + i * k;
+        float *ci = c + i * n;
+        for (int64_t p = p0; p < p1; p++) {
+            int64_t j = p * PANEL, cols = n - j < PANEL ? n - j : PANEL;
+            const float *bpp = bp + p * k * PANEL;
+            switch (rows) {
+            case 6: packed_micro(6, ai, k, bpp, ci, n, j, cols, e); break;
+            case 5: packed_micro(5, ai, k, bpp, ci, n, j, cols, e); break;
+            case 4: packed_micro(4, ai, k, bpp, ci, n, j, cols, e); break;
+            case 3: packed_micro(3, ai, k, bpp, ci, n, j, cols, e); break;
+            case 2: packed_micro(2, ai, k, bpp, ci, n, j, cols, e); break;
+            default: packed_micro(1, ai, k, bpp, ci, n, j, cols, e); break;
+            }
+        }
+    }
+    if (e->rq) {
+        int64_t c1 = p1 * PANEL < n ? p1 * PANEL : n;
+        requant_block(c, n, r0, r1, p0 * PANEL, c1, e->rq, e->qout);
+    }
+}
+
+typedef struct {
+    const float *a, *bp;
+    float *c;
+    int64_t m, n, k, rows, row_chunks, group, panels;
+    const epilogue_t *e;
+    const void *x8; /* instead of a: 8-bit rows, centred per task (x - zp as float32) */
+    int is_signed, zp;
+    _Atomic int failed;
+} packed_job;
+
+static void packed_task(void *ctx, int64_t t) {
+    packed_job *j = ctx;
+    int64_t g0 = (t / j->row_chunks) * j->group, g1 = g0 + j->group < j->panels ? g0 + j->group : j->panels;
+    int64_t r0 = (t % j->row_chunks) * j->rows, r1 = r0 + j->rows < j->m ? r0 + j->rows : j->m;
+    if (!j->x8) {
+        gemm_packed_block(j->a, j->bp, j->c, j->n, j->k, r0, r1, g0, g1, j->e);
+        return;
+    }
+    /* The task's rows of a, centred into this thread's buffer (in cache for the multiply). */
+    int64_t count = (r1 - r0) * j->k, at = r0 * j->k;
+    float *a = stage_buffer(count);
+    if (!a) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    if (j->is_signed) {
+        const int8_t *s = (const int8_t *)j->x8 + at;
+        for (int64_t i = 0; i < count; i++) a[i] = (float)(s[i] - j->zp);
+    } else {
+        const uint8_t *s = (const uint8_t *)j->x8 + at;
+        for (int64_t i = 0; i < count; i++) a[i] = (float)(s[i] - j->zp);
+    }
+    epilogue_t part = *j->e;
+    if (part.qout) part.qout = (char *)part.qout + r0 * j->n;
+    gemm_packed_block(a, j->bp, j->c + r0 * j->n, j->n, j->k, 0, r1 - r0, g0, g1, &part);
+}
+
+/* Multiply-adds below which a GEMM on packed weights stays on one thread (about 40 us of it). */
+#define PARALLEL_PACKED_GEMM (1 << 22)
+
+/* Bytes of packed B one task multiplies (its panels stay in L2 while the task's rows stream by). */
+#define PACKED_B_CHUNK (256 << 10)
+
+/* c = a @ B with B packed by mk_pack_b_f32, then the epilogue: tasks of up to 60 rows by a group of
+ * panels, dealt out over the kernels' threads panel group by panel group (consecutive tasks share
+ * their panels). No BLAS call, so no per-call packing. */
+static int gemm_packed_x(const float *a, const void *x8, int is_signed, int zp, const float *bp, float *c,
+                         int64_t m, int64_t n, int64_t k, const epilogue_t *e) {
+    int64_t panels = (n + PANEL - 1) / PANEL;
+    if (m <= 0 || panels <= 0) return 0;
+    int nt = g_threads;
+    if (nt <= 1 || m * n * k < PARALLEL_PACKED_GEMM) nt = 1;
+    /* Chunks of at most 60 rows, of equal size in blocks of six. */
+    int64_t row_chunks = (m + 59) / 60;
+    int64_t rows = ((m + row_chunks - 1) / row_chunks + 5) / 6 * 6;
+    row_chunks = (m + rows - 1) / rows;
+    int64_t group = panels;
+    while (group > 1 && (k * group * PANEL * 4 > PACKED_B_CHUNK || (nt > 1 && row_chunks * ((panels + group - 1) / group) < 4 * nt)))
+        group = (group + 1) / 2;
+    int64_t groups = (panels + group - 1) / group;
+    packed_job job = {a, bp, c, m, n, k, rows, row_chunks, group, panels, e, x8, is_signed, zp, 0};
+    parallel_for(nt, row_chunks * groups, packed_task, &job);
+    return atomic_load(&job.failed) ? -1 : 0;
+}
+
+static void gemm_packed(const float *a, const float *bp, float *c, int64_t m, int64_t n, int64_t k,
+                        const epilogue_t *e) {
+    gemm_packed_x(a, NULL, 0, 0, bp, c, m, n, k, e);
+}
+
+/* c = clamp(a @ b + bias, lo, hi) with b packed (mk_pack_b_f32). */
+void mk_gemm_packed_bias_act_f32(const float *a, const float *bp, float *c, int64_t m, int64_t n, int64_t k,
+                                 const float *bias, float lo, float hi) {
+    epilogue_t e = {bias, lo, hi, NULL, NULL};
+    gemm_packed(a, bp, c, m, n, k, &e);
 }
 
 int mk_gemm_f32(const float *a, const float *b, float *c, int64_t m, int64_t n, int64_t k) {
@@ -572,15 +1004,26 @@ static void requant_row_f32(const float *restrict a, int cout, const requant_t *
     }
 }
 
+typedef struct {
+    const float *acc;
+    int cout;
+    const requant_t *q;
+    void *out;
+} requant_job;
+
+static void requant_task(void *ctx, int64_t r) {
+    const requant_job *j = ctx;
+    requant_row_f32(j->acc + r * j->cout, j->cout, j->q, j->out, r * j->cout);
+}
+
 /* Float accumulators [rows, cout] holding exact integers, to the 8-bit output (requantize()). */
 int mk_requant_f32(const float *acc, int64_t rows, int cout, const int64_t *bias, const int64_t *mult,
                     const int64_t *left, const int64_t *right, int64_t zp, int64_t lo, int64_t hi,
                     int is_signed, void *out) {
     requant_t q = REQUANT_INIT(bias, mult, left, right, zp, lo, hi, is_signed);
     if (!requant_init(&q, cout)) return -1;
-    int nt = nthreads_for(rows * cout, rows);
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
-    for (int64_t r = 0; r < rows; r++) requant_row_f32(acc + r * cout, cout, &q, out, r * cout);
+    requant_job job = {acc, cout, &q, out};
+    parallel_for(nthreads_for(rows * cout, rows), rows, requant_task, &job);
     requant_free(&q);
     return 0;
 }
@@ -609,16 +1052,52 @@ int mk_gemm_requant_f32(const float *a, const float *b, float *acc, int64_t m, i
     return status == 0 ? 0 : -2;
 }
 
+/* mk_gemm_requant_f32 with b packed (mk_pack_b_f32): 0, or -1 when out of memory. */
+int mk_gemm_packed_requant_f32(const float *a, const float *bp, float *acc, int64_t m, int64_t n, int64_t k,
+                               const int64_t *bias, const int64_t *mult, const int64_t *left,
+                               const int64_t *right, int64_t zp, int64_t lo, int64_t hi, int is_signed,
+                               void *out) {
+    requant_t q = REQUANT_INIT(bias, mult, left, right, zp, lo, hi, is_signed);
+    if (!requant_init(&q, (int)n)) return -1;
+    epilogue_t e = {NULL, 0.0f, 0.0f, &q, out};
+    gemm_packed(a, bp, acc, m, n, k, &e);
+    requant_free(&q);
+    return 0;
+}
+
+/* mk_gemm_packed_requant_f32 on 8-bit rows x [m, k] minus their zero point (a pointwise convolution's
+ * or fully connected layer's input), centred task by task instead of in a pass of its own. 0, or -1
+ * when out of memory. */
+int mk_gemm_packed_requant_q8(const void *x, int x_signed, int zp_x, const float *bp, float *acc, int64_t m,
+                              int64_t n, int64_t k, const int64_t *bias, const int64_t *mult, const int64_t *left,
+                              const int64_t *right, int64_t zp, int64_t lo, int64_t hi, int is_signed, void *out) {
+    requant_t q = REQUANT_INIT(bias, mult, left, right, zp, lo, hi, is_signed);
+    if (!requant_init(&q, (int)n)) return -1;
+    epilogue_t e = {NULL, 0.0f, 0.0f, &q, out};
+    int status = gemm_packed_x(NULL, x, x_signed, zp_x, bp, acc, m, n, k, &e);
+    requant_free(&q);
+    return status;
+}
+
 /* ------------------------------------------------------------ float epilogue and patches */
+
+typedef struct {
+    float *y;
+    int cout;
+    const float *bias;
+    float lo, hi;
+} bias_act_job;
+
+static void bias_act_task(void *ctx, int64_t r) {
+    const bias_act_job *j = ctx;
+    float *p = j->y + r * j->cout;
+    for (int c = 0; c < j->cout; c++) p[c] = clampf(p[c] + j->bias[c], j->lo, j->hi);
+}
 
 /* y[r, c] = clamp(y[r, c] + bias[c], lo, hi) in place. */
 void mk_bias_act_f32(float *y, int64_t rows, int cout, const float *bias, float lo, float hi) {
-    int nt = nthreads_for(rows * cout, rows);
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
-    for (int64_t r = 0; r < rows; r++) {
-        float *p = y + r * cout;
-        for (int c = 0; c < cout; c++) p[c] = clampf(p[c] + bias[c], lo, hi);
-    }
+    bias_act_job job = {y, cout, bias, lo, hi};
+    parallel_for(nthreads_for(rows * cout, rows), rows, bias_act_task, &job);
 }
 
 typedef struct {
@@ -629,27 +1108,105 @@ typedef struct {
 #define GEOM_ARGS const int32_t *gp
 #define GEOM_INIT {gp[0], gp[1], gp[2], gp[3], gp[4], gp[5], gp[6], gp[7], gp[8], gp[9], gp[10], gp[11], gp[12], gp[13]}
 
+typedef struct {
+    const void *x;
+    geom_t g;
+    int is_signed, zp;
+    float *cols;
+} im2col_job;
+
+/* Row r (one output row of one image) of the patch matrix [N*OH*OW, KH*KW*C] of float32 x, 0 where a
+ * tap falls in the padding. */
+static void im2col_f32_task(void *ctx, int64_t r) {
+    const im2col_job *j = ctx;
+    const geom_t g = j->g;
+    const float *x = j->x;
+    int64_t k = (int64_t)g.kh * g.kw * g.c;
+    int b = (int)(r / g.oh), oy = (int)(r % g.oh);
+    int span = g.kw * g.c; /* floats of one window row, contiguous in x when dilation_w is 1 */
+    for (int ox = 0; ox < g.ow; ox++) {
+        float *dst = j->cols + (r * g.ow + ox) * k;
+        int ix0 = ox * g.sw - g.pl;
+        int row_inside = g.dw == 1 && ix0 >= 0 && ix0 + g.kw <= g.w;
+        for (int ky = 0; ky < g.kh; ky++) {
+            int iy = oy * g.sh - g.pt + ky * g.dh;
+            if (iy < 0 || iy >= g.h) {
+                memset(dst, 0, sizeof(float) * (size_t)span);
+                dst += span;
+                continue;
+            }
+            if (row_inside) {
+                const float *src = x + (((int64_t)b * g.h + iy) * g.w + ix0) * g.c;
+                for (int q = 0; q < span; q++) dst[q] = src[q];
+                dst += span;
+                continue;
+            }
+            for (int kx = 0; kx < g.kw; kx++, dst += g.c) {
+                int ix = ix0 + kx * g.dw;
+                if (ix < 0 || ix >= g.w) {
+                    for (int ci = 0; ci < g.c; ci++) dst[ci] = 0.0f;
+                } else {
+                    /* A plain loop: the few channels of a first layer make memcpy calls dominate. */
+                    const float *src = x + (((int64_t)b * g.h + iy) * g.w + ix) * g.c;
+                    for (int ci = 0; ci < g.c; ci++) dst[ci] = src[ci];
+                }
+            }
+        }
+    }
+}
+
 /* The patch matrix [N*OH*OW, KH*KW*C] of x (float32), 0 where a tap falls in the padding. */
 void mk_im2col_f32(const float *x, GEOM_ARGS, float *cols) {
     geom_t g = GEOM_INIT;
     int64_t rows = (int64_t)g.n * g.oh, k = (int64_t)g.kh * g.kw * g.c;
-    int nt = nthreads_for(rows * g.ow * k, rows);
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
-    for (int64_t r = 0; r < rows; r++) {
-        int b = (int)(r / g.oh), oy = (int)(r % g.oh);
-        for (int ox = 0; ox < g.ow; ox++) {
-            float *dst = cols + (r * g.ow + ox) * k;
-            for (int ky = 0; ky < g.kh; ky++) {
-                int iy = oy * g.sh - g.pt + ky * g.dh;
-                for (int kx = 0; kx < g.kw; kx++, dst += g.c) {
-                    int ix = ox * g.sw - g.pl + kx * g.dw;
-                    if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) {
-                        for (int ci = 0; ci < g.c; ci++) dst[ci] = 0.0f;
-                    } else {
-                        /* A plain loop: the few channels of a first layer make memcpy calls dominate. */
-                        const float *src = x + (((int64_t)b * g.h + iy) * g.w + ix) * g.c;
-                        for (int ci = 0; ci < g.c; ci++) dst[ci] = src[ci];
-                    }
+    im2col_job job = {x, g, 0, 0, cols};
+    parallel_for(nthreads_for(rows * g.ow * k, rows), rows, im2col_f32_task, &job);
+}
+
+/* Row r of the patch matrix of 8-bit x minus its zero point, as float32 (padding is 0 = the zero point). */
+static void im2col_q8_task(void *ctx, int64_t r) {
+    const im2col_job *j = ctx;
+    const geom_t g = j->g;
+    int zp = j->zp;
+    int64_t k = (int64_t)g.kh * g.kw * g.c;
+    int b = (int)(r / g.oh), oy = (int)(r % g.oh);
+    int span = g.kw * g.c; /* values of one window row, contiguous in x when dilation_w is 1 */
+    for (int ox = 0; ox < g.ow; ox++) {
+        float *dst = j->cols + (r * g.ow + ox) * k;
+        int ix0 = ox * g.sw - g.pl;
+        int row_inside = g.dw == 1 && ix0 >= 0 && ix0 + g.kw <= g.w;
+        for (int ky = 0; ky < g.kh; ky++) {
+            int iy = oy * g.sh - g.pt + ky * g.dh;
+            if (iy < 0 || iy >= g.h) {
+                memset(dst, 0, sizeof(float) * (size_t)span);
+                dst += span;
+                continue;
+            }
+            if (row_inside) {
+                int64_t at = (((int64_t)b * g.h + iy) * g.w + ix0) * g.c;
+                if (j->is_signed) {
+                    const int8_t *s = (const int8_t *)j->x + at;
+                    for (int q = 0; q < span; q++) dst[q] = (float)(s[q] - zp);
+                } else {
+                    const uint8_t *s = (const uint8_t *)j->x + at;
+                    for (int q = 0; q < span; q++) dst[q] = (float)(s[q] - zp);
+                }
+                dst += span;
+                continue;
+            }
+            for (int kx = 0; kx < g.kw; kx++, dst += g.c) {
+                int ix = ix0 + kx * g.dw;
+                if (ix < 0 || ix >= g.w) {
+                    memset(dst, 0, sizeof(float) * g.c);
+                    continue;
+                }
+                int64_t at = (((int64_t)b * g.h + iy) * g.w + ix) * g.c;
+                if (j->is_signed) {
+                    const int8_t *s = (const int8_t *)j->x + at;
+                    for (int ci = 0; ci < g.c; ci++) dst[ci] = (float)(s[ci] - zp);
+                } else {
+                    const uint8_t *s = (const uint8_t *)j->x + at;
+                    for (int ci = 0; ci < g.c; ci++) dst[ci] = (float)(s[ci] - zp);
                 }
             }
         }
@@ -660,49 +1217,36 @@ void mk_im2col_f32(const float *x, GEOM_ARGS, float *cols) {
 void mk_im2col_q8(const void *xv, int is_signed, int zp, GEOM_ARGS, float *cols) {
     geom_t g = GEOM_INIT;
     int64_t rows = (int64_t)g.n * g.oh, k = (int64_t)g.kh * g.kw * g.c;
-    int nt = nthreads_for(rows * g.ow * k, rows);
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
-    for (int64_t r = 0; r < rows; r++) {
-        int b = (int)(r / g.oh), oy = (int)(r % g.oh);
-        for (int ox = 0; ox < g.ow; ox++) {
-            float *dst = cols + (r * g.ow + ox) * k;
-            for (int ky = 0; ky < g.kh; ky++) {
-                int iy = oy * g.sh - g.pt + ky * g.dh;
-                for (int kx = 0; kx < g.kw; kx++, dst += g.c) {
-                    int ix = ox * g.sw - g.pl + kx * g.dw;
-                    if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) {
-                        memset(dst, 0, sizeof(float) * g.c);
-                        continue;
-                    }
-                    int64_t at = (((int64_t)b * g.h + iy) * g.w + ix) * g.c;
-                    if (is_signed) {
-                        const int8_t *s = (const int8_t *)xv + at;
-                        for (int ci = 0; ci < g.c; ci++) dst[ci] = (float)(s[ci] - zp);
-                    } else {
-                        const uint8_t *s = (const uint8_t *)xv + at;
-                        for (int ci = 0; ci < g.c; ci++) dst[ci] = (float)(s[ci] - zp);
-                    }
-                }
-            }
-        }
+    im2col_job job = {xv, g, is_signed, zp, cols};
+    parallel_for(nthreads_for(rows * g.ow * k, rows), rows, im2col_q8_task, &job);
+}
+
+typedef struct {
+    const void *x;
+    int is_signed, zp;
+    int64_t count;
+    float *out;
+} center_job;
+
+static void center_task(void *ctx, int64_t ch) {
+    const center_job *j = ctx;
+    int64_t end = (ch + 1) * 4096 < j->count ? (ch + 1) * 4096 : j->count;
+    int zp = j->zp;
+    float *out = j->out;
+    if (j->is_signed) {
+        const int8_t *s = (const int8_t *)j->x;
+        for (int64_t i = ch * 4096; i < end; i++) out[i] = (float)(s[i] - zp);
+    } else {
+        const uint8_t *s = (const uint8_t *)j->x;
+        for (int64_t i = ch * 4096; i < end; i++) out[i] = (float)(s[i] - zp);
     }
 }
 
 /* Contiguous 8-bit x minus its zero point as float32 (the patch matrix of an unpadded 1x1 stride-1 conv). */
 void mk_center_q8(const void *xv, int is_signed, int zp, int64_t count, float *out) {
     int64_t chunks = (count + 4095) / 4096;
-    int nt = nthreads_for(count, chunks);
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
-    for (int64_t ch = 0; ch < chunks; ch++) {
-        int64_t end = (ch + 1) * 4096 < count ? (ch + 1) * 4096 : count;
-        if (is_signed) {
-            const int8_t *s = (const int8_t *)xv;
-            for (int64_t i = ch * 4096; i < end; i++) out[i] = (float)(s[i] - zp);
-        } else {
-            const uint8_t *s = (const uint8_t *)xv;
-            for (int64_t i = ch * 4096; i < end; i++) out[i] = (float)(s[i] - zp);
-        }
-    }
+    center_job job = {xv, is_signed, zp, count, out};
+    parallel_for(nthreads_for(count, chunks), chunks, center_task, &job);
 }
 
 /* ------------------------------------------------------------ depthwise convolution */
@@ -851,67 +1395,191 @@ static inline void dw_inside4_f32(const float *corner, int64_t step, const int64
     }
 }
 
+/* Depthwise work (multiply-adds) below which it stays on the calling thread, about 70 us of it: a
+ * depthwise multiply-add costs several GEMM ones (one output per few taps, no reuse of a register
+ * block). */
+#define DW_PARALLEL_WORK (1 << 19)
+
+typedef struct {
+    const void *x;
+    geom_t g;
+    int m;
+    const float *wt, *bias;
+    float lo, hi;
+    void *y;
+    /* float: offsets of the taps from a window's corner, and the output columns whose windows lie
+     * inside the input horizontally: [ox_lo, ox_hi) */
+    int64_t toff[DW_MAX_TAPS];
+    int taps, inside, ox_lo, ox_hi;
+    /* quantized */
+    int is_signed, zp_x;
+    const requant_t *q;
+    const float *zeros; /* [C] (the staged path's bias), NULL: no staged path */
+    int wp;             /* the staged rows' width: padding, input, padding */
+} dw_job;
+
+/* One output row of the quantized depthwise (m == 1) through the float path: the KH input rows its
+ * windows read, centred as float32 with zero columns for the padding (0 = the zero point), so every
+ * window lies inside them; the taps of four pixels at a time (dw_inside4_f32, bias 0, no clamp) into
+ * float sums, which are exact integers below 2^24 whatever their order (the caller's bound); then the
+ * requantization of each pixel. 0 when the buffer cannot be had (the caller takes the pixel path). */
+static int dw_q8_row_staged(const dw_job *d, int64_t r) {
+    const geom_t g = d->g;
+    const int c = g.c, wp = d->wp, zp = d->zp_x;
+    int64_t row_floats = (int64_t)wp * c;
+    float *stage = stage_buffer(g.kh * row_floats + (int64_t)g.ow * c);
+    if (!stage) return 0;
+    float *acc = stage + g.kh * row_floats;
+    int b = (int)(r / g.oh), oy = (int)(r % g.oh);
+    for (int ky = 0; ky < g.kh; ky++) {
+        float *dst = stage + ky * row_floats;
+        int iy = oy * g.sh - g.pt + ky * g.dh;
+        if (iy < 0 || iy >= g.h) {
+            memset(dst, 0, sizeof(float) * (size_t)row_floats);
+            continue;
+        }
+        int64_t left = (int64_t)g.pl * c, inner = (int64_t)g.w * c;
+        memset(dst, 0, sizeof(float) * (size_t)left);
+        int64_t at = ((int64_t)b * g.h + iy) * g.w * c;
+        if (d->is_signed) {
+            const int8_t *s = (const int8_t *)d->x + at;
+            for (int64_t q = 0; q < inner; q++) dst[left + q] = (float)(s[q] - zp);
+        } else {
+            const uint8_t *s = (const uint8_t *)d->x + at;
+            for (int64_t q = 0; q < inner; q++) dst[left + q] = (float)(s[q] - zp);
+        }
+        memset(dst + left + inner, 0, sizeof(float) * (size_t)(row_floats - left - inner));
+    }
+    int64_t toff[DW_MAX_TAPS];
+    int taps = g.kh * g.kw;
+    for (int ky = 0; ky < g.kh; ky++)
+        for (int kx = 0; kx < g.kw; kx++) toff[ky * g.kw + kx] = ky * row_floats + (int64_t)kx * g.dw * c;
+    const float inf = __builtin_inff();
+    int64_t step = (int64_t)g.sw * c;
+    int ox = 0;
+    for (; ox + 4 <= g.ow; ox += 4)
+        dw_inside4_f32(stage + ox * step, step, toff, taps, d->wt, c, d->zeros, -inf, inf, acc + (int64_t)ox * c);
+    for (; ox < g.ow; ox++) dw_inside_f32(stage + ox * step, toff, taps, d->wt, c, d->zeros, -inf, inf, acc + (int64_t)ox * c);
+    for (ox = 0; ox < g.ow; ox++) requant_row_f32(acc + (int64_t)ox * c, c, d->q, d->y, (r * g.ow + ox) * c);
+    return 1;
+}
+
+static void dw_f32_task(void *ctx, int64_t r) {
+    const dw_job *d = ctx;
+    const geom_t g = d->g;
+    const int m = d->m, cout = g.c * m, taps = d->taps, ox_lo = d->ox_lo, ox_hi = d->ox_hi;
+    const float *x = d->x, *wt = d->wt, *bias = d->bias;
+    const void *xv = x;
+    const float lo = d->lo, hi = d->hi;
+    float *y = d->y;
+    v8i zpv = {0};
+    int b = (int)(r / g.oh), oy = (int)(r % g.oh);
+    int iy0 = oy * g.sh - g.pt;
+    int row_inside = d->inside && iy0 >= 0 && iy0 + (g.kh - 1) * g.dh < g.h;
+    for (int ox = 0; ox < g.ow; ox++) {
+        float *out = y + (r * g.ow + ox) * cout;
+        if (row_inside && ox >= ox_lo && ox + 4 <= ox_hi) {
+            const float *corner = x + (((int64_t)b * g.h + iy0) * g.w + ox * g.sw - g.pl) * g.c;
+            dw_inside4_f32(corner, (int64_t)g.sw * g.c, d->toff, taps, wt, cout, bias, lo, hi, out);
+            ox += 3;
+            continue;
+        }
+        if (row_inside && ox >= ox_lo && ox < ox_hi) {
+            const float *corner = x + (((int64_t)b * g.h + iy0) * g.w + ox * g.sw - g.pl) * g.c;
+            dw_inside_f32(corner, d->toff, taps, wt, cout, bias, lo, hi, out);
+            continue;
+        }
+        if (m == 1 && g.kh * g.kw <= DW_MAX_TAPS) {
+            float *acc = out;
+            DW_PIXEL(float, ld_f32, SC_F32);
+            for (int co = 0; co < cout; co++) out[co] = clampf(out[co] + bias[co], lo, hi);
+            continue;
+        }
+        for (int co = 0; co < cout; co++) out[co] = 0.0f;
+        for (int ky = 0; ky < g.kh; ky++) {
+            int iy = oy * g.sh - g.pt + ky * g.dh;
+            if (iy < 0 || iy >= g.h) continue;
+            for (int kx = 0; kx < g.kw; kx++) {
+                int ix = ox * g.sw - g.pl + kx * g.dw;
+                if (ix < 0 || ix >= g.w) continue;
+                const float *xp = x + (((int64_t)b * g.h + iy) * g.w + ix) * g.c;
+                const float *wp = wt + ((int64_t)ky * g.kw + kx) * cout;
+                for (int ci = 0; ci < g.c; ci++)
+                    for (int j = 0; j < m; j++) out[ci * m + j] += xp[ci] * wp[ci * m + j];
+            }
+        }
+        for (int co = 0; co < cout; co++) out[co] = clampf(out[co] + bias[co], lo, hi);
+    }
+}
+
 /* Float depthwise: wt [KH,KW,C*M], bias [C*M]; y [N,OH,OW,C*M] = clamp(bias + taps, lo, hi). */
 void mk_depthwise_f32(const float *x, GEOM_ARGS, int m, const float *wt, const float *bias, float lo,
                       float hi, float *y) {
-    geom_t g = GEOM_INIT;
-    int cout = g.c * m;
-    const void *xv = x;
-    v8i zpv = {0};
-    int64_t rows = (int64_t)g.n * g.oh;
-    int nt = nthreads_for(rows * g.ow * cout * g.kh * g.kw, rows);
-    /* Offsets of the taps from a window's corner, and the output columns whose windows lie inside
-     * the input horizontally: [ox_lo, ox_hi). */
-    int64_t toff[DW_MAX_TAPS];
-    int taps = g.kh * g.kw, inside = m == 1 && taps <= DW_MAX_TAPS;
-    int ox_lo = 0, ox_hi = 0;
-    if (inside) {
+    dw_job d = {.x = x, .g = GEOM_INIT, .m = m, .wt = wt, .bias = bias, .lo = lo, .hi = hi, .y = y};
+    const geom_t g = d.g;
+    int64_t rows = (int64_t)g.n * g.oh, work = rows * g.ow * g.c * m * g.kh * g.kw;
+    d.taps = g.kh * g.kw;
+    d.inside = m == 1 && d.taps <= DW_MAX_TAPS;
+    if (d.inside) {
         for (int ky = 0; ky < g.kh; ky++)
             for (int kx = 0; kx < g.kw; kx++)
-                toff[ky * g.kw + kx] = ((int64_t)ky * g.dh * g.w + (int64_t)kx * g.dw) * g.c;
-        while (ox_lo < g.ow && ox_lo * g.sw - g.pl < 0) ox_lo++;
-        ox_hi = ox_lo;
-        while (ox_hi < g.ow && ox_hi * g.sw - g.pl + (g.kw - 1) * g.dw < g.w) ox_hi++;
+                d.toff[ky * g.kw + kx] = ((int64_t)ky * g.dh * g.w + (int64_t)kx * g.dw) * g.c;
+        while (d.ox_lo < g.ow && d.ox_lo * g.sw - g.pl < 0) d.ox_lo++;
+        d.ox_hi = d.ox_lo;
+        while (d.ox_hi < g.ow && d.ox_hi * g.sw - g.pl + (g.kw - 1) * g.dw < g.w) d.ox_hi++;
     }
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
-    for (int64_t r = 0; r < rows; r++) {
-        int b = (int)(r / g.oh), oy = (int)(r % g.oh);
-        int iy0 = oy * g.sh - g.pt;
-        int row_inside = inside && iy0 >= 0 && iy0 + (g.kh - 1) * g.dh < g.h;
-        for (int ox = 0; ox < g.ow; ox++) {
-            float *out = y + (r * g.ow + ox) * cout;
-            if (row_inside && ox >= ox_lo && ox + 4 <= ox_hi) {
-                const float *corner = x + (((int64_t)b * g.h + iy0) * g.w + ox * g.sw - g.pl) * g.c;
-                dw_inside4_f32(corner, (int64_t)g.sw * g.c, toff, taps, wt, cout, bias, lo, hi, out);
-                ox += 3;
-                continue;
-            }
-            if (row_inside && ox >= ox_lo && ox < ox_hi) {
-                const float *corner = x + (((int64_t)b * g.h + iy0) * g.w + ox * g.sw - g.pl) * g.c;
-                dw_inside_f32(corner, toff, taps, wt, cout, bias, lo, hi, out);
-                continue;
-            }
-            if (m == 1 && g.kh * g.kw <= DW_MAX_TAPS) {
-                float *acc = out;
-                DW_PIXEL(float, ld_f32, SC_F32);
-                for (int co = 0; co < cout; co++) out[co] = clampf(out[co] + bias[co], lo, hi);
-                continue;
-            }
-            for (int co = 0; co < cout; co++) out[co] = 0.0f;
-            for (int ky = 0; ky < g.kh; ky++) {
-                int iy = oy * g.sh - g.pt + ky * g.dh;
-                if (iy < 0 || iy >= g.h) continue;
-                for (int kx = 0; kx < g.kw; kx++) {
-                    int ix = ox * g.sw - g.pl + kx * g.dw;
-                    if (ix < 0 || ix >= g.w) continue;
-                    const float *xp = x + (((int64_t)b * g.h + iy) * g.w + ix) * g.c;
-                    const float *wp = wt + ((int64_t)ky * g.kw + kx) * cout;
+    int nt = work < DW_PARALLEL_WORK || rows < 2 ? 1 : (rows < g_threads ? (int)rows : g_threads);
+    parallel_for(nt, rows, dw_f32_task, &d);
+}
+
+static void dw_q8_task(void *ctx, int64_t r) {
+    const dw_job *d = ctx;
+    const geom_t g = d->g;
+    const int m = d->m, cout = g.c * m, zp_x = d->zp_x, is_signed = d->is_signed;
+    const float *wt = d->wt;
+    const void *xv = d->x;
+    void *yv = d->y;
+    v8i zpv = {zp_x, zp_x, zp_x, zp_x, zp_x, zp_x, zp_x, zp_x};
+    if (d->zeros && dw_q8_row_staged(d, r)) return;
+    float accs[MAX_DW_CHANNELS];
+    float xc[MAX_DW_CHANNELS];
+    int b = (int)(r / g.oh), oy = (int)(r % g.oh);
+    for (int ox = 0; ox < g.ow; ox++) {
+        if (m == 1 && g.kh * g.kw <= DW_MAX_TAPS) {
+            float *acc = accs;
+            if (is_signed)
+                DW_PIXEL(int8_t, ld_s8, SC_Q8);
+            else
+                DW_PIXEL(uint8_t, ld_u8, SC_Q8);
+            requant_row_f32(accs, cout, d->q, yv, (r * g.ow + ox) * cout);
+            continue;
+        }
+        float *acc = accs;
+        for (int co = 0; co < cout; co++) acc[co] = 0.0f;
+        for (int ky = 0; ky < g.kh; ky++) {
+            int iy = oy * g.sh - g.pt + ky * g.dh;
+            if (iy < 0 || iy >= g.h) continue;
+            for (int kx = 0; kx < g.kw; kx++) {
+                int ix = ox * g.sw - g.pl + kx * g.dw;
+                if (ix < 0 || ix >= g.w) continue;
+                int64_t at = (((int64_t)b * g.h + iy) * g.w + ix) * g.c;
+                if (is_signed) {
+                    const int8_t *s = (const int8_t *)xv + at;
+                    for (int ci = 0; ci < g.c; ci++) xc[ci] = (float)(s[ci] - zp_x);
+                } else {
+                    const uint8_t *s = (const uint8_t *)xv + at;
+                    for (int ci = 0; ci < g.c; ci++) xc[ci] = (float)(s[ci] - zp_x);
+                }
+                const float *wp = wt + ((int64_t)ky * g.kw + kx) * cout;
+                if (m == 1) {
+                    for (int co = 0; co < cout; co++) acc[co] += xc[co] * wp[co];
+                } else {
                     for (int ci = 0; ci < g.c; ci++)
-                        for (int j = 0; j < m; j++) out[ci * m + j] += xp[ci] * wp[ci * m + j];
+                        for (int j = 0; j < m; j++) acc[ci * m + j] += xc[ci] * wp[ci * m + j];
                 }
             }
-            for (int co = 0; co < cout; co++) out[co] = clampf(out[co] + bias[co], lo, hi);
         }
+        requant_row_f32(accs, cout, d->q, yv, (r * g.ow + ox) * cout);
     }
 }
 
@@ -920,59 +1588,28 @@ void mk_depthwise_f32(const float *x, GEOM_ARGS, int m, const float *wt, const f
 int mk_depthwise_q8(const void *xv, int is_signed, int zp_x, GEOM_ARGS, int m, const float *wt,
                      const int64_t *bias, const int64_t *mult, const int64_t *left, const int64_t *right,
                      int64_t zp_y, int64_t lo, int64_t hi, void *yv) {
-    geom_t g = GEOM_INIT;
+    dw_job d = {.x = xv, .g = GEOM_INIT, .m = m, .wt = wt, .y = yv, .is_signed = is_signed, .zp_x = zp_x};
+    const geom_t g = d.g;
     int cout = g.c * m;
+    if (cout > MAX_DW_CHANNELS) return -1;
     requant_t q = REQUANT_INIT(bias, mult, left, right, zp_y, lo, hi, is_signed);
     if (!requant_init(&q, cout)) return -1;
-    v8i zpv = {zp_x, zp_x, zp_x, zp_x, zp_x, zp_x, zp_x, zp_x};
-    int64_t rows = (int64_t)g.n * g.oh;
-    int nt = nthreads_for(rows * g.ow * cout * g.kh * g.kw, rows);
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        float accs[MAX_DW_CHANNELS];
-        float xc[MAX_DW_CHANNELS];
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t r = 0; r < rows; r++) {
-            int b = (int)(r / g.oh), oy = (int)(r % g.oh);
-            for (int ox = 0; ox < g.ow; ox++) {
-                if (m == 1 && g.kh * g.kw <= DW_MAX_TAPS) {
-                    float *acc = accs;
-                    if (is_signed)
-                        DW_PIXEL(int8_t, ld_s8, SC_Q8);
-                    else
-                        DW_PIXEL(uint8_t, ld_u8, SC_Q8);
-                    requant_row_f32(accs, cout, &q, yv, (r * g.ow + ox) * cout);
-                    continue;
-                }
-                float *acc = accs;
-                for (int co = 0; co < cout; co++) acc[co] = 0.0f;
-                for (int ky = 0; ky < g.kh; ky++) {
-                    int iy = oy * g.sh - g.pt + ky * g.dh;
-                    if (iy < 0 || iy >= g.h) continue;
-                    for (int kx = 0; kx < g.kw; kx++) {
-                        int ix = ox * g.sw - g.pl + kx * g.dw;
-                        if (ix < 0 || ix >= g.w) continue;
-                        int64_t at = (((int64_t)b * g.h + iy) * g.w + ix) * g.c;
-                        if (is_signed) {
-                            const int8_t *s = (const int8_t *)xv + at;
-                            for (int ci = 0; ci < g.c; ci++) xc[ci] = (float)(s[ci] - zp_x);
-                        } else {
-                            const uint8_t *s = (const uint8_t *)xv + at;
-                            for (int ci = 0; ci < g.c; ci++) xc[ci] = (float)(s[ci] - zp_x);
-                        }
-                        const float *wp = wt + ((int64_t)ky * g.kw + kx) * cout;
-                        if (m == 1) {
-                            for (int co = 0; co < cout; co++) acc[co] += xc[co] * wp[co];
-                        } else {
-                            for (int ci = 0; ci < g.c; ci++)
-                                for (int j = 0; j < m; j++) acc[ci * m + j] += xc[ci] * wp[ci * m + j];
-                        }
-                    }
-                }
-                requant_row_f32(accs, cout, &q, yv, (r * g.ow + ox) * cout);
-            }
-        }
+    d.q = &q;
+    float *zeros = NULL;
+    /* Measured: staging pays for rows of at least 16 pixels (a MobileNet's early layers). */
+    if (m == 1 && g.kh * g.kw <= DW_MAX_TAPS && g.ow >= 16) {
+        /* The staged rows hold every column a window reads: left padding, the input, right padding. */
+        int64_t need = (int64_t)(g.ow - 1) * g.sw + (int64_t)(g.kw - 1) * g.dw + 1;
+        int64_t wp = (int64_t)g.pl + g.w;
+        if (need > wp) wp = need;
+        zeros = wp < INT32_MAX / (g.c > 0 ? g.c : 1) ? calloc((size_t)cout + 1, sizeof(float)) : NULL;
+        d.wp = (int)wp;
     }
+    d.zeros = zeros;
+    int64_t rows = (int64_t)g.n * g.oh, work = rows * g.ow * cout * g.kh * g.kw;
+    int nt = work < DW_PARALLEL_WORK || rows < 2 ? 1 : (rows < g_threads ? (int)rows : g_threads);
+    parallel_for(nt, rows, dw_q8_task, &d);
+    free(zeros);
     requant_free(&q);
     return 0;
 }

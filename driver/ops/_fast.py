@@ -56,6 +56,25 @@ class Const:
         self.ptr = self.array.ctypes.data
 
 
+PANEL = 16  # columns per panel of packed GEMM weights (kernels.c)
+
+
+class GemmWeights(Const):
+    """Constant GEMM weights [K, N], also packed in panels of PANEL columns (mk_pack_b_f32): the
+    compiled GEMM streams each panel in memory order and splits the work over its threads with
+    no per-call packing."""
+
+    __slots__ = ("panels", "panels_ptr")
+
+    def __init__(self, value: np.ndarray, dtype: type = F32) -> None:
+        super().__init__(value, dtype)
+        k, n = self.array.shape
+        self.panels: np.ndarray = np.empty((-(-n // PANEL), k, PANEL), dtype=F32)
+        self.panels_ptr = self.panels.ctypes.data
+        if self.panels.size:
+            _LIB.mk_pack_b_f32(self.ptr, k, n, self.panels_ptr)
+
+
 def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, a_ptr: int, b_ptr: int, out_ptr: int) -> None:
     """out = a @ b for C-contiguous float32 matrices whose addresses the caller knows: the kernels'
     sgemm over their threads when there is one (see native._adopt_blas), else np.matmul."""
@@ -75,12 +94,17 @@ def gemm_bias_act(
     out_ptr: int,
     bias_ptr: int,
     act: int,
+    panels_ptr: int = 0,
 ) -> None:
     """out = clamp(a @ b + bias, activation bounds): the bias and activation fused into the compiled
-    GEMM's stores (the same floats as a separate pass), else np.matmul and the compiled pass."""
+    GEMM's stores (the same floats as a separate pass), else np.matmul and the compiled pass.
+    `panels_ptr`, when not 0, is b packed by mk_pack_b_f32 (GemmWeights), which the GEMM reads instead."""
     lo, hi = ACT_BOUNDS[act]
+    m, k = a.shape
+    if panels_ptr and m >= 4:  # fewer rows: the GEMM's loop that streams b once (float sums as before)
+        _LIB.mk_gemm_packed_bias_act_f32(a_ptr, panels_ptr, out_ptr, m, b.shape[1], k, bias_ptr, lo, hi)
+        return
     if _HAS_GEMM:
-        m, k = a.shape
         if _LIB.mk_gemm_bias_act_f32(a_ptr, b_ptr, out_ptr, m, b.shape[1], k, bias_ptr, lo, hi) == 0:
             return
     np.matmul(a, b, out=out)
@@ -110,6 +134,11 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     else:
         out[...] = 0
     return out
+
+
+def _panels(w: Const) -> int:
+    """The address of w's packed panels (GemmWeights), else 0."""
+    return w.panels_ptr if isinstance(w, GemmWeights) else 0
 
 
 def _check(status: int) -> None:
@@ -186,6 +215,13 @@ def gemm_requant(
     """acc = cols @ w (exact float32 integers), requantized into y block by block as the compiled GEMM
     finishes each (no second pass over acc); without BLAS, np.matmul and the separate pass."""
     rows, cout = acc.shape
+    if isinstance(w, GemmWeights):
+        status = _LIB.mk_gemm_packed_requant_f32(
+            cp, w.panels_ptr, ap, rows, cout, cols.shape[1], rq.bias.ptr, rq.mult.ptr, rq.left.ptr,
+            rq.right.ptr, rq.zp, rq.lo, rq.hi, rq.signed, y_ptr,
+        )  # fmt: skip
+        _check(status)
+        return
     if _HAS_GEMM:
         status = _LIB.mk_gemm_requant_f32(
             cp, w.ptr, ap, rows, cout, cols.shape[1], rq.bias.ptr, rq.mult.ptr, rq.left.ptr,
@@ -197,6 +233,27 @@ def gemm_requant(
             _check(status)  # out of memory; -2 (no compiled GEMM for this shape) falls back below
     np.matmul(cols, w.array, out=acc)
     _requant(ap, rows, cout, rq, y_ptr)
+
+
+def _gemm_requant_q8(
+    x: np.ndarray, xp: int, zp_x: int, w: Const, acc: np.ndarray, rq: Requant, y_ptr: int
+) -> None:
+    """acc = (x - zp_x) @ w for 8-bit x read as [rows, K] (contiguous), requantized into y: on packed
+    weights the GEMM centres x task by task; else a centring pass, then gemm_requant."""
+    rows, cout = acc.shape
+    k = w.array.shape[0]
+    signed = int(x.dtype == np.int8)
+    if isinstance(w, GemmWeights):
+        status = _LIB.mk_gemm_packed_requant_q8(
+            xp, signed, zp_x, w.panels_ptr, address(acc), rows, cout, k, rq.bias.ptr, rq.mult.ptr,
+            rq.left.ptr, rq.right.ptr, rq.zp, rq.lo, rq.hi, rq.signed, y_ptr,
+        )  # fmt: skip
+        _check(status)
+        return
+    cols = scratch("cols", (rows, k), F32)
+    cp = address(cols)
+    _LIB.mk_center_q8(xp, signed, zp_x, rows * k, cp)
+    gemm_requant(cols, w, acc, cp, address(acc), rq, y_ptr)
 
 
 def _requant(acc_ptr: int, rows: int, cout: int, rq: Requant, y_ptr: int) -> None:
@@ -221,7 +278,7 @@ def conv_f32(x: np.ndarray, gc: GeometryCache, w: Const, bias: Const, act: int, 
         cp = address(cols)
         _LIB.mk_im2col_f32(xp, gp, cp)
     y = output((n, g.out_h, g.out_w, out_c), F32)
-    gemm_bias_act(cols, w.array, y.reshape(rows, out_c), cp, w.ptr, address(y), bias.ptr, act)
+    gemm_bias_act(cols, w.array, y.reshape(rows, out_c), cp, w.ptr, address(y), bias.ptr, act, _panels(w))
     return y
 
 
@@ -233,15 +290,15 @@ def conv_q8(x: np.ndarray, zp_x: int, gc: GeometryCache, w: Const, rq: Requant, 
     n, c = x.shape[0], x.shape[3]
     rows = n * g.out_h * g.out_w
     k = g.k_h * g.k_w * c
-    cols = scratch("cols", (rows, k), F32)
-    cp = address(cols)
     signed = int(x.dtype == np.int8)
-    if g.k_h == g.k_w == g.stride_h == g.stride_w == 1 and not g.padded:
-        _LIB.mk_center_q8(xp, signed, zp_x, x.size, cp)
-    else:
-        _LIB.mk_im2col_q8(xp, signed, zp_x, gp, cp)
     acc = scratch("acc", (rows, out_c), F32)
     y = output((n, g.out_h, g.out_w, out_c), rq.dtype)
+    if g.k_h == g.k_w == g.stride_h == g.stride_w == 1 and not g.padded:
+        _gemm_requant_q8(x, xp, zp_x, w, acc, rq, address(y))
+        return y
+    cols = scratch("cols", (rows, k), F32)
+    cp = address(cols)
+    _LIB.mk_im2col_q8(xp, signed, zp_x, gp, cp)
     gemm_requant(cols, w, acc, cp, address(acc), rq, address(y))
     return y
 
@@ -251,7 +308,7 @@ def fc_f32(x2: np.ndarray, w: Const, bias: Const, act: int) -> np.ndarray:
     rows, units = x2.shape[0], w.array.shape[1]
     x2, xp = _x(x2)
     y = output((rows, units), F32)
-    gemm_bias_act(x2, w.array, y, xp, w.ptr, address(y), bias.ptr, act)
+    gemm_bias_act(x2, w.array, y, xp, w.ptr, address(y), bias.ptr, act, _panels(w))
     return y
 
 
@@ -260,12 +317,9 @@ def fc_q8(x2: np.ndarray, zp_x: int, w: Const, rq: Requant) -> np.ndarray:
     x2, xp = _x(x2)
     rows, size = x2.shape
     units = w.array.shape[1]
-    cols = scratch("cols", (rows, size), F32)
-    cp = address(cols)
-    _LIB.mk_center_q8(xp, int(x2.dtype == np.int8), zp_x, x2.size, cp)
     acc = scratch("acc", (rows, units), F32)
     y = output((rows, units), rq.dtype)
-    gemm_requant(cols, w, acc, cp, address(acc), rq, address(y))
+    _gemm_requant_q8(x2, xp, zp_x, w, acc, rq, address(y))
     return y
 
 

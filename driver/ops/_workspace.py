@@ -81,6 +81,8 @@ class Workspace:
 
 
 _CURRENT: ContextVar[Workspace | None] = ContextVar("driver_workspace", default=None)
+#: The variable `activate` sets (for a caller that sets and resets it itself, once per run).
+CURRENT = _CURRENT
 
 
 def current() -> Workspace | None:
@@ -92,6 +94,9 @@ def scratch(name: str, shape: tuple[int, ...], dtype: np.dtype | type) -> np.nda
     ws = _CURRENT.get()
     if ws is None:
         return np.empty(shape, dtype=dtype)
+    cached = ws._views.get(name)  # the hit of `Workspace.get`, inlined
+    if cached is not None and cached[1] == shape and cached[2] == dtype:
+        return cached[0]
     return ws.get(name, shape, dtype)
 
 
@@ -100,13 +105,22 @@ def output(shape: tuple[int, ...], dtype: np.dtype | type, slot: int = 0) -> np.
     ws = _CURRENT.get()
     if ws is None:
         return np.empty(shape, dtype=dtype)
-    return ws.get((ws.step, slot), shape, dtype)
+    key = (ws.step, slot)
+    cached = ws._views.get(key)  # the hit of `Workspace.get`, inlined: every operation asks once
+    if cached is not None and cached[1] == shape and cached[2] == dtype:
+        return cached[0]
+    return ws.get(key, shape, dtype)
 
 
 def address(arr: np.ndarray) -> int:
     """The data address of `arr`, cheap for the current workspace's arrays."""
     ws = _CURRENT.get()
-    return arr.ctypes.data if ws is None else ws.address(arr)
+    if ws is not None:
+        # `Workspace.address` inlined: compiled kernels ask for a few addresses per operation.
+        hit = ws._addresses.get(id(arr))
+        if hit is not None and hit[0] is arr:
+            return hit[1]
+    return arr.ctypes.data
 
 
 class WorkspacePool:
@@ -118,15 +132,17 @@ class WorkspacePool:
         self.created = 0
 
     def acquire(self) -> Workspace:
+        # list.pop and list.append are atomic: one free workspace goes to one caller only.
+        try:
+            return self._free.pop()
+        except IndexError:
+            pass
         with self._lock:
-            if self._free:
-                return self._free.pop()
             self.created += 1
         return Workspace()
 
     def release(self, ws: Workspace) -> None:
-        with self._lock:
-            self._free.append(ws)
+        self._free.append(ws)
 
 
 def activate(ws: Workspace) -> Token[Workspace | None]:

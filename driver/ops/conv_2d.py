@@ -102,7 +102,7 @@ def _prepare_float(
     fast = _fast.enabled() and _fast.float32_only(ins, outs)
     if fast:
         gc = _fast.GeometryCache(NAME, window, kh, kw)
-        w_c = None if packed is None else _fast.Const(packed, np.float32)
+        w_c = None if packed is None else _fast.GemmWeights(packed)
         b_c = None if bias is None else _fast.Const(bias, np.float32)
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
@@ -110,7 +110,7 @@ def _prepare_float(
         n, h, w, c = x.shape
         _check_channels(c, cin)
         if fast:
-            wc = w_c if w_c is not None else _fast.Const(pack_filter(args[1]), np.float32)
+            wc = w_c if w_c is not None else _fast.GemmWeights(pack_filter(args[1]))
             bc = b_c if b_c is not None else _fast.Const(bias_vector(args[2]), np.float32)
             return [from_nhwc(_fast.conv_f32(x, gc, wc, bc, act, cout), nchw)]
         wmat = packed if packed is not None else pack_filter(args[1])
@@ -143,7 +143,7 @@ def _prepare_quant(
     if fast:
         assert packed is not None  # part of `fast`
         gc = _fast.GeometryCache(NAME, window, kh, kw)
-        w_c = _fast.Const(packed, np.float32)
+        w_c = _fast.GemmWeights(packed)
         rq = None if bias is None else _fast.requant_params(bias, q, cout)
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:

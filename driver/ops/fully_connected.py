@@ -80,12 +80,12 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     bias = constant_or_none(ins[2], bias_vector)
     fast = _fast.enabled() and _fast.float32_only(ins, outs)
     if fast:
-        w_c = None if packed is None else _fast.Const(packed, np.float32)
+        w_c = None if packed is None else _fast.GemmWeights(packed)
         b_c = None if bias is None else _fast.Const(bias, np.float32)
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
         if fast:
-            wc = w_c if w_c is not None else _fast.Const(pack_weights(args[1]), np.float32)
+            wc = w_c if w_c is not None else _fast.GemmWeights(pack_weights(args[1]))
             bc = b_c if b_c is not None else _fast.Const(bias_vector(args[2]), np.float32)
             return [_fast.fc_f32(_flat(args[0], size), wc, bc, act)]
         w = packed if packed is not None else pack_weights(args[1])
@@ -106,7 +106,7 @@ def _prepare_quant(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     fast = _fast.enabled() and packed is not None and dtype is np.float32
     if fast:
         assert packed is not None  # part of `fast`
-        w_c = _fast.Const(packed, np.float32)
+        w_c = _fast.GemmWeights(packed)
         rq = None if bias is None else _fast.requant_params(bias, q, units)
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:

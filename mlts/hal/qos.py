@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import itertools
 import threading
 import time
@@ -57,7 +58,7 @@ def check_deadline_before(deadline: int | None, what: str) -> None:
         raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, f"{what}: the deadline had already passed")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Ticket:
     """One running execution, as the gate knows it."""
 
@@ -96,7 +97,10 @@ class PriorityGate:
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        # A plain lock under the condition: `with self._lock` is one C call, where entering the
+        # Condition itself goes through Python code (enter and leave run once per execution).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._running: dict[int, dict[int, int]] = {}  # client -> priority -> count
         self._top: dict[int, int] = {}  # client -> highest running priority
         self._waiting = 0  # executions waiting in wait_turn
@@ -105,12 +109,19 @@ class PriorityGate:
         self.pauses = 0  # how often an execution waited for a higher-priority one
 
     def enter(self, priority: int, client: int | None = None) -> Ticket:
-        ticket = Ticket(current_client() if client is None else client, int(priority), next(self._serial))
-        with self._cond:
-            counts = self._running.setdefault(ticket.client, {})
-            counts[ticket.priority] = counts.get(ticket.priority, 0) + 1
-            if ticket.priority > self._top.get(ticket.client, ticket.priority - 1):
-                self._top[ticket.client] = ticket.priority
+        if client is None:
+            client = _CLIENT.get()
+        priority = int(priority)
+        ticket = Ticket(client, priority, next(self._serial))
+        with self._lock:
+            counts = self._running.get(client)
+            if counts is None:
+                self._running[client] = {priority: 1}
+                self._top[client] = priority
+            else:
+                counts[priority] = counts.get(priority, 0) + 1
+                if priority > self._top.get(client, priority - 1):
+                    self._top[client] = priority
         return ticket
 
     def leave(self, ticket: Ticket) -> None:
@@ -121,18 +132,21 @@ class PriorityGate:
         self._leave(ticket)
 
     def _leave(self, ticket: Ticket) -> None:
-        with self._cond:
-            counts = self._running.get(ticket.client, {})
-            counts[ticket.priority] -= 1
-            if not counts[ticket.priority]:
-                del counts[ticket.priority]
-            top = self._top.get(ticket.client)
+        client, priority = ticket.client, ticket.priority
+        with self._lock:
+            counts = self._running.get(client, {})
+            left = counts[priority] - 1
+            if left:
+                counts[priority] = left
+                return  # another execution of this priority still runs: the top stays
+            del counts[priority]
+            top = self._top.get(client)
             if not counts:
-                self._running.pop(ticket.client, None)
-                self._top.pop(ticket.client, None)
-            elif top == ticket.priority and ticket.priority not in counts:
-                self._top[ticket.client] = max(counts)
-            if self._waiting and self._top.get(ticket.client) != top:
+                del self._running[client]
+                self._top.pop(client, None)
+            elif top == priority:
+                self._top[client] = max(counts)
+            if self._waiting and self._top.get(client) != top:
                 self._cond.notify_all()
 
     @contextlib.contextmanager
@@ -148,7 +162,8 @@ class PriorityGate:
 
     def wait_turn(self, ticket: Ticket, deadline: int | None, index: int) -> None:
         """Return once no higher-priority execution of the ticket's client runs (or fail at the deadline)."""
-        if not self.enabled or not self._outranked(ticket):  # the lock-free fast path
+        # The lock-free fast path (`_outranked` inlined: it runs before every operation).
+        if not self.enabled or self._top.get(ticket.client, ticket.priority) <= ticket.priority:
             return
         with self._cond:
             if not self._outranked(ticket):
@@ -185,12 +200,8 @@ def checkpoint(
     if deadline is None and (gate is None or ticket is None):
         return None
     if deadline is None:
-        wait_turn = gate.wait_turn  # type: ignore[union-attr]
-
-        def preempt_only(index: int) -> None:
-            wait_turn(ticket, None, index)  # type: ignore[arg-type]
-
-        return preempt_only
+        assert gate is not None and ticket is not None
+        return functools.partial(gate.wait_turn, ticket, None)
 
     def check(index: int) -> None:
         if time.monotonic_ns() > deadline:

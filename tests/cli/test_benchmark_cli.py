@@ -174,10 +174,22 @@ class Reversed(SampleAll):
 
     def prepareModel(self, model, *args, **kwargs):
         prepared = super().prepareModel(model, *args, **kwargs)
-        run = prepared.plan.run
-        prepared.plan.run = lambda inputs, *rest, **options: [
-            np.ascontiguousarray(o[..., ::-1]) for o in run(inputs, *rest, **options)
-        ]
+        plan = prepared.plan
+        run, run_into = plan.run, plan.run_into
+
+        def reverse(outputs):
+            return [np.ascontiguousarray(o[..., ::-1]) for o in outputs]
+
+        # The driver takes a plan's results through a sink (run_into for a checked static plan).
+        def wrong_run(inputs, *rest, sink=None, **options):
+            if sink is None:
+                return reverse(run(inputs, *rest, **options))
+            return run(inputs, *rest, sink=lambda outputs: sink(reverse(outputs)), **options)
+
+        plan.run = wrong_run
+        plan.run_into = lambda inputs, checkpoint, sink: run_into(
+            inputs, checkpoint, lambda outputs: sink(reverse(outputs))
+        )
         return prepared
 '''
 

@@ -315,6 +315,7 @@ def test_concurrent_runs_hold_distinct_workspaces(monkeypatch, rng):
         return inner(args)
 
     monkeypatch.setattr(step, "run", slow_first_step)
+    monkeypatch.setattr(step, "direct", slow_first_step)  # what a run with every input given calls
     t = threading.Thread(target=plan.run, args=([a],))
     t.start()
     assert inside.wait(timeout=30)
