@@ -10,7 +10,7 @@
 #       --nnapi-reference-only   run only the runtime's own device choice (and onnxruntime)
 #   -b, --skip-build             use the installed environment as it is (no install step)
 #   -o, --out DIR                results folder (default: results/<date-time>)
-#   -q, --quick                  MLTS's short run (0.3 s warm-up, 1 s timed), for CI
+#   -q, --quick                  MLTS's short run for CI (0.3 s warm-up, 1 s timed, 10 LSTM sequences)
 #   -h, --help                   this text
 # MODE: scoring (default), a stress mode (inference-stress, model-loading-stress, ...,
 #       see `mlts stress --help`) or all-stress (every stress mode).

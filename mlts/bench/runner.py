@@ -45,10 +45,32 @@ from mlts.hal.errors import HalError
 from mlts.records import SCHEMA_VERSION, BenchmarkRow, Violation
 from mlts.records.environment import environment
 
-# MLTS's --quick: 0.3 s warm-up and a 1 s run; compilation timings capped at 0.3 s each.
-QUICK_WARMUP_S = 0.3
-QUICK_DURATION_S = 1.0
-QUICK_COMPILE_SECONDS = 0.3
+# MLTS's run lengths (seconds; LSTM dataset sequences), full and --quick.
+FULL_RUN: dict = {"warmup_s": 2.0, "duration_s": 10.0, "compile_max_seconds": 10.0, "sequences": 50}
+QUICK_RUN: dict = {"warmup_s": 0.3, "duration_s": 1.0, "compile_max_seconds": 0.3, "sequences": 10}
+
+
+def run_lengths(
+    quick: bool,
+    *,
+    warmup_s: float | None = None,
+    duration_s: float | None = None,
+    compile_seconds: float | None = None,
+    sequences: int | None = None,
+) -> dict:
+    """BenchmarkConfig's run lengths: the ones given, the others MLTS's defaults, or with `quick` its short run.
+
+    Full: 2 s warm-up, at least 10 s timed, each compilation timing up to 10 s, all 50 LSTM sequences.
+    Quick: 0.3 s warm-up, at least 1 s timed, each compilation timing up to 0.3 s, 10 LSTM sequences.
+    """
+    defaults = QUICK_RUN if quick else FULL_RUN
+    given = {
+        "warmup_s": warmup_s,
+        "duration_s": duration_s,
+        "compile_max_seconds": compile_seconds,
+        "sequences": sequences,
+    }
+    return {k: defaults[k] if v is None else v for k, v in given.items()}
 
 
 # What --profile says on rows of the runtime's own placement of a model over several drivers.

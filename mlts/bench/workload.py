@@ -154,9 +154,9 @@ def _image_feeds(imageset, resolution: int, tensor) -> tuple[list[list[np.ndarra
     if np.dtype(tensor.dtype) == np.float32:
         model_input = floats
     else:
-        from mlts.datasets.images import quantize_images
-
-        model_input = quantize_images(floats, tensor.scale, tensor.zero_point, np.dtype(tensor.dtype).type)
+        model_input = imageset.quantized(
+            resolution, tensor.scale, tensor.zero_point, np.dtype(tensor.dtype).type
+        )
     return [[np.ascontiguousarray(model_input[i : i + 1])] for i in range(len(model_input))], floats
 
 

@@ -63,6 +63,8 @@ class TerminalProgress(Progress):
         self.models = models
         self.per_unit = seconds_per_unit
         self.start = self.unit_start = time.monotonic()
+        # Phases before the plan (building zoo models) are not one of the planned models.
+        self.model, self.model_index, self.backends = "", 0, []
 
     def eta(self) -> float:
         left = max(0, self.units - self.done)
@@ -87,7 +89,7 @@ class TerminalProgress(Progress):
     def phase(self, model: str, backend: str, phase: str) -> None:
         if model != self.model:
             self.model = model
-            self.model_index += 1
+            self.model_index += 1 if self.units else 0  # phases before the plan belong to no model
             self.backends = []
         if backend != "-" and backend not in self.backends:
             self.backends.append(backend)

@@ -9,7 +9,7 @@ the weights themselves (which are the model). Results are cached under
 reference's version, so a changed model or dataset never serves stale
 outputs; a corrupt cache file is recomputed. Many inputs are split among
 worker processes (MLTS_GOLDEN_WORKERS, default one per CPU up to 4), each
-running the reference on its share with one BLAS thread.
+making the float64 copy once and running the reference on its chunks with one BLAS thread.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ _FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
 
 # Raised whenever the golden computation changes, so cached outputs of the old one are not served.
-GOLDEN_VERSION = "3"
+GOLDEN_VERSION = "4"
 
 
 #: A long computation's progress: (steps done, steps in all).
@@ -111,7 +111,11 @@ def reference_outputs(
 
     from mlts.datasets._golden_conv import Conv
 
-    evaluator = ReferenceEvaluator(float64_copy(model), new_ops=[Conv])
+    return _run_feeds(ReferenceEvaluator(float64_copy(model), new_ops=[Conv]), feeds, on_step)
+
+
+def _run_feeds(evaluator, feeds: Sequence[dict[str, np.ndarray]], on_step: Step | None = None) -> list:
+    """Every output of `evaluator` (in float64) for each feed, its float inputs cast to float64."""
     results = []
     for feed in feeds:
         cast = {
@@ -141,8 +145,25 @@ def _workers() -> int:
         return 1
 
 
-def _reference_chunk(model_bytes: bytes, feeds: Sequence[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
-    return reference_outputs(onnx.load_from_string(model_bytes), feeds)
+#: Chunks of feeds per worker: each worker's share lands in pieces, so progress advances as they do.
+CHUNKS_PER_WORKER = 5
+
+_worker_evaluator: list = []  # in a worker process: the evaluator of the model it was started with
+
+
+def _start_worker(model_bytes: bytes) -> None:
+    """Worker initializer: the float64 copy of the model is made once per worker, not once per chunk."""
+    from onnx.reference import ReferenceEvaluator
+
+    from mlts.datasets._golden_conv import Conv
+
+    _worker_evaluator[:] = [
+        ReferenceEvaluator(float64_copy(onnx.load_from_string(model_bytes)), new_ops=[Conv])
+    ]
+
+
+def _reference_chunk(feeds: Sequence[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
+    return _run_feeds(_worker_evaluator[0], feeds)
 
 
 def _reference_in_workers(
@@ -156,17 +177,20 @@ def _reference_in_workers(
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    bounds = np.linspace(0, len(feeds), workers + 1).astype(int)
+    pieces = min(len(feeds), workers * CHUNKS_PER_WORKER)
+    bounds = np.linspace(0, len(feeds), pieces + 1).astype(int)
     chunks = [list(feeds[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     context = multiprocessing.get_context("spawn")
     saved = {k: os.environ.get(k) for k in _ONE_THREAD}
     os.environ.update(_ONE_THREAD)  # the workers inherit it: one BLAS thread each, one worker per CPU
     try:
-        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        with ProcessPoolExecutor(
+            workers, mp_context=context, initializer=_start_worker, initargs=(model_bytes,)
+        ) as pool:
             parts = []
-            for part in pool.map(_reference_chunk, [model_bytes] * workers, chunks):
+            for part in pool.map(_reference_chunk, chunks):
                 parts.append(part)
-                if on_step is not None:  # progress as each worker's share lands
+                if on_step is not None:  # progress as each chunk lands, in feed order
                     on_step(sum(len(p) for p in parts), len(feeds))
     finally:
         for k, v in saved.items():

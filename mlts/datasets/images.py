@@ -26,6 +26,9 @@ LAYOUTS = ("NCHW", "NHWC")
 # Mixed into every seed so these images never share a stream with weight generators.
 _SALT = 0x6D6C_7473
 
+# Values per block of quantize_images.
+_QUANTIZE_BLOCK = 1 << 16
+
 
 @lru_cache(maxsize=8)
 def _radial_frequency(size: int) -> np.ndarray:
@@ -158,9 +161,24 @@ def quantize_images(x: np.ndarray, scale: float, zero_point: int, dtype: type) -
     if not scale > 0:
         raise ValueError(f"quantization scale {scale!r} must be > 0")
     info = np.iinfo(dtype)
-    scaled = np.asarray(x, dtype=np.float64) / scale
-    rounded = np.sign(scaled) * np.floor(np.abs(scaled) + 0.5)
-    return np.clip(rounded + zero_point, info.min, info.max).astype(dtype)
+    x = np.asarray(x)
+    flat = x.reshape(-1)
+    out: np.ndarray = np.empty(flat.shape, dtype)
+    # In float64 blocks that stay in the CPU cache: a whole image set at once is several times slower.
+    step = min(flat.size, _QUANTIZE_BLOCK) or 1
+    scaled, rounded = np.empty(step, np.float64), np.empty(step, np.float64)
+    for start in range(0, flat.size, step):
+        n = min(step, flat.size - start)
+        s, r = scaled[:n], rounded[:n]
+        np.divide(flat[start : start + n], scale, out=s, dtype=np.float64)
+        np.abs(s, out=r)
+        r += 0.5
+        np.floor(r, out=r)
+        np.copysign(r, s, out=r)
+        r += zero_point
+        np.clip(r, info.min, info.max, out=r)
+        out[start : start + n] = r
+    return out.reshape(x.shape)
 
 
 def image_batch(count: int, resolution: int, *, start: int = 0, layout: str = "NCHW") -> np.ndarray:

@@ -38,13 +38,14 @@ Reading images needs Pillow, an optional extra: pip install 'mlts[images]'.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from mlts.datasets.images import LAYOUTS, image_batch, inception_preprocess, procedural_image
+from mlts.datasets.images import LAYOUTS, inception_preprocess, procedural_image, quantize_images
 from mlts.errors import InputError
 from mlts.hal import files
 
@@ -89,6 +90,7 @@ class ImageSet:
         self._raw = raw
         self._preprocessed = preprocessed
         self._batches: dict[tuple[int, str], np.ndarray] = {}
+        self._quantized: dict[tuple[int, float, int, str], np.ndarray] = {}
 
     def __repr__(self) -> str:
         return f"ImageSet({self.name!r}, size={self.size}, label_source={self.label_source!r})"
@@ -113,6 +115,15 @@ class ImageSet:
             self._batches[key] = out
         return self._batches[key]
 
+    def quantized(self, resolution: int, scale: float, zero_point: int, dtype: type) -> np.ndarray:
+        """`batch(resolution)` (NCHW) quantized with `scale` and `zero_point` to `dtype`, read-only, memoised."""
+        key = (int(resolution), float(scale), int(zero_point), np.dtype(dtype).str)
+        if key not in self._quantized:
+            out = quantize_images(self.batch(resolution), scale, zero_point, dtype)
+            out.flags.writeable = False
+            self._quantized[key] = out
+        return self._quantized[key]
+
     def _preprocess_all(self, resolution: int, layout: str) -> np.ndarray:
         out = np.empty((self.size, resolution, resolution, 3), dtype=np.float32)
         for i in range(self.size):
@@ -133,13 +144,19 @@ def procedural_set(count: int = DEFAULT_IMAGES) -> ImageSet:
         raise ValueError(
             f"procedural image count {count!r} is out of range; valid counts are 1..{PROCEDURAL_AVAILABLE}"
         )
-    return ImageSet(
-        "procedural",
-        count,
-        procedural_image,
-        label_source="golden",
-        preprocessed=lambda resolution, layout: image_batch(count, resolution, layout=layout),
-    )
+    return ImageSet("procedural", count, _generated_once(), label_source="golden")
+
+
+def _generated_once() -> Callable[[int], np.ndarray]:
+    """procedural_image, each image generated once (read-only) and then preprocessed at every resolution."""
+
+    @functools.cache
+    def raw(i: int) -> np.ndarray:
+        image = procedural_image(i)
+        image.flags.writeable = False
+        return image
+
+    return raw
 
 
 def check_classes(imageset: ImageSet, num_classes: int) -> int:

@@ -57,6 +57,8 @@ def test_the_count_names_model_and_backend_of_all_planned(monkeypatch):
     monkeypatch.setattr(_progress.shutil, "get_terminal_size", lambda fallback: os.terminal_size((200, 24)))
     out = io.StringIO()
     p = TerminalProgress(out, live=True)
+    p.phase("zoo models", "-", "building 3 zoo models")  # before the plan: not a model of the run
+    assert out.getvalue().split("\r")[-1].startswith("\x1b[2K0:00 elapsed")
     p.plan(6, 10.0, models=3)  # 3 models x 2 backends
     p.phase("a", "-", "convert")
     assert (

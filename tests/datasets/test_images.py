@@ -12,6 +12,7 @@ from mlts.datasets.images import (
     image_batch,
     inception_preprocess,
     procedural_image,
+    quantize_images,
     quantize_input,
 )
 
@@ -107,6 +108,26 @@ def test_quantize_input_known_values():
     q = quantize_input(x)
     assert q.dtype == np.uint8
     assert q.tolist() == expected
+
+
+@pytest.mark.parametrize(
+    ("dtype", "scale", "zero_point"), [(np.uint8, QUANT_SCALE, 128), (np.int8, 0.0123, -3)]
+)
+def test_quantize_images_blocks_match_the_formula(dtype, scale, zero_point):
+    # More values than one block, ties on both sides of zero, both saturation ends, an odd shape.
+    rng = np.random.default_rng(1)
+    x = (rng.random((3, 5, 97, 61), dtype=np.float32) * 4 - 2).astype(np.float32)
+    ties = (np.arange(-300, 300) + 0.5) * scale
+    x.reshape(-1)[: ties.size] = ties
+    q = quantize_images(x, scale, zero_point, dtype)
+    # round half away from zero in float64, then saturate: computed one value at a time.
+    info = np.iinfo(dtype)
+    want = [
+        min(max(int(math.copysign(math.floor(abs(v / scale) + 0.5), v)) + zero_point, info.min), info.max)
+        for v in x.reshape(-1).astype(np.float64).tolist()
+    ]
+    assert q.dtype == dtype and q.shape == x.shape
+    assert q.reshape(-1).tolist() == want
 
 
 def test_image_batch_layouts_and_offsets():

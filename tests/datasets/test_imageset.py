@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mlts.datasets.images import image_batch, inception_preprocess, procedural_image
+from mlts.datasets.images import image_batch, inception_preprocess, procedural_image, quantize_images
 from mlts.datasets.imageset import (
     PROCEDURAL_AVAILABLE,
     DatasetError,
@@ -82,6 +82,20 @@ def test_procedural_set_batches_are_memoised_and_read_only():
         nchw[0, 0, 0, 0] = 1.0
     with pytest.raises(ValueError, match="valid layouts are NCHW, NHWC"):
         s.batch(16, "CHW")
+
+
+def test_procedural_set_quantized_batches_are_memoised_and_read_only():
+    s = procedural_set(2)
+    q = s.quantized(16, 1 / 128, 128, np.uint8)
+    assert q.dtype == np.uint8 and q.shape == (2, 3, 16, 16)
+    np.testing.assert_array_equal(q, quantize_images(image_batch(2, 16), 1 / 128, 128, np.uint8))
+    assert s.quantized(16, 1 / 128, 128, np.uint8) is q
+    signed = s.quantized(16, 1 / 128, 0, np.int8)
+    assert signed.dtype == np.int8 and signed is not q
+    with pytest.raises(ValueError, match="read-only"):
+        q[0, 0, 0, 0] = 1
+    with pytest.raises(ValueError, match="read-only"):
+        s.raw(0)[0, 0, 0] = 1
 
 
 @pytest.mark.parametrize("count", [0, -1, PROCEDURAL_AVAILABLE + 1, 2.5, True])
