@@ -253,6 +253,9 @@ static void parallel_for(int nt, int64_t ntasks, task_fn fn, void *ctx) {
     for (int64_t t = 0; t < ntasks; t++) fn(ctx, t);
 }
 
+/* parallel_for for the other kernel files built into this library (qgemm_kernels.c). */
+void mk_parallel_for(int nt, int64_t ntasks, task_fn fn, void *ctx) { parallel_for(nt, ntasks, fn, ctx); }
+
 static inline float clampf(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
 /* Vector types (GCC/Clang vector extensions) of the register-blocked loops. */

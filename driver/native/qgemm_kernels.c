@@ -1,0 +1,312 @@
+/* The exact 8-bit GEMM of quantized CONV_2D and FULLY_CONNECTED on AVX512-VNNI (vpdpbusd: four
+ * u8 x s8 products summed into each int32 lane), called through ctypes from driver/ops/_qgemm.py
+ * and built into the same library as kernels.c, whose thread pool it uses.
+ *
+ * Arithmetic. Activations a (8-bit, [m, lda], the raw input bytes; a signed input is read as
+ * a ^ 0x80 = a + 128, an unsigned one as is) with zero point zx (+128 for a signed input), and
+ * constant weights w' (s8, chosen at prepare so that w' - zw = w - zp_w exactly, see _qgemm.py).
+ * For output (r, c):
+ *
+ *     sum_k (a_rk - zx)(w'_kc - zw) = sum_k a_rk w'_kc - zw * rowsum_r - zx * colsum_c + K zx zw
+ *
+ * The column terms (-zx colsum_c + K zx zw) are folded into colc[c] at prepare. Every term is
+ * computed modulo 2^32 (vpdpbusd wraps, the rest is unsigned arithmetic); the left-hand side is an
+ * integer of magnitude at most K * 255 * 255, which is below 2^31 for K <= QGEMM_MAX_K = 33025,
+ * so the int32 result modulo 2^32 is the exact sum. The int32 bias is then added in int64 and the
+ * sum requantized exactly as kernels.c does (mbqm, or its 32-bit form when the total provably
+ * fits int32), so the outputs are bit-identical to the float path's.
+ *
+ * Packed weights: panels of 16 columns, [panels][ceil(K/4)][16][4] bytes (column j of the panel,
+ * k = 4q + r), zeros past K and past n. Without VNNI at compile time mk_qgemm_available() is 0 and
+ * nothing else here is called.
+ */
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __AVX512VNNI__
+#include <immintrin.h>
+#endif
+
+#ifndef MK_QGEMM_SOURCE_HASH
+#define MK_QGEMM_SOURCE_HASH "unknown"
+#endif
+
+#define QGEMM_ABI 1
+#define QGEMM_MAX_K 33025 /* K * 255 * 255 < 2^31 */
+#define QPANEL 16
+#define NR_PANELS 4                /* panels per register block: 64 columns */
+#define MR 6                       /* rows per register block: 24 accumulators */
+#define ROWS_PER_TASK 48           /* rows of one task (a multiple of MR) */
+#define PARALLEL_QGEMM (1 << 23)   /* multiply-adds below which the GEMM stays on one thread */
+
+typedef void (*task_fn)(void *ctx, int64_t t);
+/* kernels.c's pool; weak, so that this file still loads (on one thread) without it. */
+void mk_parallel_for(int nt, int64_t ntasks, task_fn fn, void *ctx) __attribute__((weak));
+int mk_threads(void) __attribute__((weak));
+
+const char *mk_qgemm_source_hash(void) { return MK_QGEMM_SOURCE_HASH; }
+int mk_qgemm_abi(void) { return QGEMM_ABI; }
+int mk_qgemm_max_k(void) { return QGEMM_MAX_K; }
+
+#ifdef __AVX512VNNI__
+int mk_qgemm_available(void) { return 1; }
+#else
+int mk_qgemm_available(void) { return 0; }
+#endif
+
+/* w' [k, n] (s8, row-major) into the panel layout above (bp holds ceil(n/16) * ceil(k/4) * 64 bytes). */
+void mk_qgemm_pack(const int8_t *w, int64_t k, int64_t n, int8_t *bp) {
+    int64_t kq = (k + 3) / 4, panels = (n + QPANEL - 1) / QPANEL;
+    memset(bp, 0, (size_t)(panels * kq * 64));
+    for (int64_t kk = 0; kk < k; kk++)
+        for (int64_t c = 0; c < n; c++) bp[((c / QPANEL) * kq + kk / 4) * 64 + (c % QPANEL) * 4 + kk % 4] = w[kk * n + c];
+}
+
+typedef struct {
+    const uint8_t *a;
+    int64_t lda, m, n, k;
+    uint32_t flip;
+    const int8_t *bp;
+    const int32_t *colc;
+    int32_t zw;
+    const int64_t *bias, *mult, *left, *right;
+    const int32_t *bias32, *mult32, *right32;
+    int narrow;
+    int32_t zp, lo, hi;
+    int is_signed;
+    void *out;
+    int64_t row_chunks;
+} qjob;
+
+static inline int64_t mbqm(int64_t x, int64_t m, int64_t left, int64_t right) {
+    int64_t y = x << left;
+    y *= m;
+    y += (int64_t)1 << 30;
+    y >>= 31;
+    if (right) {
+        int64_t negative = y < 0;
+        y += ((int64_t)1 << right) >> 1;
+        y -= negative;
+        y >>= right;
+    }
+    return y;
+}
+
+/* Row r's centred sums acc[0 .. nc) of columns c0.. (int32 modulo 2^32) plus the bias, requantized. */
+static void epilogue_row(const qjob *j, const int32_t *acc, int64_t r, int64_t c0, int nc, uint32_t rowterm) {
+    int64_t base = r * j->n + c0;
+    if (j->narrow) {
+        int32_t lo = j->lo - j->zp, hi = j->hi - j->zp, zp = j->zp;
+        int32_t res[NR_PANELS * QPANEL];
+        const int32_t *colc = j->colc + c0, *b32 = j->bias32 + c0, *m32 = j->mult32 + c0, *r32 = j->right32 + c0;
+        for (int i = 0; i < nc; i++) {
+            int32_t t = (int32_t)((uint32_t)acc[i] + (uint32_t)colc[i] - rowterm) + b32[i];
+            int64_t p = (int64_t)t * m32[i] + ((int64_t)1 << 30);
+            int32_t y = (int32_t)((uint64_t)p >> 31);
+            int32_t rr = r32[i];
+            int32_t mask = (int32_t)(((uint32_t)1 << rr) - 1u);
+            int32_t rem = y & mask, thr = (mask >> 1) + (y < 0);
+            y = (y >> rr) + (rem > thr);
+            y = y < lo ? lo : (y > hi ? hi : y);
+            res[i] = y + zp;
+        }
+        if (j->is_signed) {
+            int8_t *o = (int8_t *)j->out + base;
+            for (int i = 0; i < nc; i++) o[i] = (int8_t)res[i];
+        } else {
+            uint8_t *o = (uint8_t *)j->out + base;
+            for (int i = 0; i < nc; i++) o[i] = (uint8_t)res[i];
+        }
+        return;
+    }
+    for (int i = 0; i < nc; i++) {
+        int64_t c = c0 + i;
+        int64_t t = (int64_t)(int32_t)((uint32_t)acc[i] + (uint32_t)j->colc[c] - rowterm) + j->bias[c];
+        int64_t y = mbqm(t, j->mult[c], j->left[c], j->right[c]) + j->zp;
+        y = y < j->lo ? j->lo : (y > j->hi ? j->hi : y);
+        if (j->is_signed)
+            ((int8_t *)j->out)[base + i] = (int8_t)y;
+        else
+            ((uint8_t *)j->out)[base + i] = (uint8_t)y;
+    }
+}
+
+#ifdef __AVX512VNNI__
+static inline uint32_t load4(const uint8_t *p, int64_t avail) {
+    uint32_t v = 0;
+    memcpy(&v, p, (size_t)(avail < 4 ? avail : 4));
+    return v;
+}
+
+/* Rows r0 .. r0 + mr, panels p0 .. p0 + np: the register block, then its epilogue. */
+static inline __attribute__((always_inline)) void block(const qjob *j, int64_t r0, int mr, int64_t p0, int np) {
+    __m512i acc[MR][NR_PANELS];
+    for (int i = 0; i < mr; i++)
+        for (int p = 0; p < np; p++) acc[i][p] = _mm512_setzero_si512();
+    int64_t k = j->k, kq = (k + 3) / 4, kfull = k / 4;
+    const int8_t *bp = j->bp + p0 * kq * 64;
+    const uint8_t *arow[MR];
+    for (int i = 0; i < mr; i++) arow[i] = j->a + (r0 + i) * j->lda;
+    uint32_t flip = j->flip;
+    for (int64_t q = 0; q < kq; q++) {
+        __m512i b[NR_PANELS];
+        for (int p = 0; p < np; p++) b[p] = _mm512_loadu_si512((const void *)(bp + (p * kq + q) * 64));
+        for (int i = 0; i < mr; i++) {
+            uint32_t v;
+            if (q < kfull)
+                memcpy(&v, arow[i] + 4 * q, 4);
+            else
+                v = load4(arow[i] + 4 * q, k - 4 * q);
+            __m512i av = _mm512_set1_epi32((int)(v ^ flip));
+            for (int p = 0; p < np; p++) acc[i][p] = _mm512_dpbusd_epi32(acc[i][p], av, b[p]);
+        }
+    }
+    int64_t c0 = p0 * QPANEL;
+    int nc = (int)((j->n - c0) < np * QPANEL ? (j->n - c0) : np * QPANEL);
+    for (int i = 0; i < mr; i++) {
+        int32_t out[NR_PANELS * QPANEL];
+        for (int p = 0; p < np; p++) _mm512_storeu_si512((void *)(out + p * QPANEL), acc[i][p]);
+        uint32_t rowterm = 0;
+        if (j->zw) {
+            uint32_t s = 0;
+            const uint8_t *a = arow[i];
+            if (flip)
+                for (int64_t kk = 0; kk < k; kk++) s += (uint32_t)(uint8_t)(a[kk] ^ 0x80);
+            else
+                for (int64_t kk = 0; kk < k; kk++) s += a[kk];
+            rowterm = s * (uint32_t)j->zw;
+        }
+        epilogue_row(j, out, r0 + i, c0, nc, rowterm);
+    }
+}
+
+#define BLOCK_NP(mr)                                         \
+    switch (np) {                                            \
+    case 1: block(j, r, mr, p0, 1); break;                   \
+    case 2: block(j, r, mr, p0, 2); break;                   \
+    case 3: block(j, r, mr, p0, 3); break;                   \
+    default: block(j, r, mr, p0, 4); break;                  \
+    }
+
+static void qgemm_task(void *ctx, int64_t t) {
+    const qjob *j = ctx;
+    int64_t rc = t % j->row_chunks, g = t / j->row_chunks;
+    int64_t panels = (j->n + QPANEL - 1) / QPANEL;
+    int64_t p0 = g * NR_PANELS;
+    int np = (int)(panels - p0 < NR_PANELS ? panels - p0 : NR_PANELS);
+    int64_t r1 = (rc + 1) * ROWS_PER_TASK < j->m ? (rc + 1) * ROWS_PER_TASK : j->m;
+    for (int64_t r = rc * ROWS_PER_TASK; r < r1; r += MR) {
+        int mr = (int)(r1 - r < MR ? r1 - r : MR);
+        switch (mr) {
+        case 6: BLOCK_NP(6); break;
+        case 5: BLOCK_NP(5); break;
+        case 4: BLOCK_NP(4); break;
+        case 3: BLOCK_NP(3); break;
+        case 2: BLOCK_NP(2); break;
+        default: BLOCK_NP(1); break;
+        }
+    }
+}
+#endif
+
+/* out[m, n] = requantize(sum_k (a - zx)(w' - zw) + bias) for 8-bit a [m, lda >= k] (a_signed: read as
+ * a + 128), w' packed by mk_qgemm_pack, colc[n] the column terms (module comment). 0; -1 when out
+ * of memory; -2 without VNNI or for k > QGEMM_MAX_K (nothing written). */
+int mk_qgemm_requant(const void *a, int64_t lda, int a_signed, const int8_t *bp, const int32_t *colc, int32_t zw,
+                     int64_t m, int64_t n, int64_t k, const int64_t *bias, const int64_t *mult, const int64_t *left,
+                     const int64_t *right, int64_t zp, int64_t lo, int64_t hi, int is_signed, void *out) {
+#ifdef __AVX512VNNI__
+    if (k < 1 || k > QGEMM_MAX_K || lda < k) return -2;
+    if (m <= 0 || n <= 0) return 0;
+    int32_t *b32 = malloc(sizeof(int32_t) * (size_t)n * 3);
+    if (!b32) return -1;
+    int32_t *m32 = b32 + n, *r32 = m32 + n;
+    /* The 32-bit form applies when no channel shifts left, shifts right by less than 32 and every
+     * total |sum + bias| <= K * 65025 + |bias| fits int32. */
+    int narrow = 1;
+    int64_t limit = ((int64_t)1 << 31) - 1 - k * 65025;
+    for (int64_t c = 0; c < n; c++) {
+        narrow &= left[c] == 0 && right[c] < 32 && bias[c] <= limit && bias[c] >= -limit;
+        b32[c] = (int32_t)bias[c];
+        m32[c] = (int32_t)mult[c];
+        r32[c] = (int32_t)right[c];
+    }
+    qjob job = {a, lda, m, n, k, a_signed ? 0x80808080u : 0u, bp, colc, zw, bias, mult, left, right,
+                b32, m32, r32, narrow, (int32_t)zp, (int32_t)lo, (int32_t)hi, is_signed, out,
+                (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK};
+    int64_t groups = ((n + QPANEL - 1) / QPANEL + NR_PANELS - 1) / NR_PANELS;
+    int64_t ntasks = job.row_chunks * groups;
+    int nt = mk_threads ? mk_threads() : 1;
+    if (m * n * k < PARALLEL_QGEMM) nt = 1;
+    if (nt > 1 && mk_parallel_for)
+        mk_parallel_for(nt, ntasks, qgemm_task, &job);
+    else
+        for (int64_t t = 0; t < ntasks; t++) qgemm_task(&job, t);
+    free(b32);
+    return 0;
+#else
+    (void)a, (void)lda, (void)a_signed, (void)bp, (void)colc, (void)zw, (void)m, (void)n, (void)k;
+    (void)bias, (void)mult, (void)left, (void)right, (void)zp, (void)lo, (void)hi, (void)is_signed, (void)out;
+    return -2;
+#endif
+}
+
+typedef struct {
+    int n, h, w, c, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow;
+} qgeom_t;
+
+typedef struct {
+    const uint8_t *x;
+    qgeom_t g;
+    uint8_t pad;
+    int64_t lda;
+    uint8_t *cols;
+} qim2col_job;
+
+/* Row r (one output row of one image) of the byte patch matrix [N*OH*OW, lda], `pad` where a tap
+ * falls in the padding (the input's zero point: centred 0). */
+static void qim2col_task(void *ctx, int64_t r) {
+    const qim2col_job *j = ctx;
+    const qgeom_t g = j->g;
+    int b = (int)(r / g.oh), oy = (int)(r % g.oh);
+    int span = g.kw * g.c;
+    for (int ox = 0; ox < g.ow; ox++) {
+        uint8_t *dst = j->cols + (r * g.ow + ox) * j->lda;
+        int ix0 = ox * g.sw - g.pl;
+        int row_inside = g.dw == 1 && ix0 >= 0 && ix0 + g.kw <= g.w;
+        for (int ky = 0; ky < g.kh; ky++) {
+            int iy = oy * g.sh - g.pt + ky * g.dh;
+            if (iy < 0 || iy >= g.h) {
+                memset(dst, j->pad, (size_t)span);
+                dst += span;
+                continue;
+            }
+            if (row_inside) {
+                memcpy(dst, j->x + (((int64_t)b * g.h + iy) * g.w + ix0) * g.c, (size_t)span);
+                dst += span;
+                continue;
+            }
+            for (int kx = 0; kx < g.kw; kx++, dst += g.c) {
+                int ix = ix0 + kx * g.dw;
+                if (ix < 0 || ix >= g.w)
+                    memset(dst, j->pad, (size_t)g.c);
+                else
+                    memcpy(dst, j->x + (((int64_t)b * g.h + iy) * g.w + ix) * g.c, (size_t)g.c);
+            }
+        }
+    }
+}
+
+/* The byte patch matrix [N*OH*OW, lda] of 8-bit x (geometry as kernels.c's GEOM_ARGS), `pad` in the padding. */
+void mk_qim2col(const void *x, const int32_t *gp, int pad, int64_t lda, void *cols) {
+    qgeom_t g = {gp[0], gp[1], gp[2], gp[3], gp[4], gp[5], gp[6], gp[7], gp[8], gp[9], gp[10], gp[11], gp[12], gp[13]};
+    qim2col_job job = {x, g, (uint8_t)pad, lda, cols};
+    int64_t rows = (int64_t)g.n * g.oh;
+    int nt = mk_threads ? mk_threads() : 1;
+    if (rows * g.ow * lda < (1 << 20) || rows < 2) nt = 1;
+    if (nt > 1 && mk_parallel_for)
+        mk_parallel_for(nt, rows, qim2col_task, &job);
+    else
+        for (int64_t t = 0; t < rows; t++) qim2col_task(&job, t);
+}
