@@ -140,7 +140,8 @@ static inline uint32_t load4(const uint8_t *p, int64_t avail) {
 }
 
 /* Rows r0 .. r0 + mr, panels p0 .. p0 + np: the register block, then its epilogue. */
-static inline __attribute__((always_inline)) void block(const qjob *j, int64_t r0, int mr, int64_t p0, int np) {
+static inline __attribute__((always_inline)) void block(const qjob *j, int64_t r0, int mr, int64_t p0, int np,
+                                                        const uint32_t *rowterms) {
     __m512i acc[MR][NR_PANELS];
     for (int i = 0; i < mr; i++)
         for (int p = 0; p < np; p++) acc[i][p] = _mm512_setzero_si512();
@@ -167,26 +168,16 @@ static inline __attribute__((always_inline)) void block(const qjob *j, int64_t r
     for (int i = 0; i < mr; i++) {
         int32_t out[NR_PANELS * QPANEL];
         for (int p = 0; p < np; p++) _mm512_storeu_si512((void *)(out + p * QPANEL), acc[i][p]);
-        uint32_t rowterm = 0;
-        if (j->zw) {
-            uint32_t s = 0;
-            const uint8_t *a = arow[i];
-            if (flip)
-                for (int64_t kk = 0; kk < k; kk++) s += (uint32_t)(uint8_t)(a[kk] ^ 0x80);
-            else
-                for (int64_t kk = 0; kk < k; kk++) s += a[kk];
-            rowterm = s * (uint32_t)j->zw;
-        }
-        epilogue_row(j, out, r0 + i, c0, nc, rowterm);
+        epilogue_row(j, out, r0 + i, c0, nc, rowterms[i]);
     }
 }
 
 #define BLOCK_NP(mr)                                         \
     switch (np) {                                            \
-    case 1: block(j, r, mr, p0, 1); break;                   \
-    case 2: block(j, r, mr, p0, 2); break;                   \
-    case 3: block(j, r, mr, p0, 3); break;                   \
-    default: block(j, r, mr, p0, 4); break;                  \
+    case 1: block(j, r, mr, p0, 1, rt); break;               \
+    case 2: block(j, r, mr, p0, 2, rt); break;               \
+    case 3: block(j, r, mr, p0, 3, rt); break;               \
+    default: block(j, r, mr, p0, 4, rt); break;              \
     }
 
 static void qgemm_task(void *ctx, int64_t t) {
@@ -195,9 +186,26 @@ static void qgemm_task(void *ctx, int64_t t) {
     int64_t panels = (j->n + QPANEL - 1) / QPANEL;
     int64_t p0 = g * NR_PANELS;
     int np = (int)(panels - p0 < NR_PANELS ? panels - p0 : NR_PANELS);
-    int64_t r1 = (rc + 1) * ROWS_PER_TASK < j->m ? (rc + 1) * ROWS_PER_TASK : j->m;
-    for (int64_t r = rc * ROWS_PER_TASK; r < r1; r += MR) {
+    int64_t r0 = rc * ROWS_PER_TASK, r1 = (rc + 1) * ROWS_PER_TASK < j->m ? (rc + 1) * ROWS_PER_TASK : j->m;
+    /* zw * (the row's sum of a as read), once per row of the task (0 when zw is 0). */
+    uint32_t rowterms[ROWS_PER_TASK] = {0};
+    if (j->zw) {
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *a = j->a + r * j->lda;
+            uint32_t s = 0;
+            if (j->flip) { /* read as a ^ 0x80 = (int8) a + 128 */
+                int32_t t = 0;
+                for (int64_t kk = 0; kk < j->k; kk++) t += (int8_t)a[kk];
+                s = (uint32_t)t + 128u * (uint32_t)j->k;
+            } else {
+                for (int64_t kk = 0; kk < j->k; kk++) s += a[kk];
+            }
+            rowterms[r - r0] = s * (uint32_t)j->zw;
+        }
+    }
+    for (int64_t r = r0; r < r1; r += MR) {
         int mr = (int)(r1 - r < MR ? r1 - r : MR);
+        const uint32_t *rt = rowterms + (r - r0);
         switch (mr) {
         case 6: BLOCK_NP(6); break;
         case 5: BLOCK_NP(5); break;
