@@ -133,43 +133,59 @@ static void epilogue_row(const qjob *j, const int32_t *acc, int64_t r, int64_t c
 }
 
 #ifdef __AVX512VNNI__
-static inline uint32_t load4(const uint8_t *p, int64_t avail) {
-    uint32_t v = 0;
-    memcpy(&v, p, (size_t)(avail < 4 ? avail : 4));
+/* One k-step of the register block: row i's four bytes at a_i (as read: ^ flip) times panels' b_p. The
+ * accumulators are named variables, not an array, so that they stay in registers; rows >= mr and
+ * panels >= np are compiled out (mr, np are constants in every instantiation). */
+#define ROW(i)                                                                                  \
+    if (mr > i) {                                                                               \
+        __m512i av = _mm512_xor_si512(_mm512_set1_epi32(LOAD(i)), flipv);                       \
+        c##i##0 = _mm512_dpbusd_epi32(c##i##0, av, b0);                                         \
+        if (np > 1) c##i##1 = _mm512_dpbusd_epi32(c##i##1, av, b1);                             \
+        if (np > 2) c##i##2 = _mm512_dpbusd_epi32(c##i##2, av, b2);                             \
+        if (np > 3) c##i##3 = _mm512_dpbusd_epi32(c##i##3, av, b3);                             \
+    }
+#define STEP(q)                                                                                 \
+    do {                                                                                        \
+        const int8_t *bq = bp + (q) * 64;                                                       \
+        __m512i b0 = _mm512_loadu_si512((const void *)bq), b1 = b0, b2 = b0, b3 = b0;           \
+        if (np > 1) b1 = _mm512_loadu_si512((const void *)(bq + pstride));                     \
+        if (np > 2) b2 = _mm512_loadu_si512((const void *)(bq + 2 * pstride));                  \
+        if (np > 3) b3 = _mm512_loadu_si512((const void *)(bq + 3 * pstride));                  \
+        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)                                               \
+    } while (0)
+#define DECL(i) __m512i c##i##0 = z, c##i##1 = z, c##i##2 = z, c##i##3 = z;
+#define STORE(i)                                                                                \
+    if (mr > i) {                                                                               \
+        _mm512_storeu_si512((void *)(out + i * 64), c##i##0);                                   \
+        if (np > 1) _mm512_storeu_si512((void *)(out + i * 64 + 16), c##i##1);                  \
+        if (np > 2) _mm512_storeu_si512((void *)(out + i * 64 + 32), c##i##2);                  \
+        if (np > 3) _mm512_storeu_si512((void *)(out + i * 64 + 48), c##i##3);                  \
+    }
+
+static inline int32_t ld32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
     return v;
 }
 
 /* Rows r0 .. r0 + mr, panels p0 .. p0 + np: the register block, then its epilogue. */
-static inline __attribute__((always_inline)) void block(const qjob *j, int64_t r0, int mr, int64_t p0, int np,
-                                                        const uint32_t *rowterms) {
-    __m512i acc[MR][NR_PANELS];
-    for (int i = 0; i < mr; i++)
-        for (int p = 0; p < np; p++) acc[i][p] = _mm512_setzero_si512();
-    int64_t k = j->k, kq = (k + 3) / 4, kfull = k / 4;
-    const int8_t *bp = j->bp + p0 * kq * 64;
-    const uint8_t *arow[MR];
-    for (int i = 0; i < mr; i++) arow[i] = j->a + (r0 + i) * j->lda;
-    uint32_t flip = j->flip;
-    for (int64_t q = 0; q < kq; q++) {
-        __m512i b[NR_PANELS];
-        for (int p = 0; p < np; p++) b[p] = _mm512_loadu_si512((const void *)(bp + (p * kq + q) * 64));
-        for (int i = 0; i < mr; i++) {
-            uint32_t v;
-            if (q < kfull)
-                memcpy(&v, arow[i] + 4 * q, 4);
-            else
-                v = load4(arow[i] + 4 * q, k - 4 * q);
-            __m512i av = _mm512_set1_epi32((int)(v ^ flip));
-            for (int p = 0; p < np; p++) acc[i][p] = _mm512_dpbusd_epi32(acc[i][p], av, b[p]);
-        }
-    }
+static inline __attribute__((always_inline)) void block(const qjob *j, int64_t r0, const int mr, int64_t p0,
+                                                        const int np, const uint32_t *rowterms) {
+    int64_t kq = (j->k + 3) / 4, pstride = kq * 64;
+    const int8_t *bp = j->bp + p0 * pstride;
+    const int64_t lda = j->lda;
+    const uint8_t *a0 = j->a + r0 * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda, *a4 = a3 + lda,
+                  *a5 = a4 + lda;
+    const __m512i flipv = _mm512_set1_epi32((int)j->flip), z = _mm512_setzero_si512();
+    DECL(0) DECL(1) DECL(2) DECL(3) DECL(4) DECL(5)
+#define LOAD(i) ld32(a##i + 4 * q)
+    for (int64_t q = 0; q < kq; q++) STEP(q);
+#undef LOAD
+    int32_t out[MR * NR_PANELS * QPANEL];
+    STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
     int64_t c0 = p0 * QPANEL;
     int nc = (int)((j->n - c0) < np * QPANEL ? (j->n - c0) : np * QPANEL);
-    for (int i = 0; i < mr; i++) {
-        int32_t out[NR_PANELS * QPANEL];
-        for (int p = 0; p < np; p++) _mm512_storeu_si512((void *)(out + p * QPANEL), acc[i][p]);
-        epilogue_row(j, out, r0 + i, c0, nc, rowterms[i]);
-    }
+    for (int i = 0; i < mr; i++) epilogue_row(j, out + i * 64, r0 + i, c0, nc, rowterms[i]);
 }
 
 #define BLOCK_NP(mr)                                         \
@@ -218,14 +234,15 @@ static void qgemm_task(void *ctx, int64_t t) {
 }
 #endif
 
-/* out[m, n] = requantize(sum_k (a - zx)(w' - zw) + bias) for 8-bit a [m, lda >= k] (a_signed: read as
- * a + 128), w' packed by mk_qgemm_pack, colc[n] the column terms (module comment). 0; -1 when out
- * of memory; -2 without VNNI or for k > QGEMM_MAX_K (nothing written). */
+/* out[m, n] = requantize(sum_k (a - zx)(w' - zw) + bias) for 8-bit a [m, lda] (a_signed: read as
+ * a + 128; lda >= k rounded up to a multiple of 4, the bytes past k of each row read but multiplied
+ * by the packed weights' zeros), w' packed by mk_qgemm_pack, colc[n] the column terms (module comment). 0; -1 when out
+ * of memory; -2 without VNNI, for k > QGEMM_MAX_K or a too short lda (nothing written). */
 int mk_qgemm_requant(const void *a, int64_t lda, int a_signed, const int8_t *bp, const int32_t *colc, int32_t zw,
                      int64_t m, int64_t n, int64_t k, const int64_t *bias, const int64_t *mult, const int64_t *left,
                      const int64_t *right, int64_t zp, int64_t lo, int64_t hi, int is_signed, void *out) {
 #ifdef __AVX512VNNI__
-    if (k < 1 || k > QGEMM_MAX_K || lda < k) return -2;
+    if (k < 1 || k > QGEMM_MAX_K || lda < (k + 3) / 4 * 4) return -2;
     if (m <= 0 || n <= 0) return 0;
     int32_t *b32 = malloc(sizeof(int32_t) * (size_t)n * 3);
     if (!b32) return -1;

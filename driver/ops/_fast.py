@@ -278,6 +278,18 @@ def _requant(acc_ptr: int, rows: int, cout: int, rq: Requant, y_ptr: int) -> Non
     _check(status)
 
 
+def _qgemm_rows(x2: np.ndarray, xp: int, w: _qgemm.QWeights, rq: Requant, y_ptr: int) -> None:
+    """The integer GEMM on contiguous 8-bit rows x2 [rows, K]; rows whose length is not a multiple of
+    4 are first copied into rows that are (the kernel reads K rounded up to 4 bytes per row)."""
+    rows, k = x2.shape
+    lda = _qgemm.row_stride(k)
+    if lda != k:
+        padded = scratch("qrows", (rows, lda), np.uint8)
+        padded[:, :k] = x2.view(np.uint8)
+        x2, xp = padded, address(padded)
+    _qgemm.gemm_requant(xp, lda, rows, w, rq, y_ptr)
+
+
 def conv_f32(x: np.ndarray, gc: GeometryCache, w: Const, bias: Const, act: int, out_c: int) -> np.ndarray:
     """Float convolution (NHWC): compiled patches unless 1x1 stride 1, the GEMM into the step's
     output, then bias and activation in one compiled pass. w is [KH*KW*C, Cout]."""
@@ -312,12 +324,13 @@ def conv_q8(
     pointwise = g.k_h == g.k_w == g.stride_h == g.stride_w == 1 and not g.padded
     if isinstance(w, _qgemm.QWeights):  # the exact integer GEMM (VNNI) on the raw bytes
         if pointwise:
-            _qgemm.gemm_requant(xp, c, rows, w, rq, address(y))
+            _qgemm_rows(x.reshape(rows, c), xp, w, rq, address(y))
             return y
-        qcols = scratch("qcols", (rows, k), np.uint8)
+        lda = _qgemm.row_stride(k)
+        qcols = scratch("qcols", (rows, lda), np.uint8)
         qp = address(qcols)
-        _qgemm.im2col(xp, gp, zp_x, k, qp)
-        _qgemm.gemm_requant(qp, k, rows, w, rq, address(y))
+        _qgemm.im2col(xp, gp, zp_x, lda, qp)
+        _qgemm.gemm_requant(qp, lda, rows, w, rq, address(y))
         return y
     acc = scratch("acc", (rows, out_c), F32)
     if pointwise == g.k_w == g.stride_h == g.stride_w == 1 and not g.padded:
@@ -346,7 +359,7 @@ def fc_q8(x2: np.ndarray, zp_x: int, w: Const | _qgemm.QWeights, rq: Requant) ->
     rows, size = x2.shape
     if isinstance(w, _qgemm.QWeights):  # the exact integer GEMM (VNNI) on the raw bytes
         y = output((rows, w.n), rq.dtype)
-        _qgemm.gemm_requant(xp, size, rows, w, rq, address(y))
+        _qgemm_rows(x2, xp, w, rq, address(y))
         return y
     units = w.array.shape[1]
     acc = scratch("acc", (rows, units), F32)

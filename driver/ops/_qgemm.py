@@ -80,6 +80,11 @@ def available(k: int) -> bool:
     return _LIB is not None and 1 <= k <= MAX_K
 
 
+def row_stride(k: int) -> int:
+    """The bytes per input row the kernel reads for sums of k products: k rounded up to a multiple of 4."""
+    return -(-k // 4) * 4
+
+
 def _wrap32(v: np.ndarray) -> np.ndarray:
     """int64 values modulo 2^32 as int32 (the C side sums modulo 2^32)."""
     return ((v + 2**31) % 2**32 - 2**31).astype(np.int32)
@@ -115,7 +120,7 @@ class QWeights:
 
 def gemm_requant(a_ptr: int, lda: int, rows: int, w: QWeights, rq: Any, y_ptr: int) -> None:
     """y = requantize((a - zp_x) @ centred + bias) for 8-bit a [rows, lda] (the first K bytes of each
-    row), `rq` a _fast.Requant."""
+    row; lda >= row_stride(K)), `rq` a _fast.Requant."""
     status = _LIB.mk_qgemm_requant(
         a_ptr, lda, w.signed, w.panels_ptr, w.colc_ptr, w.zw, rows, w.n, w.k, rq.bias.ptr, rq.mult.ptr,
         rq.left.ptr, rq.right.ptr, rq.zp, rq.lo, rq.hi, rq.signed, y_ptr,
