@@ -71,7 +71,7 @@ typedef struct {
     const int32_t *colc;
     int32_t zw;
     const int64_t *bias, *mult, *left, *right;
-    const int32_t *bias32, *mult32, *right32;
+    const int32_t *bias32, *mult32, *right32, *cb32; /* cb32: colc + bias32 modulo 2^32 */
     int narrow;
     int32_t zp, lo, hi;
     int is_signed;
@@ -96,6 +96,31 @@ static inline int64_t mbqm(int64_t x, int64_t m, int64_t left, int64_t right) {
 /* Row r's centred sums acc[0 .. nc) of columns c0.. (int32 modulo 2^32) plus the bias, requantized. */
 static void epilogue_row(const qjob *j, const int32_t *acc, int64_t r, int64_t c0, int nc, uint32_t rowterm) {
     int64_t base = r * j->n + c0;
+#ifdef __AVX512VNNI__
+    if (j->narrow) { /* the 32-bit form below, 16 lanes at a time */
+        const __m512i rt = _mm512_set1_epi32((int)rowterm), round = _mm512_set1_epi64((int64_t)1 << 30);
+        const __m512i lo = _mm512_set1_epi32(j->lo - j->zp), hi = _mm512_set1_epi32(j->hi - j->zp);
+        const __m512i zp = _mm512_set1_epi32(j->zp), one = _mm512_set1_epi32(1);
+        for (int i = 0; i < nc; i += 16) {
+            __mmask16 m = nc - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nc - i)) - 1u);
+            int64_t c = c0 + i;
+            __m512i t = _mm512_sub_epi32(_mm512_add_epi32(_mm512_maskz_loadu_epi32(m, acc + i),
+                                                          _mm512_maskz_loadu_epi32(m, j->cb32 + c)), rt);
+            __m512i mult = _mm512_maskz_loadu_epi32(m, j->mult32 + c), r = _mm512_maskz_loadu_epi32(m, j->right32 + c);
+            __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(t, mult), round);
+            __m512i po = _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(t, 32), _mm512_srli_epi64(mult, 32)), round);
+            __m512i y = _mm512_mask_blend_epi32((__mmask16)0xaaaa, _mm512_srli_epi64(pe, 31), _mm512_slli_epi64(po, 1));
+            __m512i mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, r), one);
+            __m512i rem = _mm512_and_si512(y, mask);
+            __m512i thr = _mm512_sub_epi32(_mm512_srai_epi32(mask, 1), _mm512_srai_epi32(y, 31));
+            y = _mm512_srav_epi32(y, r);
+            y = _mm512_mask_add_epi32(y, _mm512_cmpgt_epi32_mask(rem, thr), y, one);
+            y = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(y, lo), hi), zp);
+            _mm_mask_storeu_epi8((char *)j->out + base + i, m, _mm512_cvtepi32_epi8(y));
+        }
+        return;
+    }
+#endif
     if (j->narrow) {
         int32_t lo = j->lo - j->zp, hi = j->hi - j->zp, zp = j->zp;
         int32_t res[NR_PANELS * QPANEL];
@@ -244,9 +269,9 @@ int mk_qgemm_requant(const void *a, int64_t lda, int a_signed, const int8_t *bp,
 #ifdef __AVX512VNNI__
     if (k < 1 || k > QGEMM_MAX_K || lda < (k + 3) / 4 * 4) return -2;
     if (m <= 0 || n <= 0) return 0;
-    int32_t *b32 = malloc(sizeof(int32_t) * (size_t)n * 3);
+    int32_t *b32 = malloc(sizeof(int32_t) * (size_t)n * 4);
     if (!b32) return -1;
-    int32_t *m32 = b32 + n, *r32 = m32 + n;
+    int32_t *m32 = b32 + n, *r32 = m32 + n, *cb32 = r32 + n;
     /* The 32-bit form applies when no channel shifts left, shifts right by less than 32 and every
      * total |sum + bias| <= K * 65025 + |bias| fits int32. */
     int narrow = 1;
@@ -256,9 +281,10 @@ int mk_qgemm_requant(const void *a, int64_t lda, int a_signed, const int8_t *bp,
         b32[c] = (int32_t)bias[c];
         m32[c] = (int32_t)mult[c];
         r32[c] = (int32_t)right[c];
+        cb32[c] = (int32_t)((uint32_t)colc[c] + (uint32_t)b32[c]);
     }
     qjob job = {a, lda, m, n, k, a_signed ? 0x80808080u : 0u, bp, colc, zw, bias, mult, left, right,
-                b32, m32, r32, narrow, (int32_t)zp, (int32_t)lo, (int32_t)hi, is_signed, out,
+                b32, m32, r32, cb32, narrow, (int32_t)zp, (int32_t)lo, (int32_t)hi, is_signed, out,
                 (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK};
     int64_t groups = ((n + QPANEL - 1) / QPANEL + NR_PANELS - 1) / NR_PANELS;
     int64_t ntasks = job.row_chunks * groups;
