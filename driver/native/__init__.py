@@ -10,6 +10,8 @@ else OMP_NUM_THREADS, else OPENBLAS_NUM_THREADS (what the runtime sets for a dri
 with a thread count), else the CPUs this process may use. An idle pool thread spins for
 MLTS_DRIVER_SPIN_US microseconds (default 300: more than the gap between two operations of a model)
 before it sleeps, so consecutive operations hand out work without a wake-up; 0 sleeps at once.
+Operations from about 50 us of work wake sleeping workers; shorter ones down to 1/2**MLTS_DRIVER_SPLIT
+of that (default 3: about 6 us) are split over workers already spinning only.
 """
 
 from __future__ import annotations
@@ -106,6 +108,11 @@ def _spin_us() -> int:
     return int(value) if value.isdigit() else DEFAULT_SPIN_US
 
 
+def _split_shift() -> int | None:
+    value = os.environ.get("MLTS_DRIVER_SPLIT", "").strip()
+    return int(value) if value.isdigit() else None
+
+
 def _library_path() -> Path | None:
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         path = HERE / f"_kernels{suffix}"
@@ -139,6 +146,9 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         fn.restype = _RESTYPES.get(name, ctypes.c_int if name in _RETURNS_STATUS else None)
     lib.mk_set_threads(_thread_count())
     lib.mk_set_spin(_spin_us())
+    split = _split_shift()
+    if split is not None:
+        lib.mk_set_split(split)
     _adopt_blas(lib)
     return lib, ""
 
