@@ -178,9 +178,6 @@ static void *pool_worker(void *arg) {
         while ((g = atomic_load_explicit(&g_pool.gen, memory_order_acquire)) == seen) {
             cpu_relax();
             if ((++spins & 127) != 0) continue;
-            /* Every few microseconds, the CPU goes to any other thread that is waiting for it (the
-             * call returns at once on an idle core); when one took it, the gap below shows it. */
-            sched_yield();
             int64_t t = now_ns();
             if (t - last >= PREEMPTED_NS) {
                 atomic_store_explicit(&g_nospin_until, t + NOSPIN_NS, memory_order_relaxed);
