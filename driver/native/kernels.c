@@ -1,9 +1,9 @@
 /* Compiled inner loops of the sample driver, called through ctypes (driver/native/__init__.py).
  *
  * Plain C over raw pointers: no Python API, so the GIL is released for the whole call and two
- * executions can run kernels at the same time. Work is split over OpenMP threads by output rows
- * when an operation is large enough to pay for the wake-up; every thread writes a disjoint slice
- * of the output, so results do not depend on the thread count.
+ * executions can run kernels at the same time. Work is split over the kernels' own threads by
+ * output rows when an operation is large enough to pay for the hand-off; every thread writes a
+ * disjoint slice of the output, so results do not depend on the thread count.
  *
  * Layouts are NHWC. Quantized arithmetic repeats driver/ops/_quant.py's int64 formulas exactly
  * (built with -fwrapv: int64 overflow wraps as NumPy's does), so results are bit-identical to the
@@ -71,7 +71,7 @@ int mk_openmp(void) { return 0; }
  * has claimed and not finished. A worker that is descheduled when the job is published (a busy
  * machine) finds no task left when it runs and holds up nothing: the caller never waits for a
  * worker to arrive, only for a task in progress. An idle worker spins for a bounded window
- * (mk_set_spin, about the gap between two operations of a model) so that the next operation's
+ * (mk_set_spin, more than the gap between two operations of a model) so that the next operation's
  * job starts without a wake-up, then sleeps on a futex until the next job.
  *
  * The job's state word holds its generation (high 32 bits) and the next unclaimed task (low 32);
@@ -382,7 +382,7 @@ static void sgemm_block(const float *a, const float *b, float *c, int64_t n, int
     epilogue_block(c, n, r0, r1, c0, c1, e);
 }
 
-/* Multiply-adds below which a GEMM stays on one thread (about 40 us of it). */
+/* Multiply-adds from which a GEMM wakes sleeping workers (about 40 us of it; see PARALLEL_WORK). */
 #define PARALLEL_GEMM (1 << 22)
 
 /* GEMMs with few terms per output (K <= SMALL_K: the expansion layers of MobileNet v2, a first
@@ -870,7 +870,7 @@ static void packed_task(void *ctx, int64_t t) {
     gemm_packed_block(a, j->bp, j->c + r0 * j->n, j->n, j->k, 0, r1 - r0, g0, g1, &part);
 }
 
-/* Multiply-adds below which a GEMM on packed weights stays on one thread (about 40 us of it). */
+/* Multiply-adds from which a GEMM on packed weights wakes sleeping workers (about 40 us of it). */
 #define PARALLEL_PACKED_GEMM (1 << 22)
 
 /* Bytes of packed B one task multiplies (its panels stay in L2 while the task's rows stream by). */
@@ -1434,7 +1434,7 @@ static inline void dw_inside4_f32(const float *corner, int64_t step, const int64
     }
 }
 
-/* Depthwise work (multiply-adds) below which it stays on the calling thread, about 70 us of it: a
+/* Depthwise work (multiply-adds) from which it wakes sleeping workers, about 70 us of it: a
  * depthwise multiply-add costs several GEMM ones (one output per few taps, no reuse of a register
  * block). */
 #define DW_PARALLEL_WORK (1 << 19)
