@@ -79,7 +79,8 @@ def profile(name: str, runs: int, threads: int) -> None:
         f"  per {threads}-thread run: {stats['jobs'] / runs:.1f} jobs handed to the pool, "
         f"{stats['worker_tasks'] / runs:.1f} tasks run by workers, {stats['wakes'] / runs:.1f} wake-ups, "
         f"{stats['wait_ns'] / runs / 1e3:.1f} us waiting for workers' tasks; "
-        f"idle workers found themselves descheduled {stats['preempted']} times"
+        f"idle workers found themselves descheduled {stats['preempted']} times, "
+        f"the machine crowded {stats['crowded']} times"
     )
     by_type: dict[str, list[float]] = {}
     for index, values in per[1].items():

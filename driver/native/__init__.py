@@ -8,7 +8,7 @@ the compiled kernels off (to compare both paths).
 The kernels split large operations over `threads()` threads of their own pool: MLTS_DRIVER_THREADS,
 else OMP_NUM_THREADS, else OPENBLAS_NUM_THREADS (what the runtime sets for a driver process started
 with a thread count), else the CPUs this process may use. An idle pool thread spins for
-MLTS_DRIVER_SPIN_US microseconds (default 300: more than the gap between two operations of a model)
+MLTS_DRIVER_SPIN_US microseconds (default 100: about the gap between two operations of a model)
 before it sleeps, so consecutive operations hand out work without a wake-up; 0 sleeps at once.
 Operations from about 50 us of work wake sleeping workers; shorter ones down to 1/2**MLTS_DRIVER_SPLIT
 of that (default 3: about 6 us) are split over workers already spinning only.
@@ -74,7 +74,7 @@ _RETURNS_STATUS = frozenset(
     }
 )
 
-DEFAULT_SPIN_US = 300
+DEFAULT_SPIN_US = 100
 
 _RESTYPES = {"mk_pool_backoffs": ctypes.c_int64, "mk_pool_stats": ctypes.c_int, "mk_split": ctypes.c_int}
 
@@ -205,13 +205,14 @@ def pool_backoffs() -> int:
 
 
 #: What mk_pool_stats counts, in its order.
-POOL_STATS = ("jobs", "worker_tasks", "wakes", "wait_ns", "preempted")
+POOL_STATS = ("jobs", "worker_tasks", "wakes", "wait_ns", "preempted", "crowded")
 
 
 def pool_stats() -> dict[str, int]:
     """The kernels' pool counters since the process started: jobs handed to the pool, tasks its
     workers ran, wake-ups of sleeping workers, nanoseconds callers waited for a worker's task, and
-    times a spinning worker found itself descheduled (empty without the compiled kernels)."""
+    times a spinning worker found itself descheduled or the machine crowded (more threads running
+    than CPUs) (empty without the compiled kernels)."""
     if LIB is None:
         return {}
     buf = (ctypes.c_int64 * 8)()

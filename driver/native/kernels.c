@@ -10,6 +10,7 @@
  * NumPy path.
  */
 
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
@@ -71,7 +72,7 @@ int mk_openmp(void) { return 0; }
  * has claimed and not finished. A worker that is descheduled when the job is published (a busy
  * machine) finds no task left when it runs and holds up nothing: the caller never waits for a
  * worker to arrive, only for a task in progress. An idle worker spins for a bounded window
- * (mk_set_spin, more than the gap between two operations of a model) so that the next operation's
+ * (mk_set_spin, about the gap between two operations of a model) so that the next operation's
  * job starts without a wake-up, then sleeps on a futex until the next job.
  *
  * The job's state word holds its generation (high 32 bits) and the next unclaimed task (low 32);
@@ -98,7 +99,7 @@ static struct {
     pthread_mutex_t start;
 } g_pool = {.busy = ATOMIC_FLAG_INIT, .start = PTHREAD_MUTEX_INITIALIZER};
 
-static _Atomic int64_t g_spin_ns = 300000;
+static _Atomic int64_t g_spin_ns = 100000;
 
 /* A spinning worker that finds a gap of PREEMPTED_NS between two looks at the clock was descheduled:
  * the machine has more runnable threads than cores, where spinning takes CPU from the threads doing
@@ -117,8 +118,8 @@ static _Atomic int64_t g_backoff_until = 0;
 static _Atomic int64_t g_backoffs = 0;
 /* Counters of the pool since the process started (mk_pool_stats): jobs handed to the pool, tasks
  * workers ran, futex wake-ups of sleeping workers, nanoseconds callers waited for workers' tasks,
- * times a spinning worker found itself descheduled. */
-enum { ST_JOBS, ST_WORKER_TASKS, ST_WAKES, ST_WAIT_NS, ST_PREEMPTED, ST_COUNT };
+ * times a spinning worker found itself descheduled, times the machine was found crowded. */
+enum { ST_JOBS, ST_WORKER_TASKS, ST_WAKES, ST_WAIT_NS, ST_PREEMPTED, ST_CROWDED, ST_COUNT };
 static _Atomic int64_t g_stat[ST_COUNT];
 
 /* Copies the ST_COUNT counters into out; returns ST_COUNT. */
@@ -168,11 +169,48 @@ static int64_t pool_run(uint32_t gen) {
     }
 }
 
+/* The machine is crowded when more threads are running than there are CPUs (the kernel's count of
+ * running threads in /proc/loadavg, which includes the reader): a spinning worker would then take a
+ * core from a thread with work. Looked at no more than every CROWD_CHECK_NS; idle workers then sleep
+ * at once until the next look. */
+#define CROWD_CHECK_NS 10000000
+static _Atomic int64_t g_crowd_checked = 0;
+
+static void check_crowd(int64_t t) {
+    int64_t last = atomic_load_explicit(&g_crowd_checked, memory_order_relaxed);
+    if (t - last < CROWD_CHECK_NS ||
+        !atomic_compare_exchange_strong_explicit(&g_crowd_checked, &last, t, memory_order_relaxed,
+                                                 memory_order_relaxed))
+        return;
+    static long cpus = 0;
+    if (cpus <= 0) cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    char buf[128];
+    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return;
+    buf[n] = 0;
+    /* "0.52 0.58 0.59 3/271 1234": the fourth field is running/total. */
+    const char *p = buf;
+    for (int field = 0; field < 3 && p; field++) {
+        p = strchr(p, ' ');
+        if (p) p++;
+    }
+    if (!p) return;
+    long running = strtol(p, NULL, 10);
+    if (cpus > 0 && running > cpus) {
+        atomic_store_explicit(&g_nospin_until, t + CROWD_CHECK_NS, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g_stat[ST_CROWDED], 1, memory_order_relaxed);
+    }
+}
+
 static void *pool_worker(void *arg) {
     int id = (int)(intptr_t)arg;
     uint32_t seen = atomic_load(&g_pool.gen);
     for (;;) {
         int64_t start = now_ns(), last = start;
+        check_crowd(start);
         uint32_t g;
         unsigned spins = 0;
         while ((g = atomic_load_explicit(&g_pool.gen, memory_order_acquire)) == seen) {
