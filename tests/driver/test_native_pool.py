@@ -263,7 +263,7 @@ def test_idle_workers_stop_spinning():
     a, bias = np.ones((m, k), np.float32), np.zeros(n, np.float32)
     w = _fast.GemmWeights(np.ones((k, n), np.float32))
     _with_threads(2, lambda: _packed_gemm(a, w, bias, -1.0, 1.0))  # the workers exist and ran
-    time.sleep(0.05)  # past the spin window (300 us by default)
+    time.sleep(0.05)  # past the spin window (100 us by default)
     before = time.process_time()
     time.sleep(0.3)
     assert time.process_time() - before < 0.05
