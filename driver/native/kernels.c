@@ -182,8 +182,7 @@ static void check_crowd(int64_t t) {
         !atomic_compare_exchange_strong_explicit(&g_crowd_checked, &last, t, memory_order_relaxed,
                                                  memory_order_relaxed))
         return;
-    static long cpus = 0;
-    if (cpus <= 0) cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     char buf[128];
     int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return;
