@@ -16,13 +16,20 @@ DIGEST = hashlib.sha256(SOURCE.read_bytes()).hexdigest()
 # The fused LSTM cell (driver/ops/_lstm_native.py checks its own digest).
 LSTM_SOURCE = Path("driver/native/lstm_kernels.c")
 LSTM_DIGEST = hashlib.sha256(LSTM_SOURCE.read_bytes()).hexdigest()
+# The 8-bit VNNI GEMM (driver/ops/_qgemm.py checks its own digest).
+QGEMM_SOURCE = Path("driver/native/qgemm_kernels.c")
+QGEMM_DIGEST = hashlib.sha256(QGEMM_SOURCE.read_bytes()).hexdigest()
 
 setup(
     ext_modules=[
         Extension(
             "driver.native._kernels",
-            [str(SOURCE), str(LSTM_SOURCE)],
-            define_macros=[("MK_SOURCE_HASH", f'"{DIGEST}"'), ("MK_LSTM_SOURCE_HASH", f'"{LSTM_DIGEST}"')],
+            [str(SOURCE), str(LSTM_SOURCE), str(QGEMM_SOURCE)],
+            define_macros=[
+                ("MK_SOURCE_HASH", f'"{DIGEST}"'),
+                ("MK_LSTM_SOURCE_HASH", f'"{LSTM_DIGEST}"'),
+                ("MK_QGEMM_SOURCE_HASH", f'"{QGEMM_DIGEST}"'),
+            ],
             extra_compile_args=["-O3", "-march=native", "-fopenmp", "-fwrapv", "-std=gnu11"],
             extra_link_args=["-fopenmp"],
             optional=True,

@@ -329,6 +329,9 @@ static void parallel_rows(int64_t work, int64_t base, int64_t rows, task_fn fn, 
     parallel_for_job(nt, rows, fn, ctx, work >= base);
 }
 
+/* parallel_for for the other kernel files built into this library (qgemm_kernels.c). */
+void mk_parallel_for(int nt, int64_t ntasks, task_fn fn, void *ctx) { parallel_for(nt, ntasks, fn, ctx); }
+
 static inline float clampf(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
 /* Vector types (GCC/Clang vector extensions) of the register-blocked loops. */

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from driver import native
+from driver.ops import _qgemm
 from driver.ops._quant import QUANT8_DTYPE
 from driver.ops._window import Geometry, Window, geometry
 from driver.ops._workspace import address, output, scratch
@@ -44,6 +45,19 @@ def float32_only(ins, outs) -> bool:
     """The compiled float kernels read and write float32 only: input, weights, bias and output."""
     f32 = OperandType.TENSOR_FLOAT32
     return all(a.type == f32 for a in (*ins[:3], *outs[:1]))
+
+
+def quant_weights(packed: np.ndarray, k: int, zp_x: int, input_type: int) -> Const | _qgemm.QWeights:
+    """Constant centred quantized weights [K, N] for conv_q8 / fc_q8: for the integer GEMM when it can
+    run them, else packed float32 (`packed` must then be float32-exact, see quant_fast)."""
+    if _qgemm.available(k):
+        return _qgemm.QWeights(packed, zp_x, input_type == OperandType.TENSOR_QUANT8_ASYMM_SIGNED)
+    return GemmWeights(packed)
+
+
+def quant_fast(packed: np.ndarray | None, dtype: type, k: int) -> bool:
+    """The compiled quantized path applies: constant weights, and either the integer GEMM or float32-exact sums."""
+    return enabled() and packed is not None and (dtype is np.float32 or _qgemm.available(k))
 
 
 class Const:
@@ -264,6 +278,18 @@ def _requant(acc_ptr: int, rows: int, cout: int, rq: Requant, y_ptr: int) -> Non
     _check(status)
 
 
+def _qgemm_rows(x2: np.ndarray, xp: int, w: _qgemm.QWeights, rq: Requant, y_ptr: int) -> None:
+    """The integer GEMM on contiguous 8-bit rows x2 [rows, K]; rows whose length is not a multiple of
+    4 are first copied into rows that are (the kernel reads K rounded up to 4 bytes per row)."""
+    rows, k = x2.shape
+    lda = _qgemm.row_stride(k)
+    if lda != k:
+        padded = scratch("qrows", (rows, lda), np.uint8)
+        padded[:, :k] = x2.view(np.uint8)
+        x2, xp = padded, address(padded)
+    _qgemm.gemm_requant(xp, lda, rows, w, rq, y_ptr)
+
+
 def conv_f32(x: np.ndarray, gc: GeometryCache, w: Const, bias: Const, act: int, out_c: int) -> np.ndarray:
     """Float convolution (NHWC): compiled patches unless 1x1 stride 1, the GEMM into the step's
     output, then bias and activation in one compiled pass. w is [KH*KW*C, Cout]."""
@@ -282,18 +308,32 @@ def conv_f32(x: np.ndarray, gc: GeometryCache, w: Const, bias: Const, act: int, 
     return y
 
 
-def conv_q8(x: np.ndarray, zp_x: int, gc: GeometryCache, w: Const, rq: Requant, out_c: int) -> np.ndarray:
+def conv_q8(
+    x: np.ndarray, zp_x: int, gc: GeometryCache, w: Const | _qgemm.QWeights, rq: Requant, out_c: int
+) -> np.ndarray:
     """Quantized convolution (NHWC): the centred patch matrix in float32 (compiled), the exact float32
-    GEMM (w holds w - zp_w, proven exact by _qconv.accumulation_dtype), the compiled requantization."""
+    GEMM (w holds w - zp_w, proven exact by _qconv.accumulation_dtype), the compiled requantization;
+    with w a _qgemm.QWeights, the byte patch matrix and the integer GEMM instead."""
     x, xp = _x(x)
     g, gp = gc.get(x.shape)
     n, c = x.shape[0], x.shape[3]
     rows = n * g.out_h * g.out_w
     k = g.k_h * g.k_w * c
     signed = int(x.dtype == np.int8)
-    acc = scratch("acc", (rows, out_c), F32)
     y = output((n, g.out_h, g.out_w, out_c), rq.dtype)
-    if g.k_h == g.k_w == g.stride_h == g.stride_w == 1 and not g.padded:
+    pointwise = g.k_h == g.k_w == g.stride_h == g.stride_w == 1 and not g.padded
+    if isinstance(w, _qgemm.QWeights):  # the exact integer GEMM (VNNI) on the raw bytes
+        if pointwise:
+            _qgemm_rows(x.reshape(rows, c), xp, w, rq, address(y))
+            return y
+        lda = _qgemm.row_stride(k)
+        qcols = scratch("qcols", (rows, lda), np.uint8)
+        qp = address(qcols)
+        _qgemm.im2col(xp, gp, zp_x, lda, qp)
+        _qgemm.gemm_requant(qp, lda, rows, w, rq, address(y))
+        return y
+    acc = scratch("acc", (rows, out_c), F32)
+    if pointwise == g.k_w == g.stride_h == g.stride_w == 1 and not g.padded:
         _gemm_requant_q8(x, xp, zp_x, w, acc, rq, address(y))
         return y
     cols = scratch("cols", (rows, k), F32)
@@ -312,10 +352,15 @@ def fc_f32(x2: np.ndarray, w: Const, bias: Const, act: int) -> np.ndarray:
     return y
 
 
-def fc_q8(x2: np.ndarray, zp_x: int, w: Const, rq: Requant) -> np.ndarray:
-    """Quantized fully connected: centred input, exact float32 GEMM, compiled requantization."""
+def fc_q8(x2: np.ndarray, zp_x: int, w: Const | _qgemm.QWeights, rq: Requant) -> np.ndarray:
+    """Quantized fully connected: centred input, exact float32 GEMM, compiled requantization (or the
+    integer GEMM for w a _qgemm.QWeights)."""
     x2, xp = _x(x2)
     rows, size = x2.shape
+    if isinstance(w, _qgemm.QWeights):  # the exact integer GEMM (VNNI) on the raw bytes
+        y = output((rows, w.n), rq.dtype)
+        _qgemm_rows(x2, xp, w, rq, address(y))
+        return y
     units = w.array.shape[1]
     acc = scratch("acc", (rows, units), F32)
     y = output((rows, units), rq.dtype)

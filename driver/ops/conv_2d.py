@@ -138,12 +138,12 @@ def _prepare_quant(
     packed, dtype = packed_weights(ins[1], lambda f: pack_qfilter(f, zp_w), 0, ins[0], (kh * kw * cin, cout))
     bias = constant_or_none(ins[2], bias_i64)
     window, nchw = p.window, p.nchw
-    # The compiled path: float32-exact constant weights (see _qconv), requantized in C.
-    fast = _fast.enabled() and packed is not None and dtype is np.float32
+    # The compiled path: constant weights, the integer GEMM or float32-exact sums (see _qconv), requantized in C.
+    fast = _fast.quant_fast(packed, dtype, kh * kw * cin)
     if fast:
         assert packed is not None  # part of `fast`
         gc = _fast.GeometryCache(NAME, window, kh, kw)
-        w_c = _fast.GemmWeights(packed)
+        w_c = _fast.quant_weights(packed, kh * kw * cin, zp_x, ins[0].type)
         rq = None if bias is None else _fast.requant_params(bias, q, cout)
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:

@@ -103,10 +103,10 @@ def _prepare_quant(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     zp_x, zp_w = q.input_zp, q.filter_zp
     packed, dtype = packed_weights(ins[1], lambda w: pack_qweights(w, zp_w), 0, ins[0], (size, units))
     bias = constant_or_none(ins[2], bias_i64)
-    fast = _fast.enabled() and packed is not None and dtype is np.float32
+    fast = _fast.quant_fast(packed, dtype, size)
     if fast:
         assert packed is not None  # part of `fast`
-        w_c = _fast.GemmWeights(packed)
+        w_c = _fast.quant_weights(packed, size, zp_x, ins[0].type)
         rq = None if bias is None else _fast.requant_params(bias, q, units)
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:

@@ -1,0 +1,363 @@
+/* The exact 8-bit GEMM of quantized CONV_2D and FULLY_CONNECTED on AVX512-VNNI (vpdpbusd: four
+ * u8 x s8 products summed into each int32 lane), called through ctypes from driver/ops/_qgemm.py
+ * and built into the same library as kernels.c, whose thread pool it uses.
+ *
+ * Arithmetic. Activations a (8-bit, [m, lda], the raw input bytes; a signed input is read as
+ * a ^ 0x80 = a + 128, an unsigned one as is) with zero point zx (+128 for a signed input), and
+ * constant weights w' (s8, chosen at prepare so that w' - zw = w - zp_w exactly, see _qgemm.py).
+ * For output (r, c):
+ *
+ *     sum_k (a_rk - zx)(w'_kc - zw) = sum_k a_rk w'_kc - zw * rowsum_r - zx * colsum_c + K zx zw
+ *
+ * The column terms (-zx colsum_c + K zx zw) are folded into colc[c] at prepare. Every term is
+ * computed modulo 2^32 (vpdpbusd wraps, the rest is unsigned arithmetic); the left-hand side is an
+ * integer of magnitude at most K * 255 * 255, which is below 2^31 for K <= QGEMM_MAX_K = 33025,
+ * so the int32 result modulo 2^32 is the exact sum. The int32 bias is then added in int64 and the
+ * sum requantized exactly as kernels.c does (mbqm, or its 32-bit form when the total provably
+ * fits int32), so the outputs are bit-identical to the float path's.
+ *
+ * Packed weights: panels of 16 columns, [panels][ceil(K/4)][16][4] bytes (column j of the panel,
+ * k = 4q + r), zeros past K and past n. Without VNNI at compile time mk_qgemm_available() is 0 and
+ * nothing else here is called.
+ */
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __AVX512VNNI__
+#include <immintrin.h>
+#endif
+
+#ifndef MK_QGEMM_SOURCE_HASH
+#define MK_QGEMM_SOURCE_HASH "unknown"
+#endif
+
+#define QGEMM_ABI 1
+#define QGEMM_MAX_K 33025 /* K * 255 * 255 < 2^31 */
+#define QPANEL 16
+#define NR_PANELS 4                /* panels per register block: 64 columns */
+#define MR 6                       /* rows per register block: 24 accumulators */
+#define ROWS_PER_TASK 48           /* rows of one task (a multiple of MR) */
+#define PARALLEL_QGEMM (1 << 23)   /* multiply-adds below which the GEMM stays on one thread */
+
+typedef void (*task_fn)(void *ctx, int64_t t);
+/* kernels.c's pool; weak, so that this file still loads (on one thread) without it. */
+void mk_parallel_for(int nt, int64_t ntasks, task_fn fn, void *ctx) __attribute__((weak));
+int mk_threads(void) __attribute__((weak));
+
+const char *mk_qgemm_source_hash(void) { return MK_QGEMM_SOURCE_HASH; }
+int mk_qgemm_abi(void) { return QGEMM_ABI; }
+int mk_qgemm_max_k(void) { return QGEMM_MAX_K; }
+
+#ifdef __AVX512VNNI__
+int mk_qgemm_available(void) { return 1; }
+#else
+int mk_qgemm_available(void) { return 0; }
+#endif
+
+/* w' [k, n] (s8, row-major) into the panel layout above (bp holds ceil(n/16) * ceil(k/4) * 64 bytes). */
+void mk_qgemm_pack(const int8_t *w, int64_t k, int64_t n, int8_t *bp) {
+    int64_t kq = (k + 3) / 4, panels = (n + QPANEL - 1) / QPANEL;
+    memset(bp, 0, (size_t)(panels * kq * 64));
+    for (int64_t kk = 0; kk < k; kk++)
+        for (int64_t c = 0; c < n; c++) bp[((c / QPANEL) * kq + kk / 4) * 64 + (c % QPANEL) * 4 + kk % 4] = w[kk * n + c];
+}
+
+typedef struct {
+    const uint8_t *a;
+    int64_t lda, m, n, k;
+    uint32_t flip;
+    const int8_t *bp;
+    const int32_t *colc;
+    int32_t zw;
+    const int64_t *bias, *mult, *left, *right;
+    const int32_t *bias32, *mult32, *right32, *cb32; /* cb32: colc + bias32 modulo 2^32 */
+    int narrow;
+    int32_t zp, lo, hi;
+    int is_signed;
+    void *out;
+    int64_t row_chunks;
+} qjob;
+
+static inline int64_t mbqm(int64_t x, int64_t m, int64_t left, int64_t right) {
+    int64_t y = x << left;
+    y *= m;
+    y += (int64_t)1 << 30;
+    y >>= 31;
+    if (right) {
+        int64_t negative = y < 0;
+        y += ((int64_t)1 << right) >> 1;
+        y -= negative;
+        y >>= right;
+    }
+    return y;
+}
+
+/* Row r's centred sums acc[0 .. nc) of columns c0.. (int32 modulo 2^32) plus the bias, requantized. */
+static void epilogue_row(const qjob *j, const int32_t *acc, int64_t r, int64_t c0, int nc, uint32_t rowterm) {
+    int64_t base = r * j->n + c0;
+#ifdef __AVX512VNNI__
+    if (j->narrow) { /* the 32-bit form below, 16 lanes at a time */
+        const __m512i rt = _mm512_set1_epi32((int)rowterm), round = _mm512_set1_epi64((int64_t)1 << 30);
+        const __m512i lo = _mm512_set1_epi32(j->lo - j->zp), hi = _mm512_set1_epi32(j->hi - j->zp);
+        const __m512i zp = _mm512_set1_epi32(j->zp), one = _mm512_set1_epi32(1);
+        for (int i = 0; i < nc; i += 16) {
+            __mmask16 m = nc - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nc - i)) - 1u);
+            int64_t c = c0 + i;
+            __m512i t = _mm512_sub_epi32(_mm512_add_epi32(_mm512_maskz_loadu_epi32(m, acc + i),
+                                                          _mm512_maskz_loadu_epi32(m, j->cb32 + c)), rt);
+            __m512i mult = _mm512_maskz_loadu_epi32(m, j->mult32 + c), r = _mm512_maskz_loadu_epi32(m, j->right32 + c);
+            __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(t, mult), round);
+            __m512i po = _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(t, 32), _mm512_srli_epi64(mult, 32)), round);
+            __m512i y = _mm512_mask_blend_epi32((__mmask16)0xaaaa, _mm512_srli_epi64(pe, 31), _mm512_slli_epi64(po, 1));
+            __m512i mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, r), one);
+            __m512i rem = _mm512_and_si512(y, mask);
+            __m512i thr = _mm512_sub_epi32(_mm512_srai_epi32(mask, 1), _mm512_srai_epi32(y, 31));
+            y = _mm512_srav_epi32(y, r);
+            y = _mm512_mask_add_epi32(y, _mm512_cmpgt_epi32_mask(rem, thr), y, one);
+            y = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(y, lo), hi), zp);
+            _mm_mask_storeu_epi8((char *)j->out + base + i, m, _mm512_cvtepi32_epi8(y));
+        }
+        return;
+    }
+#endif
+    if (j->narrow) {
+        int32_t lo = j->lo - j->zp, hi = j->hi - j->zp, zp = j->zp;
+        int32_t res[NR_PANELS * QPANEL];
+        const int32_t *colc = j->colc + c0, *b32 = j->bias32 + c0, *m32 = j->mult32 + c0, *r32 = j->right32 + c0;
+        for (int i = 0; i < nc; i++) {
+            int32_t t = (int32_t)((uint32_t)acc[i] + (uint32_t)colc[i] - rowterm) + b32[i];
+            int64_t p = (int64_t)t * m32[i] + ((int64_t)1 << 30);
+            int32_t y = (int32_t)((uint64_t)p >> 31);
+            int32_t rr = r32[i];
+            int32_t mask = (int32_t)(((uint32_t)1 << rr) - 1u);
+            int32_t rem = y & mask, thr = (mask >> 1) + (y < 0);
+            y = (y >> rr) + (rem > thr);
+            y = y < lo ? lo : (y > hi ? hi : y);
+            res[i] = y + zp;
+        }
+        if (j->is_signed) {
+            int8_t *o = (int8_t *)j->out + base;
+            for (int i = 0; i < nc; i++) o[i] = (int8_t)res[i];
+        } else {
+            uint8_t *o = (uint8_t *)j->out + base;
+            for (int i = 0; i < nc; i++) o[i] = (uint8_t)res[i];
+        }
+        return;
+    }
+    for (int i = 0; i < nc; i++) {
+        int64_t c = c0 + i;
+        int64_t t = (int64_t)(int32_t)((uint32_t)acc[i] + (uint32_t)j->colc[c] - rowterm) + j->bias[c];
+        int64_t y = mbqm(t, j->mult[c], j->left[c], j->right[c]) + j->zp;
+        y = y < j->lo ? j->lo : (y > j->hi ? j->hi : y);
+        if (j->is_signed)
+            ((int8_t *)j->out)[base + i] = (int8_t)y;
+        else
+            ((uint8_t *)j->out)[base + i] = (uint8_t)y;
+    }
+}
+
+#ifdef __AVX512VNNI__
+/* One k-step of the register block: row i's four bytes at a_i (as read: ^ flip) times panels' b_p. The
+ * accumulators are named variables, not an array, so that they stay in registers; rows >= mr and
+ * panels >= np are compiled out (mr, np are constants in every instantiation). */
+#define ROW(i)                                                                                  \
+    if (mr > i) {                                                                               \
+        __m512i av = _mm512_xor_si512(_mm512_set1_epi32(LOAD(i)), flipv);                       \
+        c##i##0 = _mm512_dpbusd_epi32(c##i##0, av, b0);                                         \
+        if (np > 1) c##i##1 = _mm512_dpbusd_epi32(c##i##1, av, b1);                             \
+        if (np > 2) c##i##2 = _mm512_dpbusd_epi32(c##i##2, av, b2);                             \
+        if (np > 3) c##i##3 = _mm512_dpbusd_epi32(c##i##3, av, b3);                             \
+    }
+#define STEP(q)                                                                                 \
+    do {                                                                                        \
+        const int8_t *bq = bp + (q) * 64;                                                       \
+        __m512i b0 = _mm512_loadu_si512((const void *)bq), b1 = b0, b2 = b0, b3 = b0;           \
+        if (np > 1) b1 = _mm512_loadu_si512((const void *)(bq + pstride));                     \
+        if (np > 2) b2 = _mm512_loadu_si512((const void *)(bq + 2 * pstride));                  \
+        if (np > 3) b3 = _mm512_loadu_si512((const void *)(bq + 3 * pstride));                  \
+        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)                                               \
+    } while (0)
+#define DECL(i) __m512i c##i##0 = z, c##i##1 = z, c##i##2 = z, c##i##3 = z;
+#define STORE(i)                                                                                \
+    if (mr > i) {                                                                               \
+        _mm512_storeu_si512((void *)(out + i * 64), c##i##0);                                   \
+        if (np > 1) _mm512_storeu_si512((void *)(out + i * 64 + 16), c##i##1);                  \
+        if (np > 2) _mm512_storeu_si512((void *)(out + i * 64 + 32), c##i##2);                  \
+        if (np > 3) _mm512_storeu_si512((void *)(out + i * 64 + 48), c##i##3);                  \
+    }
+
+static inline int32_t ld32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Rows r0 .. r0 + mr, panels p0 .. p0 + np: the register block, then its epilogue. */
+static inline __attribute__((always_inline)) void block(const qjob *j, int64_t r0, const int mr, int64_t p0,
+                                                        const int np, const uint32_t *rowterms) {
+    int64_t kq = (j->k + 3) / 4, pstride = kq * 64;
+    const int8_t *bp = j->bp + p0 * pstride;
+    const int64_t lda = j->lda;
+    const uint8_t *a0 = j->a + r0 * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda, *a4 = a3 + lda,
+                  *a5 = a4 + lda;
+    const __m512i flipv = _mm512_set1_epi32((int)j->flip), z = _mm512_setzero_si512();
+    DECL(0) DECL(1) DECL(2) DECL(3) DECL(4) DECL(5)
+#define LOAD(i) ld32(a##i + 4 * q)
+    for (int64_t q = 0; q < kq; q++) STEP(q);
+#undef LOAD
+    int32_t out[MR * NR_PANELS * QPANEL];
+    STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
+    int64_t c0 = p0 * QPANEL;
+    int nc = (int)((j->n - c0) < np * QPANEL ? (j->n - c0) : np * QPANEL);
+    for (int i = 0; i < mr; i++) epilogue_row(j, out + i * 64, r0 + i, c0, nc, rowterms[i]);
+}
+
+#define BLOCK_NP(mr)                                         \
+    switch (np) {                                            \
+    case 1: block(j, r, mr, p0, 1, rt); break;               \
+    case 2: block(j, r, mr, p0, 2, rt); break;               \
+    case 3: block(j, r, mr, p0, 3, rt); break;               \
+    default: block(j, r, mr, p0, 4, rt); break;              \
+    }
+
+static void qgemm_task(void *ctx, int64_t t) {
+    const qjob *j = ctx;
+    int64_t rc = t % j->row_chunks, g = t / j->row_chunks;
+    int64_t panels = (j->n + QPANEL - 1) / QPANEL;
+    int64_t p0 = g * NR_PANELS;
+    int np = (int)(panels - p0 < NR_PANELS ? panels - p0 : NR_PANELS);
+    int64_t r0 = rc * ROWS_PER_TASK, r1 = (rc + 1) * ROWS_PER_TASK < j->m ? (rc + 1) * ROWS_PER_TASK : j->m;
+    /* zw * (the row's sum of a as read), once per row of the task (0 when zw is 0). */
+    uint32_t rowterms[ROWS_PER_TASK] = {0};
+    if (j->zw) {
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *a = j->a + r * j->lda;
+            uint32_t s = 0;
+            if (j->flip) { /* read as a ^ 0x80 = (int8) a + 128 */
+                int32_t t = 0;
+                for (int64_t kk = 0; kk < j->k; kk++) t += (int8_t)a[kk];
+                s = (uint32_t)t + 128u * (uint32_t)j->k;
+            } else {
+                for (int64_t kk = 0; kk < j->k; kk++) s += a[kk];
+            }
+            rowterms[r - r0] = s * (uint32_t)j->zw;
+        }
+    }
+    for (int64_t r = r0; r < r1; r += MR) {
+        int mr = (int)(r1 - r < MR ? r1 - r : MR);
+        const uint32_t *rt = rowterms + (r - r0);
+        switch (mr) {
+        case 6: BLOCK_NP(6); break;
+        case 5: BLOCK_NP(5); break;
+        case 4: BLOCK_NP(4); break;
+        case 3: BLOCK_NP(3); break;
+        case 2: BLOCK_NP(2); break;
+        default: BLOCK_NP(1); break;
+        }
+    }
+}
+#endif
+
+/* out[m, n] = requantize(sum_k (a - zx)(w' - zw) + bias) for 8-bit a [m, lda] (a_signed: read as
+ * a + 128; lda >= k rounded up to a multiple of 4, the bytes past k of each row read but multiplied
+ * by the packed weights' zeros), w' packed by mk_qgemm_pack, colc[n] the column terms (module comment). 0; -1 when out
+ * of memory; -2 without VNNI, for k > QGEMM_MAX_K or a too short lda (nothing written). */
+int mk_qgemm_requant(const void *a, int64_t lda, int a_signed, const int8_t *bp, const int32_t *colc, int32_t zw,
+                     int64_t m, int64_t n, int64_t k, const int64_t *bias, const int64_t *mult, const int64_t *left,
+                     const int64_t *right, int64_t zp, int64_t lo, int64_t hi, int is_signed, void *out) {
+#ifdef __AVX512VNNI__
+    if (k < 1 || k > QGEMM_MAX_K || lda < (k + 3) / 4 * 4) return -2;
+    if (m <= 0 || n <= 0) return 0;
+    int32_t *b32 = malloc(sizeof(int32_t) * (size_t)n * 4);
+    if (!b32) return -1;
+    int32_t *m32 = b32 + n, *r32 = m32 + n, *cb32 = r32 + n;
+    /* The 32-bit form applies when no channel shifts left, shifts right by less than 32 and every
+     * total |sum + bias| <= K * 65025 + |bias| fits int32. */
+    int narrow = 1;
+    int64_t limit = ((int64_t)1 << 31) - 1 - k * 65025;
+    for (int64_t c = 0; c < n; c++) {
+        narrow &= left[c] == 0 && right[c] < 32 && bias[c] <= limit && bias[c] >= -limit;
+        b32[c] = (int32_t)bias[c];
+        m32[c] = (int32_t)mult[c];
+        r32[c] = (int32_t)right[c];
+        cb32[c] = (int32_t)((uint32_t)colc[c] + (uint32_t)b32[c]);
+    }
+    qjob job = {a, lda, m, n, k, a_signed ? 0x80808080u : 0u, bp, colc, zw, bias, mult, left, right,
+                b32, m32, r32, cb32, narrow, (int32_t)zp, (int32_t)lo, (int32_t)hi, is_signed, out,
+                (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK};
+    int64_t groups = ((n + QPANEL - 1) / QPANEL + NR_PANELS - 1) / NR_PANELS;
+    int64_t ntasks = job.row_chunks * groups;
+    int nt = mk_threads ? mk_threads() : 1;
+    if (m * n * k < PARALLEL_QGEMM) nt = 1;
+    if (nt > 1 && mk_parallel_for)
+        mk_parallel_for(nt, ntasks, qgemm_task, &job);
+    else
+        for (int64_t t = 0; t < ntasks; t++) qgemm_task(&job, t);
+    free(b32);
+    return 0;
+#else
+    (void)a, (void)lda, (void)a_signed, (void)bp, (void)colc, (void)zw, (void)m, (void)n, (void)k;
+    (void)bias, (void)mult, (void)left, (void)right, (void)zp, (void)lo, (void)hi, (void)is_signed, (void)out;
+    return -2;
+#endif
+}
+
+typedef struct {
+    int n, h, w, c, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow;
+} qgeom_t;
+
+typedef struct {
+    const uint8_t *x;
+    qgeom_t g;
+    uint8_t pad;
+    int64_t lda;
+    uint8_t *cols;
+} qim2col_job;
+
+/* Row r (one output row of one image) of the byte patch matrix [N*OH*OW, lda], `pad` where a tap
+ * falls in the padding (the input's zero point: centred 0). */
+static void qim2col_task(void *ctx, int64_t r) {
+    const qim2col_job *j = ctx;
+    const qgeom_t g = j->g;
+    int b = (int)(r / g.oh), oy = (int)(r % g.oh);
+    int span = g.kw * g.c;
+    for (int ox = 0; ox < g.ow; ox++) {
+        uint8_t *dst = j->cols + (r * g.ow + ox) * j->lda;
+        int ix0 = ox * g.sw - g.pl;
+        int row_inside = g.dw == 1 && ix0 >= 0 && ix0 + g.kw <= g.w;
+        for (int ky = 0; ky < g.kh; ky++) {
+            int iy = oy * g.sh - g.pt + ky * g.dh;
+            if (iy < 0 || iy >= g.h) {
+                memset(dst, j->pad, (size_t)span);
+                dst += span;
+                continue;
+            }
+            if (row_inside) {
+                memcpy(dst, j->x + (((int64_t)b * g.h + iy) * g.w + ix0) * g.c, (size_t)span);
+                dst += span;
+                continue;
+            }
+            for (int kx = 0; kx < g.kw; kx++, dst += g.c) {
+                int ix = ix0 + kx * g.dw;
+                if (ix < 0 || ix >= g.w)
+                    memset(dst, j->pad, (size_t)g.c);
+                else
+                    memcpy(dst, j->x + (((int64_t)b * g.h + iy) * g.w + ix) * g.c, (size_t)g.c);
+            }
+        }
+    }
+}
+
+/* The byte patch matrix [N*OH*OW, lda] of 8-bit x (geometry as kernels.c's GEOM_ARGS), `pad` in the padding. */
+void mk_qim2col(const void *x, const int32_t *gp, int pad, int64_t lda, void *cols) {
+    qgeom_t g = {gp[0], gp[1], gp[2], gp[3], gp[4], gp[5], gp[6], gp[7], gp[8], gp[9], gp[10], gp[11], gp[12], gp[13]};
+    qim2col_job job = {x, g, (uint8_t)pad, lda, cols};
+    int64_t rows = (int64_t)g.n * g.oh;
+    int nt = mk_threads ? mk_threads() : 1;
+    if (rows * g.ow * lda < (1 << 20) || rows < 2) nt = 1;
+    if (nt > 1 && mk_parallel_for)
+        mk_parallel_for(nt, rows, qim2col_task, &job);
+    else
+        for (int64_t t = 0; t < rows; t++) qim2col_task(&job, t);
+}

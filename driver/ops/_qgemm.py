@@ -1,0 +1,136 @@
+"""The exact 8-bit GEMM of driver/native/qgemm_kernels.c (AVX512-VNNI) for quantized CONV_2D and FULLY_CONNECTED.
+
+Used when the compiled kernels are loaded, were built for a processor with AVX512-VNNI, the weights
+are constant and K <= 33025 (every centred sum then fits int32, see the C file); otherwise the
+callers keep the float32 path of `_fast`. The weights are stored at prepare as signed bytes w' with
+a zero point zw such that w' - zw equals the centred weights w - zp_w exactly (zw = 0 when the
+centred weights fit int8, as per-channel and most signed filters do), packed in the VNNI layout;
+the input's zero point enters through per-column constants computed here in exact integers.
+Results are bit-identical to the float path's (both compute the exact integer sum and requantize
+it the same way). MLTS_DRIVER_QGEMM=0 in the driver's environment turns the integer GEMM off (to
+compare the two paths); MLTS_DRIVER_NATIVE=0 turns it off with every compiled kernel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from driver import native
+
+ABI = 1
+SOURCE = Path(native.__file__).with_name("qgemm_kernels.c")
+PANEL = 16
+
+_P, _L, _I = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+
+
+def _load() -> Any:
+    """The library when it holds a current VNNI build of qgemm_kernels.c, else None."""
+    lib = native.LIB
+    if os.environ.get("MLTS_DRIVER_QGEMM", "1") == "0":
+        return None
+    if lib is None or not hasattr(lib, "mk_qgemm_requant"):
+        return None
+    lib.mk_qgemm_source_hash.restype = ctypes.c_char_p
+    if SOURCE.is_file():
+        if lib.mk_qgemm_source_hash().decode() != hashlib.sha256(SOURCE.read_bytes()).hexdigest():
+            return None
+    if lib.mk_qgemm_abi() != ABI or lib.mk_qgemm_available() != 1:
+        return None
+    lib.mk_qgemm_pack.argtypes = [_P, _L, _L, _P]
+    lib.mk_qgemm_pack.restype = None
+    lib.mk_qgemm_requant.argtypes = [
+        _P,
+        _L,
+        _I,
+        _P,
+        _P,
+        ctypes.c_int32,
+        _L,
+        _L,
+        _L,
+        _P,
+        _P,
+        _P,
+        _P,
+        _L,
+        _L,
+        _L,
+        _I,
+        _P,
+    ]
+    lib.mk_qgemm_requant.restype = _I
+    lib.mk_qim2col.argtypes = [_P, _P, _I, _L, _P]
+    lib.mk_qim2col.restype = None
+    return lib
+
+
+_LIB: Any = _load()
+MAX_K: int = int(_LIB.mk_qgemm_max_k()) if _LIB is not None else 0
+
+
+def available(k: int) -> bool:
+    """The integer GEMM can run sums of k products."""
+    return _LIB is not None and 1 <= k <= MAX_K
+
+
+def row_stride(k: int) -> int:
+    """The bytes per input row the kernel reads for sums of k products: k rounded up to a multiple of 4."""
+    return -(-k // 4) * 4
+
+
+def _wrap32(v: np.ndarray) -> np.ndarray:
+    """int64 values modulo 2^32 as int32 (the C side sums modulo 2^32)."""
+    return ((v + 2**31) % 2**32 - 2**31).astype(np.int32)
+
+
+class QWeights:
+    """Constant centred weights [K, N] (w - zp_w, integers) as packed s8 w' with zero point zw, and the
+    column terms of an input with zero point `input_zp` (raw; `input_signed`: int8 input)."""
+
+    __slots__ = ("k", "n", "zw", "panels", "panels_ptr", "colc", "colc_ptr", "signed")
+
+    def __init__(self, centred: np.ndarray, input_zp: int, input_signed: bool) -> None:
+        c = np.asarray(centred)
+        k, n = c.shape
+        ci = c.astype(np.int64)
+        if not np.array_equal(ci, c):
+            raise ValueError("centred weights must be integers")
+        lo, hi = (int(ci.min()), int(ci.max())) if ci.size else (0, 0)
+        if hi - lo > 255:
+            raise ValueError("centred weights span more than 8 bits")
+        zw = 0 if lo >= -128 and hi <= 127 else -128 - lo
+        w8 = np.ascontiguousarray(ci + zw, dtype=np.int8)  # w' = centred + zw in [-128, 127]
+        self.k, self.n, self.zw, self.signed = k, n, zw, int(input_signed)
+        self.panels: np.ndarray = np.zeros((-(-n // PANEL), -(-k // 4) * 64), dtype=np.int8)
+        self.panels_ptr = self.panels.ctypes.data
+        if w8.size:
+            _LIB.mk_qgemm_pack(w8.ctypes.data, k, n, self.panels_ptr)
+        zx = input_zp + (128 if input_signed else 0)
+        colsum = (ci + zw).sum(axis=0)
+        self.colc: np.ndarray = _wrap32(-zx * colsum + k * zx * zw)
+        self.colc_ptr = self.colc.ctypes.data
+
+
+def gemm_requant(a_ptr: int, lda: int, rows: int, w: QWeights, rq: Any, y_ptr: int) -> None:
+    """y = requantize((a - zp_x) @ centred + bias) for 8-bit a [rows, lda] (the first K bytes of each
+    row; lda >= row_stride(K)), `rq` a _fast.Requant."""
+    status = _LIB.mk_qgemm_requant(
+        a_ptr, lda, w.signed, w.panels_ptr, w.colc_ptr, w.zw, rows, w.n, w.k, rq.bias.ptr, rq.mult.ptr,
+        rq.left.ptr, rq.right.ptr, rq.zp, rq.lo, rq.hi, rq.signed, y_ptr,
+    )  # fmt: skip
+    if status == -1:
+        raise MemoryError("compiled kernel could not allocate its requantization tables")
+    if status != 0:
+        raise RuntimeError(f"integer GEMM refused K={w.k}")
+
+
+def im2col(x_ptr: int, geom_ptr: int, pad: int, lda: int, cols_ptr: int) -> None:
+    """The byte patch matrix of 8-bit x (`pad`, the input's raw zero point, in the padding)."""
+    _LIB.mk_qim2col(x_ptr, geom_ptr, pad & 0xFF, lda, cols_ptr)
