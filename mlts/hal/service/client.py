@@ -96,16 +96,18 @@ class Client:
         cProfile and writes its statistics to PREFIX.PID.KEY when the client hangs up.
         """
         prefix = os.environ.get("MLTS_SERVICE_PROFILE")
-        if not prefix:
-            self._serve()
-            return
-        profile = cProfile.Profile()
-        profile.enable()
-        try:
-            self._serve()
-        finally:
-            profile.disable()
-            profile.dump_stats(f"{prefix}.{os.getpid()}.{self.key}")
+        # Everything this thread runs (checks, inline executions) acts for this client.
+        with qos.serving_client(self.key):
+            if not prefix:
+                self._serve()
+                return
+            profile = cProfile.Profile()
+            profile.enable()
+            try:
+                self._serve()
+            finally:
+                profile.disable()
+                profile.dump_stats(f"{prefix}.{os.getpid()}.{self.key}")
 
     def _serve(self) -> None:
         if not self.conn.send(self.host.hello()):
