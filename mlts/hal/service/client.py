@@ -63,6 +63,8 @@ class Call:
         return self.fds[index]
 
     def close_untaken(self) -> None:
+        if not self.fds:
+            return
         wire.close_fds([fd for i, fd in enumerate(self.fds) if i not in self.taken])
 
 
