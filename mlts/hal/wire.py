@@ -332,7 +332,6 @@ def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
     """
     fds: list[int] = []
     try:
-        head = bytearray()
         truncated_fds = False
         if wait is not None:
             wait(False)
@@ -351,7 +350,7 @@ def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
                     fatal=True,
                 )
             raise ConnectionClosed()
-        head += data
+        head: bytes | bytearray = data if len(data) == FIXED_HEADER.size else bytearray(data)
         while len(head) < FIXED_HEADER.size:
             if wait is not None:
                 wait(bool(head) or bool(fds))
