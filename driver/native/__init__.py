@@ -10,6 +10,8 @@ else OMP_NUM_THREADS, else OPENBLAS_NUM_THREADS (what the runtime sets for a dri
 with a thread count), else the CPUs this process may use. An idle pool thread spins for
 MLTS_DRIVER_SPIN_US microseconds (default 100: about the gap between two operations of a model)
 before it sleeps, so consecutive operations hand out work without a wake-up; 0 sleeps at once.
+Operations from about 50 us of work wake sleeping workers; shorter ones down to 1/2**MLTS_DRIVER_SPLIT
+of that (default 3: about 6 us) are split over workers already spinning only.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ _SIGNATURES: dict[str, list] = {
     "mk_set_sgemm": [_P, _I],
     "mk_set_spin": [_I],
     "mk_pool_backoffs": [],
+    "mk_pool_stats": [_P],
+    "mk_set_split": [_I],
+    "mk_split": [],
     "mk_pack_b_f32": [_P, _L, _L, _P],
     "mk_gemm_packed_bias_act_f32": [_P, _P, _P, _L, _L, _L, _P, _F, _F],
     "mk_gemm_packed_requant_f32": [_P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
@@ -71,7 +76,7 @@ _RETURNS_STATUS = frozenset(
 
 DEFAULT_SPIN_US = 100
 
-_RESTYPES = {"mk_pool_backoffs": ctypes.c_int64}
+_RESTYPES = {"mk_pool_backoffs": ctypes.c_int64, "mk_pool_stats": ctypes.c_int, "mk_split": ctypes.c_int}
 
 # NumPy's bundled OpenBLAS (numpy.libs) names its symbols with a prefix and suffix; a system BLAS does not.
 _SGEMM_NAMES = (
@@ -101,6 +106,11 @@ def _thread_count() -> int:
 def _spin_us() -> int:
     value = os.environ.get("MLTS_DRIVER_SPIN_US", "").strip()
     return int(value) if value.isdigit() else DEFAULT_SPIN_US
+
+
+def _split_shift() -> int | None:
+    value = os.environ.get("MLTS_DRIVER_SPLIT", "").strip()
+    return int(value) if value.isdigit() else None
 
 
 def _library_path() -> Path | None:
@@ -136,6 +146,9 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         fn.restype = _RESTYPES.get(name, ctypes.c_int if name in _RETURNS_STATUS else None)
     lib.mk_set_threads(_thread_count())
     lib.mk_set_spin(_spin_us())
+    split = _split_shift()
+    if split is not None:
+        lib.mk_set_split(split)
     _adopt_blas(lib)
     return lib, ""
 
@@ -191,6 +204,29 @@ def pool_backoffs() -> int:
     return int(LIB.mk_pool_backoffs()) if LIB is not None else 0
 
 
+#: What mk_pool_stats counts, in its order.
+POOL_STATS = ("jobs", "worker_tasks", "wakes", "wait_ns", "preempted", "crowded")
+
+
+def pool_stats() -> dict[str, int]:
+    """The kernels' pool counters since the process started: jobs handed to the pool, tasks its
+    workers ran, wake-ups of sleeping workers, nanoseconds callers waited for a worker's task, and
+    times a spinning worker found itself descheduled or the machine crowded (more threads running
+    than CPUs) (empty without the compiled kernels)."""
+    if LIB is None:
+        return {}
+    buf = (ctypes.c_int64 * 8)()
+    count = int(LIB.mk_pool_stats(ctypes.addressof(buf)))
+    return {name: int(buf[i]) for i, name in enumerate(POOL_STATS[:count])}
+
+
+def set_split(shift: int) -> None:
+    """Split operations from 2**-shift of the work that wakes sleeping workers (default 3), over
+    spinning workers only; 0: only work that may wake them is split."""
+    if LIB is not None:
+        LIB.mk_set_split(int(shift))
+
+
 def set_threads(n: int) -> None:
     if LIB is not None:
         LIB.mk_set_threads(int(n))
@@ -200,7 +236,7 @@ def describe() -> str:
     """One line for logs and benchmark headers."""
     if LIB is None:
         return f"NumPy kernels ({WHY_NOT})"
-    pool = f"own thread pool (idle spin {LIB.mk_spin()} us)"
+    pool = f"own thread pool (idle spin {LIB.mk_spin()} us, split shift {LIB.mk_split()})"
     gemm = "GEMM on the same threads" if has_gemm() else "GEMM by np.matmul"
     return f"compiled kernels, {threads()} thread(s), {pool}, {gemm}"
 

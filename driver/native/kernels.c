@@ -1,15 +1,16 @@
 /* Compiled inner loops of the sample driver, called through ctypes (driver/native/__init__.py).
  *
  * Plain C over raw pointers: no Python API, so the GIL is released for the whole call and two
- * executions can run kernels at the same time. Work is split over OpenMP threads by output rows
- * when an operation is large enough to pay for the wake-up; every thread writes a disjoint slice
- * of the output, so results do not depend on the thread count.
+ * executions can run kernels at the same time. Work is split over the kernels' own threads by
+ * output rows when an operation is large enough to pay for the hand-off; every thread writes a
+ * disjoint slice of the output, so results do not depend on the thread count.
  *
  * Layouts are NHWC. Quantized arithmetic repeats driver/ops/_quant.py's int64 formulas exactly
  * (built with -fwrapv: int64 overflow wraps as NumPy's does), so results are bit-identical to the
  * NumPy path.
  */
 
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
@@ -28,12 +29,20 @@
 
 static int g_threads = 1;
 
-/* Work (elements) below which an operation stays on the calling thread, about 50 us of it. The caller
- * starts on the tasks at once and a worker joins when it is up (about a microsecond when it spins,
- * tens when it sleeps), so shorter jobs would pay on a quiet machine; on a busy one every job handed
- * to a worker risks waiting for it (measured: MobileNet 0.25 twice as slow on two threads as on one
- * with jobs from 10 us), so only work that a second core clearly shortens is split. */
+/* Work (elements) from which an operation wakes sleeping workers, about 50 us of it: a worker joins
+ * a job about a microsecond after it is published when it spins, tens when it sleeps, and on a busy
+ * machine (where idle workers sleep at once, see PREEMPTED_NS) a woken worker only competes for the
+ * caller's core (measured: MobileNet 0.25 twice as slow on two threads as on one when every job from
+ * 10 us woke one). Work from PARALLEL_WORK >> g_split (about 6 us) is split too, but only over workers
+ * that are already spinning (a model's operations follow each other within the spin window). */
 #define PARALLEL_WORK (1 << 18)
+#define DEFAULT_SPLIT 3
+static int g_split = DEFAULT_SPLIT;
+
+/* Jobs below base >> shift of work stay on the calling thread (0: only jobs that may wake workers). */
+void mk_set_split(int shift) { g_split = shift < 0 ? 0 : (shift > 12 ? 12 : shift); }
+
+int mk_split(void) { return g_split; }
 
 /* Channel count limit of mk_depthwise_q8 (its per-thread accumulators live on the stack). */
 #define MAX_DW_CHANNELS 4096
@@ -54,10 +63,6 @@ int mk_threads(void) { return g_threads; }
 /* The kernels' threads are their own pool (below), not OpenMP's. */
 int mk_openmp(void) { return 0; }
 
-static inline int nthreads_for(int64_t work, int64_t rows) {
-    if (g_threads <= 1 || work < PARALLEL_WORK || rows < 2) return 1;
-    return rows < g_threads ? (int)rows : g_threads;
-}
 
 /* ------------------------------------------------------------ the kernels' thread pool
  *
@@ -111,6 +116,17 @@ static _Atomic int64_t g_nospin_until = 0;
 #define BACKOFF_NS 100000000
 static _Atomic int64_t g_backoff_until = 0;
 static _Atomic int64_t g_backoffs = 0;
+/* Counters of the pool since the process started (mk_pool_stats): jobs handed to the pool, tasks
+ * workers ran, futex wake-ups of sleeping workers, nanoseconds callers waited for workers' tasks,
+ * times a spinning worker found itself descheduled, times the machine was found crowded. */
+enum { ST_JOBS, ST_WORKER_TASKS, ST_WAKES, ST_WAIT_NS, ST_PREEMPTED, ST_CROWDED, ST_COUNT };
+static _Atomic int64_t g_stat[ST_COUNT];
+
+/* Copies the ST_COUNT counters into out; returns ST_COUNT. */
+int mk_pool_stats(int64_t *out) {
+    for (int i = 0; i < ST_COUNT; i++) out[i] = atomic_load_explicit(&g_stat[i], memory_order_relaxed);
+    return ST_COUNT;
+}
 
 /* How many times the pool fell back to the caller's thread alone (see STALL_NS). */
 int64_t mk_pool_backoffs(void) { return atomic_load(&g_backoffs); }
@@ -153,18 +169,57 @@ static int64_t pool_run(uint32_t gen) {
     }
 }
 
+/* The machine is crowded when more threads are running than there are CPUs (the kernel's count of
+ * running threads in /proc/loadavg, which includes the reader): a spinning worker would then take a
+ * core from a thread with work. Looked at no more than every CROWD_CHECK_NS; idle workers then sleep
+ * at once until the next look. */
+#define CROWD_CHECK_NS 10000000
+static _Atomic int64_t g_crowd_checked = 0;
+
+static void check_crowd(int64_t t) {
+    int64_t last = atomic_load_explicit(&g_crowd_checked, memory_order_relaxed);
+    if (t - last < CROWD_CHECK_NS ||
+        !atomic_compare_exchange_strong_explicit(&g_crowd_checked, &last, t, memory_order_relaxed,
+                                                 memory_order_relaxed))
+        return;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    char buf[128];
+    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return;
+    buf[n] = 0;
+    /* "0.52 0.58 0.59 3/271 1234": the fourth field is running/total. */
+    const char *p = buf;
+    for (int field = 0; field < 3 && p; field++) {
+        p = strchr(p, ' ');
+        if (p) p++;
+    }
+    if (!p) return;
+    long running = strtol(p, NULL, 10);
+    if (cpus > 0 && running > cpus) {
+        atomic_store_explicit(&g_nospin_until, t + CROWD_CHECK_NS, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g_stat[ST_CROWDED], 1, memory_order_relaxed);
+    }
+}
+
 static void *pool_worker(void *arg) {
     int id = (int)(intptr_t)arg;
     uint32_t seen = atomic_load(&g_pool.gen);
     for (;;) {
         int64_t start = now_ns(), last = start;
+        check_crowd(start);
         uint32_t g;
         unsigned spins = 0;
         while ((g = atomic_load_explicit(&g_pool.gen, memory_order_acquire)) == seen) {
             cpu_relax();
             if ((++spins & 127) != 0) continue;
             int64_t t = now_ns();
-            if (t - last >= PREEMPTED_NS) atomic_store_explicit(&g_nospin_until, t + NOSPIN_NS, memory_order_relaxed);
+            if (t - last >= PREEMPTED_NS) {
+                atomic_store_explicit(&g_nospin_until, t + NOSPIN_NS, memory_order_relaxed);
+                atomic_fetch_add_explicit(&g_stat[ST_PREEMPTED], 1, memory_order_relaxed);
+            }
             last = t;
             int64_t window = atomic_load_explicit(&g_spin_ns, memory_order_relaxed);
             if (t < atomic_load_explicit(&g_nospin_until, memory_order_relaxed)) window = 0;
@@ -176,7 +231,8 @@ static void *pool_worker(void *arg) {
             }
         }
         seen = g;
-        if (id < atomic_load_explicit(&g_pool.helpers, memory_order_relaxed)) pool_run(g);
+        if (id < atomic_load_explicit(&g_pool.helpers, memory_order_relaxed))
+            atomic_fetch_add_explicit(&g_stat[ST_WORKER_TASKS], pool_run(g), memory_order_relaxed);
     }
     return NULL;
 }
@@ -203,7 +259,7 @@ static int pool_start(int n) {
 /* fn(ctx, t) for t in [0, ntasks) on up to nt threads (the caller's included). Results must not
  * depend on which thread runs a task. A second caller while the pool is in use (two executions at
  * once) runs its tasks on its own thread. */
-static void parallel_for(int nt, int64_t ntasks, task_fn fn, void *ctx) {
+static void parallel_for_job(int nt, int64_t ntasks, task_fn fn, void *ctx, int wake) {
     if (nt > ntasks) nt = (int)ntasks;
     int helpers = nt - 1;
     int64_t backoff = atomic_load_explicit(&g_backoff_until, memory_order_relaxed);
@@ -211,6 +267,13 @@ static void parallel_for(int nt, int64_t ntasks, task_fn fn, void *ctx) {
     if (helpers > 0 && ntasks < (int64_t)CLOSED && !atomic_flag_test_and_set(&g_pool.busy)) {
         int have = pool_start(helpers);
         if (have < helpers) helpers = have;
+        if (!wake) {
+            /* A short job goes only to workers already spinning: waking one costs the caller a
+             * system call and the worker tens of microseconds, and on a busy machine (where the
+             * idle workers sleep at once) it would only compete for the caller's core. */
+            int awake = have - atomic_load(&g_pool.sleepers);
+            if (awake < helpers) helpers = awake;
+        }
         if (helpers > 0) {
             uint32_t gen = atomic_load_explicit(&g_pool.gen, memory_order_relaxed) + 1;
             atomic_store_explicit(&g_pool.fn, fn, memory_order_release);
@@ -220,13 +283,16 @@ static void parallel_for(int nt, int64_t ntasks, task_fn fn, void *ctx) {
             atomic_store_explicit(&g_pool.done, 0, memory_order_relaxed);
             atomic_store_explicit(&g_pool.state, (uint64_t)gen << 32, memory_order_release);
             atomic_store(&g_pool.gen, gen);
-            if (atomic_load(&g_pool.sleepers) > 0)
+            atomic_fetch_add_explicit(&g_stat[ST_JOBS], 1, memory_order_relaxed);
+            if (atomic_load(&g_pool.sleepers) > 0) {
+                atomic_fetch_add_explicit(&g_stat[ST_WAKES], 1, memory_order_relaxed);
                 syscall(SYS_futex, &g_pool.gen, FUTEX_WAKE_PRIVATE, helpers, NULL, NULL, 0);
+            }
             int64_t t0 = now_ns();
             int64_t ran = pool_run(gen);
             /* Only tasks a worker claimed remain; a descheduled worker gets the CPU back soonest
              * if we yield ours. */
-            int64_t t1 = 0;
+            int64_t t1 = 0, tw = now_ns();  /* tw: counted as waiting from here */
             for (unsigned spins = 0; atomic_load_explicit(&g_pool.done, memory_order_acquire) < ntasks; spins++) {
                 if (spins < 4096) {
                     cpu_relax();
@@ -235,6 +301,7 @@ static void parallel_for(int nt, int64_t ntasks, task_fn fn, void *ctx) {
                 if (!t1) t1 = now_ns();
                 sched_yield();
             }
+            atomic_fetch_add_explicit(&g_stat[ST_WAIT_NS], now_ns() - tw, memory_order_relaxed);
             if (t1) {
                 /* A stall: a wait of STALL_NS and of four of this caller's tasks (a worker's
                  * task of normal length ends sooner). */
@@ -251,6 +318,15 @@ static void parallel_for(int nt, int64_t ntasks, task_fn fn, void *ctx) {
         atomic_flag_clear(&g_pool.busy);
     }
     for (int64_t t = 0; t < ntasks; t++) fn(ctx, t);
+}
+
+static void parallel_for(int nt, int64_t ntasks, task_fn fn, void *ctx) { parallel_for_job(nt, ntasks, fn, ctx, 1); }
+
+/* fn(ctx, t) for t in [0, rows) over the kernels' threads when `work` (elements or multiply-adds)
+ * reaches base >> g_split; workers are woken for it only from `base`. */
+static void parallel_rows(int64_t work, int64_t base, int64_t rows, task_fn fn, void *ctx) {
+    int nt = g_threads <= 1 || work < (base >> g_split) || rows < 2 ? 1 : (rows < g_threads ? (int)rows : g_threads);
+    parallel_for_job(nt, rows, fn, ctx, work >= base);
 }
 
 static inline float clampf(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
@@ -343,7 +419,7 @@ static void sgemm_block(const float *a, const float *b, float *c, int64_t n, int
     epilogue_block(c, n, r0, r1, c0, c1, e);
 }
 
-/* Multiply-adds below which a GEMM stays on one thread (about 40 us of it). */
+/* Multiply-adds from which a GEMM wakes sleeping workers (about 40 us of it; see PARALLEL_WORK). */
 #define PARALLEL_GEMM (1 << 22)
 
 /* GEMMs with few terms per output (K <= SMALL_K: the expansion layers of MobileNet v2, a first
@@ -585,7 +661,7 @@ static void gemm_smallk(const float *a, const float *b, float *c, int64_t m, int
     const int64_t rows = 60; /* rows per chunk of work: ten blocks of six */
     int64_t row_chunks = (m + rows - 1) / rows;
     int nt = g_threads;
-    if (nt <= 1 || m * n * k < PARALLEL_GEMM) nt = 1;
+    if (nt <= 1 || m * n * k < (PARALLEL_GEMM >> g_split)) nt = 1;
     /* Columns in chunks too (multiples of 16) when there are fewer row chunks than work for the
      * threads, and so that a chunk of B (k x width) stays in L2. */
     int64_t width = n;
@@ -593,7 +669,7 @@ static void gemm_smallk(const float *a, const float *b, float *c, int64_t m, int
         width = ((width / 2) + 15) / 16 * 16;
     int64_t col_chunks = (n + width - 1) / width;
     smallk_job job = {a, b, c, m, n, k, rows, width, row_chunks, col_chunks, e};
-    parallel_for(nt, row_chunks * col_chunks, smallk_task, &job);
+    parallel_for_job(nt, row_chunks * col_chunks, smallk_task, &job, m * n * k >= PARALLEL_GEMM);
 }
 
 typedef struct {
@@ -658,7 +734,7 @@ static int gemm_epilogue(const float *a, const float *b, float *c, int64_t m, in
     if (!g_sgemm) return -1;
     if (g_sgemm_ilp64 == 0 && (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)) return -1;
     int nt = g_threads;
-    if (nt <= 1 || m * n * k < PARALLEL_GEMM) {
+    if (nt <= 1 || m * n * k < (PARALLEL_GEMM >> g_split)) {
         /* Rows in chunks whose part of c stays in cache until the epilogue reads it (with or without
          * an epilogue, so that both give the same bits). */
         int64_t per = m;
@@ -679,7 +755,7 @@ static int gemm_epilogue(const float *a, const float *b, float *c, int64_t m, in
     if (!by_rows) per = (per + 15) / 16 * 16;
     blocks = (extent + per - 1) / per;
     sgemm_job job = {a, b, c, n, k, per, extent, m, by_rows, e};
-    parallel_for(nt, blocks, sgemm_task, &job);
+    parallel_for_job(nt, blocks, sgemm_task, &job, m * n * k >= PARALLEL_GEMM);
     return 0;
 }
 
@@ -831,7 +907,7 @@ static void packed_task(void *ctx, int64_t t) {
     gemm_packed_block(a, j->bp, j->c + r0 * j->n, j->n, j->k, 0, r1 - r0, g0, g1, &part);
 }
 
-/* Multiply-adds below which a GEMM on packed weights stays on one thread (about 40 us of it). */
+/* Multiply-adds from which a GEMM on packed weights wakes sleeping workers (about 40 us of it). */
 #define PARALLEL_PACKED_GEMM (1 << 22)
 
 /* Bytes of packed B one task multiplies (its panels stay in L2 while the task's rows stream by). */
@@ -845,7 +921,7 @@ static int gemm_packed_x(const float *a, const void *x8, int is_signed, int zp, 
     int64_t panels = (n + PANEL - 1) / PANEL;
     if (m <= 0 || panels <= 0) return 0;
     int nt = g_threads;
-    if (nt <= 1 || m * n * k < PARALLEL_PACKED_GEMM) nt = 1;
+    if (nt <= 1 || m * n * k < (PARALLEL_PACKED_GEMM >> g_split)) nt = 1;
     /* Chunks of at most 60 rows, of equal size in blocks of six. */
     int64_t row_chunks = (m + 59) / 60;
     int64_t rows = ((m + row_chunks - 1) / row_chunks + 5) / 6 * 6;
@@ -855,7 +931,7 @@ static int gemm_packed_x(const float *a, const void *x8, int is_signed, int zp, 
         group = (group + 1) / 2;
     int64_t groups = (panels + group - 1) / group;
     packed_job job = {a, bp, c, m, n, k, rows, row_chunks, group, panels, e, x8, is_signed, zp, 0};
-    parallel_for(nt, row_chunks * groups, packed_task, &job);
+    parallel_for_job(nt, row_chunks * groups, packed_task, &job, m * n * k >= PARALLEL_PACKED_GEMM);
     return atomic_load(&job.failed) ? -1 : 0;
 }
 
@@ -1023,7 +1099,7 @@ int mk_requant_f32(const float *acc, int64_t rows, int cout, const int64_t *bias
     requant_t q = REQUANT_INIT(bias, mult, left, right, zp, lo, hi, is_signed);
     if (!requant_init(&q, cout)) return -1;
     requant_job job = {acc, cout, &q, out};
-    parallel_for(nthreads_for(rows * cout, rows), rows, requant_task, &job);
+    parallel_rows(rows * cout, PARALLEL_WORK, rows, requant_task, &job);
     requant_free(&q);
     return 0;
 }
@@ -1097,7 +1173,7 @@ static void bias_act_task(void *ctx, int64_t r) {
 /* y[r, c] = clamp(y[r, c] + bias[c], lo, hi) in place. */
 void mk_bias_act_f32(float *y, int64_t rows, int cout, const float *bias, float lo, float hi) {
     bias_act_job job = {y, cout, bias, lo, hi};
-    parallel_for(nthreads_for(rows * cout, rows), rows, bias_act_task, &job);
+    parallel_rows(rows * cout, PARALLEL_WORK, rows, bias_act_task, &job);
 }
 
 typedef struct {
@@ -1160,7 +1236,7 @@ void mk_im2col_f32(const float *x, GEOM_ARGS, float *cols) {
     geom_t g = GEOM_INIT;
     int64_t rows = (int64_t)g.n * g.oh, k = (int64_t)g.kh * g.kw * g.c;
     im2col_job job = {x, g, 0, 0, cols};
-    parallel_for(nthreads_for(rows * g.ow * k, rows), rows, im2col_f32_task, &job);
+    parallel_rows(rows * g.ow * k, PARALLEL_WORK, rows, im2col_f32_task, &job);
 }
 
 /* Row r of the patch matrix of 8-bit x minus its zero point, as float32 (padding is 0 = the zero point). */
@@ -1218,7 +1294,7 @@ void mk_im2col_q8(const void *xv, int is_signed, int zp, GEOM_ARGS, float *cols)
     geom_t g = GEOM_INIT;
     int64_t rows = (int64_t)g.n * g.oh, k = (int64_t)g.kh * g.kw * g.c;
     im2col_job job = {xv, g, is_signed, zp, cols};
-    parallel_for(nthreads_for(rows * g.ow * k, rows), rows, im2col_q8_task, &job);
+    parallel_rows(rows * g.ow * k, PARALLEL_WORK, rows, im2col_q8_task, &job);
 }
 
 typedef struct {
@@ -1246,7 +1322,7 @@ static void center_task(void *ctx, int64_t ch) {
 void mk_center_q8(const void *xv, int is_signed, int zp, int64_t count, float *out) {
     int64_t chunks = (count + 4095) / 4096;
     center_job job = {xv, is_signed, zp, count, out};
-    parallel_for(nthreads_for(count, chunks), chunks, center_task, &job);
+    parallel_rows(count, PARALLEL_WORK, chunks, center_task, &job);
 }
 
 /* ------------------------------------------------------------ depthwise convolution */
@@ -1395,7 +1471,7 @@ static inline void dw_inside4_f32(const float *corner, int64_t step, const int64
     }
 }
 
-/* Depthwise work (multiply-adds) below which it stays on the calling thread, about 70 us of it: a
+/* Depthwise work (multiply-adds) from which it wakes sleeping workers, about 70 us of it: a
  * depthwise multiply-add costs several GEMM ones (one output per few taps, no reuse of a register
  * block). */
 #define DW_PARALLEL_WORK (1 << 19)
@@ -1528,8 +1604,7 @@ void mk_depthwise_f32(const float *x, GEOM_ARGS, int m, const float *wt, const f
         d.ox_hi = d.ox_lo;
         while (d.ox_hi < g.ow && d.ox_hi * g.sw - g.pl + (g.kw - 1) * g.dw < g.w) d.ox_hi++;
     }
-    int nt = work < DW_PARALLEL_WORK || rows < 2 ? 1 : (rows < g_threads ? (int)rows : g_threads);
-    parallel_for(nt, rows, dw_f32_task, &d);
+    parallel_rows(work, DW_PARALLEL_WORK, rows, dw_f32_task, &d);
 }
 
 static void dw_q8_task(void *ctx, int64_t r) {
@@ -1607,8 +1682,7 @@ int mk_depthwise_q8(const void *xv, int is_signed, int zp_x, GEOM_ARGS, int m, c
     }
     d.zeros = zeros;
     int64_t rows = (int64_t)g.n * g.oh, work = rows * g.ow * cout * g.kh * g.kw;
-    int nt = work < DW_PARALLEL_WORK || rows < 2 ? 1 : (rows < g_threads ? (int)rows : g_threads);
-    parallel_for(nt, rows, dw_q8_task, &d);
+    parallel_rows(work, DW_PARALLEL_WORK, rows, dw_q8_task, &d);
     free(zeros);
     requant_free(&q);
     return 0;

@@ -267,3 +267,50 @@ def test_idle_workers_stop_spinning():
     before = time.process_time()
     time.sleep(0.3)
     assert time.process_time() - before < 0.05
+
+
+@needs_native
+def test_short_jobs_split_over_spinning_workers_give_the_same_bits(rng):
+    """With every job split (shift 12) and the workers kept spinning, small depthwise, patch and
+    quantized GEMM calls give the results of one thread at two and three threads; the pool's
+    counters count the jobs handed to it."""
+    x = rand(rng, 1, 14, 14, 32, lo=-2, hi=2)
+    wt, bias = rand(rng, 3, 3, 32), rand(rng, 32)
+    g = np.array([1, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1, 1, 14, 14], np.int32)
+    a = rand(rng, 30, 40)
+    w = _fast.GemmWeights(rand(rng, 40, 24))
+    bias_n = rand(rng, 24)
+
+    def run() -> list[np.ndarray]:
+        out = []
+        for _ in range(20):
+            y = np.empty((1, 14, 14, 32), np.float32)
+            native.LIB.mk_depthwise_f32(
+                x.ctypes.data, g.ctypes.data, 1, wt.ctypes.data, bias.ctypes.data, 0.0, 6.0, y.ctypes.data
+            )
+            cols = np.empty((14 * 14, 9 * 32), np.float32)
+            native.LIB.mk_im2col_f32(x.ctypes.data, g.ctypes.data, cols.ctypes.data)
+            out += [y, cols, _packed_gemm(a, w, bias_n, -1.0, 1.0)]
+        return out
+
+    spin = native.LIB.mk_spin()
+    before = native.pool_stats()
+    assert set(before) == set(native.POOL_STATS) and min(before.values()) >= 0
+    backoffs = native.pool_backoffs()
+    one = _with_threads(1, run)
+    native.LIB.mk_set_spin(100_000)
+    native.set_split(12)
+    try:
+        big = np.ones((196, 256), np.float32)
+        wbig = _fast.GemmWeights(np.ones((256, 256), np.float32))
+        for threads in (2, 3):
+            _with_threads(threads, lambda: _packed_gemm(big, wbig, np.zeros(256, np.float32), -1.0, 1.0))
+            for got, want in zip(_with_threads(threads, run), one, strict=True):
+                np.testing.assert_array_equal(got, want)
+    finally:
+        native.set_split(3)
+        native.LIB.mk_set_spin(spin)
+    after = native.pool_stats()
+    assert all(after[k] >= before[k] for k in before)
+    # The large GEMM wakes the workers (unless a stalled worker turned splitting off for a while).
+    assert after["jobs"] > before["jobs"] or native.pool_backoffs() > backoffs
