@@ -332,8 +332,25 @@ def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
     """
     fds: list[int] = []
     try:
-        head = bytearray()
         truncated_fds = False
+        if wait is not None:
+            wait(False)
+        # The usual case: the whole fixed header in the first read (fds, if any, come with it).
+        try:
+            data, ancdata, flags, _ = sock.recvmsg(FIXED_HEADER.size, _ANC_BUFSIZE)
+        except ConnectionResetError:
+            data, ancdata, flags = b"", [], 0
+        if ancdata:
+            fds.extend(_fds_of(ancdata))
+            truncated_fds = bool(flags & _MSG_CTRUNC)
+        if not data:
+            if fds:
+                raise WireError(
+                    f"truncated frame: connection closed after 0 of {FIXED_HEADER.size} fixed-header bytes",
+                    fatal=True,
+                )
+            raise ConnectionClosed()
+        head: bytes | bytearray = data if len(data) == FIXED_HEADER.size else bytearray(data)
         while len(head) < FIXED_HEADER.size:
             if wait is not None:
                 wait(bool(head) or bool(fds))

@@ -74,7 +74,9 @@ class ServiceConnection:
         self._readable = wire.Readable(self.sock)
         #: Held while a call's frame is built and sent, so pool-cache ids reach the service in order.
         self.send_lock = threading.RLock()
-        self._cond = threading.Condition()
+        # Entered directly (one C call) wherever the condition is not waited on; the same lock.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         # Threads waiting on `_cond`: with none (a lone caller), nobody needs notifying.
         self._waiters = 0
         self._reading = False
@@ -107,7 +109,7 @@ class ServiceConnection:
         """
         with self.send_lock:
             self.check_usable()
-            with self._cond:
+            with self._lock:
                 msg_id = self._next_id
                 self._next_id += 1
                 slot = Slot(msg_id, method, on_notify)
@@ -143,7 +145,7 @@ class ServiceConnection:
         """Send the compact call `body(call_id)` (protocol 1.4); None when the ids no longer fit in
         its 32 bits (the caller then sends a JSON call). Call with `send_lock` held."""
         self.check_usable()
-        with self._cond:
+        with self._lock:
             msg_id = self._next_id
             if msg_id > compact_calls.MAX_U32:
                 return None
@@ -164,7 +166,7 @@ class ServiceConnection:
         return slot
 
     def _forget(self, slot: Slot) -> None:
-        with self._cond:
+        with self._lock:
             self._slots.pop(slot.id, None)
 
     # ------------------------------------------------------------ waiting
@@ -201,7 +203,7 @@ class ServiceConnection:
     def pump(self, done: Callable[[], bool], deadline: float | None, method: str) -> None:
         """Return once `done()`; read the socket meanwhile when no other thread does. _Timeout at `deadline`."""
         while True:
-            with self._cond:
+            with self._lock:
                 while True:
                     if done():
                         return
@@ -221,7 +223,7 @@ class ServiceConnection:
             try:
                 self._read_until(done, deadline, method)
             finally:
-                with self._cond:
+                with self._lock:
                     self._reading = False
                     if self._waiters:
                         self._cond.notify_all()
@@ -232,7 +234,7 @@ class ServiceConnection:
 
         def wait(partial: bool) -> None:
             # Half a frame is never abandoned (the stream would be out of step); the service sends whole frames.
-            frame_limit = time.monotonic() + _PARTIAL_FRAME_S
+            frame_limit = time.monotonic() + _PARTIAL_FRAME_S if partial else 0.0
             while True:
                 now = time.monotonic()
                 if partial and now >= frame_limit:
@@ -270,7 +272,7 @@ class ServiceConnection:
             message = self._compact_message(frame.compact)
         kind = message.get("kind")
         msg_id = message.get("id")
-        with self._cond:
+        with self._lock:
             slot = self._slots.get(msg_id) if type(msg_id) is int else None
             if kind == "reply" and slot is not None and slot.reply is None:
                 slot.reply, slot.fds = message, frame.fds
@@ -287,7 +289,7 @@ class ServiceConnection:
         if slot is not None:
             assert slot.on_notify is not None
             slot.on_notify(message, None)
-            with self._cond:
+            with self._lock:
                 slot.notified = True
                 if self._waiters:
                     self._cond.notify_all()
@@ -310,7 +312,7 @@ class ServiceConnection:
     def _fail(self, message: str) -> HalError:
         """Record the connection as unusable with `message`; fail every call in flight; return the error."""
         error = HalError(ErrorStatus.DEVICE_UNAVAILABLE, message)
-        with self._cond:
+        with self._lock:
             if self.dead is None:
                 self.dead = error
             slots = list(self._slots.values())

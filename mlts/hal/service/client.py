@@ -10,8 +10,10 @@ in any order.
 
 from __future__ import annotations
 
+import cProfile
 import itertools
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,6 +63,8 @@ class Call:
         return self.fds[index]
 
     def close_untaken(self) -> None:
+        if not self.fds:
+            return
         wire.close_fds([fd for i, fd in enumerate(self.fds) if i not in self.taken])
 
 
@@ -88,7 +92,26 @@ class Client:
     # ------------------------------------------------------------ serving
 
     def serve(self) -> None:
-        """Send the hello, then read and dispatch calls until the client hangs up."""
+        """Send the hello, then read and dispatch calls until the client hangs up.
+
+        With MLTS_SERVICE_PROFILE=PREFIX in the service's environment, the reader thread runs under
+        cProfile and writes its statistics to PREFIX.PID.KEY when the client hangs up.
+        """
+        prefix = os.environ.get("MLTS_SERVICE_PROFILE")
+        # Everything this thread runs (checks, inline executions) acts for this client.
+        with qos.serving_client(self.key):
+            if not prefix:
+                self._serve()
+                return
+            profile = cProfile.Profile()
+            profile.enable()
+            try:
+                self._serve()
+            finally:
+                profile.disable()
+                profile.dump_stats(f"{prefix}.{os.getpid()}.{self.key}")
+
+    def _serve(self) -> None:
         if not self.conn.send(self.host.hello()):
             return
         while True:

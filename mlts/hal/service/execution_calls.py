@@ -47,10 +47,19 @@ class Job:
 
     def run(self, deadline: int | None = None) -> ExecutionResult:
         # The driver tells clients apart by this key (priorities are relative to one client's models).
-        with qos.serving_client(self.client_key):
+        # The client's reader thread acts for it already (Client.serve): an inline run sets nothing.
+        if qos.current_client() == self.client_key:
             result = self.entry.prepared.executeSynchronously(
                 self.request, self.measure, self.deadline if deadline is None else deadline, self.loop_timeout
             )
+        else:
+            with qos.serving_client(self.client_key):
+                result = self.entry.prepared.executeSynchronously(
+                    self.request,
+                    self.measure,
+                    self.deadline if deadline is None else deadline,
+                    self.loop_timeout,
+                )
         if result.operation_times is not None and not self.request.measure_operations:
             result = replace(result, operation_times=None)  # a client that did not ask gets none
         return result

@@ -161,9 +161,21 @@ def execute_fenced(client: Client, call: Call) -> dict[str, Any]:
 
     def finish(fenced_ns: int | None, result: ExecutionResult | None, error: HalError | None) -> None:
         job.finish()
-        execution.complete(fenced_ns, result, error)
+        held = None
         if execution.announce is not None:
+            # The record leaves the table before the report is sent: a client that read the report
+            # (or saw the fence) and then names the execution finds it released. Its fence stays
+            # open until it has been signalled.
+            held = client.handles.peek(Kind.FENCED, number)
+            if held is not None:
+                try:
+                    held.acquire()
+                except HalError:
+                    held = None
             client.handles.remove(Kind.FENCED, number)
+        execution.complete(fenced_ns, result, error)
+        if held is not None:
+            held.release()
         client.end()
 
     def run(fenced_ns: int) -> None:

@@ -22,6 +22,7 @@ entries of a freed pool at once.
 from __future__ import annotations
 
 import threading
+from operator import is_
 from typing import Any
 
 from mlts.hal.types import Request
@@ -47,7 +48,7 @@ class RequestCache:
         """
         entries = self._entries  # replaced, never changed in place: safe to read without the lock
         for n, (d, p, request) in enumerate(entries):
-            if len(p) == len(pools) and all(a is b for a, b in zip(p, pools, strict=True)) and d == doc:
+            if len(p) == len(pools) and all(map(is_, p, pools)) and d == doc:
                 self.hits += 1
                 if n:
                     self._touch(n, entries)

@@ -51,6 +51,9 @@ class WorkerPool:
         self._extra_idle = 0  # idle extra threads not yet promised one of `_extra_works`
         self._seq = itertools.count()
         lock = threading.RLock()
+        # The condition's own lock, entered directly where nothing waits or notifies (one C call each,
+        # where entering the Condition goes through Python code).
+        self._lock = lock
         self._cond = threading.Condition(lock)
         self._extra_cond = threading.Condition(lock)
         self._busy = 0
@@ -170,14 +173,14 @@ class WorkerPool:
         Running work on the thread that received it saves two thread hand-offs; the slot keeps the
         number of works running at once within `workers`. Call `end_inline()` afterwards.
         """
-        with self._cond:
+        with self._lock:
             if self._stopping or self._queued or self._busy + self._inline >= self.workers:
                 return False
             self._inline += 1
             return True
 
     def end_inline(self) -> None:
-        with self._cond:
+        with self._lock:
             self._inline -= 1
             if self._queued:  # waking idle workers for nothing costs a GIL hand-off each
                 self._cond.notify()
