@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +14,8 @@ import pytest
 from onnx import helper
 
 from driver.ops import ArgInfo, kernel_for
-from mlts.hal.enums import OperandType, OperationType
+from mlts.hal.enums import ErrorStatus, OperandType, OperationType
+from mlts.hal.errors import HalError
 from mlts.hal.types import SymmPerChannelQuantParams
 
 U8 = OperandType.TENSOR_QUANT8_ASYMM
@@ -175,3 +177,37 @@ def max_unit_diff(a: np.ndarray, b: np.ndarray) -> int:
     """Largest difference in quantized units between two 8-bit tensors of the same shape."""
     assert a.shape == b.shape, f"shape {a.shape} != {b.shape}"
     return int(np.max(np.abs(a.astype(np.int32) - b.astype(np.int32)), initial=0))
+
+
+def ort_qdq(
+    op_type: str,
+    qins: Sequence[tuple[np.ndarray, float, int]],
+    out_q: tuple[float, int],
+    consts: dict[str, np.ndarray] | None = None,
+    **attrs,
+) -> np.ndarray:
+    """onnxruntime on DequantizeLinear(each input) -> op_type(..., consts) -> QuantizeLinear(out_q)."""
+    dtype = qins[0][0].dtype
+    nodes, feeds, init, names = [], {}, {}, []
+    for i, (v, s, z) in enumerate(qins):
+        feeds[f"x{i}"] = v
+        init[f"s{i}"], init[f"z{i}"] = np.array(s, np.float32), np.array(z, dtype)
+        nodes.append(helper.make_node("DequantizeLinear", [f"x{i}", f"s{i}", f"z{i}"], [f"f{i}"]))
+        names.append(f"f{i}")
+    for k, c in (consts or {}).items():
+        init[k] = c
+        names.append(k)
+    nodes.append(helper.make_node(op_type, names, ["r"], **attrs))
+    init["so"], init["zo"] = np.array(out_q[0], np.float32), np.array(out_q[1], dtype)
+    nodes.append(helper.make_node("QuantizeLinear", ["r", "so", "zo"], ["y"]))
+    return ort_run(ort_model(nodes, feeds, init, output_dtype=dtype), feeds)
+
+
+def rng_for(*key) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def expect_invalid(op: OperationType, inputs: list, outs: list, match: str) -> None:
+    with pytest.raises(HalError, match=match) as e:
+        qcall(op, inputs, outs)
+    assert e.value.status == ErrorStatus.INVALID_ARGUMENT
