@@ -38,10 +38,13 @@ from driver.operation_kernel import (  # noqa: F401  (the plan's public helpers,
     check_output,
     deadline_checkpoint,
     describe_args,
+    kernel_failed,
     no_kernel,
     op_name,
     operation_label,
+    output_count_error,
     prepare_operation,
+    relabel,
     type_name,
 )
 from driver.ops._base import PackedArrays, packing_step
@@ -400,17 +403,11 @@ class Plan:
                     results = step.run(args) if step.control is None else step.control(args, ctx)
                     op_times.append((step.index, time.perf_counter_ns() - t0))
             except HalError as e:
-                raise HalError(e.status, f"{step.label}: {e.message}", e.output_shapes) from None
+                raise relabel(step, e) from None
             except Exception as e:
-                raise HalError(
-                    ErrorStatus.GENERAL_FAILURE,
-                    f"{step.label} failed on inputs {describe_args(args)}: {type(e).__name__}: {e}",
-                ) from None
+                raise kernel_failed(step, args, e) from None
             if len(results) != len(step.outputs):
-                raise HalError(
-                    ErrorStatus.GENERAL_FAILURE,
-                    f"{step.label}: kernel returned {len(results)} outputs, expected {len(step.outputs)}",
-                )
+                raise output_count_error(step, results)
             if step.single:
                 arr = results[0]
                 idx = step.outputs[0]
@@ -489,12 +486,9 @@ class Plan:
                     results = run(args)
                     op_times.append((step.index, perf_ns() - t0))
             except HalError as e:
-                raise HalError(e.status, f"{step.label}: {e.message}", e.output_shapes) from None
+                raise relabel(step, e) from None
             except Exception as e:
-                raise HalError(
-                    ErrorStatus.GENERAL_FAILURE,
-                    f"{step.label} failed on inputs {describe_args(args)}: {type(e).__name__}: {e}",
-                ) from None
+                raise kernel_failed(step, args, e) from None
             if step.single and len(results) == 1:
                 arr = results[0]
                 idx = step.outputs[0]
@@ -527,10 +521,7 @@ class Plan:
     def _store(self, step: Step, results: Sequence[Any], values: list) -> None:
         """A step's results into `values`, each checked against its operand (the general case)."""
         if len(results) != len(step.outputs):
-            raise HalError(
-                ErrorStatus.GENERAL_FAILURE,
-                f"{step.label}: kernel returned {len(results)} outputs, expected {len(step.outputs)}",
-            )
+            raise output_count_error(step, results)
         for idx, want, declared_shape, arr in zip(
             step.outputs, step.out_dtypes, step.out_shapes, results, strict=True
         ):

@@ -138,3 +138,27 @@ def deadline_checkpoint(deadline_ns: int | None) -> Checkpoint | None:
             raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed before operation {index}")
 
     return check
+
+
+# ------------------------------------------------------------ errors of a running step (one wording everywhere)
+
+
+def relabel(step: Any, e: HalError) -> HalError:
+    """A kernel's HalError, prefixed with the operation it came from."""
+    return HalError(e.status, f"{step.label}: {e.message}", e.output_shapes)
+
+
+def kernel_failed(step: Any, args: Sequence[Any], e: Exception) -> HalError:
+    """Any other exception of a kernel: GENERAL_FAILURE naming the operation and its inputs."""
+    return HalError(
+        ErrorStatus.GENERAL_FAILURE,
+        f"{step.label} failed on inputs {describe_args(args)}: {type(e).__name__}: {e}",
+    )
+
+
+def output_count_error(step: Any, results: Sequence[Any]) -> HalError:
+    """A kernel that returned a different number of results than the operation has outputs."""
+    return HalError(
+        ErrorStatus.GENERAL_FAILURE,
+        f"{step.label}: kernel returned {len(results)} outputs, expected {len(step.outputs)}",
+    )

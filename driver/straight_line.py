@@ -20,36 +20,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from driver.operation_kernel import check_output, describe_args
-from mlts.hal.enums import ErrorStatus
+from driver.operation_kernel import check_output, kernel_failed, output_count_error, relabel
 from mlts.hal.errors import HalError
 
 # run(inputs, checkpoint, ws) -> outputs: inputs in the plan's input order, all with a value; a workspace.
 StraightRun = Callable[[Sequence[Any], Any, Any], list]
 
 
-def _relabel(step: Any, e: HalError) -> HalError:
-    return HalError(e.status, f"{step.label}: {e.message}", e.output_shapes)
-
-
-def _failed(step: Any, args: Sequence[Any], e: Exception) -> HalError:
-    return HalError(
-        ErrorStatus.GENERAL_FAILURE,
-        f"{step.label} failed on inputs {describe_args(args)}: {type(e).__name__}: {e}",
-    )
-
-
-def _count_error(step: Any, results: Sequence[Any]) -> HalError:
-    return HalError(
-        ErrorStatus.GENERAL_FAILURE,
-        f"{step.label}: kernel returned {len(results)} outputs, expected {len(step.outputs)}",
-    )
-
-
 def _checked(step: Any, results: Sequence[Any], operands: Sequence[Any]) -> list:
     """A multi-output step's results, each checked against its operand (the loop's `_store`)."""
     if len(results) != len(step.outputs):
-        raise _count_error(step, results)
+        raise output_count_error(step, results)
     out = []
     for idx, want, declared, arr in zip(step.outputs, step.out_dtypes, step.out_shapes, results, strict=True):
         if declared is None or arr.shape != declared or arr.dtype != want:
@@ -69,9 +50,9 @@ def compile_steps(
     names: dict[str, Any] = {
         "HalError": HalError,
         "check_output": check_output,
-        "_relabel": _relabel,
-        "_failed": _failed,
-        "_count_error": _count_error,
+        "_relabel": relabel,
+        "_failed": kernel_failed,
+        "_count_error": output_count_error,
         "_checked": _checked,
         "_operands": operands,
     }
