@@ -1,12 +1,15 @@
 """Median latency of the sample driver and of onnxruntime on the same inputs and thread count, and their ratio.
 
 usage: python benchmarks/driver_vs_onnxruntime.py [--threads N] [--warmup S] [--duration S]
-       [--iterations N] [--images N] [--sequences N] [--compilation] [--in-process] [--profile]
-       [MODEL ...]
+       [--iterations N] [--images N] [--sequences N] [--execution PATH] [--compilation] [--in-process]
+       [--profile] [MODEL ...]
 
 Both backends see the same procedural images; each timed iteration is the wall
 clock around one whole execution call (for the driver: request into shared
-memory, executeSynchronously in the driver process, outputs back); a warm-up
+memory, the execution in the driver process on the --execution path, outputs
+back; the default path is `sync`, executeSynchronously over the driver's socket,
+and `burst` runs every call of a model through one burst, NNAPI's path for a
+stream of frames or audio steps); a warm-up
 of --warmup seconds is discarded, then calls are timed for at least
 --duration seconds and --iterations calls. The estimator is the median of the
 timed iterations. With --compilation the driver's median compile time without
@@ -186,6 +189,12 @@ def main() -> int:
         "--sequences", type=int, default=10, help="LSTM models: dataset sequences run step by step"
     )
     p.add_argument("--driver", default="sample-all")
+    p.add_argument(
+        "--execution",
+        default="sync",
+        choices=["sync", "async", "fenced", "burst"],
+        help="the driver's execution path (default sync)",
+    )
     p.add_argument("--in-process", action="store_true", help="load the driver in this process (no IPC)")
     p.add_argument(
         "--profile", action="store_true", help="LSTM models: per-operation times of both backends too"
@@ -210,6 +219,7 @@ def main() -> int:
         images=a.images,
         in_process=a.in_process,
         sequences=a.sequences,
+        executions=(a.execution,),
         compilation=a.compilation,
         compile_max_iterations=20,
         compile_max_seconds=3.0,
@@ -220,7 +230,7 @@ def main() -> int:
     print(
         f"threads={a.threads} (driver and onnxruntime) warmup={a.warmup}s duration>={a.duration}s "
         f"iterations>={a.iterations} estimator=median driver={a.driver} "
-        f"({'in-process' if a.in_process else 'own process'})"
+        f"({'in-process' if a.in_process else 'own process'}, {a.execution} executions)"
     )
     print(f"driver kernels: {driver_kernels(a.threads)}")
     print(

@@ -15,6 +15,7 @@ Anything inconsistent in the rings ends that burst only.
 
 from __future__ import annotations
 
+import cProfile
 import logging
 import os
 import threading
@@ -158,6 +159,22 @@ class BurstContext:
     # ------------------------------------------------------------ listener
 
     def _listen(self) -> None:
+        """Serve the request ring until the burst ends; with MLTS_SERVICE_PROFILE=PREFIX in the service's
+        environment, under cProfile, writing PREFIX.PID.KEY-burst-N when the burst ends (as the reader
+        threads do)."""
+        prefix = os.environ.get("MLTS_SERVICE_PROFILE")
+        if not prefix:
+            self._listen_loop()
+            return
+        profile = cProfile.Profile()
+        profile.enable()
+        try:
+            self._listen_loop()
+        finally:
+            profile.disable()
+            profile.dump_stats(f"{prefix}.{os.getpid()}.{self.client.key}-burst-{id(self):x}")
+
+    def _listen_loop(self) -> None:
         requests = self.requests
         try:
             # Executions run on this thread act for the burst's client (queued ones say so themselves).
