@@ -6,9 +6,10 @@
  * the product, the columns of units 8p..8p+7 of each gate in the order i, f, g, o (no i under
  * CIFG), i.e. [panels][k][gates * 8], units padded with zeros to a multiple of eight. One pass
  * over a panel gives the pre-activations of all gates of eight units in registers, so the cell
- * update for those units follows at once: the weights are read once per step, nothing else is
- * stored in between, and the panels split over threads with no synchronisation. Every thread
- * writes disjoint units, so results do not depend on the thread count.
+ * update for those units follows at once: the weights are read once per step and nothing else is
+ * stored in between. A large enough step is split by chunks of panels over kernels.c's thread pool
+ * (mk_parallel_for: the caller takes chunks too and never waits for a worker that has not started).
+ * Every chunk writes disjoint units, so results do not depend on the thread count.
  *
  * The exponential is Cephes' expf polynomial (about 1 ulp on the clamped range), tanh Cephes'
  * tanhf (its odd polynomial below 0.625, 1 - 2 / (exp(2|x|) + 1) above); sigmoid(x) is
@@ -17,9 +18,6 @@
 
 #include <stdint.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #ifndef MK_LSTM_SOURCE_HASH
 #define MK_LSTM_SOURCE_HASH "unknown"
@@ -28,14 +26,18 @@
 /* Bumped whenever mk_lstm_cell_f32's arguments change. */
 #define LSTM_ABI 2
 
-/* Multiply-adds per step below which the cell stays on the calling thread (kernels.c's
- * PARALLEL_WORK): waking a sleeping worker costs tens of microseconds on an idle core and
- * milliseconds when the other cores are busy, more than splitting a speech model's step saves
- * (measured: two threads 2-7x slower per step at 256 K multiply-adds on a loaded machine). */
-#define LSTM_PARALLEL_WORK (1 << 21)
+/* Multiply-adds per step from which the cell is split over the kernels' threads (kernels.c's
+ * PARALLEL_WORK, about 50 us of a GEMM on one core; a speech model's LSTM step of 256-384 units is
+ * 0.5-1.2 M). The pool's worker still spins from the previous operation or costs one wake-up, and
+ * the pool falls back to the caller's thread alone when its worker is descheduled (busy machine). */
+#define LSTM_PARALLEL_WORK (1 << 18)
 
-/* kernels.c's thread count; weak, so that this file still loads (on one thread) without it. */
+/* Panels per task of the pool: 16 units, a few microseconds of a 384-unit step. */
+#define PANELS_PER_TASK 2
+
+/* kernels.c's thread count and pool; weak, so that this file still loads (on one thread) without. */
 int mk_threads(void) __attribute__((weak));
+void mk_parallel_for(int nt, int64_t ntasks, void (*fn)(void *ctx, int64_t t), void *ctx) __attribute__((weak));
 
 typedef float lv8f __attribute__((vector_size(32)));
 typedef int32_t lv8i __attribute__((vector_size(32)));
@@ -178,6 +180,66 @@ typedef struct {
     const float *w, *bias, *peep_i, *peep_f, *peep_o;
 } lstm_const_t;
 
+typedef struct {
+    const lstm_const_t *cst;
+    int64_t batch, lda1, lda2, ldadd;
+    const float *a1, *a2, *add, *c_in;
+    float *c_out, *h_out, *gates_out;
+} lstm_job_t;
+
+/* The step of units 8p..8p+7 (panel p) for every batch row. */
+static void cell_panel(const lstm_job_t *j, int64_t p) {
+    const lstm_const_t *cst = j->cst;
+    const int64_t units = cst->units, k1 = cst->k1, k2 = cst->k2, k = k1 + k2;
+    const int gates = (int)cst->gates, act = (int)cst->act;
+    const float cell_clip = (float)cst->cell_clip;
+    const float *bias = cst->bias, *peep_i = cst->peep_i, *peep_f = cst->peep_f, *peep_o = cst->peep_o;
+    const int cifg = gates == 3;
+    const int fi = cifg ? 0 : 1; /* index of the forget gate */
+    const int64_t u0 = p * 8;
+    const int64_t nu = units - u0 < 8 ? units - u0 : 8;
+    const float *wp = cst->w + p * k * gates * 8;
+    for (int64_t r = 0; r < j->batch; r++) {
+        lv8f z[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
+        panel_dot(j->a1 + r * j->lda1, k1, wp, gates, z);
+        if (k2 > 0) panel_dot(j->a2 + r * j->lda2, k2, wp + k1 * gates * 8, gates, z);
+        for (int g = 0; g < gates; g++) {
+            if (bias) z[g] += load_n(bias + g * units + u0, nu);
+            if (j->add) z[g] += load_n(j->add + r * j->ldadd + g * units + u0, nu);
+        }
+        lv8f c = load_n(j->c_in + r * units + u0, nu);
+        if (peep_f) z[fi] += load_n(peep_f + u0, nu) * c;
+        if (peep_i && !cifg) z[0] += load_n(peep_i + u0, nu) * c;
+        lv8f f = vsigmoid(z[fi]);
+        lv8f g = vact(z[fi + 1], act);
+        lv8f i = cifg ? splat(1.0f) - f : vsigmoid(z[0]);
+        lv8f cn = f * c + i * g;
+        if (cell_clip > 0) cn = clampv(cn, splat(-cell_clip), splat(cell_clip));
+        lv8f pre_o = z[fi + 2];
+        if (peep_o) pre_o += load_n(peep_o + u0, nu) * cn;
+        lv8f o = vsigmoid(pre_o);
+        lv8f h = o * vact(cn, act);
+        store_n(j->c_out + r * units + u0, cn, nu);
+        store_n(j->h_out + r * units + u0, h, nu);
+        if (j->gates_out) {
+            float *go = j->gates_out + r * gates * units + u0;
+            if (!cifg) store_n(go, i, nu);
+            store_n(go + fi * units, f, nu);
+            store_n(go + (fi + 1) * units, g, nu);
+            store_n(go + (fi + 2) * units, o, nu);
+        }
+    }
+}
+
+/* Task t of the pool: panels PANELS_PER_TASK * t .. (at most) PANELS_PER_TASK * (t + 1) - 1. */
+static void cell_task(void *ctx, int64_t t) {
+    const lstm_job_t *j = ctx;
+    const int64_t panels = (j->cst->units + 7) / 8;
+    int64_t p1 = (t + 1) * PANELS_PER_TASK;
+    if (p1 > panels) p1 = panels;
+    for (int64_t p = t * PANELS_PER_TASK; p < p1; p++) cell_panel(j, p);
+}
+
 /* One LSTM step for `batch` rows (see _lstm_cell for the formulas; no layer norm, no projection):
  *
  *   pre = a1 @ W[:k1] + a2 @ W[k1:] (+ bias) (+ add), per gate i, f, g, o (no i under CIFG)
@@ -192,52 +254,14 @@ typedef struct {
 void mk_lstm_cell_f32(const lstm_const_t *cst, int64_t batch, const float *a1, int64_t lda1, const float *a2,
                       int64_t lda2, const float *add, int64_t ldadd, const float *c_in, float *c_out,
                       float *h_out, float *gates_out) {
-    const int64_t units = cst->units, k1 = cst->k1, k2 = cst->k2;
-    const int gates = (int)cst->gates, act = (int)cst->act;
-    const float cell_clip = (float)cst->cell_clip;
-    const float *w = cst->w, *bias = cst->bias;
-    const float *peep_i = cst->peep_i, *peep_f = cst->peep_f, *peep_o = cst->peep_o;
-    const int64_t panels = (units + 7) / 8;
-    const int64_t k = k1 + k2;
-    const int cifg = gates == 3;
-    const int fi = cifg ? 0 : 1; /* index of the forget gate */
-    int nt = mk_threads ? mk_threads() : 1;
-    if (nt > panels) nt = (int)panels;
-    if (nt <= 1 || batch * k * units * gates < LSTM_PARALLEL_WORK) nt = 1;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-    for (int64_t p = 0; p < panels; p++) {
-        const int64_t u0 = p * 8;
-        const int64_t nu = units - u0 < 8 ? units - u0 : 8;
-        const float *wp = w + p * k * gates * 8;
-        for (int64_t r = 0; r < batch; r++) {
-            lv8f z[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
-            panel_dot(a1 + r * lda1, k1, wp, gates, z);
-            if (k2 > 0) panel_dot(a2 + r * lda2, k2, wp + k1 * gates * 8, gates, z);
-            for (int g = 0; g < gates; g++) {
-                if (bias) z[g] += load_n(bias + g * units + u0, nu);
-                if (add) z[g] += load_n(add + r * ldadd + g * units + u0, nu);
-            }
-            lv8f c = load_n(c_in + r * units + u0, nu);
-            if (peep_f) z[fi] += load_n(peep_f + u0, nu) * c;
-            if (peep_i && !cifg) z[0] += load_n(peep_i + u0, nu) * c;
-            lv8f f = vsigmoid(z[fi]);
-            lv8f g = vact(z[fi + 1], act);
-            lv8f i = cifg ? splat(1.0f) - f : vsigmoid(z[0]);
-            lv8f cn = f * c + i * g;
-            if (cell_clip > 0) cn = clampv(cn, splat(-cell_clip), splat(cell_clip));
-            lv8f pre_o = z[fi + 2];
-            if (peep_o) pre_o += load_n(peep_o + u0, nu) * cn;
-            lv8f o = vsigmoid(pre_o);
-            lv8f h = o * vact(cn, act);
-            store_n(c_out + r * units + u0, cn, nu);
-            store_n(h_out + r * units + u0, h, nu);
-            if (gates_out) {
-                float *go = gates_out + r * gates * units + u0;
-                if (!cifg) store_n(go, i, nu);
-                store_n(go + fi * units, f, nu);
-                store_n(go + (fi + 1) * units, g, nu);
-                store_n(go + (fi + 2) * units, o, nu);
-            }
-        }
+    const lstm_job_t job = {cst, batch, lda1, lda2, ldadd, a1, a2, add, c_in, c_out, h_out, gates_out};
+    const int64_t panels = (cst->units + 7) / 8;
+    const int64_t tasks = (panels + PANELS_PER_TASK - 1) / PANELS_PER_TASK;
+    const int64_t work = batch * (cst->k1 + cst->k2) * cst->units * cst->gates;
+    int nt = mk_threads && mk_parallel_for ? mk_threads() : 1;
+    if (nt > 1 && tasks >= 2 && work >= LSTM_PARALLEL_WORK) {
+        mk_parallel_for(nt, tasks, cell_task, (void *)&job);
+        return;
     }
+    for (int64_t p = 0; p < panels; p++) cell_panel(&job, p);
 }
