@@ -263,5 +263,5 @@ void mk_lstm_cell_f32(const lstm_const_t *cst, int64_t batch, const float *a1, i
         mk_parallel_for(nt, tasks, cell_task, (void *)&job);
         return;
     }
-    for (int64_t p = 0; p < panels; p++) cell_panel(&job, p);
+    for (int64_t t = 0; t < tasks; t++) cell_task((void *)&job, t);
 }
