@@ -7,9 +7,10 @@
  * CIFG), i.e. [panels][k][gates * 8], units padded with zeros to a multiple of eight. One pass
  * over a panel gives the pre-activations of all gates of eight units in registers, so the cell
  * update for those units follows at once: the weights are read once per step and nothing else is
- * stored in between. A large enough step is split by chunks of panels over kernels.c's thread pool
- * (mk_parallel_for: the caller takes chunks too and never waits for a worker that has not started).
- * Every chunk writes disjoint units, so results do not depend on the thread count.
+ * stored in between. A large enough step may be split by chunks of panels over kernels.c's thread
+ * pool (mk_parallel_for: the caller takes chunks too and never waits for a worker that has not
+ * started) when that is measured to be faster. Every chunk writes disjoint units, so results do
+ * not depend on the thread count.
  *
  * The exponential is Cephes' expf polynomial (about 1 ulp on the clamped range), tanh Cephes'
  * tanhf (its odd polynomial below 0.625, 1 - 2 / (exp(2|x|) + 1) above); sigmoid(x) is
@@ -18,18 +19,18 @@
 
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #ifndef MK_LSTM_SOURCE_HASH
 #define MK_LSTM_SOURCE_HASH "unknown"
 #endif
 
-/* Bumped whenever mk_lstm_cell_f32's arguments change. */
-#define LSTM_ABI 2
+/* Bumped whenever mk_lstm_cell_f32's arguments or lstm_const_t change. */
+#define LSTM_ABI 3
 
-/* Multiply-adds per step from which the cell is split over the kernels' threads (kernels.c's
+/* Multiply-adds per step from which the cell may be split over the kernels' threads (kernels.c's
  * PARALLEL_WORK, about 50 us of a GEMM on one core; a speech model's LSTM step of 256-384 units is
- * 0.5-1.2 M). The pool's worker still spins from the previous operation or costs one wake-up, and
- * the pool falls back to the caller's thread alone when its worker is descheduled (busy machine). */
+ * 0.5-1.2 M). Whether it is split is measured, see "split or not" below. */
 #define LSTM_PARALLEL_WORK (1 << 18)
 
 /* Panels per task of the pool: 16 units, a few microseconds of a 384-unit step. */
@@ -178,6 +179,9 @@ typedef struct {
     int64_t gates, act;
     double cell_clip;
     const float *w, *bias, *peep_i, *peep_f, *peep_o;
+    /* Written by the kernel (relaxed atomics; zero at prepare): the running cost of this LSTM's
+     * large steps alone and split (ns per multiply-add, times 65536), and how many it ran. */
+    int64_t cost_alone, cost_split, calls;
 } lstm_const_t;
 
 typedef struct {
@@ -240,6 +244,44 @@ static void cell_task(void *ctx, int64_t t) {
     for (int64_t p = t * PANELS_PER_TASK; p < p1; p++) cell_panel(j, p);
 }
 
+/* ------------------------------------------------------------ split or not
+ *
+ * Splitting a step pays when the second core is idle (about half the step; the pool's worker still
+ * spins from the previous operation or costs one wake-up) and loses on a busy machine, where the
+ * woken worker only pushes another process onto the caller's core (measured in-process on 2 cores
+ * at load 2: the speech models' steps 15-20% slower split). So each LSTM keeps the running cost of
+ * its large steps both ways (a moving average, weight 1/8, of time per multiply-add; a sample counts
+ * for at most twice the average, so one preempted step does not decide) and splits while that is
+ * the cheaper; one large step in PROBE runs the other way, following the machine's load. The first
+ * large step is split, the second runs alone. */
+
+#define PROBE 64
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void run_measured(const lstm_job_t *job, int64_t tasks, int64_t work, int nt) {
+    lstm_const_t *m = (lstm_const_t *)job->cst; /* only its cost fields are written */
+    const int64_t alone = __atomic_load_n(&m->cost_alone, __ATOMIC_RELAXED);
+    const int64_t split = __atomic_load_n(&m->cost_split, __ATOMIC_RELAXED);
+    const int64_t n = __atomic_fetch_add(&m->calls, 1, __ATOMIC_RELAXED);
+    int use_split = !split ? 1 : (!alone ? 0 : split <= alone);
+    if (split && alone && n % PROBE == 0) use_split = !use_split;
+    const int64_t t0 = now_ns();
+    if (use_split)
+        mk_parallel_for(nt, tasks, cell_task, (void *)job);
+    else
+        for (int64_t t = 0; t < tasks; t++) cell_task((void *)job, t);
+    int64_t cost = (now_ns() - t0) * 65536 / work + 1;
+    int64_t *avg = use_split ? &m->cost_split : &m->cost_alone;
+    const int64_t old = use_split ? split : alone;
+    if (old && cost > 2 * old) cost = 2 * old;
+    __atomic_store_n(avg, old ? old + (cost - old) / 8 : cost, __ATOMIC_RELAXED);
+}
+
 /* One LSTM step for `batch` rows (see _lstm_cell for the formulas; no layer norm, no projection):
  *
  *   pre = a1 @ W[:k1] + a2 @ W[k1:] (+ bias) (+ add), per gate i, f, g, o (no i under CIFG)
@@ -260,7 +302,7 @@ void mk_lstm_cell_f32(const lstm_const_t *cst, int64_t batch, const float *a1, i
     const int64_t work = batch * (cst->k1 + cst->k2) * cst->units * cst->gates;
     int nt = mk_threads && mk_parallel_for ? mk_threads() : 1;
     if (nt > 1 && tasks >= 2 && work >= LSTM_PARALLEL_WORK) {
-        mk_parallel_for(nt, tasks, cell_task, (void *)&job);
+        run_measured(&job, tasks, work, nt);
         return;
     }
     for (int64_t t = 0; t < tasks; t++) cell_task((void *)&job, t);

@@ -30,7 +30,7 @@ from driver.ops._lstm_cell import LstmConfig, Weights, project
 from driver.ops._workspace import CURRENT, Workspace, output, scratch
 
 F32 = np.float32
-ABI = 2
+ABI = 3
 SOURCE = Path(native.__file__).with_name("lstm_kernels.c")
 
 _P, _L = ctypes.c_void_p, ctypes.c_int64
@@ -52,6 +52,10 @@ class _Const(ctypes.Structure):
         ("peep_i", _P),
         ("peep_f", _P),
         ("peep_o", _P),
+        # written by the kernel: the running cost of large steps alone and split, their count
+        ("cost_alone", _L),
+        ("cost_split", _L),
+        ("calls", _L),
     ]
 
 

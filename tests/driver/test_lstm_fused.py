@@ -219,6 +219,39 @@ def test_steps_split_over_two_threads_equal_one_thread_and_numpy(options, two_th
         close(g, w.astype(np.float64))
 
 
+def test_large_steps_are_timed_both_ways(two_threads):
+    """On two threads the first large step is split and the second runs alone, each timed; on one
+    thread nothing is timed; a step below the split size is never timed."""
+    case = make_case(np.random.default_rng(13), *LARGE)
+    cells: list[_lstm_native.FusedCell] = []
+    real = _lstm_native.fused_cell
+
+    def keep(*args, **kwargs):
+        cell = real(*args, **kwargs)
+        cells.append(cell)
+        return cell
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_lstm_native, "fused_cell", keep)
+        run, args = prepare(Op.LSTM, lstm_inputs(case, case.x[0], case.h0, case.c0), 4)
+    const = cells[0]._const
+    run(args)
+    assert (const.calls, const.cost_alone) == (1, 0) and const.cost_split > 0
+    run(args)
+    assert const.calls == 2 and const.cost_alone > 0
+    native.set_threads(1)
+    run(args)
+    assert const.calls == 2
+    small = make_case(np.random.default_rng(13), 8, 16, 1, 1)
+    native.set_threads(2)
+    cells.clear()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_lstm_native, "fused_cell", keep)
+        run, args = prepare(Op.LSTM, lstm_inputs(small, small.x[0], small.h0, small.c0), 4)
+    run(args)
+    assert cells[0]._const.calls == 0
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("n,u", [(24, 40), (128, 256)], ids=["small", "split"])
 def test_steps_in_a_plan_equal_numpy_and_outlive_the_next_run(n, u, threads, monkeypatch):
