@@ -252,10 +252,14 @@ static void cell_task(void *ctx, int64_t t) {
  * at load 2: the speech models' steps 15-20% slower split). So each LSTM keeps the running cost of
  * its large steps both ways (a moving average, weight 1/8, of time per multiply-add; a sample counts
  * for at most twice the average, so one preempted step does not decide) and splits while that is
- * the cheaper; one large step in PROBE runs the other way, following the machine's load. The first
+ * the cheaper. To follow the machine's load, every LSTM runs its large steps the other way during
+ * the first PROBE_WINDOW_NS of every PROBE_PERIOD_NS of the clock: all at once, so that a probe of
+ * splitting sees the worker spinning from the previous layer's step as it would if every layer
+ * split (a lone split step would pay the wake-up each time and never look worth it). The first
  * large step is split, the second runs alone. */
 
-#define PROBE 64
+#define PROBE_PERIOD_NS 64000000
+#define PROBE_WINDOW_NS 2000000
 
 static int64_t now_ns(void) {
     struct timespec ts;
@@ -267,10 +271,10 @@ static void run_measured(const lstm_job_t *job, int64_t tasks, int64_t work, int
     lstm_const_t *m = (lstm_const_t *)job->cst; /* only its cost fields are written */
     const int64_t alone = __atomic_load_n(&m->cost_alone, __ATOMIC_RELAXED);
     const int64_t split = __atomic_load_n(&m->cost_split, __ATOMIC_RELAXED);
-    const int64_t n = __atomic_fetch_add(&m->calls, 1, __ATOMIC_RELAXED);
-    int use_split = !split ? 1 : (!alone ? 0 : split <= alone);
-    if (split && alone && n % PROBE == 0) use_split = !use_split;
+    __atomic_fetch_add(&m->calls, 1, __ATOMIC_RELAXED);
     const int64_t t0 = now_ns();
+    int use_split = !split ? 1 : (!alone ? 0 : split <= alone);
+    if (split && alone && t0 % PROBE_PERIOD_NS < PROBE_WINDOW_NS) use_split = !use_split;
     if (use_split)
         mk_parallel_for(nt, tasks, cell_task, (void *)job);
     else
