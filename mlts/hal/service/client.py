@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mlts.hal import compact_calls, qos, wire
+from mlts.hal import compact_calls, qos, socket_polling, wire
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.service.args import type_name
@@ -114,9 +114,17 @@ class Client:
     def _serve(self) -> None:
         if not self.conn.send(self.host.hello()):
             return
+        conn = self.conn
+        pool = self.host.exec_pool
+        # Polls briefly for the client's next call before blocking, while calls follow each other
+        # quickly and no execution needs the CPUs (socket_polling).
+        polling = socket_polling.PollingWindow(socket_polling.window_us(socket_polling.SERVICE_WINDOW_US))
         while True:
             try:
-                frame = self.conn.receive()
+                polled = polling.poll(conn.readable, pool.idle())
+                frame = conn.receive()
+                if not polled:
+                    polling.waited()
             except wire.ConnectionClosed:
                 log.info("client pid %d closed the connection", self.pid)
                 return
