@@ -10,10 +10,8 @@ in any order.
 
 from __future__ import annotations
 
-import cProfile
 import itertools
 import logging
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +22,7 @@ from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.service.args import type_name
 from mlts.hal.service.handles import HandleTable, Kind
+from mlts.hal.service.profiling import run_profiled
 from mlts.hal.service.scheduler import WorkerPool
 from mlts.hal.service.transport import Connection, error_reply, ok_reply
 
@@ -97,19 +96,9 @@ class Client:
         With MLTS_SERVICE_PROFILE=PREFIX in the service's environment, the reader thread runs under
         cProfile and writes its statistics to PREFIX.PID.KEY when the client hangs up.
         """
-        prefix = os.environ.get("MLTS_SERVICE_PROFILE")
         # Everything this thread runs (checks, inline executions) acts for this client.
         with qos.serving_client(self.key):
-            if not prefix:
-                self._serve()
-                return
-            profile = cProfile.Profile()
-            profile.enable()
-            try:
-                self._serve()
-            finally:
-                profile.disable()
-                profile.dump_stats(f"{prefix}.{os.getpid()}.{self.key}")
+            run_profiled(str(self.key), self._serve)
 
     def _serve(self) -> None:
         if not self.conn.send(self.host.hello()):
