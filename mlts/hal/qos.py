@@ -111,9 +111,14 @@ class PriorityGate:
     def enter(self, priority: int, client: int | None = None) -> Ticket:
         if client is None:
             client = _CLIENT.get()
-        priority = int(priority)
+        if type(priority) is not int:
+            priority = int(priority)
         ticket = Ticket(client, priority, next(self._serial))
-        with self._lock:
+        # acquire/release rather than `with`: one execution enters and leaves once, and the `with`
+        # statement's method lookups cost more than the dictionary work it guards.
+        lock = self._lock
+        lock.acquire()
+        try:
             counts = self._running.get(client)
             if counts is None:
                 self._running[client] = {priority: 1}
@@ -122,6 +127,8 @@ class PriorityGate:
                 counts[priority] = counts.get(priority, 0) + 1
                 if priority > self._top.get(client, priority - 1):
                     self._top[client] = priority
+        finally:
+            lock.release()
         return ticket
 
     def leave(self, ticket: Ticket) -> None:
@@ -133,7 +140,9 @@ class PriorityGate:
 
     def _leave(self, ticket: Ticket) -> None:
         client, priority = ticket.client, ticket.priority
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             counts = self._running.get(client, {})
             left = counts[priority] - 1
             if left:
@@ -148,6 +157,8 @@ class PriorityGate:
                 self._top[client] = max(counts)
             if self._waiting and self._top.get(client) != top:
                 self._cond.notify_all()
+        finally:
+            lock.release()
 
     @contextlib.contextmanager
     def running(self, priority: int) -> Iterator[Ticket]:
