@@ -85,6 +85,7 @@ class BurstContext:
         self._known: dict[bytes, list[Any]] = {}
         self._encoder = msg.ResultEncoder()
         self._handles = client.handles
+        self._exec_pool = client.host.exec_pool
         self.executions = 0
         self.thread = threading.Thread(target=self._listen, name="burst", daemon=True)
 
@@ -367,13 +368,24 @@ class BurstContext:
     def _run(
         self, request: msg.BurstRequest, hal_request: Request, entry: PreparedEntry | None = None
     ) -> Any:
-        """Execute a bound, validated request (the prepared model looked up again unless given)."""
+        """Execute a bound, validated request (the prepared model looked up again unless given) within
+        the service's execution workers, as every other execution: on this thread (which acts for the
+        burst's client) when a worker slot is free (no hand-off), else queued by priority and waited for.
+        """
         if entry is None:
             entry = self._entry()
         deadline = request.deadline
         if deadline is not None and deadline <= time.monotonic_ns():
             raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "burst: the deadline had already passed")
-        return self._on_worker(
+        pool = self._exec_pool
+        if pool.try_inline():
+            try:
+                return entry.prepared.executeSynchronously(
+                    hal_request, request.measure, deadline, request.loop_timeout
+                )
+            finally:
+                pool.end_inline()
+        return self._queued(
             entry.prepared.executeSynchronously,
             (hal_request, request.measure, deadline, request.loop_timeout),
             entry.priority,
@@ -396,16 +408,9 @@ class BurstContext:
             raise invalid(f"burst: buffer token {token} is not a live buffer of this client")
         return resource.value
 
-    def _on_worker(self, run: Callable[..., Any], args: tuple[Any, ...], priority: int) -> Any:
-        """`run(*args)` within the service's execution workers, as every other execution: on this
-        thread (which acts for the burst's client) when a worker slot is free (no hand-off), else
-        queued by priority and waited for."""
-        pool = self.client.host.exec_pool
-        if pool.try_inline():
-            try:
-                return run(*args)
-            finally:
-                pool.end_inline()
+    def _queued(self, run: Callable[..., Any], args: tuple[Any, ...], priority: int) -> Any:
+        """`run(*args)` on an execution worker, queued by priority among the client's work; waited for."""
+        pool = self._exec_pool
         done = threading.Event()
         outcome: list[Any] = []
         client = self.client.key
