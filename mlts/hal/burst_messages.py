@@ -61,6 +61,8 @@ _ASK = struct.Struct("<III")  # kind, seq, slots
 _U32 = U32 = struct.Struct("<I")  # U32: the sequence number's format, at byte 4 of every message
 _OP_TIME = struct.Struct("<IQ")  # operation index, duration ns (protocol 1.3, after the message text)
 
+_RESULT_KIND_BYTES = _U32.pack(KIND_RESULT)
+
 #: Request flags (protocol 1.3; 1.2 sent 0 in this byte).
 FLAG_MEASURE_OPERATIONS = 1
 
@@ -351,8 +353,9 @@ class ResultDecoder:
     def __init__(self) -> None:
         self._tail: bytes | None = None
         self._decoded: BurstResult | None = None
-        # The ExecutionResults of `success` by (time on device, time in driver), for the tail above.
-        self._successes: dict[tuple[int, int], ExecutionResult] = {}
+        # The ExecutionResults of `success` by their message's bytes after the sequence number (status,
+        # shape count, timing and the tail above), each checked once.
+        self._successes: dict[bytes, ExecutionResult] = {}
         self._ok_shapes = -1  # the number of output shapes when `_decoded` is a success, else -1
 
     def decode(self, data: bytes) -> BurstResult:
@@ -389,22 +392,24 @@ class ResultDecoder:
         """(seq, the execution's result) for a successful result whose bytes after the fixed part repeat
         the last decoded successful one's, or None (the caller then uses `decode`). Equal timings give
         the very same ExecutionResult object (it is immutable)."""
+        key = data[8:]
+        result = self._successes.get(key)
+        if result is not None and data[:4] == _RESULT_KIND_BYTES:
+            return _U32.unpack_from(data, 4)[0], result
         if self._ok_shapes < 0 or data[_RESULT.size :] != self._tail:
             return None
         kind, seq, status, n_shapes, on_device, in_driver = _RESULT.unpack_from(data)
         if kind != KIND_RESULT or status != 0 or n_shapes != self._ok_shapes:
             return None
+        if in_driver != UINT64_MAX and on_device != UINT64_MAX and on_device > in_driver:
+            raise ValueError("timeOnDevice exceeds timeInDriver")
+        last = self._decoded
+        assert last is not None
+        result = ExecutionResult(last.output_shapes, Timing(on_device, in_driver), last.operation_times)
         successes = self._successes
-        result = successes.get((on_device, in_driver))
-        if result is None:
-            if in_driver != UINT64_MAX and on_device != UINT64_MAX and on_device > in_driver:
-                raise ValueError("timeOnDevice exceeds timeInDriver")
-            last = self._decoded
-            assert last is not None
-            result = ExecutionResult(last.output_shapes, Timing(on_device, in_driver), last.operation_times)
-            if len(successes) >= CACHED_SUCCESSES:
-                successes.clear()
-            successes[(on_device, in_driver)] = result
+        if len(successes) >= CACHED_SUCCESSES:
+            successes.clear()
+        successes[key] = result
         return seq, result
 
 

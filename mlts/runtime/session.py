@@ -168,11 +168,17 @@ class Session:
             if burst is None or burst[0] != get_ident() or getattr(burst[1], "closed", False):
                 burst = self._burst = (get_ident(), burst_for(prepared))
             run = burst[1].execute
+            try:
+                return run(request, measure, None, loop_timeout)
+            except HalError as e:
+                failed = [e]
 
-            def once() -> ExecutionResult:
+            def again() -> ExecutionResult:
+                if failed:  # the first attempt, made above: retried (or not) by the same rules
+                    raise failed.pop()
                 return run(request, measure, None, loop_timeout)
 
-            return call_with_retries(once, self.retry, self.retry_stats)
+            return call_with_retries(again, self.retry, self.retry_stats)
         if self.deadline_ms is None:
 
             def once() -> ExecutionResult:
