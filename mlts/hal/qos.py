@@ -74,18 +74,29 @@ _HELD: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.Con
 
 
 @contextlib.contextmanager
-def holding_tickets() -> Iterator[None]:
+def holding_tickets() -> Iterator[list[Callable[[], None]]]:
     """Tickets left inside this block are left only when it ends (the service wraps it around an
     execution and the write of its reply, so the client's lower-priority executions stay paused until
-    the reply is on its way instead of competing with its encoding and sending)."""
+    the reply is on its way instead of competing with its encoding and sending).
+
+    The block gets the list of the leaves held so far: a thread that answers one execution after
+    another inside one block (a burst's listener) leaves them with `leave_held` after each reply.
+    """
     held: list[Callable[[], None]] = []
     token = _HELD.set(held)
     try:
-        yield
+        yield held
     finally:
         _HELD.reset(token)
-        for release in held:
-            release()
+        leave_held(held)
+
+
+def leave_held(held: list[Callable[[], None]]) -> None:
+    """Leave the tickets held in `held` (from `holding_tickets`) now, in the order they were left."""
+    pending = held.copy()
+    held.clear()
+    for release in pending:
+        release()
 
 
 class PriorityGate:

@@ -86,6 +86,7 @@ class BurstContext:
         self._encoder = msg.ResultEncoder()
         self._handles = client.handles
         self._exec_pool = client.host.exec_pool
+        self._inline = False  # this thread holds a worker slot of `_exec_pool` (see `_run`)
         self.executions = 0
         self.thread = threading.Thread(target=self._listen, name="burst", daemon=True)
 
@@ -196,9 +197,11 @@ class BurstContext:
 
     def _listen_loop(self) -> None:
         requests = self.requests
+        pool = self._exec_pool
         try:
-            # Executions run on this thread act for the burst's client (queued ones say so themselves).
-            with qos.serving_client(self.client.key):
+            # Executions run on this thread act for the burst's client (queued ones say so themselves);
+            # the priority ticket of each is left once its result is written, as on the other paths.
+            with qos.serving_client(self.client.key), qos.holding_tickets() as held:
                 polling = self.polling_us
                 while not self._stopping:
                     if not requests.wait(None, polling, self.results):
@@ -214,7 +217,15 @@ class BurstContext:
                         polling = 0  # a stale signal: block again without another polling window
                         continue
                     polling = self.polling_us
-                    self._serve(data)
+                    try:
+                        self._serve(data)
+                    finally:
+                        # The result is on its way: give back the worker slot and the ticket it ran with.
+                        if self._inline:
+                            self._inline = False
+                            pool.end_inline()
+                        if held:
+                            qos.leave_held(held)
         except (RingError, MessageTooLarge) as e:
             log.warning("burst of client pid %d ended: %s", self.client.pid, e)
         except Exception as e:
@@ -377,14 +388,11 @@ class BurstContext:
         deadline = request.deadline
         if deadline is not None and deadline <= time.monotonic_ns():
             raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "burst: the deadline had already passed")
-        pool = self._exec_pool
-        if pool.try_inline():
-            try:
-                return entry.prepared.executeSynchronously(
-                    hal_request, request.measure, deadline, request.loop_timeout
-                )
-            finally:
-                pool.end_inline()
+        if self._exec_pool.try_inline():
+            self._inline = True  # the listener gives the slot back once the result is written
+            return entry.prepared.executeSynchronously(
+                hal_request, request.measure, deadline, request.loop_timeout
+            )
         return self._queued(
             entry.prepared.executeSynchronously,
             (hal_request, request.measure, deadline, request.loop_timeout),
