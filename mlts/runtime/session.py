@@ -72,6 +72,9 @@ class _Layout:
     pool: SharedMemory
     in_views: list[np.ndarray | None]
     out_views: dict[int, np.ndarray] = field(default_factory=dict)
+    #: The output shapes (that very tuple) of the last run read through the views in `read_views`.
+    read_shapes: tuple | None = None
+    read_views: list[np.ndarray] = field(default_factory=list)
     #: No driver buffer named: `Session.run` may reuse the layout after checking only the inputs.
     plain: bool = False
 
@@ -395,6 +398,8 @@ class Session:
         if not skip:
             # The common case: every output has a view of the shape the driver reports.
             shapes = result.output_shapes
+            if shapes is layout.read_shapes:  # the very shapes read last time (a repeated result)
+                return [view.copy() for view in layout.read_views]
             views = layout.out_views
             if len(shapes) == len(views) == len(self._outputs):
                 copies: list[np.ndarray | None] = []
@@ -404,6 +409,7 @@ class Session:
                         break
                     copies.append(known.copy())
                 else:
+                    layout.read_shapes, layout.read_views = shapes, [views[k] for k in range(len(shapes))]
                     return copies
         pool = layout.pool
         request = layout.request
