@@ -356,7 +356,10 @@ class SamplePreparedModel(PreparedModel):
                     done.append(_perf_ns())
                     return io.write_outputs(outputs, buffers)
 
-                checkpoint = qos.checkpoint(deadline, gate, ticket)
+                # Without a deadline the ticket is the checkpoint (`qos.checkpoint`, inlined).
+                checkpoint = (
+                    ticket if deadline is None and gate.enabled else qos.checkpoint(deadline, gate, ticket)
+                )
                 t1 = _perf_ns()
                 if checked and op_times is None:  # a static plan has no WHILE: no loop timeout either
                     shapes = plan.run_into(inputs, checkpoint, write)
