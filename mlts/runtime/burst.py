@@ -180,8 +180,10 @@ class RemoteBurst(Burst):
         """Whether the pools of the last request sent can be named as they were then: each memory
         still open and cached under its slot, each driver buffer still open."""
         slots = self._slots
+        if len(pools) == 1 and type(pools[0]) is SharedMemory:  # the common case: one pool
+            return pools[0].fd >= 0 and id(pools[0]) in slots
         for pool in pools:
-            if type(pool) is SharedMemory or isinstance(pool, SharedMemory):
+            if isinstance(pool, SharedMemory):
                 if pool.fd < 0 or id(pool) not in slots:
                     return False
             elif isinstance(pool, RemoteBuffer) and pool.closed:

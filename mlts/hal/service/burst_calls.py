@@ -384,7 +384,10 @@ class BurstContext:
         burst's client) when a worker slot is free (no hand-off), else queued by priority and waited for.
         """
         if entry is None:
-            entry = self._entry()
+            prepared = self.prepared  # `_entry`, inlined
+            if prepared is None or self._handles.peek(_PREPARED, self.prepared_number) is not prepared:
+                raise invalid(f"burst: prepared model {self.prepared_number} was released")
+            entry = prepared.value
         deadline = request.deadline
         if deadline is not None and deadline <= time.monotonic_ns():
             raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "burst: the deadline had already passed")
