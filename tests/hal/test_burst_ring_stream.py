@@ -18,7 +18,9 @@ MESSAGES = 100_000
 CAPACITY = 4096  # small: the ring wraps every few hundred messages and often fills
 
 # The producer: message i is 4 + i % 29 bytes derived from i. Every 2 000 messages it pauses long
-# enough for the consumer's polling window to end, so the consumer blocks and must be signalled.
+# enough for the consumer's polling window to end, so the consumer blocks and must be signalled. Every
+# 100 messages it pauses for less than a 20 µs window (busy), so a consumer slower than the producer
+# still catches up now and then and is polling when the next message comes.
 PRODUCER = textwrap.dedent(
     """
     import struct, sys, time
@@ -31,6 +33,10 @@ PRODUCER = textwrap.dedent(
             sys.exit("the consumer stopped reading")
         if i % 2000 == 1999:
             time.sleep(0.002)
+        elif i % 100 == 99:
+            until = time.perf_counter() + 10e-6
+            while time.perf_counter() < until:
+                pass
     print(ring.signals_saved, flush=True)
     """
 )
