@@ -197,7 +197,6 @@ class BurstContext:
 
     def _listen_loop(self) -> None:
         requests = self.requests
-        pool = self._exec_pool
         try:
             # Executions run on this thread act for the burst's client (queued ones say so themselves);
             # the priority ticket of each is left once its result is written, as on the other paths.
@@ -220,12 +219,7 @@ class BurstContext:
                     try:
                         self._serve(data)
                     finally:
-                        # The result is on its way: give back the worker slot and the ticket it ran with.
-                        if self._inline:
-                            self._inline = False
-                            pool.end_inline()
-                        if held:
-                            qos.leave_held(held)
+                        self._replied(held)
         except (RingError, MessageTooLarge) as e:
             log.warning("burst of client pid %d ended: %s", self.client.pid, e)
         except Exception as e:
@@ -295,6 +289,15 @@ class BurstContext:
             )
         if not self.results.write(encoded, 1.0):
             raise RingError("the client does not read its results (the result ring stays full)")
+
+    def _replied(self, held: list[Callable[[], None]]) -> None:
+        """After `_serve` (its result is on its way): give back the worker slot the execution ran in and
+        the priority tickets it left meanwhile (`held`, from `qos.holding_tickets`)."""
+        if self._inline:
+            self._inline = False
+            self._exec_pool.end_inline()
+        if held:
+            qos.leave_held(held)
 
     def _remember(self, key: bytes, request: msg.BurstRequest) -> list[Any]:
         """Cache a decoded request message: [the request, (pools, validated Request) of its last run, or
