@@ -108,9 +108,8 @@ class BurstContext:
             if old is not None:
                 self._forget(old.value)
                 self._retired.append(old)
+                self._wake()
             self._cond.notify_all()
-        if old is not None:
-            self.requests.signal()  # the listener releases it (it wakes if it was blocked)
 
     def _forget(self, memory: Any) -> None:
         """Drop the validated requests that ran on `memory` (its slot was freed or replaced); called
@@ -132,8 +131,14 @@ class BurstContext:
                 return False
             self._forget(resource.value)
             self._retired.append(resource)
-        self.requests.signal()  # the listener releases it (it wakes if it was blocked)
+            self._wake()
         return True
+
+    def _wake(self) -> None:
+        """Wake the listener (if it was blocked) to release the retired slots; called with the lock held.
+        Once the burst is stopping the rings may be closed, and `_release` takes the retired slots."""
+        if not self._stopping:
+            self.requests.signal()
 
     def _release_retired(self) -> None:
         """Release the slots freed or replaced since the last call (on the listener's thread)."""
