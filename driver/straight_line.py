@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from driver.bound_steps import Chunk, bindable
 from driver.operation_kernel import check_output, kernel_failed, output_count_error, relabel
 from mlts.hal.errors import HalError
 
@@ -45,8 +46,10 @@ def compile_steps(
     output_indexes: Sequence[int],
     template: Sequence[Any],
     operands: Sequence[Any],
+    bind: bool = True,
 ) -> StraightRun:
-    """The straight-line function of a static plan's steps (no IF or WHILE; see the module docstring)."""
+    """The straight-line function of a static plan's steps (no IF or WHILE; see the module docstring);
+    with `bind`, runs of steps whose kernels bind their compiled calls become `Chunk`s."""
     names: dict[str, Any] = {
         "HalError": HalError,
         "check_output": check_output,
@@ -66,15 +69,10 @@ def compile_steps(
         names[f"c{i}"] = template[i]
         return f"c{i}"
 
-    lines = ["def run(inputs, checkpoint, ws):"]
-    if input_indexes:
-        lines.append(f"    {', '.join(f'v{i}' for i in input_indexes)}, = inputs")
-    for i in sorted(written - inputs):
-        lines.append(f"    v{i} = None")
-    for s, st in enumerate(steps):
+    def step_lines(s: int, st: Any) -> list[str]:
         names[f"st{s}"] = st
         args = ", ".join(value(i) for i in st.inputs)
-        lines += [
+        out = [
             "    if checkpoint is not None:",
             f"        checkpoint({int(st.index)})",
             f"    ws.step = {int(st.number)}",
@@ -89,7 +87,7 @@ def compile_steps(
         if st.single:
             idx = int(st.outputs[0])
             names[f"S{s}"], names[f"D{s}"] = st.out_shapes[0], st.out_dtypes[0]
-            lines += [
+            out += [
                 "    if len(r) != 1:",
                 f"        raise _count_error(st{s}, r)",
                 "    x = r[0]",
@@ -100,16 +98,93 @@ def compile_steps(
             ]
         else:
             targets = "".join(f"v{int(i)}, " for i in st.outputs)
-            lines.append(
+            out.append(
                 f"    {targets}= _checked(st{s}, r, _operands)"
                 if targets
                 else f"    _checked(st{s}, r, _operands)"
             )
         for i in st.release:
             if i in inputs or i in written:
-                lines.append(f"    v{int(i)} = None")
+                out.append(f"    v{int(i)} = None")
+        return out
+
+    lines = ["def run(inputs, checkpoint, ws):"]
+    if input_indexes:
+        lines.append(f"    {', '.join(f'v{i}' for i in input_indexes)}, = inputs")
+    for i in sorted(written - inputs):
+        lines.append(f"    v{i} = None")
+    chunks = _chunks(steps, inputs, written, output_indexes, operands) if bind else {}
+    s = 0
+    while s < len(steps):
+        found = chunks.get(s)
+        if found is None:
+            lines += step_lines(s, steps[s])
+            s += 1
+            continue
+        end, chunk = found
+        names[f"B{s}"] = chunk
+        ext = "".join(f", v{int(i)}" for i in chunk.externals)
+        lines += [f"    o = B{s}(ws, checkpoint{ext})", "    if o is None:"]
+        for k in range(s, end):
+            lines += ["    " + line for line in step_lines(k, steps[k])]
+        lines.append("    else:")
+        if chunk.needed:
+            lines.append(f"        {''.join(f'v{int(i)}, ' for i in chunk.needed)}= o")
+        released = {int(i) for st in steps[s:end] for i in st.release if i in chunk.externals}
+        lines += [f"        v{i} = None" for i in sorted(released)] or ["        pass"]
+        s = end
     lines.append(f"    return [{', '.join(value(i) for i in output_indexes)}]")
     code = compile("\n".join(lines) + "\n", "<driver plan>", "exec")
     exec(code, names)  # noqa: S102  (the source above holds only the plan's own integers)
     run: StraightRun = names["run"]
     return run
+
+
+def _known(dims: Sequence[int]) -> tuple[int, ...] | None:
+    return tuple(int(d) for d in dims) if dims and all(dims) else None
+
+
+def _chunks(
+    steps: Sequence[Any],
+    inputs: set[int],
+    written: set[int],
+    output_indexes: Sequence[int],
+    operands: Sequence[Any],
+) -> dict[int, tuple[int, Chunk]]:
+    """The runs of consecutive bindable steps (driver.bound_steps), by first step: (end, chunk).
+
+    A step joins when its kernel binds, only its first input is another operation's result or a
+    model input (the rest are constants) and that input's shape is known.
+    """
+    shape_of: dict[int, tuple[int, ...] | None] = {i: _known(operands[i].dimensions) for i in inputs}
+    for st in steps:
+        for i, shape in zip(st.outputs, st.out_shapes, strict=True):
+            shape_of[int(i)] = shape
+
+    def joins(st: Any) -> bool:
+        if not bindable(st) or not st.inputs or shape_of.get(int(st.inputs[0])) is None:
+            return False
+        return not any(i in inputs or i in written for i in st.inputs[1:])
+
+    found: dict[int, tuple[int, Chunk]] = {}
+    s = 0
+    while s < len(steps):
+        if not joins(steps[s]):
+            s += 1
+            continue
+        end = s
+        while end < len(steps) and joins(steps[end]):
+            end += 1
+        run = steps[s:end]
+        made = {int(st.outputs[0]) for st in run}
+        externals: list[int] = []
+        for st in run:
+            i = int(st.inputs[0])
+            if i not in made and i not in externals:
+                externals.append(i)
+        later = {int(i) for st in steps[end:] for i in st.inputs} | {int(i) for i in output_indexes}
+        needed = [int(st.outputs[0]) for st in run if int(st.outputs[0]) in later]
+        shapes = {int(st.inputs[0]): shape_of[int(st.inputs[0])] for st in run}
+        found[s] = (end, Chunk(run, externals, shapes, needed))  # type: ignore[arg-type]
+        s = end
+    return found

@@ -58,6 +58,8 @@ _SIGNATURES: dict[str, list] = {
     "mk_gemm_packed_bias_act_f32": [_P, _P, _P, _L, _L, _L, _P, _F, _F],
     "mk_gemm_packed_requant_f32": [_P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
     "mk_gemm_packed_requant_q8": [_P, _I, _I, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
+    "mk_run_calls": [_P, _P, _L],
+    "mk_call_ints": [],
 }
 
 
@@ -76,7 +78,13 @@ _RETURNS_STATUS = frozenset(
 
 DEFAULT_SPIN_US = 100
 
-_RESTYPES = {"mk_pool_backoffs": ctypes.c_int64, "mk_pool_stats": ctypes.c_int, "mk_split": ctypes.c_int}
+_RESTYPES = {
+    "mk_pool_backoffs": ctypes.c_int64,
+    "mk_pool_stats": ctypes.c_int,
+    "mk_split": ctypes.c_int,
+    "mk_run_calls": ctypes.c_int64,
+    "mk_call_ints": ctypes.c_int,
+}
 
 # NumPy's bundled OpenBLAS (numpy.libs) names its symbols with a prefix and suffix; a system BLAS does not.
 _SGEMM_NAMES = (

@@ -393,3 +393,87 @@ def depthwise_q8(x: np.ndarray, zp_x: int, gc: GeometryCache, mult: int, w: Cons
     )  # fmt: skip
     _check(status)
     return y
+
+
+# ------------------------------------------------------------ bound calls (driver.bound_steps)
+
+# The kinds of call mk_run_calls makes (kernels.c); each is CALL_INTS ints (kind first) and 2 floats.
+CALL_IM2COL_F32 = 1
+CALL_GEMM_PACKED_BIAS_ACT_F32 = 2
+CALL_DEPTHWISE_F32 = 3
+CALL_INTS = 10
+
+# A call: (kind, its int arguments (addresses and sizes), its float arguments).
+Call = tuple[int, tuple[int, ...], tuple[float, ...]]
+
+
+@dataclass(slots=True)
+class BoundStep:
+    """The compiled calls one run of a kernel makes for an input of a fixed shape at a fixed address:
+    the same functions with the same arguments, every address looked up once. `out` is the step's
+    output (a buffer of the current workspace); `keep` holds arrays the addresses point into; `macs`
+    is the work (multiply-adds)."""
+
+    calls: list[Call]
+    out: np.ndarray
+    keep: tuple[Any, ...]
+    macs: int
+
+
+class Scratch:
+    """The temporary of a run of bound steps, shared by them (they run one after another): its
+    address is a placeholder until every step is bound and its size known."""
+
+    PLACEHOLDER = -(2**40)
+
+    def __init__(self) -> None:
+        self.floats = 0
+
+    def ptr(self, floats: int) -> int:
+        self.floats = max(self.floats, floats)
+        return self.PLACEHOLDER
+
+
+def bind_conv_f32(
+    shape: tuple[int, ...],
+    xp: int,
+    gc: GeometryCache,
+    w: Const,
+    bias: Const,
+    act: int,
+    out_c: int,
+    scratch: Scratch,
+) -> BoundStep | None:
+    """`conv_f32`'s calls for a C-contiguous float32 input of `shape` at `xp`, when it makes compiled
+    calls only (packed weights and at least 4 rows: the GEMM that cannot fail); else None."""
+    g, gp = gc.get(shape)
+    entry = gc.entry
+    n, c = shape[0], shape[3]
+    rows = n * g.out_h * g.out_w
+    if not isinstance(w, GemmWeights) or not (w.panels_ptr and rows >= 4):
+        return None
+    lo, hi = ACT_BOUNDS[act]
+    calls: list[Call] = []
+    if g.k_h == g.k_w == g.stride_h == g.stride_w == 1 and not g.padded:
+        cp, k = xp, c
+    else:
+        k = g.k_h * g.k_w * c
+        cp = scratch.ptr(rows * k)
+        calls.append((CALL_IM2COL_F32, (xp, gp, cp), ()))
+    y = output((n, g.out_h, g.out_w, out_c), F32)
+    calls.append(
+        (CALL_GEMM_PACKED_BIAS_ACT_F32, (cp, w.panels_ptr, address(y), rows, out_c, k, bias.ptr), (lo, hi))
+    )
+    return BoundStep(calls, y, (entry, w, bias), rows * k * out_c)
+
+
+def bind_depthwise_f32(
+    shape: tuple[int, ...], xp: int, gc: GeometryCache, mult: int, w: Const, bias: Const, act: int
+) -> BoundStep:
+    """`depthwise_f32`'s call for a C-contiguous float32 input of `shape` at `xp`."""
+    g, gp = gc.get(shape)
+    entry = gc.entry
+    lo, hi = ACT_BOUNDS[act]
+    y = output((shape[0], g.out_h, g.out_w, shape[3] * mult), F32)
+    call = (CALL_DEPTHWISE_F32, (xp, gp, mult, w.ptr, bias.ptr, address(y)), (lo, hi))
+    return BoundStep([call], y, (entry, w, bias), y.size * g.k_h * g.k_w)

@@ -119,6 +119,13 @@ def _prepare_float(
         apply_activation(act, acc)
         return [from_nhwc(acc, nchw)]
 
+    def bind(shape: tuple[int, ...], xp: int, scratch: _fast.Scratch) -> _fast.BoundStep | None:
+        """`run`'s compiled call for a float32 NHWC input of `shape` at `xp` (driver.bound_steps)."""
+        if not fast or nchw or w_c is None or b_c is None or len(shape) != 4 or shape[3] != cout // mult:
+            return None
+        return _fast.bind_depthwise_f32(shape, xp, gc, mult, w_c, b_c, act)
+
+    run.bind = bind  # type: ignore[attr-defined]
     return run
 
 

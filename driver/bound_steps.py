@@ -1,0 +1,187 @@
+"""Consecutive operations whose kernels are compiled calls only, run in one foreign call.
+
+In a static plan's straight-line function (driver.straight_line) every operation is a Python call
+into its kernel, which makes one or two ctypes calls: each of them releases the interpreter lock and
+takes it back, and the Python around them runs under it. Two executions in one process then take
+turns on the lock at least once per operation.
+
+A kernel that can tell in advance exactly which compiled calls it makes for an input of a given shape
+at a given address (its run's `bind`, giving a `driver.ops._fast.BoundStep`) lets a run of such
+consecutive operations (a `Chunk`) be bound once per workspace: every address is fixed, because the
+outputs are the workspace's own buffers, reused by every execution. Later executions run the chunk
+with one call of `mk_run_calls`: the same functions with the same arguments in the same order, so
+the same results bit for bit, with the lock released once.
+
+Before running bound, a chunk checks that every step still has the kernel it was bound with (a
+replaced kernel takes effect as in the loop) and that each value from outside the chunk is a
+C-contiguous float32 array of the shape it was bound for (its address is written into the calls);
+otherwise the straight-line function runs the chunk's operations one by one as before. Binding
+itself checks each output against its operand's declared shape and dtype.
+
+Checkpoints: with one, a chunk's calls are cut into pieces of at most MAX_PIECE_MACS multiply-adds
+(about half a millisecond on one core), and the checkpoint is called before each piece with the index
+of its first operation: deadlines and priority preemption are observed between pieces, not between
+the operations inside one. Without one, the whole chunk is a single call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from driver import native
+from driver.ops import _fast
+from driver.ops._workspace import Workspace, address
+from mlts.hal.enums import ErrorStatus
+from mlts.hal.errors import HalError
+
+#: The most multiply-adds run between two checkpoints of a bound chunk.
+MAX_PIECE_MACS = 1 << 24
+
+_F32 = np.dtype(np.float32)
+_ROW_INTS = _fast.CALL_INTS
+_ROW_FLOATS = 2
+
+
+def bindable(step: Any) -> bool:
+    """A step whose kernel can bind its calls (one output; its other inputs are checked by the caller)."""
+    return step.single and step.control is None and getattr(step.direct, "bind", None) is not None
+
+
+class _Program:
+    """A chunk bound for one workspace: the calls' arguments and what they point into."""
+
+    __slots__ = ("ints", "floats", "ints_ptr", "floats_ptr", "count", "pieces", "patches", "outs", "keep")
+
+    def __init__(self, calls: list[_fast.Call], keep: list[Any]) -> None:
+        self.count = len(calls)
+        self.ints = np.zeros((self.count, _ROW_INTS), dtype=np.int64)
+        self.floats = np.zeros((self.count, _ROW_FLOATS), dtype=np.float32)
+        for r, (kind, ints, floats) in enumerate(calls):
+            self.ints[r, 0] = kind
+            self.ints[r, 1 : 1 + len(ints)] = ints
+            self.floats[r, : len(floats)] = floats
+        self.ints_ptr = self.ints.ctypes.data
+        self.floats_ptr = self.floats.ctypes.data
+        self.pieces: list[tuple[int, int, int]] = []  # (first operation's index, first call, call count)
+        self.patches: list[tuple[int, int, int]] = []  # (call, argument, external value) per run
+        self.outs: list[np.ndarray] = []
+        self.keep = keep
+
+
+class Chunk:
+    """Consecutive bindable steps of one plan (see the module docstring).
+
+    `externals`: the operands the chunk reads from outside it (each step's first input), passed to
+    `__call__` in this order; `shapes`: every first input's shape; `needed`: the chunk's outputs read
+    after it, returned in this order.
+    """
+
+    def __init__(
+        self,
+        steps: Sequence[Any],
+        externals: Sequence[int],
+        shapes: Mapping[int, tuple[int, ...]],
+        needed: Sequence[int],
+    ) -> None:
+        self.steps = tuple(steps)
+        self.kernels = tuple(st.direct for st in steps)
+        self.externals = tuple(externals)
+        self.ext_shapes = tuple(shapes[i] for i in externals)
+        self.shapes = dict(shapes)
+        self.needed = tuple(needed)
+        self.last_number = int(steps[-1].number)
+        self.dead = native.LIB is None  # a kernel declined to bind: the steps always run one by one
+
+    def __call__(self, ws: Workspace, checkpoint: Any, *values: Any) -> list[np.ndarray] | None:
+        """Run the chunk bound and return its `needed` outputs; None (nothing run) when it cannot."""
+        if self.dead:
+            return None
+        for st, kernel in zip(self.steps, self.kernels, strict=True):
+            if st.direct is not kernel:
+                return None
+        for v, shape in zip(values, self.ext_shapes, strict=True):
+            if type(v) is not np.ndarray or v.shape != shape or v.dtype != _F32 or not v.flags.c_contiguous:
+                return None
+        prog: Any = ws.bound.get(self)
+        if prog is None:
+            prog = self._bind(ws)
+            if prog is None:
+                self.dead = True
+                return None
+            ws.bound[self] = prog
+        ints = prog.ints
+        for row, col, k in prog.patches:
+            ints[row, col] = address(values[k])
+        lib: Any = native.LIB  # loaded: a chunk without it is dead
+        run = lib.mk_run_calls
+        if checkpoint is None:
+            self._check(run(prog.ints_ptr, prog.floats_ptr, prog.count), 0)
+        else:
+            for first, start, count in prog.pieces:
+                checkpoint(first)
+                self._check(
+                    run(
+                        prog.ints_ptr + start * _ROW_INTS * 8,
+                        prog.floats_ptr + start * _ROW_FLOATS * 4,
+                        count,
+                    ),
+                    start,
+                )
+        ws.step = self.last_number
+        return prog.outs
+
+    def _check(self, status: int, start: int) -> None:
+        if status:
+            raise HalError(
+                ErrorStatus.GENERAL_FAILURE,
+                f"{self.steps[0].label}: bound compiled call {start + status - 1} has an unknown kind",
+            )
+
+    def _bind(self, ws: Workspace) -> _Program | None:
+        """The chunk's calls with this workspace's buffers; None when a kernel declines to bind."""
+        scratch = _fast.Scratch()
+        produced: dict[int, np.ndarray] = {}
+        calls: list[_fast.Call] = []
+        keep: list[Any] = []
+        pieces: list[tuple[int, int, int]] = []
+        piece_macs = 0
+        for st in self.steps:
+            ws.step = st.number
+            i = st.inputs[0]
+            x = produced.get(i)
+            xp = x.ctypes.data if x is not None else -1 - self.externals.index(i)
+            bound = st.direct.bind(self.shapes[i], xp, scratch)
+            if bound is None:
+                return None
+            out = bound.out
+            if out.shape != st.out_shapes[0] or out.dtype != st.out_dtypes[0] or not out.flags.c_contiguous:
+                return None
+            produced[st.outputs[0]] = out
+            keep.append(bound.keep)
+            if not pieces or piece_macs + bound.macs > MAX_PIECE_MACS:
+                pieces.append((int(st.index), len(calls), 0))
+                piece_macs = 0
+            piece_macs += bound.macs
+            calls.extend(bound.calls)
+            first, start, _ = pieces[-1]
+            pieces[-1] = (first, start, len(calls) - start)
+        prog = _Program(calls, keep)
+        prog.pieces = pieces
+        prog.outs = [produced[i] for i in self.needed]
+        buffer = None
+        if scratch.floats:
+            buffer = ws.get(("bound scratch", id(self)), (scratch.floats,), np.float32)
+            keep.append(buffer)
+        ints = prog.ints
+        for r in range(prog.count):
+            for c in range(1, _ROW_INTS):
+                v = int(ints[r, c])
+                if v == _fast.Scratch.PLACEHOLDER:
+                    assert buffer is not None
+                    ints[r, c] = buffer.ctypes.data
+                elif -len(self.externals) <= v < 0:
+                    prog.patches.append((r, c, -1 - v))
+        return prog

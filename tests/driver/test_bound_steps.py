@@ -1,0 +1,167 @@
+"""Runs of compiled-only operations bound once per workspace (driver.bound_steps): the same results,
+bit for bit, as the same operations called one by one, alone and from two threads at once; the
+operations still run one by one whenever binding does not apply."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from driver import native
+from driver.bound_steps import Chunk
+from driver.executor import Plan
+from mlts.hal.builder import ModelBuilder
+from mlts.hal.enums import ErrorStatus
+from mlts.hal.enums import OperandType as T
+from mlts.hal.enums import OperationType as O
+from mlts.hal.errors import HalError
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="compiled kernels not built")
+
+
+def _conv(bld, rng, x, cin, cout, k, stride, pad, act, out_hw):
+    w = bld.add_constant(rng.standard_normal((cout, k, k, cin)).astype(np.float32))
+    b = bld.add_constant(rng.standard_normal(cout).astype(np.float32))
+    y = bld.add_operand(T.TENSOR_FLOAT32, (1, *out_hw, cout))
+    args = [x, w, b, bld.add_int32(pad), bld.add_int32(stride), bld.add_int32(stride), bld.add_int32(act)]
+    bld.add_operation(O.CONV_2D, args, [y])
+    return y
+
+
+def _depthwise(bld, rng, x, cin, mult, stride, act, out_hw):
+    w = bld.add_constant(rng.standard_normal((1, 3, 3, cin * mult)).astype(np.float32))
+    b = bld.add_constant(rng.standard_normal(cin * mult).astype(np.float32))
+    y = bld.add_operand(T.TENSOR_FLOAT32, (1, *out_hw, cin * mult))
+    args = [x, w, b, bld.add_int32(1), bld.add_int32(stride), bld.add_int32(stride), bld.add_int32(mult)]
+    bld.add_operation(O.DEPTHWISE_CONV_2D, [*args, bld.add_int32(act)], [y])
+    return y
+
+
+def _model():
+    """x [1,12,12,3] -> conv 3x3/2 (im2col) -> depthwise x2 -> conv 1x1 = a (an output, read later)
+    -> ADD a + a (not bound) -> depthwise/2 -> conv 1x1 = m: two chunks, four outputs of the plan."""
+    rng = np.random.default_rng(7)
+    bld = ModelBuilder()
+    x = bld.add_input(T.TENSOR_FLOAT32, (1, 12, 12, 3))
+    c1 = _conv(bld, rng, x, 3, 8, 3, 2, 1, 3, (6, 6))  # SAME, RELU6
+    d1 = _depthwise(bld, rng, c1, 8, 2, 1, 1, (6, 6))  # RELU
+    a = _conv(bld, rng, d1, 16, 16, 1, 1, 2, 0, (6, 6))  # VALID 1x1, no activation
+    s = bld.add_operand(T.TENSOR_FLOAT32, (1, 6, 6, 16))
+    bld.add_operation(O.ADD, [a, a, bld.add_int32(0)], [s])
+    d2 = _depthwise(bld, rng, s, 16, 1, 2, 2, (3, 3))  # RELU1
+    m = _conv(bld, rng, d2, 16, 8, 1, 1, 2, 1, (3, 3))
+    bld.mark_outputs([a, m, c1, d2])
+    return bld.build()
+
+
+def _inputs(n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(3)
+    return [rng.standard_normal((1, 12, 12, 3)).astype(np.float32) for _ in range(n)]
+
+
+def _unbound(plan: Plan) -> Plan:
+    """The plan's straight-line function with every step called one by one."""
+    from driver.straight_line import compile_steps
+
+    plan._straight = compile_steps(
+        plan.steps, plan.input_indexes, plan.output_indexes, plan._template, plan.sub.operands, bind=False
+    )
+    plan._straight_tried = True
+    return plan
+
+
+def _chunks(plan: Plan) -> list[Chunk]:
+    plan.run(_inputs(1), checked=True)  # compiles the straight-line function
+    assert plan._straight is not None
+    return [v for v in plan._straight.__globals__.values() if isinstance(v, Chunk)]
+
+
+def test_bound_runs_equal_the_steps_called_one_by_one() -> None:
+    bound, unbound = Plan(_model()), _unbound(Plan(_model()))
+    chunks = _chunks(bound)
+    assert [len(c.steps) for c in chunks] == [3, 2]
+    for x in _inputs(3):
+        for _ in range(2):  # binds, then runs bound
+            got, want = bound.run([x], checked=True), unbound.run([x], checked=True)
+            for g, w in zip(got, want, strict=True):
+                assert g.dtype == w.dtype and g.shape == w.shape
+                assert g.tobytes() == w.tobytes()
+    assert not any(c.dead for c in chunks)
+    assert all(len(ws.bound) == 2 for ws in bound.workspaces._free)
+
+
+def test_checkpoints_come_before_each_piece_of_a_bound_run(monkeypatch) -> None:
+    import driver.bound_steps as bound_steps
+
+    plan = Plan(_model())
+    x = _inputs(1)[0]
+    want = plan.run([x], checked=True)
+    for limit, indexes in ((1 << 24, [0, 3, 4]), (1, [0, 1, 2, 3, 4, 5])):
+        monkeypatch.setattr(bound_steps, "MAX_PIECE_MACS", limit)
+        fresh = Plan(_model())
+        seen: list[int] = []
+        for _ in range(2):
+            seen.clear()
+            got = fresh.run([x], seen.append, checked=True)
+            for g, w in zip(got, want, strict=True):
+                assert g.tobytes() == w.tobytes()
+        assert seen == indexes
+
+    def late(index: int) -> None:
+        raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed before operation {index}")
+
+    with pytest.raises(HalError) as info:
+        plan.run([x], late, checked=True)
+    assert info.value.message == "deadline passed before operation 0"
+
+
+def test_two_threads_running_one_plan_get_the_lone_results() -> None:
+    plan = Plan(_model())
+    inputs = _inputs(2)
+    reference = _unbound(Plan(_model()))
+    expected = [[r.tobytes() for r in reference.run([x], checked=True)] for x in inputs]
+    start = threading.Barrier(2)
+    errors: list[str] = []
+
+    def worker(k: int) -> None:
+        start.wait()
+        for i in range(60):
+            got = plan.run([inputs[k]], checked=True)
+            if [r.tobytes() for r in got] != expected[k]:
+                errors.append(f"thread {k}, run {i}: result differs from a lone run")
+                return
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
+
+
+def test_steps_run_one_by_one_when_binding_does_not_apply() -> None:
+    plan = Plan(_model())
+    chunks = _chunks(plan)
+    x = _inputs(1)[0]
+    want = [r.copy() for r in plan.run([x], checked=True)]
+    # An input that is not C-contiguous float32 of the bound shape: the steps run as before.
+    wide = np.zeros((1, 12, 24, 3), np.float32)
+    wide[:, :, ::2] = x
+    got = plan.run([wide[:, :, ::2]], checked=True)
+    for g, w in zip(got, want, strict=True):
+        assert g.tobytes() == w.tobytes()
+    # A kernel replaced after binding takes effect, with the step's error wording.
+    step = chunks[0].steps[1]
+
+    def broken(args):
+        raise ValueError("broken")
+
+    step.run = step.direct = broken
+    with pytest.raises(HalError) as info:
+        plan.run([x], checked=True)
+    assert info.value.message.startswith(
+        "operation 1 (DEPTHWISE_CONV_2D) failed on inputs (float32[1, 6, 6, 8]"
+    )
