@@ -22,10 +22,13 @@ Checkpoints: with one, a chunk's calls are cut into pieces of at most MAX_PIECE_
 (about half a millisecond on one core), and the checkpoint is called before each piece with the index
 of its first operation: deadlines and priority preemption are observed between pieces, not between
 the operations inside one. Without one, the whole chunk is a single call.
+
+MLTS_DRIVER_BIND=0 in the driver's environment turns binding off (to compare the two paths).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -93,7 +96,8 @@ class Chunk:
         self.shapes = dict(shapes)
         self.needed = tuple(needed)
         self.last_number = int(steps[-1].number)
-        self.dead = native.LIB is None  # a kernel declined to bind: the steps always run one by one
+        # Dead: the steps always run one by one (no compiled kernels, turned off, or a kernel declined to bind).
+        self.dead = native.LIB is None or os.environ.get("MLTS_DRIVER_BIND", "1") == "0"
 
     def __call__(self, ws: Workspace, checkpoint: Any, *values: Any) -> list[np.ndarray] | None:
         """Run the chunk bound and return its `needed` outputs; None (nothing run) when it cannot."""
