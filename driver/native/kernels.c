@@ -1697,7 +1697,12 @@ int mk_depthwise_q8_max_channels(void) { return MAX_DW_CHANNELS; }
 /* ------------------------------------------------------------ a run of bound calls (driver/bound_plan.py) */
 
 /* What mk_run_calls can call: each call is ints[MK_CALL_INTS] (its kind first) and floats[MK_CALL_FLOATS]. */
-enum { MK_CALL_IM2COL_F32 = 1, MK_CALL_GEMM_PACKED_BIAS_ACT_F32 = 2, MK_CALL_DEPTHWISE_F32 = 3 };
+enum {
+    MK_CALL_IM2COL_F32 = 1,
+    MK_CALL_GEMM_PACKED_BIAS_ACT_F32 = 2,
+    MK_CALL_DEPTHWISE_F32 = 3,
+    MK_CALL_GEMM_FEWROWS_BIAS_ACT_F32 = 4, /* mk_gemm_bias_act_f32 with m < 4 and n >= 8: never fails */
+};
 #define MK_CALL_INTS 10
 #define MK_CALL_FLOATS 2
 
@@ -1705,7 +1710,7 @@ int mk_call_ints(void) { return MK_CALL_INTS; }
 
 /* Runs n calls in order, the same functions with the same arguments as one ctypes call each, in one
  * foreign call (one release of the caller's interpreter lock). Returns 0, or i + 1 for call i of an
- * unknown kind (nothing of it or after it ran). */
+ * unknown kind or arguments it does not take (nothing of it or after it ran). */
 int64_t mk_run_calls(const int64_t *ints, const float *floats, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const int64_t *a = ints + i * MK_CALL_INTS;
@@ -1717,6 +1722,11 @@ int64_t mk_run_calls(const int64_t *ints, const float *floats, int64_t n) {
         case MK_CALL_GEMM_PACKED_BIAS_ACT_F32:
             mk_gemm_packed_bias_act_f32((const float *)a[1], (const float *)a[2], (float *)a[3], a[4], a[5], a[6],
                                         (const float *)a[7], f[0], f[1]);
+            break;
+        case MK_CALL_GEMM_FEWROWS_BIAS_ACT_F32:
+            if (a[4] >= 4 || a[5] < 8) return i + 1;
+            mk_gemm_bias_act_f32((const float *)a[1], (const float *)a[2], (float *)a[3], a[4], a[5], a[6],
+                                 (const float *)a[7], f[0], f[1]);
             break;
         case MK_CALL_DEPTHWISE_F32:
             mk_depthwise_f32((const float *)a[1], (const int32_t *)a[2], (int)a[3], (const float *)a[4],

@@ -401,6 +401,7 @@ def depthwise_q8(x: np.ndarray, zp_x: int, gc: GeometryCache, mult: int, w: Cons
 CALL_IM2COL_F32 = 1
 CALL_GEMM_PACKED_BIAS_ACT_F32 = 2
 CALL_DEPTHWISE_F32 = 3
+CALL_GEMM_FEWROWS_BIAS_ACT_F32 = 4
 CALL_INTS = 10
 
 # A call: (kind, its int arguments (addresses and sizes), its float arguments).
@@ -445,12 +446,19 @@ def bind_conv_f32(
     scratch: Scratch,
 ) -> BoundStep | None:
     """`conv_f32`'s calls for a C-contiguous float32 input of `shape` at `xp`, when it makes compiled
-    calls only (packed weights and at least 4 rows: the GEMM that cannot fail); else None."""
+    calls only, with a GEMM that cannot fail: packed weights and at least 4 rows, or the compiled
+    GEMM's loop for fewer rows (at least 8 columns); else None."""
     g, gp = gc.get(shape)
     entry = gc.entry
     n, c = shape[0], shape[3]
     rows = n * g.out_h * g.out_w
-    if not isinstance(w, GemmWeights) or not (w.panels_ptr and rows >= 4):
+    if not isinstance(w, GemmWeights):
+        return None
+    if w.panels_ptr and rows >= 4:
+        kind, wp = CALL_GEMM_PACKED_BIAS_ACT_F32, w.panels_ptr
+    elif rows < 4 and out_c >= 8 and _HAS_GEMM:
+        kind, wp = CALL_GEMM_FEWROWS_BIAS_ACT_F32, w.ptr
+    else:
         return None
     lo, hi = ACT_BOUNDS[act]
     calls: list[Call] = []
@@ -461,9 +469,7 @@ def bind_conv_f32(
         cp = scratch.ptr(rows * k)
         calls.append((CALL_IM2COL_F32, (xp, gp, cp), ()))
     y = output((n, g.out_h, g.out_w, out_c), F32)
-    calls.append(
-        (CALL_GEMM_PACKED_BIAS_ACT_F32, (cp, w.panels_ptr, address(y), rows, out_c, k, bias.ptr), (lo, hi))
-    )
+    calls.append((kind, (cp, wp, address(y), rows, out_c, k, bias.ptr), (lo, hi)))
     return BoundStep(calls, y, (entry, w, bias), rows * k * out_c)
 
 
