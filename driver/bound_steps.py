@@ -36,7 +36,7 @@ import numpy as np
 
 from driver import native
 from driver.ops import _fast
-from driver.ops._workspace import Workspace, address
+from driver.ops._workspace import CURRENT, Workspace, address
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 
@@ -48,9 +48,14 @@ _ROW_INTS = _fast.CALL_INTS
 _ROW_FLOATS = 2
 
 
-def bindable(step: Any) -> bool:
-    """A step whose kernel can bind its calls (one output; its other inputs are checked by the caller)."""
-    return step.single and step.control is None and getattr(step.direct, "bind", None) is not None
+def variables(step: Any) -> tuple[int, ...] | None:
+    """The operands a bindable step reads at run time (its kernel's `bind_inputs` positions, default
+    the first input), or None for a step whose kernel does not bind or with other than one output."""
+    kernel = step.direct
+    bind, positions = getattr(kernel, "bind", None), getattr(kernel, "bind_inputs", (0,))
+    if bind is None or not step.single or step.control is not None or len(step.inputs) <= max(positions):
+        return None
+    return tuple(int(step.inputs[p]) for p in positions)
 
 
 class _Program:
@@ -77,9 +82,9 @@ class _Program:
 class Chunk:
     """Consecutive bindable steps of one plan (see the module docstring).
 
-    `externals`: the operands the chunk reads from outside it (each step's first input), passed to
-    `__call__` in this order; `shapes`: every first input's shape; `needed`: the chunk's outputs read
-    after it, returned in this order.
+    `externals`: the operands the chunk reads from outside it, passed to `__call__` in this order;
+    `shapes`: the shape of every operand a step reads; `needed`: the chunk's outputs read after it,
+    returned in this order.
     """
 
     def __init__(
@@ -154,10 +159,12 @@ class Chunk:
         piece_macs = 0
         for st in self.steps:
             ws.step = st.number
-            i = st.inputs[0]
-            x = produced.get(i)
-            xp = x.ctypes.data if x is not None else -1 - self.externals.index(i)
-            bound = st.direct.bind(self.shapes[i], xp, scratch)
+            reads = variables(st) or ()
+            ptrs = []
+            for i in reads:
+                x = produced.get(i)
+                ptrs.append(x.ctypes.data if x is not None else -1 - self.externals.index(i))
+            bound = st.direct.bind([self.shapes[i] for i in reads], ptrs, scratch)
             if bound is None:
                 return None
             out = bound.out
@@ -189,3 +196,72 @@ class Chunk:
                 elif -len(self.externals) <= v < 0:
                     prog.patches.append((r, c, -1 - v))
         return prog
+
+
+def find_chunks(
+    steps: Sequence[Any],
+    inputs: set[int],
+    written: set[int],
+    output_indexes: Sequence[int],
+    operands: Sequence[Any],
+) -> dict[int, tuple[int, Chunk]]:
+    """The runs of consecutive bindable steps of a static plan, by first step: (end, chunk).
+
+    A step joins when its kernel binds, the inputs it reads at run time (`variables`) are the only
+    ones that are model inputs (`inputs`) or results (`written`), their shapes are known and its
+    kernel binds them into an output of the declared shape and dtype.
+    """
+    shape_of: dict[int, tuple[int, ...] | None] = {}
+    for i in inputs:
+        dims = operands[i].dimensions
+        shape_of[i] = tuple(int(d) for d in dims) if dims and all(dims) else None
+    for st in steps:
+        for i, shape in zip(st.outputs, st.out_shapes, strict=True):
+            shape_of[int(i)] = shape
+
+    def reads(st: Any) -> tuple[int, ...] | None:
+        found = variables(st)
+        if found is None or any(shape_of.get(i) is None for i in found):
+            return None
+        given = {int(i) for i in st.inputs if i in inputs or i in written}
+        if given != set(found):
+            return None
+        # The kernel binds these shapes (tried outside any workspace: fresh arrays, addresses unused).
+        token = CURRENT.set(None)
+        try:
+            bound = st.direct.bind([shape_of[i] for i in found], [0] * len(found), _fast.Scratch())
+        except Exception:  # a kernel that cannot bind these inputs runs (and reports) as before
+            bound = None
+        finally:
+            CURRENT.reset(token)
+        if bound is None or bound.out.shape != st.out_shapes[0] or bound.out.dtype != st.out_dtypes[0]:
+            return None
+        return found
+
+    joined = [reads(st) for st in steps]
+    chunks: dict[int, tuple[int, Chunk]] = {}
+    s = 0
+    while s < len(steps):
+        if joined[s] is None:
+            s += 1
+            continue
+        end = s
+        while end < len(steps) and joined[end] is not None:
+            end += 1
+        run = steps[s:end]
+        made: set[int] = set()
+        externals: list[int] = []
+        shapes: dict[int, tuple[int, ...]] = {}
+        for k, st in enumerate(run):
+            for i in joined[s + k] or ():
+                shape = shape_of[i]
+                assert shape is not None  # part of `reads`
+                shapes[i] = shape
+                if i not in made and i not in externals:
+                    externals.append(i)
+            made.add(int(st.outputs[0]))
+        later = {int(i) for st in steps[end:] for i in st.inputs} | {int(i) for i in output_indexes}
+        needed = [int(st.outputs[0]) for st in run if int(st.outputs[0]) in later]
+        chunks[s] = (end, Chunk(run, externals, shapes, needed))
+        s = end
+    return chunks

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from driver.bound_steps import Chunk, bindable
+from driver.bound_steps import find_chunks
 from driver.operation_kernel import check_output, kernel_failed, output_count_error, relabel
 from mlts.hal.errors import HalError
 
@@ -113,7 +113,7 @@ def compile_steps(
         lines.append(f"    {', '.join(f'v{i}' for i in input_indexes)}, = inputs")
     for i in sorted(written - inputs):
         lines.append(f"    v{i} = None")
-    chunks = _chunks(steps, inputs, written, output_indexes, operands) if bind else {}
+    chunks = find_chunks(steps, inputs, written, output_indexes, operands) if bind else {}
     s = 0
     while s < len(steps):
         found = chunks.get(s)
@@ -138,53 +138,3 @@ def compile_steps(
     exec(code, names)  # noqa: S102  (the source above holds only the plan's own integers)
     run: StraightRun = names["run"]
     return run
-
-
-def _known(dims: Sequence[int]) -> tuple[int, ...] | None:
-    return tuple(int(d) for d in dims) if dims and all(dims) else None
-
-
-def _chunks(
-    steps: Sequence[Any],
-    inputs: set[int],
-    written: set[int],
-    output_indexes: Sequence[int],
-    operands: Sequence[Any],
-) -> dict[int, tuple[int, Chunk]]:
-    """The runs of consecutive bindable steps (driver.bound_steps), by first step: (end, chunk).
-
-    A step joins when its kernel binds, only its first input is another operation's result or a
-    model input (the rest are constants) and that input's shape is known.
-    """
-    shape_of: dict[int, tuple[int, ...] | None] = {i: _known(operands[i].dimensions) for i in inputs}
-    for st in steps:
-        for i, shape in zip(st.outputs, st.out_shapes, strict=True):
-            shape_of[int(i)] = shape
-
-    def joins(st: Any) -> bool:
-        if not bindable(st) or not st.inputs or shape_of.get(int(st.inputs[0])) is None:
-            return False
-        return not any(i in inputs or i in written for i in st.inputs[1:])
-
-    found: dict[int, tuple[int, Chunk]] = {}
-    s = 0
-    while s < len(steps):
-        if not joins(steps[s]):
-            s += 1
-            continue
-        end = s
-        while end < len(steps) and joins(steps[end]):
-            end += 1
-        run = steps[s:end]
-        made = {int(st.outputs[0]) for st in run}
-        externals: list[int] = []
-        for st in run:
-            i = int(st.inputs[0])
-            if i not in made and i not in externals:
-                externals.append(i)
-        later = {int(i) for st in steps[end:] for i in st.inputs} | {int(i) for i in output_indexes}
-        needed = [int(st.outputs[0]) for st in run if int(st.outputs[0]) in later]
-        shapes = {int(st.inputs[0]): shape_of[int(st.inputs[0])] for st in run}
-        found[s] = (end, Chunk(run, externals, shapes, needed))  # type: ignore[arg-type]
-        s = end
-    return found

@@ -1702,7 +1702,13 @@ enum {
     MK_CALL_GEMM_PACKED_BIAS_ACT_F32 = 2,
     MK_CALL_DEPTHWISE_F32 = 3,
     MK_CALL_GEMM_FEWROWS_BIAS_ACT_F32 = 4, /* mk_gemm_bias_act_f32 with m < 4 and n >= 8: never fails */
+    MK_CALL_ADD_F32 = 5,
 };
+
+/* y = a + b, n floats (IEEE sums: NumPy's np.add bit for bit). */
+void mk_add_f32(const float *a, const float *b, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
 #define MK_CALL_INTS 10
 #define MK_CALL_FLOATS 2
 
@@ -1727,6 +1733,9 @@ int64_t mk_run_calls(const int64_t *ints, const float *floats, int64_t n) {
             if (a[4] >= 4 || a[5] < 8) return i + 1;
             mk_gemm_bias_act_f32((const float *)a[1], (const float *)a[2], (float *)a[3], a[4], a[5], a[6],
                                  (const float *)a[7], f[0], f[1]);
+            break;
+        case MK_CALL_ADD_F32:
+            mk_add_f32((const float *)a[1], (const float *)a[2], (float *)a[3], a[4]);
             break;
         case MK_CALL_DEPTHWISE_F32:
             mk_depthwise_f32((const float *)a[1], (const int32_t *)a[2], (int)a[3], (const float *)a[4],

@@ -402,6 +402,7 @@ CALL_IM2COL_F32 = 1
 CALL_GEMM_PACKED_BIAS_ACT_F32 = 2
 CALL_DEPTHWISE_F32 = 3
 CALL_GEMM_FEWROWS_BIAS_ACT_F32 = 4
+CALL_ADD_F32 = 5
 CALL_INTS = 10
 
 # A call: (kind, its int arguments (addresses and sizes), its float arguments).
@@ -483,3 +484,9 @@ def bind_depthwise_f32(
     y = output((shape[0], g.out_h, g.out_w, shape[3] * mult), F32)
     call = (CALL_DEPTHWISE_F32, (xp, gp, mult, w.ptr, bias.ptr, address(y)), (lo, hi))
     return BoundStep([call], y, (entry, w, bias), y.size * g.k_h * g.k_w)
+
+
+def bind_add_f32(shape: tuple[int, ...], ap: int, bp: int) -> BoundStep:
+    """np.add of two C-contiguous float32 arrays of `shape` at `ap` and `bp` into the step's output."""
+    y = output(shape, F32)
+    return BoundStep([(CALL_ADD_F32, (ap, bp, address(y), y.size), ())], y, (), 0)

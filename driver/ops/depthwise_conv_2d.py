@@ -119,8 +119,12 @@ def _prepare_float(
         apply_activation(act, acc)
         return [from_nhwc(acc, nchw)]
 
-    def bind(shape: tuple[int, ...], xp: int, scratch: _fast.Scratch) -> _fast.BoundStep | None:
-        """`run`'s compiled call for a float32 NHWC input of `shape` at `xp` (driver.bound_steps)."""
+    def bind(
+        shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _fast.Scratch
+    ) -> _fast.BoundStep | None:
+        """`run`'s compiled call for a float32 NHWC input 0 of shape `shapes[0]` at `ptrs[0]`
+        (driver.bound_steps)."""
+        shape, xp = shapes[0], ptrs[0]
         if not fast or nchw or w_c is None or b_c is None or len(shape) != 4 or shape[3] != cout // mult:
             return None
         return _fast.bind_depthwise_f32(shape, xp, gc, mult, w_c, b_c, act)
