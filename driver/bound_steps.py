@@ -10,7 +10,8 @@ at a given address (its run's `bind`, giving a `driver.ops._fast.BoundStep`) let
 consecutive operations (a `Chunk`) be bound once per workspace: every address is fixed, because the
 outputs are the workspace's own buffers, reused by every execution. Later executions run the chunk
 with one call of `mk_run_calls`: the same functions with the same arguments in the same order, so
-the same results bit for bit, with the lock released once.
+the same results bit for bit, with the lock released once (or kept, through `native.LIB_HELD`, for
+a chunk of less work than HOLD_BELOW_MACS).
 
 Before running bound, a chunk checks that every step still has the kernel it was bound with (a
 replaced kernel takes effect as in the loop) and that each value from outside the chunk is a
@@ -42,6 +43,9 @@ from mlts.hal.errors import HalError
 
 #: The most multiply-adds run between two checkpoints of a bound chunk.
 MAX_PIECE_MACS = 1 << 24
+#: A chunk of less work (multiply-adds, or elements of a sum) keeps the interpreter lock: a few µs,
+#: less than taking the lock back from another thread costs.
+HOLD_BELOW_MACS = 1 << 16
 
 _F32 = np.dtype(np.float32)
 _ROW_INTS = _fast.CALL_INTS
@@ -61,7 +65,18 @@ def variables(step: Any) -> tuple[int, ...] | None:
 class _Program:
     """A chunk bound for one workspace: the calls' arguments and what they point into."""
 
-    __slots__ = ("ints", "floats", "ints_ptr", "floats_ptr", "count", "pieces", "patches", "outs", "keep")
+    __slots__ = (
+        "ints",
+        "floats",
+        "ints_ptr",
+        "floats_ptr",
+        "count",
+        "pieces",
+        "patches",
+        "outs",
+        "keep",
+        "run",
+    )
 
     def __init__(self, calls: list[_fast.Call], keep: list[Any]) -> None:
         self.count = len(calls)
@@ -77,6 +92,7 @@ class _Program:
         self.patches: list[tuple[int, int, int]] = []  # (call, argument, external value) per run
         self.outs: list[np.ndarray] = []
         self.keep = keep
+        self.run: Any = None  # mk_run_calls, of LIB or (for little work) LIB_HELD
 
 
 class Chunk:
@@ -124,8 +140,7 @@ class Chunk:
         ints = prog.ints
         for row, col, k in prog.patches:
             ints[row, col] = address(values[k])
-        lib: Any = native.LIB  # loaded: a chunk without it is dead
-        run = lib.mk_run_calls
+        run = prog.run
         if checkpoint is None:
             self._check(run(prog.ints_ptr, prog.floats_ptr, prog.count), 0)
         else:
@@ -156,7 +171,7 @@ class Chunk:
         calls: list[_fast.Call] = []
         keep: list[Any] = []
         pieces: list[tuple[int, int, int]] = []
-        piece_macs = 0
+        piece_macs = total = 0
         for st in self.steps:
             ws.step = st.number
             reads = variables(st) or ()
@@ -176,11 +191,14 @@ class Chunk:
                 pieces.append((int(st.index), len(calls), 0))
                 piece_macs = 0
             piece_macs += bound.macs
+            total += bound.macs
             calls.extend(bound.calls)
             first, start, _ = pieces[-1]
             pieces[-1] = (first, start, len(calls) - start)
         prog = _Program(calls, keep)
         prog.pieces = pieces
+        lib: Any = native.LIB_HELD if total < HOLD_BELOW_MACS else native.LIB  # loaded: else dead
+        prog.run = lib.mk_run_calls
         prog.outs = [produced[i] for i in self.needed]
         buffer = None
         if scratch.floats:

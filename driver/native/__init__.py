@@ -194,6 +194,21 @@ def _adopt_blas(lib: ctypes.CDLL) -> None:
 
 
 LIB, WHY_NOT = _load()
+
+
+def _held(lib: ctypes.CDLL | None) -> ctypes.PyDLL | None:
+    """The same library as a PyDLL: its calls keep the interpreter lock (for work shorter than a
+    hand-off of the lock to another thread and back)."""
+    if lib is None:
+        return None
+    held = ctypes.PyDLL(lib._name)
+    held.mk_run_calls.argtypes = _SIGNATURES["mk_run_calls"]
+    held.mk_run_calls.restype = _RESTYPES["mk_run_calls"]
+    return held
+
+
+#: The library's calls that keep the interpreter lock (None without the library).
+LIB_HELD = _held(LIB)
 if LIB is None:
     log.info("compiled kernels unavailable: %s", WHY_NOT)
 

@@ -414,7 +414,7 @@ class BoundStep:
     """The compiled calls one run of a kernel makes for an input of a fixed shape at a fixed address:
     the same functions with the same arguments, every address looked up once. `out` is the step's
     output (a buffer of the current workspace); `keep` holds arrays the addresses point into; `macs`
-    is the work (multiply-adds)."""
+    is the work (multiply-adds; elements for a sum)."""
 
     calls: list[Call]
     out: np.ndarray
@@ -489,4 +489,4 @@ def bind_depthwise_f32(
 def bind_add_f32(shape: tuple[int, ...], ap: int, bp: int) -> BoundStep:
     """np.add of two C-contiguous float32 arrays of `shape` at `ap` and `bp` into the step's output."""
     y = output(shape, F32)
-    return BoundStep([(CALL_ADD_F32, (ap, bp, address(y), y.size), ())], y, (), 0)
+    return BoundStep([(CALL_ADD_F32, (ap, bp, address(y), y.size), ())], y, (), y.size)

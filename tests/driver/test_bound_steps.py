@@ -182,3 +182,19 @@ def test_bind_turned_off_runs_every_step_one_by_one(monkeypatch) -> None:
     assert all(not ws.bound for ws in plan.workspaces._free)
     for g, w in zip(got, want, strict=True):
         assert g.tobytes() == w.tobytes()
+
+
+def test_little_work_keeps_the_interpreter_lock(monkeypatch) -> None:
+    import driver.bound_steps as bound_steps
+
+    x = _inputs(1)[0]
+    results = []
+    for hold_below, lib in ((1 << 16, native.LIB_HELD), (0, native.LIB)):
+        monkeypatch.setattr(bound_steps, "HOLD_BELOW_MACS", hold_below)
+        plan = Plan(_model())
+        for _ in range(2):
+            got = plan.run([x], checked=True)
+        programs = [p for ws in plan.workspaces._free for p in ws.bound.values()]
+        assert len(programs) == 2 and all(p.run is lib.mk_run_calls for p in programs)  # type: ignore[attr-defined,union-attr]
+        results.append([g.tobytes() for g in got])
+    assert results[0] == results[1]
