@@ -30,6 +30,7 @@ MLTS_DRIVER_BIND=0 in the driver's environment turns binding off (to compare the
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,6 +44,9 @@ from mlts.hal.errors import HalError
 
 #: The most multiply-adds run between two checkpoints of a bound chunk.
 MAX_PIECE_MACS = 1 << 24
+#: The fewest steps of a chunk: a lone step gains nothing from binding (its kernel makes one or two
+#: calls already), and writing its inputs' addresses costs about what its Python call does.
+MIN_STEPS = 2
 #: A chunk of less work (multiply-adds, or elements of a sum) keeps the interpreter lock: a few µs,
 #: less than taking the lock back from another thread costs.
 HOLD_BELOW_MACS = 1 << 16
@@ -73,6 +77,7 @@ class _Program:
         "count",
         "pieces",
         "patches",
+        "last",
         "outs",
         "keep",
         "run",
@@ -89,7 +94,8 @@ class _Program:
         self.ints_ptr = self.ints.ctypes.data
         self.floats_ptr = self.floats.ctypes.data
         self.pieces: list[tuple[int, int, int]] = []  # (first operation's index, first call, call count)
-        self.patches: list[tuple[int, int, int]] = []  # (call, argument, external value) per run
+        self.patches: list[list[tuple[int, int]]] = []  # per external value: its (call, argument)s
+        self.last: list[weakref.ref | None] = []  # per external value: the array last written in
         self.outs: list[np.ndarray] = []
         self.keep = keep
         self.run: Any = None  # mk_run_calls, of LIB or (for little work) LIB_HELD
@@ -112,6 +118,7 @@ class Chunk:
     ) -> None:
         self.steps = tuple(steps)
         self.kernels = tuple(st.direct for st in steps)
+        self.pairs = tuple(zip(self.steps, self.kernels, strict=True))
         self.externals = tuple(externals)
         self.ext_shapes = tuple(shapes[i] for i in externals)
         self.shapes = dict(shapes)
@@ -124,10 +131,10 @@ class Chunk:
         """Run the chunk bound and return its `needed` outputs; None (nothing run) when it cannot."""
         if self.dead:
             return None
-        for st, kernel in zip(self.steps, self.kernels, strict=True):
+        for st, kernel in self.pairs:
             if st.direct is not kernel:
                 return None
-        for v, shape in zip(values, self.ext_shapes, strict=True):
+        for v, shape in zip(values, self.ext_shapes, strict=False):  # as many: the generated call passes them
             if type(v) is not np.ndarray or v.shape != shape or v.dtype != _F32 or not v.flags.c_contiguous:
                 return None
         prog: Any = ws.bound.get(self)
@@ -137,9 +144,15 @@ class Chunk:
                 self.dead = True
                 return None
             ws.bound[self] = prog
-        ints = prog.ints
-        for row, col, k in prog.patches:
-            ints[row, col] = address(values[k])
+        last = prog.last
+        for k, v in enumerate(values):
+            seen = last[k]
+            if seen is None or seen() is not v:  # a new array: its address goes into the calls
+                at = address(v)
+                ints = prog.ints
+                for row, col in prog.patches[k]:
+                    ints[row, col] = at
+                last[k] = weakref.ref(v)
         run = prog.run
         if checkpoint is None:
             self._check(run(prog.ints_ptr, prog.floats_ptr, prog.count), 0)
@@ -204,6 +217,8 @@ class Chunk:
         if scratch.floats:
             buffer = ws.get(("bound scratch", id(self)), (scratch.floats,), np.float32)
             keep.append(buffer)
+        prog.patches = [[] for _ in self.externals]
+        prog.last = [None] * len(self.externals)
         ints = prog.ints
         for r in range(prog.count):
             for c in range(1, _ROW_INTS):
@@ -212,7 +227,7 @@ class Chunk:
                     assert buffer is not None
                     ints[r, c] = buffer.ctypes.data
                 elif -len(self.externals) <= v < 0:
-                    prog.patches.append((r, c, -1 - v))
+                    prog.patches[-1 - v].append((r, c))
         return prog
 
 
@@ -223,7 +238,8 @@ def find_chunks(
     output_indexes: Sequence[int],
     operands: Sequence[Any],
 ) -> dict[int, tuple[int, Chunk]]:
-    """The runs of consecutive bindable steps of a static plan, by first step: (end, chunk).
+    """The runs of at least MIN_STEPS consecutive bindable steps of a static plan, by first step:
+    (end, chunk).
 
     A step joins when its kernel binds, the inputs it reads at run time (`variables`) are the only
     ones that are model inputs (`inputs`) or results (`written`), their shapes are known and its
@@ -266,6 +282,9 @@ def find_chunks(
         end = s
         while end < len(steps) and joined[end] is not None:
             end += 1
+        if end - s < MIN_STEPS:
+            s = end
+            continue
         run = steps[s:end]
         made: set[int] = set()
         externals: list[int] = []
