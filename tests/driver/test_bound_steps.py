@@ -198,3 +198,14 @@ def test_little_work_keeps_the_interpreter_lock(monkeypatch) -> None:
         assert len(programs) == 2 and all(p.run is lib.mk_run_calls for p in programs)  # type: ignore[attr-defined,union-attr]
         results.append([g.tobytes() for g in got])
     assert results[0] == results[1]
+
+
+def test_without_the_compiled_kernels_nothing_binds(monkeypatch) -> None:
+    x = _inputs(1)[0]
+    want = Plan(_model()).run([x], checked=True)
+    monkeypatch.setattr(native, "LIB", None)  # what a missing or stale build leaves
+    plan = Plan(_model())
+    assert _chunks(plan) == []
+    got = plan.run([x], checked=True)  # the NumPy kernels
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)  # summation orders differ
