@@ -1703,6 +1703,7 @@ enum {
     MK_CALL_DEPTHWISE_F32 = 3,
     MK_CALL_GEMM_FEWROWS_BIAS_ACT_F32 = 4, /* mk_gemm_bias_act_f32 with m < 4 and n >= 8: never fails */
     MK_CALL_ADD_F32 = 5,
+    MK_CALL_COPY = 6,
 };
 
 /* y = a + b, n floats (IEEE sums: NumPy's np.add bit for bit). */
@@ -1736,6 +1737,9 @@ int64_t mk_run_calls(const int64_t *ints, const float *floats, int64_t n) {
             break;
         case MK_CALL_ADD_F32:
             mk_add_f32((const float *)a[1], (const float *)a[2], (float *)a[3], a[4]);
+            break;
+        case MK_CALL_COPY:
+            memcpy((void *)a[2], (const void *)a[1], (size_t)a[3]);
             break;
         case MK_CALL_DEPTHWISE_F32:
             mk_depthwise_f32((const float *)a[1], (const int32_t *)a[2], (int)a[3], (const float *)a[4],

@@ -403,6 +403,7 @@ CALL_GEMM_PACKED_BIAS_ACT_F32 = 2
 CALL_DEPTHWISE_F32 = 3
 CALL_GEMM_FEWROWS_BIAS_ACT_F32 = 4
 CALL_ADD_F32 = 5
+CALL_COPY = 6
 CALL_INTS = 10
 
 # A call: (kind, its int arguments (addresses and sizes), its float arguments).
@@ -490,3 +491,9 @@ def bind_add_f32(shape: tuple[int, ...], ap: int, bp: int) -> BoundStep:
     """np.add of two C-contiguous float32 arrays of `shape` at `ap` and `bp` into the step's output."""
     y = output(shape, F32)
     return BoundStep([(CALL_ADD_F32, (ap, bp, address(y), y.size), ())], y, (), y.size)
+
+
+def bind_copy_f32(xp: int, shape: tuple[int, ...]) -> BoundStep:
+    """A copy of the float32 C-contiguous array at `xp` into the step's output of `shape` (as many elements)."""
+    y = output(shape, F32)
+    return BoundStep([(CALL_COPY, (xp, address(y), y.nbytes), ())], y, (), y.size)
