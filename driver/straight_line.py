@@ -13,6 +13,9 @@ step at every call (`step.direct`), so replacing a step's kernel takes effect as
 Errors are the loop's, word for word: the kernel's HalError relabelled with the operation, any other
 exception a GENERAL_FAILURE naming the operation and its inputs, a result of the wrong shape or type
 reported by `check_output`.
+
+Runs of consecutive steps whose kernels bind their compiled calls (driver.bound_steps) are written
+as one call of their `Chunk`, with the steps' own code after it for a run the chunk declines.
 """
 
 from __future__ import annotations
