@@ -211,3 +211,42 @@ def test_without_the_compiled_kernels_nothing_binds(monkeypatch) -> None:
     got = plan.run([x], checked=True)  # the NumPy kernels
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)  # summation orders differ
+
+
+def test_two_threads_executing_one_prepared_model_get_the_sequential_results() -> None:
+    """Through the driver's prepared model (executeSynchronously): each thread's own request, bit for
+    bit what the same requests give one after another."""
+    from driver.variants import SampleAll
+    from tests.driver import cfkit
+
+    model = _model()
+    prepared = SampleAll().prepareModel(model)
+    sub = model.main
+    out_bytes = [int(np.prod(sub.operands[i].dimensions)) * 4 for i in sub.output_indexes]
+    inputs = _inputs(2)
+
+    def execute(x: np.ndarray) -> list[bytes]:
+        req, buf, offsets = cfkit.request([x], out_bytes)
+        prepared.executeSynchronously(req)
+        return [bytes(buf[off : off + n]) for off, n in zip(offsets, out_bytes, strict=True)]
+
+    expected = [execute(x) for x in inputs]
+    assert expected[0] != expected[1]
+    start = threading.Barrier(2)
+    errors: list[str] = []
+
+    def worker(k: int) -> None:
+        start.wait()
+        for i in range(40):
+            if execute(inputs[k]) != expected[k]:
+                errors.append(f"thread {k}, execution {i}: results differ from the sequential ones")
+                return
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
+    assert all(len(ws.bound) == 2 for ws in prepared.plan.workspaces._free)  # the chunks ran bound
