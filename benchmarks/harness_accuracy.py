@@ -10,7 +10,8 @@ then timed calls, the median and its distribution-free 95% interval from `mlts.b
 over the busy calls), for X = 100 µs, 1 ms and 10 ms, on a private service (the benchmark's default)
 and on a shared one (`mlts driver serve`, reached over its socket).
 
-The truth for a busy call is what its execution really took plus the harness's own cost per call:
+The truth for a busy call is what its execution really took, plus the harness's own cost per call,
+plus what the platform charges for waking a client that waited longer:
 
 - the execution part is the median Timing the driver reports for the busy calls (X plus the
   busy-wait's own error, which the `wait err` column shows: about a microsecond on a quiet machine,
@@ -18,16 +19,20 @@ The truth for a busy call is what its execution really took plus the harness's o
 - the harness's cost is the median wall time of the empty calls (less their driver Timing), which
   run interleaved with the busy ones on the same connection, in the same timed loop: drift of the
   machine's load or clock speed hits both alike, and no second process has to wake up. There are four
-  empty calls to each busy one, so the truth is known more finely than the median it is compared with.
+  empty calls to each busy one, so the truth is known more finely than the median it is compared with;
+- the platform's part (`back+`): a client that waited X more is woken more slowly than one that
+  waited as long as an empty call (on a virtual machine an idle CPU halts and the hypervisor must wake
+  it); every latency pays it, whatever measures it. It is measured on these very calls: the driver
+  writes the clock (CLOCK_MONOTONIC, which every process reads alike) into the output at the end of
+  its wait, the harness reads the clock when the call returns, and `back+` is the median of that way
+  back on the busy calls less its median on the empty ones. The harness's code on that way back is the
+  same for both kinds of call; what differs is how long the client waited.
 
-One cost is left out of that truth and shown beside it: the platform's cost of a longer wait
-(`wake`). A client that waited X more is woken more slowly than one that waited as long as an empty
-call (on a virtual machine an idle CPU halts and the hypervisor must wake it); every latency pays it,
-whatever measures it. Two bare processes on a socket pair measure it without mlts, in the same
-busy/empty pattern with the same waits, right after each timed run for half its time. It is not
-added to the truth because, measured apart, it is erratic on a loaded machine (the other work decides
-when a waiting process runs again); on a quiet one, an error at 1 ms or 10 ms close to `wake` is the
-platform's, not the harness's.
+So the self-test checks that the harness adds the same cost before and around the driver whatever X
+is, and that its median and interval are right; the platform's wake-up is charged to the platform,
+and shown. Two bare processes on a socket pair measure it once more without mlts (`wake`), in the
+same busy/empty pattern with the same waits, right after each timed run for half its time: a
+cross-check, erratic on a loaded machine (the other work decides when a waiting process runs again).
 
 Printed per X and service, over --repeats repeated runs:
 
@@ -36,8 +41,9 @@ Printed per X and service, over --repeats repeated runs:
   `harness_overhead`) beside it;
 - wait err: the driver's reported execution time minus X; late: the share of busy calls the driver
   was preempted in (more than 20 µs over X); after wait: how much more a busy call's own overhead
-  (its wall time less its driver Timing) is than an empty call's, to compare with `wake`, what the
-  platform alone charges (both large on a loaded machine);
+  (its wall time less its driver Timing) is than an empty call's; back+: the part of it on the way
+  back from the driver's end of the wait (in the truth), and wake: the bare pair's figure (both large
+  on a loaded machine);
 - error: |reported median - truth|, the worst repeat, against the goal max(1% of the truth, 20 µs);
 - coverage: how many repeats' 95% interval of the median holds the truth. The goal (>= 90%) is
   judged over all runs of all X and services together; one X and service alone falls short only when
@@ -114,8 +120,10 @@ class Repeat:
     and driver Timing of the empty calls interleaved with them. late: the fraction of busy calls whose
     execution took more than LATE_US over X (the driver was preempted: a loaded machine). rest_us: the
     median of a busy call's wall time less its driver Timing (the harness's cost on the busy calls
-    themselves, which includes waking the client after a longer wait). wake_us: what the bare pair
-    measured right after this run (BarePair.wake_cost_us), shown beside the truth, not in it.
+    themselves, which includes waking the client after a longer wait). back_us: the median way back of
+    a busy call (from the driver's end-of-wait stamp to the call's return) less that of an empty call:
+    the platform's cost of waking a client that waited longer, in the truth. wake_us: what the bare pair
+    measured right after this run (BarePair.wake_cost_us), a cross-check shown beside the truth.
     """
 
     busy: Measured
@@ -124,6 +132,7 @@ class Repeat:
     empty_executed_us: float
     late: float = 0.0
     rest_us: float = float("nan")
+    back_us: float = 0.0
     wake_us: float = 0.0
 
     @property
@@ -133,7 +142,7 @@ class Repeat:
 
     @property
     def truth_us(self) -> float:
-        return self.executed_us + self.overhead_us
+        return self.executed_us + self.overhead_us + self.back_us
 
 
 @dataclass(frozen=True)
@@ -160,6 +169,9 @@ class Case:
         """What a busy call's own overhead exceeds an empty call's by (waking up after a longer wait)."""
         return statistics.fmean(r.rest_us - r.overhead_us for r in self.runs)
 
+    def back_us(self) -> float:
+        return statistics.fmean(r.back_us for r in self.runs)
+
     def wake_us(self) -> float:
         return statistics.fmean(r.wake_us for r in self.runs)
 
@@ -178,11 +190,12 @@ class Case:
 
 
 def one_add_model() -> Model:
-    """The smallest real model: ADD of two 1-element float32 tensors (so input and output copies cost ~0)."""
+    """The smallest real model: ADD of two 2-element float32 tensors (input and output copies cost ~0;
+    the output's 8 bytes hold the busy driver's end-of-wait stamp)."""
     b = ModelBuilder()
-    x = b.add_input(OperandType.TENSOR_FLOAT32, (1,))
-    y = b.add_input(OperandType.TENSOR_FLOAT32, (1,))
-    z = b.add_operand(OperandType.TENSOR_FLOAT32, (1,))
+    x = b.add_input(OperandType.TENSOR_FLOAT32, (2,))
+    y = b.add_input(OperandType.TENSOR_FLOAT32, (2,))
+    z = b.add_operand(OperandType.TENSOR_FLOAT32, (2,))
     b.add_operation(OperationType.ADD, [x, y, b.add_scalar(0, OperandType.INT32)], [z])
     b.mark_outputs(z)
     return b.build()
@@ -220,15 +233,18 @@ def timed_run(session: Session, busy_us: float, control: RunControl, counter: li
     speed hits both alike). `counter` holds the executions the service has served so far; the Timing
     the driver reports for each call confirms which kind it was.
     """
-    feed = [np.ones(1, np.float32), np.ones(1, np.float32)]
-    # call index -> (busy?, the driver's Timing in µs); the timed run overwrites the warm-up's entries
-    executed: dict[int, tuple[bool, int]] = {}
+    feed = [np.ones(2, np.float32), np.ones(2, np.float32)]
+    # call index -> (busy?, the driver's Timing in µs, the way back in µs: from the driver's
+    # end-of-wait stamp to the return); the timed run overwrites the warm-up's entries
+    executed: dict[int, tuple[bool, int, float]] = {}
+    clock, monotonic = time.clock_gettime_ns, time.CLOCK_MONOTONIC
 
     def call(i: int) -> None:
         busy = counter[0] % PERIOD == 0
         counter[0] += 1
-        _, result = session.run(feed)
-        executed[i] = (busy, result.timing.time_in_driver)
+        outputs, result = session.run(feed)
+        back = clock(monotonic) - int.from_bytes(outputs[0].tobytes()[:8], "little", signed=True)
+        executed[i] = (busy, result.timing.time_in_driver, back / 1000)
 
     timed = control.run(call)
     calls = range(len(timed.samples))
@@ -241,6 +257,12 @@ def timed_run(session: Session, busy_us: float, control: RunControl, counter: li
     stats = describe([timed.samples[i] for i in busy_calls], p99_wanted=False)
     lo, hi = stats["median_ci95"]
     busy_executed = [executed[i][1] for i in busy_calls]
+    back_busy = statistics.median(executed[i][2] for i in busy_calls)
+    back_empty = statistics.median(executed[i][2] for i in empty_calls)
+    if not 0 <= back_empty < 1e6:
+        raise RuntimeError(
+            "the driver did not stamp its outputs with the end of its wait (an old sample-faulty?)"
+        )
     return Repeat(
         Measured(stats["median"] * 1000.0, lo * 1000.0, hi * 1000.0),
         statistics.median(busy_executed),
@@ -248,6 +270,7 @@ def timed_run(session: Session, busy_us: float, control: RunControl, counter: li
         empty_median,
         sum(t > busy_us + LATE_US for t in busy_executed) / len(busy_executed),
         statistics.median(timed.samples[i] * 1e6 - executed[i][1] for i in busy_calls),
+        back_busy - back_empty,
     )
 
 
@@ -332,14 +355,14 @@ def report(cases: list[Case]) -> list[str]:
     """The table, then `ok` or `short: <worst figure>` as the last line."""
     lines = [
         f"{'X us':>8} {'service':<8} {'overhead us':>11} {'empty us':>9} {'ping us':>8} {'wait err':>8} "
-        f"{'late':>5} {'after wait':>10} {'wake':>6} {'worst err us':>12} {'allowed':>8} {'coverage':>8}"
+        f"{'late':>5} {'after wait':>10} {'back+':>6} {'wake':>6} {'worst err us':>12} {'allowed':>8} {'coverage':>8}"
     ]
     shortfalls: list[tuple[float, int, str]] = []
     for c in cases:
         error, allowed, coverage = c.worst_error_us(), c.allowed_error_us(), c.coverage()
         lines.append(
             f"{c.busy_us:>8.0f} {c.service:<8} {c.overhead_us():>11.1f} {c.measured_overhead_us():>9.1f} "
-            f"{c.ping_us:>8.1f} {c.wait_error_us():>8.1f} {100 * c.late():>4.0f}% {c.after_wait_us():>10.1f} {c.wake_us():>6.1f} "
+            f"{c.ping_us:>8.1f} {c.wait_error_us():>8.1f} {100 * c.late():>4.0f}% {c.after_wait_us():>10.1f} {c.back_us():>6.1f} {c.wake_us():>6.1f} "
             f"{error:>12.1f} {allowed:>8.1f} {100 * coverage:>7.0f}%"
         )
         where = f"X={c.busy_us:g} us on a {c.service} service"

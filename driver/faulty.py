@@ -472,7 +472,7 @@ class FaultyPreparedModel(PreparedModel):
             deadline = None
         if plan.busy_us is not None:
             busy = plan.busy_us if (point.n - 1) % plan.busy_every == 0 else 0.0
-            return busy_execution(self.inner.model, busy, measure)
+            return busy_execution(self.inner.model, busy, measure, request)
         try:
             result = self.inner.executeSynchronously(request, measure, deadline, loop_timeout_duration)
         except HalError as e:

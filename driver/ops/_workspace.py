@@ -51,10 +51,10 @@ class Workspace:
         buf = self._buffers.get(key)
         if buf is None or buf.nbytes < nbytes:
             if buf is not None:
-                self.roots.discard(id(buf))
-            buf = np.empty(max(nbytes, 1), dtype=np.uint8)
+                self.roots.discard(id(buf.base))
+            buf = aligned_bytes(nbytes)
             self._buffers[key] = buf
-            self.roots.add(id(buf))
+            self.roots.add(id(buf.base))  # views of buf have the whole allocation as their base
         view = buf[:nbytes].view(dt).reshape(shape)
         if cached is not None:
             self._addresses.pop(id(cached[0]), None)
@@ -81,6 +81,19 @@ class Workspace:
     @property
     def nbytes(self) -> int:
         return sum(b.nbytes for b in self._buffers.values())
+
+
+#: Bytes every workspace buffer starts at a multiple of: a cache line, so the compiled kernels'
+#: vector loads and stores of a row never straddle two lines more than its length makes them
+#: (the heap's 16-byte alignment made a 3x3 depthwise convolution 1.3-1.7x slower).
+ALIGN = 64
+
+
+def aligned_bytes(nbytes: int) -> np.ndarray:
+    """A uint8 buffer of `nbytes` (at least 1) starting at a multiple of ALIGN; its `base` is the allocation."""
+    raw = np.empty(max(nbytes, 1) + ALIGN, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start : start + max(nbytes, 1)]
 
 
 _CURRENT: ContextVar[Workspace | None] = ContextVar("driver_workspace", default=None)

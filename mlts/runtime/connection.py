@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from mlts.hal import compact_calls, wire
+from mlts.hal import compact_calls, socket_polling, wire
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 
@@ -72,6 +72,10 @@ class ServiceConnection:
         # Blocking, but never blocked on: reads follow a poll, sends are bounded explicitly.
         self.sock.settimeout(None)
         self._readable = wire.Readable(self.sock)
+        # Polls briefly for an answer before a blocking wait while answers come quickly (socket_polling).
+        self._polling = socket_polling.PollingWindow(
+            socket_polling.window_us(socket_polling.CLIENT_WINDOW_US)
+        )
         #: Held while a call's frame is built and sent, so pool-cache ids reach the service in order.
         self.send_lock = threading.RLock()
         # Entered directly (one C call) wherever the condition is not waited on; the same lock.
@@ -231,10 +235,20 @@ class ServiceConnection:
     def _read_until(self, done: Callable[[], bool], deadline: float | None, method: str) -> None:
         sock = self.sock
         readable = self._readable
+        polling = self._polling
 
         def wait(partial: bool) -> None:
+            if not partial and polling.poll(readable):
+                return
             # Half a frame is never abandoned (the stream would be out of step); the service sends whole frames.
             frame_limit = time.monotonic() + _PARTIAL_FRAME_S if partial else 0.0
+            try:
+                block(partial, frame_limit)
+            finally:
+                if not partial:
+                    polling.waited()
+
+        def block(partial: bool, frame_limit: float) -> None:
             while True:
                 now = time.monotonic()
                 if partial and now >= frame_limit:

@@ -6,6 +6,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,8 @@ import pytest
 from driver.faulty import SampleFaulty, parse_options
 from mlts.bench.overhead import harness_overhead
 from mlts.bench.timing import RunControl
+from mlts.hal.builder import ModelBuilder
+from mlts.hal.enums import OperandType, OperationType
 from mlts.hal.types import ExecutionResult, Timing
 from mlts.runtime.remote import RemoteDevice
 from mlts.runtime.session import Session
@@ -54,7 +57,7 @@ def test_busy_every_makes_one_execution_in_n_busy():
             raise AssertionError(f"{bad} was accepted")
     model = harness_accuracy.one_add_model()
     with Session(SampleFaulty(busy_us="1000", busy_every="3"), model) as session:
-        times = [session.run([np.ones(1, np.float32)] * 2)[1].timing.time_in_driver for _ in range(7)]
+        times = [session.run([np.ones(2, np.float32)] * 2)[1].timing.time_in_driver for _ in range(7)]
     busy = [t >= 1000 for t in times]
     assert busy == [True, False, False, True, False, False, True], times
 
@@ -63,11 +66,28 @@ def test_a_busy_execution_takes_at_least_its_time_and_does_no_model_work():
     model = harness_accuracy.one_add_model()
     device = SampleFaulty(busy_us="2000")
     with Session(device, model, measure=True) as session:
-        outputs, result = session.run([np.ones(1, np.float32), np.full(1, 2.0, np.float32)])
-    # The busy driver leaves the output unwritten: the real ADD would give 3.
-    assert outputs[0].shape == (1,) and outputs[0][0] != 3.0
-    assert [s.dimensions for s in result.output_shapes] == [(1,)]
+        before = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        outputs, result = session.run([np.ones(2, np.float32), np.full(2, 2.0, np.float32)])
+        after = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    # No ADD (it would give 3, 3): the output holds the clock at the end of the wait, an int64.
+    assert outputs[0].shape == (2,)
+    stamp = int(outputs[0].view(np.int64)[0])
+    assert before + 2_000_000 <= stamp <= after
+    assert [s.dimensions for s in result.output_shapes] == [(2,)]
     assert 2000 <= result.timing.time_on_device == result.timing.time_in_driver
+
+
+def test_a_busy_execution_stamps_only_an_output_with_room_for_the_clock():
+    b = ModelBuilder()
+    x = b.add_input(OperandType.TENSOR_FLOAT32, (1,))
+    z = b.add_operand(OperandType.TENSOR_FLOAT32, (1,))
+    b.add_operation(OperationType.ADD, [x, x, b.add_scalar(0, OperandType.INT32)], [z])
+    b.mark_outputs(z)
+    with Session(SampleFaulty(busy_us="0"), b.build()) as session:
+        outputs, _ = session.run([np.full(1, 7.0, np.float32)])
+    # 4 bytes: no room for the stamp, so no partial one; no model work either (ADD would give 14).
+    assert outputs[0].shape == (1,) and outputs[0][0] != 14.0
+    assert outputs[0].view(np.int32)[0] == 0  # the output pool's fresh bytes, unwritten
 
 
 def test_harness_overhead_is_measured_on_a_connection_and_absent_in_process():
@@ -176,7 +196,9 @@ class _FakeSession:
         busy = (self.calls - self.first) % harness_accuracy.PERIOD == 0
         self.calls += 1
         spent = int(self.busy_us) + 1 if busy else 3
-        return [None], ExecutionResult((), Timing(spent, spent))
+        # The end-of-wait stamp: 50 ms ago for a busy call, 10 ms ago for an empty one.
+        stamp = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - (50_000_000 if busy else 10_000_000)
+        return [np.array([stamp], np.int64).view(np.float32)], ExecutionResult((), Timing(spent, spent))
 
 
 def test_timed_runs_tell_busy_and_empty_calls_apart_across_warm_ups():
@@ -186,6 +208,9 @@ def test_timed_runs_tell_busy_and_empty_calls_apart_across_warm_ups():
     assert counter[0] == session.calls  # the harness counted every execution, warm-ups included
     for r in runs:
         assert r.executed_us == 501 and r.empty_executed_us == 3 and r.late == 0
+        # The busy calls' way back is 40 ms longer (give or take the microseconds the harness took).
+        assert 35_000.0 < r.back_us < 45_000.0
+        assert r.truth_us == r.executed_us + r.overhead_us + r.back_us
         assert r.busy.lo_us <= r.busy.median_us <= r.busy.hi_us
     # A driver out of step with the harness (its busy call one later) is refused, not misread.
     with pytest.raises(RuntimeError, match="did not make one execution in 5 busy"):

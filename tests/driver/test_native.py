@@ -18,7 +18,7 @@ import pytest
 from driver import native
 from driver.executor import Plan
 from driver.ops import _fast
-from driver.ops._workspace import Workspace, WorkspacePool, activate, deactivate, output, scratch
+from driver.ops._workspace import ALIGN, Workspace, WorkspacePool, activate, deactivate, output, scratch
 from mlts.convert import convert
 from mlts.hal.enums import OperationType
 from tests.driver import cachekit
@@ -243,6 +243,23 @@ def test_workspace_buffers_are_per_step_and_reused():
     assert ws.address(y3) == y3.ctypes.data
     # Outside a run: fresh arrays.
     assert output((2,), np.float32) is not output((2,), np.float32)
+
+
+def test_workspace_buffers_start_on_a_cache_line_and_grow_without_leaking_roots():
+    ws = Workspace()
+    token = activate(ws)
+    try:
+        for step, shape in enumerate([(1, 56, 56, 144), (3,), (7, 5), (1, 112, 112, 96)]):
+            ws.step = step
+            y = output(shape, np.float32)
+            assert y.ctypes.data % ALIGN == 0 and y.flags.c_contiguous and ws.owns(y) and ws.owns(y[..., 1:])
+        ws.step = 1
+        small = output((3,), np.float32)
+        bigger = output((4000,), np.float32)  # the step's buffer grows: the old one is no root any more
+    finally:
+        deactivate(token)
+    assert bigger.ctypes.data % ALIGN == 0 and ws.owns(bigger) and not ws.owns(small)
+    assert len(ws.roots) == 4
 
 
 def _plan_and_inputs(rng, name: str):

@@ -36,3 +36,27 @@ def test_the_reader_thread_profile_shows_the_inline_execution(tmp_path, monkeypa
     # The three synchronous calls ran on the reader thread itself (inline: no worker hand-off).
     assert called.get("execute_synchronously") == 3
     assert called.get("executeSynchronously", 0) >= 3
+
+
+def test_a_burst_listener_is_profiled_too(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLTS_SERVICE_PROFILE", str(tmp_path / "svc"))
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.full((2, 3), 0.5, np.float32)
+    device = RemoteDevice.start(fake_spec("AddDevice"), name="fake-add", log_path=str(tmp_path / "log"))
+    try:
+        prepared = device.prepareModel(add_model())
+        pool = _pool(a, b)
+        with prepared.configureExecutionBurst() as burst:
+            for _ in range(4):
+                burst.execute(_request(pool))
+        np.testing.assert_array_equal(_out(pool), a + b)
+        pool.close()
+    finally:
+        device.close()
+    limit = time.monotonic() + 10
+    while len(list(tmp_path.glob("svc.*-burst-*"))) < 1 and time.monotonic() < limit:
+        time.sleep(0.05)
+    (path,) = tmp_path.glob("svc.*-burst-*")
+    stats = pstats.Stats(str(path))
+    called = {name: stats.stats[(file, line, name)][1] for file, line, name in stats.stats}  # type: ignore[attr-defined]
+    assert called.get("executeSynchronously", 0) >= 4  # the burst's executions ran on its listener

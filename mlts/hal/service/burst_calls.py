@@ -15,7 +15,6 @@ Anything inconsistent in the rings ends that burst only.
 
 from __future__ import annotations
 
-import cProfile
 import logging
 import os
 import threading
@@ -34,6 +33,7 @@ from mlts.hal.service.buffer_calls import hold_buffer
 from mlts.hal.service.client import Call, Client, Handler
 from mlts.hal.service.device_calls import PreparedEntry, close_memory, map_memory
 from mlts.hal.service.handles import Kind, Resource
+from mlts.hal.service.profiling import run_profiled
 from mlts.hal.types import Request
 
 log = logging.getLogger("mlts.hal.service")
@@ -162,17 +162,7 @@ class BurstContext:
         """Serve the request ring until the burst ends; with MLTS_SERVICE_PROFILE=PREFIX in the service's
         environment, under cProfile, writing PREFIX.PID.KEY-burst-N when the burst ends (as the reader
         threads do)."""
-        prefix = os.environ.get("MLTS_SERVICE_PROFILE")
-        if not prefix:
-            self._listen_loop()
-            return
-        profile = cProfile.Profile()
-        profile.enable()
-        try:
-            self._listen_loop()
-        finally:
-            profile.disable()
-            profile.dump_stats(f"{prefix}.{os.getpid()}.{self.client.key}-burst-{id(self):x}")
+        run_profiled(f"{self.client.key}-burst-{id(self):x}", self._listen_loop)
 
     def _listen_loop(self) -> None:
         requests = self.requests

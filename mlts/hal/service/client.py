@@ -10,20 +10,19 @@ in any order.
 
 from __future__ import annotations
 
-import cProfile
 import itertools
 import logging
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mlts.hal import compact_calls, qos, wire
+from mlts.hal import compact_calls, qos, socket_polling, wire
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.service.args import type_name
 from mlts.hal.service.handles import HandleTable, Kind
+from mlts.hal.service.profiling import run_profiled
 from mlts.hal.service.scheduler import WorkerPool
 from mlts.hal.service.transport import Connection, error_reply, ok_reply
 
@@ -97,26 +96,24 @@ class Client:
         With MLTS_SERVICE_PROFILE=PREFIX in the service's environment, the reader thread runs under
         cProfile and writes its statistics to PREFIX.PID.KEY when the client hangs up.
         """
-        prefix = os.environ.get("MLTS_SERVICE_PROFILE")
         # Everything this thread runs (checks, inline executions) acts for this client.
         with qos.serving_client(self.key):
-            if not prefix:
-                self._serve()
-                return
-            profile = cProfile.Profile()
-            profile.enable()
-            try:
-                self._serve()
-            finally:
-                profile.disable()
-                profile.dump_stats(f"{prefix}.{os.getpid()}.{self.key}")
+            run_profiled(str(self.key), self._serve)
 
     def _serve(self) -> None:
         if not self.conn.send(self.host.hello()):
             return
+        conn = self.conn
+        pool = self.host.exec_pool
+        # Polls briefly for the client's next call before blocking, while calls follow each other
+        # quickly and no execution needs the CPUs (socket_polling).
+        polling = socket_polling.PollingWindow(socket_polling.window_us(socket_polling.SERVICE_WINDOW_US))
         while True:
             try:
-                frame = self.conn.receive()
+                polled = polling.poll(conn.readable, pool.idle())
+                frame = conn.receive()
+                if not polled:
+                    polling.waited()
             except wire.ConnectionClosed:
                 log.info("client pid %d closed the connection", self.pid)
                 return

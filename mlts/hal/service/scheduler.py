@@ -185,6 +185,10 @@ class WorkerPool:
             if self._queued:  # waking idle workers for nothing costs a GIL hand-off each
                 self._cond.notify()
 
+    def idle(self) -> bool:
+        """Whether nothing runs or waits in the pool now (read without the lock: a hint, not a promise)."""
+        return not (self._busy or self._inline or self._queued)
+
     def status(self) -> dict[str, int]:
         with self._cond:
             return {"workers": self.workers, "busy": self._busy + self._inline, "queued": self._queued}

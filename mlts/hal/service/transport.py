@@ -51,6 +51,10 @@ class Connection:
         """Whether more bytes from the client wait to be read."""
         return self._readable(0)
 
+    def readable(self, timeout: float | None) -> bool:
+        """Whether bytes from the client can be read within `timeout` seconds (None: wait for them)."""
+        return self._readable(timeout)
+
     def send(self, message: dict[str, Any], fds: Sequence[int] = ()) -> bool:
         """Send one message; False (and the connection marked broken) when the client cannot be reached."""
         if self.broken:
