@@ -15,7 +15,7 @@ a chunk of less work than HOLD_BELOW_MACS).
 
 Before running bound, a chunk checks that every step still has the kernel it was bound with (a
 replaced kernel takes effect as in the loop) and that each value from outside the chunk is a
-C-contiguous float32 array of the shape it was bound for (its address is written into the calls);
+C-contiguous array of the shape and dtype it was bound for (its address is written into the calls);
 otherwise the straight-line function runs the chunk's operations one by one as before. Binding
 itself checks each output against its operand's declared shape and dtype.
 
@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 
 from driver import native
+from driver.operands import dtype_of as operand_dtype
+from driver.operation_kernel import kernel_failed
 from driver.ops import _fast
 from driver.ops._workspace import CURRENT, Workspace, address
 from mlts.hal.enums import ErrorStatus
@@ -51,8 +53,10 @@ MIN_STEPS = 2
 #: less than taking the lock back from another thread costs.
 HOLD_BELOW_MACS = 1 << 16
 
-_F32 = np.dtype(np.float32)
 _ROW_INTS = _fast.CALL_INTS
+# The address of external value k while binding: _EXTERNAL + k (no size, address or integer argument
+# a kernel passes comes near it; nor does the scratch's placeholder, _fast.Scratch.PLACEHOLDER).
+_EXTERNAL = -(1 << 41)
 _ROW_FLOATS = 2
 
 
@@ -81,6 +85,10 @@ class _Program:
         "outs",
         "keep",
         "run",
+        "status",
+        "status_ptr",
+        "owners",
+        "produced",
     )
 
     def __init__(self, calls: list[_fast.Call], keep: list[Any]) -> None:
@@ -99,14 +107,18 @@ class _Program:
         self.outs: list[np.ndarray] = []
         self.keep = keep
         self.run: Any = None  # mk_run_calls, of LIB or (for little work) LIB_HELD
+        self.status = np.zeros(1, dtype=np.int64)  # a failed call's status
+        self.status_ptr = self.status.ctypes.data
+        self.owners: list[tuple[Any, _fast.BoundStep]] = []  # per call: its step and what the step bound
+        self.produced: dict[int, np.ndarray] = {}  # the steps' outputs, by operand
 
 
 class Chunk:
     """Consecutive bindable steps of one plan (see the module docstring).
 
     `externals`: the operands the chunk reads from outside it, passed to `__call__` in this order;
-    `shapes`: the shape of every operand a step reads; `needed`: the chunk's outputs read after it,
-    returned in this order.
+    `shapes` and `dtypes`: those of every operand a step reads; `needed`: the chunk's outputs read
+    after it, returned in this order; `constants`: the plan's operand values before a run.
     """
 
     def __init__(
@@ -114,13 +126,17 @@ class Chunk:
         steps: Sequence[Any],
         externals: Sequence[int],
         shapes: Mapping[int, tuple[int, ...]],
+        dtypes: Mapping[int, np.dtype],
         needed: Sequence[int],
+        constants: Sequence[Any] = (),
     ) -> None:
         self.steps = tuple(steps)
         self.kernels = tuple(st.direct for st in steps)
         self.pairs = tuple(zip(self.steps, self.kernels, strict=True))
         self.externals = tuple(externals)
         self.ext_shapes = tuple(shapes[i] for i in externals)
+        self.ext_dtypes = tuple(np.dtype(dtypes[i]) for i in externals)
+        self.constants = constants  # the plan's operand values before a run (for error messages)
         self.shapes = dict(shapes)
         self.needed = tuple(needed)
         self.last_number = int(steps[-1].number)
@@ -134,8 +150,8 @@ class Chunk:
         for st, kernel in self.pairs:
             if st.direct is not kernel:
                 return None
-        for v, shape in zip(values, self.ext_shapes, strict=False):  # as many: the generated call passes them
-            if type(v) is not np.ndarray or v.shape != shape or v.dtype != _F32 or not v.flags.c_contiguous:
+        for v, shape, dtype in zip(values, self.ext_shapes, self.ext_dtypes, strict=False):  # as many
+            if type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype or not v.flags.c_contiguous:
                 return None
         prog: Any = ws.bound.get(self)
         if prog is None:
@@ -155,27 +171,35 @@ class Chunk:
                 last[k] = weakref.ref(v)
         run = prog.run
         if checkpoint is None:
-            self._check(run(prog.ints_ptr, prog.floats_ptr, prog.count), 0)
+            failed = run(prog.ints_ptr, prog.floats_ptr, prog.count, prog.status_ptr)
+            if failed:
+                self._fail(prog, failed - 1, values)
         else:
             for first, start, count in prog.pieces:
                 checkpoint(first)
-                self._check(
-                    run(
-                        prog.ints_ptr + start * _ROW_INTS * 8,
-                        prog.floats_ptr + start * _ROW_FLOATS * 4,
-                        count,
-                    ),
-                    start,
+                ints_at, floats_at = (
+                    prog.ints_ptr + start * _ROW_INTS * 8,
+                    prog.floats_ptr + start * _ROW_FLOATS * 4,
                 )
+                failed = run(ints_at, floats_at, count, prog.status_ptr)
+                if failed:
+                    self._fail(prog, start + failed - 1, values)
         ws.step = self.last_number
         return prog.outs
 
-    def _check(self, status: int, start: int) -> None:
-        if status:
-            raise HalError(
-                ErrorStatus.GENERAL_FAILURE,
-                f"{self.steps[0].label}: bound compiled call {start + status - 1} has an unknown kind",
-            )
+    def _fail(self, prog: _Program, call: int, values: Sequence[Any]) -> None:
+        """Raise what the failed call's step raises when it runs alone (its kernel's exception, as
+        the straight-line function reports it), or a GENERAL_FAILURE for a call the library refused."""
+        st, bound = prog.owners[call]
+        status = int(prog.status[0])
+        if status == 0 or bound.fail is None:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"{st.label}: bound compiled call {call} was refused")
+        given = dict(zip(self.externals, values, strict=True))
+        args = [
+            prog.produced.get(i, given.get(i, self.constants[i] if i < len(self.constants) else None))
+            for i in st.inputs
+        ]
+        raise kernel_failed(st, args, bound.fail(status))
 
     def _bind(self, ws: Workspace) -> _Program | None:
         """The chunk's calls with this workspace's buffers; None when a kernel declines to bind."""
@@ -185,13 +209,14 @@ class Chunk:
         keep: list[Any] = []
         pieces: list[tuple[int, int, int]] = []
         piece_macs = total = 0
+        owners: list[tuple[Any, _fast.BoundStep]] = []
         for st in self.steps:
             ws.step = st.number
             reads = variables(st) or ()
             ptrs = []
             for i in reads:
                 x = produced.get(i)
-                ptrs.append(x.ctypes.data if x is not None else -1 - self.externals.index(i))
+                ptrs.append(x.ctypes.data if x is not None else _EXTERNAL + self.externals.index(i))
             bound = st.direct.bind([self.shapes[i] for i in reads], ptrs, scratch)
             if bound is None:
                 return None
@@ -206,10 +231,11 @@ class Chunk:
             piece_macs += bound.macs
             total += bound.macs
             calls.extend(bound.calls)
+            owners += [(st, bound)] * len(bound.calls)
             first, start, _ = pieces[-1]
             pieces[-1] = (first, start, len(calls) - start)
         prog = _Program(calls, keep)
-        prog.pieces = pieces
+        prog.pieces, prog.owners, prog.produced = pieces, owners, produced
         lib: Any = native.LIB_HELD if total < HOLD_BELOW_MACS else native.LIB  # loaded: else dead
         prog.run = lib.mk_run_calls
         prog.outs = [produced[i] for i in self.needed]
@@ -226,8 +252,8 @@ class Chunk:
                 if v == _fast.Scratch.PLACEHOLDER:
                     assert buffer is not None
                     ints[r, c] = buffer.ctypes.data
-                elif -len(self.externals) <= v < 0:
-                    prog.patches[-1 - v].append((r, c))
+                elif _EXTERNAL <= v < _EXTERNAL + len(self.externals):
+                    prog.patches[v - _EXTERNAL].append((r, c))
         return prog
 
 
@@ -237,6 +263,7 @@ def find_chunks(
     written: set[int],
     output_indexes: Sequence[int],
     operands: Sequence[Any],
+    template: Sequence[Any] = (),
 ) -> dict[int, tuple[int, Chunk]]:
     """The runs of at least MIN_STEPS consecutive bindable steps of a static plan, by first step:
     (end, chunk).
@@ -246,12 +273,15 @@ def find_chunks(
     kernel binds them into an output of the declared shape and dtype.
     """
     shape_of: dict[int, tuple[int, ...] | None] = {}
+    dtype_of: dict[int, np.dtype] = {}
     for i in inputs:
         dims = operands[i].dimensions
         shape_of[i] = tuple(int(d) for d in dims) if dims and all(dims) else None
+        dtype_of[i] = operand_dtype(operands[i].type)
     for st in steps:
-        for i, shape in zip(st.outputs, st.out_shapes, strict=True):
+        for i, shape, dtype in zip(st.outputs, st.out_shapes, st.out_dtypes, strict=True):
             shape_of[int(i)] = shape
+            dtype_of[int(i)] = dtype
 
     def reads(st: Any) -> tuple[int, ...] | None:
         found = variables(st)
@@ -289,16 +319,17 @@ def find_chunks(
         made: set[int] = set()
         externals: list[int] = []
         shapes: dict[int, tuple[int, ...]] = {}
+        dtypes: dict[int, np.dtype] = {}
         for k, st in enumerate(run):
             for i in joined[s + k] or ():
                 shape = shape_of[i]
                 assert shape is not None  # part of `reads`
-                shapes[i] = shape
+                shapes[i], dtypes[i] = shape, dtype_of[i]
                 if i not in made and i not in externals:
                     externals.append(i)
             made.add(int(st.outputs[0]))
         later = {int(i) for st in steps[end:] for i in st.inputs} | {int(i) for i in output_indexes}
         needed = [int(st.outputs[0]) for st in run if int(st.outputs[0]) in later]
-        chunks[s] = (end, Chunk(run, externals, shapes, needed))
+        chunks[s] = (end, Chunk(run, externals, shapes, dtypes, needed, template))
         s = end
     return chunks

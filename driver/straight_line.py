@@ -116,7 +116,7 @@ def compile_steps(
         lines.append(f"    {', '.join(f'v{i}' for i in input_indexes)}, = inputs")
     for i in sorted(written - inputs):
         lines.append(f"    v{i} = None")
-    chunks = find_chunks(steps, inputs, written, output_indexes, operands) if bind else {}
+    chunks = find_chunks(steps, inputs, written, output_indexes, operands, template) if bind else {}
     s = 0
     while s < len(steps):
         found = chunks.get(s)

@@ -9,6 +9,7 @@ looked up, most of them cached (`_workspace.address`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -404,7 +405,10 @@ CALL_DEPTHWISE_F32 = 3
 CALL_GEMM_FEWROWS_BIAS_ACT_F32 = 4
 CALL_ADD_F32 = 5
 CALL_COPY = 6
-CALL_INTS = 10
+CALL_QIM2COL = 7
+CALL_QGEMM_REQUANT = 8
+CALL_DEPTHWISE_Q8 = 9
+CALL_INTS = 20
 
 # A call: (kind, its int arguments (addresses and sizes), its float arguments).
 Call = tuple[int, tuple[int, ...], tuple[float, ...]]
@@ -415,12 +419,14 @@ class BoundStep:
     """The compiled calls one run of a kernel makes for an input of a fixed shape at a fixed address:
     the same functions with the same arguments, every address looked up once. `out` is the step's
     output (a buffer of the current workspace); `keep` holds arrays the addresses point into; `macs`
-    is the work (multiply-adds; elements for a sum)."""
+    is the work (multiply-adds; elements for a sum); `fail`, for kernels that return a status, the
+    exception a call's non-zero status stands for (what the step's Python raises for it)."""
 
     calls: list[Call]
     out: np.ndarray
     keep: tuple[Any, ...]
     macs: int
+    fail: Callable[[int], Exception] | None = None
 
 
 class Scratch:
@@ -497,3 +503,70 @@ def bind_copy_f32(xp: int, shape: tuple[int, ...]) -> BoundStep:
     """A copy of the float32 C-contiguous array at `xp` into the step's output of `shape` (as many elements)."""
     y = output(shape, F32)
     return BoundStep([(CALL_COPY, (xp, address(y), y.nbytes), ())], y, (), y.size)
+
+
+def _no_tables(status: int) -> Exception:
+    return MemoryError("compiled kernel could not allocate its requantization tables")
+
+
+def bind_conv_q8(
+    shape: tuple[int, ...],
+    xp: int,
+    zp_x: int,
+    gc: GeometryCache,
+    w: Const | _qgemm.QWeights,
+    rq: Requant,
+    out_c: int,
+    scratch: Scratch,
+) -> BoundStep | None:
+    """`conv_q8`'s calls for a C-contiguous 8-bit input of `shape` at `xp` on the integer GEMM
+    (`w` a _qgemm.QWeights) without a copy of its rows; else None."""
+    if not isinstance(w, _qgemm.QWeights):
+        return None
+    g, gp = gc.get(shape)
+    entry = gc.entry
+    n, c = shape[0], shape[3]
+    rows = n * g.out_h * g.out_w
+    k = g.k_h * g.k_w * c
+    y = output((n, g.out_h, g.out_w, out_c), rq.dtype)
+    calls: list[Call] = []
+    if g.k_h == g.k_w == g.stride_h == g.stride_w == 1 and not g.padded:
+        lda = _qgemm.row_stride(c)
+        if lda != c:
+            return None  # `_qgemm_rows` copies the rows first
+        ap = xp
+    else:
+        lda = _qgemm.row_stride(k)
+        ap = scratch.ptr(-(-rows * lda // 4))
+        calls.append((CALL_QIM2COL, (xp, gp, zp_x & 0xFF, lda, ap), ()))
+    gemm = (
+        ap, lda, w.signed, w.panels_ptr, w.colc_ptr, w.zw, rows, w.n, w.k, rq.bias.ptr, rq.mult.ptr,
+        rq.left.ptr, rq.right.ptr, rq.zp, rq.lo, rq.hi, rq.signed, address(y),
+    )  # fmt: skip
+    calls.append((CALL_QGEMM_REQUANT, gemm, ()))
+
+    def fail(status: int) -> Exception:
+        return _no_tables(status) if status == -1 else RuntimeError(f"integer GEMM refused K={w.k}")
+
+    return BoundStep(calls, y, (entry, w, rq), rows * k * out_c, fail)
+
+
+def bind_depthwise_q8(
+    shape: tuple[int, ...],
+    xp: int,
+    signed: int,
+    zp_x: int,
+    gc: GeometryCache,
+    mult: int,
+    w: Const,
+    rq: Requant,
+) -> BoundStep:
+    """`depthwise_q8`'s call for a C-contiguous 8-bit input of `shape` at `xp` (`signed`: int8)."""
+    g, gp = gc.get(shape)
+    entry = gc.entry
+    y = output((shape[0], g.out_h, g.out_w, shape[3] * mult), rq.dtype)
+    args = (
+        xp, signed, zp_x, gp, mult, w.ptr, rq.bias.ptr, rq.mult.ptr, rq.left.ptr, rq.right.ptr, rq.zp, rq.lo,
+        rq.hi, address(y),
+    )  # fmt: skip
+    return BoundStep([(CALL_DEPTHWISE_Q8, args, ())], y, (entry, w, rq), y.size * g.k_h * g.k_w, _no_tables)

@@ -175,4 +175,15 @@ def _prepare_quant(
         y = requantize(acc, b, q)
         return [from_nhwc(y.reshape(n, g.out_h, g.out_w, cout), nchw)]
 
+    def bind(
+        shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _fast.Scratch
+    ) -> _fast.BoundStep | None:
+        """`run`'s compiled calls for an 8-bit NHWC input 0 of shape `shapes[0]` at `ptrs[0]`
+        (driver.bound_steps)."""
+        shape, xp = shapes[0], ptrs[0]
+        if not fast or nchw or rq is None or len(shape) != 4 or shape[3] != cin:
+            return None
+        return _fast.bind_conv_q8(shape, xp, zp_x, gc, w_c, rq, cout, scratch)
+
+    run.bind = bind  # type: ignore[attr-defined]
     return run

@@ -250,3 +250,48 @@ def test_two_threads_executing_one_prepared_model_get_the_sequential_results() -
     assert not any(t.is_alive() for t in threads)
     assert errors == []
     assert all(len(ws.bound) == 2 for ws in prepared.plan.workspaces._free)  # the chunks ran bound
+
+
+@pytest.mark.parametrize("name", ["quant", "quant_pc"])
+def test_quantized_convolutions_bound_equal_the_steps_called_one_by_one(name) -> None:
+    from driver.ops import _qgemm
+    from tests.driver import cachekit
+
+    model = cachekit.model(name)
+    bound, unbound = Plan(model), _unbound(Plan(model))
+    for seed in (0, 1):
+        xs = cachekit.inputs(model, seed)
+        for _ in range(2):
+            got, want = bound.run(xs, checked=True), unbound.run(xs, checked=True)
+            assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
+    chunks = [v for v in bound._straight.__globals__.values() if isinstance(v, Chunk)]
+    if _qgemm.available(8):  # the integer GEMM binds; the float32 GEMM of quantized inputs does not
+        assert [len(c.steps) for c in chunks] == [2] and not chunks[0].dead
+
+
+def test_a_failed_bound_call_is_reported_as_its_step_reports_it() -> None:
+    from driver.ops import _fast, _qgemm
+    from tests.driver import cachekit
+
+    if not _qgemm.available(8):
+        pytest.skip("no integer GEMM on this machine")
+    model = cachekit.model("quant")
+    xs = cachekit.inputs(model)
+    plan = Plan(model)
+    plan.run(xs, checked=True)
+    (ws,) = plan.workspaces._free
+    (prog,) = ws.bound.values()
+    row = next(r for r in range(prog.count) if prog.ints[r, 0] == _fast.CALL_QGEMM_REQUANT)
+    prog.ints[row, 9] = 1 << 40  # K beyond what the integer GEMM takes: it refuses (status -2)
+    with pytest.raises(HalError) as info:
+        plan.run(xs, checked=True)
+    step = prog.owners[row][0]
+    assert info.value.status == ErrorStatus.GENERAL_FAILURE
+    assert info.value.message.startswith(f"{step.label} failed on inputs (uint8[")
+    assert info.value.message.endswith(
+        "RuntimeError: integer GEMM refused K=" + str(prog.owners[row][1].keep[1].k)
+    )
+    prog.ints[row, 0] = 99  # a call the library does not know
+    with pytest.raises(HalError) as info:
+        plan.run(xs, checked=True)
+    assert info.value.message == f"{step.label}: bound compiled call {row} was refused"
