@@ -6,7 +6,7 @@ takes it back, and the Python around them runs under it. Two executions in one p
 turns on the lock at least once per operation.
 
 A kernel that can tell in advance exactly which compiled calls it makes for an input of a given shape
-at a given address (its run's `bind`, giving a `driver.ops._fast.BoundStep`) lets a run of such
+at a given address (its run's `bind`, giving a `driver.ops._bind.BoundStep`) lets a run of such
 consecutive operations (a `Chunk`) be bound once per workspace: every address is fixed, because the
 outputs are the workspace's own buffers, reused by every execution. Later executions run the chunk
 with one call of `mk_run_calls`: the same functions with the same arguments in the same order, so
@@ -39,7 +39,7 @@ import numpy as np
 from driver import native
 from driver.operands import dtype_of as operand_dtype
 from driver.operation_kernel import kernel_failed
-from driver.ops import _fast
+from driver.ops import _bind
 from driver.ops._workspace import CURRENT, Workspace, address
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
@@ -53,9 +53,9 @@ MIN_STEPS = 2
 #: less than taking the lock back from another thread costs.
 HOLD_BELOW_MACS = 1 << 16
 
-_ROW_INTS = _fast.CALL_INTS
+_ROW_INTS = _bind.CALL_INTS
 # The address of external value k while binding: _EXTERNAL + k (no size, address or integer argument
-# a kernel passes comes near it; nor does the scratch's placeholder, _fast.Scratch.PLACEHOLDER).
+# a kernel passes comes near it; nor does the scratch's placeholder, _bind.Scratch.PLACEHOLDER).
 _EXTERNAL = -(1 << 41)
 _ROW_FLOATS = 2
 
@@ -91,7 +91,7 @@ class _Program:
         "produced",
     )
 
-    def __init__(self, calls: list[_fast.Call], keep: list[Any]) -> None:
+    def __init__(self, calls: list[_bind.Call], keep: list[Any]) -> None:
         self.count = len(calls)
         self.ints = np.zeros((self.count, _ROW_INTS), dtype=np.int64)
         self.floats = np.zeros((self.count, _ROW_FLOATS), dtype=np.float32)
@@ -109,7 +109,7 @@ class _Program:
         self.run: Any = None  # mk_run_calls, of LIB or (for little work) LIB_HELD
         self.status = np.zeros(1, dtype=np.int64)  # a failed call's status
         self.status_ptr = self.status.ctypes.data
-        self.owners: list[tuple[Any, _fast.BoundStep]] = []  # per call: its step and what the step bound
+        self.owners: list[tuple[Any, _bind.BoundStep]] = []  # per call: its step and what the step bound
         self.produced: dict[int, np.ndarray] = {}  # the steps' outputs, by operand
 
 
@@ -203,13 +203,13 @@ class Chunk:
 
     def _bind(self, ws: Workspace) -> _Program | None:
         """The chunk's calls with this workspace's buffers; None when a kernel declines to bind."""
-        scratch = _fast.Scratch()
+        scratch = _bind.Scratch()
         produced: dict[int, np.ndarray] = {}
-        calls: list[_fast.Call] = []
+        calls: list[_bind.Call] = []
         keep: list[Any] = []
         pieces: list[tuple[int, int, int]] = []
         piece_macs = total = 0
-        owners: list[tuple[Any, _fast.BoundStep]] = []
+        owners: list[tuple[Any, _bind.BoundStep]] = []
         for st in self.steps:
             ws.step = st.number
             reads = variables(st) or ()
@@ -249,7 +249,7 @@ class Chunk:
         for r in range(prog.count):
             for c in range(1, _ROW_INTS):
                 v = int(ints[r, c])
-                if v == _fast.Scratch.PLACEHOLDER:
+                if v == _bind.Scratch.PLACEHOLDER:
                     assert buffer is not None
                     ints[r, c] = buffer.ctypes.data
                 elif _EXTERNAL <= v < _EXTERNAL + len(self.externals):
@@ -293,7 +293,7 @@ def find_chunks(
         # The kernel binds these shapes (tried outside any workspace: fresh arrays, addresses unused).
         token = CURRENT.set(None)
         try:
-            bound = st.direct.bind([shape_of[i] for i in found], [0] * len(found), _fast.Scratch())
+            bound = st.direct.bind([shape_of[i] for i in found], [0] * len(found), _bind.Scratch())
         except Exception:  # a kernel that cannot bind these inputs runs (and reports) as before
             bound = None
         finally:

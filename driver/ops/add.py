@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from driver.ops import _fast
+from driver.ops import _bind, _fast
 from driver.ops._base import ArgInfo, Run, register
 from driver.ops._binary import QuantBinary, prepare_binary
 from driver.ops._qelementwise import as_bytes, byte_values, f32, smaller_than_one
@@ -49,13 +49,13 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     if _fast.enabled() and f32_types and ins[2].value is not None and int(ins[2].value) == 0:
 
         def bind(
-            shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _fast.Scratch
-        ) -> _fast.BoundStep | None:
+            shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
+        ) -> _bind.BoundStep | None:
             """`run` as one compiled sum for float32 inputs of one shape, without activation
             (driver.bound_steps)."""
             if shapes[0] != shapes[1]:
                 return None
-            return _fast.bind_add_f32(shapes[0], ptrs[0], ptrs[1])
+            return _bind.bind_add_f32(shapes[0], ptrs[0], ptrs[1])
 
         run.bind = bind  # type: ignore[attr-defined]
         run.bind_inputs = (0, 1)  # type: ignore[attr-defined]

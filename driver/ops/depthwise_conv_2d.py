@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from driver.ops import _fast
+from driver.ops import _bind, _fast
 from driver.ops._activation import apply_activation
 from driver.ops._base import ArgInfo, Run, expect_count, register
 from driver.ops._conv_common import bias_vector, check_filter_and_bias, constant_or_none, is_explicit
@@ -120,14 +120,14 @@ def _prepare_float(
         return [from_nhwc(acc, nchw)]
 
     def bind(
-        shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _fast.Scratch
-    ) -> _fast.BoundStep | None:
+        shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
+    ) -> _bind.BoundStep | None:
         """`run`'s compiled call for a float32 NHWC input 0 of shape `shapes[0]` at `ptrs[0]`
         (driver.bound_steps)."""
         shape, xp = shapes[0], ptrs[0]
         if not fast or nchw or w_c is None or b_c is None or len(shape) != 4 or shape[3] != cout // mult:
             return None
-        return _fast.bind_depthwise_f32(shape, xp, gc, mult, w_c, b_c, act)
+        return _bind.bind_depthwise_f32(shape, xp, gc, mult, w_c, b_c, act)
 
     run.bind = bind  # type: ignore[attr-defined]
     return run
@@ -169,14 +169,14 @@ def _prepare_quant(
     signed = int(ins[0].type == OperandType.TENSOR_QUANT8_ASYMM_SIGNED)
 
     def bind(
-        shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _fast.Scratch
-    ) -> _fast.BoundStep | None:
+        shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
+    ) -> _bind.BoundStep | None:
         """`run`'s compiled call for an 8-bit NHWC input 0 of shape `shapes[0]` at `ptrs[0]`
         (driver.bound_steps)."""
         shape, xp = shapes[0], ptrs[0]
         if not fast or nchw or w_c is None or rq is None or len(shape) != 4 or shape[3] != cout // mult:
             return None
-        return _fast.bind_depthwise_q8(shape, xp, signed, zp_x, gc, mult, w_c, rq)
+        return _bind.bind_depthwise_q8(shape, xp, signed, zp_x, gc, mult, w_c, rq)
 
     run.bind = bind  # type: ignore[attr-defined]
     return run

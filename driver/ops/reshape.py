@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from driver.ops import _fast
+from driver.ops import _bind, _fast
 from driver.ops._base import ArgInfo, Run, expect_count, register
 from driver.ops._params import int_tensor_input, int_values
 from driver.ops._qelementwise import moving_signature
@@ -62,11 +62,11 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     if shape is not None and ins[0].type == OperandType.TENSOR_FLOAT32 and _fast.enabled():
 
         def bind(
-            shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _fast.Scratch
-        ) -> _fast.BoundStep:
+            shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
+        ) -> _bind.BoundStep:
             """`run` as one compiled copy for a C-contiguous float32 input (driver.bound_steps)."""
             size = int(np.prod(shapes[0], dtype=np.int64))
-            return _fast.bind_copy_f32(ptrs[0], target_shape(shape, size))
+            return _bind.bind_copy_f32(ptrs[0], target_shape(shape, size))
 
         run.bind = bind  # type: ignore[attr-defined]
     return run

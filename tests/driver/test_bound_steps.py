@@ -270,7 +270,7 @@ def test_quantized_convolutions_bound_equal_the_steps_called_one_by_one(name) ->
 
 
 def test_a_failed_bound_call_is_reported_as_its_step_reports_it() -> None:
-    from driver.ops import _fast, _qgemm
+    from driver.ops import _bind, _qgemm
     from tests.driver import cachekit
 
     if not _qgemm.available(8):
@@ -281,7 +281,7 @@ def test_a_failed_bound_call_is_reported_as_its_step_reports_it() -> None:
     plan.run(xs, checked=True)
     (ws,) = plan.workspaces._free
     (prog,) = ws.bound.values()
-    row = next(r for r in range(prog.count) if prog.ints[r, 0] == _fast.CALL_QGEMM_REQUANT)
+    row = next(r for r in range(prog.count) if prog.ints[r, 0] == _bind.CALL_QGEMM_REQUANT)
     prog.ints[row, 9] = 1 << 40  # K beyond what the integer GEMM takes: it refuses (status -2)
     with pytest.raises(HalError) as info:
         plan.run(xs, checked=True)
