@@ -28,7 +28,7 @@ class Workspace:
     address is looked up once (`address`) and the compiled kernels pay no per-call conversion.
     """
 
-    __slots__ = ("_buffers", "_views", "_addresses", "step", "roots")
+    __slots__ = ("_buffers", "_views", "_addresses", "step", "roots", "bound")
 
     def __init__(self) -> None:
         self._buffers: dict[object, np.ndarray] = {}
@@ -36,6 +36,9 @@ class Workspace:
         self._addresses: dict[int, tuple[np.ndarray, int]] = {}  # id(view) -> (view, address)
         self.step = -1
         self.roots: set[int] = set()  # id() of every buffer, to tell which results live here
+        self.bound: dict[
+            object, object
+        ] = {}  # runs of bound steps made for this workspace (driver.bound_steps)
 
     def get(self, key: object, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
         cached = self._views.get(key)
