@@ -19,8 +19,8 @@ CAPACITY = 4096  # small: the ring wraps every few hundred messages and often fi
 
 # The producer: message i is 4 + i % 29 bytes derived from i. Every 2 000 messages it pauses long
 # enough for the consumer's polling window to end, so the consumer blocks and must be signalled. Every
-# 100 messages it pauses for less than a 20 µs window (busy), so a consumer slower than the producer
-# still catches up now and then and is polling when the next message comes.
+# 100 messages it lets the consumer catch up (up to 10 ms), then waits 5 µs (busy, well within a 20 µs
+# window): a consumer slower than the producer is then polling when the next message comes.
 PRODUCER = textwrap.dedent(
     """
     import struct, sys, time
@@ -34,7 +34,10 @@ PRODUCER = textwrap.dedent(
         if i % 2000 == 1999:
             time.sleep(0.002)
         elif i % 100 == 99:
-            until = time.perf_counter() + 10e-6
+            limit = time.monotonic() + 0.01
+            while ring._used_by_consumer() and time.monotonic() < limit:
+                pass
+            until = time.perf_counter() + 5e-6
             while time.perf_counter() < until:
                 pass
     print(ring.signals_saved, flush=True)
