@@ -17,6 +17,7 @@ from mlts.hal.enums import ErrorStatus
 from mlts.hal.enums import OperandType as T
 from mlts.hal.enums import OperationType as O
 from mlts.hal.errors import HalError
+from tests.driver.threadkit import run_concurrently
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="compiled kernels not built")
 
@@ -139,12 +140,7 @@ def test_two_threads_running_one_plan_get_the_lone_results() -> None:
                 errors.append(f"thread {k}, run {i}: result differs from a lone run")
                 return
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads)
+    run_concurrently(worker)
     assert errors == []
 
 
@@ -242,12 +238,7 @@ def test_two_threads_executing_one_prepared_model_get_the_sequential_results() -
                 errors.append(f"thread {k}, execution {i}: results differ from the sequential ones")
                 return
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads)
+    run_concurrently(worker)
     assert errors == []
     assert all(len(ws.bound) == 2 for ws in prepared.plan.workspaces._free)  # the chunks ran bound
 

@@ -38,6 +38,7 @@ from tests.driver.qconvkit import (
     ref_requant,
 )
 from tests.driver.qkit import Q, out, qcall
+from tests.driver.threadkit import run_concurrently
 
 CONV, DW, FC = OperationType.CONV_2D, OperationType.DEPTHWISE_CONV_2D, OperationType.FULLY_CONNECTED
 
@@ -304,12 +305,7 @@ def test_concurrent_runs_of_one_plan_get_their_own_buffers(rng, name):
                     errors.append(f"thread {k}, run {i}: result differs from a lone run")
                     return
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads)
+    run_concurrently(worker)
     assert errors == []
     assert plan.workspaces.created >= 1
 
