@@ -55,6 +55,11 @@ The last line is `ok` when every goal is met, else `short:` and the worst figure
 depend on the machine's load: the header prints the load average, and a `note:` line before the last
 says when it was above half the number of cores during the run; read the result on a quiet machine.
 Thread counts are fixed to 1 (OPENBLAS_NUM_THREADS etc.) in the driver processes.
+
+The socket paths' polling windows are off (MLTS_SOCKET_POLLING_US=0, unless the environment sets
+it): they adapt to the length of the last wait, so with them on an empty call right after a busy one
+waits differently from the other empty calls, and the empty calls no longer measure one constant cost
+of the harness. Set MLTS_SOCKET_POLLING_US to see the figures with them on.
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+os.environ.setdefault("MLTS_SOCKET_POLLING_US", "0")  # see the module docstring
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
@@ -450,7 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()
     print(
         f"harness self-test: sample-faulty busy_us=X busy_every={PERIOD}, {repeats} repeats of {control.warmup_s:g} s warm-up + "
-        f"{control.min_duration_s:g} s timed; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+        f"{control.min_duration_s:g} s timed; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
+        f"socket polling window {os.environ['MLTS_SOCKET_POLLING_US']} us"
     )
     model = one_add_model()
     cases = [measure(x, kind, repeats, control, model) for x in busy for kind in kinds]

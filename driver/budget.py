@@ -66,8 +66,10 @@ class MemoryBudget:
         """Take `need` bytes (give them back with `release`); TRANSIENT when they are not free now."""
         limit = self.limit
         if limit is None:  # no budget: only the count (every execution passes here)
-            with self._lock:
-                self._used += need
+            lock = self._lock
+            lock.acquire()  # not `with`: this runs on every execution, and += cannot raise
+            self._used += need
+            lock.release()
             return need
         self.check_fits(need, what)
         with self._lock:
@@ -81,5 +83,7 @@ class MemoryBudget:
         return need
 
     def release(self, n: int) -> None:
-        with self._lock:
-            self._used -= n
+        lock = self._lock
+        lock.acquire()  # as in reserve: -= cannot raise
+        self._used -= n
+        lock.release()

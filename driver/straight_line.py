@@ -13,6 +13,9 @@ step at every call (`step.direct`), so replacing a step's kernel takes effect as
 Errors are the loop's, word for word: the kernel's HalError relabelled with the operation, any other
 exception a GENERAL_FAILURE naming the operation and its inputs, a result of the wrong shape or type
 reported by `check_output`.
+
+Runs of consecutive steps whose kernels bind their compiled calls (driver.bound_steps) are written
+as one call of their `Chunk`, with the steps' own code after it for a run the chunk declines.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from driver.bound_steps import find_chunks
 from driver.operation_kernel import check_output, kernel_failed, output_count_error, relabel
 from mlts.hal.errors import HalError
 
@@ -45,8 +49,10 @@ def compile_steps(
     output_indexes: Sequence[int],
     template: Sequence[Any],
     operands: Sequence[Any],
+    bind: bool = True,
 ) -> StraightRun:
-    """The straight-line function of a static plan's steps (no IF or WHILE; see the module docstring)."""
+    """The straight-line function of a static plan's steps (no IF or WHILE; see the module docstring);
+    with `bind`, runs of steps whose kernels bind their compiled calls become `Chunk`s."""
     names: dict[str, Any] = {
         "HalError": HalError,
         "check_output": check_output,
@@ -66,15 +72,10 @@ def compile_steps(
         names[f"c{i}"] = template[i]
         return f"c{i}"
 
-    lines = ["def run(inputs, checkpoint, ws):"]
-    if input_indexes:
-        lines.append(f"    {', '.join(f'v{i}' for i in input_indexes)}, = inputs")
-    for i in sorted(written - inputs):
-        lines.append(f"    v{i} = None")
-    for s, st in enumerate(steps):
+    def step_lines(s: int, st: Any) -> list[str]:
         names[f"st{s}"] = st
         args = ", ".join(value(i) for i in st.inputs)
-        lines += [
+        out = [
             "    if checkpoint is not None:",
             f"        checkpoint({int(st.index)})",
             f"    ws.step = {int(st.number)}",
@@ -89,7 +90,7 @@ def compile_steps(
         if st.single:
             idx = int(st.outputs[0])
             names[f"S{s}"], names[f"D{s}"] = st.out_shapes[0], st.out_dtypes[0]
-            lines += [
+            out += [
                 "    if len(r) != 1:",
                 f"        raise _count_error(st{s}, r)",
                 "    x = r[0]",
@@ -100,14 +101,41 @@ def compile_steps(
             ]
         else:
             targets = "".join(f"v{int(i)}, " for i in st.outputs)
-            lines.append(
+            out.append(
                 f"    {targets}= _checked(st{s}, r, _operands)"
                 if targets
                 else f"    _checked(st{s}, r, _operands)"
             )
         for i in st.release:
             if i in inputs or i in written:
-                lines.append(f"    v{int(i)} = None")
+                out.append(f"    v{int(i)} = None")
+        return out
+
+    lines = ["def run(inputs, checkpoint, ws):"]
+    if input_indexes:
+        lines.append(f"    {', '.join(f'v{i}' for i in input_indexes)}, = inputs")
+    for i in sorted(written - inputs):
+        lines.append(f"    v{i} = None")
+    chunks = find_chunks(steps, inputs, written, output_indexes, operands, template) if bind else {}
+    s = 0
+    while s < len(steps):
+        found = chunks.get(s)
+        if found is None:
+            lines += step_lines(s, steps[s])
+            s += 1
+            continue
+        end, chunk = found
+        names[f"B{s}"] = chunk
+        ext = "".join(f", v{int(i)}" for i in chunk.externals)
+        lines += [f"    o = B{s}(ws, checkpoint{ext})", "    if o is None:"]
+        for k in range(s, end):
+            lines += ["    " + line for line in step_lines(k, steps[k])]
+        lines.append("    else:")
+        if chunk.needed:
+            lines.append(f"        {''.join(f'v{int(i)}, ' for i in chunk.needed)}= o")
+        released = {int(i) for st in steps[s:end] for i in st.release if i in chunk.externals}
+        lines += [f"        v{i} = None" for i in sorted(released)] or ["        pass"]
+        s = end
     lines.append(f"    return [{', '.join(value(i) for i in output_indexes)}]")
     code = compile("\n".join(lines) + "\n", "<driver plan>", "exec")
     exec(code, names)  # noqa: S102  (the source above holds only the plan's own integers)

@@ -58,6 +58,9 @@ _SIGNATURES: dict[str, list] = {
     "mk_gemm_packed_bias_act_f32": [_P, _P, _P, _L, _L, _L, _P, _F, _F],
     "mk_gemm_packed_requant_f32": [_P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
     "mk_gemm_packed_requant_q8": [_P, _I, _I, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
+    "mk_run_calls": [_P, _P, _L, _P],
+    "mk_add_f32": [_P, _P, _P, _L],
+    "mk_call_ints": [],
 }
 
 
@@ -76,7 +79,13 @@ _RETURNS_STATUS = frozenset(
 
 DEFAULT_SPIN_US = 100
 
-_RESTYPES = {"mk_pool_backoffs": ctypes.c_int64, "mk_pool_stats": ctypes.c_int, "mk_split": ctypes.c_int}
+_RESTYPES = {
+    "mk_pool_backoffs": ctypes.c_int64,
+    "mk_pool_stats": ctypes.c_int,
+    "mk_split": ctypes.c_int,
+    "mk_run_calls": ctypes.c_int64,
+    "mk_call_ints": ctypes.c_int,
+}
 
 # NumPy's bundled OpenBLAS (numpy.libs) names its symbols with a prefix and suffix; a system BLAS does not.
 _SGEMM_NAMES = (
@@ -185,6 +194,21 @@ def _adopt_blas(lib: ctypes.CDLL) -> None:
 
 
 LIB, WHY_NOT = _load()
+
+
+def _held(lib: ctypes.CDLL | None) -> ctypes.PyDLL | None:
+    """The same library as a PyDLL: its calls keep the interpreter lock (for work shorter than a
+    hand-off of the lock to another thread and back)."""
+    if lib is None:
+        return None
+    held = ctypes.PyDLL(lib._name)
+    held.mk_run_calls.argtypes = _SIGNATURES["mk_run_calls"]
+    held.mk_run_calls.restype = _RESTYPES["mk_run_calls"]
+    return held
+
+
+#: The library's calls that keep the interpreter lock (None without the library).
+LIB_HELD = _held(LIB)
 if LIB is None:
     log.info("compiled kernels unavailable: %s", WHY_NOT)
 

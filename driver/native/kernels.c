@@ -1693,3 +1693,91 @@ int mk_depthwise_q8(const void *xv, int is_signed, int zp_x, GEOM_ARGS, int m, c
 
 /* Largest channel count mk_depthwise_q8 accepts (its per-thread accumulators). */
 int mk_depthwise_q8_max_channels(void) { return MAX_DW_CHANNELS; }
+
+/* ------------------------------------------------------------ a run of bound calls (driver/bound_plan.py) */
+
+/* What mk_run_calls can call: each call is ints[MK_CALL_INTS] (its kind first) and floats[MK_CALL_FLOATS]. */
+enum {
+    MK_CALL_IM2COL_F32 = 1,
+    MK_CALL_GEMM_PACKED_BIAS_ACT_F32 = 2,
+    MK_CALL_DEPTHWISE_F32 = 3,
+    MK_CALL_GEMM_FEWROWS_BIAS_ACT_F32 = 4, /* mk_gemm_bias_act_f32 with m < 4 and n >= 8: never fails */
+    MK_CALL_ADD_F32 = 5,
+    MK_CALL_COPY = 6,
+    MK_CALL_QIM2COL = 7,
+    MK_CALL_QGEMM_REQUANT = 8,
+    MK_CALL_DEPTHWISE_Q8 = 9,
+};
+
+/* qgemm_kernels.c (the same library) */
+int mk_qgemm_requant(const void *a, int64_t lda, int a_signed, const int8_t *bp, const int32_t *colc, int32_t zw,
+                     int64_t m, int64_t n, int64_t k, const int64_t *bias, const int64_t *mult, const int64_t *left,
+                     const int64_t *right, int64_t zp, int64_t lo, int64_t hi, int is_signed, void *out);
+void mk_qim2col(const void *x, const int32_t *gp, int pad, int64_t lda, void *cols);
+
+/* y = a + b, n floats (IEEE sums: NumPy's np.add bit for bit). */
+void mk_add_f32(const float *a, const float *b, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+#define MK_CALL_INTS 20
+#define MK_CALL_FLOATS 2
+
+int mk_call_ints(void) { return MK_CALL_INTS; }
+
+/* Runs n calls in order, the same functions with the same arguments as one ctypes call each, in one
+ * foreign call (one release of the caller's interpreter lock). Returns 0, or i + 1 when call i failed
+ * (*status: its kernel's status) or is of an unknown kind or takes other arguments (*status: 0);
+ * nothing after call i ran. */
+int64_t mk_run_calls(const int64_t *ints, const float *floats, int64_t n, int64_t *status) {
+    *status = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t *a = ints + i * MK_CALL_INTS;
+        const float *f = floats + i * MK_CALL_FLOATS;
+        int st = 0;
+        switch (a[0]) {
+        case MK_CALL_IM2COL_F32:
+            mk_im2col_f32((const float *)a[1], (const int32_t *)a[2], (float *)a[3]);
+            break;
+        case MK_CALL_GEMM_PACKED_BIAS_ACT_F32:
+            mk_gemm_packed_bias_act_f32((const float *)a[1], (const float *)a[2], (float *)a[3], a[4], a[5], a[6],
+                                        (const float *)a[7], f[0], f[1]);
+            break;
+        case MK_CALL_GEMM_FEWROWS_BIAS_ACT_F32:
+            if (a[4] >= 4 || a[5] < 8) return i + 1;
+            mk_gemm_bias_act_f32((const float *)a[1], (const float *)a[2], (float *)a[3], a[4], a[5], a[6],
+                                 (const float *)a[7], f[0], f[1]);
+            break;
+        case MK_CALL_ADD_F32:
+            mk_add_f32((const float *)a[1], (const float *)a[2], (float *)a[3], a[4]);
+            break;
+        case MK_CALL_COPY:
+            memcpy((void *)a[2], (const void *)a[1], (size_t)a[3]);
+            break;
+        case MK_CALL_QIM2COL:
+            mk_qim2col((const void *)a[1], (const int32_t *)a[2], (int)a[3], a[4], (void *)a[5]);
+            break;
+        case MK_CALL_QGEMM_REQUANT:
+            st = mk_qgemm_requant((const void *)a[1], a[2], (int)a[3], (const int8_t *)a[4], (const int32_t *)a[5],
+                                  (int32_t)a[6], a[7], a[8], a[9], (const int64_t *)a[10], (const int64_t *)a[11],
+                                  (const int64_t *)a[12], (const int64_t *)a[13], a[14], a[15], a[16], (int)a[17],
+                                  (void *)a[18]);
+            break;
+        case MK_CALL_DEPTHWISE_Q8:
+            st = mk_depthwise_q8((const void *)a[1], (int)a[2], (int)a[3], (const int32_t *)a[4], (int)a[5],
+                                 (const float *)a[6], (const int64_t *)a[7], (const int64_t *)a[8],
+                                 (const int64_t *)a[9], (const int64_t *)a[10], a[11], a[12], a[13], (void *)a[14]);
+            break;
+        case MK_CALL_DEPTHWISE_F32:
+            mk_depthwise_f32((const float *)a[1], (const int32_t *)a[2], (int)a[3], (const float *)a[4],
+                             (const float *)a[5], f[0], f[1], (float *)a[6]);
+            break;
+        default:
+            return i + 1;
+        }
+        if (st != 0) {
+            *status = st;
+            return i + 1;
+        }
+    }
+    return 0;
+}

@@ -28,7 +28,7 @@ class Workspace:
     address is looked up once (`address`) and the compiled kernels pay no per-call conversion.
     """
 
-    __slots__ = ("_buffers", "_views", "_addresses", "step", "roots")
+    __slots__ = ("_buffers", "_views", "_addresses", "step", "roots", "bound")
 
     def __init__(self) -> None:
         self._buffers: dict[object, np.ndarray] = {}
@@ -36,6 +36,9 @@ class Workspace:
         self._addresses: dict[int, tuple[np.ndarray, int]] = {}  # id(view) -> (view, address)
         self.step = -1
         self.roots: set[int] = set()  # id() of every buffer, to tell which results live here
+        self.bound: dict[
+            object, object
+        ] = {}  # runs of bound steps made for this workspace (driver.bound_steps)
 
     def get(self, key: object, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
         cached = self._views.get(key)
@@ -48,10 +51,10 @@ class Workspace:
         buf = self._buffers.get(key)
         if buf is None or buf.nbytes < nbytes:
             if buf is not None:
-                self.roots.discard(id(buf))
-            buf = np.empty(max(nbytes, 1), dtype=np.uint8)
+                self.roots.discard(id(buf.base))
+            buf = aligned_bytes(nbytes)
             self._buffers[key] = buf
-            self.roots.add(id(buf))
+            self.roots.add(id(buf.base))  # views of buf have the whole allocation as their base
         view = buf[:nbytes].view(dt).reshape(shape)
         if cached is not None:
             self._addresses.pop(id(cached[0]), None)
@@ -78,6 +81,19 @@ class Workspace:
     @property
     def nbytes(self) -> int:
         return sum(b.nbytes for b in self._buffers.values())
+
+
+#: Bytes every workspace buffer starts at a multiple of: a cache line, so the compiled kernels'
+#: vector loads and stores of a row never straddle two lines more than its length makes them
+#: (the heap's 16-byte alignment made a 3x3 depthwise convolution 1.3-1.7x slower).
+ALIGN = 64
+
+
+def aligned_bytes(nbytes: int) -> np.ndarray:
+    """A uint8 buffer of `nbytes` (at least 1) starting at a multiple of ALIGN; its `base` is the allocation."""
+    raw = np.empty(max(nbytes, 1) + ALIGN, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start : start + max(nbytes, 1)]
 
 
 _CURRENT: ContextVar[Workspace | None] = ContextVar("driver_workspace", default=None)

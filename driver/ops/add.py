@@ -13,11 +13,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from driver.ops import _bind, _fast
 from driver.ops._base import ArgInfo, Run, register
 from driver.ops._binary import QuantBinary, prepare_binary
 from driver.ops._qelementwise import as_bytes, byte_values, f32, smaller_than_one
 from driver.ops._quant import multiply_by_quantized_multiplier
-from mlts.hal.enums import OperationType
+from mlts.hal.enums import OperandType, OperationType
 
 LEFT_SHIFT = 20
 
@@ -43,4 +44,19 @@ def _quant_add(name: str, a: ArgInfo, b: ArgInfo, out: ArgInfo) -> QuantBinary:
 
 @register(OperationType.ADD)
 def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
-    return prepare_binary("ADD", ins, outs, np.add, int_fn=np.add, quant=_quant_add)
+    run = prepare_binary("ADD", ins, outs, np.add, int_fn=np.add, quant=_quant_add)
+    f32_types = all(a.type == OperandType.TENSOR_FLOAT32 for a in (ins[0], ins[1], outs[0]))
+    if _fast.enabled() and f32_types and ins[2].value is not None and int(ins[2].value) == 0:
+
+        def bind(
+            shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
+        ) -> _bind.BoundStep | None:
+            """`run` as one compiled sum for float32 inputs of one shape, without activation
+            (driver.bound_steps)."""
+            if shapes[0] != shapes[1]:
+                return None
+            return _bind.bind_add_f32(shapes[0], ptrs[0], ptrs[1])
+
+        run.bind = bind  # type: ignore[attr-defined]
+        run.bind_inputs = (0, 1)  # type: ignore[attr-defined]
+    return run

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from driver.ops import _fast
+from driver.ops import _bind, _fast
 from driver.ops._activation import apply_activation
 from driver.ops._base import ArgInfo, Run, expect_count, register
 from driver.ops._conv_common import (
@@ -125,6 +125,17 @@ def _prepare_float(
         apply_activation(act, y)
         return [from_nhwc(y.reshape(n, g.out_h, g.out_w, cout), nchw)]
 
+    def bind(
+        shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
+    ) -> _bind.BoundStep | None:
+        """`run`'s compiled calls for a float32 NHWC input 0 of shape `shapes[0]` at `ptrs[0]`
+        (driver.bound_steps)."""
+        shape, xp = shapes[0], ptrs[0]
+        if not fast or nchw or w_c is None or b_c is None or len(shape) != 4 or shape[3] != cin:
+            return None
+        return _bind.bind_conv_f32(shape, xp, gc, w_c, b_c, act, cout, scratch)
+
+    run.bind = bind  # type: ignore[attr-defined]
     return run
 
 
@@ -164,4 +175,15 @@ def _prepare_quant(
         y = requantize(acc, b, q)
         return [from_nhwc(y.reshape(n, g.out_h, g.out_w, cout), nchw)]
 
+    def bind(
+        shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
+    ) -> _bind.BoundStep | None:
+        """`run`'s compiled calls for an 8-bit NHWC input 0 of shape `shapes[0]` at `ptrs[0]`
+        (driver.bound_steps)."""
+        shape, xp = shapes[0], ptrs[0]
+        if not fast or nchw or rq is None or len(shape) != 4 or shape[3] != cin:
+            return None
+        return _bind.bind_conv_q8(shape, xp, zp_x, gc, w_c, rq, cout, scratch)
+
+    run.bind = bind  # type: ignore[attr-defined]
     return run

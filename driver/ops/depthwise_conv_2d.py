@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from driver.ops import _fast
+from driver.ops import _bind, _fast
 from driver.ops._activation import apply_activation
 from driver.ops._base import ArgInfo, Run, expect_count, register
 from driver.ops._conv_common import bias_vector, check_filter_and_bias, constant_or_none, is_explicit
@@ -34,7 +34,7 @@ from driver.ops._qconv import (
 )
 from driver.ops._quant import is_quant8
 from driver.ops._window import WindowParams, channel_dim, from_nhwc, geometry, parse_window_params, to_nhwc
-from mlts.hal.enums import OperationType
+from mlts.hal.enums import OperandType, OperationType
 from mlts.hal.errors import invalid
 
 NAME = "DEPTHWISE_CONV_2D"
@@ -119,6 +119,17 @@ def _prepare_float(
         apply_activation(act, acc)
         return [from_nhwc(acc, nchw)]
 
+    def bind(
+        shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
+    ) -> _bind.BoundStep | None:
+        """`run`'s compiled call for a float32 NHWC input 0 of shape `shapes[0]` at `ptrs[0]`
+        (driver.bound_steps)."""
+        shape, xp = shapes[0], ptrs[0]
+        if not fast or nchw or w_c is None or b_c is None or len(shape) != 4 or shape[3] != cout // mult:
+            return None
+        return _bind.bind_depthwise_f32(shape, xp, gc, mult, w_c, b_c, act)
+
+    run.bind = bind  # type: ignore[attr-defined]
     return run
 
 
@@ -155,4 +166,17 @@ def _prepare_quant(
         acc = depthwise(g.patches(centered_padded(x, zp_x, g, dtype)), taps_w, mult)
         return [from_nhwc(requantize(acc, b, q), nchw)]
 
+    signed = int(ins[0].type == OperandType.TENSOR_QUANT8_ASYMM_SIGNED)
+
+    def bind(
+        shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
+    ) -> _bind.BoundStep | None:
+        """`run`'s compiled call for an 8-bit NHWC input 0 of shape `shapes[0]` at `ptrs[0]`
+        (driver.bound_steps)."""
+        shape, xp = shapes[0], ptrs[0]
+        if not fast or nchw or w_c is None or rq is None or len(shape) != 4 or shape[3] != cout // mult:
+            return None
+        return _bind.bind_depthwise_q8(shape, xp, signed, zp_x, gc, mult, w_c, rq)
+
+    run.bind = bind  # type: ignore[attr-defined]
     return run

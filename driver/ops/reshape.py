@@ -10,11 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from driver.ops import _bind, _fast
 from driver.ops._base import ArgInfo, Run, expect_count, register
 from driver.ops._params import int_tensor_input, int_values
 from driver.ops._qelementwise import moving_signature
 from driver.ops._workspace import output
-from mlts.hal.enums import OperationType
+from mlts.hal.enums import OperandType, OperationType
 from mlts.hal.errors import invalid
 
 NAME = "RESHAPE"
@@ -58,4 +59,14 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
         np.copyto(y, x.reshape(dims))
         return [y]
 
+    if shape is not None and ins[0].type == OperandType.TENSOR_FLOAT32 and _fast.enabled():
+
+        def bind(
+            shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
+        ) -> _bind.BoundStep:
+            """`run` as one compiled copy for a C-contiguous float32 input (driver.bound_steps)."""
+            size = int(np.prod(shapes[0], dtype=np.int64))
+            return _bind.bind_copy_f32(ptrs[0], target_shape(shape, size))
+
+        run.bind = bind  # type: ignore[attr-defined]
     return run

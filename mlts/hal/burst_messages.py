@@ -47,6 +47,8 @@ MAX_ARGUMENTS = 4096
 MAX_RANK = 64
 MAX_MESSAGE_TEXT = 1024
 NO_TIME = -1
+#: Distinct timings whose ExecutionResult a ResultDecoder keeps for reuse.
+CACHED_SUCCESSES = 64
 
 _REQUEST = struct.Struct(
     "<IIBBxxqqIII"
@@ -56,8 +58,10 @@ _ARGUMENT = struct.Struct("<BxxxIIII")  # has no value, pool index, offset, leng
 _RESULT = struct.Struct("<IIiIQQ")  # kind, seq, status, shapes, time on device, time in driver
 _SHAPE = struct.Struct("<BxxxI")  # is sufficient, rank
 _ASK = struct.Struct("<III")  # kind, seq, slots
-_U32 = struct.Struct("<I")
+_U32 = U32 = struct.Struct("<I")  # U32: the sequence number's format, at byte 4 of every message
 _OP_TIME = struct.Struct("<IQ")  # operation index, duration ns (protocol 1.3, after the message text)
+
+_RESULT_KIND_BYTES = _U32.pack(KIND_RESULT)
 
 #: Request flags (protocol 1.3; 1.2 sent 0 in this byte).
 FLAG_MEASURE_OPERATIONS = 1
@@ -349,8 +353,10 @@ class ResultDecoder:
     def __init__(self) -> None:
         self._tail: bytes | None = None
         self._decoded: BurstResult | None = None
-        # (time on device, time in driver, ExecutionResult) of the last `success`.
-        self._success: tuple[int, int, ExecutionResult] | None = None
+        # The ExecutionResults of `success` by their message's bytes after the sequence number (status,
+        # shape count, timing and the tail above), each checked once.
+        self._successes: dict[bytes, ExecutionResult] = {}
+        self._ok_shapes = -1  # the number of output shapes when `_decoded` is a success, else -1
 
     def decode(self, data: bytes) -> BurstResult:
         if len(data) < _RESULT.size:
@@ -359,7 +365,9 @@ class ResultDecoder:
         last = self._decoded
         if last is None or tail != self._tail:
             result = decode_result(data)
-            self._tail, self._decoded, self._success = tail, result, None
+            self._tail, self._decoded = tail, result
+            self._successes = {}
+            self._ok_shapes = len(result.output_shapes) if result.status == ErrorStatus.NONE else -1
             return result
         kind, seq, status, n_shapes, on_device, in_driver = _RESULT.unpack_from(data)
         if kind != KIND_RESULT or status != last.status or n_shapes != len(last.output_shapes):
@@ -384,19 +392,25 @@ class ResultDecoder:
         """(seq, the execution's result) for a successful result whose bytes after the fixed part repeat
         the last decoded successful one's, or None (the caller then uses `decode`). Equal timings give
         the very same ExecutionResult object (it is immutable)."""
-        last = self._decoded
-        if last is None or last.status != ErrorStatus.NONE or data[_RESULT.size :] != self._tail:
+        key = data[8:]
+        result = self._successes.get(key)
+        if result is not None and data[:4] == _RESULT_KIND_BYTES:
+            return _U32.unpack_from(data, 4)[0], result
+        if self._ok_shapes < 0 or data[_RESULT.size :] != self._tail:
             return None
         kind, seq, status, n_shapes, on_device, in_driver = _RESULT.unpack_from(data)
-        if kind != KIND_RESULT or status != 0 or n_shapes != len(last.output_shapes):
+        if kind != KIND_RESULT or status != 0 or n_shapes != self._ok_shapes:
             return None
-        cached = self._success
-        if cached is None or cached[0] != on_device or cached[1] != in_driver:
-            if in_driver != UINT64_MAX and on_device != UINT64_MAX and on_device > in_driver:
-                raise ValueError("timeOnDevice exceeds timeInDriver")
-            result = ExecutionResult(last.output_shapes, Timing(on_device, in_driver), last.operation_times)
-            cached = self._success = (on_device, in_driver, result)
-        return seq, cached[2]
+        if in_driver != UINT64_MAX and on_device != UINT64_MAX and on_device > in_driver:
+            raise ValueError("timeOnDevice exceeds timeInDriver")
+        last = self._decoded
+        assert last is not None
+        result = ExecutionResult(last.output_shapes, Timing(on_device, in_driver), last.operation_times)
+        successes = self._successes
+        if len(successes) >= CACHED_SUCCESSES:
+            successes.clear()
+        successes[key] = result
+        return seq, result
 
 
 class ResultEncoder:

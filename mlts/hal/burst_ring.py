@@ -45,6 +45,8 @@ _R = _READ_AT // 8
 _AWAKE = _AWAKE_AT // 4
 _CLOSED = _CLOSED_AT // 4
 _U32 = struct.Struct("<I")
+_pack_u32 = _U32.pack_into
+_unpack_u32 = _U32.unpack_from
 #: The smallest and largest data areas accepted from the other side.
 MIN_CAPACITY = 256
 MAX_CAPACITY = 16 << 20
@@ -172,28 +174,30 @@ class Ring:
         Non-blocking with `timeout` 0 (False when the ring has no room now); otherwise waits up to
         `timeout` seconds (None: for ever) for room. MessageTooLarge if it could never fit.
         """
-        n = len(payload)
+        need = len(payload) + 4
         capacity = self.capacity
-        if n + 4 > capacity:
-            raise MessageTooLarge(f"a burst message of {n} bytes does not fit in a ring of {capacity} bytes")
         w = self._write
         used = w - self._words[_R]
-        if not 0 <= used <= capacity or capacity - used < n + 4:
+        if used < 0 or capacity - used < need:  # no room now, too large, or an inconsistent counter
+            if need > capacity:
+                raise MessageTooLarge(
+                    f"a burst message of {need - 4} bytes does not fit in a ring of {capacity} bytes"
+                )
             limit = None if timeout is None else time.monotonic() + timeout
-            while capacity - self._used_by_consumer() < n + 4:
+            while capacity - self._used_by_consumer() < need:
                 if limit is not None and time.monotonic() >= limit:
                     return False
                 time.sleep(0.0001)
         start = w % capacity
-        end = start + 4 + n
-        if end <= capacity:
+        if start + need <= capacity:
             at = HEADER_BYTES + start
-            _U32.pack_into(self._map, at, n)
-            self._map[at + 4 : HEADER_BYTES + end] = payload
+            m = self._map
+            _pack_u32(m, at, need - 4)
+            m[at + 4 : at + need] = payload
         else:
-            self._put(w, _U32.pack(n))
+            self._put(w, _U32.pack(need - 4))
             self._put(w + 4, payload)
-        self._write = w = w + 4 + n
+        self._write = w = w + need
         # The message is complete before the counter that publishes it.
         self._words[_W] = w
         # Store the counter, then load the consumer's awake flag: with the consumer's own barrier
@@ -243,29 +247,29 @@ class Ring:
 
     def read(self, max_message: int | None = None) -> bytes | None:
         """The next message's payload, or None when the ring is empty; RingError when it is inconsistent."""
-        written = self._words[_W]
         r = self._read
-        available = written - r
+        available = self._words[_W] - r
         if available == 0:
             return None
         capacity = self.capacity
-        if available < 0:
-            raise RingError(f"the write counter moved backwards ({written} after {r} were read)")
-        if available > capacity:
-            raise RingError(f"the write counter claims {available} unread bytes in a ring of {capacity}")
-        if available < 4:
+        if not 4 <= available <= capacity:
+            if available < 0:
+                raise RingError(f"the write counter moved backwards ({r + available} after {r} were read)")
+            if available > capacity:
+                raise RingError(f"the write counter claims {available} unread bytes in a ring of {capacity}")
             raise RingError(f"{available} bytes were published, less than a message header")
         start = r % capacity
-        if start + 4 <= capacity:
-            length = _U32.unpack_from(self._map, HEADER_BYTES + start)[0]
+        begin = start + 4
+        if begin <= capacity:
+            length = _unpack_u32(self._map, HEADER_BYTES + start)[0]
         else:
             length = _U32.unpack_from(self._get(r, 4))[0]
-        limit = capacity - 4 if max_message is None else min(max_message, capacity - 4)
-        if length > available - 4 or length > limit:
+        # `available` is at most the capacity, so a length within it is within the data area too.
+        if length > available - 4 or (max_message is not None and length > max_message):
             raise RingError(f"a message claims {length} bytes but {available - 4} were published")
-        begin = start + 4
-        if begin + length <= capacity:
-            payload = self._map[HEADER_BYTES + begin : HEADER_BYTES + begin + length]
+        end = begin + length
+        if end <= capacity:
+            payload = self._map[HEADER_BYTES + begin : HEADER_BYTES + end]
         else:
             payload = self._get(r + 4, length)
         self._read = r = r + 4 + length

@@ -60,12 +60,20 @@ def check_deadline_before(deadline: int | None, what: str) -> None:
 
 @dataclass(eq=False, slots=True)
 class Ticket:
-    """One running execution, as the gate knows it."""
+    """One running execution, as the gate knows it; called with an operation index, it is the
+    checkpoint of an execution without a deadline (`checkpoint(None, gate, ticket)`)."""
 
     client: int
     priority: int
     serial: int
     paused: int = 0  # how often it waited for a higher-priority execution
+    gate: PriorityGate | None = None  # the gate that issued it
+
+    def __call__(self, index: int) -> None:
+        gate = self.gate
+        # `wait_turn`'s lock-free test, inlined: it runs before every operation.
+        if gate is not None and gate.enabled and gate._top.get(self.client, self.priority) > self.priority:
+            gate.wait_turn(self, None, index)
 
 
 _HELD: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.ContextVar(
@@ -74,18 +82,29 @@ _HELD: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.Con
 
 
 @contextlib.contextmanager
-def holding_tickets() -> Iterator[None]:
+def holding_tickets() -> Iterator[list[Callable[[], None]]]:
     """Tickets left inside this block are left only when it ends (the service wraps it around an
     execution and the write of its reply, so the client's lower-priority executions stay paused until
-    the reply is on its way instead of competing with its encoding and sending)."""
+    the reply is on its way instead of competing with its encoding and sending).
+
+    The block gets the list of the leaves held so far: a thread that answers one execution after
+    another inside one block (a burst's listener) leaves them with `leave_held` after each reply.
+    """
     held: list[Callable[[], None]] = []
     token = _HELD.set(held)
     try:
-        yield
+        yield held
     finally:
         _HELD.reset(token)
-        for release in held:
-            release()
+        leave_held(held)
+
+
+def leave_held(held: list[Callable[[], None]]) -> None:
+    """Leave the tickets held in `held` (from `holding_tickets`) now, in the order they were left."""
+    pending = held.copy()
+    held.clear()
+    for release in pending:
+        release()
 
 
 class PriorityGate:
@@ -111,9 +130,14 @@ class PriorityGate:
     def enter(self, priority: int, client: int | None = None) -> Ticket:
         if client is None:
             client = _CLIENT.get()
-        priority = int(priority)
-        ticket = Ticket(client, priority, next(self._serial))
-        with self._lock:
+        if type(priority) is not int:
+            priority = int(priority)
+        ticket = Ticket(client, priority, next(self._serial), 0, self)
+        # acquire/release rather than `with`: one execution enters and leaves once, and the `with`
+        # statement's method lookups cost more than the dictionary work it guards.
+        lock = self._lock
+        lock.acquire()
+        try:
             counts = self._running.get(client)
             if counts is None:
                 self._running[client] = {priority: 1}
@@ -122,6 +146,8 @@ class PriorityGate:
                 counts[priority] = counts.get(priority, 0) + 1
                 if priority > self._top.get(client, priority - 1):
                     self._top[client] = priority
+        finally:
+            lock.release()
         return ticket
 
     def leave(self, ticket: Ticket) -> None:
@@ -133,7 +159,9 @@ class PriorityGate:
 
     def _leave(self, ticket: Ticket) -> None:
         client, priority = ticket.client, ticket.priority
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             counts = self._running.get(client, {})
             left = counts[priority] - 1
             if left:
@@ -148,6 +176,8 @@ class PriorityGate:
                 self._top[client] = max(counts)
             if self._waiting and self._top.get(client) != top:
                 self._cond.notify_all()
+        finally:
+            lock.release()
 
     @contextlib.contextmanager
     def running(self, priority: int) -> Iterator[Ticket]:
@@ -201,7 +231,7 @@ def checkpoint(
         return None
     if deadline is None:
         assert gate is not None and ticket is not None
-        return functools.partial(gate.wait_turn, ticket, None)
+        return ticket if ticket.gate is gate else functools.partial(gate.wait_turn, ticket, None)
 
     def check(index: int) -> None:
         if time.monotonic_ns() > deadline:

@@ -5,18 +5,19 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from threading import get_ident
 
 import numpy as np
 
 from mlts.hal.enums import DTYPE_NAME, ErrorStatus, ExecutionPreference, MeasureTiming, OperandType, Priority
 from mlts.hal.errors import HalError
-from mlts.hal.interface import Device, PreparedModel
+from mlts.hal.interface import Burst, Device, PreparedModel
 from mlts.hal.memory import SharedMemory
 from mlts.hal.operation_times import check_result_times
 from mlts.hal.types import DataLocation, ExecutionResult, Model, Operand, Request, RequestArgument
 from mlts.runtime import allowlist
 from mlts.runtime.compile_cache import CompilationCache
-from mlts.runtime.execution import DEFAULT_MODE, check_mode, execute, forget_memory
+from mlts.runtime.execution import DEFAULT_MODE, burst_for, check_mode, execute, forget_memory
 from mlts.runtime.qos_settings import MAX_DEADLINE_MS, MAX_LOOP_TIMEOUT_MS
 from mlts.runtime.remote import RemoteDevice
 from mlts.runtime.retry import DEFAULT_RETRY, RetryPolicy, RetryStats, call_with_retries
@@ -71,6 +72,9 @@ class _Layout:
     pool: SharedMemory
     in_views: list[np.ndarray | None]
     out_views: dict[int, np.ndarray] = field(default_factory=dict)
+    #: The output shapes (that very tuple) of the last run read through the views in `read_views`.
+    read_shapes: tuple | None = None
+    read_views: list[np.ndarray] = field(default_factory=list)
     #: No driver buffer named: `Session.run` may reuse the layout after checking only the inputs.
     plain: bool = False
 
@@ -136,6 +140,7 @@ class Session:
             )
         self._pool: SharedMemory | None = None
         self._layout: _Layout | None = None
+        self._burst: tuple[int, Burst] | None = None  # (thread id, its burst) in mode "burst"
         self.cache_outcome: str | None = None
         self.prepared: PreparedModel | None
         if cache is None:
@@ -160,6 +165,23 @@ class Session:
         prepared = self.prepared
 
         measure, mode, loop_timeout = self.measure, self.mode, self.loop_timeout_ns
+        if mode == "burst" and self.deadline_ms is None:
+            # This thread's burst of the model, remembered here: what `execute` would look up per run.
+            burst = self._burst
+            if burst is None or burst[0] != get_ident() or getattr(burst[1], "closed", False):
+                burst = self._burst = (get_ident(), burst_for(prepared))
+            run = burst[1].execute
+            try:
+                return run(request, measure, None, loop_timeout)
+            except HalError as e:
+                failed = [e]
+
+            def again() -> ExecutionResult:
+                if failed:  # the first attempt, made above: retried (or not) by the same rules
+                    raise failed.pop()
+                return run(request, measure, None, loop_timeout)
+
+            return call_with_retries(again, self.retry, self.retry_stats)
         if self.deadline_ms is None:
 
             def once() -> ExecutionResult:
@@ -376,6 +398,8 @@ class Session:
         if not skip:
             # The common case: every output has a view of the shape the driver reports.
             shapes = result.output_shapes
+            if shapes is layout.read_shapes:  # the very shapes read last time (a repeated result)
+                return [view.copy() for view in layout.read_views]
             views = layout.out_views
             if len(shapes) == len(views) == len(self._outputs):
                 copies: list[np.ndarray | None] = []
@@ -385,6 +409,7 @@ class Session:
                         break
                     copies.append(known.copy())
                 else:
+                    layout.read_shapes, layout.read_views = shapes, [views[k] for k in range(len(shapes))]
                     return copies
         pool = layout.pool
         request = layout.request

@@ -18,7 +18,7 @@ import pytest
 from driver import native
 from driver.executor import Plan
 from driver.ops import _fast
-from driver.ops._workspace import Workspace, WorkspacePool, activate, deactivate, output, scratch
+from driver.ops._workspace import ALIGN, Workspace, WorkspacePool, activate, deactivate, output, scratch
 from mlts.convert import convert
 from mlts.hal.enums import OperationType
 from tests.driver import cachekit
@@ -38,6 +38,7 @@ from tests.driver.qconvkit import (
     ref_requant,
 )
 from tests.driver.qkit import Q, out, qcall
+from tests.driver.threadkit import run_concurrently
 
 CONV, DW, FC = OperationType.CONV_2D, OperationType.DEPTHWISE_CONV_2D, OperationType.FULLY_CONNECTED
 
@@ -245,6 +246,23 @@ def test_workspace_buffers_are_per_step_and_reused():
     assert output((2,), np.float32) is not output((2,), np.float32)
 
 
+def test_workspace_buffers_start_on_a_cache_line_and_grow_without_leaking_roots():
+    ws = Workspace()
+    token = activate(ws)
+    try:
+        for step, shape in enumerate([(1, 56, 56, 144), (3,), (7, 5), (1, 112, 112, 96)]):
+            ws.step = step
+            y = output(shape, np.float32)
+            assert y.ctypes.data % ALIGN == 0 and y.flags.c_contiguous and ws.owns(y) and ws.owns(y[..., 1:])
+        ws.step = 1
+        small = output((3,), np.float32)
+        bigger = output((4000,), np.float32)  # the step's buffer grows: the old one is no root any more
+    finally:
+        deactivate(token)
+    assert bigger.ctypes.data % ALIGN == 0 and ws.owns(bigger) and not ws.owns(small)
+    assert len(ws.roots) == 4
+
+
 def _plan_and_inputs(rng, name: str):
     model = convert(cachekit.onnx_model(name)).model
     plan = Plan(model)
@@ -287,12 +305,7 @@ def test_concurrent_runs_of_one_plan_get_their_own_buffers(rng, name):
                     errors.append(f"thread {k}, run {i}: result differs from a lone run")
                     return
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads)
+    run_concurrently(worker)
     assert errors == []
     assert plan.workspaces.created >= 1
 

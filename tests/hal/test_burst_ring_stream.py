@@ -18,7 +18,9 @@ MESSAGES = 100_000
 CAPACITY = 4096  # small: the ring wraps every few hundred messages and often fills
 
 # The producer: message i is 4 + i % 29 bytes derived from i. Every 2 000 messages it pauses long
-# enough for the consumer's polling window to end, so the consumer blocks and must be signalled.
+# enough for the consumer's polling window to end, so the consumer blocks and must be signalled. Every
+# 100 messages it lets the consumer catch up (up to 10 ms), then waits 5 µs (busy, well within a 20 µs
+# window): a consumer slower than the producer is then polling when the next message comes.
 PRODUCER = textwrap.dedent(
     """
     import struct, sys, time
@@ -31,6 +33,13 @@ PRODUCER = textwrap.dedent(
             sys.exit("the consumer stopped reading")
         if i % 2000 == 1999:
             time.sleep(0.002)
+        elif i % 100 == 99:
+            limit = time.monotonic() + 0.01
+            while ring._used_by_consumer() and time.monotonic() < limit:
+                pass
+            until = time.perf_counter() + 5e-6
+            while time.perf_counter() < until:
+                pass
     print(ring.signals_saved, flush=True)
     """
 )

@@ -9,7 +9,9 @@ socket with `burstProvideMemories`) and the driver buffer tokens it names
 on every other execution path), executes through the prepared model's
 executeSynchronously (so every Device gets bursts) within the service's
 execution workers and their priority order, and writes the result.
-Mapped slots stay cached until `burstFreeMemory` or the burst's release.
+Mapped slots stay cached until `burstFreeMemory` or the burst's release; the
+listener itself releases a freed slot's mapping, between executions, so an
+execution uses its slots without taking and giving back a reference each time.
 Anything inconsistent in the rings ends that burst only.
 """
 
@@ -47,6 +49,10 @@ MAX_POLLING_US = 10_000
 #: Decoded request messages a burst keeps.
 MAX_KNOWN_MESSAGES = 16
 
+_EXECUTE = msg.EXECUTE_KIND_BYTES
+_seq_of = msg.U32.unpack_from  # the sequence number at byte 4 of a message (`msg.message_seq`)
+_PREPARED = Kind.PREPARED
+
 
 class BurstContext:
     """The service side of one burst: its rings, slot cache and listener thread."""
@@ -67,6 +73,9 @@ class BurstContext:
         self.results = results
         self.polling_us = polling_us
         self._slots: dict[int, Resource] = {}
+        # Slots freed or replaced, released by the listener between executions (or when it ends): an
+        # execution uses its slots' mappings without holding them, since only the listener releases them.
+        self._retired: list[Resource] = []
         self._cond = threading.Condition()
         self._stopping = False
         self._answers = 0  # burstProvideMemories calls so far: an answer ends a wait even if incomplete
@@ -75,6 +84,9 @@ class BurstContext:
         # mappings is not checked again.
         self._known: dict[bytes, list[Any]] = {}
         self._encoder = msg.ResultEncoder()
+        self._handles = client.handles
+        self._exec_pool = client.host.exec_pool
+        self._inline = False  # this thread holds a worker slot of `_exec_pool` (see `_run`)
         self.executions = 0
         self.thread = threading.Thread(target=self._listen, name="burst", daemon=True)
 
@@ -95,9 +107,9 @@ class BurstContext:
             self._slots[slot] = Resource(memory, lambda: close_memory(memory), memory.size)
             if old is not None:
                 self._forget(old.value)
+                self._retired.append(old)
+                self._wake()
             self._cond.notify_all()
-        if old is not None:
-            old.release()
 
     def _forget(self, memory: Any) -> None:
         """Drop the validated requests that ran on `memory` (its slot was freed or replaced); called
@@ -115,12 +127,25 @@ class BurstContext:
     def free(self, slot: int) -> bool:
         with self._cond:
             resource = self._slots.pop(slot, None)
-            if resource is not None:
-                self._forget(resource.value)
-        if resource is None:
-            return False
-        resource.release()
+            if resource is None:
+                return False
+            self._forget(resource.value)
+            self._retired.append(resource)
+            self._wake()
         return True
+
+    def _wake(self) -> None:
+        """Wake the listener (if it was blocked) to release the retired slots; called with the lock held.
+        Once the burst is stopping the rings may be closed, and `_release` takes the retired slots."""
+        if not self._stopping:
+            self.requests.signal()
+
+    def _release_retired(self) -> None:
+        """Release the slots freed or replaced since the last call (on the listener's thread)."""
+        with self._cond:
+            retired, self._retired = self._retired, []
+        for resource in retired:
+            resource.release()
 
     def cached(self) -> int:
         with self._cond:
@@ -143,7 +168,8 @@ class BurstContext:
 
     def _release(self) -> None:
         with self._cond:
-            slots, self._slots = list(self._slots.values()), {}
+            slots, self._slots = [*self._slots.values(), *self._retired], {}
+            self._retired = []
             prepared, self.prepared = self.prepared, None
         for resource in slots:
             resource.release()
@@ -167,8 +193,9 @@ class BurstContext:
     def _listen_loop(self) -> None:
         requests = self.requests
         try:
-            # Executions run on this thread act for the burst's client (queued ones say so themselves).
-            with qos.serving_client(self.client.key):
+            # Executions run on this thread act for the burst's client (queued ones say so themselves);
+            # the priority ticket of each is left once its result is written, as on the other paths.
+            with qos.serving_client(self.client.key), qos.holding_tickets() as held:
                 polling = self.polling_us
                 while not self._stopping:
                     if not requests.wait(None, polling, self.results):
@@ -176,13 +203,18 @@ class BurstContext:
                     if self._stopping:
                         break
                     data = requests.read()
+                    if self._retired:
+                        self._release_retired()
                     if data is None:
                         if requests.peer_closed():
                             break  # the client will send nothing more
                         polling = 0  # a stale signal: block again without another polling window
                         continue
                     polling = self.polling_us
-                    self._serve(data)
+                    try:
+                        self._serve(data)
+                    finally:
+                        self._replied(held)
         except (RingError, MessageTooLarge) as e:
             log.warning("burst of client pid %d ended: %s", self.client.pid, e)
         except Exception as e:
@@ -206,9 +238,9 @@ class BurstContext:
             # The same execute message as before, but for its sequence number (bytes 4..8), decodes the
             # same: decode once.
             key = data[8:]
-            known = self._known.get(key) if data[:4] == msg.EXECUTE_KIND_BYTES else None
+            known = self._known.get(key) if data[:4] == _EXECUTE else None
             if known is not None:
-                seq = msg.message_seq(data)
+                seq = _seq_of(data, 4)[0]  # msg.message_seq, inlined
             else:
                 seq = msg.request_seq(data)  # 0 when not even the fixed part is whole
                 try:
@@ -217,7 +249,13 @@ class BurstContext:
                     raise invalid(f"burst request: {e}") from None
                 known = self._remember(key, request)
             request = known[0]
-            result = self._execute(request, self._resolve(request, seq, held, known), known)
+            validated = known[1]  # read once: a freed or replaced slot sets it to None
+            if validated is not None:
+                # This message ran before on these mappings (slots only), none freed since it was read:
+                # they stay mapped until this thread releases them, and the Request passed validation.
+                result = self._run(request, validated[1])
+            else:
+                result = self._execute(request, self._resolve(request, seq, held), known)
             if request.measure_operations:
                 reply = msg.BurstResult(
                     seq, ErrorStatus.NONE, result.output_shapes, result.timing, "", result.operation_times
@@ -230,8 +268,9 @@ class BurstContext:
             log.error("burst execution raised %s: %s", type(e).__name__, e, exc_info=True)
             reply = msg.BurstResult(seq, ErrorStatus.GENERAL_FAILURE, message=f"{type(e).__name__}: {e}")
         finally:
-            for resource in held:
-                resource.release()
+            if held:
+                for resource in held:
+                    resource.release()
         self.executions += 1
         try:
             if done is not None:
@@ -243,35 +282,33 @@ class BurstContext:
             encoded = msg.encode_result(
                 msg.BurstResult(seq, ErrorStatus.GENERAL_FAILURE, message=f"result cannot be encoded: {e}")
             )
-        if not self.results.write(encoded, timeout=1.0):
+        if not self.results.write(encoded, 1.0):
             raise RingError("the client does not read its results (the result ring stays full)")
 
+    def _replied(self, held: list[Callable[[], None]]) -> None:
+        """After `_serve` (its result is on its way): give back the worker slot the execution ran in and
+        the priority tickets it left meanwhile (`held`, from `qos.holding_tickets`)."""
+        if self._inline:
+            self._inline = False
+            self._exec_pool.end_inline()
+        if held:
+            qos.leave_held(held)
+
     def _remember(self, key: bytes, request: msg.BurstRequest) -> list[Any]:
-        """Cache a decoded request message: [the request, (pools, validated Request, slot resources) of
-        its last run, or None]."""
+        """Cache a decoded request message: [the request, (pools, validated Request) of its last run, or
+        None]."""
         known: list[Any] = [request, None]
         if len(self._known) >= MAX_KNOWN_MESSAGES:
             del self._known[next(iter(self._known))]
         self._known[key] = known
         return known
 
-    def _resolve(
-        self, request: msg.BurstRequest, seq: int, held: list[Resource], known: list[Any]
-    ) -> tuple[Any, ...]:
+    def _resolve(self, request: msg.BurstRequest, seq: int, held: list[Resource]) -> tuple[Any, ...]:
         """The request's pools in order: a token stays a token (its buffer, this client's only, is held:
         another client's is INVALID_ARGUMENT and logged), a slot becomes its cached memory (unknown
-        slots are asked for once). Every resource taken is appended to `held` for the caller to release
-        when the execution ends."""
-        validated = known[1]  # read once: a freed or replaced slot sets it to None
-        if validated is not None:
-            # This message ran before on these mappings (slots only), none freed since: hold them.
-            try:
-                for resource in validated[2]:
-                    held.append(resource.acquire())
-            except HalError:
-                pass  # released meanwhile: look everything up again
-            else:
-                return validated[0]
+        slots are asked for once; a slot's mapping stays until this thread releases it, after the
+        execution, see `_release_retired`). Every buffer held is appended to `held` for the caller to
+        release when the execution ends."""
         for token in dict.fromkeys(v for k, v in request.pools if k == msg.POOL_TOKEN):
             held.append(hold_buffer(self.client, "burst", token))
         # Asked under this execution's number (a cached request keeps the number of its first run).
@@ -287,8 +324,7 @@ class BurstContext:
                     raise invalid(
                         f"burst request: pool {n} names slot {value}, which the client did not provide"
                     )
-                held.append(resource.acquire())
-                pools.append(resource.value)
+                pools.append(resource.value)  # mapped until this thread releases it
         return tuple(pools)
 
     def _fetch_missing(self, seq: int, slots: list[int]) -> None:
@@ -310,11 +346,8 @@ class BurstContext:
                 self._cond.wait(remaining)
 
     def _execute(self, request: msg.BurstRequest, pools: tuple[Any, ...], known: list[Any]) -> Any:
-        prepared = self.prepared
-        if prepared is None or self.client.handles.peek(Kind.PREPARED, self.prepared_number) is not prepared:
-            raise invalid(f"burst: prepared model {self.prepared_number} was released")
-        entry: PreparedEntry = prepared.value
-        validated = known[1]  # (pools, Request, slot resources), read once: a freed slot sets None
+        entry = self._entry()
+        validated = known[1]  # (pools, Request), read once: a freed slot sets None
         if validated is not None and (
             validated[0] is pools
             or (
@@ -332,23 +365,50 @@ class BurstContext:
                     validate.validate_request(hal_request, entry.model)
                 if all(kind == msg.POOL_SLOT for kind, _ in request.pools):
                     self._keep_validated(known, request, pools, hal_request)
-        if request.deadline is not None and request.deadline <= time.monotonic_ns():
+        return self._run(request, hal_request, entry)
+
+    def _entry(self) -> PreparedEntry:
+        """The burst's prepared model, unless the client released it."""
+        prepared = self.prepared
+        if prepared is None or self._handles.peek(_PREPARED, self.prepared_number) is not prepared:
+            raise invalid(f"burst: prepared model {self.prepared_number} was released")
+        return prepared.value  # type: ignore[no-any-return]
+
+    def _run(
+        self, request: msg.BurstRequest, hal_request: Request, entry: PreparedEntry | None = None
+    ) -> Any:
+        """Execute a bound, validated request (the prepared model looked up again unless given) within
+        the service's execution workers, as every other execution: on this thread (which acts for the
+        burst's client) when a worker slot is free (no hand-off), else queued by priority and waited for.
+        """
+        if entry is None:
+            prepared = self.prepared  # `_entry`, inlined
+            if prepared is None or self._handles.peek(_PREPARED, self.prepared_number) is not prepared:
+                raise invalid(f"burst: prepared model {self.prepared_number} was released")
+            entry = prepared.value
+        deadline = request.deadline
+        if deadline is not None and deadline <= time.monotonic_ns():
             raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "burst: the deadline had already passed")
-        return self._on_worker(
+        if self._exec_pool.try_inline():
+            self._inline = True  # the listener gives the slot back once the result is written
+            return entry.prepared.executeSynchronously(
+                hal_request, request.measure, deadline, request.loop_timeout
+            )
+        return self._queued(
             entry.prepared.executeSynchronously,
-            (hal_request, request.measure, request.deadline, request.loop_timeout),
+            (hal_request, request.measure, deadline, request.loop_timeout),
             entry.priority,
         )
 
     def _keep_validated(
         self, known: list[Any], request: msg.BurstRequest, pools: tuple[Any, ...], hal_request: Request
     ) -> None:
-        """Remember that `request` passed validation on `pools`, with the cached slots behind them, unless
-        a slot was freed or replaced meanwhile (under the lock that `_forget` runs under)."""
+        """Remember that `request` passed validation on `pools` unless a slot was freed or replaced
+        meanwhile (under the lock that `_forget` runs under)."""
         with self._cond:
             resources = [self._slots.get(value) for _, value in request.pools]
             if all(r is not None and r.value is p for r, p in zip(resources, pools, strict=True)):
-                known[1] = (pools, hal_request, tuple({id(r): r for r in resources}.values()))
+                known[1] = (pools, hal_request)
 
     def _buffer(self, token: int) -> Any:
         """The buffer behind a token of this client (as on the other execution paths)."""
@@ -357,16 +417,9 @@ class BurstContext:
             raise invalid(f"burst: buffer token {token} is not a live buffer of this client")
         return resource.value
 
-    def _on_worker(self, run: Callable[..., Any], args: tuple[Any, ...], priority: int) -> Any:
-        """`run(*args)` within the service's execution workers, as every other execution: on this
-        thread (which acts for the burst's client) when a worker slot is free (no hand-off), else
-        queued by priority and waited for."""
-        pool = self.client.host.exec_pool
-        if pool.try_inline():
-            try:
-                return run(*args)
-            finally:
-                pool.end_inline()
+    def _queued(self, run: Callable[..., Any], args: tuple[Any, ...], priority: int) -> Any:
+        """`run(*args)` on an execution worker, queued by priority among the client's work; waited for."""
+        pool = self._exec_pool
         done = threading.Event()
         outcome: list[Any] = []
         client = self.client.key

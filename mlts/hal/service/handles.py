@@ -165,8 +165,8 @@ class HandleTable:
             return [r.value for r in self._tables[kind].values()]
 
     def peek(self, kind: Kind, number: int) -> Resource | None:
-        with self._lock:
-            return self._tables[kind].get(number)
+        # One dict read is atomic under the interpreter lock: no table lock on this hot path.
+        return self._tables[kind].get(number)
 
     def remove(self, kind: Kind, number: int) -> bool:
         """Drop the table's reference; False when the handle is unknown."""

@@ -173,11 +173,14 @@ class WorkerPool:
         Running work on the thread that received it saves two thread hand-offs; the slot keeps the
         number of works running at once within `workers`. Call `end_inline()` afterwards.
         """
-        with self._lock:
-            if self._stopping or self._queued or self._busy + self._inline >= self.workers:
-                return False
-            self._inline += 1
-            return True
+        lock = self._lock
+        lock.acquire()  # not `with`: every inline execution passes here, and nothing below raises
+        if self._stopping or self._queued or self._busy + self._inline >= self.workers:
+            lock.release()
+            return False
+        self._inline += 1
+        lock.release()
+        return True
 
     def end_inline(self) -> None:
         with self._lock:

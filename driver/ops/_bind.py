@@ -1,0 +1,192 @@
+"""Binding the compiled kernels' calls (driver.bound_steps): what `driver.ops._fast`'s helpers call
+for inputs of fixed shapes at fixed addresses, as a list of calls `mk_run_calls` runs (kernels.c).
+
+Each `bind_*` mirrors one helper of `_fast` branch for branch and returns its calls (or None where
+the helper would do more than make compiled calls that cannot fail, or whose failure is not what
+`BoundStep.fail` describes); the outputs are the current workspace's buffers, as the helpers' are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from driver.ops import _qgemm
+from driver.ops._fast import _HAS_GEMM, ACT_BOUNDS, F32, Const, GemmWeights, GeometryCache, Requant
+from driver.ops._workspace import address, output
+
+# The kinds of call mk_run_calls makes (kernels.c); each is CALL_INTS ints (kind first) and 2 floats.
+CALL_IM2COL_F32 = 1
+CALL_GEMM_PACKED_BIAS_ACT_F32 = 2
+CALL_DEPTHWISE_F32 = 3
+CALL_GEMM_FEWROWS_BIAS_ACT_F32 = 4
+CALL_ADD_F32 = 5
+CALL_COPY = 6
+CALL_QIM2COL = 7
+CALL_QGEMM_REQUANT = 8
+CALL_DEPTHWISE_Q8 = 9
+CALL_INTS = 20
+
+# A call: (kind, its int arguments (addresses and sizes), its float arguments).
+Call = tuple[int, tuple[int, ...], tuple[float, ...]]
+
+
+@dataclass(slots=True)
+class BoundStep:
+    """The compiled calls one run of a kernel makes for an input of a fixed shape at a fixed address:
+    the same functions with the same arguments, every address looked up once. `out` is the step's
+    output (a buffer of the current workspace); `keep` holds arrays the addresses point into; `macs`
+    is the work (multiply-adds; elements for a sum); `fail`, for kernels that return a status, the
+    exception a call's non-zero status stands for (what the step's Python raises for it)."""
+
+    calls: list[Call]
+    out: np.ndarray
+    keep: tuple[Any, ...]
+    macs: int
+    fail: Callable[[int], Exception] | None = None
+
+
+class Scratch:
+    """The temporary of a run of bound steps, shared by them (they run one after another): its
+    address is a placeholder until every step is bound and its size known."""
+
+    PLACEHOLDER = -(2**40)
+
+    def __init__(self) -> None:
+        self.floats = 0
+
+    def ptr(self, floats: int) -> int:
+        self.floats = max(self.floats, floats)
+        return self.PLACEHOLDER
+
+
+def bind_conv_f32(
+    shape: tuple[int, ...],
+    xp: int,
+    gc: GeometryCache,
+    w: Const,
+    bias: Const,
+    act: int,
+    out_c: int,
+    scratch: Scratch,
+) -> BoundStep | None:
+    """`conv_f32`'s calls for a C-contiguous float32 input of `shape` at `xp`, when it makes compiled
+    calls only, with a GEMM that cannot fail: packed weights and at least 4 rows, or the compiled
+    GEMM's loop for fewer rows (at least 8 columns); else None."""
+    g, gp = gc.get(shape)
+    entry = gc.entry
+    n, c = shape[0], shape[3]
+    rows = n * g.out_h * g.out_w
+    if not isinstance(w, GemmWeights):
+        return None
+    if w.panels_ptr and rows >= 4:
+        kind, wp = CALL_GEMM_PACKED_BIAS_ACT_F32, w.panels_ptr
+    elif rows < 4 and out_c >= 8 and _HAS_GEMM:
+        kind, wp = CALL_GEMM_FEWROWS_BIAS_ACT_F32, w.ptr
+    else:
+        return None
+    lo, hi = ACT_BOUNDS[act]
+    calls: list[Call] = []
+    if g.k_h == g.k_w == g.stride_h == g.stride_w == 1 and not g.padded:
+        cp, k = xp, c
+    else:
+        k = g.k_h * g.k_w * c
+        cp = scratch.ptr(rows * k)
+        calls.append((CALL_IM2COL_F32, (xp, gp, cp), ()))
+    y = output((n, g.out_h, g.out_w, out_c), F32)
+    calls.append((kind, (cp, wp, address(y), rows, out_c, k, bias.ptr), (lo, hi)))
+    return BoundStep(calls, y, (entry, w, bias), rows * k * out_c)
+
+
+def bind_depthwise_f32(
+    shape: tuple[int, ...], xp: int, gc: GeometryCache, mult: int, w: Const, bias: Const, act: int
+) -> BoundStep:
+    """`depthwise_f32`'s call for a C-contiguous float32 input of `shape` at `xp`."""
+    g, gp = gc.get(shape)
+    entry = gc.entry
+    lo, hi = ACT_BOUNDS[act]
+    y = output((shape[0], g.out_h, g.out_w, shape[3] * mult), F32)
+    call = (CALL_DEPTHWISE_F32, (xp, gp, mult, w.ptr, bias.ptr, address(y)), (lo, hi))
+    return BoundStep([call], y, (entry, w, bias), y.size * g.k_h * g.k_w)
+
+
+def bind_add_f32(shape: tuple[int, ...], ap: int, bp: int) -> BoundStep:
+    """np.add of two C-contiguous float32 arrays of `shape` at `ap` and `bp` into the step's output."""
+    y = output(shape, F32)
+    return BoundStep([(CALL_ADD_F32, (ap, bp, address(y), y.size), ())], y, (), y.size)
+
+
+def bind_copy_f32(xp: int, shape: tuple[int, ...]) -> BoundStep:
+    """A copy of the float32 C-contiguous array at `xp` into the step's output of `shape` (as many elements)."""
+    y = output(shape, F32)
+    return BoundStep([(CALL_COPY, (xp, address(y), y.nbytes), ())], y, (), y.size)
+
+
+def _no_tables(status: int) -> Exception:
+    return MemoryError("compiled kernel could not allocate its requantization tables")
+
+
+def bind_conv_q8(
+    shape: tuple[int, ...],
+    xp: int,
+    zp_x: int,
+    gc: GeometryCache,
+    w: Const | _qgemm.QWeights,
+    rq: Requant,
+    out_c: int,
+    scratch: Scratch,
+) -> BoundStep | None:
+    """`conv_q8`'s calls for a C-contiguous 8-bit input of `shape` at `xp` on the integer GEMM
+    (`w` a _qgemm.QWeights) without a copy of its rows; else None."""
+    if not isinstance(w, _qgemm.QWeights):
+        return None
+    g, gp = gc.get(shape)
+    entry = gc.entry
+    n, c = shape[0], shape[3]
+    rows = n * g.out_h * g.out_w
+    k = g.k_h * g.k_w * c
+    y = output((n, g.out_h, g.out_w, out_c), rq.dtype)
+    calls: list[Call] = []
+    if g.k_h == g.k_w == g.stride_h == g.stride_w == 1 and not g.padded:
+        lda = _qgemm.row_stride(c)
+        if lda != c:
+            return None  # `_qgemm_rows` copies the rows first
+        ap = xp
+    else:
+        lda = _qgemm.row_stride(k)
+        ap = scratch.ptr(-(-rows * lda // 4))
+        calls.append((CALL_QIM2COL, (xp, gp, zp_x & 0xFF, lda, ap), ()))
+    gemm = (
+        ap, lda, w.signed, w.panels_ptr, w.colc_ptr, w.zw, rows, w.n, w.k, rq.bias.ptr, rq.mult.ptr,
+        rq.left.ptr, rq.right.ptr, rq.zp, rq.lo, rq.hi, rq.signed, address(y),
+    )  # fmt: skip
+    calls.append((CALL_QGEMM_REQUANT, gemm, ()))
+
+    def fail(status: int) -> Exception:
+        return _no_tables(status) if status == -1 else RuntimeError(f"integer GEMM refused K={w.k}")
+
+    return BoundStep(calls, y, (entry, w, rq), rows * k * out_c, fail)
+
+
+def bind_depthwise_q8(
+    shape: tuple[int, ...],
+    xp: int,
+    signed: int,
+    zp_x: int,
+    gc: GeometryCache,
+    mult: int,
+    w: Const,
+    rq: Requant,
+) -> BoundStep:
+    """`depthwise_q8`'s call for a C-contiguous 8-bit input of `shape` at `xp` (`signed`: int8)."""
+    g, gp = gc.get(shape)
+    entry = gc.entry
+    y = output((shape[0], g.out_h, g.out_w, shape[3] * mult), rq.dtype)
+    args = (
+        xp, signed, zp_x, gp, mult, w.ptr, rq.bias.ptr, rq.mult.ptr, rq.left.ptr, rq.right.ptr, rq.zp, rq.lo,
+        rq.hi, address(y),
+    )  # fmt: skip
+    return BoundStep([(CALL_DEPTHWISE_Q8, args, ())], y, (entry, w, rq), y.size * g.k_h * g.k_w, _no_tables)
