@@ -28,10 +28,12 @@
 /* Bumped whenever mk_lstm_cell_f32's arguments or lstm_const_t change. */
 #define LSTM_ABI 3
 
-/* Multiply-adds per step from which the cell may be split over the kernels' threads (kernels.c's
- * PARALLEL_WORK, about 50 us of a GEMM on one core; a speech model's LSTM step of 256-384 units is
- * 0.5-1.2 M). Whether it is split is measured, see "split or not" below. */
-#define LSTM_PARALLEL_WORK (1 << 18)
+/* Multiply-adds per step from which the cell may be split over the kernels' threads: asr_float's
+ * 384-unit steps (1.2 M; on-device step 0.41-0.49 -> 0.27-0.32 ms at 2 threads, burst, 4 A/B runs at
+ * load 0.8-2.6), not tts_float's 256-unit ones (0.5 M: its burst wall time rose, the worker's spin
+ * after the last split step competing with the call's return on 2 cores). Whether a step this large
+ * is split is measured, see "split or not" below. */
+#define LSTM_PARALLEL_WORK (1 << 20)
 
 /* Panels per task of the pool: 16 units, a few microseconds of a 384-unit step. */
 #define PANELS_PER_TASK 2

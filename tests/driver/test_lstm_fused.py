@@ -193,15 +193,17 @@ def two_threads():
     native.set_threads(before)
 
 
-# batch 2 x (128 + 252) inputs x 252 units x 4 gates: above the size the cell is split from.
-LARGE = (128, 252, 2, 3)
+# batch 2 x (256 + 256) inputs x 256 units x 4 gates: the size the cell is split from.
+LARGE = (256, 256, 2, 3)
 
 
 @pytest.mark.parametrize(
-    "options", [{}, dict(cifg=True, peephole=True, proj=100)], ids=["plain", "cifg_proj"]
+    "sizes,options",
+    [(LARGE, {}), ((700, 256, 2, 3), dict(cifg=True, peephole=True, proj=100))],
+    ids=["plain", "cifg_proj"],
 )
-def test_steps_split_over_two_threads_equal_one_thread_and_numpy(options, two_threads, monkeypatch):
-    case = make_case(np.random.default_rng(12), *LARGE, **options)
+def test_steps_split_over_two_threads_equal_one_thread_and_numpy(sizes, options, two_threads, monkeypatch):
+    case = make_case(np.random.default_rng(12), *sizes, **options)
     split_steps, split_seq = _lstm_steps(case), _sequence(case, False)
     native.set_threads(1)
     one_steps, one_seq = _lstm_steps(case), _sequence(case, False)
@@ -253,7 +255,7 @@ def test_large_steps_are_timed_both_ways(two_threads):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("n,u", [(24, 40), (128, 256)], ids=["small", "split"])
+@pytest.mark.parametrize("n,u", [(24, 40), (256, 256)], ids=["small", "split"])
 def test_steps_in_a_plan_equal_numpy_and_outlive_the_next_run(n, u, threads, monkeypatch):
     """The LSTM op in a plan (its outputs in the run's workspace), states carried over three runs:
     equal to the NumPy path, and the arrays a run returned keep their values after later runs."""
@@ -283,7 +285,7 @@ def _plan_steps(plan: Plan, case: Case) -> list[list[np.ndarray]]:
     return outs
 
 
-@pytest.mark.parametrize("n,u", [(24, 40), (128, 256)], ids=["alone", "split"])
+@pytest.mark.parametrize("n,u", [(24, 40), (256, 256)], ids=["alone", "split"])
 def test_concurrent_executions_of_one_prepared_model_share_no_buffer(n, u, two_threads):
     case = make_case(np.random.default_rng(4), n, u, 2, 1)
     plan = Plan(_model(case))
