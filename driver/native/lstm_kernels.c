@@ -6,9 +6,11 @@
  * the product, the columns of units 8p..8p+7 of each gate in the order i, f, g, o (no i under
  * CIFG), i.e. [panels][k][gates * 8], units padded with zeros to a multiple of eight. One pass
  * over a panel gives the pre-activations of all gates of eight units in registers, so the cell
- * update for those units follows at once: the weights are read once per step, nothing else is
- * stored in between, and the panels split over threads with no synchronisation. Every thread
- * writes disjoint units, so results do not depend on the thread count.
+ * update for those units follows at once: the weights are read once per step and nothing else is
+ * stored in between. A large enough step may be split by chunks of panels over kernels.c's thread
+ * pool (mk_parallel_for: the caller takes chunks too and never waits for a worker that has not
+ * started) when that is measured to be faster. Every chunk writes disjoint units, so results do
+ * not depend on the thread count.
  *
  * The exponential is Cephes' expf polynomial (about 1 ulp on the clamped range), tanh Cephes'
  * tanhf (its odd polynomial below 0.625, 1 - 2 / (exp(2|x|) + 1) above); sigmoid(x) is
@@ -17,25 +19,28 @@
 
 #include <stdint.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include <time.h>
 
 #ifndef MK_LSTM_SOURCE_HASH
 #define MK_LSTM_SOURCE_HASH "unknown"
 #endif
 
-/* Bumped whenever mk_lstm_cell_f32's arguments change. */
-#define LSTM_ABI 2
+/* Bumped whenever mk_lstm_cell_f32's arguments or lstm_const_t change. */
+#define LSTM_ABI 3
 
-/* Multiply-adds per step below which the cell stays on the calling thread (kernels.c's
- * PARALLEL_WORK): waking a sleeping worker costs tens of microseconds on an idle core and
- * milliseconds when the other cores are busy, more than splitting a speech model's step saves
- * (measured: two threads 2-7x slower per step at 256 K multiply-adds on a loaded machine). */
-#define LSTM_PARALLEL_WORK (1 << 21)
+/* Multiply-adds per step from which the cell may be split over the kernels' threads: asr_float's
+ * 384-unit steps (1.2 M; on-device step 0.41-0.49 -> 0.27-0.32 ms at 2 threads, burst, 4 A/B runs at
+ * load 0.8-2.6), not tts_float's 256-unit ones (0.5 M: its burst wall time rose, the worker's spin
+ * after the last split step competing with the call's return on 2 cores). Whether a step this large
+ * is split is measured, see "split or not" below. */
+#define LSTM_PARALLEL_WORK (1 << 20)
 
-/* kernels.c's thread count; weak, so that this file still loads (on one thread) without it. */
+/* Panels per task of the pool: 16 units, a few microseconds of a 384-unit step. */
+#define PANELS_PER_TASK 2
+
+/* kernels.c's thread count and pool; weak, so that this file still loads (on one thread) without. */
 int mk_threads(void) __attribute__((weak));
+void mk_parallel_for(int nt, int64_t ntasks, void (*fn)(void *ctx, int64_t t), void *ctx) __attribute__((weak));
 
 typedef float lv8f __attribute__((vector_size(32)));
 typedef int32_t lv8i __attribute__((vector_size(32)));
@@ -176,7 +181,112 @@ typedef struct {
     int64_t gates, act;
     double cell_clip;
     const float *w, *bias, *peep_i, *peep_f, *peep_o;
+    /* Written by the kernel (relaxed atomics; zero at prepare): the running cost of this LSTM's
+     * large steps alone and split (ns per multiply-add, times 65536), and how many it ran. */
+    int64_t cost_alone, cost_split, calls;
 } lstm_const_t;
+
+typedef struct {
+    const lstm_const_t *cst;
+    int64_t batch, lda1, lda2, ldadd;
+    const float *a1, *a2, *add, *c_in;
+    float *c_out, *h_out, *gates_out;
+} lstm_job_t;
+
+/* The step of units 8p..8p+7 (panel p) for every batch row. */
+static void cell_panel(const lstm_job_t *j, int64_t p) {
+    const lstm_const_t *cst = j->cst;
+    const int64_t units = cst->units, k1 = cst->k1, k2 = cst->k2, k = k1 + k2;
+    const int gates = (int)cst->gates, act = (int)cst->act;
+    const float cell_clip = (float)cst->cell_clip;
+    const float *bias = cst->bias, *peep_i = cst->peep_i, *peep_f = cst->peep_f, *peep_o = cst->peep_o;
+    const int cifg = gates == 3;
+    const int fi = cifg ? 0 : 1; /* index of the forget gate */
+    const int64_t u0 = p * 8;
+    const int64_t nu = units - u0 < 8 ? units - u0 : 8;
+    const float *wp = cst->w + p * k * gates * 8;
+    for (int64_t r = 0; r < j->batch; r++) {
+        lv8f z[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
+        panel_dot(j->a1 + r * j->lda1, k1, wp, gates, z);
+        if (k2 > 0) panel_dot(j->a2 + r * j->lda2, k2, wp + k1 * gates * 8, gates, z);
+        for (int g = 0; g < gates; g++) {
+            if (bias) z[g] += load_n(bias + g * units + u0, nu);
+            if (j->add) z[g] += load_n(j->add + r * j->ldadd + g * units + u0, nu);
+        }
+        lv8f c = load_n(j->c_in + r * units + u0, nu);
+        if (peep_f) z[fi] += load_n(peep_f + u0, nu) * c;
+        if (peep_i && !cifg) z[0] += load_n(peep_i + u0, nu) * c;
+        lv8f f = vsigmoid(z[fi]);
+        lv8f g = vact(z[fi + 1], act);
+        lv8f i = cifg ? splat(1.0f) - f : vsigmoid(z[0]);
+        lv8f cn = f * c + i * g;
+        if (cell_clip > 0) cn = clampv(cn, splat(-cell_clip), splat(cell_clip));
+        lv8f pre_o = z[fi + 2];
+        if (peep_o) pre_o += load_n(peep_o + u0, nu) * cn;
+        lv8f o = vsigmoid(pre_o);
+        lv8f h = o * vact(cn, act);
+        store_n(j->c_out + r * units + u0, cn, nu);
+        store_n(j->h_out + r * units + u0, h, nu);
+        if (j->gates_out) {
+            float *go = j->gates_out + r * gates * units + u0;
+            if (!cifg) store_n(go, i, nu);
+            store_n(go + fi * units, f, nu);
+            store_n(go + (fi + 1) * units, g, nu);
+            store_n(go + (fi + 2) * units, o, nu);
+        }
+    }
+}
+
+/* Task t of the pool: panels PANELS_PER_TASK * t .. (at most) PANELS_PER_TASK * (t + 1) - 1. */
+static void cell_task(void *ctx, int64_t t) {
+    const lstm_job_t *j = ctx;
+    const int64_t panels = (j->cst->units + 7) / 8;
+    int64_t p1 = (t + 1) * PANELS_PER_TASK;
+    if (p1 > panels) p1 = panels;
+    for (int64_t p = t * PANELS_PER_TASK; p < p1; p++) cell_panel(j, p);
+}
+
+/* ------------------------------------------------------------ split or not
+ *
+ * Splitting a step pays when the second core is idle (about half the step; the pool's worker still
+ * spins from the previous operation or costs one wake-up) and loses on a busy machine, where the
+ * woken worker only pushes another process onto the caller's core (measured in-process on 2 cores
+ * at load 2: the speech models' steps 15-20% slower split). So each LSTM keeps the running cost of
+ * its large steps both ways (a moving average, weight 1/8, of time per multiply-add; a sample counts
+ * for at most twice the average, so one preempted step does not decide) and splits while that is
+ * the cheaper. To follow the machine's load, every LSTM runs its large steps the other way during
+ * the first PROBE_WINDOW_NS of every PROBE_PERIOD_NS of the clock: all at once, so that a probe of
+ * splitting sees the worker spinning from the previous layer's step as it would if every layer
+ * split (a lone split step would pay the wake-up each time and never look worth it). The first
+ * large step is split, the second runs alone. */
+
+#define PROBE_PERIOD_NS 64000000
+#define PROBE_WINDOW_NS 2000000
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void run_measured(const lstm_job_t *job, int64_t tasks, int64_t work, int nt) {
+    lstm_const_t *m = (lstm_const_t *)job->cst; /* only its cost fields are written */
+    const int64_t alone = __atomic_load_n(&m->cost_alone, __ATOMIC_RELAXED);
+    const int64_t split = __atomic_load_n(&m->cost_split, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&m->calls, 1, __ATOMIC_RELAXED);
+    const int64_t t0 = now_ns();
+    int use_split = !split ? 1 : (!alone ? 0 : split <= alone);
+    if (split && alone && t0 % PROBE_PERIOD_NS < PROBE_WINDOW_NS) use_split = !use_split;
+    if (use_split)
+        mk_parallel_for(nt, tasks, cell_task, (void *)job);
+    else
+        for (int64_t t = 0; t < tasks; t++) cell_task((void *)job, t);
+    int64_t cost = (now_ns() - t0) * 65536 / work + 1;
+    int64_t *avg = use_split ? &m->cost_split : &m->cost_alone;
+    const int64_t old = use_split ? split : alone;
+    if (old && cost > 2 * old) cost = 2 * old;
+    __atomic_store_n(avg, old ? old + (cost - old) / 8 : cost, __ATOMIC_RELAXED);
+}
 
 /* One LSTM step for `batch` rows (see _lstm_cell for the formulas; no layer norm, no projection):
  *
@@ -192,52 +302,14 @@ typedef struct {
 void mk_lstm_cell_f32(const lstm_const_t *cst, int64_t batch, const float *a1, int64_t lda1, const float *a2,
                       int64_t lda2, const float *add, int64_t ldadd, const float *c_in, float *c_out,
                       float *h_out, float *gates_out) {
-    const int64_t units = cst->units, k1 = cst->k1, k2 = cst->k2;
-    const int gates = (int)cst->gates, act = (int)cst->act;
-    const float cell_clip = (float)cst->cell_clip;
-    const float *w = cst->w, *bias = cst->bias;
-    const float *peep_i = cst->peep_i, *peep_f = cst->peep_f, *peep_o = cst->peep_o;
-    const int64_t panels = (units + 7) / 8;
-    const int64_t k = k1 + k2;
-    const int cifg = gates == 3;
-    const int fi = cifg ? 0 : 1; /* index of the forget gate */
-    int nt = mk_threads ? mk_threads() : 1;
-    if (nt > panels) nt = (int)panels;
-    if (nt <= 1 || batch * k * units * gates < LSTM_PARALLEL_WORK) nt = 1;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-    for (int64_t p = 0; p < panels; p++) {
-        const int64_t u0 = p * 8;
-        const int64_t nu = units - u0 < 8 ? units - u0 : 8;
-        const float *wp = w + p * k * gates * 8;
-        for (int64_t r = 0; r < batch; r++) {
-            lv8f z[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
-            panel_dot(a1 + r * lda1, k1, wp, gates, z);
-            if (k2 > 0) panel_dot(a2 + r * lda2, k2, wp + k1 * gates * 8, gates, z);
-            for (int g = 0; g < gates; g++) {
-                if (bias) z[g] += load_n(bias + g * units + u0, nu);
-                if (add) z[g] += load_n(add + r * ldadd + g * units + u0, nu);
-            }
-            lv8f c = load_n(c_in + r * units + u0, nu);
-            if (peep_f) z[fi] += load_n(peep_f + u0, nu) * c;
-            if (peep_i && !cifg) z[0] += load_n(peep_i + u0, nu) * c;
-            lv8f f = vsigmoid(z[fi]);
-            lv8f g = vact(z[fi + 1], act);
-            lv8f i = cifg ? splat(1.0f) - f : vsigmoid(z[0]);
-            lv8f cn = f * c + i * g;
-            if (cell_clip > 0) cn = clampv(cn, splat(-cell_clip), splat(cell_clip));
-            lv8f pre_o = z[fi + 2];
-            if (peep_o) pre_o += load_n(peep_o + u0, nu) * cn;
-            lv8f o = vsigmoid(pre_o);
-            lv8f h = o * vact(cn, act);
-            store_n(c_out + r * units + u0, cn, nu);
-            store_n(h_out + r * units + u0, h, nu);
-            if (gates_out) {
-                float *go = gates_out + r * gates * units + u0;
-                if (!cifg) store_n(go, i, nu);
-                store_n(go + fi * units, f, nu);
-                store_n(go + (fi + 1) * units, g, nu);
-                store_n(go + (fi + 2) * units, o, nu);
-            }
-        }
+    const lstm_job_t job = {cst, batch, lda1, lda2, ldadd, a1, a2, add, c_in, c_out, h_out, gates_out};
+    const int64_t panels = (cst->units + 7) / 8;
+    const int64_t tasks = (panels + PANELS_PER_TASK - 1) / PANELS_PER_TASK;
+    const int64_t work = batch * (cst->k1 + cst->k2) * cst->units * cst->gates;
+    int nt = mk_threads && mk_parallel_for ? mk_threads() : 1;
+    if (nt > 1 && tasks >= 2 && work >= LSTM_PARALLEL_WORK) {
+        run_measured(&job, tasks, work, nt);
+        return;
     }
+    for (int64_t t = 0; t < tasks; t++) cell_task((void *)&job, t);
 }

@@ -21,16 +21,16 @@ import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from driver import native
 from driver.ops._lstm_cell import LstmConfig, Weights, project
-from driver.ops._workspace import address, output, scratch
+from driver.ops._workspace import CURRENT, Workspace, output, scratch
 
 F32 = np.float32
-ABI = 2
+ABI = 3
 SOURCE = Path(native.__file__).with_name("lstm_kernels.c")
 
 _P, _L = ctypes.c_void_p, ctypes.c_int64
@@ -52,6 +52,10 @@ class _Const(ctypes.Structure):
         ("peep_i", _P),
         ("peep_f", _P),
         ("peep_o", _P),
+        # written by the kernel: the running cost of large steps alone and split, their count
+        ("cost_alone", _L),
+        ("cost_split", _L),
+        ("calls", _L),
     ]
 
 
@@ -118,12 +122,26 @@ def _rows(a: np.ndarray) -> tuple[np.ndarray, int]:
     return a, a.strides[0] // 4 if a.shape[0] > 1 else a.shape[1]
 
 
+class _StepBuffers(NamedTuple):
+    """What `FusedCell.step` writes in one workspace: its output buffers and their addresses."""
+
+    ws: Workspace
+    step: int
+    batch: int
+    gates: np.ndarray
+    c_new: np.ndarray
+    h_pre: np.ndarray
+    a_gates: int
+    a_c: int
+    a_h: int
+
+
 class FusedCell:
     """One LSTM's packed constants for the kernel. `with_input`: the panels cover the input weights
     too (the LSTM op's step from x and h); otherwise only the recurrent ones (a sequence's steps,
     whose input parts with the bias are computed for all steps at once)."""
 
-    __slots__ = ("cfg", "w", "panels", "_keep", "_const", "_const_ptr")
+    __slots__ = ("cfg", "w", "panels", "_keep", "_const", "_const_ptr", "_steps")
 
     def __init__(self, cfg: LstmConfig, w: Weights, with_input: bool) -> None:
         self.cfg = cfg
@@ -143,32 +161,78 @@ class FusedCell:
             u, k1, k2, g, cfg.activation, cfg.cell_clip, self.panels.ctypes.data, _ptr(bias), *map(_ptr, peep)
         )
         self._const_ptr = ctypes.addressof(self._const)
+        # id(workspace) -> _StepBuffers of the LSTM op's step in that workspace
+        self._steps: dict[int, _StepBuffers] = {}
+
+    def _step_buffers(self, ws: Workspace, batch: int) -> _StepBuffers:
+        """The step's outputs in `ws` (the workspace's own output buffers, so that results a run
+        returns are copied before the workspace is reused) and their addresses."""
+        u = self.cfg.num_units
+        gates = output((batch, self.cfg.gates * u), F32, 0)
+        c_new = output((batch, u), F32, 2)
+        h_pre = output((batch, u), F32, 1) if not self.cfg.projection else scratch("lstm_h", (batch, u), F32)
+        bufs = _StepBuffers(
+            ws, ws.step, batch, gates, c_new, h_pre, gates.ctypes.data, c_new.ctypes.data, h_pre.ctypes.data
+        )
+        self._steps[id(ws)] = bufs
+        return bufs
 
     def step(self, x: np.ndarray, h: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The LSTM op's step: (h' [batch, output_size], c' [batch, u], gate activations [batch, G*u])."""
+        ws = CURRENT.get()
+        if ws is None:
+            return self._step_alone(x, h, c)
+        batch = len(x)
+        bufs = self._steps.get(id(ws))
+        if bufs is None or bufs.ws is not ws or bufs.step != ws.step or bufs.batch != batch:
+            bufs = self._step_buffers(ws, batch)
+        # Row strides: a contiguous float32 row-major array's is its width (any with one row).
+        if x.dtype != F32 or not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x, dtype=F32)
+        if h.dtype != F32 or not h.flags.c_contiguous:
+            h = np.ascontiguousarray(h, dtype=F32)
+        if c.dtype != F32 or not c.flags.c_contiguous:
+            c = np.ascontiguousarray(c, dtype=F32)
+        known = ws._addresses  # the workspace's own arrays (earlier operations' outputs)
+        hit = known.get(id(x))
+        ax = hit[1] if hit is not None and hit[0] is x else x.ctypes.data
+        hit = known.get(id(h))
+        ah = hit[1] if hit is not None and hit[0] is h else h.ctypes.data
+        hit = known.get(id(c))
+        ac = hit[1] if hit is not None and hit[0] is c else c.ctypes.data
+        cfg = self.cfg
+        _CELL(
+            self._const_ptr,
+            batch,
+            ax,
+            cfg.input_size,
+            ah,
+            cfg.output_size,
+            None,
+            0,
+            ac,
+            bufs.a_c,
+            bufs.a_h,
+            bufs.a_gates,
+        )
+        h_new = bufs.h_pre if not cfg.projection else project(cfg, self.w, bufs.h_pre)
+        return h_new, bufs.c_new, bufs.gates
+
+    def _step_alone(
+        self, x: np.ndarray, h: np.ndarray, c: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`step` outside a run (new arrays)."""
         cfg = self.cfg
         batch, u = len(x), cfg.num_units
         x, ldx = _rows(x)
         h, ldh = _rows(h)
         if c.dtype != F32 or not c.flags.c_contiguous:
             c = np.ascontiguousarray(c, dtype=F32)
-        gates = output((batch, cfg.gates * u), F32, 0)
-        c_new = output((batch, u), F32, 2)
-        h_pre = output((batch, u), F32, 1) if not cfg.projection else scratch("lstm_h", (batch, u), F32)
-        _CELL(
-            self._const_ptr,
-            batch,
-            address(x),
-            ldx,
-            address(h),
-            ldh,
-            None,
-            0,
-            address(c),
-            address(c_new),
-            address(h_pre),
-            address(gates),
-        )
+        gates = np.empty((batch, cfg.gates * u), F32)
+        c_new = np.empty((batch, u), F32)
+        h_pre = np.empty((batch, u), F32)
+        _CELL(self._const_ptr, batch, x.ctypes.data, ldx, h.ctypes.data, ldh, None, 0,
+              c.ctypes.data, c_new.ctypes.data, h_pre.ctypes.data, gates.ctypes.data)  # fmt: skip
         return project(cfg, self.w, h_pre), c_new, gates
 
     def sequence(

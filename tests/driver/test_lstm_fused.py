@@ -3,7 +3,8 @@
 Both compute the same float32 formulas; the fused cell's sigmoid and tanh are polynomials a few
 ulp from NumPy's and its products sum in another order, so results agree within 1e-6 absolute +
 1e-6 relative over the few steps compared (a wrong gate, panel offset, stride or peephole is off
-by orders of magnitude more). Two executions of one prepared model running at once must each get
+by orders of magnitude more). Steps large enough to be split over the kernels' two threads give the
+same results as on one thread. Two executions of one prepared model running at once must each get
 their own results: the cell shares nothing mutable between them.
 """
 
@@ -14,6 +15,7 @@ import threading
 import numpy as np
 import pytest
 
+from driver import native
 from driver.executor import Plan
 from driver.ops import _lstm_native
 from mlts.hal.builder import ModelBuilder
@@ -182,12 +184,114 @@ def _model(case: Case) -> tuple:
     return model
 
 
-def test_concurrent_executions_of_one_prepared_model_share_no_buffer():
-    case = make_case(np.random.default_rng(4), 24, 40, 2, 1)
+@pytest.fixture
+def two_threads():
+    """The kernels' thread count 2 (the fused cell then splits large steps over the kernels' pool)."""
+    before = native.threads()
+    native.set_threads(2)
+    yield
+    native.set_threads(before)
+
+
+# batch 2 x (256 + 256) inputs x 256 units x 4 gates: the size the cell is split from.
+LARGE = (256, 256, 2, 3)
+
+
+@pytest.mark.parametrize(
+    "sizes,options",
+    [(LARGE, {}), ((700, 256, 2, 3), dict(cifg=True, peephole=True, proj=100))],
+    ids=["plain", "cifg_proj"],
+)
+def test_steps_split_over_two_threads_equal_one_thread_and_numpy(sizes, options, two_threads, monkeypatch):
+    case = make_case(np.random.default_rng(12), *sizes, **options)
+    split_steps, split_seq = _lstm_steps(case), _sequence(case, False)
+    native.set_threads(1)
+    one_steps, one_seq = _lstm_steps(case), _sequence(case, False)
+    for got, want in zip(split_steps, one_steps, strict=True):
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)  # every unit is computed the same way on either thread
+    for g, w in zip(split_seq, one_seq, strict=True):
+        np.testing.assert_array_equal(g, w)
+    native.set_threads(2)
+    _numpy_path(monkeypatch)
+    for got, want in zip(split_steps, _lstm_steps(case), strict=True):
+        for g, w in zip(got, want, strict=True):
+            close(g, w.astype(np.float64))
+    for g, w in zip(split_seq, _sequence(case, False), strict=True):
+        close(g, w.astype(np.float64))
+
+
+def test_large_steps_are_timed_both_ways(two_threads):
+    """On two threads the first large step is split and the second runs alone, each timed; on one
+    thread nothing is timed; a step below the split size is never timed."""
+    case = make_case(np.random.default_rng(13), *LARGE)
+    cells: list[_lstm_native.FusedCell] = []
+    real = _lstm_native.fused_cell
+
+    def keep(*args, **kwargs):
+        cell = real(*args, **kwargs)
+        cells.append(cell)
+        return cell
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_lstm_native, "fused_cell", keep)
+        run, args = prepare(Op.LSTM, lstm_inputs(case, case.x[0], case.h0, case.c0), 4)
+    const = cells[0]._const
+    run(args)
+    assert (const.calls, const.cost_alone) == (1, 0) and const.cost_split > 0
+    run(args)
+    assert const.calls == 2 and const.cost_alone > 0
+    native.set_threads(1)
+    run(args)
+    assert const.calls == 2
+    small = make_case(np.random.default_rng(13), 8, 16, 1, 1)
+    native.set_threads(2)
+    cells.clear()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_lstm_native, "fused_cell", keep)
+        run, args = prepare(Op.LSTM, lstm_inputs(small, small.x[0], small.h0, small.c0), 4)
+    run(args)
+    assert cells[0]._const.calls == 0
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("n,u", [(24, 40), (256, 256)], ids=["small", "split"])
+def test_steps_in_a_plan_equal_numpy_and_outlive_the_next_run(n, u, threads, monkeypatch):
+    """The LSTM op in a plan (its outputs in the run's workspace), states carried over three runs:
+    equal to the NumPy path, and the arrays a run returned keep their values after later runs."""
+    case = make_case(np.random.default_rng(6), n, u, 2, 3)
+    before = native.threads()
+    native.set_threads(threads)
+    try:
+        results = _plan_steps(Plan(_model(case)), case)
+        kept = [[np.array(o) for o in r] for r in results]
+    finally:
+        native.set_threads(before)
+    for got, copy in zip(results, kept, strict=True):
+        for g, c in zip(got, copy, strict=True):
+            np.testing.assert_array_equal(g, c)
+    _numpy_path(monkeypatch)
+    for got, want in zip(results, _plan_steps(Plan(_model(case)), case), strict=True):
+        for g, w in zip(got, want, strict=True):
+            close(g, w.astype(np.float64))
+
+
+def _plan_steps(plan: Plan, case: Case) -> list[list[np.ndarray]]:
+    h, c, outs = case.h0, case.c0, []
+    for x in case.x:
+        got = plan.run([x, h, c])
+        outs.append(got)
+        _, h, c, _ = got
+    return outs
+
+
+@pytest.mark.parametrize("n,u", [(24, 40), (256, 256)], ids=["alone", "split"])
+def test_concurrent_executions_of_one_prepared_model_share_no_buffer(n, u, two_threads):
+    case = make_case(np.random.default_rng(4), n, u, 2, 1)
     plan = Plan(_model(case))
     rng = np.random.default_rng(9)
     feeds = [
-        [rng.uniform(-2, 2, size=shape).astype(np.float32) for shape in ((2, 24), (2, 40), (2, 40))]
+        [rng.uniform(-2, 2, size=shape).astype(np.float32) for shape in ((2, n), (2, u), (2, u))]
         for _ in range(2)
     ]
     expected = [plan.run(f) for f in feeds]
