@@ -1194,59 +1194,29 @@ typedef struct {
     float *cols;
 } im2col_job;
 
-/* Row r (one output row of one image) of the patch matrix [N*OH*OW, KH*KW*C] of float32 x, 0 where a
- * tap falls in the padding. */
-static void im2col_f32_task(void *ctx, int64_t r) {
-    const im2col_job *j = ctx;
-    const geom_t g = j->g;
-    const float *x = j->x;
-    int64_t k = (int64_t)g.kh * g.kw * g.c;
-    int b = (int)(r / g.oh), oy = (int)(r % g.oh);
-    int span = g.kw * g.c; /* floats of one window row, contiguous in x when dilation_w is 1 */
-    for (int ox = 0; ox < g.ow; ox++) {
-        float *dst = j->cols + (r * g.ow + ox) * k;
-        int ix0 = ox * g.sw - g.pl;
-        int row_inside = g.dw == 1 && ix0 >= 0 && ix0 + g.kw <= g.w;
-        for (int ky = 0; ky < g.kh; ky++) {
-            int iy = oy * g.sh - g.pt + ky * g.dh;
-            if (iy < 0 || iy >= g.h) {
-                memset(dst, 0, sizeof(float) * (size_t)span);
-                dst += span;
-                continue;
-            }
-            if (row_inside) {
-                const float *src = x + (((int64_t)b * g.h + iy) * g.w + ix0) * g.c;
-                for (int q = 0; q < span; q++) dst[q] = src[q];
-                dst += span;
-                continue;
-            }
-            for (int kx = 0; kx < g.kw; kx++, dst += g.c) {
-                int ix = ix0 + kx * g.dw;
-                if (ix < 0 || ix >= g.w) {
-                    for (int ci = 0; ci < g.c; ci++) dst[ci] = 0.0f;
-                } else {
-                    /* A plain loop: the few channels of a first layer make memcpy calls dominate. */
-                    const float *src = x + (((int64_t)b * g.h + iy) * g.w + ix) * g.c;
-                    for (int ci = 0; ci < g.c; ci++) dst[ci] = src[ci];
-                }
-            }
-        }
+/* The element types of im2col's input: float32, or 8-bit values made float32 less their zero point. */
+enum { IM2COL_F32, IM2COL_U8, IM2COL_S8 };
+
+/* n values of x from element `at`, as float32 (8-bit ones less zp), into dst. */
+static inline __attribute__((always_inline)) void im2col_copy(const void *x, int kind, int zp, int64_t at,
+                                                              int n, float *dst) {
+    if (kind == IM2COL_F32) {
+        /* A plain loop: the few channels of a first layer make memcpy calls dominate. */
+        const float *src = (const float *)x + at;
+        for (int q = 0; q < n; q++) dst[q] = src[q];
+    } else if (kind == IM2COL_S8) {
+        const int8_t *src = (const int8_t *)x + at;
+        for (int q = 0; q < n; q++) dst[q] = (float)(src[q] - zp);
+    } else {
+        const uint8_t *src = (const uint8_t *)x + at;
+        for (int q = 0; q < n; q++) dst[q] = (float)(src[q] - zp);
     }
 }
 
-/* The patch matrix [N*OH*OW, KH*KW*C] of x (float32), 0 where a tap falls in the padding. */
-void mk_im2col_f32(const float *x, GEOM_ARGS, float *cols) {
-    geom_t g = GEOM_INIT;
-    int64_t rows = (int64_t)g.n * g.oh, k = (int64_t)g.kh * g.kw * g.c;
-    im2col_job job = {x, g, 0, 0, cols};
-    parallel_rows(rows * g.ow * k, PARALLEL_WORK, rows, im2col_f32_task, &job);
-}
-
-/* Row r of the patch matrix of 8-bit x minus its zero point, as float32 (padding is 0 = the zero point). */
-static void im2col_q8_task(void *ctx, int64_t r) {
-    const im2col_job *j = ctx;
+/* Row r (one output row of one image) of the patch matrix [N*OH*OW, KH*KW*C] of x as float32, 0 where
+ * a tap falls in the padding (for 8-bit x, 0 = the zero point). Inlined once per element type. */
+static inline __attribute__((always_inline)) void im2col_row(const im2col_job *j, int64_t r, int kind) {
     const geom_t g = j->g;
-    int zp = j->zp;
     int64_t k = (int64_t)g.kh * g.kw * g.c;
     int b = (int)(r / g.oh), oy = (int)(r % g.oh);
     int span = g.kw * g.c; /* values of one window row, contiguous in x when dilation_w is 1 */
@@ -1262,34 +1232,37 @@ static void im2col_q8_task(void *ctx, int64_t r) {
                 continue;
             }
             if (row_inside) {
-                int64_t at = (((int64_t)b * g.h + iy) * g.w + ix0) * g.c;
-                if (j->is_signed) {
-                    const int8_t *s = (const int8_t *)j->x + at;
-                    for (int q = 0; q < span; q++) dst[q] = (float)(s[q] - zp);
-                } else {
-                    const uint8_t *s = (const uint8_t *)j->x + at;
-                    for (int q = 0; q < span; q++) dst[q] = (float)(s[q] - zp);
-                }
+                im2col_copy(j->x, kind, j->zp, (((int64_t)b * g.h + iy) * g.w + ix0) * g.c, span, dst);
                 dst += span;
                 continue;
             }
             for (int kx = 0; kx < g.kw; kx++, dst += g.c) {
                 int ix = ix0 + kx * g.dw;
-                if (ix < 0 || ix >= g.w) {
-                    memset(dst, 0, sizeof(float) * g.c);
-                    continue;
-                }
-                int64_t at = (((int64_t)b * g.h + iy) * g.w + ix) * g.c;
-                if (j->is_signed) {
-                    const int8_t *s = (const int8_t *)j->x + at;
-                    for (int ci = 0; ci < g.c; ci++) dst[ci] = (float)(s[ci] - zp);
-                } else {
-                    const uint8_t *s = (const uint8_t *)j->x + at;
-                    for (int ci = 0; ci < g.c; ci++) dst[ci] = (float)(s[ci] - zp);
-                }
+                if (ix < 0 || ix >= g.w)
+                    memset(dst, 0, sizeof(float) * (size_t)g.c);
+                else
+                    im2col_copy(j->x, kind, j->zp, (((int64_t)b * g.h + iy) * g.w + ix) * g.c, g.c, dst);
             }
         }
     }
+}
+
+static void im2col_f32_task(void *ctx, int64_t r) { im2col_row(ctx, r, IM2COL_F32); }
+
+static void im2col_q8_task(void *ctx, int64_t r) {
+    const im2col_job *j = ctx;
+    if (j->is_signed)
+        im2col_row(j, r, IM2COL_S8);
+    else
+        im2col_row(j, r, IM2COL_U8);
+}
+
+/* The patch matrix [N*OH*OW, KH*KW*C] of x (float32), 0 where a tap falls in the padding. */
+void mk_im2col_f32(const float *x, GEOM_ARGS, float *cols) {
+    geom_t g = GEOM_INIT;
+    int64_t rows = (int64_t)g.n * g.oh, k = (int64_t)g.kh * g.kw * g.c;
+    im2col_job job = {x, g, 0, 0, cols};
+    parallel_rows(rows * g.ow * k, PARALLEL_WORK, rows, im2col_f32_task, &job);
 }
 
 /* The same patch matrix of 8-bit x minus its zero point, as float32 (padding is 0 = the zero point). */
