@@ -28,8 +28,8 @@ ensure_env() {
     fi
     local stamp="$VENV/.mlts-installed$extras"
     local want
-    # The compiled driver kernels are built at install time: a changed source means a new install.
-    want="$(cat "$ROOT/pyproject.toml" "$LOCK" "$ROOT/setup.py" "$ROOT"/driver/native/*.c | sha256sum | cut -d' ' -f1)"
+    # The compiled driver kernels are built at install time: a changed source or header means a new install.
+    want="$(cat "$ROOT/pyproject.toml" "$LOCK" "$ROOT/setup.py" "$ROOT"/driver/native/*.c "$ROOT"/driver/native/*.h | sha256sum | cut -d' ' -f1)"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         echo "mlts: installing the project and its dependencies (pinned by $LOCK) into $VENV" >&2
         "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip

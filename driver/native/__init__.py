@@ -122,6 +122,20 @@ def _split_shift() -> int | None:
     return int(value) if value.isdigit() else None
 
 
+def source_digest(source: Path) -> str:
+    """SHA-256 of a kernel source followed by every header beside it, as setup.py compiles it in."""
+    digest = hashlib.sha256(source.read_bytes())
+    for header in sorted(source.parent.glob("*.h")):
+        digest.update(header.read_bytes())
+    return digest.hexdigest()
+
+
+def built_from(source: Path, built: str) -> bool:
+    """Whether a build whose compiled-in digest is `built` is current for `source` (and the headers
+    beside it); True when the source is not shipped (an installed wheel)."""
+    return not source.is_file() or built == source_digest(source)
+
+
 def _library_path() -> Path | None:
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         path = HERE / f"_kernels{suffix}"
@@ -142,11 +156,8 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     except OSError as e:
         return None, f"cannot load {path.name}: {e}"
     lib.mk_source_hash.restype = ctypes.c_char_p
-    built = lib.mk_source_hash().decode()
-    if SOURCE.is_file():
-        current = hashlib.sha256(SOURCE.read_bytes()).hexdigest()
-        if built != current:
-            return None, f"{path.name} is older than kernels.c: reinstall (pip install -e .) to rebuild it"
+    if not built_from(SOURCE, lib.mk_source_hash().decode()):
+        return None, f"{path.name} is older than kernels.c: reinstall (pip install -e .) to rebuild it"
     if lib.mk_abi() != ABI:
         return None, f"{path.name} has ABI {lib.mk_abi()}, expected {ABI}"
     for name, argtypes in _SIGNATURES.items():

@@ -21,6 +21,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "requant.h"
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
@@ -965,19 +967,7 @@ int mk_gemm_bias_act_f32(const float *a, const float *b, float *c, int64_t m, in
 
 /* ------------------------------------------------------------ requantization (see driver/ops/_quant.py) */
 
-static inline int64_t mbqm(int64_t x, int64_t m, int64_t left, int64_t right) {
-    int64_t y = x << left;
-    y *= m;
-    y += (int64_t)1 << 30;
-    y >>= 31;
-    if (right) {
-        int64_t negative = y < 0;
-        y += ((int64_t)1 << right) >> 1;
-        y -= negative;
-        y >>= right;
-    }
-    return y;
-}
+/* mbqm: requant.h */
 
 static inline int64_t clampi(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
 

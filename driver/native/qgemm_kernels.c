@@ -24,6 +24,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "requant.h"
 #ifdef __AVX512VNNI__
 #include <immintrin.h>
 #endif
@@ -79,19 +81,7 @@ typedef struct {
     int64_t row_chunks;
 } qjob;
 
-static inline int64_t mbqm(int64_t x, int64_t m, int64_t left, int64_t right) {
-    int64_t y = x << left;
-    y *= m;
-    y += (int64_t)1 << 30;
-    y >>= 31;
-    if (right) {
-        int64_t negative = y < 0;
-        y += ((int64_t)1 << right) >> 1;
-        y -= negative;
-        y >>= right;
-    }
-    return y;
-}
+/* mbqm: requant.h */
 
 /* Row r's centred sums acc[0 .. nc) of columns c0.. (int32 modulo 2^32) plus the bias, requantized. */
 static void epilogue_row(const qjob *j, const int32_t *acc, int64_t r, int64_t c0, int nc, uint32_t rowterm) {

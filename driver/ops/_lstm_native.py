@@ -17,7 +17,6 @@ executions of one prepared model share only the constant panels."""
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,9 +67,8 @@ def _load() -> Any:
     if lib is None or not hasattr(lib, "mk_lstm_cell_f32"):
         return None
     lib.mk_lstm_source_hash.restype = ctypes.c_char_p
-    if SOURCE.is_file():
-        if lib.mk_lstm_source_hash().decode() != hashlib.sha256(SOURCE.read_bytes()).hexdigest():
-            return None
+    if not native.built_from(SOURCE, lib.mk_lstm_source_hash().decode()):
+        return None
     if lib.mk_lstm_abi() != ABI:
         return None
     fn = lib.mk_lstm_cell_f32

@@ -14,7 +14,6 @@ compare the two paths); MLTS_DRIVER_NATIVE=0 turns it off with every compiled ke
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -38,9 +37,8 @@ def _load() -> Any:
     if lib is None or not hasattr(lib, "mk_qgemm_requant"):
         return None
     lib.mk_qgemm_source_hash.restype = ctypes.c_char_p
-    if SOURCE.is_file():
-        if lib.mk_qgemm_source_hash().decode() != hashlib.sha256(SOURCE.read_bytes()).hexdigest():
-            return None
+    if not native.built_from(SOURCE, lib.mk_qgemm_source_hash().decode()):
+        return None
     if lib.mk_qgemm_abi() != ABI or lib.mk_qgemm_available() != 1:
         return None
     lib.mk_qgemm_pack.argtypes = [_P, _L, _L, _P]
