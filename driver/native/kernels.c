@@ -11,6 +11,7 @@
  */
 
 #include <fcntl.h>
+#include <math.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
@@ -1670,7 +1671,33 @@ enum {
     MK_CALL_QIM2COL = 7,
     MK_CALL_QGEMM_REQUANT = 8,
     MK_CALL_DEPTHWISE_Q8 = 9,
+    MK_CALL_TANH_F32 = 10,
+    MK_CALL_LOGISTIC_F32 = 11,
+    MK_CALL_COPY_2D = 12,
 };
+
+/* y = tanh(x), n floats (libm's tanhf: a NaN stays NaN, -0.0 gives -0.0, +-inf give +-1). y may be x. */
+void mk_tanh_f32(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+}
+
+/* y = 1 / (1 + exp(-x)), n floats, with -x clamped to at most 88.72283 so that exp stays finite (x
+ * below -88.72 gives about 3e-39 instead of 0); a NaN stays NaN. y may be x. */
+void mk_logistic_f32(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float z = -x[i];
+        if (z > 88.72283f) z = 88.72283f;
+        y[i] = 1.0f / (1.0f + expf(z));
+    }
+}
+
+/* rows blocks of row_bytes bytes each: block r from src + r * src_stride to dst + r * dst_stride. */
+void mk_copy_2d(const void *src, void *dst, int64_t rows, int64_t row_bytes, int64_t src_stride,
+                int64_t dst_stride) {
+    const char *s = src;
+    char *d = dst;
+    for (int64_t r = 0; r < rows; r++) memcpy(d + r * dst_stride, s + r * src_stride, (size_t)row_bytes);
+}
 
 /* qgemm_kernels.c (the same library) */
 int mk_qgemm_requant(const void *a, int64_t lda, int a_signed, const int8_t *bp, const int32_t *colc, int32_t zw,
@@ -1733,6 +1760,15 @@ int64_t mk_run_calls(const int64_t *ints, const float *floats, int64_t n, int64_
         case MK_CALL_DEPTHWISE_F32:
             mk_depthwise_f32((const float *)a[1], (const int32_t *)a[2], (int)a[3], (const float *)a[4],
                              (const float *)a[5], f[0], f[1], (float *)a[6]);
+            break;
+        case MK_CALL_TANH_F32:
+            mk_tanh_f32((const float *)a[1], (float *)a[2], a[3]);
+            break;
+        case MK_CALL_LOGISTIC_F32:
+            mk_logistic_f32((const float *)a[1], (float *)a[2], a[3]);
+            break;
+        case MK_CALL_COPY_2D:
+            mk_copy_2d((const void *)a[1], (void *)a[2], a[3], a[4], a[5], a[6]);
             break;
         default:
             return i + 1;
