@@ -60,6 +60,7 @@ _ROW_INTS = _bind.CALL_INTS
 _EXTERNAL = -(1 << 50)
 _SPAN = 1 << 32
 _ROW_FLOATS = 2
+_NDARRAY = np.ndarray
 
 
 def variables(step: Any) -> tuple[int, ...] | None:
@@ -138,6 +139,7 @@ class Chunk:
         self.externals = tuple(externals)
         self.ext_shapes = tuple(shapes[i] for i in externals)
         self.ext_dtypes = tuple(np.dtype(dtypes[i]) for i in externals)
+        self.ext_specs = tuple(zip(self.ext_shapes, self.ext_dtypes, strict=True))
         self.constants = constants  # the plan's operand values before a run (for error messages)
         self.shapes = dict(shapes)
         self.needed = tuple(needed)
@@ -152,8 +154,16 @@ class Chunk:
         for st, kernel in self.pairs:
             if st.direct is not kernel:
                 return None
-        for v, shape, dtype in zip(values, self.ext_shapes, self.ext_dtypes, strict=False):  # as many
-            if type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype or not v.flags.c_contiguous:
+        specs, k = self.ext_specs, 0
+        for v in values:  # (a loop without zip: the check runs at every execution)
+            shape, dtype = specs[k]
+            k += 1
+            if (
+                type(v) is not _NDARRAY
+                or v.shape != shape
+                or (v.dtype is not dtype and v.dtype != dtype)
+                or not v.flags.c_contiguous
+            ):
                 return None
         prog: Any = ws.bound.get(self)
         if prog is None:
