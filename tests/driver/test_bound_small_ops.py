@@ -210,3 +210,32 @@ def test_without_the_compiled_kernels_tanh_and_logistic_use_numpy(monkeypatch) -
         run = _kernel(op, x)
         assert not hasattr(run, "bind")
         check(run([x])[0], ref(x))
+
+
+def test_a_slice_of_a_chunk_input_reads_it_at_its_offset() -> None:
+    """SLICE and CONCATENATION reading the model's input (from outside the chunk) at an offset: the
+    address written into the calls at each run is the new input's plus that offset."""
+    bld = ModelBuilder()
+    x = bld.add_input(T.TENSOR_FLOAT32, (3, 8))
+    s = _slice(bld, x, [1, 2], [2, 5], (2, 5))
+    t = _unary(bld, O.TANH, s, (2, 5))
+    y = _concat(bld, [t, s, t], 0, (6, 5))
+    z = _concat(bld, [x, x], 1, (3, 16))
+    bld.mark_outputs([y, z])
+    model = bld.build()
+    bound, unbound = Plan(model), _unbound(Plan(model))
+    rng = np.random.default_rng(2)
+    for _ in range(4):
+        x_val = rng.standard_normal((3, 8)).astype(np.float32)  # a new array each run
+        got, want = bound.run([x_val], checked=True), unbound.run([x_val], checked=True)
+        assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
+        np.testing.assert_array_equal(got[0][2:4], x_val[1:3, 2:7])
+        np.testing.assert_array_equal(got[1], np.concatenate([x_val, x_val], axis=1))
+    chunks = [v for v in bound._straight.__globals__.values() if isinstance(v, Chunk)]
+    assert [len(c.steps) for c in chunks] == [4] and not chunks[0].dead
+    (prog,) = bound.workspaces._free[0].bound.values()
+    assert sorted(offset for _, _, offset in prog.patches[0]) == [
+        0,
+        0,
+        4 * (8 + 2),
+    ]  # z: two copies; s: row 1, column 2
