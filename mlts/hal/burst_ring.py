@@ -284,7 +284,11 @@ class Ring:
         return bytes(self._data[start:]) + bytes(self._data[: n - first])
 
     def wait(
-        self, timeout: float | None, polling_us: int = DEFAULT_POLLING_US, answered: Ring | None = None
+        self,
+        timeout: float | None,
+        polling_us: int = DEFAULT_POLLING_US,
+        answered: Ring | None = None,
+        stretch_us: float = 0.0,
     ) -> bool:
         """Poll for `polling_us`, then block on the eventfd; True once a message (or closing) is pending
         or the eventfd was signalled (the caller checks what happened).
@@ -298,6 +302,10 @@ class Ring:
         PROBE_EVERY-th wait polls, until one finds a message. While polling the awake flag is set, so
         the producer need not signal; it is cleared (then a barrier, then a last look) before
         blocking. Returns False after `timeout` seconds (None: no limit) with nothing pending.
+
+        `stretch_us` (mlts.hal.expected_wait) lengthens a polling window over an answer expected
+        later; in that part each turn yields the CPU (`sched_yield`) to any other runnable thread
+        on it (the driver's own, on a machine with few cores).
         """
         words = self._words
         r = self._read
@@ -329,6 +337,13 @@ class Ring:
                 if words[_W] != r:
                     self._empty_windows = 0
                     return True  # still awake: the flag stays set until this side blocks
+            if stretch_us > 0:
+                until = clock() + int(stretch_us * 1000)
+                while clock() < until:
+                    if words[_W] != r:
+                        self._empty_windows = 0
+                        return True
+                    os.sched_yield()
             self._empty_windows += 1
         recheck = False
         if self._awake:

@@ -6,6 +6,7 @@ import os
 import random
 import struct
 import threading
+import time
 
 import pytest
 
@@ -246,6 +247,33 @@ def test_a_consumer_whose_windows_stay_empty_polls_only_on_every_fourth_wait():
         assert consumer.wait(5.0, polling_us=2_000_000) and consumer.read() == b"x"
         late.join()
         assert consumer._empty_windows == 0
+    finally:
+        producer.close()
+        consumer.close()
+
+
+def test_a_stretched_window_finds_a_later_message_without_a_signal():
+    consumer = Ring.create(256)
+    producer = Ring(consumer.fd, consumer.size, consumer.event_fd, owner=False)
+    try:
+        # A 20 µs window alone ends before a message 5 ms later: the producer has to signal.
+        late = threading.Timer(0.005, lambda: producer.write(b"a"))
+        late.start()
+        assert consumer.wait(5.0, polling_us=20) and consumer.read() == b"a"
+        late.join()
+        assert producer.signals_saved == 0
+        # Stretched over 2 s, the consumer is still polling (awake) when the message comes.
+        late = threading.Timer(0.005, lambda: producer.write(b"b"))
+        late.start()
+        assert consumer.wait(5.0, polling_us=20, stretch_us=2_000_000) and consumer.read() == b"b"
+        late.join()
+        assert producer.signals_saved == 1 and consumer._empty_windows == 0
+        # The stretch is bounded: with nothing coming the wait blocks after window + stretch.
+        t0 = time.perf_counter()
+        assert not consumer.wait(0.05, polling_us=20, stretch_us=3_000)
+        assert time.perf_counter() - t0 >= 0.003 and consumer._empty_windows == 1
+        # A skipped (probing) wait does not stretch either: the window is 0.
+        assert not consumer.wait(0.001, polling_us=0, stretch_us=2_000_000)
     finally:
         producer.close()
         consumer.close()
