@@ -303,9 +303,7 @@ class Ring:
         the producer need not signal; it is cleared (then a barrier, then a last look) before
         blocking. Returns False after `timeout` seconds (None: no limit) with nothing pending.
 
-        `stretch_us` (mlts.hal.expected_wait) lengthens a polling window over an answer expected
-        later; in that part each turn yields the CPU (`sched_yield`) to any other runnable thread
-        on it (the driver's own, on a machine with few cores).
+        `stretch_us` (mlts.hal.expected_wait) lengthens a polling window over an answer expected later.
         """
         words = self._words
         r = self._read
@@ -333,17 +331,11 @@ class Ring:
                     if clock() >= until:
                         break
                 until = clock() + polling_us * 1000
+            until += int(stretch_us * 1000)
             while clock() < until:
                 if words[_W] != r:
                     self._empty_windows = 0
                     return True  # still awake: the flag stays set until this side blocks
-            if stretch_us > 0:
-                until = clock() + int(stretch_us * 1000)
-                while clock() < until:
-                    if words[_W] != r:
-                        self._empty_windows = 0
-                        return True
-                    os.sched_yield()
             self._empty_windows += 1
         recheck = False
         if self._awake:

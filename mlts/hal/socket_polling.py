@@ -78,20 +78,16 @@ class PollingWindow:
             if self._skipped < PROBE_EVERY:
                 return False
             self._skipped = 0
-        window_end = now + self.window
-        end = window_end + stretch
+        end = now + self.window + stretch
         clock = time.perf_counter
         while True:
             if readable(0):
                 self._empty = 0
                 self.expected.record(clock() - now)
                 return True
-            t = clock()
-            if t >= end:
+            if clock() >= end:
                 self._empty += 1
                 return False
-            if t >= window_end:
-                os.sched_yield()  # stretched: a runnable thread of the driver on this CPU goes first
 
     def waited(self) -> None:
         """The wait begun by `poll` ended after a blocking wait: remember how long it took."""
