@@ -3,11 +3,13 @@
 A polling window (mlts.hal.socket_polling, a burst's result ring) saves the wake-up of a halted CPU
 only when the answer comes within it. A client that runs one small model call after call (an audio
 model step by step, a camera frame every few hundred microseconds) waits about as long every time:
-when the last two waits were both at most `max_us`, the next one polls for as long as the shorter
-of them took, times STRETCH_FACTOR, on top of its usual window; a longer wait (a large model, a
-client thinking between calls) leaves the window as it is. The polling is bounded by
-`max_us * STRETCH_FACTOR` plus the window, and the windows' other rules (off after long waits,
-probing after empty windows) still apply.
+when the last two waits were both at most `max_us`, the next one, after its usual window, sleeps
+until WAKE_LEAD_US before the shorter of them would end (woken at once by an earlier answer), then
+polls until STRETCH_FACTOR times it. The sleep keeps the reader off the CPU while the other side
+works (it may need both cores); the lead covers the timer's slack (50 µs by default) and the CPU's
+wake-up. A longer wait (a large model, a client thinking between calls) leaves the window as it
+is. The polling is bounded by `max_us * STRETCH_FACTOR`, and the windows' other rules (off after
+long waits, probing after empty windows) still apply.
 
 MLTS_POLLING_STRETCH_US sets `max_us` for every client reader (0: never stretch).
 """
@@ -21,6 +23,8 @@ import os
 STRETCH_MAX_US = 1000
 #: The stretch is the expected wait times this (executions of one model vary by a few percent).
 STRETCH_FACTOR = 1.25
+#: A stretched wait sleeps until this long before the expected answer.
+WAKE_LEAD_US = 150
 ENV = "MLTS_POLLING_STRETCH_US"
 
 
@@ -47,9 +51,11 @@ class ExpectedWait:
         self._before = self._last
         self._last = seconds
 
-    def stretch(self) -> float:
-        """Seconds to add to the next polling window: 0 unless both last waits were at most the maximum."""
-        expected = max(self._last, self._before) if self.max_s > 0 else math.inf
-        if expected > self.max_s:
-            return 0.0
-        return min(self._last, self._before) * STRETCH_FACTOR
+    def stretch(self) -> tuple[float, float] | None:
+        """(sleep until, poll until) in seconds after the wait began, or None unless both last waits
+        were at most the maximum."""
+        longer = max(self._last, self._before) if self.max_s > 0 else math.inf
+        if longer > self.max_s:
+            return None
+        shorter = min(self._last, self._before)
+        return max(0.0, shorter - WAKE_LEAD_US / 1e6), shorter * STRETCH_FACTOR

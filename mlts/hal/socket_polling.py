@@ -65,20 +65,37 @@ class PollingWindow:
 
     def poll(self, readable: Callable[[float], bool], allowed: bool = True) -> bool:
         """Start a wait: when recent waits were short (and `allowed`), poll `readable(0)` for up to the
-        window (stretched over the expected answer); True once it is readable (the caller need not block)."""
+        window, and over the expected answer (mlts.hal.expected_wait: `readable(t)` sleeps up to t
+        seconds, with microsecond precision); True once it is readable (the caller need not block)."""
         now = time.perf_counter()
         self._started = now
         if not allowed or self.window <= 0:
             return False
         stretch = self.expected.stretch()
-        if not self._short and not stretch:
+        if not self._short and stretch is None:
             return False
         if self._empty >= EMPTY_WINDOWS_BEFORE_PROBING:
             self._skipped += 1
             if self._skipped < PROBE_EVERY:
                 return False
             self._skipped = 0
-        end = now + self.window + stretch
+        clock = time.perf_counter
+        if self._spin(readable, now + self.window):
+            return True
+        if stretch is not None:
+            # Off the CPU until shortly before the expected answer (woken by an earlier one), then poll.
+            wait = now + stretch[0] - clock()
+            if wait > 0 and readable(wait):
+                self._empty = 0
+                self.expected.record(clock() - now)
+                return True
+            if self._spin(readable, now + stretch[1]):
+                return True
+        self._empty += 1
+        return False
+
+    def _spin(self, readable: Callable[[float], bool], end: float) -> bool:
+        now = self._started
         clock = time.perf_counter
         while True:
             if readable(0):
@@ -86,7 +103,6 @@ class PollingWindow:
                 self.expected.record(clock() - now)
                 return True
             if clock() >= end:
-                self._empty += 1
                 return False
 
     def waited(self) -> None:
