@@ -1,7 +1,7 @@
 """Median latency of the sample driver and of onnxruntime on the same inputs and thread count, and their ratio.
 
 usage: python benchmarks/driver_vs_onnxruntime.py [--threads N] [--warmup S] [--duration S]
-       [--iterations N] [--images N] [--sequences N] [--execution PATH] [--compilation] [--in-process]
+       [--iterations N] [--images N] [--sequences N] [--execution PATH[,PATH...]] [--compilation] [--in-process]
        [--profile] [MODEL ...]
 
 Both backends see the same procedural images; each timed iteration is the wall
@@ -9,7 +9,8 @@ clock around one whole execution call (for the driver: request into shared
 memory, the execution in the driver process on the --execution path, outputs
 back; the default path is `sync`, executeSynchronously over the driver's socket,
 and `burst` runs every call of a model through one burst, NNAPI's path for a
-stream of frames or audio steps); a warm-up
+stream of frames or audio steps; several paths, comma-separated, give a row
+each, against the same onnxruntime figure); a warm-up
 of --warmup seconds is discarded, then calls are timed for at least
 --duration seconds and --iterations calls. The estimator is the median of the
 timed iterations. With --compilation the driver's median compile time without
@@ -192,8 +193,8 @@ def main() -> int:
     p.add_argument(
         "--execution",
         default="sync",
-        choices=["sync", "async", "fenced", "burst"],
-        help="the driver's execution path (default sync)",
+        type=executions,
+        help="the driver's execution paths, comma-separated, each its own row: sync, async, fenced, burst (default sync)",
     )
     p.add_argument("--in-process", action="store_true", help="load the driver in this process (no IPC)")
     p.add_argument(
@@ -219,7 +220,7 @@ def main() -> int:
         images=a.images,
         in_process=a.in_process,
         sequences=a.sequences,
-        executions=(a.execution,),
+        executions=a.execution,
         compilation=a.compilation,
         compile_max_iterations=20,
         compile_max_seconds=3.0,
@@ -230,7 +231,7 @@ def main() -> int:
     print(
         f"threads={a.threads} (driver and onnxruntime) warmup={a.warmup}s duration>={a.duration}s "
         f"iterations>={a.iterations} estimator=median driver={a.driver} "
-        f"({'in-process' if a.in_process else 'own process'}, {a.execution} executions)"
+        f"({'in-process' if a.in_process else 'own process'}, {'/'.join(a.execution)} executions)"
     )
     print(f"driver kernels: {driver_kernels(a.threads)}")
     print(
@@ -244,45 +245,59 @@ def main() -> int:
             rows = benchmark_model(
                 source, load_model(source.onnx_path()), {a.driver: device}, config, Progress(), images
             )
-            ref, drv = rows[0], rows[1]
-            if drv["status"] != "ok":
-                print(f"{name:<38} driver error: {drv['error']}")
-                continue
-            r, d = ref["latency_ms"]["median"], drv["latency_ms"]["median"]
-            ci = fmt_ci(ratio_ci(drv["latency_ms"], ref["latency_ms"]))
-            acc = drv["accuracy"]
-            if drv.get("latency_unit") == "step":
-                metric = acc["vs_reference"]["metric"]
-                score = (
-                    f"PER {metric['phone_error_rate']:.1f}%"
-                    if metric["name"] == "PhoneErrorRate"
-                    else f"MCD {metric['mel_cep_distortion']:.0e}"
-                )
-                err = max(o["max_abs_error"] for o in acc["vs_reference"]["outputs"].values())
-                label = f"{name} (per step, {drv['steps']} steps)"
-                print(
-                    f"{label:<38} {d:>10.3f} {on_device_ms(drv):>9} {r:>15.3f} {d / r:>7.2f} {ci:>14} {err:>9.2e} {score:>8}"
-                )
-                if a.profile:
+            for path, drv in zip(a.execution, rows[1:], strict=True):
+                print_row(name if len(a.execution) == 1 else f"{name} {path}", rows[0], drv, a.compilation)
+                if a.profile and drv.get("latency_unit") == "step" and path == a.execution[0]:
                     profile_lstm(name, device, a.threads, a.duration)
-                continue
-            vs = acc["vs_reference"]
-            err = (
-                f"{vs['max_quant_deviation']} units"
-                if "max_quant_deviation" in vs
-                else f"{vs['max_abs_error']:.2e}"
-            )
-            line = f"{name:<38} {d:>10.2f} {on_device_ms(drv):>9} {r:>15.2f} {d / r:>7.2f} {ci:>14} {err:>9} {vs['top1_agreement']:>8.0%}"
-            comp = drv.get("compilation")
-            if comp:
-                cached = comp["prepare_from_cache"]
-                line += f" {comp['without_cache']['median']:>10.1f} "
-                line += f"{cached['median']:>13.1f}" if cached else f"{'-':>13}"
-            print(line)
     finally:
         device.close()
     print(f"load average after the run: {load_average()}")
     return 0
+
+
+def executions(text: str) -> tuple[str, ...]:
+    """--execution's value: known paths, comma-separated, each once."""
+    paths = tuple(p.strip() for p in text.split(","))
+    for path in paths:
+        if path not in ("sync", "async", "fenced", "burst"):
+            raise argparse.ArgumentTypeError(f"unknown execution path {path!r} (sync, async, fenced, burst)")
+    if len(set(paths)) != len(paths):
+        raise argparse.ArgumentTypeError(f"a path is named twice in {text!r}")
+    return paths
+
+
+def print_row(name: str, ref: dict, drv: dict, compilation: bool) -> None:
+    """One model's line: the driver's row (on one execution path) against onnxruntime's."""
+    if drv["status"] != "ok":
+        print(f"{name:<38} driver error: {drv['error']}")
+        return
+    r, d = ref["latency_ms"]["median"], drv["latency_ms"]["median"]
+    ci = fmt_ci(ratio_ci(drv["latency_ms"], ref["latency_ms"]))
+    acc = drv["accuracy"]
+    if drv.get("latency_unit") == "step":
+        metric = acc["vs_reference"]["metric"]
+        score = (
+            f"PER {metric['phone_error_rate']:.1f}%"
+            if metric["name"] == "PhoneErrorRate"
+            else f"MCD {metric['mel_cep_distortion']:.0e}"
+        )
+        err = max(o["max_abs_error"] for o in acc["vs_reference"]["outputs"].values())
+        label = f"{name} (per step, {drv['steps']} steps)"
+        print(
+            f"{label:<38} {d:>10.3f} {on_device_ms(drv):>9} {r:>15.3f} {d / r:>7.2f} {ci:>14} {err:>9.2e} {score:>8}"
+        )
+        return
+    vs = acc["vs_reference"]
+    err = (
+        f"{vs['max_quant_deviation']} units" if "max_quant_deviation" in vs else f"{vs['max_abs_error']:.2e}"
+    )
+    line = f"{name:<38} {d:>10.2f} {on_device_ms(drv):>9} {r:>15.2f} {d / r:>7.2f} {ci:>14} {err:>9} {vs['top1_agreement']:>8.0%}"
+    comp = drv.get("compilation") if compilation else None
+    if comp:
+        cached = comp["prepare_from_cache"]
+        line += f" {comp['without_cache']['median']:>10.1f} "
+        line += f"{cached['median']:>13.1f}" if cached else f"{'-':>13}"
+    print(line)
 
 
 if __name__ == "__main__":

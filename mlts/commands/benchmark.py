@@ -205,7 +205,10 @@ def check_out_dir(out: Path, force: bool) -> None:
     type=click.IntRange(0, 10_000),
     default=None,
     metavar="US",
-    help="Burst path: microseconds each side polls before it blocks (default 50; 0 is low-power mode).",
+    help=(
+        "Burst path: microseconds each side polls before it blocks (default 50; 0 is low-power mode); "
+        "the client's window also stretches over executions shorter than 1 ms (MLTS_POLLING_STRETCH_US)."
+    ),
 )
 @click.option(
     "--state-in-driver",

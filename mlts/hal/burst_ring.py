@@ -60,6 +60,8 @@ RECHECK_S = 0.001
 #: PROBE_EVERY-th wait (and blocks at once on the others) until a window finds a message again: a
 #: peer that answers later than the window (a long execution, a busy machine) costs no polling.
 EMPTY_WINDOWS_BEFORE_PROBING = 2
+# File descriptors `select` can wait on (FD_SETSIZE): a stretch with a higher eventfd polls without a sleep.
+_SELECT_FDS = 1024
 PROBE_EVERY = 4
 
 
@@ -284,7 +286,11 @@ class Ring:
         return bytes(self._data[start:]) + bytes(self._data[: n - first])
 
     def wait(
-        self, timeout: float | None, polling_us: int = DEFAULT_POLLING_US, answered: Ring | None = None
+        self,
+        timeout: float | None,
+        polling_us: int = DEFAULT_POLLING_US,
+        answered: Ring | None = None,
+        stretch: tuple[float, float] | None = None,
     ) -> bool:
         """Poll for `polling_us`, then block on the eventfd; True once a message (or closing) is pending
         or the eventfd was signalled (the caller checks what happened).
@@ -298,6 +304,10 @@ class Ring:
         PROBE_EVERY-th wait polls, until one finds a message. While polling the awake flag is set, so
         the producer need not signal; it is cleared (then a barrier, then a last look) before
         blocking. Returns False after `timeout` seconds (None: no limit) with nothing pending.
+
+        `stretch` (mlts.hal.expected_wait): (sleep until, poll until), seconds after the wait began:
+        after the window, this side blocks on the eventfd until the first (a message wakes it), then
+        polls again until the second.
         """
         words = self._words
         r = self._read
@@ -315,7 +325,8 @@ class Ring:
                 self._flags[_AWAKE] = 1
                 self._awake = True
             clock = time.perf_counter_ns
-            until = clock() + polling_us * 1000
+            began = clock()
+            until = began + polling_us * 1000
             if answered is not None:
                 peer_read, written = answered._words, answered._write
                 while peer_read[_R] != written:  # the peer has not read the answer yet
@@ -329,6 +340,9 @@ class Ring:
                 if words[_W] != r:
                     self._empty_windows = 0
                     return True  # still awake: the flag stays set until this side blocks
+            if stretch is not None and self._stretched(began, stretch):
+                self._empty_windows = 0
+                return True
             self._empty_windows += 1
         recheck = False
         if self._awake:
@@ -366,6 +380,33 @@ class Ring:
                 if words[_W] != r:
                     self.rechecks_found += 1
                     return True
+
+    def _stretched(self, began: int, stretch: tuple[float, float]) -> bool:
+        """The stretch of a polling window begun at `began` (ns): asleep, then polling; True once a
+        message is pending or the eventfd was signalled (the awake flag is then clear or set as the
+        blocking wait and the polling leave it)."""
+        words, r = self._words, self._read
+        nap = (began + stretch[0] * 1e9 - time.perf_counter_ns()) / 1e9
+        if nap > 0 and self.event_fd < _SELECT_FDS:
+            self._flags[_AWAKE] = 0
+            self._awake = False
+            self._fence()
+            if words[_W] != r:
+                return True
+            if select.select((self.event_fd,), (), (), nap)[0]:
+                try:
+                    os.eventfd_read(self.event_fd)
+                except BlockingIOError:
+                    pass
+                return True
+            self._flags[_AWAKE] = 1
+            self._awake = True
+        clock = time.perf_counter_ns
+        until = began + int(stretch[1] * 1e9)
+        while clock() < until:
+            if words[_W] != r:
+                return True
+        return False
 
     # ------------------------------------------------------------ ending
 

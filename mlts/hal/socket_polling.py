@@ -14,6 +14,10 @@ nothing (a busy machine, where the peer waits for a core), only every PROBE_EVER
 until a window finds the answer again. The polling is a
 `poll(2)` of timeout 0 per turn, which releases the GIL on every turn, and is never longer than the
 window. MLTS_SOCKET_POLLING_US sets the window of both ends of every connection (0: never poll).
+
+A client's window is also stretched over the answer it expects (mlts.hal.expected_wait): when its
+last two calls were answered within a millisecond, it polls about as long as they took, plus the
+window, so a model run call after call is answered to a polling client.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import time
 from collections.abc import Callable
 
 from mlts.hal.burst_ring import EMPTY_WINDOWS_BEFORE_PROBING, PROBE_EVERY
+from mlts.hal.expected_wait import ExpectedWait
 
 #: The client's window for an answer (a small call takes the service 40-60 us of CPU here).
 CLIENT_WINDOW_US = 100
@@ -47,11 +52,12 @@ class PollingWindow:
     Not thread-safe by itself: one reader at a time uses it (the thread reading the connection).
     """
 
-    __slots__ = ("window", "long", "_short", "_started", "_empty", "_skipped")
+    __slots__ = ("window", "long", "expected", "_short", "_started", "_empty", "_skipped")
 
-    def __init__(self, window_us: int) -> None:
+    def __init__(self, window_us: int, stretch_max_us: int = 0) -> None:
         self.window = max(0, window_us) / 1e6
         self.long = self.window * LONG_FACTOR
+        self.expected = ExpectedWait(stretch_max_us)  # stretches the window over the expected answer
         self._short = True  # the first wait polls: it learns from its length
         self._started = 0.0
         self._empty = 0  # windows in a row that ended with nothing
@@ -59,25 +65,48 @@ class PollingWindow:
 
     def poll(self, readable: Callable[[float], bool], allowed: bool = True) -> bool:
         """Start a wait: when recent waits were short (and `allowed`), poll `readable(0)` for up to the
-        window; True once it is readable (the caller need not block)."""
+        window, and over the expected answer (mlts.hal.expected_wait: `readable(t)` sleeps up to t
+        seconds, with microsecond precision); True once it is readable (the caller need not block)."""
         now = time.perf_counter()
         self._started = now
-        if not self._short or not allowed or self.window <= 0:
+        if not allowed or self.window <= 0:
+            return False
+        stretch = self.expected.stretch()
+        if not self._short and stretch is None:
             return False
         if self._empty >= EMPTY_WINDOWS_BEFORE_PROBING:
             self._skipped += 1
             if self._skipped < PROBE_EVERY:
                 return False
             self._skipped = 0
-        end = now + self.window
+        clock = time.perf_counter
+        if self._spin(readable, now + self.window):
+            return True
+        if stretch is not None:
+            # Off the CPU until shortly before the expected answer (woken by an earlier one), then poll.
+            wait = now + stretch[0] - clock()
+            if wait > 0 and readable(wait):
+                self._empty = 0
+                self.expected.record(clock() - now)
+                return True
+            if self._spin(readable, now + stretch[1]):
+                return True
+        self._empty += 1
+        return False
+
+    def _spin(self, readable: Callable[[float], bool], end: float) -> bool:
+        now = self._started
+        clock = time.perf_counter
         while True:
             if readable(0):
                 self._empty = 0
+                self.expected.record(clock() - now)
                 return True
-            if time.perf_counter() >= end:
-                self._empty += 1
+            if clock() >= end:
                 return False
 
     def waited(self) -> None:
-        """The wait begun by `poll` ended after a blocking wait: remember whether it was short."""
-        self._short = time.perf_counter() - self._started <= self.long
+        """The wait begun by `poll` ended after a blocking wait: remember how long it took."""
+        took = time.perf_counter() - self._started
+        self._short = took <= self.long
+        self.expected.record(took)

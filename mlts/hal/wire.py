@@ -223,16 +223,27 @@ def wait_readable(sock: socket.socket, timeout: float | None) -> bool:
     return bool(poller.poll(ms))
 
 
-class Readable:
-    """`wait_readable` for one socket, with its poller made once (a hot path polls for every frame)."""
+#: File descriptors `select` can wait on (FD_SETSIZE).
+_SELECT_FDS = 1024
 
-    __slots__ = ("_poller",)
+
+class Readable:
+    """`wait_readable` for one socket, with its poller made once (a hot path polls for every frame);
+    a timeout under a millisecond waits with microsecond precision (`select`)."""
+
+    __slots__ = ("_poller", "_fd")
 
     def __init__(self, sock: socket.socket) -> None:
         self._poller = select.poll()
         self._poller.register(sock, select.POLLIN | select.POLLHUP | select.POLLERR)
+        self._fd = sock.fileno()
 
     def __call__(self, timeout: float | None) -> bool:
+        if timeout is not None and 0 < timeout < 0.001:
+            if self._fd >= _SELECT_FDS:  # beyond select's reach: no sleep, the caller polls on
+                timeout = 0
+            else:
+                return bool(select.select((self._fd,), (), (), timeout)[0])
         ms = None if timeout is None else max(0, math.ceil(timeout * 1000))
         return bool(self._poller.poll(ms))
 

@@ -27,6 +27,7 @@ from mlts.hal.burst_ring import DEFAULT_CAPACITY, DEFAULT_POLLING_US, MessageToo
 from mlts.hal.codec import UINT32_MAX
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError
+from mlts.hal.expected_wait import ExpectedWait, stretch_max_us
 from mlts.hal.interface import Burst
 from mlts.hal.memory import SharedMemory
 from mlts.hal.types import ExecutionResult, OptionalTimeoutDuration, OptionalTimePoint, Request
@@ -70,6 +71,8 @@ class RemoteBurst(Burst):
         # new sequence number when the next execution is the same request object on the same pools.
         self._last: tuple | None = None
         self._results = msg.ResultDecoder()
+        # Stretches the result window over the expected execution (never in low-power mode).
+        self._expected = ExpectedWait(stretch_max_us() if self.polling_us > 0 else 0)
         #: Memories sent to the driver over the socket (each once per slot).
         self.memories_sent = 0
         self.requests = Ring.create(capacity, "mlts-burst-requests")
@@ -216,11 +219,15 @@ class RemoteBurst(Burst):
 
     def _await(self, seq: int, limit: float) -> ExecutionResult:
         ring = self.results
+        expected = self._expected
+        started = time.perf_counter()
         polling = self.polling_us
+        stretch = expected.stretch() if polling else None
         decoder = self._results
         deadline: float | None = None
         while True:
-            if not ring.wait(LIVENESS_STEP_S, polling):
+            if not ring.wait(LIVENESS_STEP_S, polling, stretch=stretch):
+                stretch = None
                 self._check_driver()
                 if deadline is None:
                     deadline = time.monotonic() + limit - LIVENESS_STEP_S
@@ -231,12 +238,13 @@ class RemoteBurst(Burst):
             if data is None:
                 if ring.peer_closed():
                     raise self._break("the driver ended the burst", dead_driver=False)
-                polling = 0  # a stale signal woke this side: block again without another polling window
+                polling, stretch = 0, None  # a stale signal woke this side: block again without polling
                 continue
             try:
                 repeated = decoder.success(data)
                 if repeated is not None:
                     if repeated[0] == seq:
+                        expected.record(time.perf_counter() - started)
                         return repeated[1]
                     continue  # the late result of an execution this client gave up on
                 kind = msg.result_kind(data)
@@ -250,6 +258,7 @@ class RemoteBurst(Burst):
                 raise self._break(f"driver {self.device.name!r} sent a malformed burst result: {e}") from None
             if result.seq != seq:
                 continue  # the late result of an execution this client gave up on
+            expected.record(time.perf_counter() - started)
             if result.status != ErrorStatus.NONE:
                 raise HalError(result.status, result.message or result.status.name, result.output_shapes)
             return ExecutionResult(result.output_shapes, result.timing, result.operation_times)

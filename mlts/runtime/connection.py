@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from mlts.hal import compact_calls, socket_polling, wire
+from mlts.hal import compact_calls, expected_wait, socket_polling, wire
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 
@@ -74,7 +74,7 @@ class ServiceConnection:
         self._readable = wire.Readable(self.sock)
         # Polls briefly for an answer before a blocking wait while answers come quickly (socket_polling).
         self._polling = socket_polling.PollingWindow(
-            socket_polling.window_us(socket_polling.CLIENT_WINDOW_US)
+            socket_polling.window_us(socket_polling.CLIENT_WINDOW_US), expected_wait.stretch_max_us()
         )
         #: Held while a call's frame is built and sent, so pool-cache ids reach the service in order.
         self.send_lock = threading.RLock()

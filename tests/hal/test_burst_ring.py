@@ -6,6 +6,7 @@ import os
 import random
 import struct
 import threading
+import time
 
 import pytest
 
@@ -246,6 +247,47 @@ def test_a_consumer_whose_windows_stay_empty_polls_only_on_every_fourth_wait():
         assert consumer.wait(5.0, polling_us=2_000_000) and consumer.read() == b"x"
         late.join()
         assert consumer._empty_windows == 0
+    finally:
+        producer.close()
+        consumer.close()
+
+
+def test_a_stretched_window_finds_a_later_message_without_a_signal():
+    consumer = Ring.create(256)
+    producer = Ring(consumer.fd, consumer.size, consumer.event_fd, owner=False)
+    try:
+        # A 20 µs window alone ends before a message 5 ms later: the producer has to signal.
+        late = threading.Timer(0.005, lambda: producer.write(b"a"))
+        late.start()
+        assert consumer.wait(5.0, polling_us=20) and consumer.read() == b"a"
+        late.join()
+        assert producer.signals_saved == 0
+        # Stretched to poll over 2 s, the consumer is still polling (awake) when the message comes.
+        late = threading.Timer(0.005, lambda: producer.write(b"b"))
+        late.start()
+        assert consumer.wait(5.0, polling_us=20, stretch=(0.0, 2.0)) and consumer.read() == b"b"
+        late.join()
+        assert producer.signals_saved == 1 and consumer._empty_windows == 0
+        # Asleep first (0 to 1 s): a message then signals and wakes it at once.
+        late = threading.Timer(0.005, lambda: producer.write(b"c"))
+        late.start()
+        t0 = time.perf_counter()
+        assert consumer.wait(5.0, polling_us=20, stretch=(1.0, 2.0)) and consumer.read() == b"c"
+        assert time.perf_counter() - t0 < 0.9
+        late.join()
+        assert producer.signals_saved == 1 and not _readable(consumer.event_fd)
+        # Asleep until 3 ms, then polling until 30 ms: a message at 10 ms is found polling, unsignalled.
+        late = threading.Timer(0.010, lambda: producer.write(b"d"))
+        late.start()
+        assert consumer.wait(5.0, polling_us=20, stretch=(0.003, 2.0)) and consumer.read() == b"d"
+        late.join()
+        assert producer.signals_saved == 2
+        # The stretch is bounded: with nothing coming the wait blocks after it.
+        t0 = time.perf_counter()
+        assert not consumer.wait(0.05, polling_us=20, stretch=(0.001, 0.003))
+        assert time.perf_counter() - t0 >= 0.003 and consumer._empty_windows == 1
+        # A wait without a window (low-power) does not stretch either.
+        assert not consumer.wait(0.001, polling_us=0, stretch=(0.0, 2.0))
     finally:
         producer.close()
         consumer.close()

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mlts.hal import compact_calls, qos, socket_polling, wire
+from mlts.hal import compact_calls, expected_wait, qos, socket_polling, wire
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.service.args import type_name
@@ -107,7 +107,9 @@ class Client:
         pool = self.host.exec_pool
         # Polls briefly for the client's next call before blocking, while calls follow each other
         # quickly and no execution needs the CPUs (socket_polling).
-        polling = socket_polling.PollingWindow(socket_polling.window_us(socket_polling.SERVICE_WINDOW_US))
+        polling = socket_polling.PollingWindow(
+            socket_polling.window_us(socket_polling.SERVICE_WINDOW_US), expected_wait.stretch_max_us()
+        )
         while True:
             try:
                 polled = polling.poll(conn.readable, pool.idle())
