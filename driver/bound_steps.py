@@ -54,10 +54,13 @@ MIN_STEPS = 2
 HOLD_BELOW_MACS = 1 << 16
 
 _ROW_INTS = _bind.CALL_INTS
-# The address of external value k while binding: _EXTERNAL + k (no size, address or integer argument
-# a kernel passes comes near it; nor does the scratch's placeholder, _bind.Scratch.PLACEHOLDER).
-_EXTERNAL = -(1 << 41)
+# The address of external value k while binding: _EXTERNAL + k * _SPAN, plus the offset of a call
+# that reads from inside it (below _SPAN bytes). No size, address or integer argument a kernel passes
+# comes near them; nor does the scratch's placeholder, _bind.Scratch.PLACEHOLDER.
+_EXTERNAL = -(1 << 50)
+_SPAN = 1 << 32
 _ROW_FLOATS = 2
+_NDARRAY = np.ndarray
 
 
 def variables(step: Any) -> tuple[int, ...] | None:
@@ -102,7 +105,7 @@ class _Program:
         self.ints_ptr = self.ints.ctypes.data
         self.floats_ptr = self.floats.ctypes.data
         self.pieces: list[tuple[int, int, int]] = []  # (first operation's index, first call, call count)
-        self.patches: list[list[tuple[int, int]]] = []  # per external value: its (call, argument)s
+        self.patches: list[list[tuple[int, int, int]]] = []  # per external value: (call, argument, offset)s
         self.last: list[weakref.ref | None] = []  # per external value: the array last written in
         self.outs: list[np.ndarray] = []
         self.keep = keep
@@ -136,6 +139,7 @@ class Chunk:
         self.externals = tuple(externals)
         self.ext_shapes = tuple(shapes[i] for i in externals)
         self.ext_dtypes = tuple(np.dtype(dtypes[i]) for i in externals)
+        self.ext_specs = tuple(zip(self.ext_shapes, self.ext_dtypes, strict=True))
         self.constants = constants  # the plan's operand values before a run (for error messages)
         self.shapes = dict(shapes)
         self.needed = tuple(needed)
@@ -150,8 +154,16 @@ class Chunk:
         for st, kernel in self.pairs:
             if st.direct is not kernel:
                 return None
-        for v, shape, dtype in zip(values, self.ext_shapes, self.ext_dtypes, strict=False):  # as many
-            if type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype or not v.flags.c_contiguous:
+        specs, k = self.ext_specs, 0
+        for v in values:  # (a loop without zip: the check runs at every execution)
+            shape, dtype = specs[k]
+            k += 1
+            if (
+                type(v) is not _NDARRAY
+                or v.shape != shape
+                or (v.dtype is not dtype and v.dtype != dtype)
+                or not v.flags.c_contiguous
+            ):
                 return None
         prog: Any = ws.bound.get(self)
         if prog is None:
@@ -166,8 +178,8 @@ class Chunk:
             if seen is None or seen() is not v:  # a new array: its address goes into the calls
                 at = address(v)
                 ints = prog.ints
-                for row, col in prog.patches[k]:
-                    ints[row, col] = at
+                for row, col, offset in prog.patches[k]:
+                    ints[row, col] = at + offset
                 last[k] = weakref.ref(v)
         run = prog.run
         if checkpoint is None:
@@ -216,7 +228,7 @@ class Chunk:
             ptrs = []
             for i in reads:
                 x = produced.get(i)
-                ptrs.append(x.ctypes.data if x is not None else _EXTERNAL + self.externals.index(i))
+                ptrs.append(x.ctypes.data if x is not None else _EXTERNAL + self.externals.index(i) * _SPAN)
             bound = st.direct.bind([self.shapes[i] for i in reads], ptrs, scratch)
             if bound is None:
                 return None
@@ -252,8 +264,9 @@ class Chunk:
                 if v == _bind.Scratch.PLACEHOLDER:
                     assert buffer is not None
                     ints[r, c] = buffer.ctypes.data
-                elif _EXTERNAL <= v < _EXTERNAL + len(self.externals):
-                    prog.patches[v - _EXTERNAL].append((r, c))
+                elif _EXTERNAL <= v < _EXTERNAL + len(self.externals) * _SPAN:
+                    k, offset = divmod(v - _EXTERNAL, _SPAN)
+                    prog.patches[k].append((r, c, offset))
         return prog
 
 

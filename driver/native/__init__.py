@@ -60,6 +60,9 @@ _SIGNATURES: dict[str, list] = {
     "mk_gemm_packed_requant_q8": [_P, _I, _I, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
     "mk_run_calls": [_P, _P, _L, _P],
     "mk_add_f32": [_P, _P, _P, _L],
+    "mk_tanh_f32": [_P, _P, _L],
+    "mk_logistic_f32": [_P, _P, _L],
+    "mk_copy_2d": [_P, _P, _L, _L, _L, _L],
     "mk_call_ints": [],
 }
 

@@ -8,7 +8,7 @@ the helper would do more than make compiled calls that cannot fail, or whose fai
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,12 @@ CALL_COPY = 6
 CALL_QIM2COL = 7
 CALL_QGEMM_REQUANT = 8
 CALL_DEPTHWISE_Q8 = 9
+CALL_TANH_F32 = 10
+CALL_LOGISTIC_F32 = 11
+CALL_COPY_2D = 12
 CALL_INTS = 20
+#: The most 2-D block copies one bound SLICE makes (more: it runs unbound).
+MAX_BLOCK_COPIES = 64
 
 # A call: (kind, its int arguments (addresses and sizes), its float arguments).
 Call = tuple[int, tuple[int, ...], tuple[float, ...]]
@@ -123,6 +128,108 @@ def bind_copy_f32(xp: int, shape: tuple[int, ...]) -> BoundStep:
     """A copy of the float32 C-contiguous array at `xp` into the step's output of `shape` (as many elements)."""
     y = output(shape, F32)
     return BoundStep([(CALL_COPY, (xp, address(y), y.nbytes), ())], y, (), y.size)
+
+
+def bind_fc_f32(
+    shape: tuple[int, ...], xp: int, size: int, w: Const, bias: Const, act: int
+) -> BoundStep | None:
+    """`fc_f32`'s call for a C-contiguous float32 input of `shape` (read as [rows, size]) at `xp`, with
+    a GEMM that cannot fail: packed weights and at least 4 rows, or the compiled GEMM's loop for
+    fewer rows (at least 8 units); else None."""
+    count = int(np.prod(shape, dtype=np.int64))
+    if len(shape) < 2 or size <= 0 or count % size or not isinstance(w, GemmWeights):
+        return None
+    rows, units = count // size, w.array.shape[1]
+    if w.panels_ptr and rows >= 4:
+        kind, wp = CALL_GEMM_PACKED_BIAS_ACT_F32, w.panels_ptr
+    elif 0 < rows < 4 and units >= 8 and _HAS_GEMM:
+        kind, wp = CALL_GEMM_FEWROWS_BIAS_ACT_F32, w.ptr
+    else:
+        return None
+    lo, hi = ACT_BOUNDS[act]
+    y = output((rows, units), F32)
+    call = (kind, (xp, wp, address(y), rows, units, size, bias.ptr), (lo, hi))
+    return BoundStep([call], y, (w, bias), rows * size * units)
+
+
+def bind_unary_f32(kind: int, xp: int, shape: tuple[int, ...]) -> BoundStep:
+    """An elementwise compiled call (CALL_TANH_F32, CALL_LOGISTIC_F32) on the float32 C-contiguous
+    array of `shape` at `xp` into the step's output."""
+    y = output(shape, F32)
+    return BoundStep([(kind, (xp, address(y), y.size), ())], y, (), y.size)
+
+
+# A block copy: (source offset, destination offset, rows, row length, source stride, destination
+# stride), all in elements.
+Block = tuple[int, int, int, int, int, int]
+
+
+def slice_blocks(shape: tuple[int, ...], begin: Sequence[int], size: Sequence[int]) -> list[Block] | None:
+    """The block copies that gather the slice [begin, begin + size) of a C-contiguous array of `shape`
+    into a C-contiguous output (every size resolved, in range and non-zero); None when more than
+    MAX_BLOCK_COPIES are needed."""
+    strides = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    # The innermost run: dimension j (partly taken) and every full dimension after it.
+    j = len(shape) - 1
+    while j > 0 and begin[j] == 0 and size[j] == shape[j]:
+        j -= 1
+    run = size[j] * strides[j] if shape else 1
+    offset = begin[j] * strides[j] if shape else 0
+    # The outer dimensions, those of one index dropped and each full one merged into the one before.
+    outer: list[list[int]] = []  # [count, stride]
+    for d in range(j):
+        offset += begin[d] * strides[d]
+        if size[d] == 1:
+            continue
+        if outer and size[d] == shape[d] and outer[-1][1] == shape[d] * strides[d]:
+            outer[-1] = [outer[-1][0] * size[d], strides[d]]
+        else:
+            outer.append([size[d], strides[d]])
+    rows, stride = outer.pop() if outer else (1, run)
+    starts = [offset]
+    for count, step in outer:
+        starts = [s + i * step for s in starts for i in range(count)]
+        if len(starts) > MAX_BLOCK_COPIES:
+            return None
+    return [(s, k * rows * run, rows, run, stride, run) for k, s in enumerate(starts)]
+
+
+def concat_blocks(shapes: Sequence[tuple[int, ...]], axis: int) -> list[Block]:
+    """Per input (C-contiguous, of `shapes`, equal except along `axis`), the block copy that places it
+    in the C-contiguous concatenation along `axis`."""
+    rows = int(np.prod(shapes[0][:axis], dtype=np.int64))
+    runs = [int(np.prod(s[axis:], dtype=np.int64)) for s in shapes]
+    total = sum(runs)
+    blocks, at = [], 0
+    for run in runs:
+        blocks.append((0, at, rows, run, run, total))
+        at += run
+    return blocks
+
+
+#: Block copies read at most this many bytes past the start of their source (driver.bound_steps).
+MAX_SOURCE_OFFSET = 1 << 32
+
+
+def bind_copies(
+    xps: Sequence[int], blocks: Sequence[Block], shape: tuple[int, ...], dtype: np.dtype
+) -> BoundStep | None:
+    """The block copies (one per entry of `blocks`, reading the array at xps[i] or xps[0]) into the
+    step's output of `shape` and `dtype`; empty blocks are left out. None for a block that starts
+    MAX_SOURCE_OFFSET bytes or more into its source."""
+    y = output(shape, dtype)
+    yp, item = address(y), dtype.itemsize
+    calls: list[Call] = []
+    for i, (src, dst, rows, run, s_stride, d_stride) in enumerate(blocks):
+        if src * item >= MAX_SOURCE_OFFSET:
+            return None
+        if rows and run:
+            xp = xps[i] if len(xps) > 1 else xps[0]
+            args = (xp + src * item, yp + dst * item, rows, run * item, s_stride * item, d_stride * item)
+            calls.append((CALL_COPY_2D, args, ()))
+    return BoundStep(calls, y, (), y.size)
 
 
 def _no_tables(status: int) -> Exception:

@@ -18,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from driver.ops import _bind, _fast
 from driver.ops._base import ArgInfo, Run, expect_count, register
 from driver.ops._params import float_outputs, float_tensor, int_param, known_rank, normalize_axis
 from driver.ops._qelementwise import as_bytes, byte_values, f32, quant8_output, rescale, tensor_kind
 from driver.ops._quant import QUANT8_RANGE, check_quant8, saturate
-from mlts.hal.enums import OperationType
+from mlts.hal.enums import OperandType, OperationType
 from mlts.hal.errors import invalid
 
 NAME = "CONCATENATION"
@@ -54,13 +55,13 @@ def _check_rank(rank: int) -> None:
         raise invalid(f"{NAME}: inputs have rank {rank}, expected rank 1 to {MAX_RANK}")
 
 
-def _check_shapes(xs: Sequence[np.ndarray], ax: int) -> None:
-    ref = xs[0].shape
-    for i, x in enumerate(xs):
-        if x.ndim != len(ref) or any(
-            a != b for d, (a, b) in enumerate(zip(x.shape, ref, strict=True)) if d != ax
+def _check_shapes(shapes: Sequence[tuple[int, ...]], ax: int) -> None:
+    ref = shapes[0]
+    for i, shape in enumerate(shapes):
+        if len(shape) != len(ref) or any(
+            a != b for d, (a, b) in enumerate(zip(shape, ref, strict=True)) if d != ax
         ):
-            raise invalid(f"{NAME}: input {i} has shape {x.shape}, expected {ref} except along axis {ax}")
+            raise invalid(f"{NAME}: input {i} has shape {shape}, expected {ref} except along axis {ax}")
 
 
 @register(OperationType.CONCATENATION)
@@ -93,11 +94,27 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
         if ax is None:
             _check_rank(xs[0].ndim)
             ax = normalize_axis(NAME, "axis", axis, xs[0].ndim)
-            _check_shapes(xs, ax)
+            _check_shapes(shapes, ax)
             if len(checked) < MAX_CHECKED:
                 checked[shapes] = ax
         if tables is not None:
             xs = [x if t is None else t[as_bytes(x)] for x, t in zip(xs, tables, strict=True)]
         return [np.concatenate(xs, axis=ax)]
 
+    if tables is None and all(a.type == OperandType.TENSOR_FLOAT32 for a in ins[:n]) and _fast.enabled():
+
+        def bind(
+            shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
+        ) -> _bind.BoundStep | None:
+            """`run` as one compiled block copy per C-contiguous float32 input (driver.bound_steps)."""
+            _check_rank(len(shapes[0]))
+            ax = normalize_axis(NAME, "axis", axis, len(shapes[0]))
+            _check_shapes(shapes, ax)
+            out = (*shapes[0][:ax], sum(s[ax] for s in shapes), *shapes[0][ax + 1 :])
+            if 0 in out:
+                return None
+            return _bind.bind_copies(ptrs, _bind.concat_blocks(shapes, ax), out, np.dtype(np.float32))
+
+        run.bind = bind  # type: ignore[attr-defined]
+        run.bind_inputs = tuple(range(n))  # type: ignore[attr-defined]
     return run

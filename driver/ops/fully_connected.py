@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from driver.ops import _fast
+from driver.ops import _bind, _fast
 from driver.ops._activation import apply_activation, parse_activation
 from driver.ops._base import ArgInfo, Run, expect_count, register
 from driver.ops._conv_common import bias_vector, constant_or_none, packed_constant
@@ -93,6 +93,16 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
         y += bias if bias is not None else bias_vector(args[2])
         return [apply_activation(act, y)]
 
+    if fast and w_c is not None and b_c is not None:
+        weights, bias_c = w_c, b_c
+
+        def bind(
+            shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
+        ) -> _bind.BoundStep | None:
+            """`run`'s compiled GEMM for a C-contiguous float32 input (driver.bound_steps)."""
+            return _bind.bind_fc_f32(shapes[0], ptrs[0], size, weights, bias_c, act)
+
+        run.bind = bind  # type: ignore[attr-defined]
     return run
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from driver.ops import _bind, _fast
 from driver.ops._base import ArgInfo, Run, expect_count, expect_type, register
 from driver.ops._params import int_tensor_input, int_values
 from driver.ops._qelementwise import moving_signature
@@ -47,4 +48,27 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
         x = args[0]
         return [x[_index(x.shape, int_values(begin, args[1]), int_values(size, args[2]))].copy()]
 
+    if (
+        begin is not None
+        and size is not None
+        and ins[0].type == OperandType.TENSOR_FLOAT32
+        and _fast.enabled()
+    ):
+        b_c, s_c = begin, size
+
+        def bind(
+            shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
+        ) -> _bind.BoundStep | None:
+            """`run` as compiled block copies for a C-contiguous float32 input (driver.bound_steps)."""
+            index = _index(shapes[0], b_c, s_c)
+            starts = [sl.start for sl in index]
+            sizes = [sl.stop - sl.start for sl in index]
+            if 0 in sizes or 0 in shapes[0]:
+                return None
+            blocks = _bind.slice_blocks(shapes[0], starts, sizes)
+            if blocks is None:
+                return None
+            return _bind.bind_copies(ptrs, blocks, tuple(sizes), np.dtype(np.float32))
+
+        run.bind = bind  # type: ignore[attr-defined]
     return run

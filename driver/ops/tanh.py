@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from driver.ops import _bind
 from driver.ops._base import ArgInfo, Run, register
 from driver.ops._fixedpoint import tanh
 from driver.ops._quant import is_quant8, rounding_divide_by_pot
@@ -24,6 +25,7 @@ NAME = "TANH"
 
 
 def _tanh(x: np.ndarray) -> np.ndarray:
+    """Without the compiled kernels; with them float32 runs mk_tanh_f32 (kernels.c)."""
     return np.tanh(x)
 
 
@@ -41,4 +43,6 @@ def tanh_table(input_scale: float, zero_point: int) -> Table:
 def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     if ins and is_quant8(ins[0].type):
         return prepare_lookup(NAME, ins, outs, 1 / 128, 128, tanh_table)
-    return prepare_unary(NAME, ins, outs, _tanh, quiet=True)  # tanh never overflows
+    return prepare_unary(
+        NAME, ins, outs, _tanh, quiet=True, compiled=("mk_tanh_f32", _bind.CALL_TANH_F32)
+    )  # tanh never overflows
