@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 
+from mlts.hal import expected_wait
 from mlts.hal.fence import is_eventfd
 
 HEADER_BYTES = 192
@@ -381,6 +382,9 @@ class Ring:
                     self.rechecks_found += 1
                     return True
 
+    def _event_ready(self, timeout: float) -> bool:
+        return bool(select.select((self.event_fd,), (), (), timeout)[0])
+
     def _stretched(self, began: int, stretch: tuple[float, float]) -> bool:
         """The stretch of a polling window begun at `began` (ns): asleep, then polling; True once a
         message is pending or the eventfd was signalled (the awake flag is then clear or set as the
@@ -393,7 +397,7 @@ class Ring:
             self._fence()
             if words[_W] != r:
                 return True
-            if select.select((self.event_fd,), (), (), nap)[0]:
+            if expected_wait.nap(self._event_ready, nap):
                 try:
                     os.eventfd_read(self.event_fd)
                 except BlockingIOError:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 
 from mlts.hal.burst_ring import EMPTY_WINDOWS_BEFORE_PROBING, PROBE_EVERY
-from mlts.hal.expected_wait import ExpectedWait
+from mlts.hal.expected_wait import ExpectedWait, nap
 
 #: The client's window for an answer (a small call takes the service 40-60 us of CPU here).
 CLIENT_WINDOW_US = 100
@@ -85,7 +85,7 @@ class PollingWindow:
         if stretch is not None:
             # Off the CPU until shortly before the expected answer (woken by an earlier one), then poll.
             wait = now + stretch[0] - clock()
-            if wait > 0 and readable(wait):
+            if wait > 0 and nap(readable, wait):
                 self._empty = 0
                 self.expected.record(clock() - now)
                 return True

@@ -14,17 +14,44 @@ from mlts.hal.socket_polling import PollingWindow
 def test_stretch_needs_two_waits_within_the_maximum() -> None:
     e = ExpectedWait(1000)
     assert e.stretch() is None  # nothing known yet
-    e.record(0.0001)
+    e.record(0.00004)
     assert e.stretch() is None  # one wait is not a pattern
     e.record(0.0003)
     # The shorter of the two: no sleep (it is within the lead), polling until 1.25 times it.
-    assert e.stretch() == pytest.approx((0.0, 0.0001 * STRETCH_FACTOR))
+    assert e.stretch() == pytest.approx((0.0, 0.00004 * STRETCH_FACTOR))
     e.record(0.005)  # one long wait (a large model, a client thinking) ends it
     assert e.stretch() is None
     e.record(0.0009)
     assert e.stretch() is None
     e.record(0.0008)
+    e.stretch()  # the first plain wait, to compare
+    e.record(0.0008)
+    e._average[1] = 0.0007  # stretched waits were shorter
     assert e.stretch() == pytest.approx((0.0008 - WAKE_LEAD_US / 1e6, 0.0008 * STRETCH_FACTOR))
+
+
+def waits(e: ExpectedWait, n: int, plain: float, stretched: float) -> list[bool]:
+    """n waits taking `plain` or `stretched` seconds as planned; whether each was stretched."""
+    ways = []
+    for _ in range(n):
+        way = e.stretch() is not None
+        ways.append(way)
+        e.record(stretched if way else plain)
+    return ways
+
+
+def test_the_faster_way_is_kept_and_the_other_probed() -> None:
+    e = ExpectedWait(1000)
+    e.record(0.0002)
+    e.record(0.0002)
+    ways = waits(e, 64, plain=0.0003, stretched=0.0002)
+    assert ways[:2] == [True, False]  # each way once, to learn it
+    assert ways.count(False) == 1 + 4  # then the faster (stretched), and a probe in every 16
+    assert e.averages() == pytest.approx((0.0003, 0.0002))
+    # The other side needs the CPU the poller holds: stretched waits get longer, and are given up.
+    ways = waits(e, 64, plain=0.0003, stretched=0.0005)
+    assert ways[-32:].count(True) == 2  # only the probes
+    assert e.averages()[1] > e.averages()[0]
 
 
 def test_zero_maximum_never_stretches() -> None:
@@ -101,3 +128,20 @@ def test_an_answer_found_while_polling_is_remembered() -> None:
         assert w.poll(lambda timeout: next(calls)) is True
     stretch = w.expected.stretch()
     assert stretch is not None and 0 < stretch[1] < 0.001 * STRETCH_FACTOR
+
+
+def test_nap_sleeps_with_a_fine_timer_and_restores_the_slack() -> None:
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    before = prctl(30, 0, 0, 0, 0)  # PR_GET_TIMERSLACK
+    seen: list[int] = []
+
+    def wait(timeout: float) -> bool:
+        seen.append(prctl(30, 0, 0, 0, 0))
+        time.sleep(timeout)
+        return False
+
+    assert expected_wait.nap(wait, 0.0002) is False
+    assert seen == [1000]  # 1 µs while asleep
+    assert prctl(30, 0, 0, 0, 0) == before
