@@ -63,6 +63,7 @@ _SIGNATURES: dict[str, list] = {
     "mk_tanh_f32": [_P, _P, _L],
     "mk_logistic_f32": [_P, _P, _L],
     "mk_copy_2d": [_P, _P, _L, _L, _L, _L],
+    "mk_softmax_f32": [_P, _P, _L, _L, _F],
     "mk_call_ints": [],
 }
 

@@ -1673,6 +1673,7 @@ enum {
     MK_CALL_TANH_F32 = 10,
     MK_CALL_LOGISTIC_F32 = 11,
     MK_CALL_COPY_2D = 12,
+    MK_CALL_SOFTMAX_F32 = 13,
 };
 
 /* TANH and LOGISTIC, 16 floats at a time: Cephes' expf polynomial (x clamped to [-87.3, 88.3]) and
@@ -1781,6 +1782,47 @@ void mk_copy_2d(const void *src, void *dst, int64_t rows, int64_t row_bytes, int
     for (int64_t r = 0; r < rows; r++) memcpy(d + r * dst_stride, s + r * src_stride, (size_t)row_bytes);
 }
 
+/* SOFTMAX along the last axis of rows x cols floats: y = e / sum(e), e = exp(beta * (x - max(x))) per
+ * row, as the NumPy kernel computes it (x - max, then times beta unless beta is 1); the max propagates
+ * a NaN as np.maximum does. exp is exp16 (Cephes, as TANH's), 0 below -87.3 (a -inf difference
+ * included; the true value there is under 1.2e-38). y may be x. */
+void mk_softmax_f32(const float *x, float *y, int64_t rows, int64_t cols, float beta) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols;
+        float *yr = y + r * cols;
+        float m = xr[0];
+        for (int64_t i = 1; i < cols; i++) {
+            float v = xr[i];
+            if (v > m || v != v) m = v;
+            if (m != m) break;
+        }
+        v16f acc = splat16(0.0f), mv = splat16(m), bv = splat16(beta), lo = splat16(-87.3f), zero = splat16(0.0f);
+        int64_t i = 0;
+        for (; i + 16 <= cols; i += 16) {
+            v16f z;
+            memcpy(&z, xr + i, 64);
+            z = z - mv;
+            if (beta != 1.0f) z = z * bv;
+            v16f e = sel16(z < lo, zero, exp16(z));
+            acc += e;
+            memcpy(yr + i, &e, 64);
+        }
+        float sum = 0.0f;
+        for (int k = 0; k < 16; k++) sum += acc[k];
+        if (i < cols) {
+            int64_t n = cols - i;
+            v16f z = splat16(0.0f);
+            memcpy(&z, xr + i, (size_t)n * sizeof(float));
+            z = z - mv;
+            if (beta != 1.0f) z = z * bv;
+            v16f e = sel16(z < lo, zero, exp16(z));
+            for (int64_t k = 0; k < n; k++) sum += e[k];
+            memcpy(yr + i, &e, (size_t)n * sizeof(float));
+        }
+        for (int64_t k = 0; k < cols; k++) yr[k] = yr[k] / sum;
+    }
+}
+
 /* qgemm_kernels.c (the same library) */
 int mk_qgemm_requant(const void *a, int64_t lda, int a_signed, const int8_t *bp, const int32_t *colc, int32_t zw,
                      int64_t m, int64_t n, int64_t k, const int64_t *bias, const int64_t *mult, const int64_t *left,
@@ -1851,6 +1893,9 @@ int64_t mk_run_calls(const int64_t *ints, const float *floats, int64_t n, int64_
             break;
         case MK_CALL_COPY_2D:
             mk_copy_2d((const void *)a[1], (void *)a[2], a[3], a[4], a[5], a[6]);
+            break;
+        case MK_CALL_SOFTMAX_F32:
+            mk_softmax_f32((const float *)a[1], (float *)a[2], a[3], a[4], f[0]);
             break;
         default:
             return i + 1;

@@ -31,6 +31,7 @@ CALL_DEPTHWISE_Q8 = 9
 CALL_TANH_F32 = 10
 CALL_LOGISTIC_F32 = 11
 CALL_COPY_2D = 12
+CALL_SOFTMAX_F32 = 13
 CALL_INTS = 20
 #: The most 2-D block copies one bound SLICE makes (more: it runs unbound).
 MAX_BLOCK_COPIES = 64
@@ -157,6 +158,13 @@ def bind_unary_f32(kind: int, xp: int, shape: tuple[int, ...]) -> BoundStep:
     array of `shape` at `xp` into the step's output."""
     y = output(shape, F32)
     return BoundStep([(kind, (xp, address(y), y.size), ())], y, (), y.size)
+
+
+def bind_softmax_f32(xp: int, shape: tuple[int, ...], beta: float) -> BoundStep:
+    """SOFTMAX along the last axis of the float32 C-contiguous array of `shape` at `xp` (no zero size)."""
+    y = output(shape, F32)
+    cols = shape[-1]
+    return BoundStep([(CALL_SOFTMAX_F32, (xp, address(y), y.size // cols, cols), (beta,))], y, (), y.size)
 
 
 # A block copy: (source offset, destination offset, rows, row length, source stride, destination

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from driver.ops import _bind, _fast
 from driver.ops._base import ArgInfo, Run, expect_count, register
 from driver.ops._fixedpoint import (
     FORTY_EIGHT_OVER_17,
@@ -38,6 +39,7 @@ from driver.ops._fixedpoint import (
 from driver.ops._params import float_outputs, float_tensor, normalize_axis
 from driver.ops._quant import QUANT8_DTYPE, is_quant8
 from driver.ops._softmax_common import check_fixed_output, parse_beta_axis, shifted_logits
+from driver.ops._workspace import address, output
 from mlts.hal.enums import OperandType, OperationType
 
 NAME = "SOFTMAX"
@@ -62,7 +64,36 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
         z /= np.add.reduce(z, axis=ax, keepdims=True)  # z.sum without its Python layers
         return [z]
 
-    return run
+    if not _fast.enabled() or ins[0].type != OperandType.TENSOR_FLOAT32:
+        return run
+    numpy_run = run
+    softmax = _fast._LIB.mk_softmax_f32
+    f32 = np.float32
+
+    def run_compiled(args: Sequence[Any]) -> list[np.ndarray]:
+        """Along the last axis of a non-empty float32 input: the compiled kernel (mk_softmax_f32) into
+        the step's output; anything else as NumPy."""
+        x = args[0]
+        if type(x) is not np.ndarray or x.dtype != f32 or not x.size or axis not in (-1, x.ndim - 1):
+            return numpy_run(args)
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+        y = output(x.shape, f32)
+        cols = x.shape[-1]
+        softmax(address(x), address(y), x.size // cols, cols, beta)
+        return [y]
+
+    def bind(
+        shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
+    ) -> _bind.BoundStep | None:
+        """`run_compiled`'s call (driver.bound_steps), for the shapes it makes it for."""
+        shape = shapes[0]
+        if not shape or 0 in shape or axis not in (-1, len(shape) - 1):
+            return None
+        return _bind.bind_softmax_f32(ptrs[0], shape, float(beta))
+
+    run_compiled.bind = bind  # type: ignore[attr-defined]
+    return run_compiled
 
 
 def exp_tables(beta: float, input_scale: float) -> tuple[np.ndarray, np.ndarray]:
