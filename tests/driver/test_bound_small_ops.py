@@ -17,6 +17,7 @@ from driver.ops import ArgInfo, _bind, logistic, tanh
 from mlts.hal.builder import ModelBuilder
 from mlts.hal.enums import OperandType as T
 from mlts.hal.enums import OperationType as O
+from tests.driver import bindkit
 from tests.driver.opkit import check
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="compiled kernels not built")
@@ -72,20 +73,10 @@ def _model(rows: int):
     return bld.build()
 
 
-def _unbound(plan: Plan) -> Plan:
-    from driver.straight_line import compile_steps
-
-    plan._straight = compile_steps(
-        plan.steps, plan.input_indexes, plan.output_indexes, plan._template, plan.sub.operands, bind=False
-    )
-    plan._straight_tried = True
-    return plan
-
-
 @pytest.mark.parametrize("rows", [1, 5], ids=["few_rows", "packed"])
 def test_small_ops_bound_equal_the_steps_called_one_by_one(rows) -> None:
     model = _model(rows)
-    bound, unbound = Plan(model), _unbound(Plan(model))
+    bound, unbound = Plan(model), bindkit.unbound(Plan(model))
     rng = np.random.default_rng(rows)
     for k in range(3):
         x = (rng.standard_normal((rows, 2, 6)) * (1 + 10 * k)).astype(np.float32)
@@ -223,7 +214,7 @@ def test_a_slice_of_a_chunk_input_reads_it_at_its_offset() -> None:
     z = _concat(bld, [x, x], 1, (3, 16))
     bld.mark_outputs([y, z])
     model = bld.build()
-    bound, unbound = Plan(model), _unbound(Plan(model))
+    bound, unbound = Plan(model), bindkit.unbound(Plan(model))
     rng = np.random.default_rng(2)
     for _ in range(4):
         x_val = rng.standard_normal((3, 8)).astype(np.float32)  # a new array each run

@@ -17,6 +17,7 @@ from mlts.hal.enums import ErrorStatus
 from mlts.hal.enums import OperandType as T
 from mlts.hal.enums import OperationType as O
 from mlts.hal.errors import HalError
+from tests.driver import bindkit
 from tests.driver.threadkit import run_concurrently
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="compiled kernels not built")
@@ -68,17 +69,6 @@ def _inputs(n: int) -> list[np.ndarray]:
     return [rng.standard_normal((1, 12, 12, 3)).astype(np.float32) for _ in range(n)]
 
 
-def _unbound(plan: Plan) -> Plan:
-    """The plan's straight-line function with every step called one by one."""
-    from driver.straight_line import compile_steps
-
-    plan._straight = compile_steps(
-        plan.steps, plan.input_indexes, plan.output_indexes, plan._template, plan.sub.operands, bind=False
-    )
-    plan._straight_tried = True
-    return plan
-
-
 def _chunks(plan: Plan) -> list[Chunk]:
     plan.run(_inputs(1), checked=True)  # compiles the straight-line function
     assert plan._straight is not None
@@ -86,7 +76,7 @@ def _chunks(plan: Plan) -> list[Chunk]:
 
 
 def test_bound_runs_equal_the_steps_called_one_by_one() -> None:
-    bound, unbound = Plan(_model()), _unbound(Plan(_model()))
+    bound, unbound = Plan(_model()), bindkit.unbound(Plan(_model()))
     chunks = _chunks(bound)
     assert [len(c.steps) for c in chunks] == [4, 4]
     for x in _inputs(3):
@@ -127,7 +117,7 @@ def test_checkpoints_come_before_each_piece_of_a_bound_run(monkeypatch) -> None:
 def test_two_threads_running_one_plan_get_the_lone_results() -> None:
     plan = Plan(_model())
     inputs = _inputs(2)
-    reference = _unbound(Plan(_model()))
+    reference = bindkit.unbound(Plan(_model()))
     expected = [[r.tobytes() for r in reference.run([x], checked=True)] for x in inputs]
     start = threading.Barrier(2)
     errors: list[str] = []
@@ -249,7 +239,7 @@ def test_quantized_convolutions_bound_equal_the_steps_called_one_by_one(name) ->
     from tests.driver import cachekit
 
     model = cachekit.model(name)
-    bound, unbound = Plan(model), _unbound(Plan(model))
+    bound, unbound = Plan(model), bindkit.unbound(Plan(model))
     for seed in (0, 1):
         xs = cachekit.inputs(model, seed)
         for _ in range(2):

@@ -14,8 +14,8 @@ from driver.ops import ArgInfo, softmax
 from mlts.hal.builder import ModelBuilder
 from mlts.hal.enums import OperandType as T
 from mlts.hal.enums import OperationType as O
+from tests.driver import bindkit
 from tests.driver.opkit import check
-from tests.driver.test_bound_small_ops import _unbound
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="compiled kernels not built")
 
@@ -91,7 +91,7 @@ def test_bound_after_a_fully_connected_equals_the_steps_one_by_one() -> None:
     bld.add_operation(O.SOFTMAX, [h, bld.add_float32(0.75)], [y])
     bld.mark_outputs([y])
     model = bld.build()
-    bound, unbound = Plan(model), _unbound(Plan(model))
+    bound, unbound = Plan(model), bindkit.unbound(Plan(model))
     for k in range(4):
         x_val = (rng.standard_normal((1, 48)) * (1 + k)).astype(np.float32)
         got, want = bound.run([x_val], checked=True), unbound.run([x_val], checked=True)
