@@ -291,7 +291,7 @@ class Ring:
         timeout: float | None,
         polling_us: int = DEFAULT_POLLING_US,
         answered: Ring | None = None,
-        stretch: tuple[float, float] | None = None,
+        expected: expected_wait.ExpectedWait | None = None,
     ) -> bool:
         """Poll for `polling_us`, then block on the eventfd; True once a message (or closing) is pending
         or the eventfd was signalled (the caller checks what happened).
@@ -306,9 +306,9 @@ class Ring:
         the producer need not signal; it is cleared (then a barrier, then a last look) before
         blocking. Returns False after `timeout` seconds (None: no limit) with nothing pending.
 
-        `stretch` (mlts.hal.expected_wait): (sleep until, poll until), seconds after the wait began:
-        after the window, this side blocks on the eventfd until the first (a message wakes it), then
-        polls again until the second.
+        `expected` (mlts.hal.expected_wait): when it plans a stretch, (sleep until, poll until) in
+        seconds after the wait began, a window that ended with nothing is followed by a blocking wait
+        on the eventfd until the first (a message wakes it), then polling until the second.
         """
         words = self._words
         r = self._read
@@ -341,7 +341,7 @@ class Ring:
                 if words[_W] != r:
                     self._empty_windows = 0
                     return True  # still awake: the flag stays set until this side blocks
-            if stretch is not None and self._stretched(began, stretch):
+            if expected is not None and self._stretched(began, expected):
                 self._empty_windows = 0
                 return True
             self._empty_windows += 1
@@ -385,10 +385,15 @@ class Ring:
     def _event_ready(self, timeout: float) -> bool:
         return bool(select.select((self.event_fd,), (), (), timeout)[0])
 
-    def _stretched(self, began: int, stretch: tuple[float, float]) -> bool:
-        """The stretch of a polling window begun at `began` (ns): asleep, then polling; True once a
-        message is pending or the eventfd was signalled (the awake flag is then clear or set as the
-        blocking wait and the polling leave it)."""
+    def _stretched(self, began: int, expected: expected_wait.ExpectedWait) -> bool:
+        """The stretch `expected` plans for a polling window begun at `began` (ns): asleep, then
+        polling; True once a message is pending or the eventfd was signalled (the awake flag is then
+        clear or set as the blocking wait and the polling leave it). It polls only while a CPU is to
+        spare (`expected_wait.cpu_to_spare`), and a turn more than PREEMPTED_GAP_US after the one
+        before ends it; both make `expected` back off."""
+        stretch = expected.stretch()
+        if stretch is None:
+            return False
         words, r = self._words, self._read
         nap = (began + stretch[0] * 1e9 - time.perf_counter_ns()) / 1e9
         if nap > 0 and self.event_fd < _SELECT_FDS:
@@ -405,12 +410,23 @@ class Ring:
                 return True
             self._flags[_AWAKE] = 1
             self._awake = True
+        if not expected_wait.cpu_to_spare():
+            expected.back_off()
+            return False  # every CPU has a thread to run: block (the caller clears the flag)
         clock = time.perf_counter_ns
         until = began + int(stretch[1] * 1e9)
-        while clock() < until:
+        gap = expected_wait.PREEMPTED_GAP_US * 1000
+        turn = clock()
+        while True:
             if words[_W] != r:
                 return True
-        return False
+            t = clock()
+            if t >= until:
+                return False
+            if t - turn > gap:
+                expected.back_off()
+                return False
+            turn = t
 
     # ------------------------------------------------------------ ending
 

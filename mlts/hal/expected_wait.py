@@ -11,12 +11,15 @@ wake-up. A longer wait (a large model, a client thinking between calls) leaves t
 is. The polling is bounded by `max_us * STRETCH_FACTOR`, and the windows' other rules (off after
 long waits, probing after empty windows) still apply.
 
-Whether stretching pays is measured, not assumed: a polling reader holds a CPU, and on a machine
-with few cores the other side may need it (a driver splitting an LSTM over both cores of two ran
-its step 40% slower beside a polling client). Each reader keeps the average length of its
-stretched and of its plain waits (an exponential average, weight AVERAGE_WEIGHT) and stretches
-while the stretched ones are not longer; every PROBE_EVERY-th eligible wait goes the other way, so
-both averages follow a change (another model, a busier machine).
+A polling reader holds a CPU, which other threads may need (more clients than cores, a driver
+splitting its work over every core: asr_float's step at 2 threads took 15% longer beside a polling
+client, and two clients' throughput on one service fell 10%). So a stretch polls only while a CPU
+is to spare: when its sleep ends, the kernel's count of runnable threads (/proc/loadavg, this one
+included) must not exceed the CPUs this process may use, or it blocks instead; and a turn of the
+poll that finds more than PREEMPTED_GAP_US since the one before (the CPU was taken from it; on a
+quiet machine the turns are a microsecond apart) ends it. Either way the next BACK_OFF eligible
+waits are plain (their windows only), so a reader beside a driver that uses every core does not
+wake early on every call to find that out.
 
 MLTS_POLLING_STRETCH_US sets `max_us` for every client reader (0: never stretch).
 """
@@ -36,10 +39,10 @@ STRETCH_FACTOR = 1.25
 #: 1 µs: waking then takes about 25 µs here, against about 75 µs with Linux's default 50 µs slack).
 WAKE_LEAD_US = 50
 ENV = "MLTS_POLLING_STRETCH_US"
-#: Every this many eligible waits, one goes the way the averages do not choose.
-PROBE_EVERY = 16
-#: The weight of a new wait in its way's average.
-AVERAGE_WEIGHT = 0.25
+#: A turn of a stretched poll this long after the one before means the CPU was taken from the reader.
+PREEMPTED_GAP_US = 50
+#: After that, this many eligible waits are not stretched.
+BACK_OFF = 32
 
 
 _PR_SET_TIMERSLACK = 29
@@ -63,6 +66,29 @@ def nap(wait: Callable[[float], bool], seconds: float) -> bool:
         _prctl(_PR_SET_TIMERSLACK, old if old > 0 else 0, 0, 0, 0)
 
 
+def _open_loadavg() -> int | None:
+    try:
+        return os.open("/proc/loadavg", os.O_RDONLY)
+    except OSError:
+        return None
+
+
+_LOADAVG = _open_loadavg()
+_CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def cpu_to_spare() -> bool:
+    """Whether no more threads are runnable now than this process has CPUs (counting the caller);
+    True when the count cannot be read."""
+    if _LOADAVG is None:
+        return True
+    try:
+        running = os.pread(_LOADAVG, 128, 0).split()[3].split(b"/")[0]
+        return int(running) <= _CPUS
+    except (OSError, IndexError, ValueError):
+        return True
+
+
 def stretch_max_us(default: int = STRETCH_MAX_US) -> int:
     """MLTS_POLLING_STRETCH_US when set to a whole number (at most 10 000), else `default`."""
     raw = os.environ.get(ENV, "").strip()
@@ -72,47 +98,36 @@ def stretch_max_us(default: int = STRETCH_MAX_US) -> int:
 
 
 class ExpectedWait:
-    """The last two waits of one reader, the average wait with and without a stretch, and the plan
-    of the next wait's stretch (seconds)."""
+    """The last two waits of one reader and the plan of the next wait's stretch (seconds)."""
 
-    __slots__ = ("max_s", "_last", "_before", "_average", "_eligible", "_way")
+    __slots__ = ("max_s", "_last", "_before", "_skip", "back_offs")
 
     def __init__(self, max_us: int) -> None:
         self.max_s = max(0, max_us) / 1e6
         self._last = math.inf
         self._before = math.inf
-        self._average = [0.0, 0.0]  # of plain and of stretched waits; 0.0: none yet
-        self._eligible = 0  # waits that could have been stretched
-        self._way = -1  # this wait: -1 not eligible (or not asked), 0 plain, 1 stretched
+        self._skip = 0  # eligible waits left without a stretch after a crowded one
+        self.back_offs = 0
 
     def record(self, seconds: float) -> None:
         """A wait ended after `seconds`."""
         self._before = self._last
         self._last = seconds
-        way = self._way
-        if way >= 0:
-            avg = self._average[way]
-            self._average[way] = seconds if avg == 0.0 else avg + (seconds - avg) * AVERAGE_WEIGHT
-            self._way = -1
 
-    def averages(self) -> tuple[float, float]:
-        """The average plain and stretched waits (seconds; 0.0 before the first)."""
-        return self._average[0], self._average[1]
+    def back_off(self) -> None:
+        """A stretch found no CPU to spare, or lost its CPU while polling: the next BACK_OFF eligible
+        waits are plain."""
+        self._skip = BACK_OFF
+        self.back_offs += 1
 
     def stretch(self) -> tuple[float, float] | None:
-        """Plan a wait: (sleep until, poll until) in seconds after it began, or None for a plain wait
-        (the last two waits not both within the maximum, or a plain wait measuring faster)."""
-        self._way = -1
+        """Plan a wait: (sleep until, poll until) in seconds after it began, or None (the last two
+        waits not both within the maximum, or backing off after a crowded stretch)."""
         longer = max(self._last, self._before) if self.max_s > 0 else math.inf
         if longer > self.max_s:
             return None
-        plain, stretched = self._average
-        stretch = stretched <= plain if plain and stretched else not stretched
-        self._eligible += 1
-        if self._eligible % PROBE_EVERY == 0:
-            stretch = not stretch
-        self._way = int(stretch)
-        if not stretch:
+        if self._skip:
+            self._skip -= 1
             return None
         shorter = min(self._last, self._before)
         return max(0.0, shorter - WAKE_LEAD_US / 1e6), shorter * STRETCH_FACTOR

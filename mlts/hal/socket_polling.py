@@ -22,12 +22,13 @@ window, so a model run call after call is answered to a polling client.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
 
 from mlts.hal.burst_ring import EMPTY_WINDOWS_BEFORE_PROBING, PROBE_EVERY
-from mlts.hal.expected_wait import ExpectedWait, nap
+from mlts.hal.expected_wait import PREEMPTED_GAP_US, ExpectedWait, cpu_to_spare, nap
 
 #: The client's window for an answer (a small call takes the service 40-60 us of CPU here).
 CLIENT_WINDOW_US = 100
@@ -89,21 +90,31 @@ class PollingWindow:
                 self._empty = 0
                 self.expected.record(clock() - now)
                 return True
-            if self._spin(readable, now + stretch[1]):
+            if not cpu_to_spare():
+                self.expected.back_off()
+            elif self._spin(readable, now + stretch[1], PREEMPTED_GAP_US / 1e6):
                 return True
         self._empty += 1
         return False
 
-    def _spin(self, readable: Callable[[float], bool], end: float) -> bool:
+    def _spin(self, readable: Callable[[float], bool], end: float, gap: float = math.inf) -> bool:
+        """Poll until `end`; a turn more than `gap` after the one before (the CPU was taken) ends the
+        stretch it polls for (ExpectedWait.back_off)."""
         now = self._started
         clock = time.perf_counter
+        turn = clock()
         while True:
             if readable(0):
                 self._empty = 0
                 self.expected.record(clock() - now)
                 return True
-            if clock() >= end:
+            t = clock()
+            if t >= end:
                 return False
+            if t - turn > gap:
+                self.expected.back_off()
+                return False
+            turn = t
 
     def waited(self) -> None:
         """The wait begun by `poll` ended after a blocking wait: remember how long it took."""

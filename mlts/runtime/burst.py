@@ -222,11 +222,11 @@ class RemoteBurst(Burst):
         expected = self._expected
         started = time.perf_counter()
         polling = self.polling_us
-        stretch = expected.stretch() if polling else None
+        stretch: ExpectedWait | None = expected if polling else None
         decoder = self._results
         deadline: float | None = None
         while True:
-            if not ring.wait(LIVENESS_STEP_S, polling, stretch=stretch):
+            if not ring.wait(LIVENESS_STEP_S, polling, expected=stretch):
                 stretch = None
                 self._check_driver()
                 if deadline is None:

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from mlts.hal import burst_messages as msg
+from mlts.hal import expected_wait
 from mlts.hal.burst_ring import HEADER_BYTES, MessageTooLarge, Ring, RingError
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.types import UINT64_MAX, DataLocation, OutputShape, RequestArgument, Timing
@@ -252,7 +253,23 @@ def test_a_consumer_whose_windows_stay_empty_polls_only_on_every_fourth_wait():
         consumer.close()
 
 
-def test_a_stretched_window_finds_a_later_message_without_a_signal():
+class Plan:
+    """An ExpectedWait that always plans the same stretch (seconds after the wait began)."""
+
+    def __init__(self, sleep: float, poll: float) -> None:
+        self.plan = (sleep, poll)
+        self.back_offs = 0
+
+    def stretch(self) -> tuple[float, float]:
+        return self.plan
+
+    def back_off(self) -> None:
+        self.back_offs += 1
+
+
+def test_a_stretched_window_finds_a_later_message_without_a_signal(monkeypatch):
+    # The messages come from a thread of this process: waiting for the GIL is no lost CPU here.
+    monkeypatch.setattr(expected_wait, "PREEMPTED_GAP_US", 10**9)
     consumer = Ring.create(256)
     producer = Ring(consumer.fd, consumer.size, consumer.event_fd, owner=False)
     try:
@@ -265,29 +282,47 @@ def test_a_stretched_window_finds_a_later_message_without_a_signal():
         # Stretched to poll over 2 s, the consumer is still polling (awake) when the message comes.
         late = threading.Timer(0.005, lambda: producer.write(b"b"))
         late.start()
-        assert consumer.wait(5.0, polling_us=20, stretch=(0.0, 2.0)) and consumer.read() == b"b"
+        assert consumer.wait(5.0, polling_us=20, expected=Plan(0.0, 2.0)) and consumer.read() == b"b"
         late.join()
         assert producer.signals_saved == 1 and consumer._empty_windows == 0
         # Asleep first (0 to 1 s): a message then signals and wakes it at once.
         late = threading.Timer(0.005, lambda: producer.write(b"c"))
         late.start()
         t0 = time.perf_counter()
-        assert consumer.wait(5.0, polling_us=20, stretch=(1.0, 2.0)) and consumer.read() == b"c"
+        assert consumer.wait(5.0, polling_us=20, expected=Plan(1.0, 2.0)) and consumer.read() == b"c"
         assert time.perf_counter() - t0 < 0.9
         late.join()
         assert producer.signals_saved == 1 and not _readable(consumer.event_fd)
-        # Asleep until 3 ms, then polling until 30 ms: a message at 10 ms is found polling, unsignalled.
+        # Asleep until 3 ms, then polling until 2 s: a message at 10 ms is found polling, unsignalled.
         late = threading.Timer(0.010, lambda: producer.write(b"d"))
         late.start()
-        assert consumer.wait(5.0, polling_us=20, stretch=(0.003, 2.0)) and consumer.read() == b"d"
+        assert consumer.wait(5.0, polling_us=20, expected=Plan(0.003, 2.0)) and consumer.read() == b"d"
         late.join()
         assert producer.signals_saved == 2
         # The stretch is bounded: with nothing coming the wait blocks after it.
         t0 = time.perf_counter()
-        assert not consumer.wait(0.05, polling_us=20, stretch=(0.001, 0.003))
+        assert not consumer.wait(0.05, polling_us=20, expected=Plan(0.001, 0.003))
         assert time.perf_counter() - t0 >= 0.003 and consumer._empty_windows == 1
         # A wait without a window (low-power) does not stretch either.
-        assert not consumer.wait(0.001, polling_us=0, stretch=(0.0, 2.0))
+        assert not consumer.wait(0.001, polling_us=0, expected=Plan(0.0, 2.0))
     finally:
         producer.close()
+        consumer.close()
+
+
+def test_a_stretched_poll_that_loses_its_cpu_ends(monkeypatch):
+    consumer = Ring.create(256)
+    try:
+        clock = iter(range(0, 10**12, 10_000))  # ns; every reading 10 µs after the one before
+        jumps = {5}  # the 5th reading of the stretch comes 1 ms late: the CPU was taken
+
+        def fake_clock() -> int:
+            n = next(clock)
+            return n + (1_000_000 if n // 10_000 in jumps else 0)
+
+        monkeypatch.setattr(time, "perf_counter_ns", fake_clock)
+        plan = Plan(0.0, 1.0)
+        assert not consumer.wait(0.001, polling_us=1, expected=plan)
+        assert plan.back_offs == 1
+    finally:
         consumer.close()
