@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -128,3 +129,19 @@ def test_nap_sleeps_with_a_fine_timer_and_restores_the_slack() -> None:
     assert expected_wait.nap(wait, 0.0002) is False
     assert seen == [1000]  # 1 µs while asleep
     assert prctl(30, 0, 0, 0, 0) == before
+
+
+@pytest.mark.parametrize(
+    ("text", "spare"),
+    [(b"0.5 0.4 0.3 1/80 99\n", True), (b"2.0 1.0 1.0 3/80 99\n", False), (b"garbage", True)],
+)
+def test_cpu_to_spare_reads_the_runnable_threads(monkeypatch, tmp_path, text: bytes, spare: bool) -> None:
+    path = tmp_path / "loadavg"
+    path.write_bytes(text)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        monkeypatch.setattr(expected_wait, "_LOADAVG", fd)
+        monkeypatch.setattr(expected_wait, "_CPUS", 2)
+        assert expected_wait.cpu_to_spare() is spare
+    finally:
+        os.close(fd)
