@@ -1676,103 +1676,41 @@ enum {
     MK_CALL_SOFTMAX_F32 = 13,
 };
 
-/* TANH and LOGISTIC, 16 floats at a time: Cephes' expf polynomial (x clamped to [-87.3, 88.3]) and
- * tanhf (its odd polynomial below 0.625, 1 - 2 / (exp(2|x|) + 1) above), as in lstm_kernels.c;
- * logistic(x) = 1 / (1 + exp(-x)). Measured against float64 over every 7th float32 of
- * [2^-12, 12] (tanh) and every 5th of [2^-12, 80] (logistic), both signs: at most 1.33 and 2.49 ulp
- * (libm's tanhf: 2.16 ulp; 1 / (1 + expf(-x)): 2.49). A NaN stays NaN; tanh keeps a zero's sign
- * (|x| < 2^-12 gives x, tanh's float32 value there), gives +-1 for +-inf; logistic gives 1 for +inf
- * and about 4.6e-39 for x below -88.3 (exp's clamp) and -inf. */
+/* TANH and LOGISTIC, 16 floats at a time: vmath.h's Cephes exp and tanh (shared with lstm_kernels.c);
+ * logistic(x) = 1 / (1 + exp(-x)). Measured against float64 over every 7th float32 of [2^-12, 12]
+ * (tanh) and every 5th of [2^-12, 80] (logistic), both signs: at most 1.33 and 2.49 ulp (libm's
+ * tanhf: 2.16 ulp; 1 / (1 + expf(-x)): 2.49). A NaN stays NaN; tanh keeps a zero's sign (|x| < 2^-12
+ * gives x, tanh's float32 value there), gives +-1 for +-inf; logistic gives 1 for +inf and about
+ * 4.6e-39 for x below -88.3 (exp's clamp) and -inf. */
 typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
+#define MK_VF v16f
+#define MK_VI v16i
+#define MK_V(name) v16_##name
+#include "vmath.h"
 
-static inline v16f splat16(float v) { return (v16f){v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v}; }
-
-/* Lanes of a where m is set (all ones), of b where it is clear (a vector comparison's result). */
-static inline v16f sel16(v16i m, v16f a, v16f b) {
-    v16i ai, bi, r;
-    memcpy(&ai, &a, 64);
-    memcpy(&bi, &b, 64);
-    r = (ai & m) | (bi & ~m);
-    v16f out;
-    memcpy(&out, &r, 64);
-    return out;
+/* y = f(x) elementwise, n floats, 16 at a time (the last ones padded with zeros); y may be x. */
+static inline void map16(const float *x, float *y, int64_t n, v16f (*f)(v16f)) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v16f v;
+        memcpy(&v, x + i, 64);
+        v = f(v);
+        memcpy(y + i, &v, 64);
+    }
+    if (i < n) {
+        v16f v = v16_splat(0.0f);
+        memcpy(&v, x + i, (size_t)(n - i) * sizeof(float));
+        v = f(v);
+        memcpy(y + i, &v, (size_t)(n - i) * sizeof(float));
+    }
 }
-
-static inline v16f exp16(v16f x) {
-    x = sel16(x < splat16(-87.3f), splat16(-87.3f), sel16(x > splat16(88.3f), splat16(88.3f), x));
-    v16f fx = x * splat16(1.44269504088896341f);
-    v16f magic = splat16(12582912.0f); /* round to nearest: add and subtract 1.5 * 2^23 */
-    fx = (fx + magic) - magic;
-    x = x - fx * splat16(0.693359375f);
-    x = x - fx * splat16(-2.12194440e-4f);
-    v16f z = x * x;
-    v16f y = splat16(1.9875691500e-4f);
-    y = y * x + splat16(1.3981999507e-3f);
-    y = y * x + splat16(8.3334519073e-3f);
-    y = y * x + splat16(4.1665795894e-2f);
-    y = y * x + splat16(1.6666665459e-1f);
-    y = y * x + splat16(5.0000001201e-1f);
-    y = y * z + x + splat16(1.0f);
-    v16i bits = (__builtin_convertvector(fx, v16i) + 127) << 23;
-    v16f scale;
-    memcpy(&scale, &bits, 64);
-    return y * scale;
-}
-
-static inline v16f tanh16(v16f x) {
-    v16i bits;
-    memcpy(&bits, &x, 64);
-    bits &= 0x7fffffff;
-    v16f ax;
-    memcpy(&ax, &bits, 64);
-    v16f big = splat16(1.0f) - splat16(2.0f) / (exp16(ax + ax) + splat16(1.0f));
-    big = sel16(x < splat16(0.0f), -big, big);
-    v16f z = x * x;
-    v16f p = splat16(-5.70498872745e-3f);
-    p = p * z + splat16(2.06390887954e-2f);
-    p = p * z + splat16(-5.37397155531e-2f);
-    p = p * z + splat16(1.33314422036e-1f);
-    p = p * z + splat16(-3.33332819422e-1f);
-    v16f small = p * z * x + x;
-    return sel16(ax < splat16(0x1p-12f), x, sel16(ax < splat16(0.625f), small, big));
-}
-
-static inline v16f logistic16(v16f x) { return splat16(1.0f) / (splat16(1.0f) + exp16(-x)); }
 
 /* y = tanh(x), n floats; y may be x. */
-void mk_tanh_f32(const float *x, float *y, int64_t n) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        v16f v;
-        memcpy(&v, x + i, 64);
-        v = tanh16(v);
-        memcpy(y + i, &v, 64);
-    }
-    if (i < n) {
-        v16f v = splat16(0.0f);
-        memcpy(&v, x + i, (size_t)(n - i) * sizeof(float));
-        v = tanh16(v);
-        memcpy(y + i, &v, (size_t)(n - i) * sizeof(float));
-    }
-}
+void mk_tanh_f32(const float *x, float *y, int64_t n) { map16(x, y, n, v16_tanh); }
 
 /* y = 1 / (1 + exp(-x)), n floats; y may be x. */
-void mk_logistic_f32(const float *x, float *y, int64_t n) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        v16f v;
-        memcpy(&v, x + i, 64);
-        v = logistic16(v);
-        memcpy(y + i, &v, 64);
-    }
-    if (i < n) {
-        v16f v = splat16(0.0f);
-        memcpy(&v, x + i, (size_t)(n - i) * sizeof(float));
-        v = logistic16(v);
-        memcpy(y + i, &v, (size_t)(n - i) * sizeof(float));
-    }
-}
+void mk_logistic_f32(const float *x, float *y, int64_t n) { map16(x, y, n, v16_sigmoid); }
 
 /* rows blocks of row_bytes bytes each: block r from src + r * src_stride to dst + r * dst_stride. */
 void mk_copy_2d(const void *src, void *dst, int64_t rows, int64_t row_bytes, int64_t src_stride,
@@ -1796,14 +1734,14 @@ void mk_softmax_f32(const float *x, float *y, int64_t rows, int64_t cols, float 
             if (v > m || v != v) m = v;
             if (m != m) break;
         }
-        v16f acc = splat16(0.0f), mv = splat16(m), bv = splat16(beta), lo = splat16(-87.3f), zero = splat16(0.0f);
+        v16f acc = v16_splat(0.0f), mv = v16_splat(m), bv = v16_splat(beta), lo = v16_splat(-87.3f), zero = v16_splat(0.0f);
         int64_t i = 0;
         for (; i + 16 <= cols; i += 16) {
             v16f z;
             memcpy(&z, xr + i, 64);
             z = z - mv;
             if (beta != 1.0f) z = z * bv;
-            v16f e = sel16(z < lo, zero, exp16(z));
+            v16f e = v16_sel(z < lo, zero, v16_exp(z));
             acc += e;
             memcpy(yr + i, &e, 64);
         }
@@ -1811,11 +1749,11 @@ void mk_softmax_f32(const float *x, float *y, int64_t rows, int64_t cols, float 
         for (int k = 0; k < 16; k++) sum += acc[k];
         if (i < cols) {
             int64_t n = cols - i;
-            v16f z = splat16(0.0f);
+            v16f z = v16_splat(0.0f);
             memcpy(&z, xr + i, (size_t)n * sizeof(float));
             z = z - mv;
             if (beta != 1.0f) z = z * bv;
-            v16f e = sel16(z < lo, zero, exp16(z));
+            v16f e = v16_sel(z < lo, zero, v16_exp(z));
             for (int64_t k = 0; k < n; k++) sum += e[k];
             memcpy(yr + i, &e, (size_t)n * sizeof(float));
         }

@@ -12,9 +12,8 @@
  * started) when that is measured to be faster. Every chunk writes disjoint units, so results do
  * not depend on the thread count.
  *
- * The exponential is Cephes' expf polynomial (about 1 ulp on the clamped range), tanh Cephes'
- * tanhf (its odd polynomial below 0.625, 1 - 2 / (exp(2|x|) + 1) above); sigmoid(x) is
- * 1 / (1 + exp(-x)). They differ from NumPy's by a few ulp.
+ * The exponential, tanh and sigmoid are vmath.h's (Cephes' expf and tanhf polynomials, shared with
+ * kernels.c's TANH and LOGISTIC); they differ from NumPy's by a few ulp.
  */
 
 #include <stdint.h>
@@ -48,82 +47,22 @@ typedef int32_t lv8i __attribute__((vector_size(32)));
 const char *mk_lstm_source_hash(void) { return MK_LSTM_SOURCE_HASH; }
 int mk_lstm_abi(void) { return LSTM_ABI; }
 
-static inline lv8f splat(float v) { return (lv8f){v, v, v, v, v, v, v, v}; }
-
-/* Lanes of a where m is set (all ones), of b where it is clear (a vector comparison's result). */
-static inline lv8f sel(lv8i m, lv8f a, lv8f b) {
-    lv8i ai, bi, r;
-    memcpy(&ai, &a, 32);
-    memcpy(&bi, &b, 32);
-    r = (ai & m) | (bi & ~m);
-    lv8f out;
-    memcpy(&out, &r, 32);
-    return out;
-}
-
-/* x clamped to [lo, hi]; a NaN stays NaN (as NumPy's clip and maximum keep it). */
-static inline lv8f clampv(lv8f x, lv8f lo, lv8f hi) { return sel(x < lo, lo, sel(x > hi, hi, x)); }
-
-static inline lv8f vabs(lv8f x) {
-    lv8i bits;
-    memcpy(&bits, &x, 32);
-    bits &= 0x7fffffff;
-    memcpy(&x, &bits, 32);
-    return x;
-}
-
-/* exp(x) for x clamped to [-87.3, 88.3] (Cephes expf); NaN gives NaN. */
-static inline lv8f vexp(lv8f x) {
-    x = clampv(x, splat(-87.3f), splat(88.3f));
-    lv8f fx = x * splat(1.44269504088896341f);
-    /* round to nearest: add and subtract 1.5 * 2^23 */
-    lv8f magic = splat(12582912.0f);
-    fx = (fx + magic) - magic;
-    x = x - fx * splat(0.693359375f);
-    x = x - fx * splat(-2.12194440e-4f);
-    lv8f z = x * x;
-    lv8f y = splat(1.9875691500e-4f);
-    y = y * x + splat(1.3981999507e-3f);
-    y = y * x + splat(8.3334519073e-3f);
-    y = y * x + splat(4.1665795894e-2f);
-    y = y * x + splat(1.6666665459e-1f);
-    y = y * x + splat(5.0000001201e-1f);
-    y = y * z + x + splat(1.0f);
-    lv8i n = __builtin_convertvector(fx, lv8i);
-    lv8i bits = (n + 127) << 23;
-    lv8f scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return y * scale;
-}
-
-static inline lv8f vsigmoid(lv8f x) { return splat(1.0f) / (splat(1.0f) + vexp(-x)); }
-
-static inline lv8f vtanh(lv8f x) {
-    lv8f ax = vabs(x);
-    /* large: 1 - 2 / (exp(2|x|) + 1), sign restored */
-    lv8f big = splat(1.0f) - splat(2.0f) / (vexp(ax + ax) + splat(1.0f));
-    big = sel(x < splat(0.0f), -big, big);
-    lv8f z = x * x;
-    lv8f p = splat(-5.70498872745e-3f);
-    p = p * z + splat(2.06390887954e-2f);
-    p = p * z + splat(-5.37397155531e-2f);
-    p = p * z + splat(1.33314422036e-1f);
-    p = p * z + splat(-3.33332819422e-1f);
-    lv8f small = p * z * x + x;
-    return sel(ax < splat(0.625f), small, big);
-}
+#define MK_VF lv8f
+#define MK_VI lv8i
+#define MK_V(name) v8_##name
+#include "vmath.h"
 
 /* NNAPI's fused-activation codes of the cell input and output activation. */
 static inline lv8f vact(lv8f x, int act) {
     switch (act) {
     case 1:
-        return sel(x < splat(0.0f), splat(0.0f), x);
+        return v8_sel(x < v8_splat(0.0f), v8_splat(0.0f), x);
     case 3:
-        return clampv(x, splat(0.0f), splat(6.0f));
+        return v8_clamp(x, v8_splat(0.0f), v8_splat(6.0f));
     case 4:
-        return vtanh(x);
+        return v8_tanh(x);
     case 6:
-        return vsigmoid(x);
+        return v8_sigmoid(x);
     default:
         return x;
     }
@@ -131,7 +70,7 @@ static inline lv8f vact(lv8f x, int act) {
 
 /* n (1..8) floats from p, zeros after. */
 static inline lv8f load_n(const float *p, int64_t n) {
-    lv8f v = splat(0.0f);
+    lv8f v = v8_splat(0.0f);
     if (n == 8)
         memcpy(&v, p, 32);
     else
@@ -149,12 +88,12 @@ static inline void store_n(float *p, lv8f v, int64_t n) {
 /* acc[g] += sum over kk < k of a[kk] * w[kk][g*8 .. g*8+7], w's rows `gates * 8` floats apart. */
 static inline void panel_dot(const float *a, int64_t k, const float *w, int gates, lv8f acc[4]) {
     const int64_t stride = (int64_t)gates * 8;
-    lv8f s0[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
-    lv8f s1[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
+    lv8f s0[4] = {v8_splat(0.0f), v8_splat(0.0f), v8_splat(0.0f), v8_splat(0.0f)};
+    lv8f s1[4] = {v8_splat(0.0f), v8_splat(0.0f), v8_splat(0.0f), v8_splat(0.0f)};
     int64_t kk = 0;
     for (; kk + 2 <= k; kk += 2) {
         const float *w0 = w + kk * stride, *w1 = w0 + stride;
-        lv8f x0 = splat(a[kk]), x1 = splat(a[kk + 1]);
+        lv8f x0 = v8_splat(a[kk]), x1 = v8_splat(a[kk + 1]);
         for (int g = 0; g < gates; g++) {
             lv8f v0, v1;
             memcpy(&v0, w0 + g * 8, 32);
@@ -165,7 +104,7 @@ static inline void panel_dot(const float *a, int64_t k, const float *w, int gate
     }
     for (; kk < k; kk++) {
         const float *w0 = w + kk * stride;
-        lv8f x0 = splat(a[kk]);
+        lv8f x0 = v8_splat(a[kk]);
         for (int g = 0; g < gates; g++) {
             lv8f v0;
             memcpy(&v0, w0 + g * 8, 32);
@@ -206,7 +145,7 @@ static void cell_panel(const lstm_job_t *j, int64_t p) {
     const int64_t nu = units - u0 < 8 ? units - u0 : 8;
     const float *wp = cst->w + p * k * gates * 8;
     for (int64_t r = 0; r < j->batch; r++) {
-        lv8f z[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
+        lv8f z[4] = {v8_splat(0.0f), v8_splat(0.0f), v8_splat(0.0f), v8_splat(0.0f)};
         panel_dot(j->a1 + r * j->lda1, k1, wp, gates, z);
         if (k2 > 0) panel_dot(j->a2 + r * j->lda2, k2, wp + k1 * gates * 8, gates, z);
         for (int g = 0; g < gates; g++) {
@@ -216,14 +155,14 @@ static void cell_panel(const lstm_job_t *j, int64_t p) {
         lv8f c = load_n(j->c_in + r * units + u0, nu);
         if (peep_f) z[fi] += load_n(peep_f + u0, nu) * c;
         if (peep_i && !cifg) z[0] += load_n(peep_i + u0, nu) * c;
-        lv8f f = vsigmoid(z[fi]);
+        lv8f f = v8_sigmoid(z[fi]);
         lv8f g = vact(z[fi + 1], act);
-        lv8f i = cifg ? splat(1.0f) - f : vsigmoid(z[0]);
+        lv8f i = cifg ? v8_splat(1.0f) - f : v8_sigmoid(z[0]);
         lv8f cn = f * c + i * g;
-        if (cell_clip > 0) cn = clampv(cn, splat(-cell_clip), splat(cell_clip));
+        if (cell_clip > 0) cn = v8_clamp(cn, v8_splat(-cell_clip), v8_splat(cell_clip));
         lv8f pre_o = z[fi + 2];
         if (peep_o) pre_o += load_n(peep_o + u0, nu) * cn;
-        lv8f o = vsigmoid(pre_o);
+        lv8f o = v8_sigmoid(pre_o);
         lv8f h = o * vact(cn, act);
         store_n(j->c_out + r * units + u0, cn, nu);
         store_n(j->h_out + r * units + u0, h, nu);
