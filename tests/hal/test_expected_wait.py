@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from mlts.hal import expected_wait
+from mlts.hal import expected_wait, socket_polling
 from mlts.hal.expected_wait import BACK_OFF, STRETCH_FACTOR, WAKE_LEAD_US, ExpectedWait
 from mlts.hal.socket_polling import PollingWindow
 
@@ -66,7 +66,14 @@ class Never:
         return False
 
 
-def test_socket_window_is_stretched_over_the_expected_answer() -> None:
+@pytest.fixture
+def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU always to spare and no poll counted as preempted, whatever else runs during the test."""
+    monkeypatch.setattr(socket_polling, "cpu_to_spare", lambda: True)
+    monkeypatch.setattr(socket_polling, "PREEMPTED_GAP_US", 10**9)
+
+
+def test_socket_window_is_stretched_over_the_expected_answer(quiet_machine: None) -> None:
     w = PollingWindow(100, stretch_max_us=50_000)
     for _ in range(2):  # two answers found after about 10 ms of blocking
         w.poll(lambda timeout: False)
@@ -90,7 +97,7 @@ def test_socket_window_is_stretched_over_the_expected_answer() -> None:
     assert plain.poll(never) is False and never.timeouts == []
 
 
-def test_an_answer_during_the_sleep_ends_the_wait() -> None:
+def test_an_answer_during_the_sleep_ends_the_wait(quiet_machine: None) -> None:
     w = PollingWindow(100, stretch_max_us=50_000)
     for _ in range(2):
         w.poll(lambda timeout: False)
@@ -145,3 +152,17 @@ def test_cpu_to_spare_reads_the_runnable_threads(monkeypatch, tmp_path, text: by
         assert expected_wait.cpu_to_spare() is spare
     finally:
         os.close(fd)
+
+
+def test_a_crowded_machine_ends_the_stretch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket_polling, "cpu_to_spare", lambda: False)
+    w = PollingWindow(100, stretch_max_us=50_000)
+    for _ in range(2):
+        w.poll(lambda timeout: False)
+        time.sleep(0.005)
+        w.waited()
+    never = Never()
+    assert w.poll(never) is False
+    assert w.expected.back_offs == 1 and never.timeouts[-1] > 0  # slept, then found no CPU to spare
+    never = Never()
+    assert w.poll(never) is False and not [t for t in never.timeouts if t > 0]  # backing off: no sleep
