@@ -71,7 +71,13 @@ def _kill_all(pids: list[int]) -> None:
 
 def _start_supervisor() -> tuple[subprocess.Popen, int, int]:
     """The supervisor, its test child and the child's driver, once the test is running."""
-    sup = subprocess.Popen([sys.executable, "-c", SUPERVISOR], stdout=subprocess.PIPE, text=True)
+    # SIGHUP at its default action, as under a terminal, even when this test runs under nohup.
+    sup = subprocess.Popen(
+        [sys.executable, "-c", SUPERVISOR],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
+    )
     driver = None
     assert sup.stdout is not None
     for line in sup.stdout:
