@@ -19,6 +19,20 @@ from mlts.hal.errors import HalError
 DEFAULT_START_TIMEOUT = 30.0
 DEFAULT_STOP_TIMEOUT = 5.0
 _TAIL_BYTES = 64 * 1024
+
+
+def log_tail(path: str, n: int = 20) -> list[str]:
+    """The last `n` lines of a driver's log (read from its last 64 KiB); [] when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - _TAIL_BYTES))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return text.splitlines()[-n:] if n > 0 else []
+
+
 # What the service logs when the Device's factory fails (see mlts.hal.service.main).
 _CREATE_FAILED = "ERROR: cannot create driver "
 
@@ -201,14 +215,7 @@ class DriverProcess:
 
     def tail(self, n: int = 20) -> list[str]:
         """The last `n` lines of the driver's log."""
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - _TAIL_BYTES))
-                text = f.read().decode("utf-8", "replace")
-        except OSError:
-            return []
-        return text.splitlines()[-n:] if n > 0 else []
+        return log_tail(self.log_path, n)
 
     # ------------------------------------------------------------ ending
 

@@ -25,10 +25,9 @@ from mlts.runtime.process import (
     DEFAULT_START_TIMEOUT,
     DEFAULT_STOP_TIMEOUT,
     describe_returncode,
+    log_tail,
     spawn_service,
 )
-
-_TAIL_BYTES = 64 * 1024
 
 
 def _unavailable(text: str) -> HalError:
@@ -223,14 +222,8 @@ class SharedService:
         return self.popen.poll() is None
 
     def tail(self, n: int = 20) -> list[str]:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - _TAIL_BYTES))
-                text = f.read().decode("utf-8", "replace")
-        except OSError:
-            return []
-        return text.splitlines()[-n:] if n > 0 else []
+        """The last `n` lines of the service's log."""
+        return log_tail(self.log_path, n)
 
     def connect(self, **timeouts: float):
         """A new client (RemoteDevice) of this service."""
