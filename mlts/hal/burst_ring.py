@@ -61,8 +61,6 @@ RECHECK_S = 0.001
 #: PROBE_EVERY-th wait (and blocks at once on the others) until a window finds a message again: a
 #: peer that answers later than the window (a long execution, a busy machine) costs no polling.
 EMPTY_WINDOWS_BEFORE_PROBING = 2
-# File descriptors `select` can wait on (FD_SETSIZE): a stretch with a higher eventfd polls without a sleep.
-_SELECT_FDS = 1024
 PROBE_EVERY = 4
 
 
@@ -383,7 +381,7 @@ class Ring:
                     return True
 
     def _event_ready(self, timeout: float) -> bool:
-        return bool(select.select((self.event_fd,), (), (), timeout)[0])
+        return bool(expected_wait.readable_within(self.event_fd, timeout))
 
     def _stretched(self, began: int, expected: expected_wait.ExpectedWait) -> bool:
         """The stretch `expected` plans for a polling window begun at `began` (ns): asleep, then
@@ -396,7 +394,7 @@ class Ring:
             return False
         words, r = self._words, self._read
         nap = (began + stretch[0] * 1e9 - time.perf_counter_ns()) / 1e9
-        if nap > 0 and self.event_fd < _SELECT_FDS:
+        if nap > 0 and self.event_fd < expected_wait.SELECT_FDS:  # else no sleep: it polls on
             self._flags[_AWAKE] = 0
             self._awake = False
             self._fence()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import select
 from collections.abc import Callable
 
 #: The longest expected answer a window is stretched over (µs), unless MLTS_POLLING_STRETCH_US says otherwise.
@@ -64,6 +65,18 @@ def nap(wait: Callable[[float], bool], seconds: float) -> bool:
         return wait(seconds)
     finally:
         _prctl(_PR_SET_TIMERSLACK, old if old > 0 else 0, 0, 0, 0)
+
+
+#: File descriptors `select` can wait on (FD_SETSIZE).
+SELECT_FDS = 1024
+
+
+def readable_within(fd: int, seconds: float) -> bool | None:
+    """Wait up to `seconds` (microsecond precision, `select`) for `fd` to be readable; None, at once,
+    for a descriptor beyond select's reach (the caller polls on instead of sleeping)."""
+    if fd >= SELECT_FDS:
+        return None
+    return bool(select.select((fd,), (), (), seconds)[0])
 
 
 def _open_loadavg() -> int | None:

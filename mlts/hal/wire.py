@@ -27,6 +27,7 @@ from typing import Any
 
 from mlts.errors import MltsError
 from mlts.hal import procctl
+from mlts.hal.expected_wait import readable_within
 
 MAGIC = b"MLTW"
 #: The magic of a compact frame: its message is binary (protocol 1.4, mlts.hal.compact_calls).
@@ -223,10 +224,6 @@ def wait_readable(sock: socket.socket, timeout: float | None) -> bool:
     return bool(poller.poll(ms))
 
 
-#: File descriptors `select` can wait on (FD_SETSIZE).
-_SELECT_FDS = 1024
-
-
 class Readable:
     """`wait_readable` for one socket, with its poller made once (a hot path polls for every frame);
     a timeout under a millisecond waits with microsecond precision (`select`)."""
@@ -240,10 +237,10 @@ class Readable:
 
     def __call__(self, timeout: float | None) -> bool:
         if timeout is not None and 0 < timeout < 0.001:
-            if self._fd >= _SELECT_FDS:  # beyond select's reach: no sleep, the caller polls on
-                timeout = 0
-            else:
-                return bool(select.select((self._fd,), (), (), timeout)[0])
+            ready = readable_within(self._fd, timeout)
+            if ready is not None:
+                return ready
+            timeout = 0  # beyond select's reach: no sleep, the caller polls on
         ms = None if timeout is None else max(0, math.ceil(timeout * 1000))
         return bool(self._poller.poll(ms))
 

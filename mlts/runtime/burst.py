@@ -222,12 +222,12 @@ class RemoteBurst(Burst):
         expected = self._expected
         started = time.perf_counter()
         polling = self.polling_us
-        stretch: ExpectedWait | None = expected if polling else None
+        stretching: ExpectedWait | None = expected if polling else None
         decoder = self._results
         deadline: float | None = None
         while True:
-            if not ring.wait(LIVENESS_STEP_S, polling, expected=stretch):
-                stretch = None
+            if not ring.wait(LIVENESS_STEP_S, polling, expected=stretching):
+                stretching = None
                 self._check_driver()
                 if deadline is None:
                     deadline = time.monotonic() + limit - LIVENESS_STEP_S
@@ -238,7 +238,7 @@ class RemoteBurst(Burst):
             if data is None:
                 if ring.peer_closed():
                     raise self._break("the driver ended the burst", dead_driver=False)
-                polling, stretch = 0, None  # a stale signal woke this side: block again without polling
+                polling, stretching = 0, None  # a stale signal woke this side: block again without polling
                 continue
             try:
                 repeated = decoder.success(data)
