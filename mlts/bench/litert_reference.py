@@ -79,7 +79,9 @@ class LiteRtReference:
         except Exception as e:  # noqa: BLE001  (LiteRT raises RuntimeError/ValueError with its own text)
             raise LiteRtError(f"LiteRT cannot load the model: {_one_line(e)}") from None
         details = {d["index"]: d for d in self.interpreter.get_tensor_details()}
-        self._shapes = {i: tuple(int(s) for s in details[i]["shape"]) for i in plan.all_tensors() if i in details}
+        self._shapes = {
+            i: tuple(int(s) for s in details[i]["shape"]) for i in plan.all_tensors() if i in details
+        }
 
     def _set(self, index: int, value: np.ndarray) -> None:
         shape = self._shapes.get(index)

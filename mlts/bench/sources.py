@@ -1,4 +1,4 @@
-"""Which models a benchmark runs: zoo models chosen by regex and the user's own ONNX files."""
+"""Which models a benchmark runs: zoo models chosen by regex and the user's own ONNX or TFLite files."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ class ModelSource:
     name: str
     path: Path | None  # None: a zoo model, built on first use
     zoo_name: str | None = None
+    twin: Path | None = None  # the same model in the other format (--reference both): an ONNX file
 
     def onnx_path(self) -> Path:
         if self.path is not None:

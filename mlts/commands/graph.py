@@ -42,7 +42,7 @@ def list_ops_lines() -> list[str]:
 
 
 @click.command("convert")
-@click.argument("onnx_file", metavar="MODEL.onnx|ZOO_NAME")
+@click.argument("onnx_file", metavar="MODEL.onnx|MODEL.tflite|ZOO_NAME")
 @click.option(
     "-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .nnm file to write."
 )
@@ -86,6 +86,13 @@ def list_ops_lines() -> list[str]:
     help="A vendor extension the target driver declares (e.g. com.example.mlts.activations, which "
     "sample-all declares): ONNX ops only it provides, such as Gelu, map to it; repeatable.",
 )
+@click.option(
+    "--signature",
+    default=None,
+    metavar="KEY",
+    help="TFLite models: convert the subgraph of this signature, with its inputs and outputs "
+    "(default: the main subgraph).",
+)
 def convert_cmd(
     onnx_file: str,
     output: str,
@@ -94,11 +101,14 @@ def convert_cmd(
     nhwc_io: bool,
     input_shapes: dict[str, tuple[int, ...]],
     extensions: tuple[str, ...],
+    signature: str | None,
 ) -> None:
-    """Convert an ONNX model (a file, or a zoo model's name) to an NN graph file (.nnm).
+    """Convert an ONNX or TFLite model (a file, or a zoo model's name) to an NN graph file (.nnm).
 
-    Symbolic batch dimensions become --batch-size; any other symbolic
-    dimension needs the input's shape from --input-shape.
+    ONNX: symbolic batch dimensions become --batch-size; any other symbolic
+    dimension needs the input's shape from --input-shape. TFLite: operators
+    map as TFLite's NNAPI delegate maps them (docs/tflite.md), with the
+    file's shapes; --signature picks a signature's subgraph.
     """
     from mlts.convert import convert
     from mlts.hal import nnfile
@@ -115,17 +125,23 @@ def convert_cmd(
             check_name(name)
         except ValueError as e:
             raise InputError(f"--extension: {e}") from None
+    from mlts.convert import model_format
+
+    tflite = model_format(onnx_file) == "tflite"
+    if tflite and (batch_size != 1 or nhwc_io):
+        raise InputError("--batch-size and --nhwc-io apply to ONNX models; a TFLite model is NHWC with the file's shapes")
     conv = convert(
         onnx_file,
         batch_size=batch_size,
         keep_io_layout=not nhwc_io,
         input_shapes=input_shapes,
         extensions=extensions,
+        signature=signature,
     )
     validate_model(conv.model)
     meta = {
         "source": Path(onnx_file).name,
-        "onnx_opset": str(conv.opset),
+        ("tflite_schema" if tflite else "onnx_opset"): str(conv.opset),
         "inputs": ",".join(f"{t.name}:{'x'.join(map(str, t.shape))}:{t.dtype}" for t in conv.inputs),
         "outputs": ",".join(f"{t.name}:{'x'.join(map(str, t.shape))}:{t.dtype}" for t in conv.outputs),
     }

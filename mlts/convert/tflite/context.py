@@ -170,7 +170,9 @@ class Graph:
                     )
                 return T.TENSOR_QUANT8_SYMM_PER_CHANNEL, 0.0, 0, SymmPerChannelQuantParams(q.scales, q.axis)
             if q is not None and q.per_channel:
-                raise self.refuse(f"{t.describe()} is UINT8 quantized per channel, which NNAPI has no type for")
+                raise self.refuse(
+                    f"{t.describe()} is UINT8 quantized per channel, which NNAPI has no type for"
+                )
             scale = (q.scale if q else 0.0) or 1.0
             zp = q.zero_point if q else 0
             if flavour == SYMM:
@@ -183,7 +185,9 @@ class Graph:
         if code == schema.INT16:
             scale = q.scale if q else 0.0
             if q is not None and q.zero_point != 0:
-                raise self.refuse(f"{t.describe()} has zero point {q.zero_point}; NNAPI's 16-bit tensors are symmetric")
+                raise self.refuse(
+                    f"{t.describe()} has zero point {q.zero_point}; NNAPI's 16-bit tensors are symmetric"
+                )
             return T.TENSOR_QUANT16_SYMM, scale, 0, None
         raise self.refuse(f"{t.describe()} is {t.type_name}, which no NNAPI operand type holds")
 
@@ -218,9 +222,7 @@ class Graph:
         self.operands[(index, flavour)] = operand
         return operand
 
-    def temp(
-        self, kind: int, shape: Sequence[int], scale: float = 0.0, zero_point: int = 0
-    ) -> int:
+    def temp(self, kind: int, shape: Sequence[int], scale: float = 0.0, zero_point: int = 0) -> int:
         """A temporary the mapping adds between operations (not a tensor of the file)."""
         return self.builder.add_operand(kind, tuple(shape), scale, zero_point)
 

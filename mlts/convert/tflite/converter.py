@@ -69,6 +69,7 @@ class IoPlan:
     outputs: tuple[int, ...]
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
+    state_inputs: int = 0  # the last this many inputs are state (variable) tensors
 
     def all_tensors(self) -> set[int]:
         return set(self.inputs) | set(self.outputs)
@@ -132,6 +133,7 @@ def convert_tflite_plan(
         tuple(i for _, i in outputs) + tuple(i for i, _ in g.state_outputs),
         tuple(t.name for t in conv.inputs),
         tuple(t.name for t in conv.outputs),
+        len(g.state_inputs),
     )
     return conv, plan
 
@@ -168,7 +170,9 @@ def _info(g: Graph, name: str, operand: int) -> TensorInfo:
     kind = OperandType(b.type_of(operand))
     dtype = _NUMPY.get(kind)
     if dtype is None:
-        raise ConversionError(f"{g.model.label}: '{name}' is {kind.name}, which model inputs and outputs cannot be")
+        raise ConversionError(
+            f"{g.model.label}: '{name}' is {kind.name}, which model inputs and outputs cannot be"
+        )
     scale, zp = b.quant_of(operand) if kind in _QUANT else (0.0, 0)
     return TensorInfo(name, tuple(b.dims_of(operand)), dtype, scale, zp)
 
@@ -191,7 +195,9 @@ def _add_inputs(g: Graph, inputs: Sequence[tuple[str, int]]) -> list[TensorInfo]
         except Refusal as e:
             raise ConversionError(f"{g.model.label}: input '{name}': {e}") from None
         if extra is not None or kind == OperandType.TENSOR_QUANT16_SYMM:
-            raise ConversionError(f"{g.model.label}: input '{name}' ({t.describe()}) cannot be an NN model input")
+            raise ConversionError(
+                f"{g.model.label}: input '{name}' ({t.describe()}) cannot be an NN model input"
+            )
         operand = g.builder.add_input(kind, g.shape(index), scale, zp)
         g.operands[(index, PLAIN)] = operand
         infos.append(_info(g, name or f"input_{index}", operand))
@@ -207,7 +213,9 @@ def _copy(g: Graph, operand: int) -> int:
     if kind in (OperandType.TENSOR_INT32, OperandType.TENSOR_BOOL8):
         b.add_operation(OperationType.CAST, [operand], [copy])
     else:
-        b.add_operation(OperationType.RESHAPE, [operand, b.add_int32_tensor(list(b.dims_of(operand)))], [copy])
+        b.add_operation(
+            OperationType.RESHAPE, [operand, b.add_int32_tensor(list(b.dims_of(operand)))], [copy]
+        )
     return copy
 
 
@@ -276,7 +284,9 @@ def _prepass(g: Graph) -> set[int]:
         else:
             continue
         if g.tensor(dst).shape != tuple(value.shape) and value.size != g.tensor(dst).size:
-            raise ConversionError(f"{g.model.label}: {g.where(op)}: its output's shape does not hold its input")
+            raise ConversionError(
+                f"{g.model.label}: {g.where(op)}: its output's shape does not hold its input"
+            )
         absorbed.add(op.index)
     g.op = None
     return absorbed
@@ -347,7 +357,9 @@ def _guard(g: Graph, op: Operator, where: str, fn) -> None:
     except ConversionError:
         raise
     except (ValueError, KeyError, IndexError, TypeError) as e:
-        raise ConversionError(f"{g.model.label}: {where}: conversion failed: {type(e).__name__}: {e}") from None
+        raise ConversionError(
+            f"{g.model.label}: {where}: conversion failed: {type(e).__name__}: {e}"
+        ) from None
 
 
 # ---------------------------------------------------------------------------- notes
@@ -378,4 +390,3 @@ def _io_notes(g: Graph, state_in: list[TensorInfo]) -> list[str]:
             f"its next value the output '{info.name}:next'"
         )
     return notes
-

@@ -87,6 +87,8 @@ class _Reader:
             return fn()
         except ConversionError:
             raise
+        except (struct.error, IndexError):
+            raise self.fail(f"corrupt file: cannot read {what} (an offset points outside the file)") from None
         except _ACCESS_ERRORS as e:
             raise self.fail(f"corrupt file: cannot read {what} ({type(e).__name__}: {e})") from None
 
@@ -94,7 +96,9 @@ class _Reader:
         """A vector's declared length, refused when its elements could not fit in the file."""
         n = self.access(f"the length of {what}", fn)
         if not isinstance(n, int) or n < 0 or n * elem_bytes > len(self.data):
-            raise self.fail(f"corrupt file: {what} declares {n} elements, more than the file's {len(self.data)} bytes hold")
+            raise self.fail(
+                f"corrupt file: {what} declares {n} elements, more than the file's {len(self.data)} bytes hold"
+            )
         return n
 
     def numbers(self, what: str, fn: Callable[[], Any], count: int) -> np.ndarray:
@@ -125,12 +129,13 @@ class _Reader:
             raise self.fail("not a TFLite flatbuffer (no 'TFL3' file identifier at bytes 4-8)")
         root = struct.unpack_from("<I", self.data, 0)[0]
         if root + 4 > len(self.data):
-            raise self.fail(f"corrupt file: the root table offset {root} is past the end ({len(self.data)} bytes)")
+            raise self.fail(
+                f"corrupt file: the root table offset {root} is past the end ({len(self.data)} bytes)"
+            )
         m = self.access("the root table", lambda: tflite.Model.GetRootAs(self.data, 0))
         version = self.access("the schema version", m.Version)
         codes = [
-            self.operator_code(m, i)
-            for i in range(self.length("operator_codes", m.OperatorCodesLength, 4))
+            self.operator_code(m, i) for i in range(self.length("operator_codes", m.OperatorCodesLength, 4))
         ]
         buffers = tuple(self.buffer(m, i) for i in range(self.length("buffers", m.BuffersLength, 4)))
         count = self.length("subgraphs", m.SubgraphsLength, 4)
@@ -138,7 +143,8 @@ class _Reader:
             raise self.fail("the model has no subgraph")
         subgraphs = tuple(self.subgraph(m, i, codes, buffers) for i in range(count))
         signatures = tuple(
-            self.signature(m, i, subgraphs) for i in range(self.length("signature_defs", m.SignatureDefsLength, 4))
+            self.signature(m, i, subgraphs)
+            for i in range(self.length("signature_defs", m.SignatureDefsLength, 4))
         )
         metadata = tuple(
             self.text(f"metadata {i}", lambda i=i: m.Metadata(i).Name())
@@ -159,9 +165,7 @@ class _Reader:
         what = f"operator code {i}"
         oc = self.access(what, lambda: m.OperatorCodes(i))
         # Codes above 127 live in builtin_code; older files only fill the int8 deprecated field.
-        code = max(
-            int(self.access(what, oc.BuiltinCode)), int(self.access(what, oc.DeprecatedBuiltinCode))
-        )
+        code = max(int(self.access(what, oc.BuiltinCode)), int(self.access(what, oc.DeprecatedBuiltinCode)))
         version = int(self.access(what, oc.Version))
         custom = self.access(what, oc.CustomCode)
         return OperatorCode(code, version, custom.decode("utf-8", "replace") if custom else None)
@@ -192,7 +196,8 @@ class _Reader:
         name = self.text(f"subgraph {k}'s name", g.Name)
         label = f"subgraph {k}" + (f" '{name}'" if name else "")
         tensors = tuple(
-            self.tensor(g, i, label, buffers) for i in range(self.length(f"{label}'s tensors", g.TensorsLength, 4))
+            self.tensor(g, i, label, buffers)
+            for i in range(self.length(f"{label}'s tensors", g.TensorsLength, 4))
         )
         inputs = self.indices(f"{label}'s inputs", g.InputsLength, g.InputsAsNumpy, len(tensors))
         outputs = self.indices(f"{label}'s outputs", g.OutputsLength, g.OutputsAsNumpy, len(tensors))
@@ -223,7 +228,9 @@ class _Reader:
         shape = tuple(int(d) for d in self.numbers(f"{what}'s shape", t.ShapeAsNumpy, rank))
         sig_rank = self.length(f"{what}'s shape signature", t.ShapeSignatureLength, 4)
         signature = (
-            tuple(int(d) for d in self.numbers(f"{what}'s shape signature", t.ShapeSignatureAsNumpy, sig_rank))
+            tuple(
+                int(d) for d in self.numbers(f"{what}'s shape signature", t.ShapeSignatureAsNumpy, sig_rank)
+            )
             if sig_rank
             else None
         )
@@ -292,7 +299,9 @@ class _Reader:
             raise self.fail(f"{what} has {n} scales but {nz} zero points")
         axis = int(self.access(qwhat, q.QuantizedDimension))
         if n > 1 and not 0 <= axis < max(rank, 1):
-            raise self.fail(f"{what} is quantized per channel along dimension {axis}, outside its rank {rank}")
+            raise self.fail(
+                f"{what} is quantized per channel along dimension {axis}, outside its rank {rank}"
+            )
         if not np.all(np.isfinite(scales)) or np.any(scales < 0):
             raise self.fail(f"{what} has a quantization scale that is negative or not finite")
         zero_points = tuple(int(z) for z in zps) if nz else (0,) * n
@@ -304,7 +313,9 @@ class _Reader:
             return None
         swhat = f"{what}'s sparsity"
         n_order = self.length(f"{swhat} traversal order", s.TraversalOrderLength, 4)
-        order = tuple(int(v) for v in self.numbers(f"{swhat} traversal order", s.TraversalOrderAsNumpy, n_order))
+        order = tuple(
+            int(v) for v in self.numbers(f"{swhat} traversal order", s.TraversalOrderAsNumpy, n_order)
+        )
         n_map = self.length(f"{swhat} block map", s.BlockMapLength, 4)
         block_map = tuple(int(v) for v in self.numbers(f"{swhat} block map", s.BlockMapAsNumpy, n_map))
         n_dims = self.length(f"{swhat} dimension metadata", s.DimMetadataLength, 4)

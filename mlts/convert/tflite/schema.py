@@ -88,7 +88,9 @@ def builtin_name(code: int) -> str:
 def _options_names(union: str) -> dict[int, str]:
     module = importlib.import_module(f"tflite.{union}")
     enum = getattr(module, union)
-    return {v: k for k, v in vars(enum).items() if not k.startswith("_") and isinstance(v, int) and k != "NONE"}
+    return {
+        v: k for k, v in vars(enum).items() if not k.startswith("_") and isinstance(v, int) and k != "NONE"
+    }
 
 
 @functools.cache

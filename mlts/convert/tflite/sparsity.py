@@ -34,7 +34,9 @@ def densify(tensor: Tensor, stored: np.ndarray, where: str) -> np.ndarray:
         return ConversionError(f"{where}: sparse {tensor.describe()}: {reason}")
 
     if sorted(order) != list(range(total)) or total != rank + len(sp.block_map):
-        raise bad(f"traversal order {list(order)} is not a permutation of its {rank} + {len(sp.block_map)} dimensions")
+        raise bad(
+            f"traversal order {list(order)} is not a permutation of its {rank} + {len(sp.block_map)} dimensions"
+        )
     if any(not 0 <= b < rank for b in sp.block_map) or len(set(sp.block_map)) != len(sp.block_map):
         raise bad(f"block map {list(sp.block_map)} names dimensions outside its rank {rank}")
     block_size = _block_sizes(sp, shape, bad)
@@ -80,7 +82,9 @@ def _walk(sp: Sparsity, bad, limit: int) -> tuple[np.ndarray, int]:
         if meta.format == schema.DIM_DENSE:
             size = meta.dense_size
             if size < 0 or len(positions) * size > limit:
-                raise bad(f"dense level {level} of size {size} addresses more than the tensor's {limit} values")
+                raise bad(
+                    f"dense level {level} of size {size} addresses more than the tensor's {limit} values"
+                )
             idx = np.tile(np.arange(size, dtype=np.int64), len(positions))
             positions = np.repeat(positions, size) * size + idx
             coords = np.hstack([np.repeat(coords, size, axis=0), idx[:, None]])

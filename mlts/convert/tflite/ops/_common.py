@@ -55,7 +55,9 @@ def activation(g: Graph, allow: bool = True) -> int:
     code = int(g.option("fused_activation_function", schema.ACT_NONE) or 0)
     if code not in (0, 1, 2, 3):
         name = schema.ACTIVATION_NAMES.get(code, str(code))
-        raise g.refuse(f"fused activation {name} has no NNAPI fused-activation code (NONE, RELU, RELU1, RELU6)")
+        raise g.refuse(
+            f"fused activation {name} has no NNAPI fused-activation code (NONE, RELU, RELU1, RELU6)"
+        )
     if code and not allow:
         raise g.refuse(
             f"fused activation {schema.ACTIVATION_NAMES[code]}: the NNAPI delegate maps this operator "

@@ -94,11 +94,15 @@ def _check_bias(g: Graph, op: Operator, what: str) -> None:
         raise g.refuse(f"{what} without a bias: the NNAPI delegate does not map it (NNAPI requires a bias)")
 
 
-@register("CONV_2D", nnapi="CONV_2D", max_version=3, note="bias required; dilation; hybrid weights dequantized")
+@register(
+    "CONV_2D", nnapi="CONV_2D", max_version=3, note="bias required; dilation; hybrid weights dequantized"
+)
 def conv_2d(g: Graph, op: Operator) -> None:
     code = type_of(g, 0)
     if code not in FLOAT_OR_QUANT8:
-        raise g.refuse(f"its input is {schema.type_name(code)}; NNAPI's CONV_2D takes FLOAT32 or 8-bit inputs")
+        raise g.refuse(
+            f"its input is {schema.type_name(code)}; NNAPI's CONV_2D takes FLOAT32 or 8-bit inputs"
+        )
     _check_bias(g, op, "CONV_2D")
     x, w = g.tensor(g.input(0)), g.tensor(g.input(1))
     if len(x.shape) != 4 or len(w.shape) != 4:
@@ -114,12 +118,17 @@ def conv_2d(g: Graph, op: Operator) -> None:
 
 
 @register(
-    "DEPTHWISE_CONV_2D", nnapi="DEPTHWISE_CONV_2D", max_version=3, note="depth multiplier checked against the shapes"
+    "DEPTHWISE_CONV_2D",
+    nnapi="DEPTHWISE_CONV_2D",
+    max_version=3,
+    note="depth multiplier checked against the shapes",
 )
 def depthwise_conv_2d(g: Graph, op: Operator) -> None:
     code = type_of(g, 0)
     if code not in FLOAT_OR_QUANT8:
-        raise g.refuse(f"its input is {schema.type_name(code)}; NNAPI's DEPTHWISE_CONV_2D takes FLOAT32 or 8-bit")
+        raise g.refuse(
+            f"its input is {schema.type_name(code)}; NNAPI's DEPTHWISE_CONV_2D takes FLOAT32 or 8-bit"
+        )
     _check_bias(g, op, "DEPTHWISE_CONV_2D")
     x, w = g.tensor(g.input(0)), g.tensor(g.input(1))
     if len(x.shape) != 4 or len(w.shape) != 4 or w.shape[0] != 1:
@@ -151,7 +160,9 @@ def transpose_conv(g: Graph, op: Operator) -> None:
     shape_index, w_index, x_index = g.input(0), g.input(1), g.input(2)
     code = g.tensor(x_index).type
     if code not in FLOAT_OR_QUANT8:
-        raise g.refuse(f"its input is {schema.type_name(code)}; NNAPI's TRANSPOSE_CONV_2D takes FLOAT32 or 8-bit")
+        raise g.refuse(
+            f"its input is {schema.type_name(code)}; NNAPI's TRANSPOSE_CONV_2D takes FLOAT32 or 8-bit"
+        )
     if g.value(shape_index) is None or g.value(w_index) is None:
         raise g.refuse("its output shape or filter is computed at run time (dynamically-sized tensors)")
     activation(g, allow=False)  # the delegate passes FUSED_NONE: an activation would be dropped
@@ -186,7 +197,9 @@ def transpose_conv(g: Graph, op: Operator) -> None:
 def fully_connected(g: Graph, op: Operator) -> None:
     code = type_of(g, 0)
     if code not in FLOAT_OR_QUANT8:
-        raise g.refuse(f"its input is {schema.type_name(code)}; NNAPI's FULLY_CONNECTED takes FLOAT32 or 8-bit")
+        raise g.refuse(
+            f"its input is {schema.type_name(code)}; NNAPI's FULLY_CONNECTED takes FLOAT32 or 8-bit"
+        )
     expect_output_type(g, (schema.FLOAT32, schema.UINT8, schema.INT8))
     if int(g.option("weights_format", 0) or 0) != 0:
         raise g.refuse("its weights are in a shuffled format (SHUFFLED4x16INT8), which NNAPI has no form for")
@@ -195,7 +208,9 @@ def fully_connected(g: Graph, op: Operator) -> None:
     if len(w.shape) != 2:
         raise g.refuse(f"its weights have shape {list(w.shape)}; NNAPI takes [units, input size]")
     if code != schema.FLOAT32 and w.quant is not None and w.quant.per_channel:
-        raise g.refuse("its weights are quantized per channel; NNAPI's FULLY_CONNECTED takes one weights scale")
+        raise g.refuse(
+            "its weights are quantized per channel; NNAPI's FULLY_CONNECTED takes one weights scale"
+        )
     units, depth = w.shape
     size = x.size
     if len(x.shape) < 2 or depth == 0 or size % depth:

@@ -97,11 +97,18 @@ def logic(g: Graph, op: Operator) -> None:
     emit_simple(g, _LOGIC[op.code.name], [0] if op.code.name == "LOGICAL_NOT" else [0, 1])
 
 
-@register("SELECT", nnapi="SELECT", max_version=2, note="condition and values of one shape (SELECT_V2 is not mapped)")
+@register(
+    "SELECT",
+    nnapi="SELECT",
+    max_version=2,
+    note="condition and values of one shape (SELECT_V2 is not mapped)",
+)
 def select(g: Graph, op: Operator) -> None:
     expect_type(g, 1, FLOAT_QUANT8_INT32, "value input")
     if g.tensor(g.input(0)).shape != g.tensor(g.input(1)).shape:
-        raise g.refuse("its condition and values differ in shape; the NNAPI delegate maps SELECT for equal shapes")
+        raise g.refuse(
+            "its condition and values differ in shape; the NNAPI delegate maps SELECT for equal shapes"
+        )
     emit_simple(g, Op.SELECT, [0, 1, 2])
 
 

@@ -21,7 +21,9 @@ def gather(g: Graph, op: Operator) -> None:
     if not positions.shape:
         raise g.refuse("its positions are a scalar (rank 0), which NNAPI's GATHER does not take")
     if int(g.option("batch_dims", 0) or 0):
-        raise g.refuse("batch_dims is set; NNAPI's GATHER has no batch dimensions (the delegate would drop it)")
+        raise g.refuse(
+            "batch_dims is set; NNAPI's GATHER has no batch dimensions (the delegate would drop it)"
+        )
     n = max(rank(g, g.input(0)), 1)
     axis = int(g.option("axis", 0))
     if not -n <= axis < n:

@@ -27,7 +27,9 @@ def _positive_scale(g: Graph, index: int, what: str) -> None:
         raise g.refuse(f"its {what} has no quantization scale > 0")
 
 
-@register("QUANTIZE", nnapi=("QUANTIZE", "DEQUANTIZE"), max_version=2, note="8-bit input: DEQUANTIZE then QUANTIZE")
+@register(
+    "QUANTIZE", nnapi=("QUANTIZE", "DEQUANTIZE"), max_version=2, note="8-bit input: DEQUANTIZE then QUANTIZE"
+)
 def quantize(g: Graph, op: Operator) -> None:
     code = expect_type(g, 0, (schema.FLOAT32, schema.UINT8, schema.INT8))
     expect_output_type(g, QUANT8)

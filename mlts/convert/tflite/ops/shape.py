@@ -144,7 +144,9 @@ def strided_slice(g: Graph, op: Operator) -> None:
     expect_type(g, 0, _MOVING)
     for name in ("ellipsis_mask", "new_axis_mask"):
         if int(g.option(name, 0) or 0):
-            raise g.refuse(f"{name} is set; NNAPI's STRIDED_SLICE has no such mask (the delegate would drop it)")
+            raise g.refuse(
+                f"{name} is set; NNAPI's STRIDED_SLICE has no such mask (the delegate would drop it)"
+            )
     if g.option("offset", False):
         raise g.refuse("offset is set; NNAPI's STRIDED_SLICE takes absolute ends")
     masks = [g.int32(int(g.option(k, 0) or 0)) for k in ("begin_mask", "end_mask", "shrink_axis_mask")]

@@ -53,14 +53,21 @@ def space_depth(g: Graph, op: Operator) -> None:
     block = int(g.option("block_size", 0))
     if block < 1:
         raise g.refuse(f"block size {block} must be >= 1")
-    emit_simple(g, Op.SPACE_TO_DEPTH if op.code.name == "SPACE_TO_DEPTH" else Op.DEPTH_TO_SPACE, [0], [g.int32(block)])
+    emit_simple(
+        g, Op.SPACE_TO_DEPTH if op.code.name == "SPACE_TO_DEPTH" else Op.DEPTH_TO_SPACE, [0], [g.int32(block)]
+    )
 
 
 def _flags(g: Graph) -> tuple[bool, bool]:
     return bool(g.option("align_corners", False)), bool(g.option("half_pixel_centers", False))
 
 
-@register("RESIZE_BILINEAR", nnapi="RESIZE_BILINEAR", max_version=3, note="constant size; align_corners, half_pixel_centers")
+@register(
+    "RESIZE_BILINEAR",
+    nnapi="RESIZE_BILINEAR",
+    max_version=3,
+    note="constant size; align_corners, half_pixel_centers",
+)
 def resize_bilinear(g: Graph, op: Operator) -> None:
     expect_type(g, 0, FLOAT_OR_QUANT8)
     if rank(g, g.input(0)) != 4:
