@@ -69,6 +69,11 @@ def select_models(models_regex: str | None, model_files: tuple[str, ...] = ()) -
             )
         sources += [ModelSource(n, None, n) for n in chosen]
     for f in model_files:
+        if f.startswith("real:") and not Path(f).exists():
+            from mlts.models.real_tflite import find
+
+            sources.append(ModelSource(f[len("real:") :], find(f[len("real:") :])))
+            continue
         p = Path(f)
         if not p.is_file():
             raise ModelSelectionError(f"{f}: no such model file")

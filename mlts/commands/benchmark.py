@@ -71,7 +71,7 @@ def check_out_dir(out: Path, force: bool) -> None:
     type=click.Path(dir_okay=False),
     metavar="FILE.onnx|FILE.tflite",
     help="Your own ONNX or TFLite model (repeatable); a .tflite model is converted as TFLite's NNAPI "
-    "delegate would and compared with LiteRT.",
+    "delegate would and compared with LiteRT; real:NAME names a trained model of mlts[real-models].",
 )
 @click.option(
     "--reference",

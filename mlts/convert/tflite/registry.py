@@ -31,16 +31,33 @@ _TABLE: dict[str, Mapping] = {}
 
 
 def register(
-    *builtins: str, nnapi: tuple[str, ...] | str, max_version: int | None, note: str = ""
+    *builtins: str,
+    nnapi: str | tuple[str, ...] | dict[str, tuple[str, ...]],
+    max_version: int | None,
+    note: str = "",
 ) -> Callable[[Handler], Handler]:
-    """Register `fn` as the mapping of each of `builtins` (BuiltinOperator names)."""
-    ops = (nnapi,) if isinstance(nnapi, str) else tuple(nnapi)
+    """Register `fn` as the mapping of each of `builtins` (BuiltinOperator names).
+
+    `nnapi` names the NNAPI operations: one name or tuple for a single builtin; for several, a tuple
+    of one name per builtin (in order), or a dict builtin -> tuple.
+    """
+
+    def ops_of(k: int, name: str) -> tuple[str, ...]:
+        if isinstance(nnapi, dict):
+            return tuple(nnapi[name])
+        if isinstance(nnapi, str):
+            return (nnapi,)
+        if len(builtins) > 1:
+            if len(nnapi) != len(builtins):
+                raise RuntimeError(f"{builtins}: give one NNAPI operation per builtin, or a dict")
+            return (nnapi[k],)
+        return tuple(nnapi)
 
     def deco(fn: Handler) -> Handler:
-        for name in builtins:
+        for k, name in enumerate(builtins):
             if name in _TABLE:
                 raise RuntimeError(f"two mappings for TFLite builtin {name}")
-            _TABLE[name] = Mapping(name, fn, ops, max_version, note)
+            _TABLE[name] = Mapping(name, fn, ops_of(k, name), max_version, note)
         return fn
 
     return deco

@@ -53,21 +53,26 @@ _REDUCE = {
 }
 
 
-@register(
-    *_REDUCE,
-    nnapi=("REDUCE_SUM", "REDUCE_PROD", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_ANY"),
-    max_version=2,
-    note="SUM and REDUCE_PROD: FLOAT32, version 1",
-)
 def reduce(g: Graph, op: Operator) -> None:
     nn_op, types = _REDUCE[op.code.name]
-    if op.code.name in ("SUM", "REDUCE_PROD") and op.code.version > 1:
-        raise g.refuse(f"version {op.code.version}: the NNAPI delegate maps version 1")
     expect_type(g, 0, types)
     if not g.tensor(g.input(0)).shape:
         raise g.refuse("its input is a scalar")
     _scalar_output_check(g, nn_op.name)
     emit_simple(g, nn_op, [0, 1], [g.bool(bool(g.option("keep_dims", False)))])
+
+
+register("SUM", "REDUCE_PROD", nnapi=("REDUCE_SUM", "REDUCE_PROD"), max_version=1, note="FLOAT32; keep_dims")(
+    reduce
+)
+register(
+    "REDUCE_MAX",
+    "REDUCE_MIN",
+    "REDUCE_ANY",
+    nnapi=("REDUCE_MAX", "REDUCE_MIN", "REDUCE_ANY"),
+    max_version=2,
+    note="keep_dims",
+)(reduce)
 
 
 @register("ARG_MAX", "ARG_MIN", nnapi=("ARGMAX", "ARGMIN"), max_version=2, note="constant axis; INT32 output")

@@ -19,7 +19,13 @@ from mlts.hal.enums import OperationType
 Op = OperationType
 
 
-@register("PAD", "PADV2", nnapi=("PAD", "PAD_V2"), max_version=2, note="PAD_V2 when a pad value is given")
+@register(
+    "PAD",
+    "PADV2",
+    nnapi={"PAD": ("PAD", "PAD_V2"), "PADV2": ("PAD", "PAD_V2")},
+    max_version=2,
+    note="PAD_V2 when a pad value is given",
+)
 def pad(g: Graph, op: Operator) -> None:
     code = expect_type(g, 0, FLOAT_OR_QUANT8)
     if any(d == 0 for d in g.tensor(g.input(0)).shape):
