@@ -79,6 +79,21 @@ def _pairs(sources: list[ModelSource]) -> list[ModelSource]:
     return out
 
 
+def reference_for_model(model, threads: int):
+    """The CPU reference of a loaded model: LiteRT for a TfliteModel, onnxruntime for an ONNX ModelProto."""
+    from mlts.convert.tflite import TfliteModel
+
+    if isinstance(model, TfliteModel):
+        from mlts.bench.litert_reference import LiteRtReference
+        from mlts.convert.tflite import convert_tflite_plan
+
+        _, plan = convert_tflite_plan(model)
+        return LiteRtReference(model.data, threads, plan)
+    from mlts.bench.reference import OnnxRuntimeReference
+
+    return OnnxRuntimeReference(model.SerializeToString(), threads)
+
+
 class TwinReference:
     """onnxruntime on a model's ONNX twin, fed the TFLite model's inputs (NHWC moved to NCHW where needed)."""
 
