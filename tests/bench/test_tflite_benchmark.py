@@ -137,9 +137,9 @@ def test_convert_command_writes_a_tflite_model_as_nnm(tmp_path) -> None:
 
 
 def test_calibrate_infers_the_operand_type_of_a_tflite_model(tmp_path) -> None:
-    from mlts.calibrate.workloads import parse_model_argument
-    from mlts.calibrate.measure import cpu_run  # noqa: F401  (the CPU run dispatches on the model's format)
     from mlts.bench.reference_choice import reference_for_model
+    from mlts.calibrate.measure import cpu_run  # noqa: F401  (the CPU run dispatches on the model's format)
+    from mlts.calibrate.workloads import parse_model_argument
     from mlts.convert import load_model
 
     path = _relu_tflite(tmp_path / "net.tflite")
