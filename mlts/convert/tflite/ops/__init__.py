@@ -8,6 +8,7 @@ from mlts.convert.tflite.ops import (  # noqa: F401
     lookup,
     pool,
     quant,
+    recurrent,
     reduce,
     shape,
     spatial,
