@@ -129,7 +129,9 @@ def convert_cmd(
 
     tflite = model_format(onnx_file) == "tflite"
     if tflite and (batch_size != 1 or nhwc_io):
-        raise InputError("--batch-size and --nhwc-io apply to ONNX models; a TFLite model is NHWC with the file's shapes")
+        raise InputError(
+            "--batch-size and --nhwc-io apply to ONNX models; a TFLite model is NHWC with the file's shapes"
+        )
     conv = convert(
         onnx_file,
         batch_size=batch_size,

@@ -58,7 +58,17 @@ COLUMNS: tuple[str, ...] = (
 )
 
 # pandas' nullable dtypes keep integers integers and write an empty cell for a missing value.
-TEXT_COLUMNS = {"model", "family", "backend", "status", "error", "dataset", "labels", "validation_errors", "reference"}
+TEXT_COLUMNS = {
+    "model",
+    "family",
+    "backend",
+    "status",
+    "error",
+    "dataset",
+    "labels",
+    "validation_errors",
+    "reference",
+}
 INTEGER_COLUMNS = {
     "threads",
     "warmup_iterations",

@@ -64,7 +64,9 @@ def test_resolve_keeps_each_model_with_a_reference_it_can_have(tmp_path) -> None
     zoo = ModelSource("mobilenet_v1_0.25_128", None, "mobilenet_v1_0.25_128")
     assert framework_of(tfl) == "litert" and framework_of(onx) == framework_of(zoo) == "onnxruntime"
     assert resolve([tfl, onx, zoo], "auto") == [tfl, onx, zoo]
-    with pytest.raises(ReferenceChoiceError, match=r"it is a TFLite model: it has no ONNX graph for onnxruntime"):
+    with pytest.raises(
+        ReferenceChoiceError, match=r"it is a TFLite model: it has no ONNX graph for onnxruntime"
+    ):
         resolve([tfl], "onnxruntime")
     with pytest.raises(ReferenceChoiceError, match=r"it is an ONNX model: LiteRT runs TFLite models only"):
         resolve([onx], "litert")
@@ -120,7 +122,9 @@ def test_benchmark_reference_both_adds_the_onnx_twin_row(tmp_path) -> None:
 
 def test_benchmark_refuses_onnxruntime_for_a_tflite_model_in_one_line(tmp_path) -> None:
     model = _relu_tflite(tmp_path / "net.tflite")
-    proc = _mlts("benchmark", "--model", str(model), "--reference", "onnxruntime", "--out", str(tmp_path / "o"))
+    proc = _mlts(
+        "benchmark", "--model", str(model), "--reference", "onnxruntime", "--out", str(tmp_path / "o")
+    )
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "it has no ONNX graph for onnxruntime to run" in lines[0]

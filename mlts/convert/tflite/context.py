@@ -22,7 +22,7 @@ from mlts.convert.tflite import schema
 from mlts.convert.tflite.model import Operator, Subgraph, Tensor, TfliteModel
 from mlts.hal.builder import ModelBuilder
 from mlts.hal.enums import OperandType, OperationType
-from mlts.hal.types import SymmPerChannelQuantParams
+from mlts.hal.types import ExtraParams, SymmPerChannelQuantParams
 
 T = OperandType
 
@@ -149,7 +149,7 @@ class Graph:
         s = self.tensor(index).shape
         return s if s else (1,)
 
-    def operand_type(self, t: Tensor, flavour: str = PLAIN) -> tuple[int, float, int, object]:
+    def operand_type(self, t: Tensor, flavour: str = PLAIN) -> tuple[int, float, int, ExtraParams]:
         """(operand type, scale, zero point, extra params) of tensor `t` as the delegate adds it."""
         q = t.quant
         code = t.type

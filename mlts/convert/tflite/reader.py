@@ -12,6 +12,7 @@ becomes a one-line ConversionError naming the file and what was being read: neve
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from collections.abc import Callable
@@ -147,7 +148,7 @@ class _Reader:
             for i in range(self.length("signature_defs", m.SignatureDefsLength, 4))
         )
         metadata = tuple(
-            self.text(f"metadata {i}", lambda i=i: m.Metadata(i).Name())
+            self.text(f"metadata {i}", functools.partial(_metadata_name, m, i))
             for i in range(self.length("metadata", m.MetadataLength, 4))
         )
         return TfliteModel(
@@ -346,7 +347,7 @@ class _Reader:
             if kind not in vectors or table is None:
                 raise self.fail(f"{what} has no {label} array")
             vec = vectors[kind]()
-            self.access(what, lambda vec=vec, table=table: vec.Init(table.Bytes, table.Pos))
+            self.access(what, functools.partial(_init, vec, table))
             size = {1: 4, 2: 2, 3: 1}[kind]
             n = self.length(f"{what} {label}", vec.ValuesLength, size)
             arrays.append(self.numbers(f"{what} {label}", vec.ValuesAsNumpy, n).astype(np.int64))
@@ -390,7 +391,7 @@ class _Reader:
             if table is None:
                 raise self.fail(f"corrupt file: {what} declares options it does not store")
             obj = cls()
-            self.access(f"{what} options", lambda obj=obj, table=table: obj.Init(table.Bytes, table.Pos))
+            self.access(f"{what} options", functools.partial(_init, obj, table))
             values: dict[str, Any] = {}
             for accessor, name, vector in schema.option_fields(cls):
                 fn = getattr(obj, accessor)
@@ -418,7 +419,7 @@ class _Reader:
         def maps(label: str, length, get) -> tuple[tuple[str, int], ...]:
             out = []
             for j in range(self.length(f"signature {key!r} {label}", length, 4)):
-                entry = self.access(f"signature {key!r} {label} {j}", lambda j=j: get(j))
+                entry = self.access(f"signature {key!r} {label} {j}", functools.partial(get, j))
                 name = self.text(f"signature {key!r} {label} {j}", entry.Name)
                 index = int(self.access(f"signature {key!r} {label} {j}", entry.TensorIndex))
                 if not 0 <= index < limit:
@@ -432,3 +433,12 @@ class _Reader:
             maps("inputs", s.InputsLength, s.Inputs),
             maps("outputs", s.OutputsLength, s.Outputs),
         )
+
+
+def _metadata_name(m: Any, i: int) -> Any:
+    return m.Metadata(i).Name()
+
+
+def _init(obj: Any, table: Any) -> None:
+    """Point a generated table object at a union member's table (its bytes and position)."""
+    obj.Init(table.Bytes, table.Pos)

@@ -62,10 +62,10 @@ def expand_dims(g: Graph, op: Operator) -> None:
     expect_type(g, 0, (schema.FLOAT32, schema.FLOAT16, schema.INT32, schema.UINT8, schema.INT8))
     if g.tensor(g.input(1)).type != schema.INT32:
         raise g.refuse("its axis is not an INT32 constant")
-    (axis,) = g.ints(1, "axis")[:1] or [None]
-    if axis is None:
-        raise g.refuse("its axis tensor is empty")
-    emit_simple(g, Op.EXPAND_DIMS, [0], [g.int32(axis)])
+    axis = g.ints(1, "axis")
+    if len(axis) != 1:
+        raise g.refuse(f"its axis {axis} is not one value")
+    emit_simple(g, Op.EXPAND_DIMS, [0], [g.int32(axis[0])])
 
 
 @register("TRANSPOSE", nnapi="TRANSPOSE", max_version=2, note="constant permutation; rank <= 4")
