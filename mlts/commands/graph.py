@@ -38,6 +38,24 @@ def list_ops_lines() -> list[str]:
     lines.append(f"{MICROSOFT_DOMAIN} operators (onnxruntime's QOperator format):")
     for op in sorted(MICROSOFT_OPS):
         lines.append(f"  {op}")
+    return lines + tflite_ops_lines()
+
+
+def tflite_ops_lines() -> list[str]:
+    """One line per TFLite builtin the importer maps: the NNAPI operations and the delegate's versions."""
+    from mlts.convert.tflite.registry import mappings
+
+    table = mappings()
+    width = max(len(m.builtin) for m in table)
+    lines = ["TFLite builtins (as TFLite's NNAPI delegate maps them; docs/tflite.md):"]
+    for m in table:
+        versions = "any version" if m.max_version is None else f"versions 1-{m.max_version}"
+        lines.append(f"  {m.builtin:<{width}}  {versions:<14}  -> {', '.join(m.nnapi) or '(folded)'}")
+    lines.append(
+        "  GELU"
+        + " " * (width - 2)
+        + "any version     -> the vendor extension's GELU, when a driver declares it"
+    )
     return lines
 
 
@@ -76,7 +94,7 @@ def list_ops_lines() -> list[str]:
     expose_value=False,
     is_eager=True,
     callback=_list_ops,
-    help="Print the ONNX operators and opsets the converter takes, and exit.",
+    help="Print the ONNX operators and opsets the converter takes and the TFLite builtins the importer maps, and exit.",
 )
 @click.option(
     "--extension",
