@@ -69,8 +69,18 @@ def check_out_dir(out: Path, force: bool) -> None:
     "model_files",
     multiple=True,
     type=click.Path(dir_okay=False),
-    metavar="FILE.onnx",
-    help="Your own ONNX model (repeatable).",
+    metavar="FILE.onnx|FILE.tflite",
+    help="Your own ONNX or TFLite model (repeatable); a .tflite model is converted as TFLite's NNAPI "
+    "delegate would and compared with LiteRT; real:NAME names a trained model of mlts[real-models].",
+)
+@click.option(
+    "--reference",
+    type=click.Choice(["auto", "litert", "onnxruntime", "both"]),
+    default="auto",
+    show_default=True,
+    help="The CPU reference: auto is the model's own framework (LiteRT for .tflite, onnxruntime for ONNX "
+    "and zoo models); both runs LiteRT and onnxruntime and needs each model as .tflite and .onnx of one "
+    "name (--model net.tflite --model net.onnx).",
 )
 @click.option(
     "--drivers",
@@ -140,7 +150,8 @@ def check_out_dir(out: Path, force: bool) -> None:
     default=None,
     type=click.Path(),
     metavar="DIR",
-    help="Your image folder in MLTS format (images, ground_truth_labels.txt, labels.txt); needs Pillow.",
+    help="Your image folder in MLTS format (images, ground_truth_labels.txt, labels.txt); needs Pillow. "
+    "'real' names the bundled set of three photographs with ImageNet labels.",
 )
 @click.option(
     "--sequences",
@@ -234,6 +245,7 @@ def benchmark(
     ctx: click.Context,
     models_regex: str | None,
     model_files: tuple[str, ...],
+    reference: str,
     drivers_regex: str | None,
     plugin_files: tuple[str, ...],
     capabilities_files: tuple[str, ...],
@@ -265,7 +277,10 @@ def benchmark(
     deadline_ms: float | None,
     loop_timeout_ms: float | None,
 ) -> None:
-    """Run each model on each matching driver and on onnxruntime's CPU provider (MLTS's scoring mode).
+    """Run each model on each matching driver and on a CPU reference (MLTS's scoring mode).
+
+    The reference is onnxruntime's CPU provider for ONNX and zoo models and
+    TFLite's own kernels (LiteRT) for .tflite models (--reference).
 
     Per model × backend, in a random order per model: on drivers, the
     compilation timings (without cache, save to cache, prepare from cache,
@@ -274,7 +289,7 @@ def benchmark(
     around each execution call); then one pass over every test image for
     accuracy: top-1..top-5 against golden labels (a float64 reference run,
     or your --dataset's ground truth), errors against the golden outputs and
-    against onnxruntime. A driver whose top-1 is more than 0.05 below the
+    against the reference. A driver whose top-1 is more than 0.05 below the
     reference's fails MLTS's validation rule. The LSTM models asr_float and
     tts_float run their dataset sequences step by step instead, scored by
     MLTS's PhoneErrorRate / MelCepLogF0.
@@ -295,6 +310,10 @@ def benchmark(
 
     out = Path(out_dir) if out_dir is not None else default_out_dir()
     check_out_dir(out, force)
+    if dataset_dir is not None:
+        from mlts.datasets.real import dataset_folder
+
+        dataset_dir = dataset_folder(dataset_dir)
     if dataset_dir is not None and not Path(dataset_dir).is_dir():
         raise BadInput(f"--dataset {dataset_dir}: no such directory")
     sources = select_models(models_regex, model_files)
@@ -316,6 +335,7 @@ def benchmark(
         qos=qos_settings(priority, preference, deadline_ms, loop_timeout_ms).to_dict(),
         state_in_driver=state_in_driver,
         profile=profile,
+        reference=reference,
         **run_lengths(
             quick,
             warmup_s=warmup_s,

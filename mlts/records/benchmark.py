@@ -261,6 +261,8 @@ class BenchmarkRow(j.Record):
     memory_mb: Memory | None = j.value(j.record_check(Memory), default=None, omit=True)
     quantization: dict | None = j.value(j.obj, default=None, omit=True)
     reference_inexact: str | None = j.value(j.text, default=None, omit=True)
+    # The CPU reference this row's vs_reference compares against (the reference rows: their own framework).
+    reference: str | None = j.value(j.text, default=None, omit=True)
     extensions: tuple[str, ...] | None = j.value(j.texts, default=None, omit=True)
     harness_overhead: dict | None = j.value(j.nullable(j.obj), default=None, omit=True)
     profile: dict | None = j.value(j.obj, default=None, omit=True)

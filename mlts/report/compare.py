@@ -205,6 +205,8 @@ def compare_row(old: BenchmarkRow, new: BenchmarkRow, threshold: float) -> dict[
         "model": old.model,
         "backend": old.backend,
         "reference": old.is_reference,
+        # The CPU reference each run compared the row with (older results: onnxruntime, the only one).
+        "compared_with": {"old": old.reference or "onnxruntime", "new": new.reference or "onnxruntime"},
         "old_status": old.status,
         "new_status": new.status,
         "status": status,
@@ -373,6 +375,10 @@ def _latency_table(rows: list[dict]) -> list[str]:
             continue
         verdict = lat["verdict"] + (" (reference)" if r.get("reference") and lat["verdict"] != "same" else "")
         per = " per step" if lat.get("unit") == "step" else ""
+        against = r.get("compared_with") or {}
+        if against and (against.get("old") != "onnxruntime" or against.get("new") != "onnxruntime"):
+            old_ref, new_ref = against.get("old"), against.get("new")
+            per += f" [vs {old_ref}]" if old_ref == new_ref else f" [vs {old_ref} -> {new_ref}]"
         lines.append(
             f"{r['model']:<{w}} {r['backend']:<{b}} {lat['old_median_ms']:>9.3f} {lat['new_median_ms']:>9.3f} "
             f"{_percent(lat['change'], 'n/a'):>8} {interval_text(lat):<20} {verdict}{per}"
