@@ -80,13 +80,18 @@ def run(payload: dict[str, Any], scratch: str) -> dict[str, Any]:
         raise FileNotFoundError(f"model file {src['path']} is not on this worker's machine")
     source = ModelSource(src["name"], None if src["path"] is None else Path(src["path"]), src["zoo_name"])
     doc = run_benchmark([source], [target.spec(config.plugin_files)], config, Silent())
-    return stamp_benchmark(doc, {target.driver: target.socket}, in_process=config.in_process, device=target.device)
+    return stamp_benchmark(
+        doc, {target.driver: target.socket}, in_process=config.in_process, device=target.device
+    )
 
 
 def _with_options(config: Any, target: DriverTarget):
     from dataclasses import replace
 
-    merged = {**config.driver_options, target.driver: {**config.driver_options.get(target.driver, {}), **target.options}}
+    merged = {
+        **config.driver_options,
+        target.driver: {**config.driver_options.get(target.driver, {}), **target.options},
+    }
     return replace(config, driver_options=merged)
 
 
@@ -108,7 +113,11 @@ def merge(
         "schema_version": SCHEMA_VERSION,
         "kind": "benchmark",
         "environment": {},
-        "config": {**asdict(config), "models": [s.name for s in sources], "drivers": [t.driver for t in targets]},
+        "config": {
+            **asdict(config),
+            "models": [s.name for s in sources],
+            "drivers": [t.driver for t in targets],
+        },
         "devices": {},
         "capabilities": {},
         "results": [],

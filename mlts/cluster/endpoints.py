@@ -89,6 +89,8 @@ def stamp_stress(
         if not isinstance(record, dict) or "endpoint" in record:
             continue
         driver = str(record.get("driver", ""))
-        where = endpoint_of(device or driver, sockets.get(driver), in_process=in_process, client_host=client_host)
+        where = endpoint_of(
+            device or driver, sockets.get(driver), in_process=in_process, client_host=client_host
+        )
         record["endpoint"] = where.to_json()
     return doc

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -48,7 +47,9 @@ def check_cluster_option(value: str) -> str:
             raise ClusterError(f"--cluster {value!r}: expected local:N with N from 1 to {MAX_LOCAL_WORKERS}")
         return value
     if not re.fullmatch(r"([a-z]+://)?[^\s/:]+(:\d{1,5})?", value):
-        raise ClusterError(f"--cluster {value!r}: expected local:N or a scheduler address such as tcp://HOST:8786")
+        raise ClusterError(
+            f"--cluster {value!r}: expected local:N or a scheduler address such as tcp://HOST:8786"
+        )
     return value
 
 
@@ -60,6 +61,11 @@ def _distributed():
             f"--cluster needs the Dask distributed engine, which is not installed: {INSTALL_HINT}"
         ) from None
     return distributed
+
+
+def require_engine() -> None:
+    """ClusterError (one line saying how to install it) when the engine is not installed."""
+    _distributed()
 
 
 class SerialExecutor:
@@ -123,7 +129,9 @@ class DaskExecutor:
             )
         except (OSError, TimeoutError) as e:
             self.__exit__()
-            raise ClusterError(f"--cluster {self.value}: cannot reach the scheduler: {' '.join(str(e).split())}") from None
+            raise ClusterError(
+                f"--cluster {self.value}: cannot reach the scheduler: {' '.join(str(e).split())}"
+            ) from None
         self.scheduler = self.client.scheduler.address
         self._refresh_hosts()
         if not self._hostnames:
@@ -194,6 +202,8 @@ class DaskExecutor:
             _, message = event if isinstance(event, tuple) and len(event) == 2 else (None, event)
             if isinstance(message, dict) and message.get("state") == "started":
                 progress.started(str(message.get("id")), message.get("worker"))
+            elif isinstance(message, dict) and message.get("state") == "ended":
+                progress.ended(str(message.get("id")))
 
         self.client.subscribe_topic(TOPIC, on_event)
         try:
@@ -231,7 +241,7 @@ class DaskExecutor:
                     kwargs.update(workers=hosts, allow_other_workers=False)
                 key = f"mlts-{unit.kind}-{unit.id}-{self._token}"
                 futures[self.client.submit(run_unit, unit.to_text(), key=key, pure=False, **kwargs)] = unit
-            for future in distributed.as_completed(list(futures)):
+            for future in distributed.as_completed(list(futures), loop=self.client.loop):
                 unit = futures[future]
                 outcome = self._outcome(unit, future, progress)
                 future.release()
@@ -283,7 +293,3 @@ def _local_cluster(distributed: Any, n: int) -> Any:
 def open_executor(cluster: str | None):
     """The executor of `--cluster` (None: this process, one unit after another)."""
     return SerialExecutor() if cluster is None else DaskExecutor(cluster)
-
-
-def now() -> float:
-    return time.time()

@@ -54,12 +54,19 @@ class LabEndpoint:
         return "unix"
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "driver": self.driver, "address": self.address, "options": dict(self.options)}
+        return {
+            "name": self.name,
+            "driver": self.driver,
+            "address": self.address,
+            "options": dict(self.options),
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LabEndpoint:
         """The endpoint a unit carries (already checked by `load_lab` on the machine that read the file)."""
-        return cls(str(data["name"]), data.get("driver"), data.get("address"), dict(data.get("options") or {}))
+        return cls(
+            str(data["name"]), data.get("driver"), data.get("address"), dict(data.get("options") or {})
+        )
 
 
 @dataclass(frozen=True)

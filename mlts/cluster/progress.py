@@ -42,6 +42,7 @@ class UnitProgress:
             self._stream.flush()
 
     def counts(self) -> str:
+        # Units whose worker is done but whose result is still on its way count as left for a moment.
         left = self.total - self.done - self.failed - len(self.running)
         bad = f", {self.failed} failed" if self.failed else ""
         return f"{self.done} done{bad}, {len(self.running)} running, {max(0, left)} left of {self.total}"
@@ -53,6 +54,11 @@ class UnitProgress:
             again = f" (attempt {n}: its earlier worker was lost)" if n > 1 else ""
             line = f"[{self.counts()}] started {self.labels.get(unit_id, unit_id)} on {worker or self.where}{again}"
         self._say(line)
+
+    def ended(self, unit_id: str) -> None:
+        """The unit's worker is done with it (its result is on the way): no longer running there."""
+        with self._lock:
+            self.running.pop(unit_id, None)
 
     def finished(self, outcome: UnitOutcome) -> None:
         with self._lock:

@@ -43,7 +43,12 @@ def plan(
             groups = [[m] for m in models] if mode in PER_MODEL_MODES else [list(models)]
             for g_index, group in enumerate(groups):
                 label = f"{mode} on {target.name}" + (f" ({group[0]})" if mode in PER_MODEL_MODES else "")
-                payload = {"mode": mode, "target": target.to_json(), "models": group, "config": config_json(config)}
+                payload = {
+                    "mode": mode,
+                    "target": target.to_json(),
+                    "models": group,
+                    "config": config_json(config),
+                }
                 units.append(
                     Unit(
                         id=f"s{len(units):04d}",
@@ -78,9 +83,7 @@ def run(payload: dict[str, Any], scratch: str) -> dict[str, Any]:
     return {"records": [{**r.record().to_json(), "endpoint": endpoint} for r in results]}
 
 
-def merge_records(
-    units: Sequence[Unit], outcomes: dict[str, UnitOutcome], lab: bool
-) -> list[dict[str, Any]]:
+def merge_records(units: Sequence[Unit], outcomes: dict[str, UnitOutcome], lab: bool) -> list[dict[str, Any]]:
     """The records of every unit, in plan order; a unit that could not run is one FAILURE record."""
     from mlts.crash.outcome import Outcome, TestResult
 

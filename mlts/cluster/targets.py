@@ -92,16 +92,22 @@ def lab_targets(lab: Lab, plugin_files: Iterable[str] = ()) -> list[DriverTarget
         except HalError as err:
             raise LabError(f"{at}: {' '.join(err.message.split())}") from None
         if e.driver is not None and served.name != e.driver:
-            raise LabError(f"{at}: the service at {e.address} serves driver {served.name!r}, not {e.driver!r}")
+            raise LabError(
+                f"{at}: the service at {e.address} serves driver {served.name!r}, not {e.driver!r}"
+            )
         out.append(DriverTarget(served.name, e.address, {}, e.name, this_host()))
     return out
 
 
-def spec_targets(specs: Iterable[Any], options: dict[str, dict[str, str]] | None = None) -> list[DriverTarget]:
+def spec_targets(
+    specs: Iterable[Any], options: dict[str, dict[str, str]] | None = None
+) -> list[DriverTarget]:
     """Targets for a command's own driver selection (DriverSpecs); services' sockets live on this machine."""
     options = options or {}
     return [
-        DriverTarget(s.name, s.socket, dict(options.get(s.name) or {}), None, this_host() if s.socket else None)
+        DriverTarget(
+            s.name, s.socket, dict(options.get(s.name) or {}), None, this_host() if s.socket else None
+        )
         for s in specs
     ]
 

@@ -154,6 +154,8 @@ def run_unit(text: str) -> str:
         shutil.rmtree(scratch, ignore_errors=True)
     out["host_info"] = _host_info()
     out["started"], out["ended"] = started, time.time()
+    if worker is not None:
+        worker.log_event(TOPIC, {"id": unit["id"], "state": "ended", "worker": address})
     return json.dumps(out, allow_nan=False)
 
 
@@ -189,9 +191,8 @@ def _collect(scratch: str) -> tuple[dict[str, str], list[str]]:
 
 
 def _host_info() -> dict[str, Any]:
-    from mlts.records.environment import cpu_features, cpu_model
-
     import mlts
+    from mlts.records.environment import cpu_features, cpu_model
 
     return {
         "cpu": cpu_model(),

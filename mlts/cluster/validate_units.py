@@ -30,7 +30,7 @@ def shard_count(suite: str, workers: int) -> int:
         return 1
     if suite == "fuzz":
         return min(workers, 4)  # four fuzz targets, each a campaign
-    return min(MAX_SHARDS, 3 * workers)
+    return min(MAX_SHARDS, 2 * workers)
 
 
 def plan(
@@ -94,7 +94,8 @@ def run(payload: dict[str, Any], scratch: str) -> dict[str, Any]:
     root = os.path.join(scratch, "out")
     # Reproducer paths relative to the unit's out folder: the client puts the files under its own --out.
     cases = tuple(
-        replace(c, reproducer=os.path.relpath(c.reproducer, root)) if c.reproducer else c for c in section.cases
+        replace(c, reproducer=os.path.relpath(c.reproducer, root)) if c.reproducer else c
+        for c in section.cases
     )
     return {
         "section": replace(section, cases=cases).to_json(),
@@ -138,7 +139,9 @@ def merge(
             case = replace(
                 case,
                 device=unit.device if lab else None,
-                reproducer=os.path.join(prefix, case.reproducer.split("/", 1)[1]) if case.reproducer else None,
+                reproducer=os.path.join(prefix, case.reproducer.split("/", 1)[1])
+                if case.reproducer
+                else None,
             )
             key = (case.device, case.suite, case.name)
             own = shard is None or case_shard(case.name, shard[1]) == shard[0]

@@ -87,7 +87,9 @@ class ValidateSection(j.Record):
         In a lab run (cases on several devices) the suite reads "suite@device", so each device's
         cases stay apart.
         """
-        return {(c.suite if c.device is None else f"{c.suite}@{c.device}", c.name): c.outcome for c in self.cases}
+        return {
+            (c.suite if c.device is None else f"{c.suite}@{c.device}", c.name): c.outcome for c in self.cases
+        }
 
     def to_json(self) -> dict[str, Any]:
         out = {

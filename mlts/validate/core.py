@@ -73,6 +73,11 @@ class SuiteOptions:
             return False
         return self.shard is None or case_shard(name, self.shard[1]) == self.shard[0]
 
+    def wants_group(self, group: str) -> bool:
+        """Whether case group `group` (see `case_group`) belongs to this run's shard: a suite skips
+        building the cases of another shard's groups."""
+        return self.shard is None or zlib.crc32(group.encode("utf-8")) % self.shard[1] == self.shard[0]
+
     def unsharded(self) -> SuiteOptions:
         """These options for the whole suite (what a run without a cluster would get)."""
         return replace(self, shard=None)
