@@ -16,11 +16,18 @@ from typing import Any
 
 from mlts.cluster.endpoints import stamp_benchmark
 from mlts.cluster.targets import DriverTarget
-from mlts.cluster.units import Unit, UnitOutcome
+from mlts.cluster.units import Unit, UnitOutcome, absolute
 
 
 def config_json(config: Any) -> dict[str, Any]:
-    return asdict(config)
+    """A BenchmarkConfig as JSON, the files it names made absolute (plugins, capabilities)."""
+    data = asdict(config)
+    data["plugin_files"] = absolute(config.plugin_files)
+    data["driver_options"] = {
+        driver: {k: os.path.abspath(v) if k == "capabilities" else v for k, v in options.items()}
+        for driver, options in config.driver_options.items()
+    }
+    return data
 
 
 def config_from_json(data: dict[str, Any]):

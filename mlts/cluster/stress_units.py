@@ -14,7 +14,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from mlts.cluster.targets import DriverTarget
-from mlts.cluster.units import Unit, UnitOutcome, scratch_out
+from mlts.cluster.units import Unit, UnitOutcome, absolute, scratch_out
 
 #: Modes that measure latency: they run on a quiet worker.
 TIMING_MODES = frozenset({"performance-degradation-stress", "priority-stress"})
@@ -23,8 +23,8 @@ PER_MODEL_MODES = frozenset({"inference-stress", "model-loading-stress"})
 
 
 def config_json(config: Any) -> dict[str, Any]:
-    """A StressConfig as JSON (tuples become lists)."""
-    return asdict(config)
+    """A StressConfig as JSON (tuples become lists, plugin files absolute paths)."""
+    return {**asdict(config), "plugin_files": absolute(config.plugin_files)}
 
 
 def config_from_json(data: dict[str, Any]):

@@ -202,6 +202,11 @@ def _host_info() -> dict[str, Any]:
     }
 
 
+def absolute(paths: Any) -> list[str]:
+    """Paths a user gave, made absolute: a worker's working folder is not the client's."""
+    return [os.path.abspath(p) for p in paths or ()]
+
+
 def scratch_out(scratch: str, *parts: str) -> str:
     """A folder under the unit's `out` folder (created): what is written there comes back to the client."""
     path = os.path.join(scratch, "out", *parts)

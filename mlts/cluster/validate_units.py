@@ -15,7 +15,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from mlts.cluster.targets import DriverTarget
-from mlts.cluster.units import Unit, UnitOutcome, scratch_out
+from mlts.cluster.units import Unit, UnitOutcome, absolute, scratch_out
 from mlts.records.endpoint import Endpoint
 from mlts.records.validate import CaseResult, ValidateSection
 
@@ -55,7 +55,7 @@ def plan(
                     "suite": suite,
                     "options": {**asdict(options), "shard": list(shard) if shard else None},
                     "threads": threads,
-                    "plugin_files": list(plugin_files),
+                    "plugin_files": absolute(plugin_files),
                 }
                 units.append(
                     Unit(
