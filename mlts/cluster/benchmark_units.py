@@ -34,7 +34,8 @@ def config_from_json(data: dict[str, Any]):
     from mlts.bench.backends import BenchmarkConfig
 
     tuples = ("plugin_files", "executions")
-    return BenchmarkConfig(**{k: tuple(v) if k in tuples else v for k, v in data.items()})
+    values: dict[str, Any] = {k: tuple(v) if k in tuples else v for k, v in data.items()}
+    return BenchmarkConfig(**values)
 
 
 def source_json(source: Any) -> dict[str, Any]:
@@ -46,7 +47,7 @@ def source_json(source: Any) -> dict[str, Any]:
 def plan(
     sources: Sequence[Any], targets: Sequence[DriverTarget], config: Any, burst_polling_us: int | None
 ) -> list[Unit]:
-    units = []
+    units: list[Unit] = []
     for m_index, source in enumerate(sources):
         for t_index, target in enumerate(targets):
             payload = {

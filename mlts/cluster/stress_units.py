@@ -37,7 +37,7 @@ def plan(
     modes: Sequence[str], targets: Sequence[DriverTarget], models: Sequence[str], config: Any
 ) -> list[Unit]:
     """The units of a stress run, in the order a single run goes through its modes and drivers."""
-    units = []
+    units: list[Unit] = []
     for m_index, mode in enumerate(modes):
         for t_index, target in enumerate(targets):
             groups = [[m] for m in models] if mode in PER_MODEL_MODES else [list(models)]

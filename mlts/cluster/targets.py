@@ -79,23 +79,23 @@ def lab_targets(lab: Lab, plugin_files: Iterable[str] = ()) -> list[DriverTarget
     except DiscoveryError as e:
         raise LabError(str(e)) from None
     out = []
-    for e in lab.endpoints:
-        at = f"--lab {lab.path}: endpoint {e.name}"
-        if e.address is None:
-            assert e.driver is not None
-            if e.driver not in known:
-                raise LabError(f"{at}: unknown driver {e.driver!r}; available: {', '.join(sorted(known))}")
-            out.append(DriverTarget(e.driver, None, dict(e.options), e.name))
+    for ep in lab.endpoints:
+        at = f"--lab {lab.path}: endpoint {ep.name}"
+        if ep.address is None:
+            assert ep.driver is not None
+            if ep.driver not in known:
+                raise LabError(f"{at}: unknown driver {ep.driver!r}; available: {', '.join(sorted(known))}")
+            out.append(DriverTarget(ep.driver, None, dict(ep.options), ep.name))
             continue
         try:
-            served = socket_spec(e.address)
+            served = socket_spec(ep.address)
         except HalError as err:
             raise LabError(f"{at}: {' '.join(err.message.split())}") from None
-        if e.driver is not None and served.name != e.driver:
+        if ep.driver is not None and served.name != ep.driver:
             raise LabError(
-                f"{at}: the service at {e.address} serves driver {served.name!r}, not {e.driver!r}"
+                f"{at}: the service at {ep.address} serves driver {served.name!r}, not {ep.driver!r}"
             )
-        out.append(DriverTarget(served.name, e.address, {}, e.name, this_host()))
+        out.append(DriverTarget(served.name, ep.address, {}, ep.name, this_host()))
     return out
 
 

@@ -99,7 +99,7 @@ def outcome_from_text(unit: Unit, text: Any) -> UnitOutcome:
             ended=_num(data.get("ended")),
             files=files,
             files_left=[str(f) for f in data.get("files_left") or []],
-            host_info=data.get("host_info") if isinstance(data.get("host_info"), dict) else {},
+            host_info=dict(data["host_info"]) if isinstance(data.get("host_info"), dict) else {},
         )
     except (ValueError, TypeError) as e:
         return UnitOutcome(unit, ok=False, error=f"the worker's answer is unusable: {e}")

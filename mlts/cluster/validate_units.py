@@ -43,7 +43,7 @@ def plan(
     plugin_files: Sequence[str],
 ) -> list[Unit]:
     """The units of a validate run: target x suite x shard, in the order a single run emits them."""
-    units = []
+    units: list[Unit] = []
     for t_index, target in enumerate(targets):
         for s_index, suite in enumerate(suites):
             n = shard_count(suite, workers)

@@ -294,6 +294,7 @@ def validate_cmd(
             ctx, spec, lab, cluster, chosen, options, out, junit_file, threads, plugin_files, driver_options
         )
         return
+    assert spec is not None  # only a lab run goes without one
     target = Target(
         spec,
         out_dir=str(out / "reproducers"),
