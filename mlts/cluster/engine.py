@@ -201,7 +201,10 @@ class DaskExecutor:
         def on_event(event: Any) -> None:
             _, message = event if isinstance(event, tuple) and len(event) == 2 else (None, event)
             if isinstance(message, dict) and message.get("state") == "started":
-                progress.started(str(message.get("id")), message.get("worker"))
+                pid = message.get("pid")
+                progress.started(
+                    str(message.get("id")), message.get("worker"), pid if isinstance(pid, int) else None
+                )
             elif isinstance(message, dict) and message.get("state") == "ended":
                 progress.ended(str(message.get("id")))
 

@@ -47,7 +47,7 @@ class UnitProgress:
         bad = f", {self.failed} failed" if self.failed else ""
         return f"{self.done} done{bad}, {len(self.running)} running, {max(0, left)} left of {self.total}"
 
-    def started(self, unit_id: str, worker: str | None) -> None:
+    def started(self, unit_id: str, worker: str | None, pid: int | None = None) -> None:
         with self._lock:
             n = self.attempt_counts[unit_id] = self.attempt_counts.get(unit_id, 0) + 1
             self.running[unit_id] = worker or "this process"

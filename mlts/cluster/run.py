@@ -178,8 +178,10 @@ def stress(
     say: Callable[[str], None],
     quiet: bool,
     checkpoint: Checkpoint,
+    progress: UnitProgress | None = None,
 ) -> dict[str, Any]:
-    """The stress document of a distributed run (checkpointed after every unit)."""
+    """The stress document of a distributed run (checkpointed after every unit); `progress` replaces
+    the lines on stderr."""
     from mlts.crash.suite import stress_document
 
     t0 = time.time()
@@ -187,7 +189,9 @@ def stress(
     _prebuild(list(models), cluster, say)
     with open_executor(cluster) as executor:
         units = stress_units.plan(modes, targets, models, config)
-        progress = stderr_progress(len(units), _where(cluster), quiet)
+        if progress is None:
+            progress = stderr_progress(len(units), _where(cluster), quiet)
+        progress.total = len(units)
         outcomes: dict[str, UnitOutcome] = {}
 
         def document(part: Any) -> dict[str, Any]:
