@@ -132,7 +132,8 @@ def merge(
         section = ValidateSection.from_json(outcome.result["section"], f"unit {unit.id}")
         endpoints.append(Endpoint.from_json(outcome.result["endpoint"], f"unit {unit.id}.endpoint"))
         restarts += section.restarts
-        errors += [e for e in section.errors if e not in errors]
+        mark = f" [{unit.device}]" if lab and unit.device else ""
+        errors += [e + mark for e in section.errors if e + mark not in errors]
         shard = unit.payload["options"].get("shard")
         prefix = os.path.join(out_dir, "reproducers", *([unit.device] if lab and unit.device else []))
         for case in section.cases:
