@@ -115,7 +115,7 @@ class DaskExecutor:
         m = _LOCAL.fullmatch(self.value)
         try:
             if m is not None:
-                self.cluster = _local_cluster(distributed, int(m.group(1)))
+                self.cluster = local_cluster(distributed, int(m.group(1)))
                 target: Any = self.cluster
             else:
                 target = self.value
@@ -272,7 +272,7 @@ class DaskExecutor:
         return outcome
 
 
-def _local_cluster(distributed: Any, n: int) -> Any:
+def local_cluster(distributed: Any, n: int) -> Any:
     """A cluster of `n` worker processes on this machine, one thread each; the first offers `timing`."""
     workers = {
         f"mlts-worker-{i}": {

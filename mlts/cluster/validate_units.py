@@ -30,6 +30,8 @@ def shard_count(suite: str, workers: int) -> int:
         return 1
     if suite == "fuzz":
         return min(workers, 4)  # four fuzz targets, each a campaign
+    if suite == "validation":
+        return min(MAX_SHARDS, workers)  # each shard probes the driver and starts two services first
     return min(MAX_SHARDS, 2 * workers)
 
 
