@@ -139,8 +139,10 @@ def validate(
             targets, suites, options, workers=workers, threads=threads, plugin_files=plugin_files
         )
         progress = stderr_progress(len(units), _where(cluster), quiet)
+        outcomes: dict[str, UnitOutcome] = {}
 
         def arrived(outcome: UnitOutcome) -> None:
+            outcomes[outcome.unit.id] = outcome
             device = [outcome.unit.device] if lab is not None and outcome.unit.device else []
             write_files(outcome.files, os.path.join(out_dir, "reproducers", *device), "reproducers")
             write_files(outcome.files, os.path.join(out_dir, "logs", outcome.unit.id), "logs")
@@ -149,7 +151,11 @@ def validate(
                     if case["outcome"] in ("fail", "error", "hang"):
                         on_failing(case)
 
-        outcomes = _run(executor, units, progress, arrived)
+        try:
+            _run(executor, units, progress, arrived)
+        except KeyboardInterrupt:
+            # As a single run does: what finished is kept, the units not run are suite errors.
+            pass
         section = validate_units.merge(
             units,
             outcomes,
