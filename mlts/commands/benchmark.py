@@ -16,6 +16,8 @@ from mlts.commands._common import (
     BadInput,
     capabilities_option,
     capabilities_options,
+    distribution,
+    distribution_options,
     driver_plugin_option,
     driver_socket_option,
     qos_options,
@@ -240,6 +242,7 @@ def check_out_dir(out: Path, force: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the results document to stdout (no table).")
 @click.option("--quiet", is_flag=True, help="No progress and no table; errors and the exit status only.")
 @qos_options
+@distribution_options
 @click.pass_context
 def benchmark(
     ctx: click.Context,
@@ -276,6 +279,8 @@ def benchmark(
     preference: str,
     deadline_ms: float | None,
     loop_timeout_ms: float | None,
+    lab_file: str | None,
+    cluster: str | None,
 ) -> None:
     """Run each model on each matching driver and on a CPU reference (MLTS's scoring mode).
 
@@ -298,6 +303,10 @@ def benchmark(
     what it measured), OUT/results.csv and OUT/report.html. Exits with
     status 1 when any driver failed to prepare or run a model, or when a run
     broke an accuracy limit.
+
+    --lab FILE runs every model on every endpoint of a lab (the report shows
+    the devices side by side); --cluster spreads the model x driver pairs over
+    a Dask cluster, each measured on a quiet worker (docs/cluster.md).
     """
     from mlts.bench.runner import BenchmarkConfig, run_benchmark, run_lengths
     from mlts.bench.sources import select_models
@@ -308,6 +317,14 @@ def benchmark(
 
     set_burst_polling(burst_polling_us)
 
+    lab, cluster = distribution(lab_file, cluster)
+    if lab is not None and (drivers_regex is not None or driver_sockets):
+        raise BadInput("--lab names the drivers to benchmark: leave out --drivers and --driver-socket")
+    if (lab is not None or cluster is not None) and (in_process or nnapi_reference != "off"):
+        raise BadInput(
+            "--lab and --cluster run drivers one at a time in their own services: leave out "
+            "--in-process, -r and --nnapi-reference-only"
+        )
     out = Path(out_dir) if out_dir is not None else default_out_dir()
     check_out_dir(out, force)
     if dataset_dir is not None:
@@ -316,8 +333,10 @@ def benchmark(
         dataset_dir = dataset_folder(dataset_dir)
     if dataset_dir is not None and not Path(dataset_dir).is_dir():
         raise BadInput(f"--dataset {dataset_dir}: no such directory")
+    if dataset_dir is not None:
+        dataset_dir = str(Path(dataset_dir).resolve())  # a cluster's workers need the whole path
     sources = select_models(models_regex, model_files)
-    specs = select(discover(plugin_files, driver_sockets), drivers_regex)
+    specs = select(discover(plugin_files, driver_sockets), drivers_regex) if lab is None else []
     config = BenchmarkConfig(
         threads=threads,
         min_iterations=min_iterations,
@@ -349,10 +368,16 @@ def benchmark(
     path = out / "results.json"
 
     def save(partial: dict) -> None:
+        from mlts.cluster.endpoints import stamp_benchmark
+
+        stamp_benchmark(partial, {s.name: s.socket for s in specs}, in_process=config.in_process)
         out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(partial, path)
 
-    doc = run_benchmark(sources, specs, config, progress, checkpoint=save)
+    if lab is not None or cluster is not None:
+        doc = _distributed(sources, specs, config, lab, cluster, burst_polling_us, quiet or as_json, save)
+    else:
+        doc = run_benchmark(sources, specs, config, progress, checkpoint=save)
     save(doc)
     written = write_companions(doc, out)
     if as_json:
@@ -375,6 +400,25 @@ def benchmark(
         raise click.ClickException(
             f"{len(invalid)} of {len(doc['results'])} runs broke an accuracy limit ({first}); see {path}"
         )
+
+
+def _distributed(sources, specs, config, lab, cluster, burst_polling_us, quiet: bool, save) -> dict:
+    """Every model on every lab endpoint (or chosen driver), in turn or spread over --cluster."""
+    from mlts.cluster import run as distributed
+    from mlts.cluster.targets import lab_targets, spec_targets
+
+    targets = lab_targets(lab, config.plugin_files) if lab is not None else spec_targets(specs)
+    return distributed.benchmark(
+        sources=sources,
+        targets=targets,
+        config=config,
+        lab=lab,
+        cluster=cluster,
+        burst_polling_us=burst_polling_us,
+        say=lambda line: None if quiet else click.echo(f"  {line}", err=True),
+        quiet=quiet,
+        checkpoint=save,
+    )
 
 
 def write_companions(doc: dict, out: Path) -> list[Path]:

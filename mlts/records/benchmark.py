@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlts.records import _json as j
+from mlts.records.endpoint import Endpoint
 from mlts.records.stats import Stats, stats_or_not_measured
 
 STATUSES = ("ok", "error")
@@ -270,6 +271,7 @@ class BenchmarkRow(j.Record):
     partition: dict | None = j.value(j.obj, default=None, omit=True)
     partitioned_models: int | None = j.value(j.count, default=None, omit=True)
     device_memory: dict | None = j.value(j.obj, default=None, omit=True)
+    endpoint: Endpoint | None = j.value(j.record_check(Endpoint), default=None, omit=True)
     extra: dict = j.extra()
 
     @classmethod

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from typing import Any
 
 from mlts.records import BenchmarkRow, ResultsDocument, Stats
@@ -173,7 +174,7 @@ def _index(doc: ResultsDocument, label: str) -> dict[tuple[str, str], BenchmarkR
         raise ResultsSchemaError("", f"{label}: a {doc.kind} results file; compare reads benchmark results")
     out: dict[tuple[str, str], BenchmarkRow] = {}
     where: dict[tuple[str, str], int] = {}
-    for i, rec in enumerate(doc.rows):
+    for i, rec in enumerate(_device_labelled(doc)):
         key = rec.key
         if key in out:
             raise ResultsSchemaError(
@@ -181,6 +182,16 @@ def _index(doc: ResultsDocument, label: str) -> dict[tuple[str, str], BenchmarkR
             )
         out[key], where[key] = rec, i
     return out
+
+
+def _device_labelled(doc: ResultsDocument) -> list[BenchmarkRow]:
+    """The rows; in a lab run the backend names the device too (driver:sample-all@board-a), so each
+    device's rows are compared with the same device's."""
+    if doc.section("lab") is None:
+        return doc.rows
+    return [
+        r if r.endpoint is None else replace(r, backend=f"{r.backend}@{r.endpoint.name}") for r in doc.rows
+    ]
 
 
 def _key_dict(key: tuple[str, str]) -> dict[str, str]:

@@ -55,6 +55,9 @@ COLUMNS: tuple[str, ...] = (
     "verdict_pass",
     "retries",
     "reference",
+    "endpoint",
+    "host",
+    "transport",
 )
 
 # pandas' nullable dtypes keep integers integers and write an empty cell for a missing value.
@@ -68,6 +71,9 @@ TEXT_COLUMNS = {
     "labels",
     "validation_errors",
     "reference",
+    "endpoint",
+    "host",
+    "transport",
 }
 INTEGER_COLUMNS = {
     "threads",
@@ -153,6 +159,10 @@ def benchmark_row(rec: BenchmarkRow) -> dict[str, Any]:
         "verdict_pass": rec.verdict and rec.verdict.passed,
         "retries": rec.retries and rec.retries.retries,
         "reference": rec.reference,
+        # Where the backend ran: the lab device (or driver) name, its host and transport.
+        "endpoint": rec.endpoint and rec.endpoint.name,
+        "host": rec.endpoint and rec.endpoint.host,
+        "transport": rec.endpoint and rec.endpoint.transport,
     }
     if rec.reference_inexact:  # every row of the model, onnxruntime's own included
         row["reference_exact"] = False
