@@ -18,9 +18,11 @@ from mlts.commands._common import (
     capabilities_options,
     driver_plugin_option,
     driver_socket_option,
+    input_settings,
     qos_options,
     qos_settings,
     seconds,
+    user_model_options,
 )
 
 
@@ -69,9 +71,11 @@ def check_out_dir(out: Path, force: bool) -> None:
     "model_files",
     multiple=True,
     type=click.Path(dir_okay=False),
-    metavar="FILE.onnx",
-    help="Your own ONNX model (repeatable).",
+    metavar="FILE.onnx|FILE.nnm",
+    help="Your own ONNX model, or an NN graph file from mlts convert (timed, not scored: no onnxruntime or "
+    "golden reference reads it); repeatable.",
 )
+@user_model_options
 @click.option(
     "--drivers",
     "drivers_regex",
@@ -234,6 +238,9 @@ def benchmark(
     ctx: click.Context,
     models_regex: str | None,
     model_files: tuple[str, ...],
+    input_shapes: dict,
+    input_values: dict,
+    inputs_dir: str | None,
     drivers_regex: str | None,
     plugin_files: tuple[str, ...],
     capabilities_files: tuple[str, ...],
@@ -279,6 +286,13 @@ def benchmark(
     tts_float run their dataset sequences step by step instead, scored by
     MLTS's PhoneErrorRate / MelCepLogF0.
 
+    Your own models (--model): inputs fit each input (images, speech-like
+    signals, zero recurrent state, token ids, or your --inputs files);
+    symbolic dimensions beyond the batch need --input-shape, configuration
+    inputs can be fixed with --input-value. A classifier is judged by top-1
+    and its errors; dense maps, boxes, embeddings and regressions by their
+    errors against the float64 reference relative to onnxruntime's.
+
     Writes OUT/results.json (after every model, so an interrupted run keeps
     what it measured), OUT/results.csv and OUT/report.html. Exits with
     status 1 when any driver failed to prepare or run a model, or when a run
@@ -297,7 +311,8 @@ def benchmark(
     check_out_dir(out, force)
     if dataset_dir is not None and not Path(dataset_dir).is_dir():
         raise BadInput(f"--dataset {dataset_dir}: no such directory")
-    sources = select_models(models_regex, model_files)
+    settings = input_settings(input_shapes, input_values, inputs_dir)
+    sources = select_models(models_regex, model_files, settings)
     specs = select(discover(plugin_files, driver_sockets), drivers_regex)
     config = BenchmarkConfig(
         threads=threads,
