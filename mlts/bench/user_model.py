@@ -46,6 +46,7 @@ class InputSettings:
     shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     values: Mapping[str, Any] = field(default_factory=dict)
     inputs_dir: str | None = None
+    files_option: bool = True  # whether the command takes --inputs DIR (its messages then suggest it)
 
     def names(self) -> set[str]:
         return set(self.shapes) | set(self.values)
@@ -231,7 +232,9 @@ def _check_shape(path: Path, inp: GraphInput, dims: tuple[int, ...], option: str
             )
 
 
-def _final_shape(path: Path, inp: GraphInput, given: tuple[int, ...] | None, file_shape) -> tuple[int, ...]:
+def _final_shape(
+    path: Path, inp: GraphInput, given: tuple[int, ...] | None, file_shape, files_option: bool
+) -> tuple[int, ...]:
     """The shape input `inp` is fed with: --input-shape, else its file's, else the declared one (batch 1)."""
     if given is not None:
         _check_shape(path, inp, given, f"--input-shape {inp.name}")
@@ -247,21 +250,27 @@ def _final_shape(path: Path, inp: GraphInput, given: tuple[int, ...] | None, fil
     dims = [d if isinstance(d, int) else (1 if k == 0 else None) for k, d in enumerate(inp.dims)]
     if None in dims:
         k = dims.index(None)
-        example = ",".join(str(d) if isinstance(d, int) else "N" for d in inp.dims)
+        example = ",".join(str(d) if d is not None else str(inp.dims[j]) for j, d in enumerate(dims))
+        also = (
+            f" (or its file in --inputs DIR: {input_files.file_stem(inp.name)}.npy)" if files_option else ""
+        )
         raise UserModelError(
             f"input '{inp.name}' of {path} has symbolic dimension {k} ('{inp.dims[k]}') beyond the batch; "
-            f"give its whole shape with --input-shape {inp.name}={example} (or an .npy file in --inputs DIR)"
+            f"give its whole shape with --input-shape {inp.name}={example}, each name a number{also}"
         )
     return tuple(int(d) for d in dims)  # type: ignore[arg-type]
 
 
-def resolve(path: str | Path, settings: InputSettings, found: Mapping | None = None) -> tuple[UserModel, Any]:
+def resolve(
+    path: str | Path, settings: InputSettings, found: Mapping | None = None, loaded_inputs=None
+) -> tuple[UserModel, Any]:
     """(the UserModel of `path` under `settings`, the loaded model); UserModelError for what cannot be used.
 
-    `found` is the scan of settings.inputs_dir (input_files.scan), done once for every model.
+    `found` is the scan of settings.inputs_dir (input_files.scan), done once for every model;
+    `loaded_inputs` what load_inputs(path) gave, when it was called already.
     """
     path = Path(path)
-    kind, inputs, loaded = load_inputs(path)
+    kind, inputs, loaded = loaded_inputs or load_inputs(path)
     names = {i.name for i in inputs}
     if kind == "nnm":
         named = sorted(settings.names() & names)
@@ -281,7 +290,11 @@ def resolve(path: str | Path, settings: InputSettings, found: Mapping | None = N
     count, raw = input_files.read_raw(settings.inputs_dir or ".", mine, stems) if stems else (1, {})
     shapes = {
         i.name: _final_shape(
-            path, i, settings.shapes.get(i.name), raw[i.name][0][1].shape if i.name in raw else None
+            path,
+            i,
+            settings.shapes.get(i.name),
+            raw[i.name][0][1].shape if i.name in raw else None,
+            settings.files_option,
         )
         for i in fed
     }
@@ -308,20 +321,25 @@ def _refuse_all_zero(files: InputFiles, fed: Sequence[GraphInput], folder: str) 
 
 def resolve_all(paths: Sequence[str | Path], settings: InputSettings) -> list[tuple[UserModel, Any]]:
     """resolve() of every file; a name in the options or a file in --inputs DIR that none of them has is
-    an error that lists their inputs."""
+    an error that lists their inputs (checked before any file's inputs are resolved)."""
     found = input_files.scan(settings.inputs_dir) if settings.inputs_dir is not None else None
-    models = [resolve(p, settings, found) for p in paths]
-    every = {i.name for m, _ in models for i in m.inputs}
+    loaded = [(Path(p), load_inputs(Path(p))) for p in paths]
+    every = {i.name for _, (_, inputs, _) in loaded for i in inputs}
     for option, names in (("--input-shape", settings.shapes), ("--input-value", settings.values)):
         for name in names:
             if name not in every:
                 listed = "; ".join(
-                    f"{m.path.name}: {', '.join(repr(i.name) for i in m.inputs) or 'none'}" for m, _ in models
+                    f"{p.name}: {', '.join(repr(i.name) for i in inputs) or 'none'}"
+                    for p, (_, inputs, _) in loaded
                 )
-                where = "no --model file" if models else "no --model file given (it applies to them only)"
-                raise UserModelError(f"{option} {name}: {where} has an input '{name}' ({listed})")
+                where = (
+                    f"no --model file has an input '{name}' ({listed})"
+                    if loaded
+                    else "applies to --model files; none is given"
+                )
+                raise UserModelError(f"{option} {name}: {where}")
     if found is not None:
-        stems = {input_files.file_stem(i.name) for m, _ in models for i in m.inputs}
+        stems = {input_files.file_stem(i.name) for _, (_, inputs, _) in loaded for i in inputs}
         for stem, by_index in found.items():
             named = stem in stems or any(f"{stem}_{k}" in stems for k in by_index if k is not None)
             if not named:
@@ -330,4 +348,34 @@ def resolve_all(paths: Sequence[str | Path], settings: InputSettings) -> list[tu
                     f"--inputs {first}: names no input of the --model files (their inputs, as file names: "
                     f"{', '.join(sorted(stems)) or 'none'})"
                 )
-    return models
+    return [resolve(p, settings, found, got) for p, got in loaded]
+
+
+def reference_feeds(
+    proto, order: Sequence[str], names: Sequence[str], feeds, user: UserModel | None
+) -> list[list[np.ndarray]]:
+    """The ONNX model's inputs (in `order`, e.g. onnxruntime's) for each driver feed of the inputs
+    `names`: by name, in the ONNX types, in each input's final shape, with the fixed values added."""
+    from onnx import helper
+
+    dtypes = {
+        i.name: np.dtype(helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type))
+        for i in proto.graph.input
+        if i.type.HasField("tensor_type")
+    }
+    fixed = {} if user is None else dict(user.values)
+    shapes = {} if user is None else dict(user.shapes)
+    declared = {i.name: _dims(i) for i in proto.graph.input}
+    out = []
+    for feed in feeds:
+        by_name = {**dict(zip(names, feed, strict=True)), **fixed}
+        row = []
+        for name in order:
+            x = np.asarray(by_name[name], dtype=dtypes.get(name))
+            if name in shapes:
+                x = x.reshape(shapes[name])
+            elif declared.get(name) == ():
+                x = x.reshape(())  # a rank-0 input the driver takes as one value of rank 1
+            row.append(x)
+        out.append(row)
+    return out

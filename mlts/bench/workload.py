@@ -266,31 +266,9 @@ def _fitted_feeds(specs: list[InputSpec], conv: Conversion, user, config, images
 
 
 def _reference_feeds(reference, conv: Conversion, feeds, user, proto) -> list[list[np.ndarray]]:
-    """onnxruntime's inputs for each driver feed: by name, in its order and types, fixed values included."""
-    from onnx import helper
+    from mlts.bench.user_model import reference_feeds
 
-    dtypes = {
-        i.name: np.dtype(helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type))
-        for i in proto.graph.input
-        if i.type.HasField("tensor_type")
-    }
-    fixed = {} if user is None else dict(user.values)
-    shapes = {} if user is None else dict(user.shapes)
-    declared = {} if user is None else {i.name: i.dims for i in user.inputs}
-    names = [t.name for t in conv.inputs]
-    out = []
-    for feed in feeds:
-        by_name = {**dict(zip(names, feed, strict=True)), **fixed}
-        row = []
-        for name in reference.input_names:
-            x = np.asarray(by_name[name], dtype=dtypes.get(name))
-            if name in shapes:
-                x = x.reshape(shapes[name])
-            elif declared.get(name) == ():
-                x = x.reshape(())  # a rank-0 input the driver takes as one value of rank 1
-            row.append(x)
-        out.append(row)
-    return out
+    return reference_feeds(proto, reference.input_names, [t.name for t in conv.inputs], feeds, user)
 
 
 def _reference_outputs(reference: OnnxRuntimeReference, feeds, config, progress: Progress) -> list:

@@ -7,14 +7,18 @@ speech models asr_float and tts_float (state carried as zeros);
 TENSOR_QUANT8_ASYMM on the `_quant` MobileNets; TENSOR_QUANT8_ASYMM_SIGNED
 on the `_quant_signed` ones. A user's ONNX file can be added with the type
 it stands for (`FILE.onnx:TYPE`, or inferred from its 8-bit/float inputs and
-outputs).
+outputs), converted with the --input-shape and --input-value the user gave;
+an .nnm file is accepted but skipped (no onnxruntime CPU run to compare with).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import onnx
 
@@ -68,7 +72,8 @@ class WorkloadError(InputError):
 class CalibrationWorkload:
     """One model measured for one operand type: a zoo model (`zoo_name`) or an ONNX file (`path`).
 
-    `zero_inputs` names inputs fed zeros on every call (the LSTM state of a per-step model).
+    `zero_inputs` names inputs fed zeros on every call (the LSTM state of a per-step model); `user`
+    is a user's file's mlts.bench.user_model.UserModel (its input shapes and fixed values).
     """
 
     name: str
@@ -76,6 +81,7 @@ class CalibrationWorkload:
     zoo_name: str | None = None
     path: Path | None = None
     zero_inputs: tuple[str, ...] = ()
+    user: Any = None
 
     def __post_init__(self) -> None:
         if (self.zoo_name is None) == (self.path is None):
@@ -127,11 +133,24 @@ def default_workloads(regex: str | None = None) -> list[CalibrationWorkload]:
     return chosen
 
 
+def parse_model_arguments(arguments: Sequence[str], settings=None) -> list[CalibrationWorkload]:
+    """The workloads of `--model` arguments, their inputs resolved with `settings` (mlts.bench.user_model
+    .InputSettings: --input-shape, --input-value); a name no file has is a one-line error."""
+    from mlts.bench.user_model import InputSettings, UserModelError, resolve_all
+
+    workloads = [parse_model_argument(a) for a in arguments]
+    try:
+        users = resolve_all([w.path for w in workloads if w.path is not None], settings or InputSettings())
+    except UserModelError as e:
+        raise WorkloadError(str(e)) from None
+    return [dataclasses.replace(w, user=u) for w, (u, _) in zip(workloads, users, strict=True)]
+
+
 def parse_model_argument(argument: str) -> CalibrationWorkload:
     """A workload from `FILE.onnx:TYPE` or `FILE.onnx` (type inferred from the file's tensor types)."""
     path_text, declared = argument, None
     head, sep, tail = argument.rpartition(":")
-    if sep and re.fullmatch(r"[A-Za-z0-9_]+", tail) and not tail.lower().endswith("onnx"):
+    if sep and re.fullmatch(r"[A-Za-z0-9_]+", tail) and not tail.lower().endswith(("onnx", "nnm")):
         path_text, declared = head, tail.upper()
     path = Path(path_text)
     if not path.is_file():
@@ -145,7 +164,9 @@ def parse_model_argument(argument: str) -> CalibrationWorkload:
 
 
 def infer_type(path: Path) -> str:
-    """The operand type an ONNX file stands for: the one element type all its inputs and outputs share."""
+    """The operand type a model file stands for: the one element type all its inputs and outputs share."""
+    if path.suffix.lower() == ".nnm":
+        return _nnm_type(path)
     try:
         data = files.read_bytes(path, what="an ONNX model", limit=files.MAX_ONNX_BYTES)
         graph = onnx.load_from_string(data).graph
@@ -162,4 +183,21 @@ def infer_type(path: Path) -> str:
     raise WorkloadError(
         f"--model {path}: cannot tell which operand type it measures (tensor types: {found}); "
         f"name it, e.g. --model {path}:{TENSOR_FLOAT32}"
+    )
+
+
+def _nnm_type(path: Path) -> str:
+    """The operand type all the inputs and outputs of an .nnm file share."""
+    from mlts.hal import nnfile
+
+    try:
+        sub = nnfile.load(path).model.main
+    except (nnfile.NnFileError, OSError) as e:
+        raise WorkloadError(f"--model {' '.join(str(e).split())}") from None
+    types = {OperandType(sub.operands[i].type).name for i in (*sub.input_indexes, *sub.output_indexes)}
+    if len(types) == 1:
+        return next(iter(types))
+    raise WorkloadError(
+        f"--model {path}: cannot tell which operand type it measures (operand types: "
+        f"{', '.join(sorted(types)) or 'none'}); name it, e.g. --model {path}:{TENSOR_FLOAT32}"
     )

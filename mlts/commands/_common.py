@@ -127,8 +127,11 @@ INPUTS_HELP = (
 )
 
 
-def user_model_options(fn):
-    """--input-shape NAME=D0,D1,..., --input-value NAME=V[,V...] and --inputs DIR (mlts.bench.user_model)."""
+def user_model_options(fn=None, *, files: bool = True):
+    """--input-shape NAME=D0,D1,..., --input-value NAME=V[,V...] and (with `files`) --inputs DIR
+    (mlts.bench.user_model); as `@user_model_options` or `@user_model_options(files=False)`."""
+    if fn is None:
+        return lambda f: user_model_options(f, files=files)
 
     def shapes(_ctx, _param, specs):
         from mlts.commands.graph import parse_input_shapes
@@ -157,29 +160,35 @@ def user_model_options(fn):
             callback=values,
             help=INPUT_VALUE_HELP,
         ),
-        click.option(
-            "--inputs",
-            "inputs_dir",
-            default=None,
-            type=click.Path(file_okay=False),
-            metavar="DIR",
-            help=INPUTS_HELP,
-        ),
     ]
+    if files:
+        options.append(
+            click.option(
+                "--inputs",
+                "inputs_dir",
+                default=None,
+                type=click.Path(file_okay=False),
+                metavar="DIR",
+                help=INPUTS_HELP,
+            )
+        )
     for option in reversed(options):
         fn = option(fn)
     return fn
 
 
-def input_settings(input_shapes: dict, input_values: dict, inputs_dir: str | None):
-    """The InputSettings of the user model options (an --inputs folder that does not exist is bad input)."""
+def input_settings(
+    input_shapes: dict, input_values: dict, inputs_dir: str | None = None, *, files: bool = True
+):
+    """The InputSettings of the user model options (an --inputs folder that does not exist is bad input);
+    `files`: whether the command takes --inputs."""
     from pathlib import Path
 
     from mlts.bench.user_model import InputSettings
 
     if inputs_dir is not None and not Path(inputs_dir).is_dir():
         raise BadInput(f"--inputs {inputs_dir}: no such directory")
-    return InputSettings(dict(input_shapes), dict(input_values), inputs_dir)
+    return InputSettings(dict(input_shapes), dict(input_values), inputs_dir, files_option=files)
 
 
 def qos_options(fn):
