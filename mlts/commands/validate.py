@@ -14,7 +14,14 @@ from typing import TextIO
 
 import click
 
-from mlts.commands._common import SEED, BadInput, driver_plugin_option, seconds
+from mlts.commands._common import (
+    SEED,
+    BadInput,
+    driver_plugin_option,
+    input_settings,
+    seconds,
+    user_model_options,
+)
 
 #: What the options accept; --help shows the ranges.
 MAX_FUZZ_SECONDS = 7 * 86_400.0
@@ -67,8 +74,13 @@ class CaseProgress:
         self.suite = ""
 
 
-def _suites(values: tuple[str, ...]) -> tuple[str, ...]:
+def _suites(values: tuple[str, ...], models: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The suites named (all: the default ones), else the default ones this installation has; with
+    --model and no --suite, the model suite alone."""
     from mlts.validate.core import DEFAULT_SUITES, SUITES
+
+    if models and not values:
+        return ("model",)
 
     names: list[str] = []
     for value in values:
@@ -156,8 +168,19 @@ def _options(items: tuple[str, ...]) -> dict[str, str]:
     "suites",
     multiple=True,
     metavar="NAME[,NAME]",
-    help="validation, operations, behaviour, fuzz or all (repeatable; default: all).",
+    help="validation, operations, behaviour, fuzz, model or all (repeatable; default: all but model; with "
+    "--model: model).",
 )
+@click.option(
+    "--model",
+    "model_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    metavar="FILE.onnx|FILE.nnm",
+    help="Your model for the model suite (repeatable): supported operations, prepare, and every execution "
+    "path's outputs against onnxruntime and the float64 reference, as the benchmark's verdict judges them.",
+)
+@user_model_options(files=False)
 @click.option(
     "--out",
     "out_dir",
@@ -218,6 +241,9 @@ def validate_cmd(
     driver_sockets: tuple[str, ...],
     driver_options: tuple[str, ...],
     suites: tuple[str, ...],
+    model_files: tuple[str, ...],
+    input_shapes: dict,
+    input_values: dict,
     out_dir: str | None,
     junit_file: str | None,
     replay_file: str | None,
@@ -235,7 +261,8 @@ def validate_cmd(
     from the driver itself), operations (every claimed operation × type against
     float64 references, on every execution path), behaviour (stable
     capabilities, timing, deadlines, priorities, cache corruption, extensions,
-    cross-client isolation) and fuzz. Every failing case saves a reproducer
+    cross-client isolation) and fuzz; model (with --model: your models on
+    every path against onnxruntime and the float64 reference). Every failing case saves a reproducer
     that --replay runs again. Exit status 1 when any case fails, errs or hangs.
     """
     import re
@@ -249,7 +276,17 @@ def validate_cmd(
         except re.error as e:
             raise BadInput(f"--filter {case_filter!r}: bad regex: {e}") from None
     spec = _pick_driver(driver, plugin_files, driver_sockets)
-    chosen = _suites(suites) if replay_file is None else ()
+    chosen = _suites(suites, model_files) if replay_file is None else ()
+    if "model" in chosen and not model_files:
+        raise BadInput("--suite model: name the models to validate with --model FILE")
+    if model_files:
+        from mlts.bench.user_model import resolve_all
+
+        for f in model_files:
+            if not Path(f).is_file():
+                raise BadInput(f"--model {f}: no such file")
+        # Bad names, shapes and values are reported now, before the driver starts.
+        resolve_all(model_files, input_settings(input_shapes, input_values, files=False))
     if replay_file is not None and out_dir is None:
         # A replay writes no results; the driver's logs go to a folder of their own.
         out_dir = tempfile.mkdtemp(prefix="mlts-replay-")
@@ -269,6 +306,9 @@ def validate_cmd(
         seed=seed,
         filter=case_filter,
         call_timeout=call_timeout,
+        models=tuple(model_files),
+        input_shapes={k: list(v) for k, v in input_shapes.items()},
+        input_values={k: v.tolist() for k, v in input_values.items()},
     )
     target = Target(
         spec,

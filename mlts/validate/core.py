@@ -35,6 +35,7 @@ SUITES: Mapping[str, str] = {
     "operations": "mlts.validate.operations",
     "behaviour": "mlts.validate.behaviour",
     "fuzz": "mlts.validate.fuzz",
+    "model": "mlts.validate.models",
 }
 #: The suites a run without --suite runs, in this order.
 DEFAULT_SUITES = ("validation", "operations", "behaviour", "fuzz")
@@ -63,6 +64,10 @@ class SuiteOptions:
     filter: str | None = None
     #: Seconds one driver call may take before it counts as a hang.
     call_timeout: float = DEFAULT_CALL_TIMEOUT
+    #: The `model` suite: the user's model files, and their --input-shape / --input-value (plain data).
+    models: tuple[str, ...] = ()
+    input_shapes: Mapping[str, list[int]] = field(default_factory=dict)
+    input_values: Mapping[str, Any] = field(default_factory=dict)
 
     def wants(self, name: str) -> bool:
         """Whether case `name` passes the --filter regex (re.search)."""
