@@ -122,7 +122,7 @@ def fit_array(
             f"--inputs {path}: shape {list(array.shape)}, but input '{name}' takes {list(shape)}"
         )
     kind, want = array.dtype.kind, np.dtype(dtype)
-    if want.kind == "f" and kind in "fiu":
+    if want.kind == "f" and kind == "f":
         out = array.astype(want)
     elif want.kind in "iu" and kind in "iu":
         info = np.iinfo(want)

@@ -26,14 +26,21 @@ BOX_WIDTHS = range(4, 8)
 
 
 def output_kind(
-    shape: Sequence[int], dtype, quantized: bool = False, sample: np.ndarray | None = None
+    shape: Sequence[int],
+    dtype,
+    quantized: bool = False,
+    sample: np.ndarray | None = None,
+    batch: int | None = None,
 ) -> str:
     """The kind of an output of `shape` and `dtype` (see the module doc); `sample` is one of its values
-    (the reference's) to tell a unit-length embedding from a classifier's scores."""
+    (the reference's) to tell a unit-length embedding from a classifier's scores; `batch` is the
+    model's batch (its first input's leading dimension): an output whose leading dimension differs
+    has no batch dimension ([300, 4] boxes of a batch of 1). None: the leading dimension is the batch."""
     shape = tuple(int(d) for d in shape)
     if np.dtype(dtype).kind in "biu" and not quantized:
         return "integers"
-    per_input = shape[1:] if len(shape) >= 2 else shape
+    batched = len(shape) >= 2 and (batch is None or shape[0] == batch)
+    per_input = shape[1:] if batched else shape
     large = [d for d in per_input if d > 1]
     if not large:
         return "regression"

@@ -145,9 +145,14 @@ def _image_input(conv) -> tuple[int, int, str, object] | None:
     return h, w, layout, t
 
 
+def _batch(conv: Conversion) -> int | None:
+    """The model's batch: its first input's leading dimension (None without inputs of rank >= 1)."""
+    return int(conv.inputs[0].shape[0]) if conv.inputs and len(conv.inputs[0].shape) else None
+
+
 def _first_kind(conv: Conversion, quantized: bool) -> str:
     t = conv.outputs[0]
-    return output_kind(t.shape, t.dtype, quantized)
+    return output_kind(t.shape, t.dtype, quantized, batch=_batch(conv))
 
 
 def prepare_workload(
@@ -220,7 +225,8 @@ def _output_kinds(conv: Conversion, expected, quantized: bool) -> tuple[str, ...
     for k, t in enumerate(conv.outputs):
         value = np.asarray(expected[0][k]) if expected else None
         shape = value.shape if value is not None else t.shape
-        kinds.append(output_kind(shape, t.dtype, quantized, sample=value if not quantized else None))
+        sample = value if not quantized else None
+        kinds.append(output_kind(shape, t.dtype, quantized, sample=sample, batch=_batch(conv)))
     return tuple(kinds)
 
 
@@ -431,7 +437,7 @@ def _nnm_workload(source: ModelSource, loaded, config, imageset, progress: Progr
         dataset=dataset,
         quantized=quantized,
         extensions=extensions_used(model),
-        output_kinds=tuple(output_kind(t.shape, t.dtype, quantized) for t in outputs),
+        output_kinds=tuple(output_kind(t.shape, t.dtype, quantized, batch=_batch(conv)) for t in outputs),
         reference_unavailable=(
             f"{source.path.name if source.path else source.name} is an NN graph file (.nnm): onnxruntime and the "
             "float64 golden reference run ONNX models, so its drivers are timed but their outputs are not "
