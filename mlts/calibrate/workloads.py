@@ -13,7 +13,6 @@ an .nnm file is accepted but skipped (no onnxruntime CPU run to compare with).
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -138,16 +137,28 @@ def parse_model_arguments(arguments: Sequence[str], settings=None) -> list[Calib
     .InputSettings: --input-shape, --input-value); a name no file has is a one-line error."""
     from mlts.bench.user_model import InputSettings, UserModelError, resolve_all
 
-    workloads = [parse_model_argument(a) for a in arguments]
+    settings = settings or InputSettings()
+    split = [_split(a) for a in arguments]
     try:
-        users = resolve_all([w.path for w in workloads if w.path is not None], settings or InputSettings())
+        users = resolve_all([path for path, _ in split], settings)
     except UserModelError as e:
         raise WorkloadError(str(e)) from None
-    return [dataclasses.replace(w, user=u) for w, (u, _) in zip(workloads, users, strict=True)]
+    fixed = frozenset(settings.values)
+    return [
+        CalibrationWorkload(path.stem, declared or infer_type(path, fixed), path=path, user=user)
+        for (path, declared), (user, _) in zip(split, users, strict=True)
+    ]
 
 
-def parse_model_argument(argument: str) -> CalibrationWorkload:
-    """A workload from `FILE.onnx:TYPE` or `FILE.onnx` (type inferred from the file's tensor types)."""
+def parse_model_argument(argument: str, fixed: frozenset[str] = frozenset()) -> CalibrationWorkload:
+    """A workload from `FILE.onnx:TYPE` or `FILE.onnx` (type inferred from the file's tensor types, but
+    those of the inputs `fixed` by --input-value, which become constants)."""
+    path, declared = _split(argument)
+    return CalibrationWorkload(path.stem, declared or infer_type(path, fixed), path=path)
+
+
+def _split(argument: str) -> tuple[Path, str | None]:
+    """(the file, the declared operand type or None) of a `FILE[:TYPE]` argument; WorkloadError otherwise."""
     path_text, declared = argument, None
     head, sep, tail = argument.rpartition(":")
     if sep and re.fullmatch(r"[A-Za-z0-9_]+", tail) and not tail.lower().endswith(("onnx", "nnm")):
@@ -159,12 +170,12 @@ def parse_model_argument(argument: str) -> CalibrationWorkload:
         raise WorkloadError(
             f"--model {argument}: unknown operand type {declared!r}; valid: {', '.join(DECLARABLE_TYPES)}"
         )
-    operand_type = declared or infer_type(path)
-    return CalibrationWorkload(path.stem, operand_type, path=path)
+    return path, declared
 
 
-def infer_type(path: Path) -> str:
-    """The operand type a model file stands for: the one element type all its inputs and outputs share."""
+def infer_type(path: Path, fixed: frozenset[str] = frozenset()) -> str:
+    """The operand type a model file stands for: the one element type all its inputs (but those `fixed`)
+    and outputs share."""
     if path.suffix.lower() == ".nnm":
         return _nnm_type(path)
     try:
@@ -174,7 +185,7 @@ def infer_type(path: Path) -> str:
         raise WorkloadError(f"--model {e}") from None
     except Exception as e:  # a corrupt file: say so in one line
         raise WorkloadError(f"--model {path}: not a readable ONNX model ({type(e).__name__})") from None
-    constants = {t.name for t in graph.initializer}
+    constants = {t.name for t in graph.initializer} | set(fixed)
     values = [v for v in graph.input if v.name not in constants] + list(graph.output)
     elements = {v.type.tensor_type.elem_type for v in values}
     if len(elements) == 1 and next(iter(elements)) in _INFERRED:
