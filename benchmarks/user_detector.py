@@ -63,7 +63,9 @@ def main(argv: list[str]) -> int:
         t0 = time.perf_counter()
         code = subprocess.run(command, env=env, check=False).returncode
         wall = time.perf_counter() - t0
-        print(f"\n{args.size}x{args.size} detector, empty cache: {wall:.1f} s in all (goal: under {GOAL_S:.0f} s)")
+        print(
+            f"\n{args.size}x{args.size} detector, empty cache: {wall:.1f} s in all (goal: under {GOAL_S:.0f} s)"
+        )
         results = out / "results.json"
         if results.is_file():
             for row in json.loads(results.read_text())["results"]:

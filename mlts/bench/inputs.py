@@ -150,8 +150,8 @@ def _values(spec: InputSpec, kind: str, rng: np.random.Generator) -> np.ndarray:
         return arr.astype(dtype)
     if kind == "quantized":
         info = np.iinfo(dtype)
-        arr = rng.integers(int(info.min), int(info.max) + 1, size=shape)
-        return np.where(arr == spec.zero_point, spec.zero_point + 1, arr).astype(dtype)
+        values = rng.integers(int(info.min), int(info.max) + 1, size=shape)
+        return np.where(values == spec.zero_point, spec.zero_point + 1, values).astype(dtype)
     if kind == "integers":
         return rng.integers(1, 8, size=shape).astype(dtype)
     if not shape:

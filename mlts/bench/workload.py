@@ -173,7 +173,7 @@ def prepare_workload(
         proto,
         input_shapes=None if user is None else user.convert_shapes(),
         extensions=extensions,
-        **({"input_values": fixed} if fixed else {}),
+        input_values=fixed or None,
     )
     quantized = bool(conv.outputs) and all(t.dtype in ("uint8", "int8") for t in conv.outputs)
     classifier = _first_kind(conv, quantized) == "classifier"

@@ -224,8 +224,7 @@ def measure_workload(
         if user is None:
             conv = convert(proto)
         else:
-            values = {"input_values": dict(user.values)} if user.values else {}
-            conv = convert(proto, input_shapes=user.convert_shapes(), **values)
+            conv = convert(proto, input_shapes=user.convert_shapes(), input_values=dict(user.values) or None)
     except (ValueError, OSError) as e:
         return skipped(workload, f"cannot load or convert the model: {e}")
     try:

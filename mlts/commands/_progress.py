@@ -126,8 +126,7 @@ class TerminalProgress(Progress):
             rest = max(per - (now - self.unit_start), phase_rest) + (left - 1) * per
         else:
             rest = left * per
-        preparing = self.prep_start is not None
-        if preparing:
+        if self.prep_start is not None:
             rest += (
                 phase_rest if self.step_count is not None else max(0.0, per_prep - (now - self.prep_start))
             )

@@ -134,7 +134,7 @@ class StressContext:
                 self._models[name] = convert(
                     self.proto(name),
                     input_shapes=user.get("input_shapes") or None,
-                    **({"input_values": values} if values else {}),
+                    input_values=values or None,
                 ).model
         return self._models[name]
 

@@ -226,8 +226,8 @@ def _compute_in_workers(
             workers, mp_context=context, initializer=_start_worker, initargs=(model_bytes,)
         ) as pool:
             for start, part in zip(bounds[:-1], pool.map(_reference_chunk, chunks), strict=True):
-                for k, outs in enumerate(part):
-                    landed(int(start) + k, outs)
+                for offset, outs in enumerate(part):
+                    landed(int(start) + offset, outs)
     finally:
         for k, v in saved.items():
             if v is None:

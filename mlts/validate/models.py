@@ -83,8 +83,7 @@ def prepare_work(path: str, user: UserModel, loaded: Any, count: int, seed: int)
         return work
     from mlts.convert import convert
 
-    values = {"input_values": dict(user.values)} if user.values else {}
-    conv = convert(loaded, input_shapes=user.convert_shapes(), **values)
+    conv = convert(loaded, input_shapes=user.convert_shapes(), input_values=dict(user.values) or None)
     graph = {i.name: i for i in user.inputs}
     specs = [
         InputSpec(
