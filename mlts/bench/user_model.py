@@ -76,6 +76,7 @@ class UserModel:
     shapes: Mapping[str, tuple[int, ...]]  # the final shape of every input fed (not fixed)
     values: Mapping[str, np.ndarray]  # fixed inputs, in the input's type and shape
     files: InputFiles | None = None
+    unreadable: str | None = None  # why the file cannot be loaded (the run makes error rows of it)
 
     @property
     def is_nnm(self) -> bool:
@@ -321,9 +322,15 @@ def _refuse_all_zero(files: InputFiles, fed: Sequence[GraphInput], folder: str) 
 
 def resolve_all(paths: Sequence[str | Path], settings: InputSettings) -> list[tuple[UserModel, Any]]:
     """resolve() of every file; a name in the options or a file in --inputs DIR that none of them has is
-    an error that lists their inputs (checked before any file's inputs are resolved)."""
+    an error that lists their inputs (checked before any file's inputs are resolved). A file that cannot
+    be loaded is no error here: its UserModel says why (`unreadable`), for the run to report."""
     found = input_files.scan(settings.inputs_dir) if settings.inputs_dir is not None else None
-    loaded = [(Path(p), load_inputs(Path(p))) for p in paths]
+    loaded, unreadable = [], {}
+    for p in paths:
+        try:
+            loaded.append((Path(p), load_inputs(Path(p))))
+        except UserModelError as e:  # not fatal: the run reports it as the model's error rows
+            unreadable[Path(p)] = str(e)
     every = {i.name for _, (_, inputs, _) in loaded for i in inputs}
     for option, names in (("--input-shape", settings.shapes), ("--input-value", settings.values)):
         for name in names:
@@ -348,7 +355,15 @@ def resolve_all(paths: Sequence[str | Path], settings: InputSettings) -> list[tu
                     f"--inputs {first}: names no input of the --model files (their inputs, as file names: "
                     f"{', '.join(sorted(stems)) or 'none'})"
                 )
-    return [resolve(p, settings, found, got) for p, got in loaded]
+    resolved = {p: resolve(p, settings, found, got) for p, got in loaded}
+    out = []
+    for p in map(Path, paths):
+        if p in unreadable:
+            kind = "nnm" if is_nnm(p) else "onnx"
+            out.append((UserModel(p, kind, (), {}, {}, None, unreadable[p]), None))
+        else:
+            out.append(resolved[p])
+    return out
 
 
 def reference_feeds(

@@ -185,7 +185,7 @@ def prepare_workload(
         feeds, floats = _image_feeds(imageset, *image)
         ref_feeds = _reference_feeds(reference, conv, feeds, user, proto)
         expected = _reference_outputs(reference, ref_feeds, config, progress)
-        parts = _image_parts(source, proto, imageset, floats, expected, quantized, progress)
+        parts = _image_parts(source, proto, imageset, floats, expected, quantized, progress, fixed)
     else:
         specs = _input_specs(conv, proto, user)
         feeds = _fitted_feeds(specs, conv, user, config, imageset)
@@ -303,9 +303,12 @@ def _image_feeds(
     return [[np.ascontiguousarray(model_input[i : i + 1])] for i in range(len(model_input))], floats
 
 
-def _image_parts(source, proto, imageset, floats, expected, quantized: bool, progress: Progress) -> dict:
-    """Golden outputs, labels, dataset description and the float-model figure of an image model."""
-    golden, others, float_name = _image_golden(source, proto, quantized, floats, progress)
+def _image_parts(
+    source, proto, imageset, floats, expected, quantized: bool, progress: Progress, fixed: dict
+) -> dict:
+    """Golden outputs, labels, dataset description and the float-model figure of an image model
+    (`fixed`: the inputs the user fixed, fed to the golden reference with each image)."""
+    golden, others, float_name = _image_golden(source, proto, quantized, floats, progress, fixed)
     labels, label_source = _labels(imageset, golden, expected)
     quantization = None
     if float_name is not None:
@@ -325,7 +328,7 @@ def _image_parts(source, proto, imageset, floats, expected, quantized: bool, pro
 
 
 def _image_golden(
-    source: ModelSource, proto, quantized: bool, floats: np.ndarray, progress: Progress
+    source: ModelSource, proto, quantized: bool, floats: np.ndarray, progress: Progress, fixed: dict
 ) -> tuple[list[np.ndarray] | None, list[list[np.ndarray]] | None, str | None]:
     """Golden first outputs for the images, the other outputs, and the float model's name when they
     come from it (a quantized zoo model: its float model's first output only)."""
@@ -342,11 +345,11 @@ def _image_golden(
         float_name = entry.float_name
         golden_proto = zoo.load(float_name)
     progress.phase(source.name, "-", f"golden outputs for {len(floats)} images (float64, cached)")
-    input_name = golden_proto.graph.input[0].name
+    inits = {t.name for t in golden_proto.graph.initializer}
+    names = [i.name for i in golden_proto.graph.input if i.name not in inits and i.name not in fixed]
     label = float_name or source.name
-    outs = golden_all_outputs(
-        golden_proto, [{input_name: floats[i : i + 1]} for i in range(len(floats))], label, progress.advance
-    )
+    feeds = [{names[0]: floats[i : i + 1], **fixed} for i in range(len(floats))]
+    outs = golden_all_outputs(golden_proto, feeds, label, progress.advance)
     others = [o[1:] for o in outs] if float_name is None and len(outs[0]) > 1 else None
     return [o[0] for o in outs], others, float_name
 

@@ -13,6 +13,7 @@ from mlts.commands._common import (
     MAX_GRACE_SECONDS,
     MAX_STRESS_SECONDS,
     SEED,
+    BadInput,
     FiniteFloatRange,
     driver_plugin_option,
     driver_socket_option,
@@ -272,6 +273,9 @@ def stress(
     drivers = [s.name for s in chosen]
     regex = models_regex if models_regex is not None or model_files else DEFAULT_MODELS
     sources = select_models(regex, model_files, input_settings(input_shapes, input_values, files=False))
+    for s in sources:
+        if s.user is not None and s.user.unreadable:
+            raise BadInput(s.user.unreadable)
     models = [s.name if s.user is None else str(s.path) for s in sources]
     config = replace(config, user_models={str(s.path): user_model_spec(s.user) for s in sources if s.user})
 

@@ -285,8 +285,10 @@ def validate_cmd(
         for f in model_files:
             if not Path(f).is_file():
                 raise BadInput(f"--model {f}: no such file")
-        # Bad names, shapes and values are reported now, before the driver starts.
-        resolve_all(model_files, input_settings(input_shapes, input_values, files=False))
+        # Bad files, names, shapes and values are reported now, before the driver starts.
+        for user, _ in resolve_all(model_files, input_settings(input_shapes, input_values, files=False)):
+            if user.unreadable:
+                raise BadInput(user.unreadable)
     if replay_file is not None and out_dir is None:
         # A replay writes no results; the driver's logs go to a folder of their own.
         out_dir = tempfile.mkdtemp(prefix="mlts-replay-")
