@@ -4,9 +4,9 @@ Inputs fit the model (`mlts.bench.inputs`): a classifier whose only input is an 
 model, or a user's model whose first output is one score vector per image) runs on the image set
 (float inputs are the preprocessed images, 8-bit inputs the same images quantized with the input's
 scale and zero point), with top-k scored against the golden outputs' arg-max or the set's ground
-truth. Every other model takes MAX_SYNTHETIC_INPUTS inputs (or --images of them) of the kinds its
-inputs are (images, signals, zero state, token ids, ...), or the user's own from --inputs DIR, and
-is scored by its errors. Golden outputs come from a float64 copy of the ONNX model run by
+truth. Every other model takes MAX_SYNTHETIC_INPUTS inputs (fewer with --images; a model with
+image inputs --images of them when given) of the kinds its inputs are (images, signals, zero state,
+token ids, ...), or the user's own from --inputs DIR, and is scored by its errors. Golden outputs come from a float64 copy of the ONNX model run by
 `onnx.reference` (for a quantized zoo model: of the float model it was made from, on the float
 images); a user's quantized model has none. The user's --input-shape and --input-value go to the
 converter, and the references are fed the fixed values too. An .nnm file has neither onnxruntime
