@@ -30,8 +30,19 @@ NNM_SUFFIX = ".nnm"
 _STATE_INPUTS = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
 #: Ops a value passes through unchanged in meaning (followed when looking for what reads an input).
 _PASS_THROUGH = {"Identity", "Cast", "Squeeze", "Unsqueeze", "Reshape", "Transpose", "Flatten"}
-#: Input names that say recurrent state.
-_STATE_NAME = re.compile(r"(state|hidden|(^|[^a-z])(h|c|hx|cx|h0|c0)(_?in|_?0)?($|[^a-z]))", re.IGNORECASE)
+#: Words of an input's name that say recurrent state (the words split at anything but letters and
+#: digits: "h0", "lstm_state", "hidden.c"), and words that say it is data after all ("hidden_states"
+#: of an encoder).
+_STATE_WORDS = frozenset({"state", "h", "c", "h0", "c0", "hx", "cx", "hidden", "cell"})
+_DATA_WORDS = frozenset({"states", "encoder", "embeds", "embeddings"})
+
+
+def named_state(name: str) -> bool:
+    """Whether input `name` is named like recurrent state."""
+    words = set(re.split(r"[^a-z0-9]+", name.lower()))
+    return bool(words & _STATE_WORDS) and not words & _DATA_WORDS
+
+
 _MASK_NAME = re.compile(r"mask", re.IGNORECASE)
 
 
@@ -142,7 +153,7 @@ def graph_inputs(proto) -> list[GraphInput]:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
         if not role and _MASK_NAME.search(vi.name) and dtype.kind in "biu":
             role = "mask"
-        elif not role and dtype.kind == "f" and _STATE_NAME.search(vi.name):
+        elif not role and dtype.kind == "f" and named_state(vi.name):
             role = "state"
         out.append(GraphInput(vi.name, dtype, _dims(vi), role, vocab))
     return out

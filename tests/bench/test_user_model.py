@@ -68,6 +68,17 @@ def test_roles_come_from_what_reads_each_input(tmp_path):
     assert roles == {"ids": ("tokens", 20)}
 
 
+@pytest.mark.parametrize(
+    ("name", "state"),
+    [("h0", True), ("c0", True), ("state", True), ("lstm.hidden", True), ("decoder_cell", True),
+     ("encoder_hidden_states", False), ("input", False), ("chunk", False)],
+)  # fmt: skip
+def test_state_by_name(name, state):
+    from mlts.bench.user_model import named_state
+
+    assert named_state(name) is state
+
+
 def _npy(path, array) -> None:
     np.save(path, array, allow_pickle=False)
 
