@@ -54,10 +54,10 @@ class InputSpec:
 
 
 def _is_image(shape: tuple[int, ...], dtype: np.dtype, scale: float) -> bool:
-    return _image_layout(shape, dtype, scale) is not None
+    return image_layout(shape, dtype, scale) is not None
 
 
-def _image_layout(shape: tuple[int, ...], dtype: np.dtype, scale: float) -> str | None:
+def image_layout(shape: tuple[int, ...], dtype: np.dtype, scale: float) -> str | None:
     """ "NCHW" or "NHWC" for an image input (4-D, 3 channels, at least 8x8), else None."""
     quantized = np.dtype(dtype) in (np.dtype(np.uint8), np.dtype(np.int8)) and scale > 0
     if len(shape) != 4 or not (np.dtype(dtype) == np.float32 or quantized):
@@ -72,7 +72,7 @@ def _image_layout(shape: tuple[int, ...], dtype: np.dtype, scale: float) -> str 
 def input_kind(spec: InputSpec) -> str:
     """image, signal, state, tokens, mask, bool, quantized, integers or values (see the module doc)."""
     dtype = np.dtype(spec.dtype)
-    if _image_layout(spec.shape, dtype, spec.scale) is not None:
+    if image_layout(spec.shape, dtype, spec.scale) is not None:
         return "image"
     if spec.role in ("state", "tokens", "mask") and (spec.role != "state" or dtype.kind == "f"):
         return spec.role
@@ -110,7 +110,7 @@ def _images(spec: InputSpec, count: int, start: int, imageset=None) -> list[np.n
     """`count` feeds of `spec`'s batch of images from image `start` on (of `imageset`, or procedural)."""
     from mlts.datasets.images import image_batch, quantize_images
 
-    layout = _image_layout(spec.shape, np.dtype(spec.dtype), spec.scale)
+    layout = image_layout(spec.shape, np.dtype(spec.dtype), spec.scale)
     assert layout is not None
     batch = spec.shape[0]
     h, w = (spec.shape[2], spec.shape[3]) if layout == "NCHW" else (spec.shape[1], spec.shape[2])

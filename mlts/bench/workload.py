@@ -27,7 +27,7 @@ from mlts.bench.accuracy import (
     compare,
     compare_quantized,
 )
-from mlts.bench.inputs import InputSpec, _image_layout, input_kind, make_inputs
+from mlts.bench.inputs import InputSpec, image_layout, input_kind, make_inputs
 from mlts.bench.output_kind import output_kind
 from mlts.bench.progress import Progress
 from mlts.bench.reference import OnnxRuntimeReference
@@ -138,7 +138,7 @@ def _image_input(conv) -> tuple[int, int, str, object] | None:
         return None
     t = conv.inputs[0]
     shape = tuple(int(d) for d in t.shape)
-    layout = _image_layout(shape, np.dtype(t.dtype), t.scale)
+    layout = image_layout(shape, np.dtype(t.dtype), t.scale)
     if layout is None or shape[0] != 1:
         return None
     h, w = (shape[2], shape[3]) if layout == "NCHW" else (shape[1], shape[2])
