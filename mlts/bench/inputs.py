@@ -53,10 +53,6 @@ class InputSpec:
         return cls("", tuple(int(d) for d in spec[0]), np.dtype(spec[1]), scale, zero_point)
 
 
-def _is_image(shape: tuple[int, ...], dtype: np.dtype, scale: float) -> bool:
-    return image_layout(shape, dtype, scale) is not None
-
-
 def image_layout(shape: tuple[int, ...], dtype: np.dtype, scale: float) -> str | None:
     """ "NCHW" or "NHWC" for an image input (4-D, 3 channels, at least 8x8), else None."""
     quantized = np.dtype(dtype) in (np.dtype(np.uint8), np.dtype(np.int8)) and scale > 0
