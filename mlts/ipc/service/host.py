@@ -16,9 +16,9 @@ import stat
 import threading
 from typing import Any
 
-from mlts.hal import wire
 from mlts.hal.interface import Device
-from mlts.hal.service import (
+from mlts.ipc import wire
+from mlts.ipc.service import (
     buffer_calls,
     burst_calls,
     compact_dispatch,
@@ -26,13 +26,13 @@ from mlts.hal.service import (
     execution_calls,
     fenced_calls,
 )
-from mlts.hal.service.client import Client, Handler
-from mlts.hal.service.fence_watcher import FenceWatcher
-from mlts.hal.service.handles import Limits
-from mlts.hal.service.scheduler import WorkerPool
-from mlts.hal.service.transport import Connection
+from mlts.ipc.service.client import Client, Handler
+from mlts.ipc.service.fence_watcher import FenceWatcher
+from mlts.ipc.service.handles import Limits
+from mlts.ipc.service.scheduler import WorkerPool
+from mlts.ipc.service.transport import Connection
 
-log = logging.getLogger("mlts.hal.service")
+log = logging.getLogger("mlts.ipc.service")
 
 #: Once a frame has started, the rest must arrive within this many seconds.
 DEFAULT_FRAME_TIMEOUT = 10.0

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from mlts.hal import procctl
 from mlts.hal.interface import Device
 from mlts.hal.loader import load_factory
-from mlts.hal.service.handles import Limits
-from mlts.hal.service.host import (
+from mlts.ipc.service.handles import Limits
+from mlts.ipc.service.host import (
     DEFAULT_FENCE_WAIT_LIMIT,
     DEFAULT_FRAME_TIMEOUT,
     DEFAULT_MAX_CLIENTS,
@@ -23,7 +23,7 @@ from mlts.hal.service.host import (
     ServiceHost,
 )
 
-log = logging.getLogger("mlts.hal.service")
+log = logging.getLogger("mlts.ipc.service")
 
 
 class _Terminate(BaseException):
@@ -57,7 +57,7 @@ def _positive_float(text: str) -> float:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m mlts.hal.service", description="Serve one driver over Unix sockets."
+        prog="python -m mlts.ipc.service", description="Serve one driver over Unix sockets."
     )
     p.add_argument(
         "--factory", required=True, help="'module:attr' or '/path/file.py[:Class]' making the Device"

@@ -21,7 +21,7 @@ from typing import Any
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
 
-log = logging.getLogger("mlts.hal.service")
+log = logging.getLogger("mlts.ipc.service")
 
 _numbers = itertools.count(1)
 _numbers_lock = threading.Lock()

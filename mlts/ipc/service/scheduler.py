@@ -28,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-log = logging.getLogger("mlts.hal.service")
+log = logging.getLogger("mlts.ipc.service")
 
 #: How long an extra (preempting) thread waits for more such work before it ends.
 SPARE_IDLE_S = 5.0

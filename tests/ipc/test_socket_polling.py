@@ -1,4 +1,4 @@
-"""The adaptive polling window before a blocking socket read (mlts.hal.socket_polling)."""
+"""The adaptive polling window before a blocking socket read (mlts.ipc.socket_polling)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from mlts.hal import socket_polling, wire
-from mlts.hal.burst_ring import EMPTY_WINDOWS_BEFORE_PROBING, PROBE_EVERY
-from mlts.hal.socket_polling import PollingWindow
+from mlts.ipc import socket_polling, wire
+from mlts.ipc.burst_ring import EMPTY_WINDOWS_BEFORE_PROBING, PROBE_EVERY
+from mlts.ipc.socket_polling import PollingWindow
 
 
 class Readable:

@@ -14,18 +14,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mlts.hal import codec, compact_calls, operation_times
+from mlts.hal import codec, operation_times
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.fence import SyncFence
 from mlts.hal.operation_times import OperationTimes
-from mlts.hal.service.args import arg, handle, int_list, opt_ns
-from mlts.hal.service.client import DEFERRED, Call, Client, Handler
-from mlts.hal.service.execution_calls import admit
-from mlts.hal.service.handles import Kind, Resource
 from mlts.hal.types import ExecutionResult, Timing
+from mlts.ipc import compact_calls
+from mlts.ipc.service.args import arg, handle, int_list, opt_ns
+from mlts.ipc.service.client import DEFERRED, Call, Client, Handler
+from mlts.ipc.service.execution_calls import admit
+from mlts.ipc.service.handles import Kind, Resource
 
-log = logging.getLogger("mlts.hal.service")
+log = logging.getLogger("mlts.ipc.service")
 
 #: At most this many input fences per fenced execution.
 MAX_WAIT_FOR = 32

@@ -9,11 +9,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from mlts.hal import codec, wire
+from mlts.hal import codec
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
+from mlts.ipc import wire
 
-log = logging.getLogger("mlts.hal.service")
+log = logging.getLogger("mlts.ipc.service")
 
 _CRED = struct.Struct("3i")
 

@@ -32,8 +32,8 @@ import sys
 import threading
 import time
 
-from mlts.hal import expected_wait
 from mlts.hal.fence import is_eventfd
+from mlts.ipc import expected_wait
 
 HEADER_BYTES = 192
 _WRITE_AT = 0
@@ -304,7 +304,7 @@ class Ring:
         the producer need not signal; it is cleared (then a barrier, then a last look) before
         blocking. Returns False after `timeout` seconds (None: no limit) with nothing pending.
 
-        `expected` (mlts.hal.expected_wait): when it plans a stretch, (sleep until, poll until) in
+        `expected` (mlts.ipc.expected_wait): when it plans a stretch, (sleep until, poll until) in
         seconds after the wait began, a window that ended with nothing is followed by a blocking wait
         on the eventfd until the first (a message wakes it), then polling until the second.
         """

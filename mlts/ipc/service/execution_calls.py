@@ -14,22 +14,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mlts.hal import codec, compact_calls, qos, validate
+from mlts.hal import codec, qos, validate
 from mlts.hal.buffer_use import bind_buffers
-from mlts.hal.burst_messages import POOL_TOKEN
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.memory import SharedMemory
-from mlts.hal.service import request_cache
-from mlts.hal.service.args import arg, enum_value, int_list, opt_ns, pool_token
-from mlts.hal.service.buffer_calls import hold_buffer
-from mlts.hal.service.client import DEFERRED, Call, Client, Handler
-from mlts.hal.service.device_calls import PreparedEntry, close_memory, map_memory
-from mlts.hal.service.handles import Kind, Resource
-from mlts.hal.service.transport import error_dict
 from mlts.hal.types import ExecutionResult, Request
+from mlts.ipc import compact_calls
+from mlts.ipc.burst_messages import POOL_TOKEN
+from mlts.ipc.service import request_cache
+from mlts.ipc.service.args import arg, enum_value, int_list, opt_ns, pool_token
+from mlts.ipc.service.buffer_calls import hold_buffer
+from mlts.ipc.service.client import DEFERRED, Call, Client, Handler
+from mlts.ipc.service.device_calls import PreparedEntry, close_memory, map_memory
+from mlts.ipc.service.handles import Kind, Resource
+from mlts.ipc.service.transport import error_dict
 
-log = logging.getLogger("mlts.hal.service")
+log = logging.getLogger("mlts.ipc.service")
 
 
 @dataclass
@@ -133,7 +134,7 @@ def admit(client: Client, call: Call) -> Job:
     """Check an execution call and take everything it needs; the caller must `finish()` the job.
 
     A request equal to one this prepared model already ran on the same pools is not decoded and
-    validated again (mlts.hal.service.request_cache); the pools and the model are still looked up
+    validated again (mlts.ipc.service.request_cache); the pools and the model are still looked up
     in the client's handle table first, as on every call.
     """
     m = call.method

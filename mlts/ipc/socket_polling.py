@@ -9,13 +9,13 @@ side's CPU halts between a call and its answer.
 The window is adaptive, so it costs little where it cannot pay: a reader polls only while its
 recent waits were short (under `LONG_FACTOR` windows); one wait longer than that (a long execution,
 a client thinking between calls) turns polling off until a wait is short again. And as a burst's
-rings do (mlts.hal.burst_ring), after EMPTY_WINDOWS_BEFORE_PROBING windows in a row that found
+rings do (mlts.ipc.burst_ring), after EMPTY_WINDOWS_BEFORE_PROBING windows in a row that found
 nothing (a busy machine, where the peer waits for a core), only every PROBE_EVERY-th wait polls
 until a window finds the answer again. The polling is a
 `poll(2)` of timeout 0 per turn, which releases the GIL on every turn, and is never longer than the
 window. MLTS_SOCKET_POLLING_US sets the window of both ends of every connection (0: never poll).
 
-A client's window is also stretched over the answer it expects (mlts.hal.expected_wait): when its
+A client's window is also stretched over the answer it expects (mlts.ipc.expected_wait): when its
 last two calls were answered within a millisecond, it polls about as long as they took, plus the
 window, so a model run call after call is answered to a polling client.
 """
@@ -27,8 +27,8 @@ import os
 import time
 from collections.abc import Callable
 
-from mlts.hal.burst_ring import EMPTY_WINDOWS_BEFORE_PROBING, PROBE_EVERY
-from mlts.hal.expected_wait import PREEMPTED_GAP_US, ExpectedWait, cpu_to_spare, nap
+from mlts.ipc.burst_ring import EMPTY_WINDOWS_BEFORE_PROBING, PROBE_EVERY
+from mlts.ipc.expected_wait import PREEMPTED_GAP_US, ExpectedWait, cpu_to_spare, nap
 
 #: The client's window for an answer (a small call takes the service 40-60 us of CPU here).
 CLIENT_WINDOW_US = 100
@@ -66,7 +66,7 @@ class PollingWindow:
 
     def poll(self, readable: Callable[[float], bool], allowed: bool = True) -> bool:
         """Start a wait: when recent waits were short (and `allowed`), poll `readable(0)` for up to the
-        window, and over the expected answer (mlts.hal.expected_wait: `readable(t)` sleeps up to t
+        window, and over the expected answer (mlts.ipc.expected_wait: `readable(t)` sleeps up to t
         seconds, with microsecond precision); True once it is readable (the caller need not block)."""
         now = time.perf_counter()
         self._started = now

@@ -17,19 +17,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mlts.hal import compact_calls, expected_wait, qos, socket_polling, wire
+from mlts.hal import qos
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
-from mlts.hal.service.args import type_name
-from mlts.hal.service.handles import HandleTable, Kind
-from mlts.hal.service.profiling import run_profiled
-from mlts.hal.service.scheduler import WorkerPool
-from mlts.hal.service.transport import Connection, error_reply, ok_reply
+from mlts.ipc import compact_calls, expected_wait, socket_polling, wire
+from mlts.ipc.service.args import type_name
+from mlts.ipc.service.handles import HandleTable, Kind
+from mlts.ipc.service.profiling import run_profiled
+from mlts.ipc.service.scheduler import WorkerPool
+from mlts.ipc.service.transport import Connection, error_reply, ok_reply
 
 if TYPE_CHECKING:
-    from mlts.hal.service.host import ServiceHost
+    from mlts.ipc.service.host import ServiceHost
 
-log = logging.getLogger("mlts.hal.service")
+log = logging.getLogger("mlts.ipc.service")
 
 #: Connection identities: one per client connection, never reused while the service runs.
 _KEYS = itertools.count(1)

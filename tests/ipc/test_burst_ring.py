@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from mlts.hal import burst_messages as msg
-from mlts.hal import expected_wait
-from mlts.hal.burst_ring import HEADER_BYTES, MessageTooLarge, Ring, RingError
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.types import UINT64_MAX, DataLocation, OutputShape, RequestArgument, Timing
+from mlts.ipc import burst_messages as msg
+from mlts.ipc import expected_wait
+from mlts.ipc.burst_ring import HEADER_BYTES, MessageTooLarge, Ring, RingError
 
 
 @pytest.fixture

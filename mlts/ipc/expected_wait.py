@@ -1,6 +1,6 @@
 """How long a reader's next answer is likely to take, to stretch its polling window over it.
 
-A polling window (mlts.hal.socket_polling, a burst's result ring) saves the wake-up of a halted CPU
+A polling window (mlts.ipc.socket_polling, a burst's result ring) saves the wake-up of a halted CPU
 only when the answer comes within it. A client that runs one small model call after call (an audio
 model step by step, a camera frame every few hundred microseconds) waits about as long every time:
 when the last two waits were both at most `max_us`, the next one, after its usual window, sleeps

@@ -3,7 +3,7 @@
 A client that repeats an execution (a Session does) pays, on the JSON path,
 for encoding, parsing and checking a JSON request on both sides every time.
 A compact call carries the same request in the burst message format
-(`mlts.hal.burst_messages`, docs/burst-protocol.md): fixed-width integers,
+(`mlts.ipc.burst_messages`, docs/burst-protocol.md): fixed-width integers,
 the pools named by the client's memory ids or by driver buffer tokens. The
 service decodes the variable part of a request once per distinct byte string
 (`CallDecoder`) and checks the per-call fields (timing, deadline, loop
@@ -17,7 +17,11 @@ import struct
 from collections import OrderedDict
 from typing import NamedTuple
 
-from mlts.hal.burst_messages import (
+from mlts.hal.enums import ErrorStatus, MeasureTiming
+from mlts.hal.execution import FencedExecutionInfo
+from mlts.hal.operation_times import OperationTimes
+from mlts.hal.types import UINT64_MAX, ExecutionResult, Request, RequestArgument, Timing
+from mlts.ipc.burst_messages import (
     KIND_EXECUTE,
     KIND_RESULT,
     NO_TIME,
@@ -29,10 +33,6 @@ from mlts.hal.burst_messages import (
     encode_request,
     encode_result,
 )
-from mlts.hal.enums import ErrorStatus, MeasureTiming
-from mlts.hal.execution import FencedExecutionInfo
-from mlts.hal.operation_times import OperationTimes
-from mlts.hal.types import UINT64_MAX, ExecutionResult, Request, RequestArgument, Timing
 
 #: Method codes of a compact call.
 SYNC = 1

@@ -7,8 +7,6 @@ import struct
 
 import pytest
 
-from mlts.hal import compact_calls as cc
-from mlts.hal.burst_messages import PoolRef
 from mlts.hal.enums import MeasureTiming
 from mlts.hal.operation_times import OperationTime
 from mlts.hal.types import (
@@ -20,6 +18,8 @@ from mlts.hal.types import (
     RequestArgument,
     Timing,
 )
+from mlts.ipc import compact_calls as cc
+from mlts.ipc.burst_messages import PoolRef
 
 
 def _request(measure_operations: bool = False) -> Request:

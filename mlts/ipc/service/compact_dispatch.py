@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from mlts.hal import compact_calls, wire
 from mlts.hal.errors import invalid
-from mlts.hal.service.client import Call, Client, Handler
-from mlts.hal.service.execution_calls import execute, execute_synchronously
-from mlts.hal.service.fenced_calls import execute_fenced
-from mlts.hal.service.transport import error_reply
+from mlts.ipc import compact_calls, wire
+from mlts.ipc.service.client import Call, Client, Handler
+from mlts.ipc.service.execution_calls import execute, execute_synchronously
+from mlts.ipc.service.fenced_calls import execute_fenced
+from mlts.ipc.service.transport import error_reply
 
 
 def dispatch_compact(client: Client, frame: wire.Frame) -> None:

@@ -16,12 +16,12 @@ from typing import Any
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.memory import read_received, write_received
-from mlts.hal.service.args import arg, int_list, pool_token
-from mlts.hal.service.client import Call, Client, Handler
-from mlts.hal.service.handles import Kind, Resource
 from mlts.hal.types import BufferDesc, BufferRole
+from mlts.ipc.service.args import arg, int_list, pool_token
+from mlts.ipc.service.client import Call, Client, Handler
+from mlts.ipc.service.handles import Kind, Resource
 
-log = logging.getLogger("mlts.hal.service")
+log = logging.getLogger("mlts.ipc.service")
 
 #: At most this many prepared models and roles in one allocation.
 MAX_ALLOCATE_MODELS = 64

@@ -21,7 +21,7 @@ from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 from mlts.hal.fence import FenceState, SyncFence
 
-log = logging.getLogger("mlts.hal.service")
+log = logging.getLogger("mlts.ipc.service")
 
 #: Called once with None (all fences signalled) or the error that ended the wait.
 Done = Callable[[HalError | None], None]

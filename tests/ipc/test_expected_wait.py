@@ -1,4 +1,4 @@
-"""Stretching a polling window over the expected answer (mlts.hal.expected_wait)."""
+"""Stretching a polling window over the expected answer (mlts.ipc.expected_wait)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from mlts.hal import expected_wait, socket_polling
-from mlts.hal.expected_wait import BACK_OFF, STRETCH_FACTOR, WAKE_LEAD_US, ExpectedWait
-from mlts.hal.socket_polling import PollingWindow
+from mlts.ipc import expected_wait, socket_polling
+from mlts.ipc.expected_wait import BACK_OFF, STRETCH_FACTOR, WAKE_LEAD_US, ExpectedWait
+from mlts.ipc.socket_polling import PollingWindow
 
 
 def test_stretch_needs_two_waits_within_the_maximum() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from mlts.hal.service.scheduler import WorkerPool
+from mlts.ipc.service.scheduler import WorkerPool
 
 
 def _blocker(started: threading.Event, release: threading.Event):

@@ -6,16 +6,17 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlts.hal import codec, nnfile, validate, wire
+from mlts.hal import codec, nnfile, validate
 from mlts.hal.enums import ExecutionPreference, Priority
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.interface import PreparedModel
 from mlts.hal.memory import SEALS_FROZEN, SEALS_POOL, SharedMemory
-from mlts.hal.service.args import arg, cache_token, enum_value, int_list, opt_ns, type_name
-from mlts.hal.service.client import Call, Client, Handler
-from mlts.hal.service.handles import Kind, Resource
-from mlts.hal.service.request_cache import RequestCache
 from mlts.hal.types import MAX_NUMBER_OF_CACHE_FILES, Model
+from mlts.ipc import wire
+from mlts.ipc.service.args import arg, cache_token, enum_value, int_list, opt_ns, type_name
+from mlts.ipc.service.client import Call, Client, Handler
+from mlts.ipc.service.handles import Kind, Resource
+from mlts.ipc.service.request_cache import RequestCache
 
 
 @dataclass
@@ -26,7 +27,7 @@ class PreparedEntry:
     model: Model | None
     model_memory: SharedMemory | None
     priority: int
-    #: Requests of this model already decoded and validated (mlts.hal.service.request_cache).
+    #: Requests of this model already decoded and validated (mlts.ipc.service.request_cache).
     requests: RequestCache = field(default_factory=RequestCache)
 
 

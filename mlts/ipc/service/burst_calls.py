@@ -24,21 +24,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mlts.hal import burst_messages as msg
 from mlts.hal import qos, validate
 from mlts.hal.buffer_use import bind_buffers
-from mlts.hal.burst_ring import DEFAULT_POLLING_US, MessageTooLarge, Ring, RingError
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
-from mlts.hal.service.args import arg, handle
-from mlts.hal.service.buffer_calls import hold_buffer
-from mlts.hal.service.client import Call, Client, Handler
-from mlts.hal.service.device_calls import PreparedEntry, close_memory, map_memory
-from mlts.hal.service.handles import Kind, Resource
-from mlts.hal.service.profiling import run_profiled
 from mlts.hal.types import Request
+from mlts.ipc import burst_messages as msg
+from mlts.ipc.burst_ring import DEFAULT_POLLING_US, MessageTooLarge, Ring, RingError
+from mlts.ipc.service.args import arg, handle
+from mlts.ipc.service.buffer_calls import hold_buffer
+from mlts.ipc.service.client import Call, Client, Handler
+from mlts.ipc.service.device_calls import PreparedEntry, close_memory, map_memory
+from mlts.ipc.service.handles import Kind, Resource
+from mlts.ipc.service.profiling import run_profiled
 
-log = logging.getLogger("mlts.hal.service")
+log = logging.getLogger("mlts.ipc.service")
 
 #: How long the listener waits for the client to provide the memories it asked for.
 GET_MEMORIES_WAIT_S = 5.0

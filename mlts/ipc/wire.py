@@ -3,7 +3,7 @@
 A frame is `struct "<4sHHII"` (magic b"MLTW", version major, version minor,
 header length, payload length), then the message as a UTF-8 JSON object, then
 the raw payload. A compact frame (protocol 1.4, magic b"MLTC") carries a binary
-message instead of the JSON one (mlts.hal.compact_calls); peers send it only to
+message instead of the JSON one (mlts.ipc.compact_calls); peers send it only to
 a peer that announced 1.4. File descriptors travel with the frame's first bytes as
 SCM_RIGHTS ancillary data. docs/wire-protocol.md is the full specification.
 
@@ -27,10 +27,10 @@ from typing import Any
 
 from mlts.errors import MltsError
 from mlts.hal import procctl
-from mlts.hal.expected_wait import readable_within
+from mlts.ipc.expected_wait import readable_within
 
 MAGIC = b"MLTW"
-#: The magic of a compact frame: its message is binary (protocol 1.4, mlts.hal.compact_calls).
+#: The magic of a compact frame: its message is binary (protocol 1.4, mlts.ipc.compact_calls).
 MAGIC_COMPACT = b"MLTC"
 PROTOCOL_VERSION = (1, 4)
 #: The first minor version that has compact frames.
@@ -328,7 +328,7 @@ def _read_exact(sock: socket.socket, n: int, wait: Wait | None, what: str) -> by
 
 
 def compact_id(body: bytes) -> int | None:
-    """The call id of a compact message (u32 at offset 4, as mlts.hal.compact_calls lays it out)."""
+    """The call id of a compact message (u32 at offset 4, as mlts.ipc.compact_calls lays it out)."""
     return int.from_bytes(body[4:8], "little") if len(body) >= 8 else None
 
 

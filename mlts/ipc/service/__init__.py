@@ -1,6 +1,6 @@
-"""Serve any Device from its own process (`python -m mlts.hal.service`), to one client or many.
+"""Serve any Device from its own process (`python -m mlts.ipc.service`), to one client or many.
 
-Every message is untrusted: frames are checked by `mlts.hal.wire`, arguments
+Every message is untrusted: frames are checked by `mlts.ipc.wire`, arguments
 by type in `args`, models and requests by `mlts.hal.validate` before the
 Device sees them. Modules: `transport` (one connection), `handles` (per-client
 handle tables and limits), `client` (dispatch of one client's calls),
@@ -12,8 +12,8 @@ its clients) and `main` (the command line).
 
 from __future__ import annotations
 
-from mlts.hal.service.handles import Limits
-from mlts.hal.service.host import DEFAULT_FRAME_TIMEOUT, DEFAULT_WORKERS, ServiceHost
-from mlts.hal.service.main import main
+from mlts.ipc.service.handles import Limits
+from mlts.ipc.service.host import DEFAULT_FRAME_TIMEOUT, DEFAULT_WORKERS, ServiceHost
+from mlts.ipc.service.main import main
 
 __all__ = ["DEFAULT_FRAME_TIMEOUT", "DEFAULT_WORKERS", "Limits", "ServiceHost", "main"]

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from mlts.hal import burst_ring
-from mlts.hal.burst_ring import Ring
+from mlts.ipc import burst_ring
+from mlts.ipc.burst_ring import Ring
 
 MESSAGES = 100_000
 CAPACITY = 4096  # small: the ring wraps every few hundred messages and often fills
@@ -24,7 +24,7 @@ CAPACITY = 4096  # small: the ring wraps every few hundred messages and often fi
 PRODUCER = textwrap.dedent(
     """
     import struct, sys, time
-    from mlts.hal.burst_ring import Ring
+    from mlts.ipc.burst_ring import Ring
     fd, size, event, n = (int(a) for a in sys.argv[1:5])
     ring = Ring.adopt(fd, size, event, "stream")
     for i in range(n):
