@@ -301,6 +301,8 @@ def validate_cmd(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise BadInput(f"--out {out}: cannot create it: {e.strerror or e}") from None
+    import numpy as np
+
     options = SuiteOptions(
         quick=quick,
         fuzz_seconds=fuzz_seconds,
@@ -310,7 +312,7 @@ def validate_cmd(
         call_timeout=call_timeout,
         models=tuple(model_files),
         input_shapes={k: list(v) for k, v in input_shapes.items()},
-        input_values={k: v.tolist() for k, v in input_values.items()},
+        input_values={k: np.asarray(v).tolist() for k, v in input_values.items()},
     )
     target = Target(
         spec,
