@@ -20,9 +20,11 @@ from mlts.commands._common import (
     distribution_options,
     driver_plugin_option,
     driver_socket_option,
+    input_settings,
     qos_options,
     qos_settings,
     seconds,
+    user_model_options,
 )
 
 
@@ -71,9 +73,10 @@ def check_out_dir(out: Path, force: bool) -> None:
     "model_files",
     multiple=True,
     type=click.Path(dir_okay=False),
-    metavar="FILE.onnx|FILE.tflite",
-    help="Your own ONNX or TFLite model (repeatable); a .tflite model is converted as TFLite's NNAPI "
-    "delegate would and compared with LiteRT; real:NAME names a trained model of mlts[real-models].",
+    metavar="FILE.onnx|FILE.tflite|FILE.nnm",
+    help="Your own ONNX or TFLite model, or an NN graph file from mlts convert (repeatable); a .tflite model "
+    "is converted as TFLite's NNAPI delegate would and compared with LiteRT; an .nnm file is timed, not "
+    "scored (no reference reads it); real:NAME names a trained model of mlts[real-models].",
 )
 @click.option(
     "--reference",
@@ -84,6 +87,7 @@ def check_out_dir(out: Path, force: bool) -> None:
     "and zoo models); both runs LiteRT and onnxruntime and needs each model as .tflite and .onnx of one "
     "name (--model net.tflite --model net.onnx).",
 )
+@user_model_options
 @click.option(
     "--drivers",
     "drivers_regex",
@@ -249,6 +253,9 @@ def benchmark(
     models_regex: str | None,
     model_files: tuple[str, ...],
     reference: str,
+    input_shapes: dict,
+    input_values: dict,
+    inputs_dir: str | None,
     drivers_regex: str | None,
     plugin_files: tuple[str, ...],
     capabilities_files: tuple[str, ...],
@@ -299,6 +306,13 @@ def benchmark(
     tts_float run their dataset sequences step by step instead, scored by
     MLTS's PhoneErrorRate / MelCepLogF0.
 
+    Your own models (--model): inputs fit each input (images, speech-like
+    signals, zero recurrent state, token ids, or your --inputs files);
+    symbolic dimensions beyond the batch need --input-shape, configuration
+    inputs can be fixed with --input-value. A classifier is judged by top-1
+    and its errors; dense maps, boxes, embeddings and regressions by their
+    errors against the float64 reference relative to onnxruntime's.
+
     Writes OUT/results.json (after every model, so an interrupted run keeps
     what it measured), OUT/results.csv and OUT/report.html. Exits with
     status 1 when any driver failed to prepare or run a model, or when a run
@@ -335,7 +349,8 @@ def benchmark(
         raise BadInput(f"--dataset {dataset_dir}: no such directory")
     if dataset_dir is not None:
         dataset_dir = str(Path(dataset_dir).resolve())  # a cluster's workers need the whole path
-    sources = select_models(models_regex, model_files)
+    settings = input_settings(input_shapes, input_values, inputs_dir)
+    sources = select_models(models_regex, model_files, settings)
     specs = select(discover(plugin_files, driver_sockets), drivers_regex) if lab is None else []
     config = BenchmarkConfig(
         threads=threads,
@@ -375,7 +390,9 @@ def benchmark(
         write_json_atomic(partial, path)
 
     if lab is not None or cluster is not None:
-        doc = _distributed(sources, specs, config, lab, cluster, burst_polling_us, quiet or as_json, save)
+        doc = _distributed(
+            sources, specs, config, lab, cluster, burst_polling_us, quiet or as_json, save, settings
+        )
     else:
         doc = run_benchmark(sources, specs, config, progress, checkpoint=save)
     save(doc)
@@ -402,7 +419,7 @@ def benchmark(
         )
 
 
-def _distributed(sources, specs, config, lab, cluster, burst_polling_us, quiet: bool, save) -> dict:
+def _distributed(sources, specs, config, lab, cluster, burst_polling_us, quiet: bool, save, settings) -> dict:
     """Every model on every lab endpoint (or chosen driver), in turn or spread over --cluster."""
     from mlts.cluster import run as distributed
     from mlts.cluster.targets import lab_targets, spec_targets
@@ -418,6 +435,7 @@ def _distributed(sources, specs, config, lab, cluster, burst_polling_us, quiet: 
         say=lambda line: None if quiet else click.echo(f"  {line}", err=True),
         quiet=quiet,
         checkpoint=save,
+        settings=settings,
     )
 
 

@@ -199,6 +199,33 @@ def parse_input_shapes(specs: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def parse_input_values(specs: tuple[str, ...]) -> dict:
+    """{NAME: array} from NAME=V (a scalar) or NAME=V0,V1,... (a vector) specs; click.BadParameter for a
+    malformed or repeated one. Values are integers when every one is, else floats."""
+    import numpy as np
+
+    values: dict = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        name = name.strip()
+        parts = [p.strip() for p in text.split(",")]
+        try:
+            numbers: list[float] = [int(p) for p in parts]
+        except ValueError:
+            try:
+                numbers = [float(p) for p in parts]
+            except ValueError:
+                numbers = []
+        if not sep or not name or not numbers or not all(np.isfinite(numbers)):
+            raise click.BadParameter(
+                f"'{spec}' is not NAME=V or NAME=V0,V1,... with finite numbers", param_hint="'--input-value'"
+            )
+        if name in values:
+            raise click.BadParameter(f"input '{name}' is given twice", param_hint="'--input-value'")
+        values[name] = np.array(numbers[0] if len(numbers) == 1 else numbers)
+    return values
+
+
 def _resolve_model(arg: str) -> str:
     """A path as given; a zoo name (when no such file exists) as its cached ONNX file."""
     if Path(arg).exists():

@@ -26,6 +26,7 @@ from mlts.convert.load import (
     default_opset,
     fix_batch,
     fix_input_shapes,
+    fold_input_values,
     infer_shapes,
     load_model,
 )
@@ -350,6 +351,7 @@ def convert(
     keep_io_layout: bool = True,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     extensions: Iterable[str] = (),
+    input_values: Mapping[str, object] | None = None,
 ) -> Conversion:
     """Convert an ONNX model (proto, path or bytes) to an NN HAL Model.
 
@@ -363,11 +365,13 @@ def convert(
     other input becomes `batch_size`; no other dim may be symbolic.
     `extensions` names the vendor extensions the target driver declares: ONNX
     ops with no NNAPI equivalent (Gelu) become extension operations only when
-    their extension is among them. Raises ConversionError.
+    their extension is among them. `input_values` fixes named graph inputs
+    to constants (their value, cast to the input's type). Raises ConversionError.
     """
     model = load_model(onnx_model)
     opset = default_opset(model)
-    notes = fix_input_shapes(model, input_shapes or {})
+    notes = fold_input_values(model, input_values or {})
+    notes += fix_input_shapes(model, input_shapes or {})
     notes += fix_batch(model, batch_size, skip=set(input_shapes or {}))
     model = infer_shapes(model)
     graph = model.graph

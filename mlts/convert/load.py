@@ -123,6 +123,30 @@ def fix_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence
     return notes
 
 
+def fold_input_values(model: onnx.ModelProto, values: Mapping[str, object]) -> list[str]:
+    """Graph inputs given a fixed value become initializers of that value (cast to the input's type).
+
+    An unknown input name is a ConversionError; returns notes."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    inputs = {i.name: i for i in _runtime_inputs(model)}
+    notes = []
+    for name, value in values.items():
+        inp = inputs.get(name)
+        if inp is None or not inp.type.HasField("tensor_type"):
+            listed = ", ".join(f"'{n}'" for n in inputs) or "none"
+            raise ConversionError(
+                f"a value is given for input '{name}', which the model does not have; its inputs: {listed}"
+            )
+        dtype = helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type)
+        array = np.asarray(value).astype(dtype)
+        model.graph.input.remove(inp)
+        model.graph.initializer.append(numpy_helper.from_array(array, name))
+        notes.append(f"input '{name}' fixed to the constant {array.tolist()}")
+    return notes
+
+
 def _set_dims(inp: onnx.ValueInfoProto, dims: list[int]) -> list[str]:
     name = inp.name
     bad = [d for d in dims if d < 1]

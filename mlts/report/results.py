@@ -49,6 +49,7 @@ def _image_table(records: list[BenchmarkRow]) -> list[str]:
     )
     lines = [header, "-" * len(header)]
     noted: set[str] = set()
+    unscored: set[str] = set()
     with_extensions: set[str] = set()
     for r in records:
         lat = r.latency_ms
@@ -71,7 +72,13 @@ def _image_table(records: list[BenchmarkRow]) -> list[str]:
             f"{_percent(None if topk is None else topk.top1):>6} {_percent(None if topk is None else topk.top5):>6} "
             f"{err + mark:>9} {'-' if ratio is None else f'{ratio:.2f}x' + mark:>8}"
         )
+        if r.verdict is not None and r.verdict.rule_name:
+            kind = f", first output {r.verdict.output_kind}" if r.verdict.output_kind else ""
+            lines.append(f"  verdict: {'pass' if r.verdict.passed else 'FAIL'} ({r.verdict.rule_name}{kind})")
         lines += [f"  validation error: {e.message}" for e in r.violations]
+        if r.reference_unavailable and r.model not in unscored:
+            unscored.add(r.model)  # once per model, as the note below
+            lines.append(f"  no reference: {r.reference_unavailable}")
         if r.extensions and r.model not in with_extensions:
             with_extensions.add(r.model)
             lines.append(f"  vendor extensions used: {', '.join(r.extensions)}")
