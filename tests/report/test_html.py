@@ -463,7 +463,11 @@ def test_stress_section():
         ("HANG", False),
     ]
     first = [td.text for td in rows[0].find_all("td")]
-    assert first[:4] == ["inference-stress", "-", "sample-all", "a, b"] and first[7:10] == ["2.0 s", "120", "-"]
+    assert first[:4] == ["inference-stress", "-", "sample-all", "a, b"] and first[7:10] == [
+        "2.0 s",
+        "120",
+        "-",
+    ]
     assert rows[0].find("pre", "log").text == "step 119 ok step 120 ok"
     assert rows[0].find("details") and rows[2].find("pre", "log").text == "<tail>"
     assert not tree.find_all("table", "inference") and "mlts stress report" in tree.find("h1").text
