@@ -203,7 +203,7 @@ def _bucket_shares(drawn: list[_Points], view: _View) -> tuple[np.ndarray, np.nd
     """(edges, shares[series, bucket]) in % of each series' whole weight (beyond the axis included)."""
     stored = drawn[0].stored
     own = stored is not None and stored[0][-1] > stored[0][0] and not view.log and not view.clipped_total
-    if len(drawn) == 1 and own:
+    if len(drawn) == 1 and stored is not None and own:
         edges, counts = stored
         totals = np.atleast_2d(counts).sum(axis=1, keepdims=True)
     else:

@@ -88,4 +88,6 @@ def test_table_shows_quantized_units_top_k_and_the_median_interval():
     assert "validation error: top-1 accuracy 0.750" in error
     # Under the table: what the less obvious columns mean, the quantized units and the 8-bit top-1.
     assert blank == "" and any(t.startswith("CTS err: ") for t in legend)
-    assert any("quantized units (u)" in t for t in legend) and any(t.startswith("8-bit models:") for t in legend)
+    assert any("quantized units (u)" in t for t in legend) and any(
+        t.startswith("8-bit models:") for t in legend
+    )
