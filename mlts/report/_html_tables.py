@@ -203,7 +203,7 @@ def _families(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
     for family, members in groups.items():
         columns = [c for c in ACCURACY_COLUMNS if any(r.ok and c.cell(r) is not None for r in members)]
         baselines = _baselines(members)
-        legend = [*FIXED_LEGEND, *((f"{c.group}: {c.header}", c.hint) for c in columns)]
+        legend = [*FIXED_LEGEND, *_column_legend(columns)]
         if any(r.reference_inexact for r in members):
             legend.append(
                 ("†", "onnxruntime does not compute this model exactly on this CPU (see the note below)")
@@ -220,6 +220,21 @@ def _families(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _column_legend(columns: list[Column]) -> list[tuple[str, str]]:
+    """(term, meaning) per shown accuracy column; the top-k columns share one line."""
+    topk = [c.header for c in columns if c.group == TOPK]
+    out = []
+    if topk:
+        out.append(
+            (
+                f"{TOPK}: {', '.join(topk)}",
+                "share of the test inputs whose label (the golden output's arg-max, or the dataset's ground "
+                "truth) is among the k highest scores, k the column's number",
+            )
+        )
+    return out + [(f"{c.group}: {c.header}", c.hint) for c in columns if c.group != TOPK]
 
 
 def _is_quantized(row: BenchmarkRow) -> bool:
