@@ -258,7 +258,7 @@ def _chips(state: RunState) -> list[Chip]:
 
 
 def benchmark_header(
-    title: str, time: str, data: Mapping, records: Sequence[BenchmarkRow], lines: Sequence[Mapping[str, Any]]
+    data: Mapping, records: Sequence[BenchmarkRow], lines: Sequence[Mapping[str, Any]]
 ) -> tuple[Verdict, tuple[Chip, ...], tuple[Banner, ...]]:
     """The verdict line, chips and banners of a benchmark report (`lines`: the overview's lines)."""
     state = RunState.of(data)

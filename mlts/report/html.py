@@ -124,9 +124,7 @@ def build_view(doc: Mapping | ResultsDocument) -> dict[str, Any]:
     if kind == "stress" or (stress and not records):
         verdict, chips, banners = stress_header(data, stress)
     else:
-        verdict, chips, banners = benchmark_header(
-            view["title"], view["time"], data, records, ov["lines"] if ov else []
-        )
+        verdict, chips, banners = benchmark_header(data, records, ov["lines"] if ov else [])
     view["page"] = Header(
         title=view["title"],
         time=view["time"],
