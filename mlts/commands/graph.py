@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
+import numpy as np
 
 from mlts.commands._common import echo_json
 
@@ -71,6 +73,17 @@ def list_ops_lines() -> list[str]:
     "features=50,1,320); repeatable, one per input.",
 )
 @click.option(
+    "--input-value",
+    "input_values",
+    multiple=True,
+    metavar="NAME=V[,V...]",
+    callback=lambda _ctx, _param, specs: parse_input_values(specs),
+    help="Fix input NAME to a value, making it a constant of the model (configuration such as a "
+    "sample rate: sr=16000); one number for a scalar or [1] input, a comma-separated list for a "
+    "vector. Numbers are taken in the input's element type (integers for integer and bool inputs); "
+    "repeatable, one per input.",
+)
+@click.option(
     "--list-ops",
     is_flag=True,
     expose_value=False,
@@ -93,12 +106,15 @@ def convert_cmd(
     batch_size: int,
     nhwc_io: bool,
     input_shapes: dict[str, tuple[int, ...]],
+    input_values: dict[str, np.ndarray],
     extensions: tuple[str, ...],
 ) -> None:
     """Convert an ONNX model (a file, or a zoo model's name) to an NN graph file (.nnm).
 
     Symbolic batch dimensions become --batch-size; any other symbolic
-    dimension needs the input's shape from --input-shape.
+    dimension needs the input's shape from --input-shape. Inputs that are
+    configuration rather than data (a sample rate) can be fixed with
+    --input-value: the model computes with that value and no longer takes it.
     """
     from mlts.convert import convert
     from mlts.hal import nnfile
@@ -120,6 +136,7 @@ def convert_cmd(
         batch_size=batch_size,
         keep_io_layout=not nhwc_io,
         input_shapes=input_shapes,
+        input_values=input_values,
         extensions=extensions,
     )
     validate_model(conv.model)
@@ -161,6 +178,41 @@ def parse_input_shapes(specs: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
             raise click.BadParameter(f"input '{name}' is given twice", param_hint="'--input-shape'")
         shapes[name] = tuple(int(p) for p in parts)
     return shapes
+
+
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|nan)", re.IGNORECASE)
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def parse_input_values(specs: tuple[str, ...] | list[str]) -> dict[str, np.ndarray]:
+    """{NAME: value} from NAME=V or NAME=V0,V1,... specs; click.BadParameter for a malformed or repeated one.
+
+    One number gives a rank-0 array, several a 1-D array. Integers stay integers (int64) and any
+    decimal point, exponent, inf or nan makes the whole value float64; the converter then takes the
+    value in the model input's element type (mlts.convert.convert's input_values).
+    """
+    values: dict[str, np.ndarray] = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        name = name.strip()
+        parts = [p.strip() for p in text.split(",")]
+        if not sep or not name or not all(p.isascii() and _NUMBER.fullmatch(p) for p in parts):
+            raise click.BadParameter(
+                f"'{spec}' is not NAME=V or NAME=V0,V1,... with decimal numbers", param_hint="'--input-value'"
+            )
+        if name in values:
+            raise click.BadParameter(f"input '{name}' is given twice", param_hint="'--input-value'")
+        if all(_INTEGER.fullmatch(p) for p in parts):
+            ints = [int(p) for p in parts]
+            if any(not -(2**63) <= v < 2**63 for v in ints):
+                raise click.BadParameter(
+                    f"'{spec}' has an integer outside the 64-bit range", param_hint="'--input-value'"
+                )
+            arr = np.array(ints, dtype=np.int64)
+        else:
+            arr = np.array([float(p) for p in parts], dtype=np.float64)
+        values[name] = arr.reshape(()) if len(parts) == 1 else arr
+    return values
 
 
 def _resolve_model(arg: str) -> str:

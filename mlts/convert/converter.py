@@ -26,6 +26,7 @@ from mlts.convert.load import (
     default_opset,
     fix_batch,
     fix_input_shapes,
+    fix_input_values,
     infer_shapes,
     load_model,
 )
@@ -349,6 +350,7 @@ def convert(
     batch_size: int = 1,
     keep_io_layout: bool = True,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    input_values: Mapping[str, np.ndarray] | None = None,
     extensions: Iterable[str] = (),
 ) -> Conversion:
     """Convert an ONNX model (proto, path or bytes) to an NN HAL Model.
@@ -361,13 +363,23 @@ def convert(
     the given values, and a value that contradicts a static dim, a wrong rank
     or an unknown name is an error. The symbolic leading (batch) dim of every
     other input becomes `batch_size`; no other dim may be symbolic.
+    `input_values` fixes the value of named graph inputs that are
+    configuration (a sample rate, a mode flag): each becomes a constant of
+    the model, no longer an input of the NN model, and what is computed from
+    it folds (see load.fix_input_values for how a value must fit its input).
     `extensions` names the vendor extensions the target driver declares: ONNX
     ops with no NNAPI equivalent (Gelu) become extension operations only when
     their extension is among them. Raises ConversionError.
     """
     model = load_model(onnx_model)
     opset = default_opset(model)
-    notes = fix_input_shapes(model, input_shapes or {})
+    both = sorted(set(input_shapes or {}) & set(input_values or {}))
+    if both:
+        raise ConversionError(
+            f"input '{both[0]}' is given both a shape and a value; a value fixes the shape too: give one"
+        )
+    notes = fix_input_values(model, input_values or {})
+    notes += fix_input_shapes(model, input_shapes or {})
     notes += fix_batch(model, batch_size, skip=set(input_shapes or {}))
     model = infer_shapes(model)
     graph = model.graph
