@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -80,18 +80,28 @@ def where(node: NodeProto) -> str:
     """`Conv node 'conv_1'`, or `Conv node #3 (output 'y')` for a node without a name: how messages name a node."""
     if node.name:
         return f"{node.op_type} node '{node.name}'"
-    index = _NODE_INDEX.get({}).get(id(node))
+    index = _NODE_INDEX.get({}).get(_node_key(node))
     out = f"output '{node.output[0]}'" if node.output else "no outputs"
     return f"{node.op_type} node #{index} ({out})" if index is not None else f"{node.op_type} node ({out})"
 
 
-# Position in its graph of every node being converted (set by the converter, per thread), for where().
-_NODE_INDEX: ContextVar[dict[int, int]] = ContextVar("mlts_convert_node_index")
+# Position in the model as given of every node being converted (set by the converter, per thread),
+# for where(); keyed by op type and first output, which the converter's own rewriting keeps.
+_NODE_INDEX: ContextVar[dict[object, int]] = ContextVar("mlts_convert_node_index")
 
 
-def index_nodes(nodes: Sequence[NodeProto]) -> None:
-    """Remember each node's position in its graph so messages can name nodes without a name."""
-    _NODE_INDEX.set({id(n): i for i, n in enumerate(nodes)})
+def _node_key(node: NodeProto) -> object:
+    return (node.op_type, node.output[0]) if node.output and node.output[0] else id(node)
+
+
+def index_nodes(nodes: Sequence[NodeProto]) -> Token:
+    """Remember each node's position in its graph so messages can name nodes without a name; the token
+    restores the previous index (a branch converted inside a graph has its own)."""
+    return _NODE_INDEX.set({_node_key(n): i for i, n in enumerate(nodes)})
+
+
+def restore_index(token: Token) -> None:
+    _NODE_INDEX.reset(token)
 
 
 class Context:

@@ -15,7 +15,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 import mlts.convert.ops  # noqa: F401  (registers every handler)
-from mlts.convert.context import FLOAT_TYPES, Context, Tensor, index_nodes, where
+from mlts.convert.context import FLOAT_TYPES, Context, Tensor, index_nodes, restore_index, where
 from mlts.convert.errors import ConversionError
 from mlts.convert.fold import fold_node, foldable
 from mlts.convert.load import (
@@ -34,6 +34,7 @@ from mlts.convert.ops.extension import CUSTOM_DOMAINS, convert_custom
 from mlts.convert.qflow import check_emitted, check_quantized_inputs, input_quant
 from mlts.convert.quant import ELEM_DTYPES, QUANT8_TYPES, QParams
 from mlts.convert.registry import first_version, lookup
+from mlts.convert.simplify import simplify
 from mlts.hal.builder import ModelBuilder
 from mlts.hal.enums import OperandType, OperationType
 from mlts.hal.types import Model
@@ -378,10 +379,21 @@ def convert(
         raise ConversionError(
             f"input '{both[0]}' is given both a shape and a value; a value fixes the shape too: give one"
         )
-    notes = fix_input_values(model, input_values or {})
-    notes += fix_input_shapes(model, input_shapes or {})
-    notes += fix_batch(model, batch_size, skip=set(input_shapes or {}))
-    model = infer_shapes(model)
+    token = index_nodes(model.graph.node)
+    try:
+        notes = fix_input_values(model, input_values or {})
+        notes += fix_input_shapes(model, input_shapes or {})
+        notes += fix_batch(model, batch_size, skip=set(input_shapes or {}))
+        notes += simplify(model, opset, infer_shapes)
+        return _convert(infer_shapes(model), opset, keep_io_layout, frozenset(extensions), notes)
+    finally:
+        restore_index(token)
+
+
+def _convert(
+    model: onnx.ModelProto, opset: int, keep_io_layout: bool, extensions: frozenset[str], notes: list[str]
+) -> Conversion:
+    """The NN model of `model`, whose shapes are fixed, folded and inferred."""
     graph = model.graph
     if graph.sparse_initializer:
         raise ConversionError("sparse initializers are not supported; store them as dense tensors")
@@ -393,11 +405,10 @@ def convert(
             consumers.setdefault(name, []).append(node)
     builder = ModelBuilder()
     ctx = Context(builder, opset, _shapes(model), consumers, {o.name for o in graph.output})
-    ctx.extensions = frozenset(extensions)
+    ctx.extensions = extensions
     for init in graph.initializer:
         ctx.consts[init.name] = numpy_helper.to_array(init)
 
-    index_nodes(graph.node)
     for node in nodes:
         _check_domain(node)
     io_notes: list[str] = []
