@@ -379,6 +379,8 @@ class Context:
         if cached is None:
             cached = self.relayout(t, nhwc)
             self._other_layout[layout_key] = cached
+            # Both operands hold the same values: moving the copy back gives the original.
+            self._other_layout.setdefault((cached.operand, cached.shape, cached.nhwc), t)
         return cached
 
     def qconst_params(self, qc: QConst) -> QParams:

@@ -38,7 +38,9 @@ MAX_ROUNDS = 64
 
 def _top_names(graph: GraphProto) -> set[str]:
     """Every value name `graph` itself defines or reads (not those local to its subgraphs)."""
-    names = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {o.name for o in graph.output}
+    names = (
+        {i.name for i in graph.input} | {i.name for i in graph.initializer} | {o.name for o in graph.output}
+    )
     for n in graph.node:
         names.update(x for x in n.input if x)
         names.update(x for x in n.output if x)
@@ -84,7 +86,9 @@ class _Folder:
         self.model = model
         self.graph = model.graph
         self.opset = opset
-        self.consts: dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in self.graph.initializer}
+        self.consts: dict[str, np.ndarray] = {
+            i.name: numpy_helper.to_array(i) for i in self.graph.initializer
+        }
         self.keep = set(keep)  # names that must stay values of the graph (its outputs)
         self.used_names = _top_names(self.graph)
         self.folded = 0
@@ -177,7 +181,9 @@ class _Folder:
         for inner, outer in zip(outputs, node.output, strict=True):
             src = names.get(inner, inner)
             if outer and src != outer:
-                nodes.append(helper.make_node("Identity", [src], [outer], name=self.fresh(f"{outer}/from_branch")))
+                nodes.append(
+                    helper.make_node("Identity", [src], [outer], name=self.fresh(f"{outer}/from_branch"))
+                )
         self.inlined += 1
         return nodes
 
