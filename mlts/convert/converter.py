@@ -7,6 +7,7 @@ DequantizeLinear, ops/qlinear for the QOperator ops.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -33,6 +34,7 @@ from mlts.convert.load import (
 from mlts.convert.ops.extension import CUSTOM_DOMAINS, convert_custom
 from mlts.convert.qflow import check_emitted, check_quantized_inputs, input_quant
 from mlts.convert.quant import ELEM_DTYPES, QUANT8_TYPES, QParams
+from mlts.convert.rank import hold_without_unit_axes
 from mlts.convert.registry import first_version, lookup
 from mlts.convert.simplify import simplify
 from mlts.hal.builder import ModelBuilder
@@ -385,9 +387,25 @@ def convert(
         notes += fix_input_shapes(model, input_shapes or {})
         notes += fix_batch(model, batch_size, skip=set(input_shapes or {}))
         notes += simplify(model, opset, infer_shapes)
+        notes += hold_without_unit_axes(model, infer_shapes(model))
         return _convert(infer_shapes(model), opset, keep_io_layout, frozenset(extensions), notes)
     finally:
         restore_index(token)
+
+
+def _check_valid(model: Model, origins: Sequence[str | None]) -> None:
+    """ConversionError naming the ONNX node when the NN model breaks a HAL 1.3 rule (an operation a
+    handler emitted outside NNAPI's limits, such as a rank-5 tensor)."""
+    from mlts.hal.errors import HalError
+    from mlts.hal.validate import validate_model
+
+    try:
+        validate_model(model)
+    except HalError as e:
+        found = re.search(r"operation (\d+) of main subgraph", e.message)
+        origin = origins[int(found.group(1))] if found and int(found.group(1)) < len(origins) else None
+        by = f" (converted from ONNX node '{origin}')" if origin else ""
+        raise ConversionError(f"the converted model is invalid{by}: {e.message}") from None
 
 
 def _convert(
@@ -423,6 +441,7 @@ def _convert(
         nn_model = builder.build()
     except ValueError as e:
         raise ConversionError(f"the converted model is invalid: {e}") from None
+    _check_valid(nn_model, builder.operation_origins())
 
     notes += _notes(ctx, len(graph.node) - len(nodes)) + io_notes
     if opset > NEWEST_TESTED_OPSET:
