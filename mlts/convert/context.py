@@ -70,6 +70,22 @@ def nn_dims(shape: Sequence[int], nhwc: bool) -> tuple[int, ...]:
     return tuple(shape[i] for i in TO_NHWC) if nhwc and len(shape) == 4 else tuple(shape)
 
 
+def _inserted_axes(src: Sequence[int], dst: Sequence[int]) -> list[int] | None:
+    """The axes (in increasing order, as positions in `dst`) at which `dst` adds unit axes to `src`, or None
+    when `dst` is not `src` with unit axes inserted."""
+    if len(dst) <= len(src):
+        return None
+    axes, i = [], 0
+    for j, d in enumerate(dst):
+        if i < len(src) and d == src[i]:
+            i += 1
+        elif d == 1:
+            axes.append(j)
+        else:
+            return None
+    return axes if i == len(src) else None
+
+
 def node_label(node) -> str:
     """How an ONNX node is named where the converter's operations point back at it: its name, or its
     first output's when it has none (what onnxruntime names an unnamed node after is not stable)."""
@@ -422,10 +438,9 @@ class Context:
             src = self.in_layout(name, False)
         nhwc = same_order(shape)
         if src.quant is None and src.elem not in FLOAT_TYPES:
-            raise ConversionError(
-                f"{where(self.node) if self.node else 'a node'} reshapes a {src.elem.name} tensor; NNAPI 1.3's "
-                f"RESHAPE takes float and quantized tensors only"
-            )
+            if src.nhwc:
+                src = self.in_layout(name, False)
+            return self._reshaped_typed(src, shape, out_name)
         quant = src.quant if out_name is None else out_quant(self, out_name, src.quant, EXACT)
         origin = self._reshape_origin.get(src.operand, src)
         for held in (src, origin):
@@ -444,6 +459,81 @@ class Context:
         )
         self.emit(OperationType.RESHAPE, [src.operand, self.ints(out.nn_shape)], [out.operand])
         self._reshape_origin[out.operand] = origin
+        return out
+
+    def _reshaped_typed(self, src: Tensor, shape: tuple[int, ...], out_name: str | None) -> Tensor:
+        """An int32 or bool tensor reshaped (NNAPI 1.3's RESHAPE takes neither), exactly.
+
+        Unit axes added: EXPAND_DIMS. Otherwise int32 goes through float32 in two exact halves
+        (hi = v div 65536, rounding down, and lo = v - 65536 hi in [0, 65535]: each a float32 integer),
+        each RESHAPEd and cast back, then 65536 hi + lo; bool goes as SELECT(b, 1, 0) and NOT_EQUAL 0.
+        """
+        if src.shape == shape:
+            if out_name is not None:
+                self.bind(out_name, src)
+            return src
+        elem = src.elem
+        if elem not in (OperandType.TENSOR_INT32, OperandType.TENSOR_BOOL8):
+            raise ConversionError(
+                f"{where(self.node) if self.node else 'a node'} reshapes a {elem.name} tensor; the converter "
+                f"reshapes float, quantized, int32 and bool tensors"
+            )
+
+        def made(dims: Sequence[int], kind: OperandType, last: bool) -> Tensor:
+            if last and out_name is not None:
+                return self.new_tensor(out_name, dims, False, None, kind)
+            return self.temp(dims, False, None, kind)
+
+        inserted = _inserted_axes(src.shape, shape)
+        if inserted is not None and elem == OperandType.TENSOR_INT32:
+            cur = src
+            for k, axis in enumerate(inserted):
+                dims = list(cur.shape)
+                dims.insert(axis, 1)
+                out = made(dims, elem, k == len(inserted) - 1)
+                self.emit(OperationType.EXPAND_DIMS, [cur.operand, self.i32(axis)], [out.operand])
+                cur = out
+            return cur
+        f32 = OperandType.TENSOR_FLOAT32
+        none = self.i32(0)
+
+        def via_float(t: Tensor) -> Tensor:
+            flt = self.temp(t.shape, False, None, f32)
+            self.emit(OperationType.CAST, [t.operand], [flt.operand])
+            moved = self.temp(shape, False, None, f32)
+            self.emit(OperationType.RESHAPE, [flt.operand, self.ints(shape)], [moved.operand])
+            return moved
+
+        if elem == OperandType.TENSOR_BOOL8:
+            ones = self.builder.add_constant(np.ones(src.shape, np.float32), f32)
+            zeros = self.builder.add_constant(np.zeros(src.shape, np.float32), f32)
+            flt = self.temp(src.shape, False, None, f32)
+            self.emit(OperationType.SELECT, [src.operand, ones, zeros], [flt.operand])
+            moved = self.temp(shape, False, None, f32)
+            self.emit(OperationType.RESHAPE, [flt.operand, self.ints(shape)], [moved.operand])
+            out = made(shape, elem, True)
+            self.emit(
+                OperationType.NOT_EQUAL,
+                [moved.operand, self.const_operand(np.zeros(1, np.float32))],
+                [out.operand],
+            )
+            return out
+        base = self.builder.add_constant(np.array([65536], np.int32), elem)
+        hi = self.temp(src.shape, False, None, elem)
+        self.emit(OperationType.DIV, [src.operand, base, none], [hi.operand])
+        hi_full = self.temp(src.shape, False, None, elem)
+        self.emit(OperationType.MUL, [hi.operand, base, none], [hi_full.operand])
+        lo = self.temp(src.shape, False, None, elem)
+        self.emit(OperationType.SUB, [src.operand, hi_full.operand, none], [lo.operand])
+        parts = []
+        for part in (hi, lo):
+            back = self.temp(shape, False, None, elem)
+            self.emit(OperationType.CAST, [via_float(part).operand], [back.operand])
+            parts.append(back)
+        scaled = self.temp(shape, False, None, elem)
+        self.emit(OperationType.MUL, [parts[0].operand, base, none], [scaled.operand])
+        out = made(shape, elem, True)
+        self.emit(OperationType.ADD, [scaled.operand, parts[1].operand, none], [out.operand])
         return out
 
     # ------------------------------------------------------------ fusion
