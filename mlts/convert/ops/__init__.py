@@ -9,6 +9,7 @@ from mlts.convert.ops import (  # noqa: F401
     elementwise,
     extension,
     gemm,
+    gru,
     indexing,
     logic,
     lstm,
