@@ -317,7 +317,56 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+# Initializers larger than this many bytes are given to shape inference as typed inputs without their
+# values: their shapes are what it needs (shape-like values that data propagation reads are small).
+_LARGE_INITIALIZER = 4096
+
+
 def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with the value_info and output types ONNX shape inference gives (large weights are not
+    copied into the inference: see _LARGE_INITIALIZER)."""
+    g = model.graph
+    large = [i for i in g.initializer if i.ByteSize() > _LARGE_INITIALIZER]
+    if not large:
+        return _infer_all(model)
+    proxy = _without_initializers(model)
+    declared = {i.name for i in g.input}
+    kept = []
+    for init in g.initializer:
+        if init.ByteSize() > _LARGE_INITIALIZER:
+            if init.name not in declared:
+                proxy.graph.input.append(
+                    helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
+                )
+        else:
+            kept.append(init)
+    proxy.graph.initializer.extend(kept)
+    inferred = _infer_all(proxy)
+    del g.value_info[:]
+    g.value_info.extend(inferred.graph.value_info)
+    for out, known in zip(g.output, inferred.graph.output, strict=True):
+        out.type.CopyFrom(known.type)
+    return model
+
+
+def _without_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` without its initializers (copied without ever serializing them)."""
+    g = model.graph
+    out = onnx.ModelProto()
+    out.ir_version = model.ir_version
+    out.opset_import.extend(model.opset_import)
+    out.functions.extend(model.functions)
+    og = out.graph
+    og.name = g.name
+    og.node.extend(g.node)
+    og.input.extend(g.input)
+    og.output.extend(g.output)
+    og.value_info.extend(g.value_info)
+    og.sparse_initializer.extend(g.sparse_initializer)
+    return out
+
+
+def _infer_all(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         inferred = onnx.shape_inference.infer_shapes(
             model, check_type=False, strict_mode=False, data_prop=True
