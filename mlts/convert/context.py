@@ -8,6 +8,7 @@ other form is cached.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from contextvars import ContextVar, Token
@@ -27,6 +28,8 @@ TO_NHWC = (0, 2, 3, 1)
 # Position in an NHWC operand of each ONNX axis.
 NHWC_AXIS = (0, 3, 1, 2)
 FLOAT_TYPES = (OperandType.TENSOR_FLOAT32, OperandType.TENSOR_FLOAT16)
+# Graph inputs of at most this many values are configuration a refusal may suggest fixing (--input-value).
+SMALL_INPUT = 16
 
 
 def same_order(shape: Sequence[int]) -> bool:
@@ -59,7 +62,8 @@ class Tensor:
 
     @property
     def nn_shape(self) -> tuple[int, ...]:
-        return tuple(self.shape[i] for i in TO_NHWC) if self.nhwc else self.shape
+        """The operand's dims: NHWC order when `nhwc`; a rank-0 ONNX value is held in a [1] operand."""
+        return tuple(self.shape[i] for i in TO_NHWC) if self.nhwc else (self.shape or (1,))
 
     def nn_axis(self, axis: int) -> int:
         """The NN operand axis holding ONNX axis `axis` (already normalised)."""
@@ -67,7 +71,7 @@ class Tensor:
 
 
 def nn_dims(shape: Sequence[int], nhwc: bool) -> tuple[int, ...]:
-    return tuple(shape[i] for i in TO_NHWC) if nhwc and len(shape) == 4 else tuple(shape)
+    return tuple(shape[i] for i in TO_NHWC) if nhwc and len(shape) == 4 else (tuple(shape) or (1,))
 
 
 def _inserted_axes(src: Sequence[int], dst: Sequence[int]) -> list[int] | None:
@@ -137,6 +141,9 @@ class Context:
         self.consumers = consumers
         self.graph_outputs = graph_outputs
         self.consts: dict[str, np.ndarray] = {}
+        # The node making each value, and the graph inputs fed at run time (for refusals' suggestions).
+        self.producers: dict[str, NodeProto] = {}
+        self.graph_inputs: list[str] = []
         # The vendor extensions the target driver declares (names); see mlts.convert.ops.extension.
         self.extensions: frozenset[str] = frozenset()
         self.tensors: dict[str, Tensor] = {}
@@ -148,6 +155,8 @@ class Context:
         # Quantized constants: DequantizeLinear outputs of initializers, by ONNX name.
         self.qconsts: dict[str, QConst] = {}
         self.input_operands: set[int] = set()
+        # Rank-0 graph inputs held as NNAPI scalar model inputs (every reader takes a scalar), by name.
+        self.scalar_inputs: dict[str, int] = {}
         # The node being converted (named by messages raised below the handlers) and every emitted operation.
         self.node: NodeProto | None = None
         self.emitted: list[tuple[OperationType, tuple[int, ...], tuple[int, ...]]] = []
@@ -187,12 +196,18 @@ class Context:
         if name not in self.consts:
             t = self.tensors.get(name)
             if t is not None and t.operand in self.input_operands:
+                hint = (
+                    f": fix its value with --input-value {name}=V (input_values)"
+                    if math.prod(t.shape) <= SMALL_INPUT
+                    else ""
+                )
                 raise ConversionError(
                     f"{where(node)}: {what} '{name}' is a graph input, fed at run time; the converter needs "
-                    f"{what} as a constant fixed in the model (an initializer)"
+                    f"{what} as a constant fixed in the model (an initializer){hint}"
                 )
             raise ConversionError(
-                f"{where(node)}: {what} '{name}' is computed at run time; only constant {what} values are supported"
+                f"{where(node)}: {what} '{name}' is computed at run time; only constant {what} values are "
+                f"supported{self.suggestion(name)}"
             )
         return self.consts[name]
 
@@ -254,8 +269,37 @@ class Context:
             by = f" (output of {where(node)})" if node is not None else ""
             raise ConversionError(
                 f"cannot determine the static shape of tensor '{name}'{by}: shape inference gave {got}"
+                f"{self.suggestion(name)}"
             )
         return tuple(int(d) for d in shape)  # type: ignore[arg-type]
+
+    def graph_inputs_of(self, name: str) -> list[str]:
+        """The graph inputs (fed at run time) that value `name` is computed from, in graph order."""
+        seen, stack, found = set(), [name], set()
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n in self.graph_inputs:
+                found.add(n)
+                continue
+            node = self.producers.get(n)
+            if node is not None:
+                stack.extend(x for x in node.input if x)
+        return [n for n in self.graph_inputs if n in found]
+
+    def suggestion(self, name: str) -> str:
+        """ "; it is computed from graph input(s) ...: --input-shape/--input-value would fix it" (or "")."""
+        sources = self.graph_inputs_of(name)
+        if not sources:
+            return ""
+        listed = ", ".join(f"'{s}'" for s in sources)
+        return (
+            f"; it is computed from graph input {listed}: fixing {'its' if len(sources) == 1 else 'their'} "
+            f"shape (--input-shape NAME=D0,D1,...) or, for configuration inputs, value (--input-value NAME=V) "
+            f"makes it a constant"
+        )
 
     def unique(self, base: str) -> str:
         """A tensor name derived from `base` that no ONNX or converter tensor uses."""
@@ -328,8 +372,6 @@ class Context:
     ) -> Tensor:
         """A fresh temporary operand for ONNX tensor `name` (`elem`, the node's float type, or 8-bit with `quant`)."""
         shape = tuple(int(d) for d in shape)
-        if not shape:
-            raise ConversionError(f"tensor '{name}' is a rank-0 runtime value; NN tensors need rank >= 1")
         if any(d <= 0 for d in shape):
             raise ConversionError(f"tensor '{name}' has shape {list(shape)}; empty tensors are not supported")
         t = self.temp(shape, nhwc, quant, elem)

@@ -94,6 +94,8 @@ def prepare_input(info: TensorInfo, value: np.ndarray) -> np.ndarray:
     int64 values are narrowed to int32 only when every value fits.
     """
     arr = np.asarray(value)
+    if arr.ndim == 0 and info.shape == (1,):
+        arr = arr.reshape(1)  # a scalar input held as a [1] tensor
     want = np.dtype(info.dtype)
     if arr.dtype == want:
         return arr
@@ -247,9 +249,11 @@ def _add_inputs(
         _refuse_runtime_qparams(ctx, inp.name)
         shape = ctx.shape_of(inp.name)
         if not shape:
-            readers = ", ".join(where(n) for n in ctx.consumers.get(inp.name, [])) or "no node"
-            raise ConversionError(
-                f"input '{inp.name}' is a scalar (rank 0), read by {readers}; NN model inputs need rank >= 1"
+            if _scalar_input(ctx, inp, elem, infos):
+                continue
+            notes.append(
+                f"model input '{inp.name}' is a scalar (rank 0), held as a [1] tensor: feed one value "
+                f"(or fix it with --input-value {inp.name}=V)"
             )
         if any(d == 0 for d in shape):
             raise ConversionError(
@@ -270,6 +274,34 @@ def _add_inputs(
         ctx.input_operands.add(operand)
         infos.append(TensorInfo.of(inp.name, nn_shape, quant, kind))
     return infos
+
+
+# Scalar parameters of NNAPI operations that a rank-0 graph input may feed directly: ONNX op type ->
+# input index. The input then is an NN model input of the scalar type (FLOAT32, INT32, BOOL).
+SCALAR_READERS = {"Pad": 2}
+_SCALAR_TYPES = {
+    TensorProto.FLOAT: OperandType.FLOAT32,
+    TensorProto.INT32: OperandType.INT32,
+    TensorProto.BOOL: OperandType.BOOL,
+}
+_SCALAR_NUMPY = {OperandType.FLOAT32: "float32", OperandType.INT32: "int32", OperandType.BOOL: "bool"}
+
+
+def _scalar_input(ctx: Context, inp: onnx.ValueInfoProto, elem: int, infos: list[TensorInfo]) -> bool:
+    """A rank-0 input every reader takes as an NNAPI scalar parameter becomes a scalar model input."""
+    readers = ctx.consumers.get(inp.name, [])
+    kind = _SCALAR_TYPES.get(elem)
+    if kind is None or not readers or inp.name in ctx.graph_outputs:
+        return False
+    for node in readers:
+        index = SCALAR_READERS.get(node.op_type)
+        if index is None or [i for i, n in enumerate(node.input) if n == inp.name] != [index]:
+            return False
+    operand = ctx.builder.add_input(kind, ())
+    ctx.scalar_inputs[inp.name] = operand
+    ctx.input_operands.add(operand)
+    infos.append(TensorInfo(inp.name, (), _SCALAR_NUMPY[kind]))
+    return True
 
 
 # Quantization-parameter inputs (scales and zero points) by op type: NNAPI takes them as operand
@@ -298,7 +330,7 @@ def _output_tensor(ctx: Context, out: onnx.ValueInfoProto, nhwc: bool, notes: li
     name = out.name
     t = ctx.in_layout(name, nhwc)
     if not t.shape:
-        raise ConversionError(f"output '{name}' is a scalar; NN model outputs need rank >= 1")
+        notes.append(f"model output '{name}' is a scalar (rank 0), given as a [1] tensor")
     elem = out.type.tensor_type.elem_type
     if elem in ELEM_DTYPES:
         if t.quant is None or t.quant.type != QUANT8_TYPES[ELEM_DTYPES[elem]]:
@@ -426,6 +458,8 @@ def _convert(
     ctx.extensions = extensions
     for init in graph.initializer:
         ctx.consts[init.name] = numpy_helper.to_array(init)
+    ctx.producers = {o: n for n in nodes for o in n.output if o}
+    ctx.graph_inputs = [i.name for i in graph.input if i.name not in ctx.consts]
 
     for node in nodes:
         _check_domain(node)

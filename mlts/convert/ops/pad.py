@@ -99,8 +99,14 @@ def _crop(ctx: Context, node: NodeProto, begin: list[int], end: list[int]) -> st
 
 
 def _pad(
-    ctx: Context, node: NodeProto, mode: str, pads: Sequence[int], value: float, axes: Sequence[int] | None
+    ctx: Context,
+    node: NodeProto,
+    mode: str,
+    pads: Sequence[int],
+    value: float | int,
+    axes: Sequence[int] | None,
 ) -> None:
+    """`value`: the fill as a float, or (an int) the operand of a scalar model input holding it."""
     if mode not in MODES:
         raise ConversionError(f"{where(node)} has mode '{mode}'; ONNX modes are {', '.join(MODES)}")
     x = ctx.tensor(node)
@@ -130,6 +136,12 @@ def _pad(
         x = ctx.tensors[cropped]
     order = TO_NHWC if x.nhwc else range(rank)
     paddings = ctx.ints([[begin[a], end[a]] for a in order])
+    runtime = isinstance(value, int)
+    if runtime and (x.quant is not None or x.elem != OperandType.TENSOR_FLOAT32):
+        raise ConversionError(
+            f"{where(node)}: the fill value is a graph input; PAD_V2 takes it at run time for float32 tensors "
+            f"only (fix it with --input-value)"
+        )
     if x.quant is not None and value != 0.0:
         raise ConversionError(
             f"{where(node)} pads a quantized tensor with the real value {value:g}; only 0 (the zero point) is supported"
@@ -138,14 +150,22 @@ def _pad(
     out = ctx.new_tensor(
         node.output[0], [d + begin[i] + end[i] for i, d in enumerate(x.shape)], x.nhwc, quant
     )
-    if value == 0.0:
+    if runtime:
+        ctx.emit(OperationType.PAD_V2, [x.operand, paddings, value], [out.operand])
+    elif value == 0.0:
         ctx.emit(OperationType.PAD, [x.operand, paddings], [out.operand])
     else:
         ctx.emit(OperationType.PAD_V2, [x.operand, paddings, ctx.f32(value)], [out.operand])
 
 
-def _fill(ctx: Context, node: NodeProto) -> float:
-    """The real fill value: an 8-bit constant pads a quantized tensor in its own encoding (QOperator)."""
+def _fill(ctx: Context, node: NodeProto) -> float | int:
+    """The real fill value: an 8-bit constant pads a quantized tensor in its own encoding (QOperator).
+
+    A rank-0 graph input held as a scalar model input gives its operand (an int) instead.
+    """
+    name = ctx.input(node, 2)
+    if name is not None and name in ctx.scalar_inputs:
+        return ctx.scalar_inputs[name]
     value = ctx.real_const_input(node, 2, "constant_value")
     if value is None:
         return 0.0
