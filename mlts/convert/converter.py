@@ -164,6 +164,7 @@ def _notes(ctx: Context, pruned: int) -> list[str]:
         "fused_squeeze": "folded {} Squeeze of LSTM outputs into the LSTM's output shape",
         "pruned_operation": "removed {} operations whose results nothing reads",
         "extension_operation": "mapped {} nodes to vendor extension operations",
+        "fused_hard_swish": "converted {} x*HardSigmoid(x) to HARD_SWISH",
     }
     notes = [text.format(c[key]) for key, text in plural.items() if c[key]]
     pairs = c["folded_dq"] + c["fused_qdq"] // 2

@@ -24,6 +24,7 @@ from mlts.convert.ops import (  # noqa: F401
     softmax,
     spatial,
     split,
+    transformer,
     transpose,
     unary,
 )
