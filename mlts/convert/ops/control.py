@@ -72,9 +72,10 @@ def convert_if(ctx: Context, node: NodeProto) -> None:
 
     cond = node.input[0]
     c = ctx.tensors.get(cond)
-    if c is None or ctx.builder.type_of(c.operand) != OperandType.TENSOR_BOOL8 or c.shape != (1,):
+    if c is None or ctx.builder.type_of(c.operand) != OperandType.TENSOR_BOOL8 or c.shape not in ((), (1,)):
         raise ConversionError(
             f"{where(node)}: the condition '{cond}' must be a runtime BOOL tensor of one value"
+            f"{ctx.suggestion(cond)}"
         )
     branches = [_graph_attr(node, "then_branch"), _graph_attr(node, "else_branch")]
     outer = list(dict.fromkeys(n for g in branches for n in _outer_names(g)))
