@@ -233,7 +233,7 @@ def _elem_name(elem: int) -> str:
 def _add_inputs(
     ctx: Context, graph: onnx.GraphProto, keep_io_layout: bool, notes: list[str]
 ) -> list[TensorInfo]:
-    infos = []
+    infos: list[TensorInfo] = []
     for inp in graph.input:
         if inp.name in ctx.consts:
             continue
@@ -280,7 +280,7 @@ def _add_inputs(
 # Scalar parameters of NNAPI operations that a rank-0 graph input may feed directly: ONNX op type ->
 # input index. The input then is an NN model input of the scalar type (FLOAT32, INT32, BOOL).
 SCALAR_READERS = {"Pad": 2}
-_SCALAR_TYPES = {
+_SCALAR_TYPES: dict[int, OperandType] = {
     TensorProto.FLOAT: OperandType.FLOAT32,
     TensorProto.INT32: OperandType.INT32,
     TensorProto.BOOL: OperandType.BOOL,

@@ -195,7 +195,7 @@ def fix_input_values(model: onnx.ModelProto, input_values: Mapping[str, np.ndarr
 
 
 # NumPy dtype of each ONNX element type a fixed input value may take.
-_VALUE_DTYPES = {
+_VALUE_DTYPES: dict[int, type] = {
     TensorProto.FLOAT: np.float32,
     TensorProto.FLOAT16: np.float16,
     TensorProto.DOUBLE: np.float64,
@@ -239,7 +239,7 @@ def _input_value(inp: onnx.ValueInfoProto, value: np.ndarray) -> np.ndarray:
             )
     else:
         with np.errstate(over="ignore"):
-            cast = value.astype(dtype)
+            cast: np.ndarray = value.astype(dtype)
         if not np.all(np.isfinite(cast[np.isfinite(value)])):
             raise ConversionError(
                 f"input '{name}' is {TensorProto.DataType.Name(elem)}; the value given overflows it"
@@ -252,8 +252,10 @@ def _input_value(inp: onnx.ValueInfoProto, value: np.ndarray) -> np.ndarray:
     if value.ndim == len(declared):
         if all(d is None or d == v for d, v in zip(declared, value.shape, strict=True)):
             return value
-    elif None not in declared and int(np.prod(declared, dtype=np.int64)) == value.size:
-        return value.reshape(declared)
+    elif None not in declared:
+        dims = [int(d) for d in declared if d is not None]
+        if int(np.prod(dims, dtype=np.int64)) == value.size:
+            return value.reshape(dims)
     raise ConversionError(
         f"the value given for input '{name}' has shape {list(value.shape)} ({value.size} values); the model "
         f"declares shape {shown}"

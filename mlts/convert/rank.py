@@ -174,9 +174,9 @@ class _Rewriter:
         axes = self.consts[ins[3]].reshape(-1).astype(np.int64) if ins[3] else np.arange(len(starts))
         steps = self.consts[ins[4]].reshape(-1).astype(np.int64) if ins[4] else np.ones(len(starts), np.int64)
         where = self._axis_map(x)
-        keep = [], [], [], []
-        for s, e, a, st in zip(starts, ends, axes, steps, strict=True):
-            a = int(a) + rank if a < 0 else int(a)
+        keep: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
+        for s, e, raw, st in zip(starts.tolist(), ends.tolist(), axes.tolist(), steps.tolist(), strict=True):
+            a = int(raw) + rank if raw < 0 else int(raw)
             if a not in where:
                 if len(range(*slice(int(s), int(e), int(st)).indices(1))) != 1:
                     return False

@@ -51,7 +51,9 @@ def test_onnx_gelu_becomes_the_extension_operation(approximate: str | None) -> N
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
-def test_without_a_driver_offering_it_onnx_gelu_is_its_definition_in_nnapi_arithmetic(approximate: str) -> None:
+def test_without_a_driver_offering_it_onnx_gelu_is_its_definition_in_nnapi_arithmetic(
+    approximate: str,
+) -> None:
     model = _gelu_graph(approximate=approximate)
     conv = convert(model)
     assert extensions_used(conv.model) == ()

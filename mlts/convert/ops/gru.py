@@ -128,7 +128,10 @@ class _Gru:
         self, x: Tensor, weights: np.ndarray | None, bias: np.ndarray, w_operand: int | None = None
     ) -> Tensor:
         ctx = self.ctx
-        w = ctx.const_operand(weights.astype(np.float32)) if w_operand is None else w_operand
+        if w_operand is None:
+            assert weights is not None
+            w_operand = ctx.const_operand(weights.astype(np.float32))
+        w = w_operand
         rows = x.shape[0]
         return self.op(
             OperationType.FULLY_CONNECTED,

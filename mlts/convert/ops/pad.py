@@ -151,7 +151,7 @@ def _pad(
         node.output[0], [d + begin[i] + end[i] for i, d in enumerate(x.shape)], x.nhwc, quant
     )
     if runtime:
-        ctx.emit(OperationType.PAD_V2, [x.operand, paddings, value], [out.operand])
+        ctx.emit(OperationType.PAD_V2, [x.operand, paddings, int(value)], [out.operand])
     elif value == 0.0:
         ctx.emit(OperationType.PAD, [x.operand, paddings], [out.operand])
     else:
