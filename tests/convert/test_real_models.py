@@ -129,3 +129,18 @@ def test_table_and_find() -> None:
     for m in real.REAL_MODELS:
         if real.installed(m):
             assert real.find(m).name == m.path.rsplit("/", 1)[-1]
+
+
+def test_sample_rate_left_to_run_time_suggests_input_value() -> None:
+    """Silero's If on `sr` cannot become an NNAPI IF (its branches differ in shapes): the refusal says
+    which input the condition comes from and how to fix it."""
+    from mlts.convert import ConversionError
+
+    model = real.by_name("silero-vad")
+    if not real.installed(model):
+        pytest.skip(f"package '{model.package}' is not installed (pip install 'mlts[real-models]')")
+    with pytest.raises(ConversionError) as info:
+        convert(real.find(model), input_shapes=model.input_shapes)
+    message = str(info.value)
+    assert message.startswith("If node 'If_0': branch ")
+    assert "computed from graph input 'sr': fixing its value with --input-value NAME=V" in message
