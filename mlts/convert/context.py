@@ -290,15 +290,20 @@ class Context:
         return [n for n in self.graph_inputs if n in found]
 
     def suggestion(self, name: str) -> str:
-        """ "; it is computed from graph input(s) ...: --input-shape/--input-value would fix it" (or "")."""
-        sources = self.graph_inputs_of(name)
-        if not sources:
+        """ "; it is computed from graph input 'sr': fixing its value (--input-value sr=V) ..." naming the small
+        (configuration-sized) graph inputs `name` depends on, or "" when there are none."""
+        small = []
+        for source in self.graph_inputs_of(name):
+            t = self.tensors.get(source)
+            size = math.prod(t.shape) if t is not None else None
+            if size is not None and size <= SMALL_INPUT or source in self.scalar_inputs:
+                small.append(source)
+        if not small:
             return ""
-        listed = ", ".join(f"'{s}'" for s in sources)
+        listed = ", ".join(f"'{s}'" for s in small)
         return (
-            f"; it is computed from graph input {listed}: fixing {'its' if len(sources) == 1 else 'their'} "
-            f"shape (--input-shape NAME=D0,D1,...) or, for configuration inputs, value (--input-value NAME=V) "
-            f"makes it a constant"
+            f"; it is computed from graph input {listed}: fixing {'its' if len(small) == 1 else 'their'} "
+            f"value (--input-value NAME=V, input_values) makes it a constant"
         )
 
     def unique(self, base: str) -> str:

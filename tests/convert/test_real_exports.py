@@ -437,4 +437,32 @@ def test_value_computed_from_an_input_refusal_suggests_the_options() -> None:
     model = model_of(nodes, {"x": (F, [4, 6]), "n": (F, [1])}, ["y"], {"m1": i64(-1)})
     msg = error_of(model)
     assert msg.startswith("Reshape node 'r': shape 't' is computed at run time")
-    assert "computed from graph input 'n'" in msg and "--input-value" in msg and "--input-shape" in msg
+    assert "computed from graph input 'n': fixing its value (--input-value NAME=V, input_values)" in msg
+
+
+def test_folding_follows_onnx_integer_semantics() -> None:
+    """-shape // 2 truncates toward zero (ONNX Div on integers), a negative-step Slice, Mod's sign rule:
+    the folded constants are onnxruntime's."""
+    nodes = [
+        N("Shape", ["x"], ["s"]),
+        N("Neg", ["s"], ["ns"]),
+        N("Div", ["ns", "two"], ["half"]),
+        N("Mod", ["ns", "three"], ["m"]),
+        N("Add", ["half", "m"], ["hm"]),
+        N("Slice", ["hm", "last", "before_first", "zero", "minus1"], ["rev"]),
+        N("Cast", ["rev"], ["revf"], to=F),
+        N("Add", ["x", "revf"], ["y"]),
+    ]
+    inits = {
+        "two": i64(2),
+        "three": i64(3),
+        "last": i64(-1),
+        "before_first": i64(-100),
+        "zero": i64(0),
+        "minus1": i64(-1),
+    }
+    model = model_of(nodes, {"x": (F, [2, 5, 3])}, ["y"], inits)
+    x = np.zeros((2, 5, 3), np.float32)
+    (y,), conv = run(model, {"x": x})
+    np.testing.assert_array_equal(y, run_ort(model, {"x": x})[0])
+    assert op_names(conv) == ["ADD"]
