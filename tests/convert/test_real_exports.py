@@ -337,6 +337,19 @@ def test_conv_1d(attrs: dict) -> None:
     assert_close(y, run_ort(model, {"x": x})[0])
 
 
+def test_conv_1d_with_run_time_weights() -> None:
+    rng = np.random.default_rng(11)
+    model = model_of(
+        [N("Conv", ["x", "w"], ["y"], pads=[1, 1])], {"x": (F, [1, 3, 9]), "w": (F, [2, 3, 3])}, ["y"]
+    )
+    feeds = {
+        "x": rng.standard_normal((1, 3, 9)).astype(np.float32),
+        "w": rng.standard_normal((2, 3, 3)).astype(np.float32),
+    }
+    (y,), _ = run(model, feeds)
+    assert_close(y, run_ort(model, feeds)[0])
+
+
 def test_rank5_qkv_split_is_held_without_unit_axes() -> None:
     """Reshape [1, S, 3, H, D] -> Transpose [3, 1, H, S, D] -> Slice/Squeeze and Gather: q, k, v."""
     s, h, d = 5, 2, 3

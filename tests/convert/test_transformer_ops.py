@@ -206,6 +206,9 @@ def test_attention_matmuls_of_computed_tensors() -> None:
         ([1, 3, 4], [2, 4, 6]),
         ([4], [4, 3]),
         ([3, 4], [4]),
+        ([2, 3, 4, 5], [5]),
+        ([2, 1, 3, 4], [1, 3, 4, 2]),
+        ([1, 3, 4], [2, 3, 4, 6]),
     ],
 )
 def test_matmul_of_two_run_time_tensors_broadcasts(a: list[int], b: list[int]) -> None:

@@ -141,21 +141,30 @@ def _attrs_2d(node: NodeProto, a: dict[str, Any]) -> dict[str, Any]:
 
 def _conv_1d(ctx: Context, node: NodeProto) -> None:
     """A 1-D convolution ([N, C, L] input, [M, C/group, K] weight) as the 2-D one over [N, C, 1, L]."""
-    if ctx.quantized(node.input[0]) or node.input[1] not in ctx.consts:
+    if ctx.quantized(node.input[0]) or node.input[1] in ctx.qconsts:
         raise ConversionError(
-            f"{where(node)}: a 1-D convolution is converted with float input and constant weights only"
+            f"{where(node)}: a 1-D convolution is converted with float input and weights only"
         )
     n, c, length = ctx.shape_of(node.input[0])
-    w = np.asarray(ctx.const_input(node, 1, "weight"), dtype=np.float64)
-    if w.ndim != 3:
+    w_shape = ctx.shape_of(node.input[1])
+    if len(w_shape) != 3:
         raise ConversionError(
-            f"{where(node)}: weight has shape {list(w.shape)}; expected [Cout, Cin/group, K]"
+            f"{where(node)}: weight has shape {list(w_shape)}; expected [Cout, Cin/group, K]"
         )
     out_shape = ctx.shape_of(node.output[0], node)
     x4 = ctx.unique(node.input[0] + "/as_2d")
     ctx.reshaped(node.input[0], (n, c, 1, length), x4)
     shapes = ((n, c, 1, length), (out_shape[0], out_shape[1], 1, out_shape[2]))
-    g = conv_shape(ctx, node, _attrs_2d(node, attrs(node)), w.shape[:2] + (1,) + w.shape[2:], True, shapes)
+    w4_shape = (w_shape[0], w_shape[1], 1, w_shape[2])
+    g = conv_shape(ctx, node, _attrs_2d(node, attrs(node)), w4_shape, True, shapes)
+    if node.input[1] in ctx.tensors:
+        w4 = ctx.unique(node.input[1] + "/as_2d")
+        ctx.reshaped(node.input[1], w4_shape, w4)
+        out4 = ctx.unique(node.output[0] + "/as_2d")
+        _conv_runtime_weights(ctx, node, g, w4, x4, out4)
+        ctx.reshaped(out4, out_shape, node.output[0])
+        return
+    w = np.asarray(ctx.const_input(node, 1, "weight"), dtype=np.float64)
     _float_conv(ctx, node, g, w[:, :, None, :], x4, rank=3)
 
 
@@ -172,7 +181,8 @@ def conv(ctx: Context, node: NodeProto) -> None:
         conv_quantized(ctx, node, qw, ctx.qconst_input(node, 2, "bias", required=False))
         return
     if node.input[1] in ctx.tensors:
-        _conv_runtime_weights(ctx, node)
+        g = conv_shape(ctx, node, attrs(node), ctx.shape_of(node.input[1]), grouped=True)
+        _conv_runtime_weights(ctx, node, g, node.input[1], node.input[0], None)
         return
     w = np.asarray(ctx.const_input(node, 1, "weight"), dtype=np.float64)
     g = conv_shape(ctx, node, attrs(node), w.shape, grouped=True)
@@ -225,13 +235,14 @@ def conv_quantized(
     emit_conv(ctx, g, node.input[0], filt.operand, bias, out_name, act, out_q)
 
 
-def _conv_runtime_weights(ctx: Context, node: NodeProto) -> None:
-    """Weights (and bias) given at run time: the filter is the weight tensor moved to NHWC order.
+def _conv_runtime_weights(
+    ctx: Context, node: NodeProto, g: ConvShape, w_name: str, x_name: str, out_name: str | None
+) -> None:
+    """Weights (and bias) given at run time: the filter is the weight tensor `w_name` moved to NHWC order.
 
-    Depthwise convolutions become GROUPED_CONV_2D, whose filter has that same layout.
+    Depthwise convolutions become GROUPED_CONV_2D, whose filter has that same layout. `out_name` None:
+    the node's output (a Relu/Clip after it fused); else the result's name (no fusion).
     """
-    w_shape = ctx.shape_of(node.input[1])
-    g = conv_shape(ctx, node, attrs(node), w_shape, grouped=True)
     if g.depthwise:
         if g.dilations != [1, 1]:
             raise ConversionError(
@@ -239,7 +250,7 @@ def _conv_runtime_weights(ctx: Context, node: NodeProto) -> None:
                 f"time; only constant weights can be dilated (GROUPED_CONV_2D has no dilation)"
             )
         g = ConvShape(False, g.cin, g.cout, g.cin, g.strides, g.dilations, g.pads, g.out_shape)
-    filt = ctx.in_layout(node.input[1], True).operand
+    filt = ctx.in_layout(w_name, True).operand
     b = ctx.input(node, 2)
     if b is None:
         bias = ctx.const_operand(np.zeros(g.cout, np.float32))
@@ -247,5 +258,7 @@ def _conv_runtime_weights(ctx: Context, node: NodeProto) -> None:
         bias = ctx.tensors[b].operand
     else:
         bias = ctx.const_operand(np.asarray(ctx.consts[b]).reshape(-1))
-    act, out_name = fuse_activation(ctx, node.output[0])
-    emit_conv(ctx, g, node.input[0], filt, bias, out_name, act, None)
+    act = FusedActivationFunc.NONE
+    if out_name is None:
+        act, out_name = fuse_activation(ctx, node.output[0])
+    emit_conv(ctx, g, x_name, filt, bias, out_name, act, None)

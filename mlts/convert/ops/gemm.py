@@ -211,6 +211,8 @@ def _batch_operand(ctx: Context, name: str, batch: tuple[int, ...], rows: int, c
     own = (1,) * (len(batch) - (t.rank - 2)) + tuple(t.shape[:-2]) if t.rank >= 2 else (1,) * len(batch)
     if own != batch:
         wide = ctx.reshaped(name, own + (rows, cols))
+        if wide.nhwc:  # TILE's multiples are in ONNX axis order
+            wide = ctx.relayout(wide, False)
         reps = [b // o for b, o in zip(batch, own, strict=True)] + [1, 1]
         tiled = ctx.temp(batch + (rows, cols), elem=t.elem)
         ctx.emit(OperationType.TILE, [wide.operand, ctx.ints(reps)], [tiled.operand])
