@@ -319,23 +319,29 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-# Initializers larger than this many bytes are given to shape inference as typed inputs without their
-# values: their shapes are what it needs (shape-like values that data propagation reads are small).
-_LARGE_INITIALIZER = 4096
+# Initializers of more than this many elements are given to shape inference as typed inputs without
+# their values: their shapes are what it needs (shape-like values that data propagation reads are small).
+_LARGE_INITIALIZER = 1024
+
+
+def _large(init: onnx.TensorProto) -> bool:
+    count = 1
+    for d in init.dims:
+        count *= d
+    return count > _LARGE_INITIALIZER
 
 
 def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` with the value_info and output types ONNX shape inference gives (large weights are not
     copied into the inference: see _LARGE_INITIALIZER)."""
     g = model.graph
-    large = [i for i in g.initializer if i.ByteSize() > _LARGE_INITIALIZER]
-    if not large:
+    if not any(_large(i) for i in g.initializer):
         return _infer_all(model)
     proxy = _without_initializers(model)
     declared = {i.name for i in g.input}
     kept = []
     for init in g.initializer:
-        if init.ByteSize() > _LARGE_INITIALIZER:
+        if _large(init):
             if init.name not in declared:
                 proxy.graph.input.append(
                     helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
