@@ -97,7 +97,8 @@ def list_ops_lines() -> list[str]:
     multiple=True,
     metavar="NAME",
     help="A vendor extension the target driver declares (e.g. com.example.mlts.activations, which "
-    "sample-all declares): ONNX ops only it provides, such as Gelu, map to it; repeatable.",
+    "sample-all declares): ONNX ops it provides, such as Gelu, map to it (without it, Gelu is "
+    "computed from its ONNX definition); repeatable.",
 )
 def convert_cmd(
     onnx_file: str,
