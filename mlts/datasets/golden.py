@@ -83,11 +83,18 @@ def _fold_batch_norms(g: onnx.GraphProto) -> None:
 def float64_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` with float initializers, Constant values, inputs and outputs in float64; shapes re-inferred.
 
-    Inference-mode BatchNormalization is folded into a float64 Mul + Add (see _fold_batch_norms).
+    Subgraphs (If, Loop and Scan bodies) are cast the same way, so a branch's own float constants meet
+    float64 values. Inference-mode BatchNormalization is folded into a float64 Mul + Add (see
+    _fold_batch_norms).
     """
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    g = out.graph
+    _float64_graph(out.graph)
+    return out
+
+
+def _float64_graph(g: onnx.GraphProto) -> None:
+    """Cast graph `g` (and its subgraphs) to float64 in place."""
     _fold_batch_norms(g)
     for i, init in enumerate(g.initializer):
         if init.data_type in _FLOAT_TYPES:
@@ -100,6 +107,11 @@ def float64_copy(model: onnx.ModelProto) -> onnx.ModelProto:
                 attr.t.CopyFrom(
                     numpy_helper.from_array(numpy_helper.to_array(attr.t).astype(np.float64), attr.t.name)
                 )
+            elif attr.type == onnx.AttributeProto.GRAPH:
+                _float64_graph(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    _float64_graph(sub)
         if node.op_type == "Cast":
             for attr in node.attribute:
                 if attr.name == "to" and attr.i in _FLOAT_TYPES:
@@ -108,7 +120,6 @@ def float64_copy(model: onnx.ModelProto) -> onnx.ModelProto:
         if vi.type.tensor_type.elem_type in _FLOAT_TYPES:
             vi.type.tensor_type.elem_type = TensorProto.DOUBLE
     del g.value_info[:]
-    return out
 
 
 def golden_ops() -> list:
