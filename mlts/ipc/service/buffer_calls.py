@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 from mlts.hal.enums import ErrorStatus
@@ -31,18 +32,16 @@ MAX_ROLES = 256
 def hold_buffer(client: Client, method: str, token: int) -> Resource:
     """The client's buffer with `token`, with one more reference (the caller releases it).
 
-    Shared by every path that takes tokens (executions, bursts, copies).
+    Shared by every path that takes tokens (executions, bursts, copies). A token the client does not
+    hold is refused (and counted in the service's refusal log); a client that keeps guessing is held
+    back on its own thread (`refusals.GuessBrake`).
     """
     try:
         return client.handles.get(Kind.BUFFER, token, method)
     except HalError:
-        log.warning(
-            "client pid %d uid %d presented buffer token %d, which it does not hold (%s)",
-            client.pid,
-            client.uid,
-            token,
-            method,
-        )
+        wait = client.host.guesses.charge(client.uid)
+        if wait > 0:
+            time.sleep(wait)
         raise invalid(f"{method}: buffer token {token} is not a live buffer of this client") from None
 
 

@@ -192,6 +192,7 @@ class BurstContext:
 
     def _listen_loop(self) -> None:
         requests = self.requests
+        client = self.client
         try:
             # Executions run on this thread act for the burst's client (queued ones say so themselves);
             # the priority ticket of each is left once its result is written, as on the other paths.
@@ -211,12 +212,13 @@ class BurstContext:
                         polling = 0  # a stale signal: block again without another polling window
                         continue
                     polling = self.polling_us
+                    client.last_activity = time.monotonic()  # a burst execution: the client is not idle
                     try:
                         self._serve(data)
                     finally:
                         self._replied(held)
         except (RingError, MessageTooLarge) as e:
-            log.warning("burst of client pid %d ended: %s", self.client.pid, e)
+            log.warning("burst of client %s ended: %s", self.client.peer.describe(), e)
         except Exception as e:
             log.error("burst listener failed: %s: %s", type(e).__name__, e, exc_info=True)
         finally:
@@ -263,10 +265,12 @@ class BurstContext:
             else:
                 done = result
         except HalError as e:
+            self.client.refused("burst", e)
             reply = msg.BurstResult(seq, e.status, e.output_shapes, message=e.message)
         except Exception as e:
-            log.error("burst execution raised %s: %s", type(e).__name__, e, exc_info=True)
-            reply = msg.BurstResult(seq, ErrorStatus.GENERAL_FAILURE, message=f"{type(e).__name__}: {e}")
+            error = HalError(ErrorStatus.GENERAL_FAILURE, f"{type(e).__name__}: {e}")
+            self.client.driver_raised("burst", e, error)
+            reply = msg.BurstResult(seq, error.status, message=error.message)
         finally:
             if held:
                 for resource in held:

@@ -9,7 +9,6 @@ execution is queued or running is safe.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -29,8 +28,6 @@ from mlts.ipc.service.client import DEFERRED, Call, Client, Handler
 from mlts.ipc.service.device_calls import PreparedEntry, close_memory, map_memory
 from mlts.ipc.service.handles import Kind, Resource
 from mlts.ipc.service.transport import error_dict
-
-log = logging.getLogger("mlts.ipc.service")
 
 
 @dataclass
@@ -313,10 +310,11 @@ def execute(client: Client, call: Call) -> dict[str, Any]:
             else:
                 notify.update(status=0, result=codec.execution_result_to_dict(result))
         except HalError as e:
+            client.refused("execute", e)
             notify.update(status=int(e.status), error=error_dict(e))
         except Exception as e:
-            log.error("execute raised %s: %s", type(e).__name__, e, exc_info=True)
             error = HalError(ErrorStatus.GENERAL_FAILURE, f"execute: {type(e).__name__}: {e}")
+            client.driver_raised("execute", e, error)
             notify.update(status=int(error.status), error=error_dict(error))
         finally:
             job.finish()

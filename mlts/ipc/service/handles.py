@@ -20,6 +20,7 @@ from typing import Any
 
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
+from mlts.ipc.service.outbox import DEFAULT_MAX_BYTES
 
 log = logging.getLogger("mlts.ipc.service")
 
@@ -54,6 +55,8 @@ class Limits:
     max_in_flight: int = 256
     max_mapped_bytes: int = 16 << 30
     max_buffers: int = 4096
+    #: Bytes of replies that may wait for a client that does not read them (then it is disconnected).
+    max_queued_bytes: int = DEFAULT_MAX_BYTES
 
     def limit(self, kind: Kind) -> int:
         return {
