@@ -33,6 +33,7 @@ from mlts.ipc.service.handles import Limits
 from mlts.ipc.service.refusals import GuessBrake, RefusalLog
 from mlts.ipc.service.scheduler import WorkerPool
 from mlts.ipc.service.transport import Connection
+from mlts.ipc.socket_dir import check_folder
 
 log = logging.getLogger("mlts.ipc.service")
 
@@ -153,7 +154,9 @@ class ServiceHost:
             log.info("client %s released its handles after %d calls", client.peer.describe(), client.calls)
 
     def listen(self, path: str) -> None:
-        """Accept clients on a Unix socket at `path` (mode 0600) until `stop()`; removes the file after."""
+        """Accept clients on a Unix socket at `path` (mode 0600) until `stop()`; removes the file after.
+
+        The socket's folder must be this user's and writable by nobody else (OSError otherwise)."""
         self._prepare_path(path)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old_umask = os.umask(0o177)
@@ -181,7 +184,9 @@ class ServiceHost:
             self._close_listener()
 
     def _prepare_path(self, path: str) -> None:
-        """Refuse to replace anything but a stale socket of a service that is gone."""
+        """Refuse a folder others could write to (socket_dir.check_folder), and to replace anything but a
+        stale socket of a service that is gone."""
+        check_folder(os.path.dirname(os.path.abspath(path)))
         try:
             st = os.lstat(path)
         except FileNotFoundError:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mlts.ipc.service.peer import Peer
+from mlts.ipc.peer import Peer
 
 log = logging.getLogger("mlts.ipc.service")
 

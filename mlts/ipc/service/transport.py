@@ -11,8 +11,8 @@ from mlts.hal import codec
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 from mlts.ipc import wire
+from mlts.ipc.peer import Peer, unix_peer
 from mlts.ipc.service.outbox import DEFAULT_MAX_BYTES, DEFAULT_PAUSE_BYTES, Outbox
-from mlts.ipc.service.peer import Peer, unix_peer
 
 log = logging.getLogger("mlts.ipc.service")
 
