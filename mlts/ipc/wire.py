@@ -32,7 +32,7 @@ from mlts.ipc.expected_wait import readable_within
 MAGIC = b"MLTW"
 #: The magic of a compact frame: its message is binary (protocol 1.4, mlts.ipc.compact_calls).
 MAGIC_COMPACT = b"MLTC"
-PROTOCOL_VERSION = (1, 4)
+PROTOCOL_VERSION = (1, 5)
 #: The first minor version that has compact frames.
 COMPACT_MINOR = 4
 FIXED_HEADER = struct.Struct("<4sHHII")

@@ -18,6 +18,7 @@ from typing import Any
 
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.interface import Device
+from mlts.hal.types import Model
 from mlts.ipc import wire
 from mlts.ipc.service import (
     buffer_calls,
@@ -27,6 +28,7 @@ from mlts.ipc.service import (
     execution_calls,
     fenced_calls,
 )
+from mlts.ipc.service.allowlist_policy import AllowlistPolicy
 from mlts.ipc.service.client import Client, Handler
 from mlts.ipc.service.fence_watcher import FenceWatcher
 from mlts.ipc.service.handles import Limits
@@ -71,6 +73,7 @@ class ServiceHost:
         idle_timeout: float | None = None,
         shared: bool = False,
         prevalidate: bool = True,
+        allowlist: AllowlistPolicy | None = None,
     ) -> None:
         self.device = device
         #: False: models and requests reach the Device decoded (sizes and types checked) but not
@@ -88,6 +91,8 @@ class ServiceHost:
         #: Calls answered with an error, logged in aggregate; and the brake on buffer token guesses.
         self.refusals = RefusalLog()
         self.guesses = GuessBrake()
+        #: Which clients may use which extensions (enforced unless the service does not pre-validate).
+        self.allowlist = allowlist if allowlist is not None else AllowlistPolicy()
         self.shared = shared
         self.handlers: dict[str, Handler] = {
             **device_calls.HANDLERS,
@@ -120,6 +125,12 @@ class ServiceHost:
             "prevalidate": self.prevalidate,
             "idle_timeout": self.idle_timeout,
         }
+
+    def allowlist_check(self, client: Client, model: Model, method: str) -> None:
+        """INVALID_ARGUMENT when `model` uses an extension `client` may not use (the service's allowlist);
+        a service that does not pre-validate hands the driver every model it can decode."""
+        if self.prevalidate:
+            self.allowlist.check(client.peer, model, method)
 
     # ------------------------------------------------------------ clients
 

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from mlts.hal import procctl
 from mlts.hal.interface import Device
 from mlts.hal.loader import load_factory
+from mlts.ipc.extension_allowlist import AllowlistError
+from mlts.ipc.service.allowlist_policy import AllowlistPolicy
 from mlts.ipc.service.handles import Limits
 from mlts.ipc.service.host import (
     DEFAULT_FENCE_WAIT_LIMIT,
@@ -126,6 +128,13 @@ def parser() -> argparse.ArgumentParser:
         f"default {DEFAULT_IDLE_TIMEOUT:g} for --socket, never for --fd)",
     )
     p.add_argument(
+        "--extensions-allowlist",
+        metavar="FILE",
+        default=None,
+        help="which clients may use which extensions (default: <config dir>/extensions_allowlist, else the "
+        "bundled tools may use com.example.mlts.activations)",
+    )
+    p.add_argument(
         "--no-prevalidate",
         dest="prevalidate",
         action="store_false",
@@ -186,6 +195,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     label = args.name or args.factory
     try:
+        allowlist = AllowlistPolicy.from_file(args.extensions_allowlist)
+    except AllowlistError as e:
+        log.error("%s", e)
+        return 2
+    try:
         options = parse_options(args.option)
         started = time.monotonic()
         device = make_device(args.factory, options)
@@ -227,6 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         idle_timeout=idle or None,
         shared=sock is None,
         prevalidate=args.prevalidate,
+        allowlist=allowlist,
     )
     log.info("%d execution workers, %d preparation workers", args.workers, args.prepare_workers)
     code = 0
