@@ -93,18 +93,28 @@ class BurstContext:
     # ------------------------------------------------------------ slot cache (client's reader thread)
 
     def provide(self, slot: int, memory: Any) -> None:
+        """Cache `memory` under `slot`; its bytes, counted against the client's budget by the caller, are
+        given back when the slot goes (here too, when it is refused)."""
         with self._cond:
             if self._stopping:
                 close_memory(memory)
+                self._handles.release_bytes(memory.size)
                 raise invalid("burstProvideMemories: the burst was released")
             if slot not in self._slots and len(self._slots) >= MAX_SLOTS:
                 close_memory(memory)
+                self._handles.release_bytes(memory.size)
                 raise HalError(
                     ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
                     f"burstProvideMemories: the burst already caches {MAX_SLOTS} slots; free some first",
                 )
             old = self._slots.pop(slot, None)
-            self._slots[slot] = Resource(memory, lambda: close_memory(memory), memory.size)
+            handles, size = self._handles, memory.size
+
+            def close() -> None:
+                close_memory(memory)
+                handles.release_bytes(size)  # counted by provide_memories
+
+            self._slots[slot] = Resource(memory, close, memory.size)
             if old is not None:
                 self._forget(old.value)
                 self._retired.append(old)
@@ -515,8 +525,14 @@ def provide_memories(client: Client, call: Call) -> dict[str, Any]:
             if not 0 <= slot < 2**32:
                 raise invalid(f"{m}: memories[{n}] slot {slot} is not a uint32")
             size = arg(ref, f"{m} memories[{n}]", "size", int)
-            client.handles.check_bytes(size, m)
-            context.provide(slot, map_memory(call, ref, f"memories[{n}]"))
+            # A slot's mapping counts against the client's budget until the slot is freed or replaced.
+            client.handles.reserve_bytes(max(size, 0), m)
+            try:
+                memory = map_memory(call, ref, f"memories[{n}]")
+            except BaseException:
+                client.handles.release_bytes(max(size, 0))
+                raise
+            context.provide(slot, memory)
     finally:
         context.answered()
         resource.release()

@@ -53,7 +53,7 @@ class Limits:
     max_fenced: int = 4096
     max_bursts: int = 64
     max_in_flight: int = 256
-    max_mapped_bytes: int = 16 << 30
+    max_mapped_bytes: int = 4 << 30
     max_buffers: int = 4096
     #: Bytes of replies that may wait for a client that does not read them (then it is disconnected).
     max_queued_bytes: int = DEFAULT_MAX_BYTES
