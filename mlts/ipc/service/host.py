@@ -32,6 +32,7 @@ from mlts.ipc.service.allowlist_policy import AllowlistPolicy
 from mlts.ipc.service.client import Client, Handler
 from mlts.ipc.service.fence_watcher import FenceWatcher
 from mlts.ipc.service.handles import Limits
+from mlts.ipc.service.memory_trim import Trimmer
 from mlts.ipc.service.refusals import GuessBrake, RefusalLog
 from mlts.ipc.service.scheduler import WorkerPool
 from mlts.ipc.service.transport import Connection
@@ -91,6 +92,8 @@ class ServiceHost:
         #: Calls answered with an error, logged in aggregate; and the brake on buffer token guesses.
         self.refusals = RefusalLog()
         self.guesses = GuessBrake()
+        #: Returns freed heap memory to the system after clients leave.
+        self.trimmer = Trimmer()
         #: Which clients may use which extensions (enforced unless the service does not pre-validate).
         self.allowlist = allowlist if allowlist is not None else AllowlistPolicy()
         self.shared = shared
@@ -162,6 +165,9 @@ class ServiceHost:
             except OSError:
                 pass
             self.refusals.flush(client.pid)
+            with self._lock:
+                left = len(self._clients)
+            self.trimmer.client_left(left)
             log.info("client %s released its handles after %d calls", client.peer.describe(), client.calls)
 
     def listen(self, path: str) -> None:
