@@ -15,6 +15,7 @@ from mlts.hal.enums import OperandType as T
 from mlts.hal.enums import OperationType as Op
 from mlts.hal.memory import SharedMemory
 from mlts.hal.types import DataLocation, Model, Operand, Operation, Request, RequestArgument, Subgraph
+from mlts.hal.validate import MAX_NESTING
 from mlts.validate.mutations import Mutant, retyped
 
 F32, B8 = T.TENSOR_FLOAT32, T.TENSOR_BOOL8
@@ -57,6 +58,19 @@ def if_model(dims: tuple[int, ...] = (2,)) -> Model:
         [(Op.IF, (0, 1, 2, 3, 4), (5,))],
     )
     return Model(main, (_binary(Op.ADD, dims), _binary(Op.MUL, dims)), _VALUES)
+
+
+def nested_if_model(depth: int) -> Model:
+    """IF operations nested `depth` levels deep: each level's branches are the next level, the last
+    one adds x to itself (BOOL8 [1] condition, float32 [1] x); the result is 2x."""
+    cond, x = _t(B8, (1,), IN), _t(F32, (1,), IN)
+    leaf = _sub([cond, x, _NO_ACT, _t(F32, (1,), OUT)], [(Op.ADD, (1, 1, 2), (3,))])
+
+    def level(child: int) -> Subgraph:
+        return _sub([cond, x, _ref(child), _ref(child), _t(F32, (1,), OUT)], [(Op.IF, (0, 2, 3, 0, 1), (4,))])
+
+    referenced = [level(k + 1) for k in range(depth - 1)] + [leaf]
+    return Model(level(0), tuple(referenced), _VALUES)
 
 
 def while_model() -> Model:
@@ -158,6 +172,11 @@ def if_mutants(model: Model | None = None) -> Iterator[Mutant]:
     )
     # The then branch becomes a copy of main: subgraph 0 references itself.
     yield Mutant("subgraph reference", "a subgraph that references itself", _set_ref(model, 0, main))
+    yield Mutant(
+        "IF nesting",
+        f"IF nested {MAX_NESTING + 1} levels deep (at most {MAX_NESTING})",
+        nested_if_model(MAX_NESTING + 1),
+    )
 
 
 def while_mutants(model: Model | None = None) -> Iterator[Mutant]:
