@@ -91,19 +91,20 @@ def _resize(shapes: Sequence[Shape | None], values: Sequence[Any]) -> list[Shape
 
 @_rule(OperationType.CONCATENATION)
 def _concatenation(shapes: Sequence[Shape | None], values: Sequence[Any]) -> list[Shape] | None:
-    parts, axis = shapes[:-1], values[-1]
-    if not parts or any(p is None for p in parts) or axis is None:
+    axis = values[-1]
+    parts = [p for p in shapes[:-1] if p is not None]
+    if not parts or len(parts) != len(shapes) - 1 or axis is None:
         return None
-    rank = len(parts[0])  # type: ignore[arg-type]
-    if rank == 0 or any(len(p) != rank for p in parts):  # type: ignore[arg-type]
+    rank = len(parts[0])
+    if rank == 0 or any(len(p) != rank for p in parts):
         return None
     ax = int(np.asarray(axis).reshape(-1)[0])
     ax = ax + rank if ax < 0 else ax
     if not 0 <= ax < rank:
         return None
-    out = list(parts[0])  # type: ignore[arg-type]
-    out[ax] = sum(int(p[ax]) for p in parts)  # type: ignore[index]
-    return [tuple(int(d) for d in out)]
+    out = [int(d) for d in parts[0]]
+    out[ax] = sum(int(p[ax]) for p in parts)
+    return [tuple(out)]
 
 
 @_rule(OperationType.TILE)

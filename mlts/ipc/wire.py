@@ -458,9 +458,8 @@ def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
             raise WireError(
                 text, fatal=False, msg_id=msg_id if type(msg_id) is int else None, exhausted=exhausted
             )
-        if type(payload) is bytearray:
-            payload = bytes(payload)
-        return Frame(message, payload, tuple(fds), minor, compact)
+        kept = payload if isinstance(payload, (bytes, memoryview)) else bytes(payload)
+        return Frame(message, kept, tuple(fds), minor, compact)
     except BaseException:
         close_fds(fds)
         raise

@@ -96,7 +96,7 @@ class ServiceConnection:
         self.last_sent = time.monotonic()
         self.keepalive: KeepAlive | None = None
         idle = (getattr(endpoint, "hello", None) or {}).get("idle_timeout")
-        if type(idle) in (int, float) and idle > 0:
+        if isinstance(idle, (int, float)) and not isinstance(idle, bool) and idle > 0:
             self.keepalive = KeepAlive(self, float(idle))
 
     # ------------------------------------------------------------ sending

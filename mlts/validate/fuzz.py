@@ -229,7 +229,9 @@ def save_finding(out_dir: str, kind: str, case: str, f: Finding) -> tuple[str | 
     if kind == "rings":
         return reproducer.save(out_dir, SUITE, case, "ring", data=f.data, expect=expect, note=note), ""
     if kind == "clients":
-        return _raw(out_dir, case, f.data, ".clients", note), "a client behaviour (not replayable; see the note)"
+        return _raw(
+            out_dir, case, f.data, ".clients", note
+        ), "a client behaviour (not replayable; see the note)"
     if kind == "models":
         try:
             model = nnfile.decode(f.data).model

@@ -157,7 +157,9 @@ def request_from_doc(doc: Any, where: str = "request") -> Request:
             raise ReproducerError(f"{where}.pools[{i}].size must be a byte count up to {MAX_DATA_BYTES}")
         total += size
     if total > MAX_DATA_BYTES:
-        raise ReproducerError(f"{where}.pools hold {total} bytes in all; at most {MAX_DATA_BYTES} are supported")
+        raise ReproducerError(
+            f"{where}.pools hold {total} bytes in all; at most {MAX_DATA_BYTES} are supported"
+        )
     pools: list[Any] = []
     try:
         for i, d in enumerate(descs):
@@ -288,7 +290,9 @@ def _load_model(path: str) -> Model:
     try:
         return nnfile.decode(data, name=path).model
     except RecursionError:
-        raise ReproducerError(f"{path} is not a readable .nnm model: its metadata is nested too deeply") from None
+        raise ReproducerError(
+            f"{path} is not a readable .nnm model: its metadata is nested too deeply"
+        ) from None
     except ValueError as e:
         raise ReproducerError(
             f"{path} is not a readable .nnm model: {getattr(e, 'problem', None) or e}"

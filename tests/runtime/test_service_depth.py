@@ -27,9 +27,12 @@ def test_the_limit_is_exact():
 @pytest.mark.parametrize("prevalidate", [True, False])
 def test_a_thousand_nested_ifs_are_invalid_argument(tmp_path, prevalidate):
     args = [] if prevalidate else ["--no-prevalidate"]
-    with SharedService.start(
-        "driver.variants:SampleAll", log_path=str(tmp_path / "svc.log"), service_args=args
-    ) as service, service.connect() as device:
+    with (
+        SharedService.start(
+            "driver.variants:SampleAll", log_path=str(tmp_path / "svc.log"), service_args=args
+        ) as service,
+        service.connect() as device,
+    ):
         data = nnfile.encode(nested_if_model(1000))
         memory = SharedMemory.frozen(data)
         try:

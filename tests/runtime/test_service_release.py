@@ -86,7 +86,9 @@ def _settled(pid: int, baseline: list[str], timeout: float = 15.0) -> list[str]:
 
 @pytest.fixture
 def service(tmp_path):
-    svc = SharedService.start("driver.variants:SampleAll", name="sample-all", log_path=str(tmp_path / "svc.log"))
+    svc = SharedService.start(
+        "driver.variants:SampleAll", name="sample-all", log_path=str(tmp_path / "svc.log")
+    )
     yield svc
     assert svc.stop() == 0
 

@@ -113,7 +113,9 @@ def _staging(client: Client, method: str, size: int) -> None:
     """Count a copy's staging bytes against the client's budget (a HAL buffer is at most 2**32 - 1 bytes);
     the caller gives them back with `release_bytes` when the copy is done."""
     if not 0 <= size <= MAX_COPY_BYTES:
-        raise invalid(f"{method}: memory size {size} is outside 0 .. {MAX_COPY_BYTES} (a buffer's largest size)")
+        raise invalid(
+            f"{method}: memory size {size} is outside 0 .. {MAX_COPY_BYTES} (a buffer's largest size)"
+        )
     client.handles.reserve_bytes(size, method)
 
 

@@ -243,7 +243,9 @@ class ServiceHost:
         if why is not None:
             self.refusals.note(peer, f"connection refused: {why}")
             # One small frame on a new socket: its buffer is empty, so this never waits.
-            conn.send({"kind": "refused", "status": int(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT), "message": why})
+            conn.send(
+                {"kind": "refused", "status": int(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT), "message": why}
+            )
             conn.close()
             sock.close()
             return

@@ -146,7 +146,9 @@ class Outbox:
                     return
                 left = self._progress + self.stall_timeout - self._clock()
                 if left <= 0:
-                    self._drop(f"it took no data for {self.stall_timeout:g} s ({self.queued} bytes wait for it)")
+                    self._drop(
+                        f"it took no data for {self.stall_timeout:g} s ({self.queued} bytes wait for it)"
+                    )
                     return
             try:
                 poller.poll(max(1, math.ceil(min(left, 0.5) * 1000)))
