@@ -35,6 +35,28 @@ def _unavailable(text: str) -> HalError:
     return HalError(ErrorStatus.DEVICE_UNAVAILABLE, text)
 
 
+def _connect(path: str, timeout: float) -> socket.socket:
+    """A socket connected to `path`. A full listen queue (EAGAIN: many clients connect at once) is
+    waited out until `timeout`; anything else is DEVICE_UNAVAILABLE at once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(path)
+            return sock
+        except BlockingIOError as e:
+            sock.close()
+            if time.monotonic() >= deadline:
+                raise _unavailable(
+                    f"the driver service at {path} accepts no connection ({e.strerror or e})"
+                ) from None
+            time.sleep(0.01)
+        except OSError as e:
+            sock.close()
+            raise _unavailable(f"no driver service listens on {path}: {e.strerror or e}") from None
+
+
 def check_service_peer(sock: socket.socket, path: str) -> int:
     """The pid of the service at the other end of `sock`; DEVICE_UNAVAILABLE unless it runs as this user or
     root (SO_PEERCRED, as the kernel recorded it when the service listened)."""
@@ -92,13 +114,7 @@ class SharedEndpoint:
         user or root: another user who bound the path first gets nothing (models, inputs) and is never
         trusted for outputs.
         """
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(timeout)
-            sock.connect(path)
-        except OSError as e:
-            sock.close()
-            raise _unavailable(f"no driver service listens on {path}: {e.strerror or e}") from None
+        sock = _connect(path, timeout)
         try:
             pid = check_service_peer(sock, path)
         except HalError:

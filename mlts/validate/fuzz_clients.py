@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mlts.hal import nnfile
+from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 from mlts.hal.memory import SharedMemory
 from mlts.hal.types import BufferDesc, BufferRole
@@ -93,23 +94,37 @@ class ClientTarget(Target):
                 )
         if not service.alive():
             return Finding("crash", f"{name}: the service died", data, f"clients-{name}-crash")
-        try:
-            probe = service.connect(query_timeout=ctx.timeout)
-            try:
-                probe.ping()
-            finally:
-                probe.close()
-        except HalError as e:
-            kind_of = "hang" if "no reply within" in e.message else "crash"
+        error = _probe(service, ctx.timeout)
+        if error is not None:
+            kind_of = "hang" if "no reply within" in error.message else "crash"
             return Finding(
                 kind_of,
-                f"{name}: a new client got no answer afterwards ({e.message})"[:400],
+                f"{name}: a new client got no answer afterwards ({error.message})"[:400],
                 data,
                 f"clients-{name}-{kind_of}",
             )
         if wrong:
             return Finding("wrong", f"{name}: {wrong}"[:400], data, f"clients-{name}-wrong")
         return None
+
+
+def _probe(service: Any, timeout: float) -> HalError | None:
+    """None once a new client of `service` gets an answer; its error otherwise. A refusal for want of
+    connections is retried until `timeout`: the service frees the slots of the clients that just hung
+    up as it notices them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            probe = service.connect(query_timeout=timeout)
+            try:
+                probe.ping()
+            finally:
+                probe.close()
+            return None
+        except HalError as e:
+            if e.status != ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT or time.monotonic() > deadline:
+                return e
+            time.sleep(0.05)
 
 
 def _unsealed(service: Any, ctx: ServiceContext, a: int, b: int, c: int, image: bytes) -> str | None:
