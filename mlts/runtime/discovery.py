@@ -11,9 +11,9 @@ from pathlib import Path
 from mlts.errors import InputError
 from mlts.hal.interface import Device
 from mlts.hal.loader import device_classes, load_factory, load_file, unfinished_classes, unfinished_message
-from mlts.runtime.remote import RemoteDevice
 from mlts.ipc.net.address import complete, is_network, parse
 from mlts.runtime.network import connect_endpoint
+from mlts.runtime.remote import RemoteDevice
 
 ENTRY_POINT_GROUP = "mlts.drivers"
 #: The built-in drivers, as pyproject.toml registers them; used when the project is not installed.

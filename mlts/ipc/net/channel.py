@@ -185,7 +185,7 @@ class Channel:
             if not self._wait(self._poll_in, deadline):
                 raise TimeoutError
 
-    def _send_raw(self, data: bytes | memoryview, timeout: float | None) -> None:
+    def _send_raw(self, data: bytes | bytearray | memoryview, timeout: float | None) -> None:
         view = memoryview(data)
         sent = 0
         last = time.monotonic()
@@ -214,6 +214,7 @@ class Channel:
 
     def _fill(self, deadline: float | None) -> None:
         """More plaintext into the buffer; EOF leaves `_eof` set. TimeoutError at `deadline`."""
+        data: bytes | None
         if self.ssl is None:
             data = self._recv_raw(deadline)
             if data:

@@ -22,6 +22,7 @@ import ssl
 import stat
 import threading
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from mlts.hal import codec
@@ -189,14 +190,14 @@ class ClientBridge:
     def _call(self, frame: wire.Frame) -> None:
         builder = att.Builder()
         if frame.compact is not None:
-            body = frame.compact
-            call_id = wire.compact_id(body) or 0
+            compact_body: bytes = frame.compact
+            compact_id = wire.compact_id(compact_body) or 0
             try:
                 with self._lock:
-                    body = self._compact(body, call_id, frame.fds, builder)
+                    compact_body = self._compact(compact_body, compact_id, frame.fds, builder)
             except LocalError as e:
-                return self._local_error(call_id, str(e))
-            return self._send(body, builder, compact=True)
+                return self._local_error(compact_id, str(e))
+            return self._send(compact_body, builder, compact=True)
         message = frame.message
         raw_id = message.get("id")
         call_id = raw_id if type(raw_id) is int else None
@@ -274,11 +275,11 @@ class ClientBridge:
             for mem_id in args.get("ids", []):
                 self._drop_ref(self._memory_ids.pop(mem_id, None), ("mem", mem_id), builder)
         elif method == "burstFreeMemory":
-            key = (args.get("burst"), args.get("slot"))
-            self._drop_ref(self._slots.pop(key, None), ("slot", *key), builder)  # type: ignore[arg-type]
+            slot_key = (args.get("burst"), args.get("slot"))
+            self._drop_ref(self._slots.pop(slot_key, None), ("slot", *slot_key), builder)  # type: ignore[arg-type]
         elif method == "releaseBurst":
-            for key in [k for k in self._slots if k[0] == args.get("burst")]:
-                self._drop_ref(self._slots.pop(key), ("slot", *key), builder)
+            for held in [k for k in self._slots if k[0] == args.get("burst")]:
+                self._drop_ref(self._slots.pop(held), ("slot", *held), builder)
         pool_mirrors: dict[int, int] = {}
         rings: list[int] = []
         for index, fd in enumerate(fds):
@@ -328,12 +329,12 @@ class ClientBridge:
                 builder.add(att.Record(att.FD_RING, state.stream, part, size))
             elif kind == "slot":
                 mirror = self._mirror(fd, builder)
-                key = (role[1], role[2])
-                old = self._slots.get(key)
+                slot = (role[1], role[2])
+                old = self._slots.get(slot)
                 if old != mirror.id:
-                    self._drop_ref(old, ("slot", *key), builder)
-                self._slots[key] = mirror.id
-                mirror.refs.add(("slot", *key))
+                    self._drop_ref(old, ("slot", *slot), builder)
+                self._slots[slot] = mirror.id
+                mirror.refs.add(("slot", *slot))
                 builder.add(att.Record(att.FD_MEMORY, mirror.id))
             else:
                 raise LocalError(f"{method}: fd {index} is neither a memory nor a sync fence")
@@ -344,7 +345,7 @@ class ClientBridge:
             request = args["request"]
             descs = request["pools"]
             mirrors = []
-            for n, desc in enumerate(descs):
+            for _n, desc in enumerate(descs):
                 if "fd" in desc:
                     mirrors.append(pool_mirrors.get(desc["fd"]))
                 elif "memory" in desc:
@@ -750,7 +751,7 @@ class ClientBridge:
                     handle = result.get("burst") if isinstance(result, dict) else None
                     if type(handle) is int:
                         stream.handle = handle
-                        self._pump.watch(stream.requests.event_fd, lambda s=stream: self._stream_ready(s))
+                        self._pump.watch(stream.requests.event_fd, partial(self._stream_ready, stream))
                     else:
                         self._streams.pop(stream.id, None)
                         stream.close()

@@ -20,6 +20,7 @@ import ssl
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +80,10 @@ class _Stream:
                 ring.close()
             except (ValueError, OSError):
                 pass
+
+
+def _bound(fn: Callable[..., bool], *args: Any) -> Callable[[], bool]:
+    return lambda: fn(*args)
 
 
 class _Refused(Exception):
@@ -176,6 +181,8 @@ class ServiceBridge:
 
     def _handle(self, frame: Any) -> None:
         message: dict[str, Any] = {}
+        call_id: int | None
+        method: str
         if frame.compact:
             call_id = wire.compact_id(frame.body)
             method = compact_calls.METHODS.get(frame.body[0], "compact") if frame.body else "compact"
@@ -186,7 +193,7 @@ class ServiceBridge:
             except wire.WireError:
                 self._forward(frame, [])  # the service answers a bad message as it always does
                 return
-            kind = message.get("kind")
+            kind = str(message.get("kind"))
             raw_id = message.get("id")
             call_id = raw_id if type(raw_id) is int else None
             method = str(message.get("method"))
@@ -402,7 +409,7 @@ class ServiceBridge:
         if stream.results.event_fd not in self._stream_by_fd:
             with self._lock:
                 self._stream_by_fd[stream.results.event_fd] = stream
-            self._pump.watch(stream.results.event_fd, lambda s=stream: self._stream_ready(s))
+            self._pump.watch(stream.results.event_fd, _bound(self._stream_ready, stream))
         return None
 
     def _stream_ready(self, stream: _Stream) -> bool:
@@ -523,7 +530,7 @@ class ServiceBridge:
             self._finish_call(call_id, builder, ok)
         self._send(message, builder, compact=frame.compact)
         for ident, fd in watch:
-            self._pump.watch(fd, lambda i=ident, f=fd: self._fence_ready(i, f))
+            self._pump.watch(fd, _bound(self._fence_ready, ident, fd))
 
     def _finish_call(self, call_id: int, builder: att.Builder, ok: bool) -> None:
         """The last answer of a call: the bytes it asked for (when it succeeded), and its transients go."""

@@ -20,6 +20,7 @@ from mlts.hal.enums import ErrorStatus
 from mlts.hal.interface import Device
 from mlts.hal.types import Model
 from mlts.ipc import wire
+from mlts.ipc.peer import Peer
 from mlts.ipc.service import (
     buffer_calls,
     burst_calls,
@@ -36,7 +37,6 @@ from mlts.ipc.service.memory_trim import Trimmer
 from mlts.ipc.service.refusals import GuessBrake, RefusalLog
 from mlts.ipc.service.scheduler import WorkerPool
 from mlts.ipc.service.transport import Connection
-from mlts.ipc.peer import Peer
 from mlts.ipc.socket_dir import check_folder
 
 log = logging.getLogger("mlts.ipc.service")
