@@ -72,7 +72,7 @@ def test_sync_async_fenced_and_burst_over_tls(device):
     prepared = device.prepareModel(add_model())
     pool = SharedMemory.create(256)
     request = Request(_args(0, 0, 64), _args(0, 128), (pool,))
-    for round_ in range(3):  # new inputs each time: they travel with every call
+    for _ in range(3):  # new inputs each time: they travel with every call
         a, b = rng.standard_normal(SHAPE), rng.standard_normal(SHAPE)
         _put(pool, 0, a), _put(pool, 64, b)
         want = a.astype(np.float32).astype(np.float64) + b.astype(np.float32).astype(np.float64)

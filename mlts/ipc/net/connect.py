@@ -105,7 +105,10 @@ def open_connection(text: str, timeout: float) -> tuple[socket.socket, dict[str,
         if secret is not None:
             hello["token"] = secret
         began = time.monotonic_ns()
-        channel.send(frame_parts(wire.dumps(hello)), timeout)
+        try:
+            channel.send(frame_parts(wire.dumps(hello)), timeout)
+        except OSError:
+            pass  # refused already: what the service said (a TLS alert) is read below
         try:
             frame = channel.read_frame(timeout, idle=timeout)
         except TimeoutError:
@@ -113,8 +116,13 @@ def open_connection(text: str, timeout: float) -> tuple[socket.socket, dict[str,
         except ssl.SSLError as e:
             raise _tls_failure(where, e) from None
         except (wire.WireError, OSError) as e:
+            hint = (
+                " (does it want a client certificate, --tls-cert?)"
+                if context is not None and not where.cert
+                else ""
+            )
             raise NetError(
-                f"the service at {where.plain} closed the connection before its hello ({e})"
+                f"the service at {where.plain} closed the connection before its hello ({e}){hint}"
             ) from None
         ended = time.monotonic_ns()
         answer = wire.loads(frame.body) if not frame.compact else {}

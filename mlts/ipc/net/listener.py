@@ -205,11 +205,23 @@ class NetListener:
                     channel = Channel.tls(sock, config.context, server=True)
                 except HandshakeError as e:
                     self._note(stranger, str(e))
-                    sock.close()
+                    _linger_close(sock)
                     return
             elif first == TLS_HANDSHAKE_BYTE:
+                # It cannot read an answer in plaintext, but its TLS then fails at once, saying so.
                 self._note(stranger, "TLS client of a plaintext (--insecure) service")
-                channel.close()
+                message = {
+                    "kind": "refused",
+                    "status": int(ErrorStatus.DEVICE_UNAVAILABLE),
+                    "message": "plaintext",
+                }
+                try:
+                    sock.send(
+                        b"".join(bytes(p) for p in frame_parts(wire.dumps(message))), socket.MSG_NOSIGNAL
+                    )
+                except OSError:
+                    pass
+                _linger_close(sock)
                 return
             peer, why = self._identify(channel)
             if why is not None:
@@ -277,6 +289,20 @@ def _refuse(channel: Channel, why: str) -> None:
     except (OSError, ConnectionError, TimeoutError, ssl.SSLError):
         pass
     channel.close()
+
+
+def _linger_close(sock: socket.socket) -> None:
+    """Close after the TLS alert reached the peer: a socket closed with the peer's bytes unread is reset,
+    and a reset can take the alert with it."""
+    try:
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(1.0)
+        for _ in range(64):
+            if not sock.recv(1 << 16):
+                break
+    except OSError:
+        pass
+    sock.close()
 
 
 def _address(sock: socket.socket) -> str:
