@@ -3,6 +3,8 @@ the sample driver's, computed on inputs that travelled inside frames, as float64
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -170,3 +172,26 @@ def test_errors_travel_back_as_on_a_unix_socket(device):
         )
     # The connection goes on.
     assert device.ping() > 0
+
+
+def test_compilation_cache_files_travel_both_ways(device, tmp_path):
+    needed = device.getNumberOfCacheFilesNeeded()
+    if needed.num_model_cache + needed.num_data_cache == 0:
+        pytest.skip("the driver keeps no compilation cache")
+    token = bytes(range(32))
+    paths = [tmp_path / f"cache{i}" for i in range(needed.num_model_cache + needed.num_data_cache)]
+    fds = [os.open(p, os.O_RDWR | os.O_CREAT, 0o600) for p in paths]
+    try:
+        models, data = fds[: needed.num_model_cache], fds[needed.num_model_cache :]
+        device.prepareModel(add_model(), model_cache=models, data_cache=data, token=token).close()
+        assert all(p.stat().st_size > 0 for p in paths), (
+            "the driver's cache did not come back to this machine"
+        )
+        prepared = device.prepareModelFromCache(models, data, token)
+        pool = SharedMemory.create(256)
+        _put(pool, 0, np.ones(SHAPE)), _put(pool, 64, np.full(SHAPE, 2.0))
+        prepared.executeSynchronously(Request(_args(0, 0, 64), _args(0, 128), (pool,)))
+        np.testing.assert_array_equal(_get(pool, 128), np.full(SHAPE, 3.0))
+    finally:
+        for fd in fds:
+            os.close(fd)
