@@ -195,3 +195,15 @@ def test_compilation_cache_files_travel_both_ways(device, tmp_path):
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def test_bursts_released_without_an_execution_leave_nothing_behind(device):
+    prepared = device.prepareModel(add_model())
+    for _ in range(70):  # more than a connection's 64 burst streams: each one released ends its stream
+        prepared.configureExecutionBurst().close()
+    pool = SharedMemory.create(256)
+    _put(pool, 0, np.ones(SHAPE)), _put(pool, 64, np.ones(SHAPE))
+    with prepared.configureExecutionBurst() as burst:
+        burst.execute(Request(_args(0, 0, 64), _args(0, 128), (pool,)))
+    np.testing.assert_array_equal(_get(pool, 128), np.full(SHAPE, 2.0))
+    assert device.service_status()["burst_listeners"] == 0

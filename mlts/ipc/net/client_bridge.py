@@ -539,6 +539,15 @@ class ClientBridge:
     # ------------------------------------------------------------ bursts
 
     def _stream_ready(self, stream: _Stream) -> bool:
+        with self._lock:
+            if self._streams.get(stream.id) is not stream:
+                return False  # ended meanwhile: its rings are closed
+        try:
+            return self._drain(stream)
+        except ValueError:
+            return False  # its rings were closed while this read them (the stream ended)
+
+    def _drain(self, stream: _Stream) -> bool:
         try:
             os.eventfd_read(stream.requests.event_fd)
         except BlockingIOError:

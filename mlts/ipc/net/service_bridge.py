@@ -343,6 +343,9 @@ class ServiceBridge:
             stream = _Stream(r.id, r.b, requests, results)
             self._streams[r.id] = stream
             state.streams.append(r.id)
+            # Watched from the start: a burst released before its first execution still ends here.
+            self._stream_by_fd[results.event_fd] = stream
+            self._pump.watch(results.event_fd, _bound(self._stream_ready, stream))
         if r.b != stream.size or r.a > 3 or r.a in stream.parts:
             raise _Refused(f"burst stream {r.id}: part {r.a} of size {r.b} does not fit")
         stream.parts.add(r.a)
@@ -406,13 +409,18 @@ class ServiceBridge:
         except (MessageTooLarge, RingError, ValueError) as e:
             self.note_refusal(self.peer, f"burst stream {stream.id}: {e}")
             return self._end_stream(stream)
-        if stream.results.event_fd not in self._stream_by_fd:
-            with self._lock:
-                self._stream_by_fd[stream.results.event_fd] = stream
-            self._pump.watch(stream.results.event_fd, _bound(self._stream_ready, stream))
         return None
 
     def _stream_ready(self, stream: _Stream) -> bool:
+        with self._lock:
+            if self._streams.get(stream.id) is not stream:
+                return False  # ended meanwhile: its rings are closed
+        try:
+            return self._drain(stream)
+        except ValueError:
+            return False  # its rings were closed while this read them (the stream ended)
+
+    def _drain(self, stream: _Stream) -> bool:
         try:
             os.eventfd_read(stream.results.event_fd)
         except BlockingIOError:
@@ -549,6 +557,8 @@ class ServiceBridge:
                 for ident in state.streams:
                     stream = self._streams.pop(ident, None)
                     if stream is not None:
+                        self._stream_by_fd.pop(stream.results.event_fd, None)
+                        self._pump.unwatch(stream.results.event_fd)
                         stream.close()
             self.mirrors.release_call(call_id)
 
