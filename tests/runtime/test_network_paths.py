@@ -207,3 +207,22 @@ def test_bursts_released_without_an_execution_leave_nothing_behind(device):
         burst.execute(Request(_args(0, 0, 64), _args(0, 128), (pool,)))
     np.testing.assert_array_equal(_get(pool, 128), np.full(SHAPE, 2.0))
     assert device.service_status()["burst_listeners"] == 0
+
+
+def test_deadlines_move_to_the_services_clock(service, certs, tmp_path, monkeypatch):
+    import time
+
+    from mlts.ipc.net import connect
+
+    monkeypatch.setattr(connect, "boot_id", lambda: "another machine")  # as if the clocks were not shared
+    url = service.url(ca=certs.ca, **{"token-file": token_file(tmp_path, TOKEN, "clock")})
+    with RemoteDevice.connect(url) as dev:
+        assert abs(dev.connection.endpoint.bridge.offset_ns) < 50_000_000  # the same clock, measured
+        prepared = dev.prepareModel(add_model())
+        pool = SharedMemory.create(256)
+        request = Request(_args(0, 0, 64), _args(0, 128), (pool,))
+        for _ in range(2):  # the second call travels compact: its deadline is in its bytes
+            prepared.executeSynchronously(request, deadline=time.monotonic_ns() + 10**10)
+            with pytest.raises(HalError) as info:
+                prepared.executeSynchronously(request, deadline=time.monotonic_ns() - 10**9)
+            assert info.value.status == ErrorStatus.MISSED_DEADLINE_PERSISTENT
