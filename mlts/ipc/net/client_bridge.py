@@ -407,12 +407,9 @@ class ClientBridge:
             self._mirrors[mirror.id] = mirror
             self._by_key[key] = mirror
             builder.add(att.Record(att.CREATE, mirror.id, info.st_size, seals))
-            send_all = send_all and info.st_size > 0
-        elif send_all and mirror.size:
-            pass
-        else:
-            send_all = False
-        if send_all:
+        elif _write_sealed(fd):
+            send_all = False  # it cannot have changed since it was sent (and the service's copy is sealed too)
+        if send_all and mirror.size:
             builder.add(
                 att.Record(att.DATA, mirror.id, 0, mirror.size, data=read_range(mirror.fd, 0, mirror.size))
             )
@@ -708,6 +705,10 @@ class ClientBridge:
                 self._streams.pop(stream.id, None)
         if message.get("closed") is True:
             self._pump.unwatch(stream.requests.event_fd)
+            with self._lock:
+                for mirror in self._mirrors.values():  # its executions in flight will write nothing more
+                    for key in [k for k in mirror.writing if k[:2] == ("burst", stream.id)]:  # type: ignore[index]
+                        del mirror.writing[key]
             stream.results.mark_closed()
             stream.close()
             return
@@ -797,6 +798,13 @@ class ClientBridge:
         for early in payloads[:-1]:
             self.channel.send(frame_parts(wire.dumps({"kind": "data"}), early), self.timeout)
         self.channel.send(frame_parts(body or b"{}", payloads[-1], compact=compact), self.timeout)
+
+
+def _write_sealed(fd: int) -> bool:
+    try:
+        return bool(fcntl.fcntl(fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_WRITE)
+    except OSError:
+        return False
 
 
 def _json_body(frame: wire.Frame) -> bytes:
