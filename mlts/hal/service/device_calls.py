@@ -49,19 +49,24 @@ def map_memory(call: Call, ref: object, what: str, seals: int = SEALS_POOL) -> S
     return SharedMemory.from_fd(fd, size, seals=seals, what=f"{call.method}: {what}")
 
 
-def _load_model(client: Client, call: Call) -> tuple[Model, SharedMemory]:
-    memory = map_memory(call, arg(call.args, call.method, "model", dict), "model", SEALS_FROZEN)
+def _map_model(call: Call) -> SharedMemory:
+    """The call's model file, mapped (cheap: the decoding is preparation work, see _decode_model)."""
+    return map_memory(call, arg(call.args, call.method, "model", dict), "model", SEALS_FROZEN)
+
+
+def _decode_model(client: Client, method: str, memory: SharedMemory) -> Model:
+    """The model of a mapped model file, validated unless the service does not pre-validate.
+
+    Runs on the preparation pool, below the executions (decoding and validating a large model is
+    as much interpreter work as compiling it); the caller's cleanup closes `memory`.
+    """
     try:
         model = nnfile.decode(memory.buffer).model
         if client.host.prevalidate:
             validate.validate_model(model)
     except ValueError as e:
-        close_memory(memory)
-        raise invalid(f"{call.method}: model: {e}") from None
-    except BaseException:
-        close_memory(memory)
-        raise
-    return model, memory
+        raise invalid(f"{method}: model: {e}") from None
+    return model
 
 
 def _cache_fds(call: Call) -> tuple[list[int], list[int]]:
@@ -124,9 +129,10 @@ def get_number_of_cache_files_needed(client: Client, call: Call) -> dict[str, An
 
 
 def get_supported_operations(client: Client, call: Call) -> dict[str, Any]:
-    model, memory = _load_model(client, call)
+    memory = _map_model(call)
 
     def work() -> dict[str, Any]:
+        model = _decode_model(client, call.method, memory)
         supported = client.host.device.getSupportedOperations(model)
         return {"supported": [bool(s) for s in supported]}
 
@@ -150,13 +156,14 @@ def prepare_model(client: Client, call: Call) -> dict[str, Any]:
     token = cache_token(call.args, m)
     model_cache, data_cache = _cache_fds(call)
     try:
-        model, memory = _load_model(client, call)
+        memory = _map_model(call)
     except BaseException:
         wire.close_fds(model_cache + data_cache)
         raise
     kept: list[SharedMemory | None] = [memory]
 
     def work() -> dict[str, Any]:
+        model = _decode_model(client, m, memory)
         prepared = client.host.device.prepareModel(
             model, preference, priority, deadline, tuple(model_cache), tuple(data_cache), token
         )

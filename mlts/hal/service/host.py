@@ -26,6 +26,7 @@ from mlts.hal.service import (
     execution_calls,
     fenced_calls,
 )
+from mlts.hal.service.background import PREPARE_NICE, Background
 from mlts.hal.service.client import Client, Handler
 from mlts.hal.service.fence_watcher import FenceWatcher
 from mlts.hal.service.handles import Limits
@@ -60,6 +61,7 @@ class ServiceHost:
         max_clients: int = DEFAULT_MAX_CLIENTS,
         shared: bool = False,
         prevalidate: bool = True,
+        prepare_nice: int = PREPARE_NICE,
     ) -> None:
         self.device = device
         #: False: models and requests reach the Device decoded (sizes and types checked) but not
@@ -81,7 +83,9 @@ class ServiceHost:
         #: Serves a compact frame (protocol 1.4) of a client.
         self.dispatch_compact = compact_dispatch.dispatch_compact
         self.exec_pool = WorkerPool("execute", workers)
-        self.prepare_pool = WorkerPool("prepare", prepare_workers)
+        # Preparations run below executions (lower priority, short switch interval), as an accelerator
+        # driver's compiler never slows its executions: mlts.hal.service.background.
+        self.prepare_pool = WorkerPool("prepare", prepare_workers, Background(prepare_nice))
         self.fences = FenceWatcher()
         self._lock = threading.Lock()
         self._clients: dict[int, Client] = {}
@@ -212,7 +216,7 @@ class ServiceHost:
             "you": asking.status() if asking is not None else None,
             "visible_clients": described,
             "execute_pool": self.exec_pool.status(),
-            "prepare_pool": self.prepare_pool.status(),
+            "prepare_pool": {**self.prepare_pool.status(), **self._background()},
             "fence_waits": self.fences.count(),
             "burst_listeners": sum(1 for t in threading.enumerate() if t.name == "burst"),
             "limits": {
@@ -224,6 +228,10 @@ class ServiceHost:
                 "max_mapped_bytes": self.limits.max_mapped_bytes,
             },
         }
+
+    def _background(self) -> dict[str, float]:
+        background = self.prepare_pool.background
+        return background.describe() if background is not None else {}
 
     def stop(self) -> None:
         """Stop accepting, disconnect every client (which releases its handles)."""
