@@ -97,23 +97,34 @@ def benchmark_model(
             return _run_reference(work, backend, config, progress)
         return _run_driver(work, backend, config, progress)
 
-    ran, failed = each_backend(
-        model_backends(config, source.name, devices), work.name, work.family, config, progress, run
-    )
-    rows = {**ran, **failed}
-    ref = rows["ref"]
     drivers = driver_backends(config, devices)
+    try:
+        ran, failed = each_backend(
+            model_backends(config, source.name, devices), work.name, work.family, config, progress, run
+        )
+    except KeyboardInterrupt as e:
+        # The backends that finished before the interruption are kept, judged as usual.
+        ran, failed = getattr(e, "finished_backends", ({}, {}))
+        e.finished_rows = _judged_rows({**ran, **failed}, drivers, config)  # type: ignore[attr-defined]
+        raise
+    return _judged_rows({**ran, **failed}, drivers, config)
+
+
+def _judged_rows(rows: dict[str, BenchmarkRow], drivers: list[str], config: BenchmarkConfig) -> list[dict]:
+    """The reference row and the driver rows (those present) with MLTS's validation and the verdict."""
+    ref = rows.get("ref")
+    drivers = [d for d in drivers if d in rows]
     from mlts.bench.evaluators import validation_errors
     from mlts.bench.verdict import with_verdict
 
-    for name in drivers:
+    for name in drivers if ref is not None else ():
         rows[name] = with_verdict(_mlts_validation(rows[name], ref, validation_errors), ref)
-    if config.profile:
+    if config.profile and ref is not None:
         from mlts.bench.profile import attach_layer_pairs
 
         # The profiles are the rows' own JSON objects: the driver rows' gain their `layers` in place.
         attach_layer_pairs({key: {"profile": r.profile} for key, r in rows.items()})
-    return [r.to_json() for r in [ref] + [rows[d] for d in drivers]]
+    return [r.to_json() for r in ([ref] if ref is not None else []) + [rows[d] for d in drivers]]
 
 
 def _mlts_validation(rec: BenchmarkRow, ref: BenchmarkRow, validation_errors) -> BenchmarkRow:
@@ -332,7 +343,9 @@ def run_benchmark(
     starts. A model that cannot be loaded or converted becomes an error row
     per backend naming its file and the reason, and the other models still
     run. `checkpoint(doc)`, when given, receives the document after each
-    model so completed work survives an interruption.
+    model so completed work survives an interruption, and once more when the
+    run is interrupted in a model (KeyboardInterrupt, also SIGTERM as the
+    caller's handler raises it), with the backends of that model that finished.
     """
     from mlts.runtime.discovery import open_device
 
@@ -372,6 +385,12 @@ def run_benchmark(
                 if isinstance(proto, str):
                     raise ConversionError(proto)
                 doc["results"] += benchmark_model(source, proto, devices, config, progress, images)
+            except KeyboardInterrupt as e:
+                # Ctrl-C or SIGTERM: the finished backends of this model join the finished models.
+                doc["results"] += getattr(e, "finished_rows", [])
+                if checkpoint is not None:
+                    checkpoint(doc)
+                raise
             except ConversionError as e:
                 message = str(e) if isinstance(proto, str) else _model_error(source, e)
                 rows = model_error_rows(source, message, devices, config)

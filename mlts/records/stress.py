@@ -38,6 +38,7 @@ class StressRecord(j.Record):
     driver_died: bool | None = j.value(j.boolean, default=None, omit=True)
     log_tail: tuple[str, ...] | None = j.value(j.texts, default=None, omit=True)
     details: dict | None = j.value(j.obj, default=None, omit=True)
+    process: int | None = j.value(j.count, default=None, omit=True)
     extra: dict = j.extra()
 
     @property
