@@ -89,6 +89,7 @@ def compare_results(
         "regressions": [f"{r['model']} on {r['backend']}: {why}" for r in rows for why in r["regressions"]],
         "environment_warnings": environment_differences(old.environment, new.environment),
         "config_warnings": config_differences(old.config, new.config, _kinds(old) & _kinds(new)),
+        "run_warnings": run_warnings(old, new, labels),
         "ratio_estimator": RATIO_ESTIMATOR,
         "reference_changes": [
             f"{r['model']} on {r['backend']}: {r['latency']['verdict']}: {latency_text(r['latency'])}"
@@ -102,6 +103,18 @@ def _reference_of(rows: dict[tuple[str, str], BenchmarkRow], key: tuple[str, str
     """The reference (cpu:…) row of the model of `key` in the same document, or None."""
     found = [r for (model, _), r in rows.items() if model == key[0] and r.is_reference]
     return found[0] if len(found) == 1 else None
+
+
+def run_warnings(old: ResultsDocument, new: ResultsDocument, labels: tuple[str, str]) -> list[str]:
+    """One line per file that was noisy or did not finish (from its `noise` and `completion` sections)."""
+    out = []
+    for doc, label in ((old, labels[0]), (new, labels[1])):
+        completion, noise = doc.section("completion"), doc.section("noise")
+        if isinstance(completion, dict) and not completion.get("complete", True):
+            out.append(f"{label} is incomplete: {completion.get('reason')}")
+        if isinstance(noise, dict) and noise.get("noisy"):
+            out.append(f"{label}: {noise.get('headline')}")
+    return out
 
 
 def _document(doc: ResultsDocument | dict) -> ResultsDocument:
@@ -450,6 +463,11 @@ def format_comparison(cmp: dict) -> list[str]:
 def warning_lines(cmp: dict) -> list[str]:
     """The configuration and environment warnings of a comparison, a block each (ending in a blank line)."""
     lines: list[str] = []
+    runs = cmp.get("run_warnings") or []
+    if runs:
+        lines.append("warning: a run was noisy or incomplete, so its figures are less certain:")
+        lines += [f"  {w}" for w in runs]
+        lines.append("")
     for key, what in (("config_warnings", "configurations"), ("environment_warnings", "environments")):
         warnings = cmp.get(key) or []
         if warnings:

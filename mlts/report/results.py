@@ -30,6 +30,11 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f}%"
 
 
+def ms(value: float) -> str:
+    """Milliseconds with two decimals, and below 0.1 ms with four (a tenth of a microsecond)."""
+    return f"{value:.2f}" if value >= 0.1 or value == 0 else f"{value:.4f}"
+
+
 def _image_table(records: list[BenchmarkRow]) -> list[str]:
     """One line per model x backend: latency, top-k against the labels, error against onnxruntime.
 
@@ -43,8 +48,9 @@ def _image_table(records: list[BenchmarkRow]) -> list[str]:
     note under the model's first row says why), so its side is the suspect one.
     """
     w = max([26, *(len(r.model) for r in records)])
+    b = max([22, *(len(r.backend) for r in records)])
     header = (
-        f"{'model':<{w}} {'backend':<22} {'iters':>5} {'median ms [95% CI]':>24} {'p90 ms':>9} "
+        f"{'model':<{w}} {'backend':<{b}} {'iters':>5} {'median ms [95% CI]':>27} {'p90 ms':>9} "
         f"{'top1':>6} {'top5':>6} {'max|err|':>9} {'CTS err':>8}"
     )
     lines = [header, "-" * len(header)]
@@ -53,13 +59,13 @@ def _image_table(records: list[BenchmarkRow]) -> list[str]:
     for r in records:
         lat = r.latency_ms
         if not r.ok or lat is None:
-            lines.append(f"{r.model:<{w}} {r.backend:<22} ERROR {r.error or ''}")
+            lines.append(f"{r.model:<{w}} {r.backend:<{b}} ERROR {r.error or ''}")
             continue
         topk = r.evaluator("topk")
         ref = r.evaluator("vs_reference")
         ratio = None if ref is None else ref.cts_ratio
         lo, hi = lat.median_ci95
-        median = f"{lat.median:.2f} [{lo:.2f}, {hi:.2f}]"
+        median = f"{ms(lat.median)} [{ms(lo)}, {ms(hi)}]"
         if ref is not None and ref.max_quant_deviation is not None:
             err = f"{ref.max_quant_deviation:g}u"
         else:
@@ -67,7 +73,7 @@ def _image_table(records: list[BenchmarkRow]) -> list[str]:
         # "!": onnxruntime is not exact for this model on this CPU, so its side of the comparison is suspect.
         mark = "!" if r.reference_inexact else ""
         lines.append(
-            f"{r.model:<{w}} {r.backend:<22} {_fmt(r.iterations, 'd'):>5} {median:>24} {lat.p90:>9.2f} "
+            f"{r.model:<{w}} {r.backend:<{b}} {_fmt(r.iterations, 'd'):>5} {median:>27} {ms(lat.p90):>9} "
             f"{_percent(None if topk is None else topk.top1):>6} {_percent(None if topk is None else topk.top5):>6} "
             f"{err + mark:>9} {'-' if ratio is None else f'{ratio:.2f}x' + mark:>8}"
         )
@@ -95,6 +101,11 @@ def _max_abs(evaluator: Evaluator | None) -> float | None:
     return None if evaluator is None else evaluator.largest_output_error()
 
 
+def _step_ms(value: float) -> str:
+    """A step's milliseconds: three decimals, four below 0.1 ms."""
+    return f"{value:.3f}" if value >= 0.1 or value == 0 else f"{value:.4f}"
+
+
 def _recurrent_table(records: list[BenchmarkRow]) -> list[str]:
     """LSTM models: per-step latency, MLTS's metric vs golden and vs onnxruntime.
 
@@ -113,9 +124,9 @@ def _recurrent_table(records: list[BenchmarkRow]) -> list[str]:
             lines.append(f"{r.model:<{w}} {r.backend:<{b}} ERROR {r.error or ''}")
             continue
         gold, ort = r.evaluator("vs_golden"), r.evaluator("vs_reference")
-        mean_std = f"{lat.mean:.3f}±{lat.std:.3f}"
+        mean_std = f"{_step_ms(lat.mean)}±{_step_ms(lat.std)}"
         lines.append(
-            f"{r.model:<{w}} {r.backend:<{b}} {_fmt(r.steps, 'd'):>6} {lat.median:>8.3f} {lat.p90:>8.3f} "
+            f"{r.model:<{w}} {r.backend:<{b}} {_fmt(r.steps, 'd'):>6} {_step_ms(lat.median):>8} {_step_ms(lat.p90):>8} "
             f"{mean_std:>14} {_metric_text(gold):>24} {_fmt(_max_abs(gold), '.2e'):>13} "
             f"{_metric_text(ort):>24} {_fmt(_max_abs(ort), '.2e'):>12}"
         )

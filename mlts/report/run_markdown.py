@@ -10,16 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from mlts.records import BenchmarkRow, ResultsDocument, StressRecord
+from mlts.report.results import ms as _ms
 from mlts.report.run_verdict import ratio_text
 
 
 def cell(text: Any) -> str:
     """A Markdown table cell: one line, pipes escaped."""
     return " ".join(str(text).split()).replace("|", "\\|") or " "
-
-
-def _ms(value: float) -> str:
-    return f"{value:.2f}" if value >= 0.1 else f"{value:.4f}"
 
 
 def _heading(doc: dict[str, Any]) -> str:
