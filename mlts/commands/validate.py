@@ -297,6 +297,10 @@ def validate_cmd(
         f"{spec.name}: {verdict}: {len(section.cases)} cases, {bad} failing, {len(section.errors)} suites could not run, "
         f"{section.seconds:.1f} s; results in {out}"
     )
+    if section.restarts:
+        click.echo(f"driver restarts: {section.restarts}")
+        for reason in section.restart_reasons:
+            click.echo(f"  {reason}")
     if section.failed:
         ctx.exit(1)
 
