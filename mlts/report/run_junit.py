@@ -35,7 +35,7 @@ def _row_case(row: BenchmarkRow) -> Case:
 
 
 def _stress_case(record: StressRecord) -> Case:
-    name = record.test or f"{record.mode}/{record.driver}"
+    name = record.test or "/".join(x for x in (record.mode, record.driver, record.model) if x)
     seconds = record.duration_s or 0.0
     if not record.unexpected:
         return Case(name, f"mlts.stress.{record.mode}", "pass", seconds)

@@ -101,10 +101,10 @@ def _benchmark_rows(rows: list[BenchmarkRow]) -> list[str]:
                     ratio += f" [{ratio_text(lo / r_hi)}, {ratio_text(hi / r_lo)}]"
         if row.is_reference:
             verdict = "reference"
-        elif row.verdict is None:
-            verdict = "no verdict" if not row.violations else "validation error"
+        elif row.violations or (row.verdict is not None and not row.verdict.passed):
+            verdict = "**fail**"
         else:
-            verdict = "pass" if row.verdict.passed and not row.violations else "**fail**"
+            verdict = "pass" if row.verdict is not None else "pass (no accuracy verdict)"
         out.append(f"| {cell(row.model)} | {cell(row.backend)} | {median} | {ratio} | {verdict} |")
     return out
 
