@@ -104,8 +104,10 @@ def benchmark_model(
         )
     except KeyboardInterrupt as e:
         # The backends that finished before the interruption are kept, judged as usual.
-        ran, failed = getattr(e, "finished_backends", ({}, {}))
-        e.finished_rows = _judged_rows({**ran, **failed}, drivers, config)  # type: ignore[attr-defined]
+        finished: tuple[dict[str, BenchmarkRow], dict[str, BenchmarkRow]] = getattr(
+            e, "finished_backends", ({}, {})
+        )
+        e.finished_rows = _judged_rows({**finished[0], **finished[1]}, drivers, config)  # type: ignore[attr-defined]
         raise
     return _judged_rows({**ran, **failed}, drivers, config)
 
@@ -117,8 +119,9 @@ def _judged_rows(rows: dict[str, BenchmarkRow], drivers: list[str], config: Benc
     from mlts.bench.evaluators import validation_errors
     from mlts.bench.verdict import with_verdict
 
-    for name in drivers if ref is not None else ():
-        rows[name] = with_verdict(_mlts_validation(rows[name], ref, validation_errors), ref)
+    if ref is not None:
+        for name in drivers:
+            rows[name] = with_verdict(_mlts_validation(rows[name], ref, validation_errors), ref)
     if config.profile and ref is not None:
         from mlts.bench.profile import attach_layer_pairs
 
