@@ -285,7 +285,12 @@ def test_ctrl_c_keeps_finished_tests_and_leaves_no_process(tmp_path):
     assert proc.returncode == 130, err
     doc = json.loads((out / "results.json").read_text())
     assert doc["kind"] == "stress" and len(doc["results"]) >= 1
-    assert b"finished tests kept" in err
+    assert b"interrupted by SIGINT (Ctrl-C); " in err and b"tests finished and kept" in err
+    # Marked incomplete: planned against done, and the report written from what finished.
+    completion = doc["completion"]
+    assert completion["interrupted"] and not completion["complete"]
+    assert completion["done"] == len(doc["results"]) < completion["planned"]
+    assert (out / "report.html").is_file()
 
 
 def test_random_graph_with_a_wrong_result_is_dumped_for_inspect(tmp_path):
