@@ -117,22 +117,27 @@ def _spread_reasons(spread: dict[str, Any] | None) -> list[str]:
     return out
 
 
+#: What a noisy run's headline advises, by the kind of run.
+ADVICE = {
+    "benchmark": "Compare driver ÷ reference ratios from one run, and repeat before trusting a difference",
+    "stress": "Latency-based outcomes (performance-degradation-stress) are less certain; repeat on a quiet "
+    "machine before trusting one",
+}
+
+
 def decide(
     load: Any,
     usable_cores: int,
     own_load: float,
     rows: Iterable[BenchmarkRow] = (),
+    kind: str = "benchmark",
 ) -> dict[str, Any]:
     """The `noise` section of a run from its `environment.load` record and (benchmark) its rows."""
     spread = reference_spread(rows)
     reasons = _load_reasons(load, max(1, usable_cores), own_load) + _spread_reasons(spread)
     noisy = bool(reasons)
     if noisy:
-        headline = (
-            "this run was noisy: "
-            + "; ".join(reasons)
-            + ". Compare driver ÷ reference ratios from one run, and repeat before trusting a difference"
-        )
+        headline = "this run was noisy: " + "; ".join(reasons) + ". " + ADVICE.get(kind, ADVICE["benchmark"])
     elif load is None and spread is None:
         headline = "noise not measured (no /proc load figures and no reference rows)"
     else:

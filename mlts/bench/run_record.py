@@ -69,7 +69,7 @@ class RunRecord:
         environment["load"] = load
         document = ResultsDocument.from_json(doc)
         cores = environment.get("usable_cores") or environment.get("cores") or 1
-        noise = decide(load, int(cores), self.own_load, document.rows)
+        noise = decide(load, int(cores), self.own_load, document.rows, document.kind)
         doc["noise"] = noise
         doc["summary"] = summarize(document, noise["noisy"])
         doc["completion"] = completion(
