@@ -28,15 +28,15 @@ import threading
 import time
 import types
 
-from mlts.hal import burst_messages as msg
-from mlts.hal.burst_ring import Ring
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.memory import SharedMemory
-from mlts.hal.service.burst_calls import BurstContext
-from mlts.hal.service.device_calls import PreparedEntry
-from mlts.hal.service.handles import HandleTable, Kind, Limits, Resource
-from mlts.hal.service.scheduler import WorkerPool
 from mlts.hal.types import DataLocation, ExecutionResult, OutputShape, Request, RequestArgument, Timing
+from mlts.ipc import burst_messages as msg
+from mlts.ipc.burst_ring import Ring
+from mlts.ipc.service.burst_calls import BurstContext
+from mlts.ipc.service.device_calls import PreparedEntry
+from mlts.ipc.service.handles import HandleTable, Kind, Limits, Resource
+from mlts.ipc.service.scheduler import WorkerPool
 from mlts.runtime.burst import RemoteBurst
 
 _AWAKE_WORD = 72 // 4  # the ring header's awake flag, as a u32 index (docs/burst-protocol.md)

@@ -17,12 +17,14 @@ ROOT = Path(__file__).resolve().parents[1]
 FRONT_END = {"mlts.hal", "mlts.errors", "mlts.convert", "mlts.models", "mlts.datasets"}
 # The results records sit below both their producers (bench, crash, validate) and their readers (report).
 RECORDS = "mlts.records"
-TOOLS_BASE = {*FRONT_END, RECORDS, "mlts.runtime", "mlts.bench"}
+TOOLS_BASE = {*FRONT_END, RECORDS, "mlts.ipc", "mlts.runtime", "mlts.bench"}
 ALLOWED = {
     "mlts/errors.py": set(),
     "mlts/hal": {"mlts.hal", "mlts.errors"},
     "driver": {"mlts.hal", "driver"},
-    "mlts/runtime": {"mlts.hal", "mlts.errors", "mlts.runtime"},
+    # The transport: how a Device is served from its own process and reached (above the HAL's types).
+    "mlts/ipc": {"mlts.hal", "mlts.errors", "mlts.ipc"},
+    "mlts/runtime": {"mlts.hal", "mlts.errors", "mlts.ipc", "mlts.runtime"},
     "mlts/convert": {"mlts.hal", "mlts.errors", "mlts.convert"},
     "mlts/datasets": {"mlts.hal", "mlts.errors", "mlts.datasets"},
     "mlts/models": {"mlts.hal", "mlts.errors", "mlts.models", "mlts.datasets"},
@@ -32,6 +34,8 @@ ALLOWED = {
     # The random-graph check runs each graph on the sample driver's executor too, in this process.
     "mlts/crash": {*TOOLS_BASE, "mlts.crash", "driver.executor"},
     "mlts/validate": {*TOOLS_BASE, "mlts.validate"},
+    # Distribution (labs, cluster sharding) drives the tools it spreads over endpoints and workers.
+    "mlts/cluster": {*TOOLS_BASE, "mlts.crash", "mlts.validate", "mlts.cluster"},
     "mlts/report": {"mlts.hal", "mlts.errors", RECORDS, "mlts.report"},
     "mlts/commands": {
         *TOOLS_BASE,
@@ -39,9 +43,10 @@ ALLOWED = {
         "mlts.crash",
         "mlts.validate",
         "mlts.report",
+        "mlts.cluster",
         "mlts.commands",
     },
-    "mlts/cli.py": {"mlts.hal", "mlts.errors", "mlts.runtime", "mlts.commands"},
+    "mlts/cli.py": {"mlts.hal", "mlts.errors", "mlts.ipc", "mlts.runtime", "mlts.commands"},
     "mlts/__main__.py": {"mlts.cli"},
     "mlts/__init__.py": set(),
 }

@@ -14,13 +14,13 @@ SLEEPER = "import time; time.sleep(60)"
 
 
 def _orphan(env: dict[str, str]) -> int:
-    """Start a sleeping Python whose command line names mlts.hal.service, re-parented away from us.
+    """Start a sleeping Python whose command line names mlts.ipc.service, re-parented away from us.
 
     The shell that starts it exits at once, so the sleeper is nobody's child here: exactly
     the state a leaked driver service is in after its client died.
     """
     out = subprocess.run(
-        ["sh", "-c", f'"{sys.executable}" -c "{SLEEPER}" mlts.hal.service >/dev/null 2>&1 & echo $!'],
+        ["sh", "-c", f'"{sys.executable}" -c "{SLEEPER}" mlts.ipc.service >/dev/null 2>&1 & echo $!'],
         env=env,
         capture_output=True,
         text=True,
@@ -31,7 +31,7 @@ def _orphan(env: dict[str, str]) -> int:
 
 
 def _listed(pid: int) -> bool:
-    return any(line.split(":", 1)[0] == str(pid) for line in our_processes("mlts.hal.service"))
+    return any(line.split(":", 1)[0] == str(pid) for line in our_processes("mlts.ipc.service"))
 
 
 def test_only_this_runs_processes_are_reported():
@@ -50,7 +50,7 @@ def test_only_this_runs_processes_are_reported():
         assert not _listed(pids["foreign"]), "a process without this run's marker is someone else's"
         assert not _listed(pids["other run"]), "another test run's process is not ours"
         # A child of this process counts even when it was started with a clean environment.
-        child = subprocess.Popen([sys.executable, "-c", SLEEPER, "mlts.hal.service"], env=foreign_env)
+        child = subprocess.Popen([sys.executable, "-c", SLEEPER, "mlts.ipc.service"], env=foreign_env)
         try:
             deadline = time.monotonic() + 5
             while not _listed(child.pid) and time.monotonic() < deadline:

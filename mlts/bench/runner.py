@@ -36,7 +36,6 @@ from mlts.bench.memory import driver_pid
 from mlts.bench.ort_exactness import probe as ort_probe
 from mlts.bench.overhead import harness_overhead
 from mlts.bench.progress import Progress
-from mlts.bench.reference import OnnxRuntimeReference
 from mlts.bench.sources import ModelSource, family_of, zoo_entry
 from mlts.bench.speech_runner import benchmark_recurrent
 from mlts.bench.timing import Timed
@@ -88,9 +87,16 @@ def benchmark_model(
     entry = zoo_entry(source)
     if entry is not None and entry.recurrent:
         return benchmark_recurrent(source, entry, proto, devices, config, progress)
-    from mlts.bench.workload import prepare_workload
+    from mlts.convert.tflite import TfliteModel
 
-    work = prepare_workload(source, proto, config, imageset, progress, offered_extensions(devices))
+    if isinstance(proto, TfliteModel):
+        from mlts.bench.tflite_workload import prepare_tflite_workload
+
+        work = prepare_tflite_workload(source, proto, config, imageset, progress, offered_extensions(devices))
+    else:
+        from mlts.bench.workload import prepare_workload
+
+        work = prepare_workload(source, proto, config, imageset, progress, offered_extensions(devices))
 
     def run(backend: Backend) -> BenchmarkRow:
         if backend.is_reference:
@@ -109,7 +115,10 @@ def benchmark_model(
         )
         e.finished_rows = _judged_rows({**finished[0], **finished[1]}, drivers, config)  # type: ignore[attr-defined]
         raise
-    return _judged_rows({**ran, **failed}, drivers, config)
+    judged = _judged_rows({**ran, **failed}, drivers, config)
+    if source.twin is not None:  # --reference both: onnxruntime on the ONNX twin, after the reference
+        judged.insert(1, _run_twin_reference(source, work, config, progress).to_json())
+    return judged
 
 
 def _judged_rows(rows: dict[str, BenchmarkRow], drivers: list[str], config: BenchmarkConfig) -> list[dict]:
@@ -128,6 +137,38 @@ def _judged_rows(rows: dict[str, BenchmarkRow], drivers: list[str], config: Benc
         # The profiles are the rows' own JSON objects: the driver rows' gain their `layers` in place.
         attach_layer_pairs({key: {"profile": r.profile} for key, r in rows.items()})
     return [r.to_json() for r in ([ref] if ref is not None else []) + [rows[d] for d in drivers]]
+
+
+def _run_twin_reference(
+    source: ModelSource, work, config: BenchmarkConfig, progress: Progress
+) -> BenchmarkRow:
+    """--reference both: onnxruntime on the model's ONNX twin, timed, and scored against the first reference."""
+    from mlts.bench.memory import MemoryWatch
+    from mlts.bench.reference_choice import TwinReference
+    from mlts.hal import files
+
+    assert source.twin is not None
+    data = files.read_bytes(source.twin, what="an ONNX model", limit=files.MAX_ONNX_BYTES)
+    twin = TwinReference(data, config.threads, work.conv)
+    label = twin.backend
+    watch = MemoryWatch(None).start()
+    progress.phase(work.name, label, "warm-up and timing (ONNX twin)")
+    timed = config.control.run(lambda i: twin.run(work.feeds[i % len(work.feeds)]))
+    outputs = [twin.run(f) for f in work.feeds]
+    accuracy = work.score(outputs, against_reference=True)
+    rec = _row(
+        work,
+        label,
+        config,
+        timed,
+        progress,
+        driver_timing_us=None,
+        accuracy=accuracy,
+        compilation=None,
+        memory_mb=watch.result(),
+    )
+    progress.unit_done()
+    return rec
 
 
 def _mlts_validation(rec: BenchmarkRow, ref: BenchmarkRow, validation_errors) -> BenchmarkRow:
@@ -151,7 +192,7 @@ def offered_extensions(devices: dict) -> frozenset[str]:
 
 
 def _run_reference(work, backend: Backend, config: BenchmarkConfig, progress: Progress) -> BenchmarkRow:
-    label = backend.label
+    label = getattr(work.reference, "backend", backend.label)
     watch = backend.memory_watch()
     progress.phase(work.name, label, "warm-up and timing")
     reference = work.reference
@@ -197,6 +238,7 @@ def _row(
         fields["quantization"] = work.quantization(accuracy)
     if work.reference_verdict is not None and not work.reference_verdict["exact"]:
         fields["reference_inexact"] = work.reference_verdict["note"]
+    fields["reference"] = getattr(work.reference, "framework", "onnxruntime")
     rec = measured_row(
         work.name,
         label,
@@ -350,9 +392,15 @@ def run_benchmark(
     run is interrupted in a model (KeyboardInterrupt, also SIGTERM as the
     caller's handler raises it), with the backends of that model that finished.
     """
+    from mlts.bench.reference_choice import framework_of, resolve
     from mlts.runtime.discovery import open_device
 
     progress = progress or Progress()
+    sources = resolve(list(sources), config.reference)
+    if any(framework_of(s) == "litert" for s in sources):
+        from mlts.bench.tflite_workload import require_litert
+
+        require_litert()
     _build_missing_models(sources, progress)
     protos = [_load(source, progress) for source in sources]
     if protos and all(isinstance(p, str) for p in protos):
@@ -361,7 +409,11 @@ def run_benchmark(
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "kind": "benchmark",
-        "environment": {**environment(config.threads), "onnxruntime_integer": ort_probe()},
+        "environment": {
+            **environment(config.threads),
+            "onnxruntime_integer": ort_probe(),
+            **_litert_env(sources),
+        },
         "config": {
             **asdict(config),
             "models": [s.name for s in sources],
@@ -381,7 +433,9 @@ def run_benchmark(
             )
             doc["devices"][spec.name] = device_info(devices[spec.name])
             doc["capabilities"][spec.name] = _capabilities(devices[spec.name], spec.name, options)
-        units = len(sources) * (1 + len(driver_backends(config, devices)))
+        units = len(sources) * (1 + len(driver_backends(config, devices))) + sum(
+            s.twin is not None for s in sources
+        )
         progress.plan(units, config.seconds_per_unit(), models=len(sources))
         for source, proto in zip(sources, protos, strict=True):
             try:
@@ -409,6 +463,17 @@ def run_benchmark(
             dev.close()
         progress.close()
     return doc
+
+
+def _litert_env(sources: list[ModelSource]) -> dict:
+    """The LiteRT version, when a model runs on it."""
+    from mlts.bench.reference_choice import framework_of
+
+    if not any(framework_of(s) == "litert" for s in sources):
+        return {}
+    from mlts.bench.litert_reference import version
+
+    return {"litert": version()}
 
 
 def _build_missing_models(sources: list[ModelSource], progress: Progress) -> None:
@@ -442,8 +507,10 @@ def _load(source: ModelSource, progress: Progress):
 
 def model_error_rows(source: ModelSource, message: str, devices: dict, config: BenchmarkConfig) -> list[dict]:
     """One error row per backend of a model that could not be loaded or converted."""
+    from mlts.bench.reference_choice import reference_label
+
     family = family_of(source)
-    backends = [OnnxRuntimeReference.backend] + [backend_label(b) for b in driver_backends(config, devices)]
+    backends = [reference_label(source)] + [backend_label(b) for b in driver_backends(config, devices)]
     return [error_record(source.name, family, b, config, message) for b in backends]
 
 

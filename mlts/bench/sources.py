@@ -1,4 +1,4 @@
-"""Which models a benchmark runs: zoo models chosen by regex and the user's own ONNX files."""
+"""Which models a benchmark runs: zoo models chosen by regex and the user's own ONNX or TFLite files."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ class ModelSource:
     name: str
     path: Path | None  # None: a zoo model, built on first use
     zoo_name: str | None = None
+    twin: Path | None = None  # the same model in the other format (--reference both): an ONNX file
 
     def onnx_path(self) -> Path:
         if self.path is not None:
@@ -68,6 +69,11 @@ def select_models(models_regex: str | None, model_files: tuple[str, ...] = ()) -
             )
         sources += [ModelSource(n, None, n) for n in chosen]
     for f in model_files:
+        if f.startswith("real:") and not Path(f).exists():
+            from mlts.models.real_tflite import find
+
+            sources.append(ModelSource(f[len("real:") :], find(f[len("real:") :])))
+            continue
         p = Path(f)
         if not p.is_file():
             raise ModelSelectionError(f"{f}: no such model file")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,7 @@ class Workload:
     model: object  # the converted NN graph (mlts.hal.types.Model)
     conv: Conversion  # the converter's result (input/output tensor descriptions)
     feeds: list[list[np.ndarray]]
-    reference: OnnxRuntimeReference
+    reference: Any  # OnnxRuntimeReference; LiteRtReference for .tflite models (mlts.bench.tflite_workload)
     expected: list[list[np.ndarray]]  # onnxruntime's outputs for every feed
     golden: list[np.ndarray] | None  # the float64 reference's first output per feed
     labels: list[int] | None

@@ -156,10 +156,11 @@ def unsupported_reason(device: Any, model: Any) -> str | None:
 
 
 def cpu_run(proto: Any, feeds: Sequence[list[np.ndarray]], config: CalibrationConfig, meter: Meter) -> dict:
-    """Time the ONNX model on onnxruntime's CPU provider with the configured thread count (timed_run)."""
-    from mlts.bench.reference import OnnxRuntimeReference
+    """Time the model on its CPU reference with the configured thread count (timed_run): onnxruntime's
+    CPU provider for ONNX, LiteRT (TFLite's kernels) for .tflite models."""
+    from mlts.bench.reference_choice import reference_for_model
 
-    reference = OnnxRuntimeReference(proto.SerializeToString(), config.threads)
+    reference = reference_for_model(proto, config.threads)
     return timed_run(lambda i: reference.run(feeds[i % len(feeds)]), config, meter, None)
 
 
@@ -196,11 +197,11 @@ def measure_workload(
     if reason is not None:
         return skipped(workload, reason)
     feeds = workload_feeds(conv, workload, config)
-    log(f"{workload.name}: onnxruntime CPU run")
+    log(f"{workload.name}: CPU reference run")
     try:
         runs = {"cpu": cpu_run(proto, feeds, config, meter)}
-    except Exception as e:  # onnxruntime raises its own exception types
-        return skipped(workload, f"onnxruntime cannot run the model: {e}")
+    except Exception as e:  # onnxruntime and LiteRT raise their own exception types
+        return skipped(workload, f"the CPU reference cannot run the model: {e}")
     log(f"{workload.name}: driver run")
     try:
         runs["driver"] = driver_run(device, conv.model, feeds, config, meter)

@@ -5,9 +5,9 @@ reference: TENSOR_FLOAT32 (and the scalar FLOAT32, which shares its numbers)
 is measured on the float MobileNets v1 and v2 and on one step of the LSTM
 speech models asr_float and tts_float (state carried as zeros);
 TENSOR_QUANT8_ASYMM on the `_quant` MobileNets; TENSOR_QUANT8_ASYMM_SIGNED
-on the `_quant_signed` ones. A user's ONNX file can be added with the type
-it stands for (`FILE.onnx:TYPE`, or inferred from its 8-bit/float inputs and
-outputs).
+on the `_quant_signed` ones. A user's ONNX or TFLite file can be added with
+the type it stands for (`FILE.onnx:TYPE`, `FILE.tflite:TYPE`, or inferred from
+its 8-bit/float inputs and outputs); a TFLite model's CPU run is LiteRT's.
 """
 
 from __future__ import annotations
@@ -60,6 +60,30 @@ _INFERRED = {
 }
 
 
+# TFLite TensorType -> the operand type a workload of that element type measures.
+_TFLITE_INFERRED = {0: TENSOR_FLOAT32, 3: QUANT8, 9: QUANT8_SIGNED, 1: OperandType.TENSOR_FLOAT16.name}
+
+
+def _infer_tflite_type(path: Path) -> str:
+    from mlts.convert.errors import ConversionError
+    from mlts.convert.tflite import load_tflite
+    from mlts.convert.tflite.schema import type_name
+
+    try:
+        model = load_tflite(path)
+    except ConversionError as e:
+        raise WorkloadError(f"--model {e}") from None
+    sg = model.subgraphs[0]
+    codes = {sg.tensors[i].type for i in (*sg.inputs, *sg.outputs)}
+    if len(codes) == 1 and next(iter(codes)) in _TFLITE_INFERRED:
+        return _TFLITE_INFERRED[next(iter(codes))]
+    found = ", ".join(sorted(type_name(c) for c in codes)) or "none"
+    raise WorkloadError(
+        f"--model {path}: cannot tell which operand type it measures (tensor types: {found}); "
+        f"name it, e.g. --model {path}:{TENSOR_FLOAT32}"
+    )
+
+
 class WorkloadError(InputError):
     """A workload selection or a `--model FILE.onnx[:TYPE]` argument that cannot be used."""
 
@@ -86,8 +110,8 @@ class CalibrationWorkload:
         """Every operand type this workload's ratio counts for (its own first)."""
         return (self.operand_type, *SHARED_TYPES.get(self.operand_type, ()))
 
-    def load(self) -> onnx.ModelProto:
-        """The ONNX model (a zoo model is built into the cache on first use)."""
+    def load(self):
+        """The ONNX model (a zoo model is built into the cache on first use), or a TfliteModel for a .tflite file."""
         from mlts.convert import load_model
 
         if self.path is not None:
@@ -131,7 +155,7 @@ def parse_model_argument(argument: str) -> CalibrationWorkload:
     """A workload from `FILE.onnx:TYPE` or `FILE.onnx` (type inferred from the file's tensor types)."""
     path_text, declared = argument, None
     head, sep, tail = argument.rpartition(":")
-    if sep and re.fullmatch(r"[A-Za-z0-9_]+", tail) and not tail.lower().endswith("onnx"):
+    if sep and re.fullmatch(r"[A-Za-z0-9_]+", tail) and not tail.lower().endswith(("onnx", "tflite")):
         path_text, declared = head, tail.upper()
     path = Path(path_text)
     if not path.is_file():
@@ -145,7 +169,11 @@ def parse_model_argument(argument: str) -> CalibrationWorkload:
 
 
 def infer_type(path: Path) -> str:
-    """The operand type an ONNX file stands for: the one element type all its inputs and outputs share."""
+    """The operand type a model file stands for: the one element type all its inputs and outputs share."""
+    from mlts.convert.formats import is_tflite_source
+
+    if is_tflite_source(path):
+        return _infer_tflite_type(path)
     try:
         data = files.read_bytes(path, what="an ONNX model", limit=files.MAX_ONNX_BYTES)
         graph = onnx.load_from_string(data).graph

@@ -155,3 +155,40 @@ def qos_settings(priority: str, preference: str, deadline_ms: float | None, loop
         return QosSettings.from_names(priority, preference, deadline_ms, loop_timeout_ms)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+
+
+def distribution_options(fn):
+    """--lab FILE and --cluster ADDRESS (mlts.cluster; docs/cluster.md)."""
+    options = [
+        click.option(
+            "--lab",
+            "lab_file",
+            default=None,
+            type=click.Path(dir_okay=False),
+            metavar="FILE",
+            help="A lab file (.toml or .json): named driver endpoints to run on, one after another or "
+            "spread over --cluster; results name each row's device (docs/cluster.md).",
+        ),
+        click.option(
+            "--cluster",
+            "cluster",
+            default=None,
+            metavar="ADDRESS",
+            help="Spread the run's independent units over a Dask cluster: a scheduler address "
+            "(tcp://HOST:8786) or local:N (N worker processes here). Needs pip install 'mlts[cluster]'.",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def distribution(lab_file: str | None, cluster: str | None):
+    """The lab (or None) and the checked --cluster value; one-line errors (exit 2) for either."""
+    from mlts.cluster.engine import check_cluster_option, require_engine
+    from mlts.cluster.lab import load_lab
+
+    if cluster is not None:
+        check_cluster_option(cluster)
+        require_engine()
+    return (load_lab(lab_file) if lab_file is not None else None), cluster

@@ -16,6 +16,8 @@ from mlts.commands._common import (
     BadInput,
     capabilities_option,
     capabilities_options,
+    distribution,
+    distribution_options,
     driver_plugin_option,
     driver_socket_option,
     qos_options,
@@ -70,8 +72,18 @@ def check_out_dir(out: Path, force: bool) -> None:
     "model_files",
     multiple=True,
     type=click.Path(dir_okay=False),
-    metavar="FILE.onnx",
-    help="Your own ONNX model (repeatable).",
+    metavar="FILE.onnx|FILE.tflite",
+    help="Your own ONNX or TFLite model (repeatable); a .tflite model is converted as TFLite's NNAPI "
+    "delegate would and compared with LiteRT; real:NAME names a trained model of mlts[real-models].",
+)
+@click.option(
+    "--reference",
+    type=click.Choice(["auto", "litert", "onnxruntime", "both"]),
+    default="auto",
+    show_default=True,
+    help="The CPU reference: auto is the model's own framework (LiteRT for .tflite, onnxruntime for ONNX "
+    "and zoo models); both runs LiteRT and onnxruntime and needs each model as .tflite and .onnx of one "
+    "name (--model net.tflite --model net.onnx).",
 )
 @click.option(
     "--drivers",
@@ -141,7 +153,8 @@ def check_out_dir(out: Path, force: bool) -> None:
     default=None,
     type=click.Path(),
     metavar="DIR",
-    help="Your image folder in MLTS format (images, ground_truth_labels.txt, labels.txt); needs Pillow.",
+    help="Your image folder in MLTS format (images, ground_truth_labels.txt, labels.txt); needs Pillow. "
+    "'real' names the bundled set of three photographs with ImageNet labels.",
 )
 @click.option(
     "--sequences",
@@ -231,11 +244,13 @@ def check_out_dir(out: Path, force: bool) -> None:
 @click.option("--quiet", is_flag=True, help="No progress and no table; errors and the exit status only.")
 @report_file_options
 @qos_options
+@distribution_options
 @click.pass_context
 def benchmark(
     ctx: click.Context,
     models_regex: str | None,
     model_files: tuple[str, ...],
+    reference: str,
     drivers_regex: str | None,
     plugin_files: tuple[str, ...],
     capabilities_files: tuple[str, ...],
@@ -268,8 +283,13 @@ def benchmark(
     preference: str,
     deadline_ms: float | None,
     loop_timeout_ms: float | None,
+    lab_file: str | None,
+    cluster: str | None,
 ) -> None:
-    """Run each model on each matching driver and on onnxruntime's CPU provider (MLTS's scoring mode).
+    """Run each model on each matching driver and on a CPU reference (MLTS's scoring mode).
+
+    The reference is onnxruntime's CPU provider for ONNX and zoo models and
+    TFLite's own kernels (LiteRT) for .tflite models (--reference).
 
     Per model × backend, in a random order per model: on drivers, the
     compilation timings (without cache, save to cache, prepare from cache,
@@ -278,7 +298,7 @@ def benchmark(
     around each execution call); then one pass over every test image for
     accuracy: top-1..top-5 against golden labels (a float64 reference run,
     or your --dataset's ground truth), errors against the golden outputs and
-    against onnxruntime. A driver whose top-1 is more than 0.05 below the
+    against the reference. A driver whose top-1 is more than 0.05 below the
     reference's fails MLTS's validation rule. The LSTM models asr_float and
     tts_float run their dataset sequences step by step instead, scored by
     MLTS's PhoneErrorRate / MelCepLogF0.
@@ -293,6 +313,10 @@ def benchmark(
     interval, failures, noise. Exits with status 1 when any driver failed to
     prepare or run a model, or when a run broke an accuracy limit (130, or
     128 + the signal, when interrupted).
+
+    --lab FILE runs every model on every endpoint of a lab (the report shows
+    the devices side by side); --cluster spreads the model x driver pairs over
+    a Dask cluster, each measured on a quiet worker (docs/cluster.md).
     """
     from mlts.bench.run_record import RunRecord
     from mlts.bench.runner import BenchmarkConfig, run_benchmark, run_lengths
@@ -306,13 +330,27 @@ def benchmark(
 
     set_burst_polling(burst_polling_us)
 
+    lab, cluster = distribution(lab_file, cluster)
+    if lab is not None and (drivers_regex is not None or driver_sockets):
+        raise BadInput("--lab names the drivers to benchmark: leave out --drivers and --driver-socket")
+    if (lab is not None or cluster is not None) and (in_process or nnapi_reference != "off"):
+        raise BadInput(
+            "--lab and --cluster run drivers one at a time in their own services: leave out "
+            "--in-process, -r and --nnapi-reference-only"
+        )
     out = Path(out_dir) if out_dir is not None else default_out_dir()
     check_out_dir(out, force)
     check_file_targets(summary=summary_file, junit=junit_file)
+    if dataset_dir is not None:
+        from mlts.datasets.real import dataset_folder
+
+        dataset_dir = dataset_folder(dataset_dir)
     if dataset_dir is not None and not Path(dataset_dir).is_dir():
         raise BadInput(f"--dataset {dataset_dir}: no such directory")
+    if dataset_dir is not None:
+        dataset_dir = str(Path(dataset_dir).resolve())  # a cluster's workers need the whole path
     sources = select_models(models_regex, model_files)
-    specs = select(discover(plugin_files, driver_sockets), drivers_regex)
+    specs = select(discover(plugin_files, driver_sockets), drivers_regex) if lab is None else []
     config = BenchmarkConfig(
         threads=threads,
         min_iterations=min_iterations,
@@ -330,6 +368,7 @@ def benchmark(
         qos=qos_settings(priority, preference, deadline_ms, loop_timeout_ms).to_dict(),
         state_in_driver=state_in_driver,
         profile=profile,
+        reference=reference,
         **run_lengths(
             quick,
             warmup_s=warmup_s,
@@ -346,13 +385,24 @@ def benchmark(
 
     def save(partial: dict) -> None:
         latest[:] = [partial]
+        _stamp(partial)
         record.annotate(partial, progress.planned_rows(partial))
         out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(partial, path)
 
+    def _stamp(doc: dict) -> None:
+        from mlts.cluster.endpoints import stamp_benchmark
+
+        stamp_benchmark(doc, {s.name: s.socket for s in specs}, in_process=config.in_process)
+
     try:
         with interrupt_on_termination():
-            doc = run_benchmark(sources, specs, config, progress, checkpoint=save)
+            if lab is not None or cluster is not None:
+                doc = _distributed(
+                    sources, specs, config, lab, cluster, burst_polling_us, quiet or as_json, save
+                )
+            else:
+                doc = run_benchmark(sources, specs, config, progress, checkpoint=save)
     except KeyboardInterrupt as e:
         if not latest:
             raise  # interrupted before the first model began: nothing to keep
@@ -368,6 +418,7 @@ def benchmark(
             err=True,
         )
         raise SystemExit(128 + e.signum if isinstance(e, Terminated) else 130) from None
+    _stamp(doc)
     written = _finish(doc, out, record, progress, summary_file, junit_file)
     if as_json:
         click.echo(json.dumps(doc, indent=2, allow_nan=False))
@@ -413,6 +464,25 @@ def _echo_end(doc: dict, path: Path, written: list) -> None:
     for extra in written:
         click.echo(f"         {extra}")
     echo_verdict(doc)
+
+
+def _distributed(sources, specs, config, lab, cluster, burst_polling_us, quiet: bool, save) -> dict:
+    """Every model on every lab endpoint (or chosen driver), in turn or spread over --cluster."""
+    from mlts.cluster import run as distributed
+    from mlts.cluster.targets import lab_targets, spec_targets
+
+    targets = lab_targets(lab, config.plugin_files) if lab is not None else spec_targets(specs)
+    return distributed.benchmark(
+        sources=sources,
+        targets=targets,
+        config=config,
+        lab=lab,
+        cluster=cluster,
+        burst_polling_us=burst_polling_us,
+        say=lambda line: None if quiet else click.echo(f"  {line}", err=True),
+        quiet=quiet,
+        checkpoint=save,
+    )
 
 
 def write_companions(doc: dict, out: Path) -> list[Path]:

@@ -37,9 +37,10 @@ from mlts.commands._common import (
     "--model",
     "model_args",
     multiple=True,
-    metavar="FILE.onnx[:TYPE]",
-    help="Your ONNX model as a workload of operand TYPE, e.g. net.onnx:TENSOR_FLOAT32 "
-    "(default: inferred from its float32/uint8/int8 tensors; repeatable).",
+    metavar="FILE.onnx|FILE.tflite[:TYPE]",
+    help="Your ONNX or TFLite model as a workload of operand TYPE, e.g. net.onnx:TENSOR_FLOAT32 "
+    "(default: inferred from its float32/uint8/int8 tensors; repeatable); a .tflite model's CPU "
+    "run is LiteRT's.",
 )
 @click.option(
     "--threads",

@@ -76,7 +76,7 @@ def serve(
     when it disconnects or dies. Point tools at it with --driver-socket PATH.
     The socket is created with mode 0600 and removed on exit.
     """
-    from mlts.hal.service.main import main as serve_main
+    from mlts.ipc.service.main import main as serve_main
     from mlts.runtime.discovery import discover, thread_env
 
     specs = discover(plugin_files)

@@ -38,11 +38,29 @@ def list_ops_lines() -> list[str]:
     lines.append(f"{MICROSOFT_DOMAIN} operators (onnxruntime's QOperator format):")
     for op in sorted(MICROSOFT_OPS):
         lines.append(f"  {op}")
+    return lines + tflite_ops_lines()
+
+
+def tflite_ops_lines() -> list[str]:
+    """One line per TFLite builtin the importer maps: the NNAPI operations and the delegate's versions."""
+    from mlts.convert.tflite.registry import mappings
+
+    table = mappings()
+    width = max(len(m.builtin) for m in table)
+    lines = ["TFLite builtins (as TFLite's NNAPI delegate maps them; docs/tflite.md):"]
+    for m in table:
+        versions = "any version" if m.max_version is None else f"versions 1-{m.max_version}"
+        lines.append(f"  {m.builtin:<{width}}  {versions:<14}  -> {', '.join(m.nnapi) or '(folded)'}")
+    lines.append(
+        "  GELU"
+        + " " * (width - 2)
+        + "any version     -> the vendor extension's GELU, when a driver declares it"
+    )
     return lines
 
 
 @click.command("convert")
-@click.argument("onnx_file", metavar="MODEL.onnx|ZOO_NAME")
+@click.argument("onnx_file", metavar="MODEL.onnx|MODEL.tflite|ZOO_NAME")
 @click.option(
     "-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .nnm file to write."
 )
@@ -76,7 +94,7 @@ def list_ops_lines() -> list[str]:
     expose_value=False,
     is_eager=True,
     callback=_list_ops,
-    help="Print the ONNX operators and opsets the converter takes, and exit.",
+    help="Print the ONNX operators and opsets the converter takes and the TFLite builtins the importer maps, and exit.",
 )
 @click.option(
     "--extension",
@@ -86,6 +104,13 @@ def list_ops_lines() -> list[str]:
     help="A vendor extension the target driver declares (e.g. com.example.mlts.activations, which "
     "sample-all declares): ONNX ops only it provides, such as Gelu, map to it; repeatable.",
 )
+@click.option(
+    "--signature",
+    default=None,
+    metavar="KEY",
+    help="TFLite models: convert the subgraph of this signature, with its inputs and outputs "
+    "(default: the main subgraph).",
+)
 def convert_cmd(
     onnx_file: str,
     output: str,
@@ -94,11 +119,14 @@ def convert_cmd(
     nhwc_io: bool,
     input_shapes: dict[str, tuple[int, ...]],
     extensions: tuple[str, ...],
+    signature: str | None,
 ) -> None:
-    """Convert an ONNX model (a file, or a zoo model's name) to an NN graph file (.nnm).
+    """Convert an ONNX or TFLite model (a file, or a zoo model's name) to an NN graph file (.nnm).
 
-    Symbolic batch dimensions become --batch-size; any other symbolic
-    dimension needs the input's shape from --input-shape.
+    ONNX: symbolic batch dimensions become --batch-size; any other symbolic
+    dimension needs the input's shape from --input-shape. TFLite: operators
+    map as TFLite's NNAPI delegate maps them (docs/tflite.md), with the
+    file's shapes; --signature picks a signature's subgraph.
     """
     from mlts.convert import convert
     from mlts.hal import nnfile
@@ -115,17 +143,25 @@ def convert_cmd(
             check_name(name)
         except ValueError as e:
             raise InputError(f"--extension: {e}") from None
+    from mlts.convert import model_format
+
+    tflite = model_format(onnx_file) == "tflite"
+    if tflite and (batch_size != 1 or nhwc_io):
+        raise InputError(
+            "--batch-size and --nhwc-io apply to ONNX models; a TFLite model is NHWC with the file's shapes"
+        )
     conv = convert(
         onnx_file,
         batch_size=batch_size,
         keep_io_layout=not nhwc_io,
         input_shapes=input_shapes,
         extensions=extensions,
+        signature=signature,
     )
     validate_model(conv.model)
     meta = {
         "source": Path(onnx_file).name,
-        "onnx_opset": str(conv.opset),
+        ("tflite_schema" if tflite else "onnx_opset"): str(conv.opset),
         "inputs": ",".join(f"{t.name}:{'x'.join(map(str, t.shape))}:{t.dtype}" for t in conv.inputs),
         "outputs": ",".join(f"{t.name}:{'x'.join(map(str, t.shape))}:{t.dtype}" for t in conv.outputs),
     }

@@ -13,7 +13,10 @@ from mlts.commands._common import (
     MAX_GRACE_SECONDS,
     MAX_STRESS_SECONDS,
     SEED,
+    BadInput,
     FiniteFloatRange,
+    distribution,
+    distribution_options,
     driver_plugin_option,
     driver_socket_option,
     qos_options,
@@ -196,6 +199,7 @@ def format_results(records: list[dict], width: int | None = None) -> list[str]:
 @click.option("--quiet", is_flag=True, help="No progress and no table.")
 @report_file_options
 @qos_options
+@distribution_options
 def stress(
     mode: str,
     drivers_regex: str | None,
@@ -226,6 +230,8 @@ def stress(
     preference: str,
     deadline_ms: float | None,
     loop_timeout_ms: float | None,
+    lab_file: str | None,
+    cluster: str | None,
 ) -> None:
     """Run stress MODE (or `all`) on every matching driver; each test in its own supervised process.
 
@@ -259,6 +265,9 @@ def stress(
     with the verdict (tests as expected, failures with their whole reason,
     whether the machine was noisy). Exits with status 1 when any outcome
     differs from the expected one.
+
+    --lab FILE runs the tests on every endpoint of a lab; --cluster spreads
+    them over a Dask cluster's workers (docs/cluster.md).
     """
     from mlts.bench.run_record import RunRecord
     from mlts.bench.sources import select_models
@@ -295,11 +304,14 @@ def stress(
         config.check()
     except StressConfigError as e:
         raise click.UsageError(str(e)) from None
+    lab, cluster = distribution(lab_file, cluster)
+    if lab is not None and (drivers_regex is not None or driver_sockets):
+        raise BadInput("--lab names the drivers to stress: leave out --drivers and --driver-socket")
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
         check_out_dir(out, force)
     check_file_targets(summary=summary_file, junit=junit_file)
-    chosen = select(discover(plugin_files, driver_sockets), drivers_regex)
+    chosen = select(discover(plugin_files, driver_sockets), drivers_regex) if lab is None else []
     config = replace(config, driver_sockets={s.name: s.socket for s in chosen if s.socket is not None})
     drivers = [s.name for s in chosen]
     models = [s.name for s in select_models(models_regex)]
@@ -313,6 +325,9 @@ def stress(
     latest: list[dict] = []
 
     def save(doc: dict) -> None:
+        from mlts.cluster.endpoints import stamp_stress
+
+        doc = stamp_stress(doc, config.driver_sockets, in_process=config.in_process)
         latest[:] = [record.annotate(doc, planned)]
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
@@ -327,7 +342,14 @@ def stress(
         write_report_files(doc, summary_file, junit_file)
 
     try:
-        doc = run_stress(modes, drivers, models, config, progress, checkpoint=save)
+        if lab is not None or cluster is not None:
+            doc = _distributed(
+                modes, chosen, models, config, lab, cluster, plugin_files, progress, quiet or as_json, save
+            )
+        else:
+            doc = run_stress(modes, drivers, models, config, progress, checkpoint=save)
+        save(doc)
+        doc = latest[0]
     except KeyboardInterrupt as e:
         if not latest:
             raise  # nothing ran yet: nothing to keep
@@ -362,6 +384,28 @@ def stress(
             f"{len(unexpected)} of {len(doc['results'])} tests ended unexpectedly "
             f"({first['test']}: {first['outcome']}, expected {first['expected']})"
         )
+
+
+def _distributed(modes, chosen, models, config, lab, cluster, plugin_files, progress, quiet, save) -> dict:
+    """The tests on every lab endpoint (or each chosen driver), in turn or spread over --cluster."""
+    from mlts.cluster import run as distributed
+    from mlts.cluster.targets import lab_targets, spec_targets
+
+    if lab is not None:
+        targets = lab_targets(lab, plugin_files)
+    else:
+        targets = spec_targets(chosen)  # their options are the config's --driver-option
+    return distributed.stress(
+        modes=modes,
+        targets=targets,
+        models=models,
+        config=config,
+        lab=lab,
+        cluster=cluster,
+        say=progress,
+        quiet=quiet,
+        checkpoint=save,
+    )
 
 
 def _write_report(doc: dict, out: Path | None) -> None:

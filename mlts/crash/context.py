@@ -130,7 +130,7 @@ class StressContext:
             from mlts.convert import load_model
             from mlts.models import zoo
 
-            path = Path(name) if name.endswith(".onnx") else zoo.model_path(name)
+            path = Path(name) if name.endswith((".onnx", ".tflite")) else zoo.model_path(name)
             self._protos[name] = load_model(path)
         return self._protos[name]
 

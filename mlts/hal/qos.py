@@ -1,7 +1,7 @@
 """Quality of service shared by drivers and the service: deadlines, client identity and priority preemption.
 
 NNAPI's priority is relative to the same client's other prepared models. A driver served by
-`mlts.hal.service` learns which connection a call comes from through `current_client()` (the service
+`mlts.ipc.service` learns which connection a call comes from through `current_client()` (the service
 sets it around every call it hands to the driver; in-process callers are client 0).
 
 `PriorityGate` is how a driver preempts: every running execution holds a ticket, and at each

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlts.records import _json as j
+from mlts.records.endpoint import Endpoint
 from mlts.records.stats import Stats, stats_or_not_measured
 
 STATUSES = ("ok", "error")
@@ -261,6 +262,8 @@ class BenchmarkRow(j.Record):
     memory_mb: Memory | None = j.value(j.record_check(Memory), default=None, omit=True)
     quantization: dict | None = j.value(j.obj, default=None, omit=True)
     reference_inexact: str | None = j.value(j.text, default=None, omit=True)
+    # The CPU reference this row's vs_reference compares against (the reference rows: their own framework).
+    reference: str | None = j.value(j.text, default=None, omit=True)
     extensions: tuple[str, ...] | None = j.value(j.texts, default=None, omit=True)
     harness_overhead: dict | None = j.value(j.nullable(j.obj), default=None, omit=True)
     profile: dict | None = j.value(j.obj, default=None, omit=True)
@@ -268,6 +271,7 @@ class BenchmarkRow(j.Record):
     partition: dict | None = j.value(j.obj, default=None, omit=True)
     partitioned_models: int | None = j.value(j.count, default=None, omit=True)
     device_memory: dict | None = j.value(j.obj, default=None, omit=True)
+    endpoint: Endpoint | None = j.value(j.record_check(Endpoint), default=None, omit=True)
     extra: dict = j.extra()
 
     @classmethod

@@ -15,7 +15,7 @@ from typing import Any
 from markupsafe import Markup
 
 from mlts.records import BenchmarkRow
-from mlts.report._html_format import BASELINE, DASH
+from mlts.report._html_format import DASH, is_baseline
 
 CHART_WIDTH = 720
 LABEL_WIDTH = 300
@@ -69,10 +69,10 @@ def _retries(row: BenchmarkRow) -> str:
 
 def overview(records: list[BenchmarkRow]) -> dict[str, Any]:
     """Headline counts, one line per driver row (ratio, verdict, failures, retries) and the ratio chart."""
-    refs = {r.model: r for r in records if r.backend == BASELINE}
+    refs = {r.model: r for r in records if is_baseline(r)}
     lines = []
     for row in records:
-        if row.backend == BASELINE:
+        if is_baseline(row):
             continue
         ref = refs.get(row.model)
         ratio = ratio_interval(row, ref) if row.ok and ref is not None and ref.ok else None

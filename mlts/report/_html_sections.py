@@ -10,13 +10,13 @@ from markupsafe import Markup
 
 from mlts.records import BenchmarkRow, StressRecord
 from mlts.report._html_format import (
-    BASELINE,
     DASH,
     _anchor,
     _mapping,
     _number,
     _stat_text,
     _text,
+    is_baseline,
 )
 from mlts.report.svg import cdf_svg, histogram_svg
 
@@ -184,7 +184,7 @@ def _charts(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
 
 
 def _driver_rows(rows: list[BenchmarkRow]) -> list[BenchmarkRow]:
-    return [r for r in rows if r.ok and r.backend != BASELINE and not r.backend.startswith("cpu:")]
+    return [r for r in rows if r.ok and not is_baseline(r) and not r.backend.startswith("cpu:")]
 
 
 def _size(value: Any) -> str:

@@ -14,7 +14,6 @@ from typing import Any
 
 from mlts.records import BenchmarkRow, Evaluator, Stats
 from mlts.report._html_format import (
-    BASELINE,
     DASH,
     _anchor,
     _mapping,
@@ -22,6 +21,7 @@ from mlts.report._html_format import (
     _percent,
     _stat,
     _text,
+    is_baseline,
 )
 
 # --- inference tables -------------------------------------------------------------------------------
@@ -198,7 +198,7 @@ def _baselines(rows: list[BenchmarkRow]) -> dict[str, Stats]:
     out: dict[str, Stats] = {}
     for r in rows:
         lat = r.per_call_latency
-        if r.backend == BASELINE and r.ok and lat is not None and _stat(lat) is not None:
+        if is_baseline(r) and r.ok and lat is not None and _stat(lat) is not None:
             out.setdefault(r.model, lat)
     return out
 
@@ -232,7 +232,7 @@ def _mark_inexact(row: BenchmarkRow, column: Column, cell: Cell) -> Cell:
     """A cell that compares with onnxruntime, on a row where onnxruntime is not exact: marked with †."""
     if not row.reference_inexact or cell[0] == DASH:
         return cell
-    against_reference = column.group == REFERENCE or row.backend == BASELINE
+    against_reference = column.group == REFERENCE or is_baseline(row)
     return (f"{cell[0]} †", f"{cell[1]} inexact-ref".strip()) if against_reference else cell
 
 
@@ -263,7 +263,7 @@ def _ci(stats: Stats | Mapping) -> tuple[float, float]:
 
 
 def _diff(row: BenchmarkRow, lat: Stats | None, baseline: Stats | None) -> dict[str, str]:
-    if row.backend == BASELINE:
+    if is_baseline(row):
         return {"text": "baseline", "cls": "baseline", "verdict": ""}
     if baseline is None or lat is None or _stat(lat) is None:
         return {"text": DASH, "cls": "", "verdict": ""}

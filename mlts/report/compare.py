@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from typing import Any
 
 from mlts.records import BenchmarkRow, ResultsDocument, Stats
@@ -100,9 +101,17 @@ def compare_results(
 
 
 def _reference_of(rows: dict[tuple[str, str], BenchmarkRow], key: tuple[str, str]) -> BenchmarkRow | None:
-    """The reference (cpu:…) row of the model of `key` in the same document, or None."""
-    found = [r for (model, _), r in rows.items() if model == key[0] and r.is_reference]
-    return found[0] if len(found) == 1 else None
+    """The CPU reference row the row of `key` was compared with in the same document (its `reference`,
+    onnxruntime in older files; the same lab device's when the backend names one), or None."""
+    model, backend = key
+    row = rows[key]
+    suffix = backend[backend.index("@") :] if "@" in backend else ""
+    name = f"cpu:{row.reference or 'onnxruntime'}"
+    for candidate in (name + suffix, name):
+        found = rows.get((model, candidate))
+        if found is not None and found.is_reference:
+            return found
+    return None
 
 
 def run_warnings(old: ResultsDocument, new: ResultsDocument, labels: tuple[str, str]) -> list[str]:
@@ -209,7 +218,7 @@ def _index(doc: ResultsDocument, label: str) -> dict[tuple[str, str], BenchmarkR
         raise ResultsSchemaError("", f"{label}: a {doc.kind} results file; compare reads benchmark results")
     out: dict[tuple[str, str], BenchmarkRow] = {}
     where: dict[tuple[str, str], int] = {}
-    for i, rec in enumerate(doc.rows):
+    for i, rec in enumerate(_device_labelled(doc)):
         key = rec.key
         if key in out:
             raise ResultsSchemaError(
@@ -217,6 +226,16 @@ def _index(doc: ResultsDocument, label: str) -> dict[tuple[str, str], BenchmarkR
             )
         out[key], where[key] = rec, i
     return out
+
+
+def _device_labelled(doc: ResultsDocument) -> list[BenchmarkRow]:
+    """The rows; in a lab run the backend names the device too (driver:sample-all@board-a), so each
+    device's rows are compared with the same device's."""
+    if doc.section("lab") is None:
+        return doc.rows
+    return [
+        r if r.endpoint is None else replace(r, backend=f"{r.backend}@{r.endpoint.name}") for r in doc.rows
+    ]
 
 
 def _key_dict(key: tuple[str, str]) -> dict[str, str]:
@@ -252,6 +271,8 @@ def compare_row(
         "model": old.model,
         "backend": old.backend,
         "reference": old.is_reference,
+        # The CPU reference each run compared the row with (older results: onnxruntime, the only one).
+        "compared_with": {"old": old.reference or "onnxruntime", "new": new.reference or "onnxruntime"},
         "old_status": old.status,
         "new_status": new.status,
         "status": status,
@@ -326,6 +347,11 @@ def ratio_change(
 ) -> dict[str, Any]:
     """The driver ÷ reference ratio in each file and its change new/old - 1 with a 95% interval, judged
     against `threshold`; without a usable reference in a file, {"verdict": "not judged", "why": ...}."""
+    if (old.reference or "onnxruntime") != (new.reference or "onnxruntime"):
+        return {
+            "verdict": "not judged",
+            "why": f"the CPU reference changed ({old.reference or 'onnxruntime'} -> {new.reference or 'onnxruntime'})",
+        }
     refs = []
     for ref, label in ((old_ref, "old"), (new_ref, "new")):
         lat = ref.per_call_latency if ref is not None and ref.ok else None
@@ -495,8 +521,8 @@ def _latency_table(rows: list[dict]) -> list[str]:
         f"{'÷ref new':>8} {'change':>8} {'95% interval':<20} verdict"
     )
     lines = [
-        "verdict: the change of driver ÷ onnxruntime, each measured in its own run under the same load; "
-        "old/new ms and their change are information",
+        "verdict: the change of driver ÷ CPU reference (onnxruntime, or LiteRT for .tflite models), each "
+        "measured in its own run under the same load; old/new ms and their change are information",
         "",
         header,
         "-" * len(header),
@@ -510,6 +536,10 @@ def _latency_table(rows: list[dict]) -> list[str]:
             )
             continue
         per = " per step" if lat.get("unit") == "step" else ""
+        against = r.get("compared_with") or {}
+        if against and (against.get("old") != "onnxruntime" or against.get("new") != "onnxruntime"):
+            old_ref, new_ref = against.get("old"), against.get("new")
+            per += f" [vs {old_ref}]" if old_ref == new_ref else f" [vs {old_ref} -> {new_ref}]"
         absolute = (
             f"{lat['old_median_ms']:>9.3f} {lat['new_median_ms']:>9.3f} {_percent(lat['change'], 'n/a'):>7}  "
         )

@@ -54,10 +54,27 @@ COLUMNS: tuple[str, ...] = (
     "validation_errors",
     "verdict_pass",
     "retries",
+    "reference",
+    "endpoint",
+    "host",
+    "transport",
 )
 
 # pandas' nullable dtypes keep integers integers and write an empty cell for a missing value.
-TEXT_COLUMNS = {"model", "family", "backend", "status", "error", "dataset", "labels", "validation_errors"}
+TEXT_COLUMNS = {
+    "model",
+    "family",
+    "backend",
+    "status",
+    "error",
+    "dataset",
+    "labels",
+    "validation_errors",
+    "reference",
+    "endpoint",
+    "host",
+    "transport",
+}
 INTEGER_COLUMNS = {
     "threads",
     "warmup_iterations",
@@ -141,6 +158,11 @@ def benchmark_row(rec: BenchmarkRow) -> dict[str, Any]:
         "validation_errors": "; ".join(v.message for v in rec.violations) or None,
         "verdict_pass": rec.verdict and rec.verdict.passed,
         "retries": rec.retries and rec.retries.retries,
+        "reference": rec.reference,
+        # Where the backend ran: the lab device (or driver) name, its host and transport.
+        "endpoint": rec.endpoint and rec.endpoint.name,
+        "host": rec.endpoint and rec.endpoint.host,
+        "transport": rec.endpoint and rec.endpoint.transport,
     }
     if rec.reference_inexact:  # every row of the model, onnxruntime's own included
         row["reference_exact"] = False

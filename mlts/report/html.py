@@ -41,6 +41,7 @@ from mlts.report._html_sections import (
     _warnings,
 )
 from mlts.report._html_tables import _families, compare_medians
+from mlts.report.lab_section import device_rows, lab_view
 from mlts.report.profile_section import profile_rows
 from mlts.report.validate_section import validate_page, validate_view, write_validate_page
 
@@ -102,7 +103,7 @@ def build_view(doc: Mapping | ResultsDocument) -> dict[str, Any]:
     document = doc if isinstance(doc, ResultsDocument) else ResultsDocument.from_json(doc)
     data = document.to_json()
     kind = document.kind
-    records = document.rows
+    records = device_rows(document)  # in a lab run, each device's rows apart
     rows: list[Mapping] = [r.to_json() for r in records]
     stress = document.stress
     env = _mapping(data.get("environment"))
@@ -128,4 +129,5 @@ def build_view(doc: Mapping | ResultsDocument) -> dict[str, Any]:
         "capabilities": _capabilities(data.get("capabilities")),
         "profiles": profile_rows(rows),
         "validate": validate_view(data),
+        "lab": lab_view(document),
     }

@@ -14,6 +14,7 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import replace
 from html import escape
 from typing import Any
 
@@ -147,10 +148,26 @@ def page(section: ValidateSection, page_dir: str = "", environment: Mapping[str,
     return f"""<!DOCTYPE html>
 <html lang=en><head><meta charset=utf-8><title>mlts validate: {escape(section.driver)}</title>
 <style>{_PAGE_STYLE}{CSS}</style></head><body>
-{body(section, page_dir)}
+{"".join(body(part, page_dir) for part in by_device(section))}
 <div class=validate-run>{setup}</div>
 </body></html>
 """
+
+
+def by_device(section: ValidateSection) -> list[ValidateSection]:
+    """The section, or in a lab run (cases on several devices) one section per device, in case order."""
+    devices = list(dict.fromkeys(c.device for c in section.cases))
+    if len(devices) <= 1 and devices[:1] in ([], [None]):
+        return [section]
+    return [
+        replace(
+            section,
+            driver=f"{device} ({section.driver})",
+            cases=tuple(c for c in section.cases if c.device == device),
+            errors=tuple(e for e in section.errors if f" on {device}:" in e or e.endswith(f"[{device}]")),
+        )
+        for device in devices
+    ]
 
 
 # --- hooks of mlts.report.html ---------------------------------------------------------------------------
@@ -162,7 +179,8 @@ def validate_view(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     if data is None:
         return None
     section = ValidateSection.from_json(data)
-    return {"css": Markup(CSS), "body": body(section, heading="h2"), "failed": section.failed}
+    parts = Markup("").join(body(part, heading="h2") for part in by_device(section))
+    return {"css": Markup(CSS), "body": parts, "failed": section.failed}
 
 
 def validate_page(doc: Mapping[str, Any], page_dir: str = "") -> str:

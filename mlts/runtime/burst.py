@@ -22,15 +22,15 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from mlts.hal import burst_messages as msg
-from mlts.hal.burst_ring import DEFAULT_CAPACITY, DEFAULT_POLLING_US, MessageTooLarge, Ring, RingError
 from mlts.hal.codec import UINT32_MAX
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError
-from mlts.hal.expected_wait import ExpectedWait, stretch_max_us
 from mlts.hal.interface import Burst
 from mlts.hal.memory import SharedMemory
 from mlts.hal.types import ExecutionResult, OptionalTimeoutDuration, OptionalTimePoint, Request
+from mlts.ipc import burst_messages as msg
+from mlts.ipc.burst_ring import DEFAULT_CAPACITY, DEFAULT_POLLING_US, MessageTooLarge, Ring, RingError
+from mlts.ipc.expected_wait import ExpectedWait, stretch_max_us
 from mlts.runtime.remote_buffer import RemoteBuffer
 
 if TYPE_CHECKING:

@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from mlts.hal import compact_calls, expected_wait, socket_polling, wire
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
+from mlts.ipc import compact_calls, expected_wait, socket_polling, wire
 
 # How often a waiting reader checks that the driver still lives.
 _LIVENESS_POLL_S = 0.05

@@ -12,9 +12,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mlts.hal import wire
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
+from mlts.ipc import wire
 
 DEFAULT_START_TIMEOUT = 30.0
 DEFAULT_STOP_TIMEOUT = 5.0
@@ -33,7 +33,7 @@ def log_tail(path: str, n: int = 20) -> list[str]:
     return text.splitlines()[-n:] if n > 0 else []
 
 
-# What the service logs when the Device's factory fails (see mlts.hal.service.main).
+# What the service logs when the Device's factory fails (see mlts.ipc.service.main).
 _CREATE_FAILED = "ERROR: cannot create driver "
 
 
@@ -59,13 +59,13 @@ def spawn_service(
     env: Mapping[str, str] | None,
     pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
-    """Start `python -m mlts.hal.service` for factory `spec`, its output appended to `log_path`.
+    """Start `python -m mlts.ipc.service` for factory `spec`, its output appended to `log_path`.
 
     The service watches this process's pid and ends with it, even in the middle of a
     call; it runs in a new session, so a Ctrl-C meant for the client does not kill the
     driver behind its back.
     """
-    cmd = [sys.executable, "-m", "mlts.hal.service", "--factory", spec, "--name", label]
+    cmd = [sys.executable, "-m", "mlts.ipc.service", "--factory", spec, "--name", label]
     cmd += ["--parent-pid", str(os.getpid())]
     for key, value in (options or {}).items():
         cmd += ["--option", f"{key}={value}"]
@@ -111,7 +111,7 @@ class DriverProcess:
         service_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
     ) -> DriverProcess:
-        """Start `python -m mlts.hal.service` for factory `spec` and wait for its hello."""
+        """Start `python -m mlts.ipc.service` for factory `spec` and wait for its hello."""
         label = name or spec
         if log_path is None:
             safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)[:40]

@@ -15,8 +15,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mlts.hal import codec, compact_calls, nnfile, wire
-from mlts.hal.burst_messages import PoolRef
+from mlts.hal import codec, nnfile
 from mlts.hal.enums import DeviceType, ErrorStatus, ExecutionPreference, Priority
 from mlts.hal.errors import HalError
 from mlts.hal.interface import Device
@@ -31,6 +30,8 @@ from mlts.hal.types import (
     OptionalTimePoint,
     Request,
 )
+from mlts.ipc import compact_calls, wire
+from mlts.ipc.burst_messages import PoolRef
 from mlts.runtime import remote_buffer
 from mlts.runtime.connection import Endpoint, ServiceConnection, Slot
 from mlts.runtime.process import DriverProcess
@@ -419,7 +420,7 @@ class RemoteDevice(Device):
         """Describe the request's pools and send the call, atomically (pool ids reach the service in order).
 
         With a service of protocol 1.4, a request whose pools the service has all cached travels as a
-        compact call (mlts.hal.compact_calls); its answer then holds the compact body ("compact").
+        compact call (mlts.ipc.compact_calls); its answer then holds the compact body ("compact").
         """
         conn = self.connection
         with conn.send_lock:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from mlts.hal import codec, compact_calls, operation_times, wire
+from mlts.hal import codec, operation_times
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError
 from mlts.hal.execution import ExecutionCallback, FencedExecutionCallback, FencedExecutionInfo
@@ -23,6 +23,7 @@ from mlts.hal.fence import SyncFence
 from mlts.hal.interface import PreparedModel
 from mlts.hal.memory import HostMemory, SharedMemory
 from mlts.hal.types import ExecutionResult, OptionalTimeoutDuration, OptionalTimePoint, Request, Timing
+from mlts.ipc import compact_calls, wire
 from mlts.runtime.burst import RemoteBurst
 from mlts.runtime.connection import Slot
 

@@ -1,6 +1,6 @@
 """Shared driver services: connect to one by its socket path, or start one that a tool owns and stops.
 
-A shared service (`python -m mlts.hal.service --socket PATH`, or
+A shared service (`python -m mlts.ipc.service --socket PATH`, or
 `mlts driver serve NAME`) serves every client that connects; a client never
 stops it. A call that gets no answer in time therefore only closes this
 client's connection (its handles are released by the service).
@@ -18,9 +18,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mlts.hal import wire
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
+from mlts.ipc import wire
 from mlts.runtime.process import (
     DEFAULT_START_TIMEOUT,
     DEFAULT_STOP_TIMEOUT,
@@ -172,7 +172,7 @@ class SharedService:
         service_args: Sequence[str] = (),
         start_timeout: float = DEFAULT_START_TIMEOUT,
     ) -> SharedService:
-        """Start `python -m mlts.hal.service --socket PATH` for factory `spec`; wait until it accepts."""
+        """Start `python -m mlts.ipc.service --socket PATH` for factory `spec`; wait until it accepts."""
         label = name or spec
         tmpdir = None
         if socket_path is None:

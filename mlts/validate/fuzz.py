@@ -77,18 +77,23 @@ def _budgets(options: SuiteOptions, campaigns: int) -> tuple[int | None, float |
 
 def run(target: Target, options: SuiteOptions, emit: Callable[[CaseResult], None]) -> None:
     """Run the fuzz campaigns on `target`; one case per campaign plus one per distinct finding."""
-    plan = [(n, [e for e in ("in-process", "service") if options.wants(f"{n}/{e}")]) for n in TARGETS]
+    whole = options.unsharded()
+    plan = [(n, [e for e in ("in-process", "service") if whole.wants(f"{n}/{e}")]) for n in TARGETS]
     plan = [(n, engines) for n, engines in plan if engines]
+    # Budgets and seeds come from the whole suite's plan, so a shard's campaigns are the same ones.
     cases, seconds = _budgets(options, max(1, len(plan)))  # per target
     ctx = ServiceContext(target, min(target.call_timeout, 10.0))
-    for k, (name, engines) in enumerate(plan):
+    for k, (name, all_engines) in enumerate(plan):
+        engines = [e for e in all_engines if options.wants(f"{name}/{e}")]
+        if not engines:
+            continue
         fuzz_target = TARGETS[name]()
         seed = options.seed * 1_000_003 + k
         # A target's budget: 80% in-process and 20% on the service when both run.
         share = (
             {"in-process": 1 - SERVICE_SHARE, "service": SERVICE_SHARE}
-            if len(engines) == 2
-            else {engines[0]: 1.0}
+            if len(all_engines) == 2
+            else {all_engines[0]: 1.0}
         )
         for engine in engines:
             n_cases = None if cases is None else max(1, int(cases * share[engine]))

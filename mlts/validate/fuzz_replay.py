@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mlts.hal.burst_ring import HEADER_BYTES, MAX_CAPACITY, MIN_CAPACITY
+from mlts.ipc.burst_ring import HEADER_BYTES, MAX_CAPACITY, MIN_CAPACITY
 from mlts.validate.core import CaseResult, Target, ValidateError, run_case
 from mlts.validate.fuzz_targets import RingTarget, ServiceContext
 from mlts.validate.reproducer import Reproducer

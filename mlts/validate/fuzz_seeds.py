@@ -16,13 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from mlts.hal import burst_messages as msg
-from mlts.hal import codec, wire
-from mlts.hal.burst_ring import Ring
+from mlts.hal import codec
 from mlts.hal.enums import MeasureTiming, OperandType, OperationType
 from mlts.hal.nnfile import ALIGNMENT, FORMAT_MAJOR, FORMAT_MINOR, HEADER, HEADER_SIZE, MAGIC
 from mlts.hal.opprobe import probe_model
 from mlts.hal.types import DataLocation, Model, RequestArgument
+from mlts.ipc import burst_messages as msg
+from mlts.ipc import wire
+from mlts.ipc.burst_ring import Ring
 
 T = OperandType
 #: Probe models the model and request seeds start from (operation, key type).

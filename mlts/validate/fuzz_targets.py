@@ -26,13 +26,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mlts.hal import codec, nnfile, validate, wire
-from mlts.hal.burst_messages import decode_request
-from mlts.hal.burst_ring import HEADER_BYTES, MAX_CAPACITY, MIN_CAPACITY, Ring, RingError
+from mlts.hal import codec, nnfile, validate
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 from mlts.hal.memory import HostMemory, SharedMemory
 from mlts.hal.types import Model
+from mlts.ipc import wire
+from mlts.ipc.burst_messages import decode_request
+from mlts.ipc.burst_ring import HEADER_BYTES, MAX_CAPACITY, MIN_CAPACITY, Ring, RingError
 from mlts.runtime.burst import RemoteBurst
 from mlts.runtime.remote import RemoteDevice
 from mlts.runtime.remote_prepared import RemotePreparedModel

@@ -22,7 +22,8 @@ def junit_xml(section: ValidateSection) -> bytes:
         cases = [
             Case(
                 name=case.name,
-                classname=classname,
+                # A lab run's cases are told apart by their device.
+                classname=classname + (f".{case.device}" if case.device else ""),
                 outcome=_OUTCOME[case.outcome],
                 seconds=case.seconds,
                 message=case.reason,

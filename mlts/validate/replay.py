@@ -14,10 +14,10 @@ import time
 
 import numpy as np
 
-from mlts.hal import wire
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError
 from mlts.hal.types import OutputShape
+from mlts.ipc import wire
 from mlts.runtime.execution import EXECUTION_MODES, execute
 from mlts.runtime.remote import RemoteDevice
 from mlts.validate.core import CaseResult, Target, ValidateError, run_case

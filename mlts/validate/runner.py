@@ -60,6 +60,8 @@ def run_suites(
         seconds=time.perf_counter() - t0,
         restarts=target.restarts,
         restart_reasons=tuple(target.restart_reasons),
-        options={k: v for k, v in asdict(options).items()},
+        options={
+            k: v for k, v in asdict(options).items() if k != "shard"
+        },  # a shard is the cluster's business
         errors=tuple(errors),
     )

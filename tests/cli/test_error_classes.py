@@ -83,7 +83,7 @@ def test_every_error_type_of_the_project_is_user_facing():
     from mlts.hal.capabilities_file import CapabilitiesFileError
     from mlts.hal.loader import FactoryError
     from mlts.hal.nnfile import NnFileError
-    from mlts.hal.wire import WireError
+    from mlts.ipc.wire import WireError
     from mlts.models.zoo import UnknownModelError
     from mlts.report.schema import ResultsSchemaError
     from mlts.runtime.allowlist import AllowlistError

@@ -29,7 +29,7 @@ QUICK = ["--duration", "0.6", "--grace", "4", "--models", MODEL]
 
 def _our_processes() -> list[str]:
     """This test run's stress children and driver services (zombies excluded), never other users'."""
-    return our_processes("mlts.crash.child", "mlts.hal.service")
+    return our_processes("mlts.crash.child", "mlts.ipc.service")
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,6 @@ import struct
 
 import pytest
 
-from mlts.hal import burst_messages as msg
 from mlts.hal import codec
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError
@@ -29,6 +28,7 @@ from mlts.hal.types import (
     RequestArgument,
     Timing,
 )
+from mlts.ipc import burst_messages as msg
 
 T = OperationTime
 

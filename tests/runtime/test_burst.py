@@ -15,11 +15,11 @@ import time
 import numpy as np
 import pytest
 
-from mlts.hal import burst_messages as msg
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError
 from mlts.hal.memory import HostMemory
 from mlts.hal.types import DataLocation, Request, RequestArgument
+from mlts.ipc import burst_messages as msg
 from mlts.runtime.execution import execute
 from mlts.runtime.remote import RemoteDevice
 from mlts.runtime.session import Session

@@ -7,13 +7,14 @@ import socket
 import numpy as np
 import pytest
 
-from mlts.hal import compact_calls as cc
-from mlts.hal import nnfile, wire
-from mlts.hal.burst_messages import PoolRef
+from mlts.hal import nnfile
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError
 from mlts.hal.fence import SyncFence
 from mlts.hal.memory import HostMemory, SharedMemory
+from mlts.ipc import compact_calls as cc
+from mlts.ipc import wire
+from mlts.ipc.burst_messages import PoolRef
 from mlts.runtime.remote import _speaks_compact
 from mlts.runtime.shared import SharedService
 from tests.runtime.conftest import fake_spec

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from driver.variants import SampleAll
-from mlts.hal import wire
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 from mlts.hal.memory import HostMemory
 from mlts.hal.types import CacheFilesNeeded
+from mlts.ipc import wire
 from mlts.runtime.compile_cache import CompilationCache, cache_token
 from mlts.runtime.process import DriverProcess
 from mlts.runtime.remote import RemoteDevice

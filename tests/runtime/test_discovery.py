@@ -118,4 +118,4 @@ def test_load_factory_specs():
     with pytest.raises(FactoryError, match="cannot import module 'no_such_mod'"):
         load_factory("no_such_mod:X")
     with pytest.raises(FactoryError, match="not a class or function"):
-        load_factory("mlts.hal.wire:MAGIC")
+        load_factory("mlts.ipc.wire:MAGIC")

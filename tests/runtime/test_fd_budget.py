@@ -7,10 +7,10 @@ import resource
 
 import pytest
 
-from mlts.hal import wire
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.memory import SharedMemory
-from mlts.hal.service.handles import Limits
+from mlts.ipc import wire
+from mlts.ipc.service.handles import Limits
 from mlts.runtime.process import DriverProcess
 from tests.runtime.conftest import fake_spec
 

@@ -9,9 +9,10 @@ import struct
 
 import pytest
 
-from mlts.hal import nnfile, wire
+from mlts.hal import nnfile
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.memory import SharedMemory
+from mlts.ipc import wire
 from mlts.runtime.process import DriverProcess
 from tests.runtime.conftest import fake_spec
 from tests.runtime.models import add_model

@@ -13,10 +13,11 @@ import time
 import numpy as np
 import pytest
 
-from mlts.hal import nnfile, wire
+from mlts.hal import nnfile
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.fence import SyncFence
 from mlts.hal.memory import SharedMemory
+from mlts.ipc import wire
 from mlts.runtime.shared import SharedService
 from tests.runtime.conftest import fake_spec
 from tests.runtime.models import add_model

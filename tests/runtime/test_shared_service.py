@@ -381,8 +381,8 @@ def _thread_nices(pid: int) -> list[int]:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
 def test_the_shared_service_prepares_below_its_executions(tmp_path):
-    from mlts.hal.service.background import PREPARE_NICE
-    from mlts.hal.service.host import DEFAULT_PREPARE_WORKERS
+    from mlts.ipc.service.background import PREPARE_NICE
+    from mlts.ipc.service.host import DEFAULT_PREPARE_WORKERS
     from mlts.runtime.remote import RemoteDevice
 
     service = SharedService.start(SAMPLE_ALL, name="sample-all", log_path=str(tmp_path / "svc.log"))

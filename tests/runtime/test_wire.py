@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from mlts.hal import wire
+from mlts.ipc import wire
 
 
 @pytest.fixture

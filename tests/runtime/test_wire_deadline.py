@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from mlts.hal import wire
+from mlts.ipc import wire
 from mlts.runtime.process import DriverProcess
 from tests.runtime.conftest import fake_spec
 

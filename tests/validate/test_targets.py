@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from mlts.hal import wire
+from mlts.ipc import wire
 from mlts.runtime.discovery import discover
 from mlts.runtime.shared import SharedService
 from mlts.validate import behaviour, reproducer, validation

@@ -1,0 +1,8 @@
+"""How a `Device` is served from its own process and reached: the transport layer.
+
+Above `mlts.hal` (whose types, interface, validation and file formats it carries) and below
+`mlts.runtime` (the client side that uses it). Modules: `wire` (frames and the JSON control
+messages), `compact_calls` (the binary execution message), `burst_messages` and `burst_ring`
+(a burst's shared-memory rings), `socket_polling` and `expected_wait` (how a reader waits),
+and `service` (the service host: one Device shared by many clients).
+"""

@@ -1,0 +1,154 @@
+"""Handlers of memory domains: allocate, the IBuffer copies and release, and token checks for executions.
+
+A buffer the driver allocates is a handle of the allocating client keyed by
+its token, so only that client can name it: another client's token (even a
+correctly guessed one) is unknown here, fails with INVALID_ARGUMENT and is
+logged. The client's release, or its disconnection, frees the buffer once
+no execution uses it any more.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from mlts.hal.enums import ErrorStatus
+from mlts.hal.errors import HalError, invalid
+from mlts.hal.memory import read_received, write_received
+from mlts.hal.types import BufferDesc, BufferRole
+from mlts.ipc.service.args import arg, int_list, pool_token
+from mlts.ipc.service.client import Call, Client, Handler
+from mlts.ipc.service.handles import Kind, Resource
+
+log = logging.getLogger("mlts.ipc.service")
+
+#: At most this many prepared models and roles in one allocation.
+MAX_ALLOCATE_MODELS = 64
+MAX_ROLES = 256
+
+
+def hold_buffer(client: Client, method: str, token: int) -> Resource:
+    """The client's buffer with `token`, with one more reference (the caller releases it).
+
+    Shared by every path that takes tokens (executions, bursts, copies).
+    """
+    try:
+        return client.handles.get(Kind.BUFFER, token, method)
+    except HalError:
+        log.warning(
+            "client pid %d uid %d presented buffer token %d, which it does not hold (%s)",
+            client.pid,
+            client.uid,
+            token,
+            method,
+        )
+        raise invalid(f"{method}: buffer token {token} is not a live buffer of this client") from None
+
+
+def _roles(call: Call, key: str) -> list[BufferRole]:
+    m = call.method
+    docs = arg(call.args, m, key, list, [])
+    if len(docs) > MAX_ROLES:
+        raise invalid(f"{m}: {key!r} has {len(docs)} roles; at most {MAX_ROLES} are allowed")
+    roles = []
+    for n, doc in enumerate(docs):
+        where = f"{m} {key}[{n}]"
+        if not isinstance(doc, dict):
+            raise invalid(f"{where} must be an object with 'model', 'io' and 'frequency'")
+        roles.append(
+            BufferRole(
+                arg(doc, where, "model", int),
+                arg(doc, where, "io", int),
+                float(arg(doc, where, "frequency", (int, float), 1.0)),
+            )
+        )
+    return roles
+
+
+def allocate(client: Client, call: Call) -> dict[str, Any]:
+    m = call.method
+    client.handles.check_room(Kind.BUFFER, m)
+    desc_doc = arg(call.args, m, "desc", dict)
+    dims = int_list(desc_doc, f"{m} desc", "dimensions", 32)
+    numbers = int_list(call.args, m, "prepared", MAX_ALLOCATE_MODELS)
+    input_roles = _roles(call, "input_roles")
+    output_roles = _roles(call, "output_roles")
+    held: list[Resource] = []
+    try:
+        for n, number in enumerate(numbers):
+            try:
+                held.append(client.handles.get(Kind.PREPARED, number, m))
+            except HalError:
+                raise invalid(
+                    f"{m}: prepared[{n}] = {number} is not a live prepared model of this client"
+                ) from None
+        prepared = [r.value.prepared for r in held]
+        buffer = client.host.device.allocate(BufferDesc(tuple(dims)), prepared, input_roles, output_roles)
+    finally:
+        for resource in held:
+            resource.release()
+    token = int(buffer.token)
+    try:
+        if not 0 < token < 2**32 or client.handles.peek(Kind.BUFFER, token) is not None:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"{m}: the driver returned an invalid token {token}")
+        client.handles.add(Kind.BUFFER, Resource(buffer, buffer.close), m, key=token)
+    except BaseException:
+        buffer.close()
+        raise
+    return {"token": token, "dimensions": [int(d) for d in buffer.dimensions]}
+
+
+def _memory_ref(call: Call) -> tuple[int, int]:
+    """The call's {"fd": i, "size": n}: a memfd or a mapped file, read or written once with pread/pwrite
+    (never mapped, so a sender that truncates it cannot fault the service)."""
+    m = call.method
+    ref = arg(call.args, m, "memory", dict)
+    size = arg(ref, f"{m} memory", "size", int)
+    return call.take_fd(ref.get("fd"), "memory"), size
+
+
+def copy_to(client: Client, call: Call) -> dict[str, Any]:
+    m = call.method
+    resource = hold_buffer(client, m, pool_token(call.args, m, "buffer"))
+    try:
+        fd, size = _memory_ref(call)
+        buffer = resource.value
+        staging = bytearray(size)
+        try:
+            buffer.copyTo(memoryview(staging))
+        except BaseException:
+            os.close(fd)
+            raise
+        write_received(fd, size, memoryview(staging), f"{m}: memory")
+    finally:
+        resource.release()
+    return {"dimensions": [int(d) for d in resource.value.dimensions]}
+
+
+def copy_from(client: Client, call: Call) -> dict[str, Any]:
+    m = call.method
+    dims = int_list(call.args, m, "dimensions", 32)
+    resource = hold_buffer(client, m, pool_token(call.args, m, "buffer"))
+    try:
+        fd, size = _memory_ref(call)
+        data = read_received(fd, size, f"{m}: memory")
+        resource.value.copyFrom(memoryview(data), dims)
+    finally:
+        resource.release()
+    return {"dimensions": [int(d) for d in resource.value.dimensions]}
+
+
+def release_buffer(client: Client, call: Call) -> dict[str, Any]:
+    token = pool_token(call.args, call.method, "buffer")
+    if not client.handles.remove(Kind.BUFFER, token):
+        hold_buffer(client, call.method, token)  # logs and raises
+    return {}
+
+
+HANDLERS: dict[str, Handler] = {
+    "allocate": allocate,
+    "bufferCopyTo": copy_to,
+    "bufferCopyFrom": copy_from,
+    "releaseBuffer": release_buffer,
+}

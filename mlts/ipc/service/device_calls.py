@@ -1,0 +1,222 @@
+"""Handlers of the Device methods: queries, model preparation and the service status."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlts.hal import codec, nnfile, validate
+from mlts.hal.enums import ExecutionPreference, Priority
+from mlts.hal.errors import HalError, invalid
+from mlts.hal.interface import PreparedModel
+from mlts.hal.memory import SEALS_FROZEN, SEALS_POOL, SharedMemory
+from mlts.hal.types import MAX_NUMBER_OF_CACHE_FILES, Model
+from mlts.ipc import wire
+from mlts.ipc.service.args import arg, cache_token, enum_value, int_list, opt_ns, type_name
+from mlts.ipc.service.client import Call, Client, Handler
+from mlts.ipc.service.handles import Kind, Resource
+from mlts.ipc.service.request_cache import RequestCache
+
+
+@dataclass
+class PreparedEntry:
+    """A prepared model of a client, with the model it was prepared from (None: from cache)."""
+
+    prepared: PreparedModel
+    model: Model | None
+    model_memory: SharedMemory | None
+    priority: int
+    #: Requests of this model already decoded and validated (mlts.ipc.service.request_cache).
+    requests: RequestCache = field(default_factory=RequestCache)
+
+
+def close_memory(memory: SharedMemory | None) -> None:
+    if memory is None:
+        return
+    try:
+        memory.close()
+    except (BufferError, OSError):
+        # Something still views the mapping; the fd is gone, the map goes with the GC.
+        pass
+
+
+def map_memory(call: Call, ref: object, what: str, seals: int = SEALS_POOL) -> SharedMemory:
+    """Map a {"fd": i, "size": n} reference carrying `seals`; the caller owns the result."""
+    if not isinstance(ref, dict):
+        raise invalid(f"{call.method}: {what} must be an object with 'fd' and 'size', got {type_name(ref)}")
+    size = arg(ref, f"{call.method} {what}", "size", int)
+    fd = call.take_fd(ref.get("fd"), what)
+    return SharedMemory.from_fd(fd, size, seals=seals, what=f"{call.method}: {what}")
+
+
+def _map_model(call: Call) -> SharedMemory:
+    """The call's model file, mapped (cheap: the decoding is preparation work, see _decode_model)."""
+    return map_memory(call, arg(call.args, call.method, "model", dict), "model", SEALS_FROZEN)
+
+
+def _decode_model(client: Client, method: str, memory: SharedMemory) -> Model:
+    """The model of a mapped model file, validated unless the service does not pre-validate.
+
+    Runs on the preparation pool, below the executions (decoding and validating a large model is
+    as much interpreter work as compiling it); the caller's cleanup closes `memory`.
+    """
+    try:
+        model = nnfile.decode(memory.buffer).model
+        if client.host.prevalidate:
+            validate.validate_model(model)
+    except ValueError as e:
+        raise invalid(f"{method}: model: {e}") from None
+    return model
+
+
+def _cache_fds(call: Call) -> tuple[list[int], list[int]]:
+    """The call's model and data cache fds; when an argument is bad, the ones already taken are closed."""
+    taken: list[int] = []
+    counts = []
+    try:
+        for key in ("model_cache", "data_cache"):
+            indexes = int_list(call.args, call.method, key, MAX_NUMBER_OF_CACHE_FILES)
+            for n, i in enumerate(indexes):
+                taken.append(call.take_fd(i, f"{key}[{n}]"))
+            counts.append(len(indexes))
+    except BaseException:
+        wire.close_fds(taken)
+        raise
+    return taken[: counts[0]], taken[counts[0] :]
+
+
+def _register(client: Client, call: Call, entry: PreparedEntry) -> dict[str, Any]:
+    def close() -> None:
+        try:
+            entry.prepared.close()
+        finally:
+            close_memory(entry.model_memory)
+
+    try:
+        handle = client.handles.add(Kind.PREPARED, Resource(entry, close), call.method)
+    except HalError:
+        close()
+        raise
+    return {"prepared": handle}
+
+
+# ------------------------------------------------------------ queries
+
+
+def ping(client: Client, call: Call) -> dict[str, Any]:
+    return {"pid": os.getpid()}
+
+
+def get_capabilities(client: Client, call: Call) -> dict[str, Any]:
+    return {"capabilities": codec.capabilities_to_dict(client.host.device.getCapabilities())}
+
+
+def get_type(client: Client, call: Call) -> dict[str, Any]:
+    return {"type": int(client.host.device.getType())}
+
+
+def get_version_string(client: Client, call: Call) -> dict[str, Any]:
+    return {"version": str(client.host.device.getVersionString())}
+
+
+def get_supported_extensions(client: Client, call: Call) -> dict[str, Any]:
+    return {"extensions": [codec.extension_to_dict(e) for e in client.host.device.getSupportedExtensions()]}
+
+
+def get_number_of_cache_files_needed(client: Client, call: Call) -> dict[str, Any]:
+    needed = client.host.device.getNumberOfCacheFilesNeeded()
+    return {"num_model_cache": int(needed.num_model_cache), "num_data_cache": int(needed.num_data_cache)}
+
+
+def get_supported_operations(client: Client, call: Call) -> dict[str, Any]:
+    memory = _map_model(call)
+
+    def work() -> dict[str, Any]:
+        model = _decode_model(client, call.method, memory)
+        supported = client.host.device.getSupportedOperations(model)
+        return {"supported": [bool(s) for s in supported]}
+
+    return client.defer(client.host.prepare_pool, call, work, lambda: close_memory(memory))
+
+
+def service_status(client: Client, call: Call) -> dict[str, Any]:
+    """The service's clients and work; clients of another user are counted, not described."""
+    return client.host.status(client)
+
+
+# ------------------------------------------------------------ preparation
+
+
+def prepare_model(client: Client, call: Call) -> dict[str, Any]:
+    m = call.method
+    client.handles.check_room(Kind.PREPARED, m)
+    preference = enum_value(ExecutionPreference, m, "preference", arg(call.args, m, "preference", int, 1))
+    priority = enum_value(Priority, m, "priority", arg(call.args, m, "priority", int, 1))
+    deadline = opt_ns(call.args, m, "deadline")
+    token = cache_token(call.args, m)
+    model_cache, data_cache = _cache_fds(call)
+    try:
+        memory = _map_model(call)
+    except BaseException:
+        wire.close_fds(model_cache + data_cache)
+        raise
+    kept: list[SharedMemory | None] = [memory]
+
+    def work() -> dict[str, Any]:
+        model = _decode_model(client, m, memory)
+        prepared = client.host.device.prepareModel(
+            model, preference, priority, deadline, tuple(model_cache), tuple(data_cache), token
+        )
+        kept[0] = None  # the prepared model keeps the mapping from now on
+        # The driver's own word on the priority it honours orders this model's queued executions.
+        honoured = int(getattr(prepared, "priority", priority))
+        return _register(client, call, PreparedEntry(prepared, model, memory, honoured))
+
+    def cleanup() -> None:
+        # Cache files are lent for the duration of the call (a driver keeps dups if it must).
+        wire.close_fds(model_cache + data_cache)
+        close_memory(kept[0])
+
+    return client.defer(client.host.prepare_pool, call, work, cleanup)
+
+
+def prepare_model_from_cache(client: Client, call: Call) -> dict[str, Any]:
+    m = call.method
+    client.handles.check_room(Kind.PREPARED, m)
+    deadline = opt_ns(call.args, m, "deadline")
+    token = cache_token(call.args, m)
+    model_cache, data_cache = _cache_fds(call)
+
+    def work() -> dict[str, Any]:
+        prepared = client.host.device.prepareModelFromCache(
+            tuple(model_cache), tuple(data_cache), token, deadline
+        )
+        priority = int(getattr(prepared, "priority", Priority.MEDIUM))
+        return _register(client, call, PreparedEntry(prepared, None, None, priority))
+
+    return client.defer(
+        client.host.prepare_pool, call, work, lambda: wire.close_fds(model_cache + data_cache)
+    )
+
+
+def release_prepared_model(client: Client, call: Call) -> dict[str, Any]:
+    handle = arg(call.args, call.method, "prepared", int)
+    if not client.handles.remove(Kind.PREPARED, handle):
+        raise invalid(f"{call.method}: unknown prepared model handle {handle}")
+    return {}
+
+
+HANDLERS: dict[str, Handler] = {
+    "ping": ping,
+    "getCapabilities": get_capabilities,
+    "getSupportedOperations": get_supported_operations,
+    "getType": get_type,
+    "getVersionString": get_version_string,
+    "getSupportedExtensions": get_supported_extensions,
+    "getNumberOfCacheFilesNeeded": get_number_of_cache_files_needed,
+    "prepareModel": prepare_model,
+    "prepareModelFromCache": prepare_model_from_cache,
+    "releasePreparedModel": release_prepared_model,
+    "serviceStatus": service_status,
+}

@@ -1,0 +1,375 @@
+"""Handlers of the PreparedModel methods: admission of every execution, synchronous and asynchronous ones, pools.
+
+Every execution is admitted on the client's reader thread (arguments,
+handles, pools, the request checked against the model) and then run on the
+service's execution pool, ordered by its prepared model's priority. What it
+uses is reference-counted, so releasing a model or freeing a pool while an
+execution is queued or running is safe.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from mlts.hal import codec, qos, validate
+from mlts.hal.buffer_use import bind_buffers
+from mlts.hal.enums import ErrorStatus, MeasureTiming
+from mlts.hal.errors import HalError, invalid
+from mlts.hal.memory import SharedMemory
+from mlts.hal.types import ExecutionResult, Request
+from mlts.ipc import compact_calls
+from mlts.ipc.burst_messages import POOL_TOKEN
+from mlts.ipc.service import request_cache
+from mlts.ipc.service.args import arg, enum_value, int_list, opt_ns, pool_token
+from mlts.ipc.service.buffer_calls import hold_buffer
+from mlts.ipc.service.client import DEFERRED, Call, Client, Handler
+from mlts.ipc.service.device_calls import PreparedEntry, close_memory, map_memory
+from mlts.ipc.service.handles import Kind, Resource
+from mlts.ipc.service.transport import error_dict
+
+log = logging.getLogger("mlts.ipc.service")
+
+
+@dataclass
+class Job:
+    """An admitted execution: what to run and every reference it holds until it ends."""
+
+    entry: PreparedEntry
+    request: Request
+    measure: MeasureTiming
+    deadline: int | None
+    loop_timeout: int | None
+    held: list[Resource] = field(default_factory=list)
+    transient: list[SharedMemory] = field(default_factory=list)
+    client_key: int = 0
+
+    def run(self, deadline: int | None = None) -> ExecutionResult:
+        # The driver tells clients apart by this key (priorities are relative to one client's models).
+        # The client's reader thread acts for it already (Client.serve): an inline run sets nothing.
+        if qos.current_client() == self.client_key:
+            result = self.entry.prepared.executeSynchronously(
+                self.request, self.measure, self.deadline if deadline is None else deadline, self.loop_timeout
+            )
+        else:
+            with qos.serving_client(self.client_key):
+                result = self.entry.prepared.executeSynchronously(
+                    self.request,
+                    self.measure,
+                    self.deadline if deadline is None else deadline,
+                    self.loop_timeout,
+                )
+        if result.operation_times is not None and not self.request.measure_operations:
+            result = replace(result, operation_times=None)  # a client that did not ask gets none
+        return result
+
+    def finish(self) -> None:
+        for memory in self.transient:
+            close_memory(memory)
+        self.transient.clear()
+        for resource in self.held:
+            resource.release()
+        self.held.clear()
+
+
+def _closer(memory: SharedMemory) -> Callable[[], None]:
+    return lambda: close_memory(memory)
+
+
+def _resolve_pools(client: Client, call: Call, refs: list[dict[str, Any]], job: Job) -> list[Any]:
+    """Request pools from their references (held by `job`).
+
+    Every reference that brings an fd is mapped (and cached when it has an id)
+    before anything else is checked, so client and service agree on the cache
+    even when the call then fails.
+    """
+    pools: list[Any] = []
+    m = call.method
+    for n, ref in enumerate(refs):
+        what = f"request.pools[{n}]"
+        if "token" in ref:
+            token = pool_token(ref, m, what)
+            job.held.append(hold_buffer(client, m, token))
+            pools.append(token)
+            continue
+        mem_id = arg(ref, f"{m} {what}", "memory", (int, type(None)), None)
+        if "fd" in ref:
+            size = arg(ref, f"{m} {what}", "size", int)
+            if mem_id is not None:
+                client.handles.check_bytes(size, m)
+                if client.handles.peek(Kind.MEMORY, mem_id) is None:
+                    client.handles.check_room(Kind.MEMORY, m)
+            memory = map_memory(call, ref, what)
+            if mem_id is None:
+                job.transient.append(memory)
+            else:
+                resource = Resource(memory, _closer(memory), memory.size)
+                client.handles.add(Kind.MEMORY, resource, m, key=mem_id)
+                job.held.append(resource.acquire())
+            pools.append(memory)
+        elif mem_id is not None:
+            try:
+                resource = client.handles.get(Kind.MEMORY, mem_id, m)
+            except HalError:
+                raise invalid(
+                    f"{m}: {what} names memory id {mem_id}, which this client has not mapped (or freed)"
+                ) from None
+            job.held.append(resource)
+            pools.append(resource.value)
+        else:
+            raise invalid(f"{m}: {what} needs 'fd' and 'size', 'memory', or 'token'")
+    return pools
+
+
+def _buffer_of(client: Client, method: str, token: int) -> Any:
+    resource = client.handles.peek(Kind.BUFFER, token)
+    if resource is None:
+        raise invalid(f"{method}: buffer token {token} is not a live buffer of this client")
+    return resource.value
+
+
+def admit(client: Client, call: Call) -> Job:
+    """Check an execution call and take everything it needs; the caller must `finish()` the job.
+
+    A request equal to one this prepared model already ran on the same pools is not decoded and
+    validated again (mlts.ipc.service.request_cache); the pools and the model are still looked up
+    in the client's handle table first, as on every call.
+    """
+    m = call.method
+    compact = call.compact
+    if compact is not None:
+        return _admit_compact(client, call, compact)
+    request_doc = arg(call.args, m, "request", dict)
+    job = Job(None, None, MeasureTiming.NO, None, None, client_key=client.key)  # type: ignore[arg-type]
+    try:
+        descs = codec.request_pool_descs(request_doc)
+        pools = _resolve_pools(client, call, descs, job)
+        args = call.args
+
+        def timing() -> tuple[MeasureTiming, int | None, int | None]:
+            measure = int(arg(args, m, "measure", (bool, int), False))
+            return (
+                enum_value(MeasureTiming, m, "measure", measure),
+                opt_ns(args, m, "deadline"),
+                opt_ns(args, m, "loop_timeout"),
+            )
+
+        _admit_request(
+            client,
+            job,
+            m,
+            arg(call.args, m, "prepared", int),
+            timing,
+            request_doc,
+            pools,
+            lambda: codec.request_from_dict(request_doc, tuple(pools)),
+            request_cache.cacheable(descs),
+        )
+    except BaseException:
+        job.finish()
+        raise
+    return job
+
+
+def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> Job:
+    """`admit` for a compact call (protocol 1.4): its pools are memory ids and buffer tokens."""
+    m = call.method
+    job = Job(None, None, MeasureTiming.NO, None, None, client_key=client.key)  # type: ignore[arg-type]
+    try:
+        pools: list[Any] = []
+        for n, (kind, value) in enumerate(c.pools):
+            if kind == POOL_TOKEN:
+                job.held.append(hold_buffer(client, m, value))
+                pools.append(value)
+                continue
+            try:
+                resource = client.handles.get(Kind.MEMORY, value, m)
+            except HalError:
+                raise invalid(
+                    f"{m}: request.pools[{n}] names memory id {value}, which this client has not mapped "
+                    "(or freed)"
+                ) from None
+            job.held.append(resource)
+            pools.append(resource.value)
+        _admit_request(
+            client,
+            job,
+            m,
+            c.prepared,
+            lambda: (c.measure, c.deadline, c.loop_timeout),
+            c.key,
+            pools,
+            lambda: Request(c.inputs, c.outputs, tuple(pools), c.measure_operations),
+            all(kind != POOL_TOKEN for kind, _ in c.pools),
+        )
+    except BaseException:
+        job.finish()
+        raise
+    return job
+
+
+def _admit_request(
+    client: Client,
+    job: Job,
+    m: str,
+    prepared_handle: int,
+    timing: Callable[[], tuple[MeasureTiming, int | None, int | None]],
+    key: object,
+    pools: list[Any],
+    build: Callable[[], Request],
+    cacheable: bool,
+) -> None:
+    """The checks both encodings share: the model, the timing arguments, the request."""
+    prepared = client.handles.get(Kind.PREPARED, prepared_handle, m)
+    job.held.append(prepared)
+    job.entry = prepared.value
+    job.measure, job.deadline, job.loop_timeout = timing()
+    cache = job.entry.requests
+    known = cache.get(key, pools)
+    if known is not None:
+        job.request = known
+        return
+    job.request = build()
+    if job.entry.model is not None:
+        job.request = bind_buffers(job.request, job.entry.prepared, lambda t: _buffer_of(client, m, t))
+        if client.host.prevalidate:
+            validate.validate_request(job.request, job.entry.model)
+        if cacheable:
+            cache.put(key, pools, job.request)
+
+
+def _can_run_inline(client: Client) -> bool:
+    """A lone synchronous call on an idle service may run on the reader's thread (saving a thread
+    hand-off); with other calls of this client in flight or waiting on the socket it goes to the pool,
+    so they can run beside it. True means a pool slot was taken: release it with `end_inline()`.
+
+    Asynchronous and fenced executions always go to the pool: their launches must be answered at once,
+    one after the other, however long each execution takes."""
+    # Only this thread (the reader) adds calls in flight: a stale count is a higher one, so reading it
+    # without the lock errs towards the pool.
+    return client.in_flight_now == 1 and not client.conn.pending() and client.host.exec_pool.try_inline()
+
+
+# ------------------------------------------------------------ synchronous
+
+
+def execute_synchronously(client: Client, call: Call) -> dict[str, Any]:
+    job = admit(client, call)
+    pool = client.host.exec_pool
+    compact = call.compact is not None
+    if _can_run_inline(client):
+        try:
+            result = job.run()
+        finally:
+            pool.end_inline()
+            job.finish()
+        if not compact:
+            return codec.execution_result_to_dict(result)
+        client.end()
+        client.conn.send_compact(compact_calls.result_answer(compact_calls.RESULT, call.id or 0, result))
+        return DEFERRED
+    if compact:
+        return client.defer(
+            client.host.exec_pool,
+            call,
+            job.run,
+            job.finish,
+            job.entry.priority,
+            lambda r: compact_calls.result_answer(compact_calls.RESULT, call.id or 0, r),
+        )
+    return client.defer(
+        client.host.exec_pool,
+        call,
+        lambda: codec.execution_result_to_dict(job.run()),
+        job.finish,
+        job.entry.priority,
+    )
+
+
+# ------------------------------------------------------------ asynchronous
+
+
+def execute(client: Client, call: Call) -> dict[str, Any]:
+    """Launch: the reply says the execution started; a notify `executionComplete` (same id) ends it."""
+    job = admit(client, call)
+    msg_id = call.id
+    compact = call.compact is not None
+
+    def run() -> None:
+        with qos.holding_tickets():  # the priority ticket is left once the completion is sent
+            complete()
+
+    def complete() -> None:
+        notify: dict[str, Any] = {"kind": "notify", "event": "executionComplete", "id": msg_id}
+        answer = b""
+        try:
+            if client.closed.is_set():
+                return
+            result = job.run()
+            if compact:
+                answer = compact_calls.result_answer(compact_calls.COMPLETE, msg_id or 0, result)
+            else:
+                notify.update(status=0, result=codec.execution_result_to_dict(result))
+        except HalError as e:
+            notify.update(status=int(e.status), error=error_dict(e))
+        except Exception as e:
+            log.error("execute raised %s: %s", type(e).__name__, e, exc_info=True)
+            error = HalError(ErrorStatus.GENERAL_FAILURE, f"execute: {type(e).__name__}: {e}")
+            notify.update(status=int(error.status), error=error_dict(error))
+        finally:
+            job.finish()
+            client.end()
+        if "status" in notify:
+            client.conn.send(notify)
+        else:
+            client.conn.send_compact(answer)
+
+    # The launch reply goes first, so the client knows the id before any completion can arrive.
+    if compact:
+        client.conn.send_compact(compact_calls.launched_answer(msg_id or 0))
+    else:
+        client.conn.send({"kind": "reply", "id": msg_id, "ok": True, "result": {}})
+    try:
+        client.host.exec_pool.submit(run, job.entry.priority, client.key)
+    except RuntimeError:
+        job.finish()
+        client.end()
+        error = HalError(ErrorStatus.DEVICE_UNAVAILABLE, "execute: the service is stopping")
+        client.conn.send(
+            {
+                "kind": "notify",
+                "event": "executionComplete",
+                "id": msg_id,
+                "status": int(error.status),
+                "error": error_dict(error),
+            }
+        )
+    return DEFERRED
+
+
+# ------------------------------------------------------------ pools
+
+
+def free_memory(client: Client, call: Call) -> dict[str, Any]:
+    ids = int_list(call.args, call.method, "ids", client.host.limits.max_memories)
+    freed = 0
+    for mem_id in ids:
+        resource = client.handles.peek(Kind.MEMORY, mem_id)
+        if not client.handles.remove(Kind.MEMORY, mem_id):
+            continue
+        freed += 1
+        if resource is not None:
+            # Requests naming the pool go from every cache at once (a later call could not reach them:
+            # the id is unknown now; this only lets the mapping go).
+            for entry in client.handles.values(Kind.PREPARED):
+                entry.requests.forget(resource.value)
+    return {"freed": freed}
+
+
+HANDLERS: dict[str, Handler] = {
+    "executeSynchronously": execute_synchronously,
+    "execute": execute,
+    "freeMemory": free_memory,
+}

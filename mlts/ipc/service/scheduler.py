@@ -1,0 +1,230 @@
+"""A bounded pool of worker threads that runs queued work, highest priority first.
+
+The service has one pool for executions and one for preparations, so a long
+compile never delays executions. Priorities are relative to one client's
+work (as NNAPI's are to one client's models): each client has its own queue,
+ordered by (priority, arrival), and a free worker serves the clients in turn,
+taking the first work of the next client's queue. So a client's HIGH work
+starts before its own queued LOW/MEDIUM work, and no client's priorities can
+starve another client.
+
+When every worker is busy and one of them runs work of the same client at a
+lower priority, new higher-priority work does not wait for a worker: it
+starts at once on an extra thread (at most `workers` such at a time). The
+driver pauses the lower-priority execution at its next operation (it
+preempts), so the number of executions making progress stays within the
+pool's size. An extra thread that finished its work waits a while
+(`SPARE_IDLE_S`) for the next preempting work, so a stream of high-priority
+calls does not start a thread for each.
+
+A pool made with a `Background` (the preparation pool) runs below the
+executions: its threads lower their own scheduling priority and its work runs
+with a short interpreter switch interval (mlts.ipc.service.background).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from mlts.ipc.service.background import Background
+
+log = logging.getLogger("mlts.ipc.service")
+
+#: How long an extra (preempting) thread waits for more such work before it ends.
+SPARE_IDLE_S = 5.0
+
+
+class WorkerPool:
+    """`workers` daemon threads taking work from one priority queue."""
+
+    def __init__(self, name: str, workers: int, background: Background | None = None) -> None:
+        if workers < 1:
+            raise ValueError(f"{name}: a worker pool needs at least 1 worker, got {workers}")
+        self.name = name
+        self.workers = workers
+        self.background = background
+        self._queues: dict[int, list[tuple[int, int, tuple[Callable[[], None], int, int]]]] = {}
+        self._turns: deque[int] = deque()  # owners with queued work, in serving order
+        self._queued = 0
+        self._running: dict[tuple[int, int], int] = {}  # (owner, priority) -> works running
+        self._extra = 0  # preempting works on their own threads
+        self._extra_works: deque[tuple[Callable[[], None], int, int]] = deque()  # for idle extra threads
+        self._extra_idle = 0  # idle extra threads not yet promised one of `_extra_works`
+        self._seq = itertools.count()
+        lock = threading.RLock()
+        # The condition's own lock, entered directly where nothing waits or notifies (one C call each,
+        # where entering the Condition goes through Python code).
+        self._lock = lock
+        self._cond = threading.Condition(lock)
+        self._extra_cond = threading.Condition(lock)
+        self._busy = 0
+        self._inline = 0  # slots taken by callers running work on their own thread
+        self._stopping = False
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"{name}-{n}", daemon=True) for n in range(workers)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, work: Callable[[], None], priority: int = 1, owner: int = 0) -> None:
+        """Queue `work` of client `owner`; among that client's work higher `priority` starts first,
+        equal priorities in arrival order; clients take turns."""
+        with self._cond:
+            if self._stopping:
+                raise RuntimeError(f"{self.name} is stopping")
+            if self._busy + self._inline >= self.workers and self._outranks(owner, priority):
+                self._extra += 1
+                self._mark(owner, priority, 1)
+                if self._extra_idle:
+                    self._extra_idle -= 1
+                    self._extra_works.append((work, owner, priority))
+                    self._extra_cond.notify()
+                    return
+                threading.Thread(
+                    target=self._run_extra,
+                    args=((work, owner, priority),),
+                    name=f"{self.name}-preempt",
+                    daemon=True,
+                ).start()
+                return
+            queue = self._queues.get(owner)
+            if queue is None:
+                queue = self._queues[owner] = []
+                self._turns.append(owner)
+            heapq.heappush(queue, (-priority, next(self._seq), (work, owner, priority)))
+            self._queued += 1
+            self._cond.notify()
+
+    def _take(self) -> tuple[Callable[[], None], int, int]:
+        """The next work: the first of the next client's queue (call with the lock held, work queued)."""
+        owner = self._turns.popleft()
+        queue = self._queues[owner]
+        _, _, item = heapq.heappop(queue)
+        if queue:
+            self._turns.append(owner)
+        else:
+            del self._queues[owner]
+        self._queued -= 1
+        return item
+
+    def _outranks(self, owner: int, priority: int) -> bool:
+        """Running work of `owner` at a lower priority, and room for one more preempting thread."""
+        if self._extra >= self.workers:
+            return False
+        return any(o == owner and p < priority for (o, p) in self._running)
+
+    def _mark(self, owner: int, priority: int, delta: int) -> None:
+        key = (owner, priority)
+        n = self._running.get(key, 0) + delta
+        if n:
+            self._running[key] = n
+        else:
+            self._running.pop(key, None)
+
+    def _call(self, work: Callable[[], None]) -> None:
+        if self.background is None:
+            work()
+            return
+        with self.background.running():
+            work()
+
+    def _run_extra(self, item: tuple[Callable[[], None], int, int]) -> None:
+        if self.background is not None:
+            self.background.thread_started()
+        while True:
+            work, owner, priority = item
+            try:
+                self._call(work)
+            except BaseException as e:  # work reports its own errors
+                log.error("%s: work raised %s: %s", self.name, type(e).__name__, e, exc_info=True)
+            with self._cond:
+                self._extra -= 1
+                self._mark(owner, priority, -1)
+                if self._stopping:  # `stop` waits for the preempting works (workers' slots are unchanged)
+                    self._cond.notify_all()
+                # Idle: `submit` hands the next preempting work to this thread (taking it off the idle
+                # count) instead of starting one.
+                self._extra_idle += 1
+                end = time.monotonic() + SPARE_IDLE_S
+                while not self._extra_works and not self._stopping:
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._extra_cond.wait(left)
+                if not self._extra_works:
+                    self._extra_idle -= 1
+                    return
+                item = self._extra_works.popleft()
+
+    def _loop(self) -> None:
+        if self.background is not None:
+            self.background.thread_started()
+        while True:
+            with self._cond:
+                while not self._stopping and (not self._queued or self._busy + self._inline >= self.workers):
+                    self._cond.wait()
+                if not self._queued:
+                    return
+                work, owner, priority = self._take()
+                self._busy += 1
+                self._mark(owner, priority, 1)
+            try:
+                self._call(work)
+            except BaseException as e:  # work reports its own errors; this keeps the worker alive
+                log.error("%s: work raised %s: %s", self.name, type(e).__name__, e, exc_info=True)
+            finally:
+                with self._cond:
+                    self._busy -= 1
+                    self._mark(owner, priority, -1)
+                    if self._queued or self._stopping:
+                        self._cond.notify()
+
+    def try_inline(self) -> bool:
+        """Take a worker slot for the calling thread when the pool is idle (nothing queued, a slot free).
+
+        Running work on the thread that received it saves two thread hand-offs; the slot keeps the
+        number of works running at once within `workers`. Call `end_inline()` afterwards.
+        """
+        lock = self._lock
+        lock.acquire()  # not `with`: every inline execution passes here, and nothing below raises
+        if self._stopping or self._queued or self._busy + self._inline >= self.workers:
+            lock.release()
+            return False
+        self._inline += 1
+        lock.release()
+        return True
+
+    def end_inline(self) -> None:
+        with self._lock:
+            self._inline -= 1
+            if self._queued:  # waking idle workers for nothing costs a GIL hand-off each
+                self._cond.notify()
+
+    def idle(self) -> bool:
+        """Whether nothing runs or waits in the pool now (read without the lock: a hint, not a promise)."""
+        return not (self._busy or self._inline or self._queued)
+
+    def status(self) -> dict[str, int]:
+        with self._cond:
+            return {"workers": self.workers, "busy": self._busy + self._inline, "queued": self._queued}
+
+    def stop(self, timeout: float) -> bool:
+        """Let queued work finish, then end the threads; True if they ended within `timeout`."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+            self._extra_cond.notify_all()
+        end = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, end - time.monotonic()))
+        with self._cond:  # preempting works end on their own threads
+            while self._extra and time.monotonic() < end:
+                self._cond.wait(max(0.0, min(0.05, end - time.monotonic())))
+            extra = self._extra
+        return not extra and not any(t.is_alive() for t in self._threads)

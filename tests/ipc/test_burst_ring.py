@@ -1,0 +1,330 @@
+"""Burst rings and messages: round trips, wrap-around, refusal of oversize messages, hostile contents."""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+import threading
+import time
+
+import pytest
+
+from mlts.hal.enums import ErrorStatus, MeasureTiming
+from mlts.hal.types import UINT64_MAX, DataLocation, OutputShape, RequestArgument, Timing
+from mlts.ipc import burst_messages as msg
+from mlts.ipc import expected_wait
+from mlts.ipc.burst_ring import HEADER_BYTES, MessageTooLarge, Ring, RingError
+
+
+@pytest.fixture
+def ring():
+    r = Ring.create(256)
+    yield r
+    r.close()
+
+
+def _request(seq: int = 7) -> msg.BurstRequest:
+    return msg.BurstRequest(
+        seq,
+        (msg.PoolRef.slot(3), msg.PoolRef.token(0xFFFF_FFFF)),
+        (RequestArgument(False, DataLocation(0, 0, 24), (2, 3)), RequestArgument(True)),
+        (RequestArgument(False, DataLocation(1, 64, 24), ()),),
+        MeasureTiming.YES,
+        123_456_789,
+        None,
+    )
+
+
+def test_request_and_result_round_trip():
+    request = _request()
+    assert msg.decode_request(msg.encode_request(request)) == request
+    result = msg.BurstResult(
+        7, ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, (OutputShape((2, 5), False),), Timing(3, 9), "too small"
+    )
+    assert msg.decode_result(msg.encode_result(result)) == result
+    ok = msg.BurstResult(1, ErrorStatus.NONE, (OutputShape(()),), Timing())
+    decoded = msg.decode_result(msg.encode_result(ok))
+    assert decoded.timing.time_on_device == UINT64_MAX and decoded.output_shapes == ((OutputShape(())),)
+    seq, slots = msg.decode_get_memories(msg.encode_get_memories(4, (1, 2, 3)))
+    assert (seq, slots) == (4, (1, 2, 3))
+
+
+@pytest.mark.parametrize(
+    "mutate, text",
+    [
+        (lambda b: b[:-1], "ends at byte"),  # one byte short
+        (lambda b: b + b"\0", "follow the end"),
+        (lambda b: struct.pack("<I", 2) + b[4:], "kind 2"),
+        (lambda b: b[:8] + b"\x05" + b[9:], "measure timing 5"),
+        (lambda b: b[:32] + struct.pack("<I", 5000) + b[36:], "exceed the limits"),  # inputs
+        (lambda b: b[:40] + b"\x02" + b[41:], "pool 0: kind 2 is not"),
+        (lambda b: b[:52] + struct.pack("<I", 0) + b[56:], "pool 1: buffer token 0"),
+        (lambda b: b[:28] + struct.pack("<I", 200) + b[32:], "200 pools do not fit"),
+    ],
+)
+def test_bad_request_messages_are_value_errors(mutate, text):
+    with pytest.raises(ValueError, match=text):
+        msg.decode_request(mutate(msg.encode_request(_request())))
+
+
+def test_pool_kinds_round_trip():
+    pools = (msg.PoolRef.token(5), msg.PoolRef.slot(0), msg.PoolRef.slot(5), msg.PoolRef.token(5))
+    decoded = msg.decode_request(msg.encode_request(msg.BurstRequest(2, pools, (), ())))
+    assert decoded.pools == pools
+    assert [p.kind for p in decoded.pools] == [msg.POOL_TOKEN, msg.POOL_SLOT, msg.POOL_SLOT, msg.POOL_TOKEN]
+
+
+def test_mutated_requests_decode_or_are_value_errors():
+    """Random byte changes to a valid request with slot and token pools: a request whose every pool
+    has a known kind (and a non-zero token), or a ValueError; nothing else."""
+    rng = random.Random(5)
+    good = msg.encode_request(_request())
+    refused = 0
+    for _ in range(3000):
+        data = bytearray(good)
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        try:
+            request = msg.decode_request(bytes(data))
+        except ValueError:
+            refused += 1
+            continue
+        assert all(k in (msg.POOL_SLOT, msg.POOL_TOKEN) for k, _ in request.pools)
+        assert all(v != 0 for k, v in request.pools if k == msg.POOL_TOKEN)
+    assert refused > 100
+
+
+def test_pool_index_past_the_pools_is_refused():
+    bad = msg.BurstRequest(
+        1, (msg.PoolRef.slot(1),), (RequestArgument(False, DataLocation(4, 0, 4), ()),), ()
+    )
+    with pytest.raises(ValueError, match="pool index 4 but the request has 1 pools"):
+        msg.decode_request(msg.encode_request(bad))
+
+
+def test_messages_wrap_round_the_ring(ring):
+    # 256 data bytes; messages of 4 + 61 bytes cross the end repeatedly.
+    for n in range(50):
+        payload = bytes((n + i) % 256 for i in range(61))
+        assert ring.write(payload)
+        assert ring.pending()
+        assert ring.read() == payload
+        assert ring.read() is None
+
+
+def test_full_ring_non_blocking_write_fails_then_succeeds(ring):
+    assert ring.write(b"x" * 120) and ring.write(b"y" * 120)
+    assert not ring.write(b"z" * 20)  # 8 bytes left
+    assert not ring.write(b"z" * 20, timeout=0.01)
+    assert ring.read() == b"x" * 120
+    assert ring.write(b"z" * 20)
+    assert ring.read() == b"y" * 120 and ring.read() == b"z" * 20
+
+
+def test_oversize_message_is_refused_not_truncated(ring):
+    with pytest.raises(MessageTooLarge, match="does not fit"):
+        ring.write(b"a" * 253)
+    assert ring.read() is None  # nothing was published
+
+
+def test_wait_times_out_then_sees_a_message(ring):
+    assert not ring.wait(0.01, polling_us=0)
+    ring.write(b"hello")
+    assert ring.wait(0.01, polling_us=0)
+    assert ring.read() == b"hello"
+
+
+def test_counter_moving_backwards_is_an_error(ring):
+    ring.write(b"abc")
+    assert ring.read() == b"abc"
+    struct.pack_into("<Q", ring._view, 0, 2)  # the write counter goes back
+    with pytest.raises(RingError, match="backwards"):
+        ring.read()
+
+
+def test_adopt_refuses_wrong_sizes_and_fds():
+    r = Ring.create(256)
+    try:
+        for size, text in ((HEADER_BYTES + 100, "must be"), (HEADER_BYTES + 4096, "claims")):
+            with pytest.raises(ValueError, match=text):
+                Ring.adopt(os.dup(r.fd), size, os.dup(r.event_fd), "ring")
+        with pytest.raises(ValueError, match="not an eventfd"):
+            Ring.adopt(os.dup(r.fd), r.size, os.dup(r.fd), "ring")
+    finally:
+        r.close()
+
+
+def test_random_ring_contents_never_read_out_of_bounds():
+    """10 000 random headers and data: read() returns a message, None or RingError; decoding a message
+    gives a request or a ValueError; nothing else is ever raised."""
+    rng = random.Random(17)
+    r = Ring.create(256)
+    outcomes = {"none": 0, "ring": 0, "value": 0, "ok": 0}
+    try:
+        for _ in range(10_000):
+            r._read = rng.choice((0, rng.randrange(1 << 20), rng.randrange(1 << 64)))
+            base = r._read
+            written = rng.choice(
+                (base, base + rng.randrange(300), max(0, base - rng.randrange(1, 50)), rng.randrange(1 << 64))
+            )
+            struct.pack_into("<Q", r._view, 0, written)
+            data = bytearray(rng.randbytes(256))
+            if rng.random() < 0.5:  # a plausible length word at the read position
+                struct.pack_into("<I", data, base % 256 if base % 256 <= 252 else 0, rng.randrange(300))
+            if rng.random() < 0.3:  # a plausible request header
+                data[(base + 4) % 256 : (base + 4) % 256 + 4] = struct.pack("<I", 1)[: 256 - (base + 4) % 256]
+            r._data[:] = data
+            try:
+                payload = r.read()
+            except RingError:
+                outcomes["ring"] += 1
+                continue
+            if payload is None:
+                outcomes["none"] += 1
+                continue
+            assert len(payload) <= 252
+            try:
+                msg.decode_request(payload)
+                outcomes["ok"] += 1
+            except ValueError:
+                outcomes["value"] += 1
+    finally:
+        r.close()
+    assert outcomes["ring"] > 1000 and outcomes["value"] > 100 and outcomes["none"] > 100, outcomes
+
+
+def _readable(fd: int) -> bool:
+    import select
+
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def test_producer_signals_only_a_consumer_that_may_block():
+    consumer = Ring.create(256)
+    producer = Ring(consumer.fd, consumer.size, consumer.event_fd, owner=False)
+    try:
+        # Never polled: the awake flag is 0 and every message is signalled.
+        producer.write(b"a")
+        assert _readable(consumer.event_fd) and producer.signals_saved == 0
+        assert consumer.wait(1.0, polling_us=0) and consumer.read() == b"a"
+        os.eventfd_read(consumer.event_fd)  # the message was pending: the wait left the signal
+        # A message published while the consumer polls is not signalled, nor one after it (the
+        # consumer stays awake until it blocks).
+        late = threading.Timer(0.001, lambda: producer.write(b"b"))
+        late.start()
+        assert consumer.wait(5.0, polling_us=2_000_000) and consumer.read() == b"b"  # polls up to 2 s
+        late.join()
+        producer.write(b"c")
+        assert not _readable(consumer.event_fd) and producer.signals_saved == 2
+        assert consumer.wait(1.0, polling_us=10_000) and consumer.read() == b"c"
+        # A consumer whose window ended with nothing cleared the flag before blocking: signalled again.
+        assert not consumer.wait(0.01, polling_us=20)
+        producer.write(b"d")
+        assert _readable(consumer.event_fd) and producer.signals_saved == 2
+        assert consumer.wait(1.0, polling_us=20) and consumer.read() == b"d"
+    finally:
+        producer.close()
+        consumer.close()
+
+
+def test_a_consumer_whose_windows_stay_empty_polls_only_on_every_fourth_wait():
+    consumer = Ring.create(256)
+    producer = Ring(consumer.fd, consumer.size, consumer.event_fd, owner=False)
+    try:
+        for _ in range(2):  # two windows in a row find nothing
+            assert not consumer.wait(0.001, polling_us=20)
+        assert consumer._empty_windows == 2
+        for skipped in range(1, 4):  # the next three waits block at once: no window, nothing counted
+            assert not consumer.wait(0.001, polling_us=20)
+            assert consumer._skipped == skipped and consumer._empty_windows == 2
+        assert not consumer.wait(0.001, polling_us=20)  # the fourth polls, and finds nothing either
+        assert consumer._skipped == 0 and consumer._empty_windows == 3
+        for _ in range(3):
+            assert not consumer.wait(0.001, polling_us=20)
+        # A polling window that finds a message ends the probing.
+        late = threading.Timer(0.001, lambda: producer.write(b"x"))
+        late.start()
+        assert consumer.wait(5.0, polling_us=2_000_000) and consumer.read() == b"x"
+        late.join()
+        assert consumer._empty_windows == 0
+    finally:
+        producer.close()
+        consumer.close()
+
+
+class Plan:
+    """An ExpectedWait that always plans the same stretch (seconds after the wait began)."""
+
+    def __init__(self, sleep: float, poll: float) -> None:
+        self.plan = (sleep, poll)
+        self.back_offs = 0
+
+    def stretch(self) -> tuple[float, float]:
+        return self.plan
+
+    def back_off(self) -> None:
+        self.back_offs += 1
+
+
+def test_a_stretched_window_finds_a_later_message_without_a_signal(monkeypatch):
+    # The messages come from a thread of this process: waiting for the GIL is no lost CPU here.
+    monkeypatch.setattr(expected_wait, "PREEMPTED_GAP_US", 10**9)
+    monkeypatch.setattr(expected_wait, "cpu_to_spare", lambda: True)  # whatever else runs meanwhile
+    consumer = Ring.create(256)
+    producer = Ring(consumer.fd, consumer.size, consumer.event_fd, owner=False)
+    try:
+        # A 20 µs window alone ends before a message 5 ms later: the producer has to signal.
+        late = threading.Timer(0.005, lambda: producer.write(b"a"))
+        late.start()
+        assert consumer.wait(5.0, polling_us=20) and consumer.read() == b"a"
+        late.join()
+        assert producer.signals_saved == 0
+        # Stretched to poll over 2 s, the consumer is still polling (awake) when the message comes.
+        late = threading.Timer(0.005, lambda: producer.write(b"b"))
+        late.start()
+        assert consumer.wait(5.0, polling_us=20, expected=Plan(0.0, 2.0)) and consumer.read() == b"b"
+        late.join()
+        assert producer.signals_saved == 1 and consumer._empty_windows == 0
+        # Asleep first (0 to 1 s): a message then signals and wakes it at once.
+        late = threading.Timer(0.005, lambda: producer.write(b"c"))
+        late.start()
+        t0 = time.perf_counter()
+        assert consumer.wait(5.0, polling_us=20, expected=Plan(1.0, 2.0)) and consumer.read() == b"c"
+        assert time.perf_counter() - t0 < 0.9
+        late.join()
+        assert producer.signals_saved == 1 and not _readable(consumer.event_fd)
+        # Asleep until 3 ms, then polling until 2 s: a message at 10 ms is found polling, unsignalled.
+        late = threading.Timer(0.010, lambda: producer.write(b"d"))
+        late.start()
+        assert consumer.wait(5.0, polling_us=20, expected=Plan(0.003, 2.0)) and consumer.read() == b"d"
+        late.join()
+        assert producer.signals_saved == 2
+        # The stretch is bounded: with nothing coming the wait blocks after it.
+        t0 = time.perf_counter()
+        assert not consumer.wait(0.05, polling_us=20, expected=Plan(0.001, 0.003))
+        assert time.perf_counter() - t0 >= 0.003 and consumer._empty_windows == 1
+        # A wait without a window (low-power) does not stretch either.
+        assert not consumer.wait(0.001, polling_us=0, expected=Plan(0.0, 2.0))
+    finally:
+        producer.close()
+        consumer.close()
+
+
+def test_a_stretched_poll_that_loses_its_cpu_ends(monkeypatch):
+    consumer = Ring.create(256)
+    try:
+        clock = iter(range(0, 10**12, 10_000))  # ns; every reading 10 µs after the one before
+        jumps = {5}  # the 5th reading of the stretch comes 1 ms late: the CPU was taken
+
+        def fake_clock() -> int:
+            n = next(clock)
+            return n + (1_000_000 if n // 10_000 in jumps else 0)
+
+        monkeypatch.setattr(time, "perf_counter_ns", fake_clock)
+        monkeypatch.setattr(expected_wait, "cpu_to_spare", lambda: True)
+        plan = Plan(0.0, 1.0)
+        assert not consumer.wait(0.001, polling_us=1, expected=plan)
+        assert plan.back_offs == 1
+    finally:
+        consumer.close()

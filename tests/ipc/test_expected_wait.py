@@ -1,0 +1,168 @@
+"""Stretching a polling window over the expected answer (mlts.ipc.expected_wait)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from mlts.ipc import expected_wait, socket_polling
+from mlts.ipc.expected_wait import BACK_OFF, STRETCH_FACTOR, WAKE_LEAD_US, ExpectedWait
+from mlts.ipc.socket_polling import PollingWindow
+
+
+def test_stretch_needs_two_waits_within_the_maximum() -> None:
+    e = ExpectedWait(1000)
+    assert e.stretch() is None  # nothing known yet
+    e.record(0.00004)
+    assert e.stretch() is None  # one wait is not a pattern
+    e.record(0.0003)
+    # The shorter of the two: no sleep (it is within the lead), polling until 1.25 times it.
+    assert e.stretch() == pytest.approx((0.0, 0.00004 * STRETCH_FACTOR))
+    e.record(0.005)  # one long wait (a large model, a client thinking) ends it
+    assert e.stretch() is None
+    e.record(0.0009)
+    assert e.stretch() is None
+    e.record(0.0008)
+    assert e.stretch() == pytest.approx((0.0008 - WAKE_LEAD_US / 1e6, 0.0008 * STRETCH_FACTOR))
+
+
+def test_a_crowded_stretch_backs_off() -> None:
+    e = ExpectedWait(1000)
+    e.record(0.0002)
+    e.record(0.0002)
+    assert e.stretch() is not None
+    e.back_off()
+    assert [e.stretch() for _ in range(BACK_OFF)] == [None] * BACK_OFF
+    assert e.stretch() is not None and e.back_offs == 1
+
+
+def test_zero_maximum_never_stretches() -> None:
+    e = ExpectedWait(0)
+    for _ in range(3):
+        e.record(0.0)
+    assert e.stretch() is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"), [("", 1000), ("0", 0), ("250", 250), ("x", 1000), ("99999", 10_000)]
+)
+def test_maximum_from_the_environment(monkeypatch: pytest.MonkeyPatch, raw: str, want: int) -> None:
+    monkeypatch.setenv(expected_wait.ENV, raw)
+    assert expected_wait.stretch_max_us() == want
+
+
+class Never:
+    """Never readable; records how long each call was allowed to sleep."""
+
+    def __init__(self) -> None:
+        self.timeouts: list[float] = []
+
+    def __call__(self, timeout: float) -> bool:
+        self.timeouts.append(timeout)
+        if timeout > 0:
+            time.sleep(timeout)
+        return False
+
+
+@pytest.fixture
+def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU always to spare and no poll counted as preempted, whatever else runs during the test."""
+    monkeypatch.setattr(socket_polling, "cpu_to_spare", lambda: True)
+    monkeypatch.setattr(socket_polling, "PREEMPTED_GAP_US", 10**9)
+
+
+def test_socket_window_is_stretched_over_the_expected_answer(quiet_machine: None) -> None:
+    w = PollingWindow(100, stretch_max_us=50_000)
+    for _ in range(2):  # two answers found after about 10 ms of blocking
+        w.poll(lambda timeout: False)
+        time.sleep(0.01)
+        w.waited()
+    never = Never()
+    t0 = time.perf_counter()
+    assert w.poll(never) is False
+    assert time.perf_counter() - t0 >= 0.01 * STRETCH_FACTOR  # went on past its 100 µs window
+    # It slept once, until shortly before the expected answer, and polled before and after.
+    naps = [t for t in never.timeouts if t > 0]
+    assert len(naps) == 1 and 0.01 - WAKE_LEAD_US / 1e6 - 0.001 < naps[0] < 0.0105
+    assert never.timeouts[0] == 0 and never.timeouts[-1] == 0
+    # Without a maximum the same history turns polling off (those waits were long for a 100 µs window).
+    plain = PollingWindow(100)
+    for _ in range(2):
+        plain.poll(lambda timeout: False)
+        time.sleep(0.01)
+        plain.waited()
+    never = Never()
+    assert plain.poll(never) is False and never.timeouts == []
+
+
+def test_an_answer_during_the_sleep_ends_the_wait(quiet_machine: None) -> None:
+    w = PollingWindow(100, stretch_max_us=50_000)
+    for _ in range(2):
+        w.poll(lambda timeout: False)
+        time.sleep(0.01)
+        w.waited()
+    calls: list[float] = []
+
+    def wakes(timeout: float) -> bool:
+        calls.append(timeout)
+        return timeout > 0  # the answer comes while asleep
+
+    assert w.poll(wakes) is True and calls[-1] > 0
+
+
+def test_an_answer_found_while_polling_is_remembered() -> None:
+    w = PollingWindow(200_000, stretch_max_us=1000)
+    calls = iter([False] * 3 + [True] + [False] * 3 + [True])
+    for _ in range(2):
+        assert w.poll(lambda timeout: next(calls)) is True
+    stretch = w.expected.stretch()
+    assert stretch is not None and 0 < stretch[1] < 0.001 * STRETCH_FACTOR
+
+
+def test_nap_sleeps_with_a_fine_timer_and_restores_the_slack() -> None:
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    before = prctl(30, 0, 0, 0, 0)  # PR_GET_TIMERSLACK
+    seen: list[int] = []
+
+    def wait(timeout: float) -> bool:
+        seen.append(prctl(30, 0, 0, 0, 0))
+        time.sleep(timeout)
+        return False
+
+    assert expected_wait.nap(wait, 0.0002) is False
+    assert seen == [1000]  # 1 µs while asleep
+    assert prctl(30, 0, 0, 0, 0) == before
+
+
+@pytest.mark.parametrize(
+    ("text", "spare"),
+    [(b"0.5 0.4 0.3 1/80 99\n", True), (b"2.0 1.0 1.0 3/80 99\n", False), (b"garbage", True)],
+)
+def test_cpu_to_spare_reads_the_runnable_threads(monkeypatch, tmp_path, text: bytes, spare: bool) -> None:
+    path = tmp_path / "loadavg"
+    path.write_bytes(text)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        monkeypatch.setattr(expected_wait, "_LOADAVG", fd)
+        monkeypatch.setattr(expected_wait, "_CPUS", 2)
+        assert expected_wait.cpu_to_spare() is spare
+    finally:
+        os.close(fd)
+
+
+def test_a_crowded_machine_ends_the_stretch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket_polling, "cpu_to_spare", lambda: False)
+    w = PollingWindow(100, stretch_max_us=50_000)
+    for _ in range(2):
+        w.poll(lambda timeout: False)
+        time.sleep(0.005)
+        w.waited()
+    never = Never()
+    assert w.poll(never) is False
+    assert w.expected.back_offs == 1 and never.timeouts[-1] > 0  # slept, then found no CPU to spare
+    never = Never()
+    assert w.poll(never) is False and not [t for t in never.timeouts if t > 0]  # backing off: no sleep
