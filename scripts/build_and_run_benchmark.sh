@@ -53,6 +53,7 @@ else
     ensure_env ""
 fi
 
+mkdir -p "$OUT"  # summary.md goes in it, and mlts checks where it writes before any work
 args=(--out "$OUT" --summary "$OUT/summary.md")
 [ -n "$DRIVERS" ] && args+=(--drivers "$DRIVERS")
 [ -n "$MODELS" ] && args+=(--models "$MODELS")
