@@ -103,26 +103,32 @@ def benchmark_model(
             return _run_reference(work, backend, config, progress)
         return _run_driver(work, backend, config, progress)
 
+    backends = model_backends(config, source.name, devices)
+    if work.reference is None:  # an .nnm file: nothing for onnxruntime to run
+        backends = [b for b in backends if not b.is_reference]
     drivers = driver_backends(config, devices)
     try:
-        ran, failed = each_backend(
-            model_backends(config, source.name, devices), work.name, work.family, config, progress, run
-        )
+        ran, failed = each_backend(backends, work.name, work.family, config, progress, run)
     except KeyboardInterrupt as e:
         # The backends that finished before the interruption are kept, judged as usual.
         finished: tuple[dict[str, BenchmarkRow], dict[str, BenchmarkRow]] = getattr(
             e, "finished_backends", ({}, {})
         )
-        e.finished_rows = _judged_rows({**finished[0], **finished[1]}, drivers, config)  # type: ignore[attr-defined]
+        rows_so_far = {**finished[0], **finished[1]}
+        e.finished_rows = _judged_rows(rows_so_far, drivers, config, work.output_kind)  # type: ignore[attr-defined]
         raise
-    judged = _judged_rows({**ran, **failed}, drivers, config)
-    if source.twin is not None:  # --reference both: onnxruntime on the ONNX twin, after the reference
+    judged = _judged_rows({**ran, **failed}, drivers, config, work.output_kind)
+    if source.twin is not None and work.reference is not None:
+        # --reference both: onnxruntime on the ONNX twin, after the reference
         judged.insert(1, _run_twin_reference(source, work, config, progress).to_json())
     return judged
 
 
-def _judged_rows(rows: dict[str, BenchmarkRow], drivers: list[str], config: BenchmarkConfig) -> list[dict]:
-    """The reference row and the driver rows (those present) with MLTS's validation and the verdict."""
+def _judged_rows(
+    rows: dict[str, BenchmarkRow], drivers: list[str], config: BenchmarkConfig, output_kind
+) -> list[dict]:
+    """The reference row and the driver rows (those present) with MLTS's validation and the verdict
+    (none without a reference: an .nnm file, or a run interrupted before the reference ran)."""
     ref = rows.get("ref")
     drivers = [d for d in drivers if d in rows]
     from mlts.bench.evaluators import validation_errors
@@ -130,7 +136,7 @@ def _judged_rows(rows: dict[str, BenchmarkRow], drivers: list[str], config: Benc
 
     if ref is not None:
         for name in drivers:
-            rows[name] = with_verdict(_mlts_validation(rows[name], ref, validation_errors), ref)
+            rows[name] = with_verdict(_mlts_validation(rows[name], ref, validation_errors), ref, output_kind)
     if config.profile and ref is not None:
         from mlts.bench.profile import attach_layer_pairs
 
@@ -195,8 +201,8 @@ def _run_reference(work, backend: Backend, config: BenchmarkConfig, progress: Pr
     label = getattr(work.reference, "backend", backend.label)
     watch = backend.memory_watch()
     progress.phase(work.name, label, "warm-up and timing")
-    reference = work.reference
-    timed = config.control.run(lambda i: reference.run(work.feeds[i % len(work.feeds)]))
+    reference, feeds = work.reference, work.reference_feeds
+    timed = config.control.run(lambda i: reference.run(feeds[i % len(feeds)]))
     extra = {}
     if config.profile:
         from mlts.bench.profile_runs import profile_reference
@@ -238,7 +244,10 @@ def _row(
         fields["quantization"] = work.quantization(accuracy)
     if work.reference_verdict is not None and not work.reference_verdict["exact"]:
         fields["reference_inexact"] = work.reference_verdict["note"]
-    fields["reference"] = getattr(work.reference, "framework", "onnxruntime")
+    if work.reference is not None:
+        fields["reference"] = getattr(work.reference, "framework", "onnxruntime")
+    if work.reference_unavailable is not None:
+        fields["reference_unavailable"] = work.reference_unavailable
     rec = measured_row(
         work.name,
         label,
@@ -433,9 +442,9 @@ def run_benchmark(
             )
             doc["devices"][spec.name] = device_info(devices[spec.name])
             doc["capabilities"][spec.name] = _capabilities(devices[spec.name], spec.name, options)
-        units = len(sources) * (1 + len(driver_backends(config, devices))) + sum(
-            s.twin is not None for s in sources
-        )
+        drivers = len(driver_backends(config, devices))
+        # Per model: its drivers, its reference (none for an .nnm file) and a twin's second reference.
+        units = sum(drivers + (0 if s.is_nnm else 1) + (s.twin is not None) for s in sources)
         progress.plan(units, config.seconds_per_unit(), models=len(sources))
         for source, proto in zip(sources, protos, strict=True):
             try:
@@ -494,10 +503,13 @@ def _model_error(source: ModelSource, error: BaseException) -> str:
 
 
 def _load(source: ModelSource, progress: Progress):
-    """The ModelProto of `source`, or the one-line reason it cannot be loaded."""
+    """The ModelProto of `source` (an .nnm file's NnFile), or the one-line reason it cannot be loaded."""
     from mlts.convert import load_model
+    from mlts.hal import nnfile
 
     try:
+        if source.is_nnm:
+            return nnfile.load(source.onnx_path())
         return load_model(source.onnx_path())
     except (ConversionError, OSError, ValueError) as e:
         message = _model_error(source, e)
@@ -510,7 +522,8 @@ def model_error_rows(source: ModelSource, message: str, devices: dict, config: B
     from mlts.bench.reference_choice import reference_label
 
     family = family_of(source)
-    backends = [reference_label(source)] + [backend_label(b) for b in driver_backends(config, devices)]
+    backends = [] if source.is_nnm else [reference_label(source)]
+    backends += [backend_label(b) for b in driver_backends(config, devices)]
     return [error_record(source.name, family, b, config, message) for b in backends]
 
 

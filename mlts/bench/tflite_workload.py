@@ -20,7 +20,7 @@ import numpy as np
 from mlts.bench.inputs import make_inputs
 from mlts.bench.progress import Progress
 from mlts.bench.sources import ModelSource, family_of
-from mlts.bench.workload import MAX_SYNTHETIC_INPUTS, Workload
+from mlts.bench.workload import MAX_SYNTHETIC_INPUTS, Workload, output_kinds_of
 from mlts.errors import InputError
 
 
@@ -105,6 +105,8 @@ def prepare_tflite_workload(
         dataset=dataset,
         quantized=quantized,
         extensions=extensions_used(conv.model),
+        reference_feeds=feeds,  # LiteRT takes the driver's inputs as they are
+        output_kinds=output_kinds_of(conv, expected, quantized),
     )
 
 

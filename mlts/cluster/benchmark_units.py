@@ -14,6 +14,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mlts.cluster.endpoints import stamp_benchmark
 from mlts.cluster.targets import DriverTarget
 from mlts.cluster.units import Unit, UnitOutcome, absolute
@@ -41,17 +43,57 @@ def config_from_json(data: dict[str, Any]):
 def source_json(source: Any) -> dict[str, Any]:
     """A ModelSource as JSON; a user's file by its absolute path (the workers must see the same path)."""
     path = None if source.path is None else str(Path(source.path).resolve())
-    return {"name": source.name, "path": path, "zoo_name": source.zoo_name}
+    twin = None if source.twin is None else str(Path(source.twin).resolve())
+    return {"name": source.name, "path": path, "zoo_name": source.zoo_name, "twin": twin}
+
+
+def user_models_json(sources: Sequence[Any], settings: Any) -> dict[str, Any] | None:
+    """The user's ONNX and .nnm files of the run with the input options they were resolved with (JSON):
+    a worker resolves them again the same way (--input-shape, --input-value, --inputs DIR)."""
+    from mlts.bench.user_model import InputSettings
+
+    users = [s for s in sources if s.user is not None]
+    if not users:
+        return None
+    settings = settings or InputSettings()
+    return {
+        "files": [str(Path(s.path).resolve()) for s in users],
+        "shapes": {k: list(v) for k, v in settings.shapes.items()},
+        "values": {k: np.asarray(v).tolist() for k, v in settings.values.items()},
+        "inputs_dir": None if settings.inputs_dir is None else os.path.abspath(settings.inputs_dir),
+    }
+
+
+def _user_source(src: dict[str, Any], users: dict[str, Any]):
+    """The ModelSource of a user's file, its inputs resolved on this worker as on the client."""
+    from mlts.bench.sources import select_models
+    from mlts.bench.user_model import InputSettings
+
+    settings = InputSettings(
+        {k: tuple(v) for k, v in users["shapes"].items()},
+        {k: np.asarray(v) for k, v in users["values"].items()},
+        users["inputs_dir"],
+    )
+    for source in select_models(None, tuple(users["files"]), settings):
+        if str(source.path) == src["path"]:
+            return source
+    raise FileNotFoundError(f"model file {src['path']} is not among the run's files")
 
 
 def plan(
-    sources: Sequence[Any], targets: Sequence[DriverTarget], config: Any, burst_polling_us: int | None
+    sources: Sequence[Any],
+    targets: Sequence[DriverTarget],
+    config: Any,
+    burst_polling_us: int | None,
+    settings: Any = None,
 ) -> list[Unit]:
     units: list[Unit] = []
+    users = user_models_json(sources, settings)
     for m_index, source in enumerate(sources):
         for t_index, target in enumerate(targets):
             payload = {
                 "source": source_json(source),
+                "user_models": users if source.user is not None else None,
                 "target": target.to_json(),
                 "config": config_json(config),
                 "burst_polling_us": burst_polling_us,
@@ -86,7 +128,12 @@ def run(payload: dict[str, Any], scratch: str) -> dict[str, Any]:
     src = payload["source"]
     if src["path"] is not None and not os.path.isfile(src["path"]):
         raise FileNotFoundError(f"model file {src['path']} is not on this worker's machine")
-    source = ModelSource(src["name"], None if src["path"] is None else Path(src["path"]), src["zoo_name"])
+    if payload.get("user_models") is not None:
+        source = _user_source(src, payload["user_models"])
+    else:
+        twin = None if src.get("twin") is None else Path(src["twin"])
+        path = None if src["path"] is None else Path(src["path"])
+        source = ModelSource(src["name"], path, src["zoo_name"], twin=twin)
     doc = run_benchmark([source], [target.spec(config.plugin_files)], config, Silent())
     return stamp_benchmark(
         doc, {target.driver: target.socket}, in_process=config.in_process, device=target.device

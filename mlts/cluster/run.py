@@ -234,14 +234,16 @@ def benchmark(
     say: Callable[[str], None],
     quiet: bool,
     checkpoint: Checkpoint,
+    settings: Any = None,
 ) -> dict[str, Any]:
-    """The benchmark document of a distributed run (checkpointed after every unit)."""
+    """The benchmark document of a distributed run (checkpointed after every unit); `settings` are the
+    input options the user's model files were resolved with (mlts.bench.user_model.InputSettings)."""
     from mlts.records.environment import environment
 
     t0 = time.time()
     _prebuild([s.zoo_name for s in sources if s.zoo_name is not None], cluster, say)
     with open_executor(cluster) as executor:
-        units = benchmark_units.plan(sources, targets, config, burst_polling_us)
+        units = benchmark_units.plan(sources, targets, config, burst_polling_us, settings)
         progress = stderr_progress(len(units), _where(cluster), quiet)
         outcomes: dict[str, UnitOutcome] = {}
 

@@ -20,9 +20,11 @@ from mlts.commands._common import (
     distribution_options,
     driver_plugin_option,
     driver_socket_option,
+    input_settings,
     qos_options,
     qos_settings,
     seconds,
+    user_model_options,
 )
 from mlts.commands._run_end import report_file_options
 
@@ -72,9 +74,10 @@ def check_out_dir(out: Path, force: bool) -> None:
     "model_files",
     multiple=True,
     type=click.Path(dir_okay=False),
-    metavar="FILE.onnx|FILE.tflite",
-    help="Your own ONNX or TFLite model (repeatable); a .tflite model is converted as TFLite's NNAPI "
-    "delegate would and compared with LiteRT; real:NAME names a trained model of mlts[real-models].",
+    metavar="FILE.onnx|FILE.tflite|FILE.nnm",
+    help="Your own ONNX or TFLite model, or an NN graph file from mlts convert (repeatable); a .tflite model "
+    "is converted as TFLite's NNAPI delegate would and compared with LiteRT; an .nnm file is timed, not "
+    "scored (no reference reads it); real:NAME names a trained model of mlts[real-models].",
 )
 @click.option(
     "--reference",
@@ -85,6 +88,7 @@ def check_out_dir(out: Path, force: bool) -> None:
     "and zoo models); both runs LiteRT and onnxruntime and needs each model as .tflite and .onnx of one "
     "name (--model net.tflite --model net.onnx).",
 )
+@user_model_options
 @click.option(
     "--drivers",
     "drivers_regex",
@@ -251,6 +255,9 @@ def benchmark(
     models_regex: str | None,
     model_files: tuple[str, ...],
     reference: str,
+    input_shapes: dict,
+    input_values: dict,
+    inputs_dir: str | None,
     drivers_regex: str | None,
     plugin_files: tuple[str, ...],
     capabilities_files: tuple[str, ...],
@@ -303,6 +310,13 @@ def benchmark(
     tts_float run their dataset sequences step by step instead, scored by
     MLTS's PhoneErrorRate / MelCepLogF0.
 
+    Your own models (--model): inputs fit each input (images, speech-like
+    signals, zero recurrent state, token ids, or your --inputs files);
+    symbolic dimensions beyond the batch need --input-shape, configuration
+    inputs can be fixed with --input-value. A classifier is judged by top-1
+    and its errors; dense maps, boxes, embeddings and regressions by their
+    errors against the float64 reference relative to onnxruntime's.
+
     Writes OUT/results.json (after every model), OUT/results.csv and
     OUT/report.html, and --summary / --junit when given. Ctrl-C or SIGTERM
     stops the run and writes them all from what finished, the backends of
@@ -349,7 +363,8 @@ def benchmark(
         raise BadInput(f"--dataset {dataset_dir}: no such directory")
     if dataset_dir is not None:
         dataset_dir = str(Path(dataset_dir).resolve())  # a cluster's workers need the whole path
-    sources = select_models(models_regex, model_files)
+    settings = input_settings(input_shapes, input_values, inputs_dir)
+    sources = select_models(models_regex, model_files, settings)
     specs = select(discover(plugin_files, driver_sockets), drivers_regex) if lab is None else []
     config = BenchmarkConfig(
         threads=threads,
@@ -399,7 +414,7 @@ def benchmark(
         with interrupt_on_termination():
             if lab is not None or cluster is not None:
                 doc = _distributed(
-                    sources, specs, config, lab, cluster, burst_polling_us, quiet or as_json, save
+                    sources, specs, config, lab, cluster, burst_polling_us, quiet or as_json, save, settings
                 )
             else:
                 doc = run_benchmark(sources, specs, config, progress, checkpoint=save)
@@ -466,7 +481,7 @@ def _echo_end(doc: dict, path: Path, written: list) -> None:
     echo_verdict(doc)
 
 
-def _distributed(sources, specs, config, lab, cluster, burst_polling_us, quiet: bool, save) -> dict:
+def _distributed(sources, specs, config, lab, cluster, burst_polling_us, quiet: bool, save, settings) -> dict:
     """Every model on every lab endpoint (or chosen driver), in turn or spread over --cluster."""
     from mlts.cluster import run as distributed
     from mlts.cluster.targets import lab_targets, spec_targets
@@ -482,6 +497,7 @@ def _distributed(sources, specs, config, lab, cluster, burst_polling_us, quiet: 
         say=lambda line: None if quiet else click.echo(f"  {line}", err=True),
         quiet=quiet,
         checkpoint=save,
+        settings=settings,
     )
 
 

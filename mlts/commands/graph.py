@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
+import numpy as np
 
 from mlts.commands._common import echo_json
 
@@ -89,6 +91,17 @@ def tflite_ops_lines() -> list[str]:
     "features=50,1,320); repeatable, one per input.",
 )
 @click.option(
+    "--input-value",
+    "input_values",
+    multiple=True,
+    metavar="NAME=V[,V...]",
+    callback=lambda _ctx, _param, specs: parse_input_values(specs),
+    help="Fix input NAME to a value, making it a constant of the model (configuration such as a "
+    "sample rate: sr=16000); one number for a scalar or [1] input, a comma-separated list for a "
+    "vector. Numbers are taken in the input's element type (integers for integer and bool inputs); "
+    "repeatable, one per input.",
+)
+@click.option(
     "--list-ops",
     is_flag=True,
     expose_value=False,
@@ -102,7 +115,8 @@ def tflite_ops_lines() -> list[str]:
     multiple=True,
     metavar="NAME",
     help="A vendor extension the target driver declares (e.g. com.example.mlts.activations, which "
-    "sample-all declares): ONNX ops only it provides, such as Gelu, map to it; repeatable.",
+    "sample-all declares): ONNX ops it provides, such as Gelu, map to it (without it, Gelu is "
+    "computed from its ONNX definition); repeatable.",
 )
 @click.option(
     "--signature",
@@ -118,13 +132,16 @@ def convert_cmd(
     batch_size: int,
     nhwc_io: bool,
     input_shapes: dict[str, tuple[int, ...]],
+    input_values: dict[str, np.ndarray],
     extensions: tuple[str, ...],
     signature: str | None,
 ) -> None:
     """Convert an ONNX or TFLite model (a file, or a zoo model's name) to an NN graph file (.nnm).
 
     ONNX: symbolic batch dimensions become --batch-size; any other symbolic
-    dimension needs the input's shape from --input-shape. TFLite: operators
+    dimension needs the input's shape from --input-shape; inputs that are
+    configuration rather than data (a sample rate) can be fixed with
+    --input-value, and the model computes with that value. TFLite: operators
     map as TFLite's NNAPI delegate maps them (docs/tflite.md), with the
     file's shapes; --signature picks a signature's subgraph.
     """
@@ -155,6 +172,7 @@ def convert_cmd(
         batch_size=batch_size,
         keep_io_layout=not nhwc_io,
         input_shapes=input_shapes,
+        input_values=input_values,
         extensions=extensions,
         signature=signature,
     )
@@ -197,6 +215,41 @@ def parse_input_shapes(specs: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
             raise click.BadParameter(f"input '{name}' is given twice", param_hint="'--input-shape'")
         shapes[name] = tuple(int(p) for p in parts)
     return shapes
+
+
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|nan)", re.IGNORECASE)
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def parse_input_values(specs: tuple[str, ...] | list[str]) -> dict[str, np.ndarray]:
+    """{NAME: value} from NAME=V or NAME=V0,V1,... specs; click.BadParameter for a malformed or repeated one.
+
+    One number gives a rank-0 array, several a 1-D array. Integers stay integers (int64) and any
+    decimal point, exponent, inf or nan makes the whole value float64; the converter then takes the
+    value in the model input's element type (mlts.convert.convert's input_values).
+    """
+    values: dict[str, np.ndarray] = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        name = name.strip()
+        parts = [p.strip() for p in text.split(",")]
+        if not sep or not name or not all(p.isascii() and _NUMBER.fullmatch(p) for p in parts):
+            raise click.BadParameter(
+                f"'{spec}' is not NAME=V or NAME=V0,V1,... with decimal numbers", param_hint="'--input-value'"
+            )
+        if name in values:
+            raise click.BadParameter(f"input '{name}' is given twice", param_hint="'--input-value'")
+        if all(_INTEGER.fullmatch(p) for p in parts):
+            ints = [int(p) for p in parts]
+            if any(not -(2**63) <= v < 2**63 for v in ints):
+                raise click.BadParameter(
+                    f"'{spec}' has an integer outside the 64-bit range", param_hint="'--input-value'"
+                )
+            arr = np.array(ints, dtype=np.int64)
+        else:
+            arr = np.array([float(p) for p in parts], dtype=np.float64)
+        values[name] = arr.reshape(()) if len(parts) == 1 else arr
+    return values
 
 
 def _resolve_model(arg: str) -> str:

@@ -19,9 +19,11 @@ from mlts.commands._common import (
     distribution_options,
     driver_plugin_option,
     driver_socket_option,
+    input_settings,
     qos_options,
     qos_settings,
     seconds,
+    user_model_options,
 )
 from mlts.commands._run_end import report_file_options
 
@@ -87,11 +89,19 @@ def format_results(records: list[dict], width: int | None = None) -> list[str]:
 @click.option(
     "--models",
     "models_regex",
-    default=DEFAULT_MODELS,
-    show_default=True,
+    default=None,
     metavar="REGEX",
-    help="Zoo models the model-based modes use.",
+    help=f"Zoo models the model-based modes use (default: {DEFAULT_MODELS}, unless --model is given).",
 )
+@click.option(
+    "--model",
+    "model_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    metavar="FILE.onnx|FILE.nnm",
+    help="Your own model for the model-based modes (repeatable); with --models too, both are used.",
+)
+@user_model_options(files=False)
 @driver_plugin_option
 @click.option(
     "--driver-option",
@@ -203,7 +213,10 @@ def format_results(records: list[dict], width: int | None = None) -> list[str]:
 def stress(
     mode: str,
     drivers_regex: str | None,
-    models_regex: str,
+    models_regex: str | None,
+    model_files: tuple[str, ...],
+    input_shapes: dict,
+    input_values: dict,
     plugin_files: tuple[str, ...],
     driver_options: dict[str, str],
     duration: float | None,
@@ -273,7 +286,14 @@ def stress(
     from mlts.bench.sources import select_models
     from mlts.commands._run_end import check_file_targets, echo_verdict, write_report_files
     from mlts.commands.benchmark import check_out_dir
-    from mlts.crash.suite import StressConfig, StressConfigError, modes_of, planned_tests, run_stress
+    from mlts.crash.suite import (
+        StressConfig,
+        StressConfigError,
+        modes_of,
+        planned_tests,
+        run_stress,
+        user_model_spec,
+    )
     from mlts.crash.supervise import Terminated
     from mlts.report.results import write_json_atomic
     from mlts.runtime.discovery import discover, select
@@ -314,7 +334,13 @@ def stress(
     chosen = select(discover(plugin_files, driver_sockets), drivers_regex) if lab is None else []
     config = replace(config, driver_sockets={s.name: s.socket for s in chosen if s.socket is not None})
     drivers = [s.name for s in chosen]
-    models = [s.name for s in select_models(models_regex)]
+    regex = models_regex if models_regex is not None or model_files else DEFAULT_MODELS
+    sources = select_models(regex, model_files, input_settings(input_shapes, input_values, files=False))
+    for s in sources:
+        if s.user is not None and s.user.unreadable:
+            raise BadInput(s.user.unreadable)
+    models = [s.name if s.user is None else str(s.path) for s in sources]
+    config = replace(config, user_models={str(s.path): user_model_spec(s.user) for s in sources if s.user})
 
     def progress(message: str) -> None:
         if not (quiet or as_json):

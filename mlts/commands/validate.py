@@ -20,7 +20,9 @@ from mlts.commands._common import (
     distribution,
     distribution_options,
     driver_plugin_option,
+    input_settings,
     seconds,
+    user_model_options,
 )
 
 #: What the options accept; --help shows the ranges.
@@ -74,8 +76,13 @@ class CaseProgress:
         self.suite = ""
 
 
-def _suites(values: tuple[str, ...]) -> tuple[str, ...]:
+def _suites(values: tuple[str, ...], models: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The suites named (all: the default ones), else the default ones this installation has; with
+    --model and no --suite, the model suite alone."""
     from mlts.validate.core import DEFAULT_SUITES, SUITES
+
+    if models and not values:
+        return ("model",)
 
     names: list[str] = []
     for value in values:
@@ -163,8 +170,19 @@ def _options(items: tuple[str, ...]) -> dict[str, str]:
     "suites",
     multiple=True,
     metavar="NAME[,NAME]",
-    help="validation, operations, behaviour, fuzz or all (repeatable; default: all).",
+    help="validation, operations, behaviour, fuzz, model or all (repeatable; default: all but model; with "
+    "--model: model).",
 )
+@click.option(
+    "--model",
+    "model_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    metavar="FILE.onnx|FILE.nnm",
+    help="Your model for the model suite (repeatable): supported operations, prepare, and every execution "
+    "path's outputs against onnxruntime and the float64 reference, as the benchmark's verdict judges them.",
+)
+@user_model_options(files=False)
 @click.option(
     "--out",
     "out_dir",
@@ -226,6 +244,9 @@ def validate_cmd(
     driver_sockets: tuple[str, ...],
     driver_options: tuple[str, ...],
     suites: tuple[str, ...],
+    model_files: tuple[str, ...],
+    input_shapes: dict,
+    input_values: dict,
     out_dir: str | None,
     junit_file: str | None,
     replay_file: str | None,
@@ -245,7 +266,8 @@ def validate_cmd(
     from the driver itself), operations (every claimed operation × type against
     float64 references, on every execution path), behaviour (stable
     capabilities, timing, deadlines, priorities, cache corruption, extensions,
-    cross-client isolation) and fuzz. Every failing case saves a reproducer
+    cross-client isolation) and fuzz; model (with --model: your models on
+    every path against onnxruntime and the float64 reference). Every failing case saves a reproducer
     that --replay runs again. Exit status 1 when any case fails, errs or hangs.
 
     --lab FILE runs the suites on every endpoint of a lab (cases name their
@@ -268,7 +290,22 @@ def validate_cmd(
     if lab is not None and (driver is not None or driver_sockets):
         raise BadInput("--lab names the drivers to validate: leave out --driver and --driver-socket")
     spec = _pick_driver(driver, plugin_files, driver_sockets) if lab is None else None
-    chosen = _suites(suites) if replay_file is None else ()
+    chosen = _suites(suites, model_files) if replay_file is None else ()
+    if "model" in chosen and not model_files:
+        raise BadInput("--suite model: name the models to validate with --model FILE")
+    if model_files:
+        from mlts.bench.user_model import resolve_all
+        from mlts.convert.formats import is_tflite_source
+
+        for f in model_files:
+            if not Path(f).is_file():
+                raise BadInput(f"--model {f}: no such file")
+        # Bad files, names, shapes and values are reported now, before the driver starts (a TFLite
+        # model's inputs are the file's: the options do not apply to it).
+        resolved = [f for f in model_files if not is_tflite_source(f)]
+        for user, _ in resolve_all(resolved, input_settings(input_shapes, input_values, files=False)):
+            if user.unreadable:
+                raise BadInput(user.unreadable)
     if replay_file is not None and out_dir is None:
         # A replay writes no results; the driver's logs go to a folder of their own.
         out_dir = tempfile.mkdtemp(prefix="mlts-replay-")
@@ -281,6 +318,8 @@ def validate_cmd(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise BadInput(f"--out {out}: cannot create it: {e.strerror or e}") from None
+    import numpy as np
+
     options = SuiteOptions(
         quick=quick,
         fuzz_seconds=fuzz_seconds,
@@ -288,6 +327,9 @@ def validate_cmd(
         seed=seed,
         filter=case_filter,
         call_timeout=call_timeout,
+        models=tuple(model_files),
+        input_shapes={k: list(v) for k, v in input_shapes.items()},
+        input_values={k: np.asarray(v).tolist() for k, v in input_values.items()},
     )
     if lab is not None or cluster is not None:
         _run_distributed(

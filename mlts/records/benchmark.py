@@ -141,6 +141,10 @@ class Verdict(j.Record):
     profile: str = j.value(j.text)
     rule: str = j.value(j.text)
     checks: tuple[VerdictCheck, ...] = j.value(j.list_of(j.record_check(VerdictCheck)))
+    # Which rule judged the row ("classifier-top1", "dense-error", "quant8-rms", ...) and what the first
+    # output is (mlts.bench.output_kind); absent in results written before they were recorded.
+    rule_name: str | None = j.value(j.text, default=None, omit=True)
+    output_kind: str | None = j.value(j.text, default=None, omit=True)
     extra: dict = j.extra()
 
     def failures(self) -> list[VerdictCheck]:
@@ -264,6 +268,8 @@ class BenchmarkRow(j.Record):
     reference_inexact: str | None = j.value(j.text, default=None, omit=True)
     # The CPU reference this row's vs_reference compares against (the reference rows: their own framework).
     reference: str | None = j.value(j.text, default=None, omit=True)
+    # Why a model has no onnxruntime reference row (an .nnm file is no ONNX model).
+    reference_unavailable: str | None = j.value(j.text, default=None, omit=True)
     extensions: tuple[str, ...] | None = j.value(j.texts, default=None, omit=True)
     harness_overhead: dict | None = j.value(j.nullable(j.obj), default=None, omit=True)
     profile: dict | None = j.value(j.obj, default=None, omit=True)

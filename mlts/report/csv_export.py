@@ -53,6 +53,8 @@ COLUMNS: tuple[str, ...] = (
     "cache_size_bytes",
     "validation_errors",
     "verdict_pass",
+    "verdict_rule",
+    "output_kind",
     "retries",
     "reference",
     "endpoint",
@@ -74,6 +76,8 @@ TEXT_COLUMNS = {
     "endpoint",
     "host",
     "transport",
+    "verdict_rule",
+    "output_kind",
 }
 INTEGER_COLUMNS = {
     "threads",
@@ -157,6 +161,8 @@ def benchmark_row(rec: BenchmarkRow) -> dict[str, Any]:
         **_compilation(rec.compilation),
         "validation_errors": "; ".join(v.message for v in rec.violations) or None,
         "verdict_pass": rec.verdict and rec.verdict.passed,
+        "verdict_rule": rec.verdict and rec.verdict.rule_name,
+        "output_kind": rec.verdict and rec.verdict.output_kind,
         "retries": rec.retries and rec.retries.retries,
         "reference": rec.reference,
         # Where the backend ran: the lab device (or driver) name, its host and transport.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlts.records import BenchmarkRow, ResultsDocument, StressRecord
-from mlts.report.results import ms as _ms
+from mlts.report.results import ms_text as _ms
 from mlts.report.run_verdict import ratio_text
 
 

@@ -36,6 +36,7 @@ SUITES: Mapping[str, str] = {
     "operations": "mlts.validate.operations",
     "behaviour": "mlts.validate.behaviour",
     "fuzz": "mlts.validate.fuzz",
+    "model": "mlts.validate.models",
 }
 #: The suites a run without --suite runs, in this order.
 DEFAULT_SUITES = ("validation", "operations", "behaviour", "fuzz")
@@ -66,6 +67,10 @@ class SuiteOptions:
     call_timeout: float = DEFAULT_CALL_TIMEOUT
     #: (k, n): run only the cases of case group shard k of n (a cluster spreads a suite over n units).
     shard: tuple[int, int] | None = None
+    #: The `model` suite: the user's model files, and their --input-shape / --input-value (plain data).
+    models: tuple[str, ...] = ()
+    input_shapes: Mapping[str, list[int]] = field(default_factory=dict)
+    input_values: Mapping[str, Any] = field(default_factory=dict)
 
     def wants(self, name: str) -> bool:
         """Whether case `name` passes the --filter regex (re.search) and belongs to this run's shard."""

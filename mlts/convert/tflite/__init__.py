@@ -17,12 +17,17 @@ TFLITE_SUFFIX = ".tflite"
 
 
 def is_tflite_file(path: str | os.PathLike) -> bool:
-    """Whether `path` names a TFLite model: by its .tflite suffix, else by its first 8 bytes."""
+    """Whether `path` names a TFLite model: by its .tflite suffix, else by the first 8 bytes of a regular
+    file (a FIFO, a device or a folder is no TFLite model: it is never opened, so nothing blocks)."""
+    import stat
+
     name = os.fspath(path)
     if name.lower().endswith(TFLITE_SUFFIX):
         return True
     try:
-        with open(name, "rb") as f:
+        if not stat.S_ISREG(os.stat(name).st_mode):
+            return False
+        with open(name, "rb", buffering=0) as f:
             return is_tflite(f.read(8))
     except OSError:
         return False
