@@ -49,6 +49,7 @@ def format_results(records: list[dict], width: int | None = None) -> list[str]:
     """One line per test: outcome (and whether it was expected), iterations, time, then the reason,
     wrapped onto further lines rather than cut."""
     from mlts.report.run_verdict import terminal_width, wrap
+    from mlts.report.terminal import escape
 
     width = width or terminal_width()
     w = max([30, *(len(r["test"]) for r in records)])
@@ -60,7 +61,7 @@ def format_results(records: list[dict], width: int | None = None) -> list[str]:
     for r in records:
         mark = "" if r["as_expected"] else " <-- unexpected"
         row = (
-            f"{r['test']:<{w}} {r['outcome']:<8} {r['expected']:<8} {r['iterations']:>7} "
+            f"{escape(r['test']):<{w}} {r['outcome']:<8} {r['expected']:<8} {r['iterations']:>7} "
             f"{r['duration_s']:>7.1f}  "
         )
         reason = (r.get("reason") or "") + mark

@@ -12,11 +12,13 @@ from typing import Any
 from mlts.records import BenchmarkRow, ResultsDocument, StressRecord
 from mlts.report.results import ms_text as _ms
 from mlts.report.run_verdict import ratio_text
+from mlts.report.terminal import escape
 
 
 def cell(text: Any) -> str:
-    """A Markdown table cell: one line, pipes escaped."""
-    return " ".join(str(text).split()).replace("|", "\\|") or " "
+    """A Markdown table cell: one line, pipes escaped, control and invisible characters shown escaped
+    (names and reasons come from the results file)."""
+    return escape(" ".join(str(text).split())).replace("|", "\\|") or " "
 
 
 def _heading(doc: dict[str, Any]) -> str:
@@ -128,7 +130,7 @@ def markdown_summary(doc: dict[str, Any]) -> str:
     failures = (doc.get("summary") or {}).get("failures") or []
     if failures:
         lines += ["", f"### Failures ({len(failures)})", ""]
-        lines += [f"- {' '.join(f.split())}" for f in failures]
+        lines += [f"- {escape(' '.join(f.split()))}" for f in failures]
     lines += ["", "### Results", ""]
     lines += _stress_rows(document.stress) if document.kind == "stress" else _benchmark_rows(document.rows)
     return "\n".join(lines) + "\n"

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from mlts.records import BenchmarkRow
+from mlts.report.terminal import escape
 
 #: The widest a wrapped line gets when the output is not a terminal (a CI log).
 DEFAULT_WIDTH = 120
@@ -29,10 +30,11 @@ def ratio_text(x: float | None) -> str:
 
 
 def wrap(text: str, indent: str, width: int | None = None) -> list[str]:
-    """`text` on as many lines as it needs, each starting with `indent`: never cut."""
+    """`text` on as many lines as it needs, each starting with `indent`: never cut. Control and
+    invisible characters (a driver's error message is untrusted) are shown escaped."""
     width = width or terminal_width()
     return textwrap.wrap(
-        " ".join(text.split()),
+        escape(" ".join(text.split())),
         width=max(len(indent) + 20, width),
         initial_indent=indent,
         subsequent_indent=indent + "  ",

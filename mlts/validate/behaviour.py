@@ -11,7 +11,9 @@
 - priorities: every priority prepares and gives the same results; a HIGH
   execution queued behind LOW ones of the same client overtakes them;
 - compilation cache, extensions and cross-client isolation:
-  `behaviour_isolation`.
+  `behaviour_isolation`;
+- the service under hostile clients (unsealed burst rings, a client that does
+  not read its replies, a quota hog): `behaviour_service`.
 
 The long-running model is a WHILE loop counting x up to a limit given as an
 input (about 0.1 ms per iteration on the sample driver), so durations are
@@ -35,7 +37,7 @@ from mlts.hal.enums import ErrorStatus, MeasureTiming, OperationType, Priority
 from mlts.hal.errors import HalError
 from mlts.hal.types import Capabilities, Model, Request
 from mlts.runtime.execution import execute
-from mlts.validate import behaviour_isolation
+from mlts.validate import behaviour_isolation, behaviour_service
 from mlts.validate.behaviour_isolation import simple_case
 from mlts.validate.control_flow_mutations import while_model
 from mlts.validate.core import CaseBody, CaseResult, SuiteOptions, Target, run_case
@@ -342,6 +344,7 @@ def run(target: Target, options: SuiteOptions, emit: Emit) -> None:
             ),
         ]
     cases += behaviour_isolation.cases(target, options)
+    cases += behaviour_service.cases(target, options)
     for name, body in cases:
         if options.wants(name):
             run_case(target, SUITE, name, body, emit)

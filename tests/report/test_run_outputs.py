@@ -122,3 +122,11 @@ def test_junit_of_a_stress_run_and_of_an_incomplete_one():
     )
     (run,) = partial.findall("testsuite[@name='mlts run']")
     assert run.find("testcase/error").get("message").startswith(f"incomplete: {len(doc['results'])} of 9")
+
+
+def test_untrusted_text_is_escaped_in_the_verdict_lines():
+    doc = _finished(sample_doc())
+    doc["summary"]["failures"] = ["m/driver:x: \x1b[2Jboom \u202eevil"]
+    lines = verdict_lines(doc, width=400)
+    assert "  m/driver:x: \\x1b[2Jboom \\u202eevil" in lines
+    assert not any("\x1b" in line or "\u202e" in line for line in lines)

@@ -50,16 +50,27 @@ def map_memory(call: Call, ref: object, what: str, seals: int = SEALS_POOL) -> S
     return SharedMemory.from_fd(fd, size, seals=seals, what=f"{call.method}: {what}")
 
 
-def _map_model(call: Call) -> SharedMemory:
-    """The call's model file, mapped (cheap: the decoding is preparation work, see _decode_model)."""
-    return map_memory(call, arg(call.args, call.method, "model", dict), "model", SEALS_FROZEN)
+def _map_model(client: Client, call: Call) -> SharedMemory:
+    """Map the call's model file. Its bytes count against the client's mapped-memory budget until the
+    caller calls `_unload` (or a prepared model holding the mapping is released). Mapping is cheap:
+    decoding it is preparation work (`_decode_model`)."""
+    ref = arg(call.args, call.method, "model", dict)
+    size = ref.get("size")
+    charged = size if type(size) is int and size > 0 else 0
+    client.handles.reserve_bytes(charged, call.method)
+    try:
+        return map_memory(call, ref, "model", SEALS_FROZEN)
+    except BaseException:
+        client.handles.release_bytes(charged)
+        raise
 
 
 def _decode_model(client: Client, method: str, memory: SharedMemory) -> Model:
-    """The model of a mapped model file, validated unless the service does not pre-validate.
+    """Decode and (unless the service does not pre-validate) validate a mapped model, and check the
+    client may use its extensions.
 
-    Runs on the preparation pool, below the executions (decoding and validating a large model is
-    as much interpreter work as compiling it); the caller's cleanup closes `memory`.
+    Runs on the preparation pool, below the executions (decoding and validating a large model is as
+    much interpreter work as compiling it); the caller's cleanup unloads `memory`.
     """
     try:
         model = nnfile.decode(memory.buffer).model
@@ -67,7 +78,17 @@ def _decode_model(client: Client, method: str, memory: SharedMemory) -> Model:
             validate.validate_model(model)
     except ValueError as e:
         raise invalid(f"{method}: model: {e}") from None
+    client.host.allowlist_check(client, model, method)
     return model
+
+
+def _unload(client: Client, memory: SharedMemory | None) -> None:
+    """Unmap a model mapped by `_map_model` and give its bytes back to the client's budget."""
+    if memory is None:
+        return
+    size = memory.size
+    close_memory(memory)
+    client.handles.release_bytes(size)
 
 
 def _cache_fds(call: Call) -> tuple[list[int], list[int]]:
@@ -91,7 +112,7 @@ def _register(client: Client, call: Call, entry: PreparedEntry) -> dict[str, Any
         try:
             entry.prepared.close()
         finally:
-            close_memory(entry.model_memory)
+            _unload(client, entry.model_memory)
 
     try:
         handle = client.handles.add(Kind.PREPARED, Resource(entry, close), call.method)
@@ -130,14 +151,14 @@ def get_number_of_cache_files_needed(client: Client, call: Call) -> dict[str, An
 
 
 def get_supported_operations(client: Client, call: Call) -> dict[str, Any]:
-    memory = _map_model(call)
+    memory = _map_model(client, call)
 
     def work() -> dict[str, Any]:
         model = _decode_model(client, call.method, memory)
         supported = client.host.device.getSupportedOperations(model)
         return {"supported": [bool(s) for s in supported]}
 
-    return client.defer(client.host.prepare_pool, call, work, lambda: close_memory(memory))
+    return client.defer(client.host.prepare_pool, call, work, lambda: _unload(client, memory))
 
 
 def service_status(client: Client, call: Call) -> dict[str, Any]:
@@ -157,7 +178,7 @@ def prepare_model(client: Client, call: Call) -> dict[str, Any]:
     token = cache_token(call.args, m)
     model_cache, data_cache = _cache_fds(call)
     try:
-        memory = _map_model(call)
+        memory = _map_model(client, call)
     except BaseException:
         wire.close_fds(model_cache + data_cache)
         raise
@@ -176,7 +197,7 @@ def prepare_model(client: Client, call: Call) -> dict[str, Any]:
     def cleanup() -> None:
         # Cache files are lent for the duration of the call (a driver keeps dups if it must).
         wire.close_fds(model_cache + data_cache)
-        close_memory(kept[0])
+        _unload(client, kept[0])
 
     return client.defer(client.host.prepare_pool, call, work, cleanup)
 
