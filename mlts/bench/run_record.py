@@ -16,6 +16,7 @@ from mlts.bench.machine_load import LoadMonitor
 from mlts.bench.noise import decide
 from mlts.bench.run_summary import summarize
 from mlts.records import ResultsDocument
+from mlts.records.run_sections import check_run_sections
 
 
 def completion(done: int, planned: int, *, finished: bool, interrupted: str | None) -> dict[str, Any]:
@@ -75,4 +76,5 @@ class RunRecord:
         doc["completion"] = completion(
             len(document.results), planned, finished=finished, interrupted=interrupted
         )
+        check_run_sections(doc)  # what this mlts writes, it reads back
         return doc

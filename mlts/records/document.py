@@ -16,7 +16,6 @@ from mlts.records import _json as j
 from mlts.records.benchmark import BenchmarkRow
 from mlts.records.capabilities import capabilities_section
 from mlts.records.endpoint import cluster_section, lab_section
-from mlts.records.run_sections import completion_section, noise_section, summary_section
 from mlts.records.stress import StressRecord
 from mlts.records.validate import ValidateSection, validate_section
 
@@ -32,9 +31,6 @@ OPTIONAL_SECTIONS: dict[str, Callable[[Any, str], Any]] = {
     "validate": validate_section,
     "lab": lab_section,
     "cluster": cluster_section,
-    "completion": completion_section,
-    "noise": noise_section,
-    "summary": summary_section,
 }
 
 

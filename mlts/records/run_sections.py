@@ -1,8 +1,9 @@
-"""The run-level sections of a results document: `completion`, `noise` and `summary`.
+"""The checks of the run-level sections of a results document: `completion`, `noise` and `summary`.
 
-Each check validates its section and returns it as the plain JSON object it is (readers index it
-like the JSON: `doc.section("summary")["verdicts_passed"]`); unknown keys are kept. See
-docs/results-schema.md ("Run sections").
+Their producer (mlts.bench.run_record) checks what it writes with them (`check_run_sections`).
+Readers take the sections as they come, as plain JSON (`doc.section("summary")`): the report leaves
+out a field that is absent or malformed rather than refuse a file for its verdict line, so these are
+not among the document's OPTIONAL_SECTIONS. See docs/results-schema.md ("Run sections").
 """
 
 from __future__ import annotations
@@ -83,3 +84,14 @@ def summary_section(data: Any, where: str) -> dict:
     if section["verdicts_passed"] > section["verdicts_total"]:
         j.fail(j.at(where, "verdicts_passed"), "more than verdicts_total")
     return section
+
+
+#: Section name -> its check.
+RUN_SECTIONS = {"completion": completion_section, "noise": noise_section, "summary": summary_section}
+
+
+def check_run_sections(doc: dict) -> None:
+    """Raise RecordError naming the field when a run section present in `doc` is malformed."""
+    for name, check in RUN_SECTIONS.items():
+        if name in doc:
+            check(doc[name], name)

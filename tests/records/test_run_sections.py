@@ -1,4 +1,5 @@
-"""The run sections of a results document (completion, noise, summary): read back, checked, kept."""
+"""The run sections' checks (completion, noise, summary): what their producer writes passes, a malformed
+field is named; readers keep the sections as the plain JSON they are."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import copy
 import pytest
 
 from mlts.records import RecordError, ResultsDocument
+from mlts.records.run_sections import check_run_sections
 from tests.report._sample import sample_doc
 
 SECTIONS = {
@@ -37,16 +39,10 @@ SECTIONS = {
 }
 
 
-def _doc(**changes) -> dict:
-    doc = copy.deepcopy(sample_doc())
-    doc.update(copy.deepcopy(SECTIONS))
-    for name, value in changes.items():
-        doc[name] = value
-    return doc
-
-
-def test_sections_are_read_as_the_json_they_are_and_written_back():
-    document = ResultsDocument.from_json(_doc())
+def test_sections_pass_their_checks_and_are_read_and_written_back_as_json():
+    doc = {**copy.deepcopy(sample_doc()), **copy.deepcopy(SECTIONS)}
+    check_run_sections(doc)
+    document = ResultsDocument.from_json(doc)
     for name, value in SECTIONS.items():
         assert document.section(name) == value
         assert document.to_json()[name] == value
@@ -65,14 +61,14 @@ def test_sections_are_read_as_the_json_they_are_and_written_back():
         ("summary", {"geomean_ratio": "fast"}, "summary.geomean_ratio"),
     ],
 )
-def test_a_bad_section_is_refused_naming_the_field(name, change, path):
+def test_a_malformed_field_is_named(name, change, path):
     with pytest.raises(RecordError) as info:
-        ResultsDocument.from_json(_doc(**{name: {**SECTIONS[name], **change}}))
+        check_run_sections({name: {**SECTIONS[name], **change}})
     assert info.value.path == path
 
 
-def test_a_missing_field_is_refused():
+def test_a_missing_field_is_named():
     partial = {k: v for k, v in SECTIONS["summary"].items() if k != "failures"}
     with pytest.raises(RecordError) as info:
-        ResultsDocument.from_json(_doc(summary=partial))
+        check_run_sections({"summary": partial})
     assert info.value.path == "summary.failures" and "missing" in str(info.value)
