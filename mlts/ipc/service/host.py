@@ -30,6 +30,7 @@ from mlts.ipc.service import (
     fenced_calls,
 )
 from mlts.ipc.service.allowlist_policy import AllowlistPolicy
+from mlts.ipc.service.background import PREPARE_NICE, Background
 from mlts.ipc.service.client import Client, Handler
 from mlts.ipc.service.fence_watcher import FenceWatcher
 from mlts.ipc.service.handles import Limits
@@ -76,6 +77,7 @@ class ServiceHost:
         shared: bool = False,
         prevalidate: bool = True,
         allowlist: AllowlistPolicy | None = None,
+        prepare_nice: int = PREPARE_NICE,
     ) -> None:
         self.device = device
         #: False: models and requests reach the Device decoded (sizes and types checked) but not
@@ -108,7 +110,9 @@ class ServiceHost:
         #: Serves a compact frame (protocol 1.4) of a client.
         self.dispatch_compact = compact_dispatch.dispatch_compact
         self.exec_pool = WorkerPool("execute", workers)
-        self.prepare_pool = WorkerPool("prepare", prepare_workers)
+        # Preparations run below executions (lower priority, short switch interval), as an accelerator
+        # driver's compiler never slows its executions: mlts.ipc.service.background.
+        self.prepare_pool = WorkerPool("prepare", prepare_workers, Background(prepare_nice))
         self.fences = FenceWatcher()
         self._lock = threading.Lock()
         self._clients: dict[int, Client] = {}
@@ -301,7 +305,7 @@ class ServiceHost:
             "you": asking.status() if asking is not None else None,
             "visible_clients": described,
             "execute_pool": self.exec_pool.status(),
-            "prepare_pool": self.prepare_pool.status(),
+            "prepare_pool": {**self.prepare_pool.status(), **self._background()},
             "fence_waits": self.fences.count(),
             "burst_listeners": sum(1 for t in threading.enumerate() if t.name == "burst"),
             "limits": {
@@ -318,6 +322,10 @@ class ServiceHost:
                 "idle_timeout": self.idle_timeout,
             },
         }
+
+    def _background(self) -> dict[str, float]:
+        background = self.prepare_pool.background
+        return background.describe() if background is not None else {}
 
     def stop(self) -> None:
         """Stop accepting, disconnect every client (which releases its handles)."""
