@@ -408,7 +408,9 @@ class ClientBridge:
             self._by_key[key] = mirror
             builder.add(att.Record(att.CREATE, mirror.id, info.st_size, seals))
         elif _write_sealed(fd):
-            send_all = False  # it cannot have changed since it was sent (and the service's copy is sealed too)
+            send_all = (
+                False  # it cannot have changed since it was sent (and the service's copy is sealed too)
+            )
         if send_all and mirror.size:
             builder.add(
                 att.Record(att.DATA, mirror.id, 0, mirror.size, data=read_range(mirror.fd, 0, mirror.size))
