@@ -324,13 +324,14 @@ class SamplePreparedModel(PreparedModel):
         # are written, so none of this execution's own work competes with them for the CPU.
         ticket = gate.enter(self._gate_priority)
         try:
-            # A request object seen before (and naming no driver buffer) was validated then: reuse its layout.
-            io = self._io.entries.get(id(request))  # IoCache.get inlined
-            if io is not None and io.request is not request:
+            # A request object seen before was validated then: reuse its layout while the driver buffers
+            # it names are unchanged (IoCache.get inlined).
+            io = self._io.entries.get(id(request))
+            if io is not None and (io.key is not request or (io.bound and not io.fresh())):
                 io = None
             if io is None:
-                request = bind_buffers(request, self, buffers.lookup)
-                validate.validate_request(request, self.model)
+                bound = bind_buffers(request, self, buffers.lookup)
+                validate.validate_request(bound, self.model)
             if loop_timeout_duration is not None:
                 validate.validate_loop_timeout(loop_timeout_duration)
             if deadline is not None:
@@ -339,7 +340,7 @@ class SamplePreparedModel(PreparedModel):
             held = budget.reserve(self._work_bytes, "the execution's working set")
             try:
                 if io is None:
-                    io = RequestIo(self.model, request)
+                    io = RequestIo(self.model, bound, buffers, request, self._io.shapes)
                     self._io.put(io)
                 inputs = io.read_inputs(buffers)
                 # Output buffers too small for shapes known in advance fail here, before any kernel runs.

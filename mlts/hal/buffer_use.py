@@ -9,7 +9,7 @@ from the buffer when the request leaves them open.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -186,3 +186,28 @@ def bind_buffers(request: Request, prepared: Any, lookup: Callable[[int], Any]) 
     if not used:
         return request
     return replace(request, inputs=tuple(new_inputs))
+
+
+def bound_state(pools: Sequence[Any], lookup: Callable[[int], Any]) -> tuple[Sequence[Any], tuple]:
+    """What binding a request on `pools` depends on, for a caller that reuses a bound request.
+
+    Returns the pools with every buffer token replaced by None (compare them by identity) and, for
+    each token, (the buffer object, its dimensions, whether it holds data): what `bind_buffers`
+    reads of it. A request bound once binds to the same result while both are the same: a
+    released and reallocated token is another buffer object; a buffer written with new dimensions
+    or initialised since compares unequal. Pools without tokens come back as they are, with ().
+    `lookup(token)` returns the buffer (or raises, as `bind_buffers` would).
+    """
+    buffers = [lookup(pool) for pool in pools if type(pool) is int]
+    if not buffers:
+        return pools, ()
+    return [None if type(pool) is int else pool for pool in pools], buffer_state(buffers)
+
+
+def buffer_state(buffers: Iterable[Any]) -> tuple:
+    """(buffer, dimensions, initialised) of each buffer: the part of `bound_state` that changes."""
+    state = []
+    for buffer in buffers:
+        dims = buffer.dimensions
+        state.append((buffer, dims if type(dims) is tuple else tuple(dims), buffer.initialized))
+    return tuple(state)

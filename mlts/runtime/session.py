@@ -24,6 +24,8 @@ from mlts.runtime.retry import DEFAULT_RETRY, RetryPolicy, RetryStats, call_with
 
 #: Every input and output region starts at a multiple of this.
 ALIGNMENT = 64
+#: Layouts naming driver buffers a Session keeps (by their tokens), the most recent ones.
+MAX_TOKEN_LAYOUTS = 8
 _PAGE = 4096
 
 
@@ -77,6 +79,8 @@ class _Layout:
     read_views: list[np.ndarray] = field(default_factory=list)
     #: No driver buffer named: `Session.run` may reuse the layout after checking only the inputs.
     plain: bool = False
+    #: Inputs taken from driver buffers (their arrays are ignored).
+    skip_in: frozenset[int] = frozenset()
 
 
 class Session:
@@ -140,6 +144,9 @@ class Session:
             )
         self._pool: SharedMemory | None = None
         self._layout: _Layout | None = None
+        # Layouts of runs naming driver buffers, by their tokens: a caller alternating buffers (the state
+        # of a recurrent model kept in the driver) sends each one's very Request object again.
+        self._token_layouts: dict[tuple, _Layout] = {}
         self._burst: tuple[int, Burst] | None = None  # (thread id, its burst) in mode "burst"
         self.cache_outcome: str | None = None
         self.prepared: PreparedModel | None
@@ -229,6 +236,7 @@ class Session:
 
     def _release_pool(self) -> None:
         self._layout = None  # its views point into the pool
+        self._token_layouts.clear()
         pool, self._pool = self._pool, None
         if pool is None:
             return
@@ -259,7 +267,15 @@ class Session:
         )
         layout = self._layout
         if layout is None or layout.key != key or layout.pool is not self._pool:
-            layout = self._layout = self._new_layout(key, arrays, in_tokens, out_tokens)
+            tokens = key[1:3]
+            layout = self._token_layouts.get(tokens) if in_tokens or out_tokens else None
+            if layout is None or layout.key != key or layout.pool is not self._pool:
+                layout = self._new_layout(key, arrays, in_tokens, out_tokens)
+                if in_tokens or out_tokens:
+                    if len(self._token_layouts) >= MAX_TOKEN_LAYOUTS:
+                        del self._token_layouts[next(iter(self._token_layouts))]
+                    self._token_layouts[tokens] = layout
+            self._layout = layout
         for arr, view in zip(arrays, layout.in_views, strict=True):
             if view is not None:
                 view[...] = arr
@@ -311,7 +327,9 @@ class Session:
         )
         request = Request(inputs, outputs, tuple(pools), self.profile)
         plain = not in_tokens and not out_tokens
-        return _Layout(key, request, [loc.offset for loc in out_locs], pool, in_views, plain=plain)
+        layout = _Layout(key, request, [loc.offset for loc in out_locs], pool, in_views, plain=plain)
+        layout.skip_in = frozenset(in_tokens)
+        return layout
 
     # ------------------------------------------------------------ running
 
@@ -330,11 +348,25 @@ class Session:
         if self.prepared is None:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "the session is closed")
         layout = self._layout
-        if (
+        if in_tokens or out_tokens:
+            # Driver buffers: the layout made for these tokens, when the other inputs fit it.
+            tokens = (tuple(in_tokens.items()), tuple(out_tokens.items()))
+            layout = self._token_layouts.get(tokens)
+            if (
+                layout is None
+                or layout.pool is not self._pool
+                or layout.key[3] != tuple(self._out_bytes)
+                or layout.key[4] != self.profile
+                or not self._refill(layout, inputs, layout.skip_in)
+            ):
+                arrays = self._check_inputs(inputs, in_tokens)
+                layout = self._request(arrays, in_tokens, out_tokens)
+            else:
+                self._layout = layout
+                arrays = inputs  # type: ignore[assignment]  # checked by _refill
+        elif (
             layout is None
             or not layout.plain
-            or in_tokens
-            or out_tokens
             or layout.key[4] != self.profile
             or not self._refill(layout, inputs)
         ):
@@ -358,7 +390,8 @@ class Session:
                 needed = int(np.prod(shape.dimensions, dtype=np.int64)) * self._out_dtypes[k].itemsize
                 self._out_bytes[k] = max(needed, request.outputs[k].location.length)
             self._layout = None  # laid out for the old output sizes
-            layout = self._request(arrays, in_tokens, out_tokens)
+            self._token_layouts.clear()
+            layout = self._request(self._check_inputs(inputs, in_tokens), in_tokens, out_tokens)
             result = self._execute(layout.request)
         times = result.operation_times
         if times is not None:
@@ -373,15 +406,20 @@ class Session:
                 )
         return self._read_outputs(layout, result, out_tokens), result
 
-    def _refill(self, layout: _Layout, inputs: Sequence[np.ndarray | None]) -> bool:
-        """Write `inputs` into a plain layout's input regions if they are arrays of the shapes and
-        dtypes it was made for; False when one is not (the caller then lays all of them out again)."""
+    def _refill(
+        self, layout: _Layout, inputs: Sequence[np.ndarray | None], skip: frozenset[int] = frozenset()
+    ) -> bool:
+        """Write `inputs` into a layout's input regions if they are arrays of the shapes and dtypes it
+        was made for (inputs in `skip` come from driver buffers and are ignored); False when one is not
+        (the caller then lays all of them out again)."""
         shapes = layout.key[0]
         dtypes = self._in_dtypes
         views = layout.in_views
         if len(inputs) != len(shapes):
             return False
         for k, value in enumerate(inputs):
+            if skip and k in skip:
+                continue
             if type(value) is not np.ndarray or value.shape != shapes[k]:
                 return False
             dtype = value.dtype
@@ -395,22 +433,31 @@ class Session:
     def _read_outputs(
         self, layout: _Layout, result: ExecutionResult, skip: Mapping[int, int] = {}
     ) -> list[np.ndarray | None]:
-        if not skip:
-            # The common case: every output has a view of the shape the driver reports.
-            shapes = result.output_shapes
-            if shapes is layout.read_shapes:  # the very shapes read last time (a repeated result)
+        # The common case: every output read has a view of the shape the driver reports.
+        shapes = result.output_shapes
+        if shapes is layout.read_shapes:  # the very shapes read last time (a repeated result)
+            if not skip:
                 return [view.copy() for view in layout.read_views]
-            views = layout.out_views
-            if len(shapes) == len(views) == len(self._outputs):
-                copies: list[np.ndarray | None] = []
-                for k, shape in enumerate(shapes):
-                    known = views[k]
-                    if not shape.dimensions or known.shape != shape.dimensions:
+            return [None if view is None else view.copy() for view in layout.read_views]
+        views = layout.out_views
+        if len(shapes) == len(self._outputs) and len(views) + len(skip) == len(shapes):
+            copies: list[np.ndarray | None] = []
+            read: list = []
+            for k, shape in enumerate(shapes):
+                known = views.get(k)
+                if known is None:
+                    if k not in skip:
                         break
-                    copies.append(known.copy())
-                else:
-                    layout.read_shapes, layout.read_views = shapes, [views[k] for k in range(len(shapes))]
-                    return copies
+                    copies.append(None)
+                    read.append(None)
+                    continue
+                if not shape.dimensions or known.shape != shape.dimensions:
+                    break
+                copies.append(known.copy())
+                read.append(known)
+            else:
+                layout.read_shapes, layout.read_views = shapes, read
+                return copies
         pool = layout.pool
         request = layout.request
         outputs: list[np.ndarray | None] = []

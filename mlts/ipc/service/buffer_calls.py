@@ -46,6 +46,15 @@ def hold_buffer(client: Client, method: str, token: int) -> Resource:
         raise invalid(f"{method}: buffer token {token} is not a live buffer of this client") from None
 
 
+def hold_buffers(client: Client, method: str, tokens: list[int]) -> list[Resource]:
+    """`hold_buffer` for each of `tokens` at once (in order): the buffers of an execution."""
+    got = client.handles.get_many(Kind.BUFFER, tokens)
+    if isinstance(got, int):
+        hold_buffer(client, method, got)  # logs and raises
+        raise AssertionError("unreachable")  # pragma: no cover
+    return got
+
+
 def _roles(call: Call, key: str) -> list[BufferRole]:
     m = call.method
     docs = arg(call.args, m, key, list, [])

@@ -25,17 +25,17 @@ from collections.abc import Callable
 from typing import Any
 
 from mlts.hal import qos, validate
-from mlts.hal.buffer_use import bind_buffers
+from mlts.hal.buffer_use import bind_buffers, bound_state, buffer_state
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.types import Request
 from mlts.ipc import burst_messages as msg
 from mlts.ipc.burst_ring import DEFAULT_POLLING_US, MessageTooLarge, Ring, RingError
 from mlts.ipc.service.args import arg, handle
-from mlts.ipc.service.buffer_calls import hold_buffer
+from mlts.ipc.service.buffer_calls import hold_buffers
 from mlts.ipc.service.client import Call, Client, Handler
 from mlts.ipc.service.device_calls import PreparedEntry, close_memory, map_memory
-from mlts.ipc.service.handles import Kind, Resource
+from mlts.ipc.service.handles import Kind, Resource, release_all
 from mlts.ipc.service.profiling import run_profiled
 
 log = logging.getLogger("mlts.ipc.service")
@@ -250,9 +250,12 @@ class BurstContext:
                 known = self._remember(key, request)
             request = known[0]
             validated = known[1]  # read once: a freed or replaced slot sets it to None
+            if validated is not None and validated[2]:
+                validated = self._hold_bound(request, validated, held)
             if validated is not None:
-                # This message ran before on these mappings (slots only), none freed since it was read:
-                # they stay mapped until this thread releases them, and the Request passed validation.
+                # This message ran before on these mappings, none freed since it was read: they stay
+                # mapped until this thread releases them, and the Request passed validation (its driver
+                # buffers, held now, are as they were when it was bound).
                 result = self._run(request, validated[1])
             else:
                 result = self._execute(request, self._resolve(request, seq, held), known)
@@ -269,8 +272,7 @@ class BurstContext:
             reply = msg.BurstResult(seq, ErrorStatus.GENERAL_FAILURE, message=f"{type(e).__name__}: {e}")
         finally:
             if held:
-                for resource in held:
-                    resource.release()
+                release_all(held)
         self.executions += 1
         try:
             if done is not None:
@@ -309,8 +311,7 @@ class BurstContext:
         slots are asked for once; a slot's mapping stays until this thread releases it, after the
         execution, see `_release_retired`). Every buffer held is appended to `held` for the caller to
         release when the execution ends."""
-        for token in dict.fromkeys(v for k, v in request.pools if k == msg.POOL_TOKEN):
-            held.append(hold_buffer(self.client, "burst", token))
+        held += hold_buffers(self.client, "burst", [v for k, v in request.pools if k == msg.POOL_TOKEN])
         # Asked under this execution's number (a cached request keeps the number of its first run).
         self._fetch_missing(seq, [v for k, v in request.pools if k == msg.POOL_SLOT])
         pools: list[Any] = []
@@ -326,6 +327,16 @@ class BurstContext:
                     )
                 pools.append(resource.value)  # mapped until this thread releases it
         return tuple(pools)
+
+    def _hold_bound(self, request: msg.BurstRequest, validated: Any, held: list[Resource]) -> Any:
+        """Hold the driver buffers of a validated request (appended to `held`); `validated` while they are
+        as binding found them, else None (nothing held: the caller binds the request again)."""
+        got = hold_buffers(self.client, "burst", [v for k, v in request.pools if k == msg.POOL_TOKEN])
+        if buffer_state([r.value for r in got]) != validated[2]:
+            release_all(got)
+            return None
+        held += got
+        return validated
 
     def _fetch_missing(self, seq: int, slots: list[int]) -> None:
         """Ask the client once for the slots not cached, and wait (bounded) for its answer."""
@@ -347,15 +358,21 @@ class BurstContext:
 
     def _execute(self, request: msg.BurstRequest, pools: tuple[Any, ...], known: list[Any]) -> Any:
         entry = self._entry()
-        validated = known[1]  # (pools, Request), read once: a freed slot sets None
-        if validated is not None and (
-            validated[0] is pools
-            or (
-                len(validated[0]) == len(pools)
-                and all(a is b for a, b in zip(validated[0], pools, strict=True))
+        # Buffer tokens: compared as the buffers' state (mlts.hal.buffer_use.bound_state), slots by identity.
+        ident, state = bound_state(pools, self._buffer)
+        validated = known[1]  # (pools, Request, buffer state), read once: a freed slot sets None
+        if (
+            validated is not None
+            and validated[2] == state
+            and (
+                validated[0] is ident
+                or (
+                    len(validated[0]) == len(ident)
+                    and all(a is b for a, b in zip(validated[0], ident, strict=True))
+                )
             )
         ):
-            # This message ran on these very mappings before and passed validation.
+            # This message ran on these very mappings (and buffers) before and passed validation.
             hal_request = validated[1]
         else:
             hal_request = Request(request.inputs, request.outputs, pools, request.measure_operations)
@@ -363,8 +380,7 @@ class BurstContext:
                 hal_request = bind_buffers(hal_request, entry.prepared, self._buffer)
                 if self.client.host.prevalidate:
                     validate.validate_request(hal_request, entry.model)
-                if all(kind == msg.POOL_SLOT for kind, _ in request.pools):
-                    self._keep_validated(known, request, pools, hal_request)
+                self._keep_validated(known, request, pools, hal_request, (ident, state))
         return self._run(request, hal_request, entry)
 
     def _entry(self) -> PreparedEntry:
@@ -401,14 +417,21 @@ class BurstContext:
         )
 
     def _keep_validated(
-        self, known: list[Any], request: msg.BurstRequest, pools: tuple[Any, ...], hal_request: Request
+        self,
+        known: list[Any],
+        request: msg.BurstRequest,
+        pools: tuple[Any, ...],
+        hal_request: Request,
+        bound: tuple[Any, tuple],
     ) -> None:
-        """Remember that `request` passed validation on `pools` unless a slot was freed or replaced
-        meanwhile (under the lock that `_forget` runs under)."""
+        """Remember that `request` passed validation on `pools` (and the buffers' state in `bound`, from
+        `bound_state`) unless a slot was freed or replaced meanwhile (under the lock `_forget` runs under)."""
         with self._cond:
-            resources = [self._slots.get(value) for _, value in request.pools]
-            if all(r is not None and r.value is p for r, p in zip(resources, pools, strict=True)):
-                known[1] = (pools, hal_request)
+            for (kind, value), pool in zip(request.pools, pools, strict=True):
+                resource = self._slots.get(value) if kind == msg.POOL_SLOT else None
+                if kind == msg.POOL_SLOT and (resource is None or resource.value is not pool):
+                    return
+            known[1] = (bound[0], hal_request, bound[1])
 
     def _buffer(self, token: int) -> Any:
         """The buffer behind a token of this client (as on the other execution paths)."""

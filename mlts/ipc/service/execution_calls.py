@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mlts.hal import codec, qos, validate
-from mlts.hal.buffer_use import bind_buffers
+from mlts.hal.buffer_use import bind_buffers, bound_state
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.memory import SharedMemory
@@ -24,10 +24,10 @@ from mlts.ipc import compact_calls
 from mlts.ipc.burst_messages import POOL_TOKEN
 from mlts.ipc.service import request_cache
 from mlts.ipc.service.args import arg, enum_value, int_list, opt_ns, pool_token
-from mlts.ipc.service.buffer_calls import hold_buffer
+from mlts.ipc.service.buffer_calls import hold_buffer, hold_buffers
 from mlts.ipc.service.client import DEFERRED, Call, Client, Handler
 from mlts.ipc.service.device_calls import PreparedEntry, close_memory, map_memory
-from mlts.ipc.service.handles import Kind, Resource
+from mlts.ipc.service.handles import Kind, Resource, release_all
 from mlts.ipc.service.transport import error_dict
 
 log = logging.getLogger("mlts.ipc.service")
@@ -69,8 +69,7 @@ class Job:
         for memory in self.transient:
             close_memory(memory)
         self.transient.clear()
-        for resource in self.held:
-            resource.release()
+        release_all(self.held)
         self.held.clear()
 
 
@@ -179,9 +178,14 @@ def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> 
     job = Job(None, None, MeasureTiming.NO, None, None, client_key=client.key)  # type: ignore[arg-type]
     try:
         pools: list[Any] = []
+        tokens = [value for kind, value in c.pools if kind == POOL_TOKEN]
+        buffers: dict[int, Any] = {}  # the buffers held, by token (what binding the request looks at)
+        if tokens:
+            held = hold_buffers(client, m, tokens)
+            job.held += held
+            buffers = {token: r.value for token, r in zip(tokens, held, strict=True)}
         for n, (kind, value) in enumerate(c.pools):
             if kind == POOL_TOKEN:
-                job.held.append(hold_buffer(client, m, value))
                 pools.append(value)
                 continue
             try:
@@ -202,7 +206,8 @@ def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> 
             c.key,
             pools,
             lambda: Request(c.inputs, c.outputs, tuple(pools), c.measure_operations),
-            all(kind != POOL_TOKEN for kind, _ in c.pools),
+            True,  # memory ids and buffer tokens only
+            buffers.__getitem__,
         )
     except BaseException:
         job.finish()
@@ -220,14 +225,21 @@ def _admit_request(
     pools: list[Any],
     build: Callable[[], Request],
     cacheable: bool,
+    held_buffer: Callable[[int], Any] | None = None,
 ) -> None:
-    """The checks both encodings share: the model, the timing arguments, the request."""
+    """The checks both encodings share: the model, the timing arguments, the request.
+
+    `held_buffer(token)`: the buffer of a token the caller holds already (else looked up again)."""
     prepared = client.handles.get(Kind.PREPARED, prepared_handle, m)
     job.held.append(prepared)
     job.entry = prepared.value
     job.measure, job.deadline, job.loop_timeout = timing()
     cache = job.entry.requests
-    known = cache.get(key, pools)
+    # Buffer tokens: the request is reused while the buffers it was bound to are as they were then.
+    ident, state = bound_state(pools, held_buffer or (lambda t: _buffer_of(client, m, t)))
+    if state:
+        key = (key, state)
+    known = cache.get(key, ident)
     if known is not None:
         job.request = known
         return
@@ -237,7 +249,7 @@ def _admit_request(
         if client.host.prevalidate:
             validate.validate_request(job.request, job.entry.model)
         if cacheable:
-            cache.put(key, pools, job.request)
+            cache.put(key, ident, job.request)
 
 
 def _can_run_inline(client: Client) -> bool:

@@ -14,7 +14,7 @@ import enum
 import itertools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,11 +88,25 @@ class Resource:
         with self._lock:
             self._refs -= 1
             last = self._refs == 0
-        if last and self._close is not None:
+        if last:
+            self._closed()
+
+    def _closed(self) -> None:
+        if self._close is not None:
             try:
                 self._close()
             except Exception as e:
                 log.warning("releasing %r failed: %s: %s", self.value, type(e).__name__, e)
+
+
+def release_all(resources: list[Resource]) -> None:
+    """`release()` each of `resources` (the loop of an execution's many references, without a call each)."""
+    for resource in resources:
+        with resource._lock:
+            resource._refs -= 1
+            last = resource._refs == 0
+        if last:
+            resource._closed()
 
 
 class HandleTable:
@@ -150,6 +164,30 @@ class HandleTable:
         if old is not None:
             old.release()
         return number
+
+    def get_many(self, kind: Kind, numbers: Iterable[int]) -> list[Resource] | int:
+        """The resources of `numbers`, each with one more reference (the caller releases them), under
+        one lock; or the first unknown (or released) number, with nothing held."""
+        got: list[Resource] = []
+        missing: int | None = None
+        with self._lock:
+            table = self._tables[kind]
+            for number in numbers:
+                resource = table.get(number)
+                if resource is not None:
+                    with resource._lock:
+                        alive = resource._refs > 0
+                        if alive:
+                            resource._refs += 1
+                    if alive:
+                        got.append(resource)
+                        continue
+                missing = number
+                break
+        if missing is None:
+            return got
+        release_all(got)  # outside the table's lock, as every release
+        return missing
 
     def get(self, kind: Kind, number: int, method: str) -> Resource:
         """The resource with one more reference (the caller releases it); unknown is INVALID_ARGUMENT."""
