@@ -257,10 +257,14 @@ class SampleBuffer(Buffer):
                 self._settle(dims)
 
     def write(self, arr: np.ndarray) -> None:
-        """Store an execution's result; the buffer takes its shape (a new array only when the size changes)."""
-        self._check_open("execution")
+        """Store an execution's result; the buffer takes its shape (a new array only when the size changes).
+
+        A buffer freed while the execution ran (it was bound before) takes nothing: as in the HAL, the
+        execution completes, and no one can read the buffer any more."""
         raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
         with self._lock:
+            if self._closed:
+                return
             self._resize(raw.nbytes, "execution output")
             assert self._data is not None
             self._data[...] = raw

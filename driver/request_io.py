@@ -126,7 +126,7 @@ class RequestIo:
         # the reads as (input index, pool index, offset, dims, dtype) and the writes as (pool index, offset,
         # dtype, destination view or None, driver buffer or None), done without looking at the layout again.
         self._reads: tuple[tuple[int, int, int, tuple[int, ...], np.dtype], ...] | None = None
-        self._writes: tuple[tuple[int, int, np.dtype, np.ndarray | None, Any], ...] | None = None
+        self._writes: tuple[tuple[int, int, np.dtype, np.ndarray | None, Any, memoryview | None], ...] | None = None
         if has_tokens and buffers is not None:
             self._bind(buffers)
         elif all(
@@ -134,7 +134,7 @@ class RequestIo:
         ):
             self._reads = tuple((k, w[1], w[2], w[5], w[4]) for k, w in enumerate(self.inputs))  # type: ignore[index]
         if not has_tokens and all(w is not None for w in self.outputs):
-            self._writes = tuple((w[1], w[2], w[4], None, None) for w in self.outputs)  # type: ignore[index]
+            self._writes = tuple((w[1], w[2], w[4], None, None, None) for w in self.outputs)  # type: ignore[index]
         self._one_pool = (
             self._reads is not None and self._in_template is None and all(r[1] == 0 for r in self._reads)
         )
@@ -170,21 +170,23 @@ class RequestIo:
                 continue
             if w[0] == "pool":
                 if writes is not None:
-                    writes.append((w[1], w[2], w[4], None, None))
+                    writes.append((w[1], w[2], w[4], None, None, None))
                 continue
             buffer = buffers.lookup(w[1])
             found = buffer.destination(w[2])
+            raw = None
             if found is None:
                 stamps.append(buffer.stamp)
                 dest = None
             else:
                 dest, stamp = found
                 stamps.append(stamp)
+                raw = memoryview(dest).cast("B")  # the same bytes, for the small-copy path
                 if not buffer.initialized:
                     settle.append((buffer, dest.shape))
             bound.append(buffer)
             if writes is not None:
-                writes.append((0, 0, w[2], dest, buffer))
+                writes.append((0, 0, w[2], dest, buffer, raw))
         self.bound, self.stamps = tuple(bound), stamps
         self._settle = tuple(settle)
         if simple:
@@ -250,13 +252,15 @@ class RequestIo:
         writes = self._writes
         if writes is not None:
             # The checks above put every result inside its region (or made it fit its driver buffer).
-            for k, (p, offset, dtype, dest, buffer) in enumerate(writes):
+            for k, (p, offset, dtype, dest, buffer, raw) in enumerate(writes):
                 arr = outputs[k]
                 if buffer is not None:
-                    if dest is not None and arr.shape == dest.shape:
-                        dest[...] = arr  # in place, in the buffer's own array
-                    else:
+                    if dest is None or arr.shape != dest.shape:
                         buffer.write(arr)  # sizes the buffer (or resizes it): bound again next time
+                    elif raw is not None and arr.nbytes <= SMALL_COPY_BYTES:
+                        raw[:] = arr.tobytes()  # in place, in the buffer's own array (as a pool's region)
+                    else:
+                        dest[...] = arr  # in place
                     continue
                 buf = pools[p].buffer
                 if buf.readonly:

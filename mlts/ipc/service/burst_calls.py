@@ -32,10 +32,10 @@ from mlts.hal.types import Request
 from mlts.ipc import burst_messages as msg
 from mlts.ipc.burst_ring import DEFAULT_POLLING_US, MessageTooLarge, Ring, RingError
 from mlts.ipc.service.args import arg, handle
-from mlts.ipc.service.buffer_calls import hold_buffers
+from mlts.ipc.service.buffer_calls import buffers_of
 from mlts.ipc.service.client import Call, Client, Handler
 from mlts.ipc.service.device_calls import PreparedEntry, close_memory, map_memory
-from mlts.ipc.service.handles import Kind, Resource, release_all
+from mlts.ipc.service.handles import Kind, Resource
 from mlts.ipc.service.profiling import run_profiled
 
 log = logging.getLogger("mlts.ipc.service")
@@ -272,7 +272,8 @@ class BurstContext:
             reply = msg.BurstResult(seq, ErrorStatus.GENERAL_FAILURE, message=f"{type(e).__name__}: {e}")
         finally:
             if held:
-                release_all(held)
+                for resource in held:
+                    resource.release()
         self.executions += 1
         try:
             if done is not None:
@@ -311,7 +312,7 @@ class BurstContext:
         slots are asked for once; a slot's mapping stays until this thread releases it, after the
         execution, see `_release_retired`). Every buffer held is appended to `held` for the caller to
         release when the execution ends."""
-        held += hold_buffers(self.client, "burst", [v for k, v in request.pools if k == msg.POOL_TOKEN])
+        buffers_of(self.client, "burst", [v for k, v in request.pools if k == msg.POOL_TOKEN])  # this client's
         # Asked under this execution's number (a cached request keeps the number of its first run).
         self._fetch_missing(seq, [v for k, v in request.pools if k == msg.POOL_SLOT])
         pools: list[Any] = []
@@ -329,13 +330,12 @@ class BurstContext:
         return tuple(pools)
 
     def _hold_bound(self, request: msg.BurstRequest, validated: Any, held: list[Resource]) -> Any:
-        """Hold the driver buffers of a validated request (appended to `held`); `validated` while they are
-        as binding found them, else None (nothing held: the caller binds the request again)."""
-        got = hold_buffers(self.client, "burst", [v for k, v in request.pools if k == msg.POOL_TOKEN])
-        if buffer_state([r.value for r in got]) != validated[2]:
-            release_all(got)
+        """`validated` while the driver buffers a validated request names are this client's and as
+        binding found them, else None (the caller binds the request again). Nothing is held: see
+        `buffer_calls.buffers_of`."""
+        tokens = [v for k, v in request.pools if k == msg.POOL_TOKEN]
+        if buffer_state(buffers_of(self.client, "burst", tokens)) != validated[2]:
             return None
-        held += got
         return validated
 
     def _fetch_missing(self, seq: int, slots: list[int]) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mlts.hal import codec, qos, validate
-from mlts.hal.buffer_use import bind_buffers, bound_state
+from mlts.hal.buffer_use import bind_buffers, bound_state, buffer_state
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.memory import SharedMemory
@@ -24,10 +24,10 @@ from mlts.ipc import compact_calls
 from mlts.ipc.burst_messages import POOL_TOKEN
 from mlts.ipc.service import request_cache
 from mlts.ipc.service.args import arg, enum_value, int_list, opt_ns, pool_token
-from mlts.ipc.service.buffer_calls import hold_buffer, hold_buffers
+from mlts.ipc.service.buffer_calls import buffers_of, hold_buffer
 from mlts.ipc.service.client import DEFERRED, Call, Client, Handler
 from mlts.ipc.service.device_calls import PreparedEntry, close_memory, map_memory
-from mlts.ipc.service.handles import Kind, Resource, release_all
+from mlts.ipc.service.handles import Kind, Resource
 from mlts.ipc.service.transport import error_dict
 
 log = logging.getLogger("mlts.ipc.service")
@@ -69,7 +69,8 @@ class Job:
         for memory in self.transient:
             close_memory(memory)
         self.transient.clear()
-        release_all(self.held)
+        for resource in self.held:
+            resource.release()
         self.held.clear()
 
 
@@ -90,7 +91,7 @@ def _resolve_pools(client: Client, call: Call, refs: list[dict[str, Any]], job: 
         what = f"request.pools[{n}]"
         if "token" in ref:
             token = pool_token(ref, m, what)
-            job.held.append(hold_buffer(client, m, token))
+            hold_buffer(client, m, token).release()  # this client's buffer (not held: see buffers_of)
             pools.append(token)
             continue
         mem_id = arg(ref, f"{m} {what}", "memory", (int, type(None)), None)
@@ -178,12 +179,7 @@ def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> 
     job = Job(None, None, MeasureTiming.NO, None, None, client_key=client.key)  # type: ignore[arg-type]
     try:
         pools: list[Any] = []
-        tokens = [value for kind, value in c.pools if kind == POOL_TOKEN]
-        buffers: dict[int, Any] = {}  # the buffers held, by token (what binding the request looks at)
-        if tokens:
-            held = hold_buffers(client, m, tokens)
-            job.held += held
-            buffers = {token: r.value for token, r in zip(tokens, held, strict=True)}
+        memories: list[Any] = []  # the call's key places the tokens: the memories identify the rest
         for n, (kind, value) in enumerate(c.pools):
             if kind == POOL_TOKEN:
                 pools.append(value)
@@ -197,6 +193,11 @@ def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> 
                 ) from None
             job.held.append(resource)
             pools.append(resource.value)
+            memories.append(resource.value)
+        bound: tuple[list[Any], tuple] = (pools, ())
+        if len(memories) != len(pools):
+            tokens = [value for kind, value in c.pools if kind == POOL_TOKEN]
+            bound = (memories, buffer_state(buffers_of(client, m, tokens)))
         _admit_request(
             client,
             job,
@@ -207,7 +208,7 @@ def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> 
             pools,
             lambda: Request(c.inputs, c.outputs, tuple(pools), c.measure_operations),
             True,  # memory ids and buffer tokens only
-            buffers.__getitem__,
+            bound,
         )
     except BaseException:
         job.finish()
@@ -225,18 +226,19 @@ def _admit_request(
     pools: list[Any],
     build: Callable[[], Request],
     cacheable: bool,
-    held_buffer: Callable[[int], Any] | None = None,
+    bound: tuple[list[Any], tuple] | None = None,
 ) -> None:
     """The checks both encodings share: the model, the timing arguments, the request.
 
-    `held_buffer(token)`: the buffer of a token the caller holds already (else looked up again)."""
+    `bound`: what identifies the pools, and the state of the buffers they name, when the caller has
+    them (mlts.hal.buffer_use.bound_state)."""
     prepared = client.handles.get(Kind.PREPARED, prepared_handle, m)
     job.held.append(prepared)
     job.entry = prepared.value
     job.measure, job.deadline, job.loop_timeout = timing()
     cache = job.entry.requests
     # Buffer tokens: the request is reused while the buffers it was bound to are as they were then.
-    ident, state = bound_state(pools, held_buffer or (lambda t: _buffer_of(client, m, t)))
+    ident, state = bound_state(pools, lambda t: _buffer_of(client, m, t)) if bound is None else bound
     if state:
         key = (key, state)
     known = cache.get(key, ident)

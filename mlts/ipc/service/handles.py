@@ -14,7 +14,7 @@ import enum
 import itertools
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,25 +88,11 @@ class Resource:
         with self._lock:
             self._refs -= 1
             last = self._refs == 0
-        if last:
-            self._closed()
-
-    def _closed(self) -> None:
-        if self._close is not None:
+        if last and self._close is not None:
             try:
                 self._close()
             except Exception as e:
                 log.warning("releasing %r failed: %s: %s", self.value, type(e).__name__, e)
-
-
-def release_all(resources: list[Resource]) -> None:
-    """`release()` each of `resources` (the loop of an execution's many references, without a call each)."""
-    for resource in resources:
-        with resource._lock:
-            resource._refs -= 1
-            last = resource._refs == 0
-        if last:
-            resource._closed()
 
 
 class HandleTable:
@@ -165,30 +151,6 @@ class HandleTable:
             old.release()
         return number
 
-    def get_many(self, kind: Kind, numbers: Iterable[int]) -> list[Resource] | int:
-        """The resources of `numbers`, each with one more reference (the caller releases them), under
-        one lock; or the first unknown (or released) number, with nothing held."""
-        got: list[Resource] = []
-        missing: int | None = None
-        with self._lock:
-            table = self._tables[kind]
-            for number in numbers:
-                resource = table.get(number)
-                if resource is not None:
-                    with resource._lock:
-                        alive = resource._refs > 0
-                        if alive:
-                            resource._refs += 1
-                    if alive:
-                        got.append(resource)
-                        continue
-                missing = number
-                break
-        if missing is None:
-            return got
-        release_all(got)  # outside the table's lock, as every release
-        return missing
-
     def get(self, kind: Kind, number: int, method: str) -> Resource:
         """The resource with one more reference (the caller releases it); unknown is INVALID_ARGUMENT."""
         with self._lock:
@@ -201,6 +163,10 @@ class HandleTable:
         """The values of every handle of `kind` (a snapshot)."""
         with self._lock:
             return [r.value for r in self._tables[kind].values()]
+
+    def peek_many(self, kind: Kind, numbers: list[int]) -> list[Resource | None]:
+        """`peek` of each of `numbers` (no reference taken), in order."""
+        return list(map(self._tables[kind].get, numbers))
 
     def peek(self, kind: Kind, number: int) -> Resource | None:
         # One dict read is atomic under the interpreter lock: no table lock on this hot path.
