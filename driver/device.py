@@ -182,7 +182,9 @@ class SampleDevice(Device):
         self._check_supported(model)
         held = self._reserve(model, "prepareModel")
         try:
-            plan = Plan(model, extensions=self.variant.extensions)
+            plan = Plan(
+                model, extensions=self.variant.extensions, progress=_abandon_at(deadline, "prepareModel")
+            )
             _check_deadline_after(deadline, "prepareModel")
             if caching:
                 self._save(model_cache[0], data_cache[0], token, plan, priority)
@@ -215,8 +217,15 @@ class SampleDevice(Device):
         held = self._reserve(model, "prepareModelFromCache")
         try:
             try:
-                plan = Plan(model, packed, self.variant.extensions)
+                plan = Plan(
+                    model,
+                    packed,
+                    self.variant.extensions,
+                    progress=_abandon_at(deadline, "prepareModelFromCache"),
+                )
             except HalError as e:
+                if e.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT:
+                    raise
                 raise HalError(ErrorStatus.GENERAL_FAILURE, f"compilation cache: {e.message}") from None
             _check_deadline_after(deadline, "prepareModelFromCache")
         except BaseException:
@@ -428,10 +437,31 @@ class SamplePreparedModel(PreparedModel):
 
 def _check_deadline_after(deadline: int | None, what: str) -> None:
     """A preparation that ran past its deadline: MISSED_DEADLINE_TRANSIENT (the caller frees what it held)."""
-    if deadline is not None and time.monotonic_ns() > deadline:
+    if deadline is not None and _now_ns() > deadline:
         raise HalError(
             ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"{what}: the deadline passed during preparation"
         )
+
+
+def _abandon_at(deadline: int | None, what: str) -> Callable[[int], None] | None:
+    """The plan's progress check: a preparation still running at its deadline is abandoned before its
+    next operation, MISSED_DEADLINE_TRANSIENT (as the HAL allows: the work stops, what it held is freed)."""
+    if deadline is None:
+        return None
+
+    def check(step: int) -> None:
+        if _now_ns() > deadline:
+            raise HalError(
+                ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                f"{what}: the deadline passed during preparation; abandoned before operation {step}",
+            )
+
+    return check
+
+
+def _now_ns() -> int:
+    """CLOCK_MONOTONIC in ns, the clock of deadlines (one place, so tests can drive it)."""
+    return time.monotonic_ns()
 
 
 def _budget(name: str, text: str | None) -> int:

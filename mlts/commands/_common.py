@@ -111,7 +111,8 @@ driver_socket_option = click.option(
 
 
 def qos_options(fn):
-    """--priority, --preference, --deadline-ms and --loop-timeout-ms (mlts.runtime.qos_settings)."""
+    """--priority, --preference, --deadline-ms, --prepare-deadline-ms and --loop-timeout-ms
+    (mlts.runtime.qos_settings)."""
     options = [
         click.option(
             "--priority",
@@ -132,7 +133,16 @@ def qos_options(fn):
             type=click.FloatRange(0, 3_600_000, min_open=True),
             default=None,
             metavar="MS",
-            help="A deadline this far ahead on every prepare and execution (missed: MISSED_DEADLINE_*).",
+            help="A deadline this far ahead on every execution (missed: MISSED_DEADLINE_*); preparation "
+            "has its own, --prepare-deadline-ms.",
+        ),
+        click.option(
+            "--prepare-deadline-ms",
+            type=click.FloatRange(0, 3_600_000, min_open=True),
+            default=None,
+            metavar="MS",
+            help="A deadline this far ahead on every model preparation; the driver may abandon one that "
+            "cannot finish in time (MISSED_DEADLINE_*).",
         ),
         click.option(
             "--loop-timeout-ms",
@@ -147,11 +157,17 @@ def qos_options(fn):
     return fn
 
 
-def qos_settings(priority: str, preference: str, deadline_ms: float | None, loop_timeout_ms: float | None):
+def qos_settings(
+    priority: str,
+    preference: str,
+    deadline_ms: float | None,
+    loop_timeout_ms: float | None,
+    prepare_deadline_ms: float | None = None,
+):
     """The QosSettings of the options; a bad value is a one-line error."""
     from mlts.runtime.qos_settings import QosSettings
 
     try:
-        return QosSettings.from_names(priority, preference, deadline_ms, loop_timeout_ms)
+        return QosSettings.from_names(priority, preference, deadline_ms, loop_timeout_ms, prepare_deadline_ms)
     except ValueError as e:
         raise click.UsageError(str(e)) from None

@@ -263,6 +263,7 @@ def benchmark(
     priority: str,
     preference: str,
     deadline_ms: float | None,
+    prepare_deadline_ms: float | None,
     loop_timeout_ms: float | None,
 ) -> None:
     """Run each model on each matching driver and on onnxruntime's CPU provider (MLTS's scoring mode).
@@ -313,7 +314,7 @@ def benchmark(
         nnapi_reference=nnapi_reference,
         driver_options=capabilities_options(capabilities_files),
         executions=EXECUTION_MODES if execution == "all" else (execution,),
-        qos=qos_settings(priority, preference, deadline_ms, loop_timeout_ms).to_dict(),
+        qos=qos_settings(priority, preference, deadline_ms, loop_timeout_ms, prepare_deadline_ms).to_dict(),
         state_in_driver=state_in_driver,
         profile=profile,
         **run_lengths(

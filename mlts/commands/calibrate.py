@@ -72,6 +72,7 @@ def calibrate(
     priority: str,
     preference: str,
     deadline_ms: float | None,
+    prepare_deadline_ms: float | None,
     loop_timeout_ms: float | None,
 ) -> None:
     """Measure the PerformanceInfo numbers a driver should report from getCapabilities.
@@ -104,7 +105,7 @@ def calibrate(
             raise BadInput(f"unknown driver {driver_name!r}; available: {', '.join(sorted(specs)) or 'none'}")
         workloads = default_workloads(models_regex) if models_regex is not None or not model_args else []
         workloads += [parse_model_argument(a) for a in model_args]
-        qos = qos_settings(priority, preference, deadline_ms, loop_timeout_ms).to_dict()
+        qos = qos_settings(priority, preference, deadline_ms, loop_timeout_ms, prepare_deadline_ms).to_dict()
         config = CalibrationConfig(threads=threads, in_process=in_process, relaxed=relaxed, qos=qos)
         config = config.quick() if quick else config
         doc = run_calibration(

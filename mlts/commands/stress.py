@@ -190,6 +190,7 @@ def stress(
     priority: str,
     preference: str,
     deadline_ms: float | None,
+    prepare_deadline_ms: float | None,
     loop_timeout_ms: float | None,
 ) -> None:
     """Run stress MODE (or `all`) on every matching driver; each test in its own supervised process.
@@ -244,7 +245,7 @@ def stress(
         driver_options=driver_options,
         in_process=in_process,
         execution=execution,
-        qos=qos_settings(priority, preference, deadline_ms, loop_timeout_ms).to_dict(),
+        qos=qos_settings(priority, preference, deadline_ms, loop_timeout_ms, prepare_deadline_ms).to_dict(),
     )
     try:
         modes = modes_of(mode)

@@ -81,6 +81,8 @@ class _Layout:
     plain: bool = False
     #: Inputs taken from driver buffers (their arrays are ignored).
     skip_in: frozenset[int] = frozenset()
+    #: Copies of the token mappings the layout was made for (input index -> token, output index -> token).
+    token_maps: tuple[dict[int, int], dict[int, int]] = ({}, {})
 
 
 class Session:
@@ -91,9 +93,11 @@ class Session:
     With `cache` the model is prepared through that compilation cache; `cache_outcome` then says
     how ("hit", "miss", "recompiled" or "uncached"), else it is None.
 
-    `deadline_ms` gives every prepare and execution a deadline that far ahead; `loop_timeout_ms` is
-    WHILE's loop timeout (the driver's default, 2 s, when None). TRANSIENT errors are retried as
-    `retry` allows; `retry_stats` counts the retries and the errors by status.
+    `deadline_ms` gives every execution a deadline that far ahead and `prepare_deadline_ms` the
+    preparation (the two are separate, as NNAPI's calls take them: a deadline fit for one execution
+    is far too short for a compilation); `loop_timeout_ms` is WHILE's loop timeout (the driver's
+    default, 2 s, when None). TRANSIENT errors are retried as `retry` allows; `retry_stats` counts
+    the retries and the errors by status.
 
     `profile` asks the driver for per-operation times with every execution (`Request.measure_operations`);
     a driver's record is checked against the model (`mlts.hal.operation_times.check_result_times`) and
@@ -115,10 +119,12 @@ class Session:
         loop_timeout_ms: float | None = None,
         retry: RetryPolicy = DEFAULT_RETRY,
         profile: bool = False,
+        prepare_deadline_ms: float | None = None,
     ) -> None:
         self.device = device
         self.profile = profile
         self.deadline_ms = _positive_ms(deadline_ms, "deadline")
+        self.prepare_deadline_ms = _positive_ms(prepare_deadline_ms, "prepare deadline")
         self.loop_timeout_ns = (
             None if loop_timeout_ms is None else int(_loop_timeout_ms(loop_timeout_ms) * 1e6)
         )
@@ -137,6 +143,7 @@ class Session:
         self._out_bytes: list[int | None] = [
             op.byte_size() if op.is_fully_specified else None for op in self._outputs
         ]
+        self._out_key = tuple(self._out_bytes)  # as layouts' keys hold it
         if mode == "fenced" and None in self._out_bytes:
             raise HalError(
                 ErrorStatus.INVALID_ARGUMENT,
@@ -147,25 +154,35 @@ class Session:
         # Layouts of runs naming driver buffers, by their tokens: a caller alternating buffers (the state
         # of a recurrent model kept in the driver) sends each one's very Request object again.
         self._token_layouts: dict[tuple, _Layout] = {}
+        # The token mappings callers passed recently and their layouts (see `_token_layout`).
+        self._token_seen: list[tuple[Mapping[int, int], Mapping[int, int], _Layout]] = []
         self._burst: tuple[int, Burst] | None = None  # (thread id, its burst) in mode "burst"
         self.cache_outcome: str | None = None
         self.prepared: PreparedModel | None
         if cache is None:
             self.prepared = call_with_retries(
-                lambda: device.prepareModel(model, preference, priority, self._deadline()),
+                lambda: device.prepareModel(model, preference, priority, self._prepare_deadline()),
                 retry,
                 self.retry_stats,
             )
         else:
             self.prepared, self.cache_outcome = call_with_retries(
-                lambda: cache.prepare(device, model, preference, priority), retry, self.retry_stats
+                lambda: cache.prepare(device, model, preference, priority, self._prepare_deadline()),
+                retry,
+                self.retry_stats,
             )
 
     def _deadline(self) -> int | None:
-        """A fresh deadline (CLOCK_MONOTONIC ns) `deadline_ms` from now, or None."""
+        """A fresh execution deadline (CLOCK_MONOTONIC ns) `deadline_ms` from now, or None."""
         if self.deadline_ms is None:
             return None
         return time.monotonic_ns() + int(self.deadline_ms * 1e6)
+
+    def _prepare_deadline(self) -> int | None:
+        """A fresh preparation deadline `prepare_deadline_ms` from now, or None."""
+        if self.prepare_deadline_ms is None:
+            return None
+        return time.monotonic_ns() + int(self.prepare_deadline_ms * 1e6)
 
     def _execute(self, request: Request) -> ExecutionResult:
         assert self.prepared is not None
@@ -237,6 +254,7 @@ class Session:
     def _release_pool(self) -> None:
         self._layout = None  # its views point into the pool
         self._token_layouts.clear()
+        self._token_seen = []
         pool, self._pool = self._pool, None
         if pool is None:
             return
@@ -329,6 +347,7 @@ class Session:
         plain = not in_tokens and not out_tokens
         layout = _Layout(key, request, [loc.offset for loc in out_locs], pool, in_views, plain=plain)
         layout.skip_in = frozenset(in_tokens)
+        layout.token_maps = (dict(in_tokens), dict(out_tokens))
         return layout
 
     # ------------------------------------------------------------ running
@@ -350,12 +369,11 @@ class Session:
         layout = self._layout
         if in_tokens or out_tokens:
             # Driver buffers: the layout made for these tokens, when the other inputs fit it.
-            tokens = (tuple(in_tokens.items()), tuple(out_tokens.items()))
-            layout = self._token_layouts.get(tokens)
+            layout = self._token_layout(in_tokens, out_tokens)
             if (
                 layout is None
                 or layout.pool is not self._pool
-                or layout.key[3] != tuple(self._out_bytes)
+                or layout.key[3] != self._out_key
                 or layout.key[4] != self.profile
                 or not self._refill(layout, inputs, layout.skip_in)
             ):
@@ -389,8 +407,10 @@ class Session:
                 shape = e.output_shapes[k]
                 needed = int(np.prod(shape.dimensions, dtype=np.int64)) * self._out_dtypes[k].itemsize
                 self._out_bytes[k] = max(needed, request.outputs[k].location.length)
+            self._out_key = tuple(self._out_bytes)
             self._layout = None  # laid out for the old output sizes
             self._token_layouts.clear()
+            self._token_seen = []
             layout = self._request(self._check_inputs(inputs, in_tokens), in_tokens, out_tokens)
             result = self._execute(layout.request)
         times = result.operation_times
@@ -405,6 +425,20 @@ class Session:
                     getattr(self.device, "name", "driver"),
                 )
         return self._read_outputs(layout, result, out_tokens), result
+
+    def _token_layout(self, in_tokens: Mapping[int, int], out_tokens: Mapping[int, int]) -> _Layout | None:
+        """The layout made for these tokens: found by the mappings' identity when the caller passes the
+        same ones again (a DriverState does) and they still hold the same tokens, else by their items."""
+        for seen_in, seen_out, layout in self._token_seen:
+            if seen_in is in_tokens and seen_out is out_tokens:
+                maps = layout.token_maps
+                if maps[0] == in_tokens and maps[1] == out_tokens:
+                    return layout
+                break
+        layout = self._token_layouts.get((tuple(in_tokens.items()), tuple(out_tokens.items())))
+        if layout is not None:
+            self._token_seen = [(in_tokens, out_tokens, layout), *self._token_seen[: MAX_TOKEN_LAYOUTS - 1]]
+        return layout
 
     def _refill(
         self, layout: _Layout, inputs: Sequence[np.ndarray | None], skip: frozenset[int] = frozenset()

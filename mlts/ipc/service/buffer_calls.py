@@ -49,7 +49,7 @@ def hold_buffer(client: Client, method: str, token: int) -> Resource:
         raise invalid(f"{method}: buffer token {token} is not a live buffer of this client") from None
 
 
-def buffers_of(client: Client, method: str, tokens: list[int]) -> list[Any]:
+def buffers_of(client: Client, method: str, tokens: list[int]) -> tuple[Any, ...]:
     """The client's buffers with `tokens`, in order, looked up but not held: an execution names buffers
     by token and, as in the HAL, the driver keeps alive what an execution it runs has looked up (the
     sample driver's arrays outlive a release). Another client's token is refused and logged as by
@@ -57,7 +57,7 @@ def buffers_of(client: Client, method: str, tokens: list[int]) -> list[Any]:
     found = client.handles.peek_many(Kind.BUFFER, tokens)
     if None in found:
         hold_buffer(client, method, tokens[found.index(None)])  # logs and raises
-    return list(map(_VALUE, found))
+    return tuple(map(_VALUE, found))
 
 
 def _roles(call: Call, key: str) -> list[BufferRole]:

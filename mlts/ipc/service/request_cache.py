@@ -53,8 +53,8 @@ class RequestCache:
         for n, (d, p, request) in enumerate(entries):
             if len(p) == len(pools) and all(map(is_, p, pools)) and d == doc:
                 self.hits += 1
-                if n:
-                    self._touch(n, entries)
+                if n > 1:  # the two most recent stay put: requests used in turn (driver buffers
+                    self._touch(n, entries)  # swapped every step) would otherwise be moved every time
                 return request
         return None
 
