@@ -15,6 +15,7 @@ from driver._malloc import tune_allocator
 from driver.budget import MemoryBudget, constant_bytes, working_bytes
 from driver.buffers import DEFAULT_BUDGET, BufferTracker, SampleBuffer, size_of
 from driver.executor import Plan, prepare_operation
+from driver.idle import MAX_IDLE_MS, IdleWatchdog
 from driver.request_io import CACHED_RESULTS, IoCache, RequestIo
 from mlts.hal import capabilities_file, qos, validate
 from mlts.hal import extensions as ext
@@ -51,7 +52,7 @@ log = logging.getLogger("driver.cache")
 caps_log = logging.getLogger("driver.capabilities")
 
 #: The factory options (`--option key=value`) every sample variant accepts.
-OPTION_KEYS = ("capabilities", "max_memory_mb", "buffer_budget")
+OPTION_KEYS = ("capabilities", "max_memory_mb", "buffer_budget", "idle_release_ms")
 
 #: The largest memory budget `max_memory_mb` accepts (1 TiB).
 MAX_MEMORY_MB = 1 << 20
@@ -109,6 +110,8 @@ class SampleDevice(Device):
 
     Executions of one client are ordered by their models' priorities: a running execution pauses at
     its next operation while a higher-priority execution of the same client runs (mlts.hal.qos).
+    Option `idle_release_ms=N` lets a prepared model's kept workspaces and request layouts go once
+    it has run nothing for N ms (driver.idle); 0, the default, keeps them.
     """
 
     variant: Variant
@@ -124,7 +127,14 @@ class SampleDevice(Device):
         self.budget = MemoryBudget(_memory_option(options.get("max_memory_mb"), self.name))
         self.gate = qos.PriorityGate()
         self.buffers = BufferTracker(_budget(self.name, options.get("buffer_budget")))
+        idle_ms = _idle_option(options.get("idle_release_ms"), self.name)
+        #: Releases what idle prepared models keep between executions (driver.idle); None: kept.
+        self.idle = IdleWatchdog(idle_ms / 1000) if idle_ms else None
         tune_allocator()
+
+    def close(self) -> None:
+        if self.idle is not None:
+            self.idle.close()
 
     def _load_capabilities(self, explicit: str | None) -> tuple[Capabilities, capabilities_file.Source]:
         """The variant's defaults merged with the located capabilities file (read once); logs the source."""
@@ -315,6 +325,15 @@ class SamplePreparedModel(PreparedModel):
         self._closed = threading.Event()
         self._released = False  # what executions check: `_closed.is_set()` as a plain attribute
         self._io = IoCache()
+        self._idle = device.idle
+        if self._idle is not None:
+            self._idle.watch(self, self.release_kept)
+
+    def release_kept(self) -> None:
+        """Let go of what is kept for the next execution (free workspaces, request layouts); the next
+        execution makes them again. Executions in flight keep their own."""
+        self.plan.workspaces.drop_free()
+        self._io.clear()
 
     def executeSynchronously(
         self,
@@ -392,6 +411,8 @@ class SamplePreparedModel(PreparedModel):
                 budget.release(held)
         finally:
             gate.leave(ticket)
+            if self._idle is not None:
+                self._idle.touch(self)
         measured = measure == _YES
         if op_times is not None:
             timing = Timing((t2 - t1) // 1000, (_perf_ns() - t0) // 1000) if measured else _NOT_MEASURED
@@ -430,6 +451,8 @@ class SamplePreparedModel(PreparedModel):
             self._released = True
             self._closed.set()
             self._io.clear()
+            if self._idle is not None:
+                self._idle.unwatch(self)
             with self._lock:
                 held, self._held = self._held, 0
             self.device.budget.release(held)
@@ -462,6 +485,21 @@ def _abandon_at(deadline: int | None, what: str) -> Callable[[int], None] | None
 def _now_ns() -> int:
     """CLOCK_MONOTONIC in ns, the clock of deadlines (one place, so tests can drive it)."""
     return time.monotonic_ns()
+
+
+def _idle_option(text: str | None, name: str) -> float:
+    """`idle_release_ms` in ms (0: never release); ValueError naming the bad value."""
+    if text is None:
+        return 0.0
+    try:
+        ms = float(text)
+    except (TypeError, ValueError):
+        ms = -1.0
+    if not 0 <= ms <= MAX_IDLE_MS:
+        raise ValueError(
+            f"{name}: option idle_release_ms must be a number of ms in [0, {MAX_IDLE_MS}], got {text!r}"
+        )
+    return ms
 
 
 def _budget(name: str, text: str | None) -> int:
