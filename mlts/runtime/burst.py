@@ -196,6 +196,8 @@ class RemoteBurst(Burst):
         if len(pools) == 1 and type(pools[0]) is SharedMemory:  # the common case: one pool
             return pools[0].fd >= 0 and id(pools[0]) in slots
         for pool in pools:
+            if type(pool) is int:  # a buffer token: nothing to go stale
+                continue
             if isinstance(pool, SharedMemory):
                 if pool.fd < 0 or id(pool) not in slots:
                     return False

@@ -333,8 +333,7 @@ class BurstContext:
         """`validated` while the driver buffers a validated request names are this client's and as
         binding found them, else None (the caller binds the request again). Nothing is held: see
         `buffer_calls.buffers_of`."""
-        tokens = [v for k, v in request.pools if k == msg.POOL_TOKEN]
-        if buffer_state(buffers_of(self.client, "burst", tokens)) != validated[2]:
+        if buffer_state(buffers_of(self.client, "burst", validated[3])) != validated[2]:
             return None
         return validated
 
@@ -360,7 +359,7 @@ class BurstContext:
         entry = self._entry()
         # Buffer tokens: compared as the buffers' state (mlts.hal.buffer_use.bound_state), slots by identity.
         ident, state = bound_state(pools, self._buffer)
-        validated = known[1]  # (pools, Request, buffer state), read once: a freed slot sets None
+        validated = known[1]  # (pools, Request, buffer state, tokens), read once: a freed slot sets None
         if (
             validated is not None
             and validated[2] == state
@@ -431,7 +430,8 @@ class BurstContext:
                 resource = self._slots.get(value) if kind == msg.POOL_SLOT else None
                 if kind == msg.POOL_SLOT and (resource is None or resource.value is not pool):
                     return
-            known[1] = (bound[0], hal_request, bound[1])
+            tokens = [v for k, v in request.pools if k == msg.POOL_TOKEN]
+            known[1] = (bound[0], hal_request, bound[1], tokens)
 
     def _buffer(self, token: int) -> Any:
         """The buffer behind a token of this client (as on the other execution paths)."""
