@@ -28,6 +28,7 @@ from mlts.hal import qos, validate
 from mlts.hal.buffer_use import bind_buffers, bound_state, buffer_state
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
+from mlts.hal.memory import FileMemory, file_pools_in, file_pools_out
 from mlts.hal.types import Request
 from mlts.ipc import burst_messages as msg
 from mlts.ipc.burst_ring import DEFAULT_POLLING_US, MessageTooLarge, Ring, RingError
@@ -73,6 +74,7 @@ class BurstContext:
         self.results = results
         self.polling_us = polling_us
         self._slots: dict[int, Resource] = {}
+        self._files = False  # a slot holds a client's file (FileMemory): executions read it in, write it back
         # Slots freed or replaced, released by the listener between executions (or when it ends): an
         # execution uses its slots' mappings without holding them, since only the listener releases them.
         self._retired: list[Resource] = []
@@ -105,6 +107,7 @@ class BurstContext:
                 )
             old = self._slots.pop(slot, None)
             self._slots[slot] = Resource(memory, lambda: close_memory(memory), memory.size)
+            self._files = self._files or isinstance(memory, FileMemory)
             if old is not None:
                 self._forget(old.value)
                 self._retired.append(old)
@@ -307,12 +310,13 @@ class BurstContext:
         return known
 
     def _resolve(self, request: msg.BurstRequest, seq: int, held: list[Resource]) -> tuple[Any, ...]:
-        """The request's pools in order: a token stays a token (its buffer, this client's only, is held:
+        """The request's pools in order: a token stays a token (its buffer must be this client's:
         another client's is INVALID_ARGUMENT and logged), a slot becomes its cached memory (unknown
         slots are asked for once; a slot's mapping stays until this thread releases it, after the
-        execution, see `_release_retired`). Every buffer held is appended to `held` for the caller to
-        release when the execution ends."""
-        buffers_of(self.client, "burst", [v for k, v in request.pools if k == msg.POOL_TOKEN])  # this client's
+        execution, see `_release_retired`). Every resource held is appended to `held` for the caller
+        to release when the execution ends."""
+        # The tokens name this client's buffers (looked up, not held: see buffer_calls.buffers_of).
+        buffers_of(self.client, "burst", [v for k, v in request.pools if k == msg.POOL_TOKEN])
         # Asked under this execution's number (a cached request keeps the number of its first run).
         self._fetch_missing(seq, [v for k, v in request.pools if k == msg.POOL_SLOT])
         pools: list[Any] = []
@@ -404,6 +408,16 @@ class BurstContext:
         deadline = request.deadline
         if deadline is not None and deadline <= time.monotonic_ns():
             raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "burst: the deadline had already passed")
+        if self._files:  # a client's file among the slots: read in before, outputs written after
+            pending = file_pools_in(hal_request)
+            result = self._execute_now(request, hal_request, entry, deadline)
+            file_pools_out(pending)
+            return result
+        return self._execute_now(request, hal_request, entry, deadline)
+
+    def _execute_now(
+        self, request: msg.BurstRequest, hal_request: Request, entry: PreparedEntry, deadline: int | None
+    ) -> Any:
         if self._exec_pool.try_inline():
             self._inline = True  # the listener gives the slot back once the result is written
             return entry.prepared.executeSynchronously(

@@ -10,7 +10,7 @@ from mlts.hal import codec, nnfile, validate
 from mlts.hal.enums import ExecutionPreference, Priority
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.interface import PreparedModel
-from mlts.hal.memory import SEALS_FROZEN, SEALS_POOL, SharedMemory
+from mlts.hal.memory import SEALS_FROZEN, SEALS_POOL, SharedMemory, receive_pool
 from mlts.hal.types import MAX_NUMBER_OF_CACHE_FILES, Model
 from mlts.ipc import wire
 from mlts.ipc.service.args import arg, cache_token, enum_value, int_list, opt_ns, type_name
@@ -47,6 +47,8 @@ def map_memory(call: Call, ref: object, what: str, seals: int = SEALS_POOL) -> S
         raise invalid(f"{call.method}: {what} must be an object with 'fd' and 'size', got {type_name(ref)}")
     size = arg(ref, f"{call.method} {what}", "size", int)
     fd = call.take_fd(ref.get("fd"), what)
+    if seals == SEALS_POOL:  # a request pool: a sealed memfd, or a client's file (mmap_fd)
+        return receive_pool(fd, size, what=f"{call.method}: {what}")
     return SharedMemory.from_fd(fd, size, seals=seals, what=f"{call.method}: {what}")
 
 

@@ -18,7 +18,7 @@ from mlts.hal import codec, qos, validate
 from mlts.hal.buffer_use import bind_buffers, bound_state, buffer_state
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError, invalid
-from mlts.hal.memory import SharedMemory
+from mlts.hal.memory import FileMemory, SharedMemory, file_pools_in, file_pools_out
 from mlts.hal.types import ExecutionResult, Request
 from mlts.ipc import compact_calls
 from mlts.ipc.burst_messages import POOL_TOKEN
@@ -45,8 +45,17 @@ class Job:
     held: list[Resource] = field(default_factory=list)
     transient: list[SharedMemory] = field(default_factory=list)
     client_key: int = 0
+    files: bool = False  # a pool is a client's file (FileMemory): read in before, outputs written after
 
     def run(self, deadline: int | None = None) -> ExecutionResult:
+        if self.files:
+            pending = file_pools_in(self.request)
+            result = self._run(deadline)
+            file_pools_out(pending)
+            return result
+        return self._run(deadline)
+
+    def _run(self, deadline: int | None) -> ExecutionResult:
         # The driver tells clients apart by this key (priorities are relative to one client's models).
         # The client's reader thread acts for it already (Client.serve): an inline run sets nothing.
         if qos.current_client() == self.client_key:
@@ -239,6 +248,7 @@ def _admit_request(
     cache = job.entry.requests
     # Buffer tokens: the request is reused while the buffers it was bound to are as they were then.
     ident, state = bound_state(pools, lambda t: _buffer_of(client, m, t)) if bound is None else bound
+    job.files = any(type(p) is FileMemory for p in ident)
     if state:
         key = (key, state)
     known = cache.get(key, ident)
