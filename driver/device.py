@@ -17,7 +17,7 @@ from driver.buffers import DEFAULT_BUDGET, BufferTracker, SampleBuffer, size_of
 from driver.executor import Plan, prepare_operation
 from driver.idle import MAX_IDLE_MS, IdleWatchdog
 from driver.request_io import CACHED_RESULTS, IoCache, RequestIo
-from mlts.hal import capabilities_file, qos, validate
+from mlts.hal import capabilities_file, qos, validate, vlog
 from mlts.hal import extensions as ext
 from mlts.hal.buffer_use import bind_buffers, validate_memory_desc
 from mlts.hal.enums import (
@@ -191,6 +191,7 @@ class SampleDevice(Device):
         _check_deadline_before(deadline, "prepareModel")
         self._check_supported(model)
         held = self._reserve(model, "prepareModel")
+        started = _perf_ns()
         try:
             plan = Plan(
                 model, extensions=self.variant.extensions, progress=_abandon_at(deadline, "prepareModel")
@@ -198,9 +199,22 @@ class SampleDevice(Device):
             _check_deadline_after(deadline, "prepareModel")
             if caching:
                 self._save(model_cache[0], data_cache[0], token, plan, priority)
-        except BaseException:
+        except BaseException as e:
             self.budget.release(held)
+            if isinstance(e, HalError):
+                vlog.log("driver", "%s prepareModel failed: %s", self.name, e)
             raise
+        vlog.log(
+            "driver",
+            "%s prepareModel: %d operations in %.3f ms (preference %s, priority %s, deadline %s%s)",
+            self.name,
+            len(model.main.operations),
+            (_perf_ns() - started) / 1e6,
+            ExecutionPreference(preference).name,
+            Priority(priority).name,
+            "none" if deadline is None else f"{(deadline - _now_ns()) / 1e6:.3f} ms ahead",
+            ", cache written" if caching else "",
+        )
         return SamplePreparedModel(model, plan, self, Priority(priority), held)
 
     def _reserve(self, model: Model, what: str) -> int:
@@ -377,7 +391,10 @@ class SamplePreparedModel(PreparedModel):
                     io.checked_budget = plan.memory_budget
                 checked = io.static_fits
                 predicted = None if checked else plan.shape_pass(inputs, io.limits)
-                op_times: list[tuple[int, int]] | None = [] if request.measure_operations else None
+                # MLTS_VLOG's cpuexe tag wants every operation's time too (logged, not returned).
+                op_times: list[tuple[int, int]] | None = (
+                    [] if request.measure_operations or "cpuexe" in vlog.enabled else None
+                )
                 done: list[int] = []
 
                 def write(outputs: list[np.ndarray]) -> tuple[OutputShape, ...]:
@@ -414,7 +431,9 @@ class SamplePreparedModel(PreparedModel):
             if self._idle is not None:
                 self._idle.touch(self)
         measured = measure == _YES
-        if op_times is not None:
+        if vlog.enabled:
+            self._log_execution(t0, t1, t2, request, op_times)
+        if op_times is not None and request.measure_operations:
             timing = Timing((t2 - t1) // 1000, (_perf_ns() - t0) // 1000) if measured else _NOT_MEASURED
             return ExecutionResult(shapes, timing, from_pairs(op_times))
         # Results are immutable: an execution of a cached layout with the output shapes and timing of an
@@ -428,6 +447,32 @@ class SamplePreparedModel(PreparedModel):
                 results.clear()
             results[key] = result
         return result
+
+    def _log_execution(
+        self, t0: int, t1: int, t2: int, request: Request, op_times: list[tuple[int, int]] | None
+    ) -> None:
+        """MLTS_VLOG: the call (tag driver) and each operation with its time (tag cpuexe)."""
+        if vlog.on("driver"):
+            tokens = sum(1 for p in request.pools if type(p) is int)
+            vlog.log(
+                "driver",
+                "%s executeSynchronously: %.3f ms (kernels %.3f ms), %d pools, %d driver buffers",
+                self.device_name,
+                (_perf_ns() - t0) / 1e6,
+                (t2 - t1) / 1e6,
+                len(request.pools) - tokens,
+                tokens,
+            )
+        if op_times is not None and vlog.on("cpuexe"):
+            operations = self.model.main.operations
+            for index, ns in op_times:
+                vlog.log(
+                    "cpuexe",
+                    "operation %d %s: %.3f ms",
+                    index,
+                    _operation_name(operations[index].type, self.model),
+                    ns / 1e6,
+                )
 
     def _record(self, ns: int) -> None:
         with self._lock:

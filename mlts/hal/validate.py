@@ -15,6 +15,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
+from mlts.hal import vlog
 from mlts.hal._validate_common import is_int
 from mlts.hal._validate_graph import check_io_lists, check_operations, check_references, subgraph_label
 from mlts.hal._validate_operand import check_operand
@@ -72,6 +73,15 @@ def validate_model(model: Model, *, allowed_extensions: Collection[str] | None =
     for index, sub in graphs:
         check_operations(model, sub, subgraph_label(index), prefixes)
     check_references(model)
+    if vlog.on("model"):
+        vlog.log(
+            "model",
+            "valid model: %d operations, %d operands, %d referenced subgraphs, %d pools",
+            len(model.main.operations),
+            len(model.main.operands),
+            len(model.referenced),
+            len(model.pools),
+        )
 
 
 def validate_request(request: Request, model: Model, *, allow_unspecified_output: bool = True) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from mlts.hal import vlog
 from mlts.hal.enums import (
     DTYPE_NAME,
     UINT64_MAX,
@@ -188,6 +189,7 @@ class PartitionedSession:
             self.close()
             raise
         self._release = release_after(self.plan, self.steps)
+        vlog.log("compilation", "partitioned: %s", self.summary())
         # Each step's driver buffer tokens (position -> token) for its inputs and its outputs.
         self._tokens = [
             (self.buffers.tokens(step.inputs), self.buffers.tokens(step.outputs)) if self.buffers else ({}, {})
@@ -229,6 +231,13 @@ class PartitionedSession:
                     e.status, f"step {step.index} on {step.device} failed to prepare: {e.message}"
                 ) from None
             self.fallbacks.append(Fallback(step.index, step.device, str(e)))
+            vlog.log(
+                "compilation",
+                "step %d failed to prepare on %s (%s): the whole model falls back to the CPU path",
+                step.index,
+                step.device,
+                e,
+            )
             return None
 
     def _fall_back(self, seconds: float) -> None:

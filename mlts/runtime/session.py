@@ -9,7 +9,16 @@ from threading import get_ident
 
 import numpy as np
 
-from mlts.hal.enums import DTYPE_NAME, ErrorStatus, ExecutionPreference, MeasureTiming, OperandType, Priority
+from mlts.hal import vlog
+from mlts.hal.enums import (
+    DTYPE_NAME,
+    UINT64_MAX,
+    ErrorStatus,
+    ExecutionPreference,
+    MeasureTiming,
+    OperandType,
+    Priority,
+)
 from mlts.hal.errors import HalError
 from mlts.hal.interface import Burst, Device, PreparedModel
 from mlts.hal.memory import SharedMemory
@@ -159,6 +168,7 @@ class Session:
         self._burst: tuple[int, Burst] | None = None  # (thread id, its burst) in mode "burst"
         self.cache_outcome: str | None = None
         self.prepared: PreparedModel | None
+        started = time.perf_counter()
         if cache is None:
             self.prepared = call_with_retries(
                 lambda: device.prepareModel(model, preference, priority, self._prepare_deadline()),
@@ -170,6 +180,18 @@ class Session:
                 lambda: cache.prepare(device, model, preference, priority, self._prepare_deadline()),
                 retry,
                 self.retry_stats,
+            )
+        if vlog.on("compilation"):
+            vlog.log(
+                "compilation",
+                "prepared %d operations on %s in %.3f ms (preference %s, priority %s, deadline %s, cache %s)",
+                len(model.main.operations),
+                getattr(device, "name", "driver"),
+                (time.perf_counter() - started) * 1e3,
+                ExecutionPreference(preference).name,
+                Priority(priority).name,
+                "none" if self.prepare_deadline_ms is None else f"{self.prepare_deadline_ms:g} ms",
+                self.cache_outcome or "not used",
             )
 
     def _deadline(self) -> int | None:
@@ -377,21 +399,29 @@ class Session:
                 or layout.key[4] != self.profile
                 or not self._refill(layout, inputs, layout.skip_in)
             ):
-                arrays = self._check_inputs(inputs, in_tokens)
-                layout = self._request(arrays, in_tokens, out_tokens)
+                layout = self._request(self._check_inputs(inputs, in_tokens), in_tokens, out_tokens)
             else:
-                self._layout = layout
-                arrays = inputs  # type: ignore[assignment]  # checked by _refill
+                self._layout = layout  # refilled: the inputs fit it
         elif (
             layout is None
             or not layout.plain
             or layout.key[4] != self.profile
             or not self._refill(layout, inputs)
         ):
-            arrays = self._check_inputs(inputs, in_tokens)
-            layout = self._request(arrays, in_tokens, out_tokens)
-        else:
-            arrays = inputs  # type: ignore[assignment]  # checked by _refill: the layout's shapes and dtypes
+            layout = self._request(self._check_inputs(inputs, in_tokens), in_tokens, out_tokens)
+        if vlog.on("execution"):
+            return self._logged_run(inputs, in_tokens, out_tokens, layout)
+        return self._run_layout(inputs, in_tokens, out_tokens, layout)
+
+    def _run_layout(
+        self,
+        inputs: Sequence[np.ndarray | None],
+        in_tokens: Mapping[int, int],
+        out_tokens: Mapping[int, int],
+        layout: _Layout,
+    ) -> tuple[list[np.ndarray | None], ExecutionResult]:
+        """Execute the request of `layout` (its inputs written); outputs too small for a result whose
+        shape was unknown are laid out again and the execution repeated once."""
         request = layout.request
         try:
             result = self._execute(request)
@@ -425,6 +455,36 @@ class Session:
                     getattr(self.device, "name", "driver"),
                 )
         return self._read_outputs(layout, result, out_tokens), result
+
+    def _logged_run(
+        self,
+        inputs: Sequence[np.ndarray | None],
+        in_tokens: Mapping[int, int],
+        out_tokens: Mapping[int, int],
+        layout: _Layout,
+    ) -> tuple[list[np.ndarray | None], ExecutionResult]:
+        """`_run_layout` with MLTS_VLOG's `execution` tag on: logged with its path, time and outcome."""
+        started = time.perf_counter()
+        name = getattr(self.device, "name", "driver")
+        try:
+            outs, result = self._run_layout(inputs, in_tokens, out_tokens, layout)
+        except HalError as e:
+            ms = (time.perf_counter() - started) * 1e3
+            vlog.log("execution", "%s %s: %s after %.3f ms", name, self.mode, e, ms)
+            raise
+        timing = result.timing
+        vlog.log(
+            "execution",
+            "%s %s: %.3f ms, %d driver buffer(s); output shapes %s; on device %s us, in driver %s us",
+            name,
+            self.mode,
+            (time.perf_counter() - started) * 1e3,
+            len(in_tokens) + len(out_tokens),
+            [list(s.dimensions) for s in result.output_shapes],
+            "-" if timing.time_on_device == UINT64_MAX else timing.time_on_device,
+            "-" if timing.time_in_driver == UINT64_MAX else timing.time_in_driver,
+        )
+        return outs, result
 
     def _token_layout(self, in_tokens: Mapping[int, int], out_tokens: Mapping[int, int]) -> _Layout | None:
         """The layout made for these tokens: found by the mappings' identity when the caller passes the
