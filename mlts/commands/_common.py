@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import contextmanager
 
 import click
 
@@ -171,3 +172,31 @@ def qos_settings(
         return QosSettings.from_names(priority, preference, deadline_ms, loop_timeout_ms, prepare_deadline_ms)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+
+
+trace_option = click.option(
+    "--trace",
+    "trace_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Write the phases of every preparation and execution (IPC, queueing in the driver service, "
+    "execution) as Chrome-trace / Perfetto JSON to FILE (open it in ui.perfetto.dev or chrome://tracing).",
+)
+
+
+@contextmanager
+def tracing(trace_file: str | None, quiet: bool = False):
+    """Record the run into `trace_file` (mlts.runtime.trace) while the block runs; written even if it fails."""
+    if trace_file is None:
+        yield
+        return
+    from mlts.runtime.trace import TraceWriter
+
+    writer = TraceWriter(trace_file)
+    try:
+        yield
+    finally:
+        events = writer.close()
+        if not quiet:
+            click.echo(f"trace: {trace_file} ({events} events)", err=True)

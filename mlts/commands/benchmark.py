@@ -21,6 +21,8 @@ from mlts.commands._common import (
     qos_options,
     qos_settings,
     seconds,
+    trace_option,
+    tracing,
 )
 
 
@@ -226,6 +228,7 @@ def check_out_dir(out: Path, force: bool) -> None:
     "unaffected.",
 )
 @driver_socket_option
+@trace_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results document to stdout (no table).")
 @click.option("--quiet", is_flag=True, help="No progress and no table; errors and the exit status only.")
 @qos_options
@@ -258,6 +261,7 @@ def benchmark(
     state_in_driver: bool,
     profile: bool,
     driver_sockets: tuple[str, ...],
+    trace_file: str | None,
     as_json: bool,
     quiet: bool,
     priority: str,
@@ -333,7 +337,8 @@ def benchmark(
         out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(partial, path)
 
-    doc = run_benchmark(sources, specs, config, progress, checkpoint=save)
+    with tracing(trace_file, quiet or as_json):
+        doc = run_benchmark(sources, specs, config, progress, checkpoint=save)
     save(doc)
     written = write_companions(doc, out)
     if as_json:

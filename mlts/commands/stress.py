@@ -19,6 +19,8 @@ from mlts.commands._common import (
     qos_options,
     qos_settings,
     seconds,
+    trace_option,
+    tracing,
 )
 
 DEFAULT_MODELS = "^mobilenet_v1_0.25_128(_quant)?$"
@@ -160,6 +162,7 @@ def format_results(records: list[dict]) -> list[str]:
     "--out", "out_dir", default=None, type=click.Path(), help="Folder for results.json and report.html."
 )
 @driver_socket_option
+@trace_option
 @click.option("--force", is_flag=True, help="Overwrite results already in --out.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results document to stdout (no table).")
 @click.option("--quiet", is_flag=True, help="No progress and no table.")
@@ -184,6 +187,7 @@ def stress(
     in_process: bool,
     out_dir: str | None,
     driver_sockets: tuple[str, ...],
+    trace_file: str | None,
     force: bool,
     as_json: bool,
     quiet: bool,
@@ -273,7 +277,8 @@ def stress(
             write_json_atomic(doc, out / "results.json")
 
     try:
-        doc = run_stress(modes, drivers, models, config, progress, checkpoint=save)
+        with tracing(trace_file, quiet or as_json):
+            doc = run_stress(modes, drivers, models, config, progress, checkpoint=save)
     except KeyboardInterrupt as e:
         _write_report(latest[0], out)
         how = f" by {e}" if isinstance(e, Terminated) else ""

@@ -14,7 +14,7 @@ from typing import TextIO
 
 import click
 
-from mlts.commands._common import SEED, BadInput, driver_plugin_option, seconds
+from mlts.commands._common import SEED, BadInput, driver_plugin_option, seconds, trace_option, tracing
 
 #: What the options accept; --help shows the ranges.
 MAX_FUZZ_SECONDS = 7 * 86_400.0
@@ -210,6 +210,7 @@ def _options(items: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--threads", default=1, show_default=True, type=click.IntRange(1, 256), help="BLAS threads of the driver."
 )
+@trace_option
 @click.pass_context
 def validate_cmd(
     ctx: click.Context,
@@ -228,6 +229,7 @@ def validate_cmd(
     seed: int,
     call_timeout: float,
     threads: int,
+    trace_file: str | None,
 ) -> None:
     """Check that a driver obeys the NN HAL: the VTS/CTS of mlts (docs/validate.md).
 
@@ -278,7 +280,7 @@ def validate_cmd(
         threads=threads,
         log_dir=str(out / "logs"),
     )
-    with target:
+    with tracing(trace_file), target:
         _check_starts(target)
         if replay_file is not None:
             _replay(target, replay_file)

@@ -9,7 +9,7 @@ from threading import get_ident
 
 import numpy as np
 
-from mlts.hal import vlog
+from mlts.hal import trace, vlog
 from mlts.hal.enums import (
     DTYPE_NAME,
     UINT64_MAX,
@@ -169,6 +169,7 @@ class Session:
         self.cache_outcome: str | None = None
         self.prepared: PreparedModel | None
         started = time.perf_counter()
+        start_ns = trace.now_ns()
         if cache is None:
             self.prepared = call_with_retries(
                 lambda: device.prepareModel(model, preference, priority, self._prepare_deadline()),
@@ -180,6 +181,16 @@ class Session:
                 lambda: cache.prepare(device, model, preference, priority, self._prepare_deadline()),
                 retry,
                 self.retry_stats,
+            )
+        if trace.enabled:
+            trace.span(
+                "prepare",
+                "compilation",
+                start_ns,
+                trace.now_ns(),
+                driver=getattr(device, "name", "driver"),
+                operations=len(model.main.operations),
+                cache=self.cache_outcome,
             )
         if vlog.on("compilation"):
             vlog.log(
@@ -409,7 +420,7 @@ class Session:
             or not self._refill(layout, inputs)
         ):
             layout = self._request(self._check_inputs(inputs, in_tokens), in_tokens, out_tokens)
-        if vlog.on("execution"):
+        if trace.enabled or "execution" in vlog.enabled:
             return self._logged_run(inputs, in_tokens, out_tokens, layout)
         return self._run_layout(inputs, in_tokens, out_tokens, layout)
 
@@ -463,15 +474,32 @@ class Session:
         out_tokens: Mapping[int, int],
         layout: _Layout,
     ) -> tuple[list[np.ndarray | None], ExecutionResult]:
-        """`_run_layout` with MLTS_VLOG's `execution` tag on: logged with its path, time and outcome."""
+        """`_run_layout` logged (MLTS_VLOG's `execution` tag) and traced (`--trace`): path, time, outcome."""
         started = time.perf_counter()
+        start_ns = trace.now_ns()
         name = getattr(self.device, "name", "driver")
         try:
             outs, result = self._run_layout(inputs, in_tokens, out_tokens, layout)
         except HalError as e:
             ms = (time.perf_counter() - started) * 1e3
             vlog.log("execution", "%s %s: %s after %.3f ms", name, self.mode, e, ms)
+            trace.span(
+                f"execute/{self.mode}", "execution", start_ns, trace.now_ns(), driver=name, error=str(e)
+            )
             raise
+        timing = result.timing
+        trace.span(
+            f"execute/{self.mode}",
+            "execution",
+            start_ns,
+            trace.now_ns(),
+            driver=name,
+            driver_buffers=len(in_tokens) + len(out_tokens),
+            time_on_device_us=None if timing.time_on_device == UINT64_MAX else timing.time_on_device,
+            time_in_driver_us=None if timing.time_in_driver == UINT64_MAX else timing.time_in_driver,
+        )
+        if "execution" not in vlog.enabled:
+            return outs, result
         timing = result.timing
         vlog.log(
             "execution",

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mlts.hal import qos, validate
+from mlts.hal import qos, trace, validate
 from mlts.hal.buffer_use import bind_buffers, bound_state, buffer_state
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
@@ -416,6 +416,19 @@ class BurstContext:
         return self._execute_now(request, hal_request, entry, deadline)
 
     def _execute_now(
+        self, request: msg.BurstRequest, hal_request: Request, entry: PreparedEntry, deadline: int | None
+    ) -> Any:
+        if trace.enabled:
+            started = trace.now_ns()
+            try:
+                return self._execute_in_pool(request, hal_request, entry, deadline)
+            finally:
+                trace.span(
+                    "execute", "service", started, trace.now_ns(), client_pid=self.client.pid, path="burst"
+                )
+        return self._execute_in_pool(request, hal_request, entry, deadline)
+
+    def _execute_in_pool(
         self, request: msg.BurstRequest, hal_request: Request, entry: PreparedEntry, deadline: int | None
     ) -> Any:
         if self._exec_pool.try_inline():

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlts.hal import codec, nnfile, validate
+from mlts.hal import codec, nnfile, trace, validate
 from mlts.hal.enums import ExecutionPreference, Priority
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.interface import PreparedModel
@@ -160,9 +160,13 @@ def prepare_model(client: Client, call: Call) -> dict[str, Any]:
     kept: list[SharedMemory | None] = [memory]
 
     def work() -> dict[str, Any]:
-        prepared = client.host.device.prepareModel(
-            model, preference, priority, deadline, tuple(model_cache), tuple(data_cache), token
-        )
+        started = trace.now_ns()
+        try:
+            prepared = client.host.device.prepareModel(
+                model, preference, priority, deadline, tuple(model_cache), tuple(data_cache), token
+            )
+        finally:
+            trace.span("prepareModel", "service", started, trace.now_ns(), client_pid=client.pid)
         kept[0] = None  # the prepared model keeps the mapping from now on
         # The driver's own word on the priority it honours orders this model's queued executions.
         honoured = int(getattr(prepared, "priority", priority))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mlts.hal import codec, qos, validate
+from mlts.hal import codec, qos, trace, validate
 from mlts.hal.buffer_use import bind_buffers, bound_state, buffer_state
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError, invalid
@@ -46,8 +46,21 @@ class Job:
     transient: list[SharedMemory] = field(default_factory=list)
     client_key: int = 0
     files: bool = False  # a pool is a client's file (FileMemory): read in before, outputs written after
+    admitted_ns: int = 0  # when admission ended (CLOCK_MONOTONIC), while tracing (mlts.hal.trace)
+    client_pid: int = 0
 
     def run(self, deadline: int | None = None) -> ExecutionResult:
+        if trace.enabled:
+            started = trace.now_ns()
+            if self.admitted_ns:
+                trace.span("queue", "service", self.admitted_ns, started, client_pid=self.client_pid)
+            try:
+                return self._run_files(deadline)
+            finally:
+                trace.span("execute", "service", started, trace.now_ns(), client_pid=self.client_pid)
+        return self._run_files(deadline)
+
+    def _run_files(self, deadline: int | None) -> ExecutionResult:
         if self.files:
             pending = file_pools_in(self.request)
             result = self._run(deadline)
@@ -149,7 +162,10 @@ def admit(client: Client, call: Call) -> Job:
     m = call.method
     compact = call.compact
     if compact is not None:
-        return _admit_compact(client, call, compact)
+        job = _admit_compact(client, call, compact)
+        if trace.enabled:
+            job.admitted_ns, job.client_pid = trace.now_ns(), client.pid
+        return job
     request_doc = arg(call.args, m, "request", dict)
     job = Job(None, None, MeasureTiming.NO, None, None, client_key=client.key)  # type: ignore[arg-type]
     try:
@@ -179,6 +195,8 @@ def admit(client: Client, call: Call) -> Job:
     except BaseException:
         job.finish()
         raise
+    if trace.enabled:
+        job.admitted_ns, job.client_pid = trace.now_ns(), client.pid
     return job
 
 
