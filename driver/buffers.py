@@ -113,6 +113,8 @@ class BufferTracker:
 class SampleBuffer(Buffer):
     """One driver-managed buffer: its operand type, dimensions, roles and bytes."""
 
+    stamp: int = 0
+
     def __init__(self, tracker: BufferTracker, token: int, desc: MemoryDesc, prepared: Sequence[Any]) -> None:
         self.token = token
         self.operand_type = desc.operand.type

@@ -51,7 +51,11 @@ class IdleWatchdog:
     def watch(self, obj: object, release: Callable[[], None]) -> None:
         """Watch `obj` (held weakly) from now on; `release()` lets its kept resources go."""
         key = id(obj)
-        ref = weakref.ref(obj, lambda _r, key=key: self._forget(key))
+
+        def gone(_ref: object) -> None:
+            self._forget(key)
+
+        ref = weakref.ref(obj, gone)
         with self._lock:
             self._watched[key] = [ref, release, self.clock(), False]
 
@@ -89,7 +93,9 @@ class IdleWatchdog:
             count += 1
         if count:
             self.released += count
-            log.debug("released the kept resources of %d prepared model(s) idle for %.3f s", count, self.period)
+            log.debug(
+                "released the kept resources of %d prepared model(s) idle for %.3f s", count, self.period
+            )
         return count
 
     def _run(self) -> None:

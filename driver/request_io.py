@@ -126,7 +126,9 @@ class RequestIo:
         # the reads as (input index, pool index, offset, dims, dtype) and the writes as (pool index, offset,
         # dtype, destination view or None, driver buffer or None), done without looking at the layout again.
         self._reads: tuple[tuple[int, int, int, tuple[int, ...], np.dtype], ...] | None = None
-        self._writes: tuple[tuple[int, int, np.dtype, np.ndarray | None, Any, memoryview | None], ...] | None = None
+        self._writes: (
+            tuple[tuple[int, int, np.dtype, np.ndarray | None, Any, memoryview | None], ...] | None
+        ) = None
         if has_tokens and buffers is not None:
             self._bind(buffers)
         elif all(
@@ -162,7 +164,7 @@ class RequestIo:
             else:
                 simple = False
                 template.append(None)
-        writes = []
+        writes: list[tuple[int, int, np.dtype, np.ndarray | None, Any, memoryview | None]] | None = []
         settle = []
         for w in self.outputs:
             if w is None:
@@ -181,7 +183,7 @@ class RequestIo:
             else:
                 dest, stamp = found
                 stamps.append(stamp)
-                raw = memoryview(dest).cast("B")  # the same bytes, for the small-copy path
+                raw = memoryview(dest).cast("B")  # type: ignore[arg-type]  # the bytes, for the small-copy path
                 if not buffer.initialized:
                     settle.append((buffer, dest.shape))
             bound.append(buffer)

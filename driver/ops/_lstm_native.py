@@ -20,7 +20,7 @@ import ctypes
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -180,7 +180,7 @@ class FusedCell:
         if ws is None:
             return self._step_alone(x, h, c)
         batch = len(x)
-        bufs = ws.bound.get(self)
+        bufs = cast("_StepBuffers | None", ws.bound.get(self))
         if bufs is None or bufs.step != ws.step or bufs.batch != batch:
             bufs = self._step_buffers(ws, batch)
         # Row strides: a contiguous float32 row-major array's is its width (any with one row).

@@ -189,7 +189,7 @@ def bind_buffers(request: Request, prepared: Any, lookup: Callable[[int], Any]) 
     return replace(request, inputs=tuple(new_inputs))
 
 
-def bound_state(pools: Sequence[Any], lookup: Callable[[int], Any]) -> tuple[Sequence[Any], tuple]:
+def bound_state(pools: Sequence[Any], lookup: Callable[[int], Any]) -> tuple[Any, tuple]:
     """What binding a request on `pools` depends on, for a caller that reuses a bound request.
 
     Returns the pools with every buffer token replaced by None (compare them by identity) and, for

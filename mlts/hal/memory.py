@@ -224,7 +224,7 @@ class FileMemory(SharedMemory):
 
     def load(self) -> None:
         """Read the file into the pool (before an execution reads it)."""
-        if not self.size:
+        if not self.size or self._map is None:
             return
         target = memoryview(self._map).cast("B")
         with self._lock:

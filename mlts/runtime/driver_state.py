@@ -42,7 +42,9 @@ class DriverState:
             raise
         self._zeros = [np.zeros(shape, np.float32).tobytes() for _, _, shape in self.pairs]
         # The tokens of each step's reads and writes, made once for each way round (a step alternates).
-        self._tokens = [self._token_maps(a, b) for a, b in ((self._current, self._next), (self._next, self._current))]
+        self._tokens = [
+            self._token_maps(a, b) for a, b in ((self._current, self._next), (self._next, self._current))
+        ]
         self._parity = 0
 
     def _token_maps(self, read: list[Buffer], written: list[Buffer]) -> tuple[dict[int, int], dict[int, int]]:

@@ -192,7 +192,9 @@ class PartitionedSession:
         vlog.log("compilation", "partitioned: %s", self.summary())
         # Each step's driver buffer tokens (position -> token) for its inputs and its outputs.
         self._tokens = [
-            (self.buffers.tokens(step.inputs), self.buffers.tokens(step.outputs)) if self.buffers else ({}, {})
+            (self.buffers.tokens(step.inputs), self.buffers.tokens(step.outputs))
+            if self.buffers
+            else ({}, {})
             for step in self.steps
         ]
 

@@ -68,7 +68,11 @@ class QosSettings:
         if preference not in PREFERENCE_NAMES:
             raise ValueError(f"preference {preference!r} is not one of {', '.join(PREFERENCE_NAMES)}")
         return cls(
-            PRIORITY_NAMES[priority], PREFERENCE_NAMES[preference], deadline_ms, loop_timeout_ms, prepare_deadline_ms
+            PRIORITY_NAMES[priority],
+            PREFERENCE_NAMES[preference],
+            deadline_ms,
+            loop_timeout_ms,
+            prepare_deadline_ms,
         )
 
     @classmethod

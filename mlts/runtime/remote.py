@@ -75,7 +75,10 @@ class RemoteDevice(Device):
         # id(request) -> (request, its pool references, its compact form); used under the send lock.
         # id(request) -> (request, its pool references, its compact template, the pools to check on reuse)
         self._templates: dict[
-            int, tuple[Request, tuple[PoolRef, ...], compact_calls.RequestTemplate, tuple[tuple[Any, PoolRef], ...]]
+            int,
+            tuple[
+                Request, tuple[PoolRef, ...], compact_calls.RequestTemplate, tuple[tuple[Any, PoolRef], ...]
+            ],
         ] = {}
         #: Whether executions travel as compact calls (the service speaks protocol 1.4 or later).
         self.compact_calls = _speaks_compact(getattr(process, "hello", None))

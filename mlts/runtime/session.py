@@ -517,11 +517,11 @@ class Session:
     def _token_layout(self, in_tokens: Mapping[int, int], out_tokens: Mapping[int, int]) -> _Layout | None:
         """The layout made for these tokens: found by the mappings' identity when the caller passes the
         same ones again (a DriverState does) and they still hold the same tokens, else by their items."""
-        for seen_in, seen_out, layout in self._token_seen:
+        for seen_in, seen_out, seen in self._token_seen:
             if seen_in is in_tokens and seen_out is out_tokens:
-                maps = layout.token_maps
+                maps = seen.token_maps
                 if maps[0] == in_tokens and maps[1] == out_tokens:
-                    return layout
+                    return seen
                 break
         layout = self._token_layouts.get((tuple(in_tokens.items()), tuple(out_tokens.items())))
         if layout is not None:

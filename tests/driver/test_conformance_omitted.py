@@ -22,7 +22,9 @@ from tests.driver import cfkit
 F = T.TENSOR_FLOAT32
 
 
-def _request(values: list[np.ndarray | None], out_bytes: list[int]) -> tuple[Request, SharedMemory, list[int]]:
+def _request(
+    values: list[np.ndarray | None], out_bytes: list[int]
+) -> tuple[Request, SharedMemory, list[int]]:
     """Inputs then outputs in one pool; None is an input without a value (hasNoValue)."""
     sizes = [0 if v is None else v.nbytes for v in values] + out_bytes
     offsets, end = [], 0

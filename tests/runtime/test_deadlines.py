@@ -80,7 +80,10 @@ def test_an_execution_deadline_is_not_a_preparation_deadline():
             try:
                 session.run([x, x])
             except HalError as e:  # a slow moment may miss 0.2 ms: then it says so
-                assert e.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
+                assert e.status in (
+                    ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                    ErrorStatus.MISSED_DEADLINE_PERSISTENT,
+                )
     assert len(device.execute_deadlines) == 3 and None not in device.execute_deadlines
 
 

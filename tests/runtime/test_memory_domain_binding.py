@@ -41,7 +41,8 @@ def _pool(value: np.ndarray) -> SharedMemory:
 
 def _pair(device, prepared, dims=()):
     return [
-        device.allocate(BufferDesc(dims), [prepared], [BufferRole(0, 0)], [BufferRole(0, 0)]) for _ in range(2)
+        device.allocate(BufferDesc(dims), [prepared], [BufferRole(0, 0)], [BufferRole(0, 0)])
+        for _ in range(2)
     ]
 
 

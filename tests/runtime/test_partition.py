@@ -471,7 +471,9 @@ class RefusingBadData(SampleAll):
 
 def test_invalid_argument_from_a_driver_is_not_recovered_from():
     devices = three_devices()
-    devices["fast"] = device("fast", first_input_in(*FLOAT_TYPES), caps(float_perf=(0.5, 2.0)), RefusingBadData)
+    devices["fast"] = device(
+        "fast", first_input_in(*FLOAT_TYPES), caps(float_perf=(0.5, 2.0)), RefusingBadData
+    )
     with pytest.raises(HalError) as e:
         PartitionedSession(chain_model(), devices)
     assert e.value.status == ErrorStatus.INVALID_ARGUMENT

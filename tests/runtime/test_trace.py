@@ -35,7 +35,12 @@ def test_an_execution_is_split_into_ipc_queue_execute_ipc():
     ]
     events = merge([call, *service], tool_pid=1)
     phases = [(e["name"], e["ts"], e["dur"]) for e in events if e["cat"] == "phase"]
-    assert phases == [("ipc", 100.0, 10.0), ("queue", 110.0, 5.0), ("execute", 115.0, 30.0), ("ipc", 145.0, 5.0)]
+    assert phases == [
+        ("ipc", 100.0, 10.0),
+        ("queue", 110.0, 5.0),
+        ("execute", 115.0, 30.0),
+        ("ipc", 145.0, 5.0),
+    ]
     assert all(e["pid"] == 1 and e["tid"] == 1 for e in events if e["cat"] == "phase")
     # Without the service's side (a service that does not trace), the call stands alone.
     assert [e for e in merge([call], tool_pid=1) if e["cat"] == "phase"] == []
@@ -73,7 +78,9 @@ def test_a_traced_run_through_a_private_service(tmp_path):
         phases = [
             e
             for e in complete
-            if e["cat"] == "phase" and e["tid"] == call["tid"] and call["ts"] <= e["ts"] <= call["ts"] + call["dur"]
+            if e["cat"] == "phase"
+            and e["tid"] == call["tid"]
+            and call["ts"] <= e["ts"] <= call["ts"] + call["dur"]
         ]
         assert phases[0]["name"] == "ipc" and phases[-1]["name"] == "ipc"
         assert "execute" in [p["name"] for p in phases]
