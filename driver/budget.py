@@ -1,4 +1,4 @@
-"""The sample driver's memory budget (`max_memory_mb`): persistent and transient RESOURCE_EXHAUSTED.
+"""The sample driver's memory budgets: the device's (`max_memory_mb`) and each execution's.
 
 A prepared model holds its constants (operand values and pools) for as long as it lives; an
 execution holds its working set (every non-constant operand of every subgraph whose size is known,
@@ -6,6 +6,13 @@ an upper bound) while it runs. A model whose constants plus working set exceed t
 never run: RESOURCE_EXHAUSTED_PERSISTENT at prepare. Work that fits the budget but not what is left
 of it now (other models and executions, of any client, hold the rest) gets
 RESOURCE_EXHAUSTED_TRANSIENT: the same call may succeed once they are done.
+
+Each execution also has its own budget (`max_execution_mb`, default `DEFAULT_EXECUTION_BYTES`): the
+tensors it holds at once, in every subgraph it runs (an IF's branch, a WHILE's condition and body,
+and the values a WHILE carries from one iteration to the next, all count together), may not exceed
+it. Shapes are checked before a tensor is allocated wherever they can be known (driver.shapes), so a
+model whose tensors grow with the data (a WHILE that doubles a tensor each iteration) fails with
+RESOURCE_EXHAUSTED_PERSISTENT when it reaches the budget, not when the machine runs out of memory.
 """
 
 from __future__ import annotations
@@ -18,6 +25,36 @@ from mlts.hal.errors import HalError
 from mlts.hal.types import Model
 
 _CONSTANT = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE)
+#: Bytes of tensors one execution may hold at once unless `max_execution_mb` says otherwise (1 GiB).
+DEFAULT_EXECUTION_BYTES = 1 << 30
+
+
+class ExecutionMemory:
+    """The bytes one execution holds in tensors right now, across every subgraph it runs, and its limit.
+
+    One execution runs on one thread, so no lock: each subgraph run adds the tensors it keeps and takes
+    them off again when they are dropped or handed back to the subgraph that called it.
+    """
+
+    __slots__ = ("limit", "live", "peak")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.live = 0
+        self.peak = 0
+
+    def hold(self, nbytes: int) -> None:
+        live = self.live + nbytes
+        self.live = live
+        if live > self.peak:
+            self.peak = live
+
+    def drop(self, nbytes: int) -> None:
+        self.live -= nbytes
+
+    def room(self) -> int:
+        """Bytes the execution may still take."""
+        return self.limit - self.live
 
 
 def constant_bytes(model: Model) -> int:

@@ -1,5 +1,9 @@
 """The sample driver's memory domain: buffers it owns, named by random tokens, within a byte budget.
 
+One client (mlts.hal.qos.current_client(), the connection a service call came from) may hold at most
+a quarter of the budget (`CLIENT_SHARE`), so a client that allocates all it can leaves room for the
+others; in-process callers (client 0) are bounded by the budget alone.
+
 A buffer's bytes live in a NumPy array that is replaced, never resized, when
 its size changes, so a reader holding the old array is never disturbed by a
 writer: concurrent reads are safe, concurrent writes leave one of the
@@ -27,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from mlts.hal import qos
 from mlts.hal.buffer_use import MemoryDesc, combine_dims
 from mlts.hal.enums import ELEMENT_SIZE, SCALAR_TYPES, ErrorStatus, OperandType
 from mlts.hal.errors import HalError, invalid
@@ -38,6 +43,8 @@ log = logging.getLogger("driver.buffers")
 DEFAULT_BUDGET = 1 << 30
 #: Sizes are 32-bit in the HAL: a buffer larger than this is never allocated.
 MAX_BUFFER_BYTES = 2**32 - 1
+#: One client may hold at most 1/CLIENT_SHARE of the budget.
+CLIENT_SHARE = 4
 
 
 def _fully_known(dims: Sequence[int], operand_type: int) -> bool:
@@ -57,25 +64,40 @@ class BufferTracker:
 
     def __init__(self, budget: int = DEFAULT_BUDGET) -> None:
         self.budget = budget
+        #: What one client (of a service) may hold at once.
+        self.per_client = budget // CLIENT_SHARE
         self._lock = threading.Lock()
         self._buffers: dict[int, SampleBuffer] = {}
         self._reserved = 0
+        self._by_client: dict[int, int] = {}
 
-    def reserve(self, nbytes: int, what: str) -> None:
-        """Take `nbytes` (may be negative) of the budget; GENERAL_FAILURE when it does not fit."""
+    def reserve(self, nbytes: int, what: str, client: int = 0) -> None:
+        """Take `nbytes` (may be negative) of the budget for `client` (0: in-process); GENERAL_FAILURE
+        when it does not fit the budget or the client's share of it."""
         if nbytes > MAX_BUFFER_BYTES:
             raise HalError(
                 ErrorStatus.GENERAL_FAILURE,
                 f"{what}: {nbytes} bytes exceed the largest buffer ({MAX_BUFFER_BYTES})",
             )
         with self._lock:
+            held = self._by_client.get(client, 0)
             if nbytes > 0 and self._reserved + nbytes > self.budget:
                 raise HalError(
                     ErrorStatus.GENERAL_FAILURE,
                     f"{what}: {nbytes} more bytes exceed this driver's buffer budget of {self.budget} bytes "
                     f"({self._reserved} in use)",
                 )
+            if nbytes > 0 and client and held + nbytes > self.per_client:
+                raise HalError(
+                    ErrorStatus.GENERAL_FAILURE,
+                    f"{what}: {nbytes} more bytes exceed what one client may hold of this driver's buffer "
+                    f"budget ({self.per_client} of {self.budget} bytes; this client holds {held})",
+                )
             self._reserved += nbytes
+            if held + nbytes:
+                self._by_client[client] = held + nbytes
+            else:
+                self._by_client.pop(client, None)
 
     def add(self, make: Callable[[int], SampleBuffer]) -> SampleBuffer:
         """Register a buffer under a fresh random non-zero 32-bit token not held by any live buffer."""
@@ -95,10 +117,20 @@ class BufferTracker:
             raise invalid(f"buffer token {token} names no live buffer of this driver")
         return buffer
 
-    def remove(self, token: int, nbytes: int) -> None:
+    def remove(self, token: int, nbytes: int, client: int = 0) -> None:
         with self._lock:
             if self._buffers.pop(token, None) is not None:
                 self._reserved -= nbytes
+                held = self._by_client.get(client, 0) - nbytes
+                if held:
+                    self._by_client[client] = held
+                else:
+                    self._by_client.pop(client, None)
+
+    def held_by(self, client: int) -> int:
+        """Bytes `client`'s live buffers hold."""
+        with self._lock:
+            return self._by_client.get(client, 0)
 
     @property
     def reserved(self) -> int:
@@ -124,6 +156,8 @@ class SampleBuffer(Buffer):
         self._roles = desc.roles
         self._models = {id(p): weakref.ref(p) for p in prepared}
         self._tracker = tracker
+        #: The client that allocated the buffer: every resize counts against its share.
+        self.owner = qos.current_client()
         self._lock = threading.Lock()
         self._data: np.ndarray | None = None
         self._capacity = 0
@@ -152,7 +186,7 @@ class SampleBuffer(Buffer):
         if self._data is not None and self._data.nbytes == nbytes:
             return
         if nbytes != self._capacity:
-            self._tracker.reserve(nbytes - self._capacity, what)
+            self._tracker.reserve(nbytes - self._capacity, what, self.owner)
             self._capacity = nbytes
         self._data = np.zeros(nbytes, dtype=np.uint8)
         self.stamp += 1
@@ -279,4 +313,4 @@ class SampleBuffer(Buffer):
             self._closed = True
             self._data = None
             self.stamp += 1
-        self._tracker.remove(self.token, self._capacity)
+        self._tracker.remove(self.token, self._capacity, self.owner)

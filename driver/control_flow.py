@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from driver.budget import ExecutionMemory
 from mlts.hal.enums import ErrorStatus, OperandLifeTime, OperationType
 from mlts.hal.errors import HalError
 from mlts.hal.types import Model, Operation, Subgraph
@@ -37,10 +38,12 @@ CONTROL_FLOW = frozenset({OperationType.IF, OperationType.WHILE})
 
 @dataclass(frozen=True, slots=True)
 class RunContext:
-    """What every subgraph of one execution shares: its checkpoint and its WHILE loop timeout."""
+    """What every subgraph of one execution shares: its checkpoint, its WHILE loop timeout and the count
+    of the bytes it holds against its memory budget (driver.budget.ExecutionMemory)."""
 
     checkpoint: Callable[[int], None] | None
     loop_timeout_ns: int
+    memory: ExecutionMemory
 
 
 class SubPlan(Protocol):
@@ -91,16 +94,26 @@ def _while_step(cond_plan: SubPlan, body_plan: SubPlan, outputs: int) -> Control
         values = list(args[2:])
         end = time.monotonic_ns() + ctx.loop_timeout_ns
         iterations = 0
-        while condition_value(cond_plan.run_in(values, ctx)[0], "the WHILE condition's output"):
-            if time.monotonic_ns() > end:
-                raise HalError(
-                    ErrorStatus.MISSED_DEADLINE_TRANSIENT,
-                    f"WHILE loop still running after {iterations} iterations: loop timeout of "
-                    f"{ctx.loop_timeout_ns / 1e9:g} s exceeded",
-                )
-            new = body_plan.run_in(values, ctx)
-            values[: len(new)] = new
-            iterations += 1
+        memory = ctx.memory
+        carried = 0  # bytes of the values the loop made (the enclosing subgraph holds its own inputs)
+        try:
+            while condition_value(cond_plan.run_in(values, ctx)[0], "the WHILE condition's output"):
+                if time.monotonic_ns() > end:
+                    raise HalError(
+                        ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                        f"WHILE loop still running after {iterations} iterations: loop timeout of "
+                        f"{ctx.loop_timeout_ns / 1e9:g} s exceeded",
+                    )
+                # The body's results are checked against what the execution holds, this loop's values
+                # included: a loop that grows its values fails when it reaches the execution's budget.
+                new = body_plan.run_in(values, ctx)
+                values[: len(new)] = new
+                made = sum(int(getattr(v, "nbytes", 0)) for v in new)
+                memory.hold(made - carried)
+                carried = made
+                iterations += 1
+        finally:
+            memory.drop(carried)  # the enclosing subgraph counts the outputs it keeps
         return values[:outputs]
 
     return run

@@ -12,7 +12,7 @@ import numpy as np
 
 from driver import cache
 from driver._malloc import tune_allocator
-from driver.budget import MemoryBudget, constant_bytes, working_bytes
+from driver.budget import DEFAULT_EXECUTION_BYTES, MemoryBudget, constant_bytes, working_bytes
 from driver.buffers import DEFAULT_BUDGET, BufferTracker, SampleBuffer, size_of
 from driver.executor import Plan, prepare_operation
 from driver.idle import MAX_IDLE_MS, IdleWatchdog
@@ -52,7 +52,7 @@ log = logging.getLogger("driver.cache")
 caps_log = logging.getLogger("driver.capabilities")
 
 #: The factory options (`--option key=value`) every sample variant accepts.
-OPTION_KEYS = ("capabilities", "max_memory_mb", "buffer_budget", "idle_release_ms")
+OPTION_KEYS = ("capabilities", "max_memory_mb", "buffer_budget", "max_execution_mb", "idle_release_ms")
 
 #: The largest memory budget `max_memory_mb` accepts (1 TiB).
 MAX_MEMORY_MB = 1 << 20
@@ -76,8 +76,8 @@ _YES = MeasureTiming.YES
 _UNMEASURED_KEY = (_NOT_MEASURED.time_on_device, _NOT_MEASURED.time_in_driver)
 
 
-def _memory_option(text: str | None, name: str) -> int | None:
-    """`max_memory_mb` in bytes (None: no budget); ValueError naming the bad value."""
+def _memory_option(text: str | None, name: str, key: str = "max_memory_mb") -> int | None:
+    """Option `key` (MiB) in bytes (None: not given); ValueError naming the bad value."""
     if text is None:
         return None
     try:
@@ -85,9 +85,7 @@ def _memory_option(text: str | None, name: str) -> int | None:
     except (TypeError, ValueError):
         mb = -1.0
     if not 0 < mb <= MAX_MEMORY_MB:
-        raise ValueError(
-            f"{name}: option max_memory_mb must be a number in (0, {MAX_MEMORY_MB}], got {text!r}"
-        )
+        raise ValueError(f"{name}: option {key} must be a number in (0, {MAX_MEMORY_MB}], got {text!r}")
     return int(mb * 1024 * 1024)
 
 
@@ -106,7 +104,8 @@ class SampleDevice(Device):
 
     Option `capabilities=PATH` names the file; without it the driver looks for
     <config dir>/capabilities/<name>.json (mlts.hal.capabilities_file.locate).
-    Option `max_memory_mb=N` gives the driver a memory budget (driver.budget).
+    Option `max_memory_mb=N` gives the driver a memory budget (driver.budget); `max_execution_mb=N`
+    sets each execution's (default 1024).
 
     Executions of one client are ordered by their models' priorities: a running execution pauses at
     its next operation while a higher-priority execution of the same client runs (mlts.hal.qos).
@@ -125,6 +124,11 @@ class SampleDevice(Device):
         self.name = self.variant.name
         self._capabilities, self.capabilities_source = self._load_capabilities(options.get("capabilities"))
         self.budget = MemoryBudget(_memory_option(options.get("max_memory_mb"), self.name))
+        #: Bytes of tensors one execution may hold at once, in all its subgraphs (driver.budget).
+        self.execution_budget = (
+            _memory_option(options.get("max_execution_mb"), self.name, "max_execution_mb")
+            or DEFAULT_EXECUTION_BYTES
+        )
         self.gate = qos.PriorityGate()
         self.buffers = BufferTracker(_budget(self.name, options.get("buffer_budget")))
         idle_ms = _idle_option(options.get("idle_release_ms"), self.name)
@@ -196,6 +200,7 @@ class SampleDevice(Device):
             plan = Plan(
                 model, extensions=self.variant.extensions, progress=_abandon_at(deadline, "prepareModel")
             )
+            plan.memory_budget = self.execution_budget
             _check_deadline_after(deadline, "prepareModel")
             if caching:
                 self._save(model_cache[0], data_cache[0], token, plan, priority)
@@ -251,6 +256,7 @@ class SampleDevice(Device):
                 if e.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT:
                     raise
                 raise HalError(ErrorStatus.GENERAL_FAILURE, f"compilation cache: {e.message}") from None
+            plan.memory_budget = self.execution_budget
             _check_deadline_after(deadline, "prepareModelFromCache")
         except BaseException:
             self.budget.release(held)
@@ -279,11 +285,12 @@ class SampleDevice(Device):
         capacity = 0
         if mdesc.operand.type in SCALAR_TYPES or (mdesc.dimensions and 0 not in mdesc.dimensions):
             capacity = size_of(mdesc.operand.type, mdesc.dimensions)
-        self.buffers.reserve(capacity, "allocate")
+        client = qos.current_client()
+        self.buffers.reserve(capacity, "allocate", client)
         try:
             return self.buffers.add(lambda token: SampleBuffer(self.buffers, token, mdesc, prepared_models))
         except BaseException:
-            self.buffers.reserve(-capacity, "allocate")
+            self.buffers.reserve(-capacity, "allocate", client)
             raise
 
     def _check_supported(self, model: Model) -> None:

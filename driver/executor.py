@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from driver import control_flow, shapes
+from driver.budget import ExecutionMemory
 from driver.control_flow import CONTROL_FLOW, referenced_subgraphs
 from driver.operands import constant_value, dtype_of
 from driver.operation_kernel import (  # noqa: F401  (the plan's public helpers, imported from here too)
@@ -312,7 +313,7 @@ class Plan:
             if fast and not self._control:  # a static plan never has IF or WHILE steps
                 outputs = self._run_checked(inputs, checkpoint, ws, op_times)
             else:
-                ctx = control_flow.RunContext(checkpoint, timeout)
+                ctx = control_flow.RunContext(checkpoint, timeout, ExecutionMemory(self.memory_budget))
                 outputs = self._run_steps(inputs, ctx, ws, output_limits, predicted, fast, op_times)
             if sink is not None:
                 return sink(outputs)
@@ -355,9 +356,12 @@ class Plan:
         """
         ws = current()
         want = self._static_inputs
+        # Checked in advance when its shapes are the declared ones and its peak fits what is left of the
+        # execution's budget (the enclosing subgraphs' tensors count too).
         fast = (
             want is not None
-            and self._static_fits(None)
+            and self._static
+            and self._static_peak <= ctx.memory.room()
             and all(np.shape(a) == d for a, d in zip(inputs, want, strict=True))
         )
         if fast and not self._control:
@@ -388,54 +392,60 @@ class Plan:
         for idx, arr in zip(self.input_indexes, inputs, strict=True):
             values[idx] = arr
         checkpoint = ctx.checkpoint
+        memory = ctx.memory
         if not checked:
-            budget = self._budget(output_limits)
-            held: dict[int, int] = {}
-        for step in self.steps:
-            if checkpoint is not None:
-                checkpoint(step.index)
-            if ws is not None:
-                ws.step = step.number
-            args = [values[i] for i in step.inputs]
-            if not checked:
-                self._check_step(step, args, predicted, budget, held)
-            try:
-                if op_times is None:
-                    results = step.run(args) if step.control is None else step.control(args, ctx)
-                else:
-                    t0 = time.perf_counter_ns()
-                    results = step.run(args) if step.control is None else step.control(args, ctx)
-                    op_times.append((step.index, time.perf_counter_ns() - t0))
-            except HalError as e:
-                raise relabel(step, e) from None
-            except Exception as e:
-                raise kernel_failed(step, args, e) from None
-            if len(results) != len(step.outputs):
-                raise output_count_error(step, results)
-            if step.single:
-                arr = results[0]
-                idx = step.outputs[0]
-                if arr.shape != step.out_shapes[0] or arr.dtype != step.out_dtypes[0]:
-                    arr = check_output(step, idx, self.sub.operands[idx], step.out_dtypes[0], arr)
-                values[idx] = arr
-            else:
-                for idx, want, declared_shape, arr in zip(
-                    step.outputs, step.out_dtypes, step.out_shapes, results, strict=True
-                ):
-                    if declared_shape is None or arr.shape != declared_shape or arr.dtype != want:
-                        arr = check_output(step, idx, self.sub.operands[idx], want, arr)
-                    values[idx] = arr
-            if not checked:
-                # Steps without a rule are checked once their (input-bounded) result exists.
-                live = sum(held.values())
-                for idx in step.outputs:
-                    arr = values[idx]
-                    held[idx] = budget.check(step.label, idx, arr.shape, arr.dtype, live, outputs=False)
-                    live += held[idx]
-            for idx in step.release:
-                values[idx] = None
+            budget = shapes.Budget(memory.limit, self._output_of, output_limits, self._declared_outputs)
+            held: dict[int, int] = {}  # this subgraph's tensors, also counted in `memory`
+        try:
+            for step in self.steps:
+                if checkpoint is not None:
+                    checkpoint(step.index)
+                if ws is not None:
+                    ws.step = step.number
+                args = [values[i] for i in step.inputs]
                 if not checked:
-                    held.pop(idx, None)
+                    self._check_step(step, args, predicted, budget, memory.live)
+                try:
+                    if op_times is None:
+                        results = step.run(args) if step.control is None else step.control(args, ctx)
+                    else:
+                        t0 = time.perf_counter_ns()
+                        results = step.run(args) if step.control is None else step.control(args, ctx)
+                        op_times.append((step.index, time.perf_counter_ns() - t0))
+                except HalError as e:
+                    raise relabel(step, e) from None
+                except Exception as e:
+                    raise kernel_failed(step, args, e) from None
+                if len(results) != len(step.outputs):
+                    raise output_count_error(step, results)
+                if step.single:
+                    arr = results[0]
+                    idx = step.outputs[0]
+                    if arr.shape != step.out_shapes[0] or arr.dtype != step.out_dtypes[0]:
+                        arr = check_output(step, idx, self.sub.operands[idx], step.out_dtypes[0], arr)
+                    values[idx] = arr
+                else:
+                    for idx, want, declared_shape, arr in zip(
+                        step.outputs, step.out_dtypes, step.out_shapes, results, strict=True
+                    ):
+                        if declared_shape is None or arr.shape != declared_shape or arr.dtype != want:
+                            arr = check_output(step, idx, self.sub.operands[idx], want, arr)
+                        values[idx] = arr
+                if not checked:
+                    # Steps without a rule are checked once their (input-bounded) result exists; what the
+                    # execution holds in every subgraph counts.
+                    for idx in step.outputs:
+                        arr = values[idx]
+                        size = budget.check(step.label, idx, arr.shape, arr.dtype, memory.live, outputs=False)
+                        memory.hold(size - held.get(idx, 0))
+                        held[idx] = size
+                for idx in step.release:
+                    values[idx] = None
+                    if not checked:
+                        memory.drop(held.pop(idx, 0))
+        finally:
+            if not checked:
+                memory.drop(sum(held.values()))  # the caller counts what it keeps of the outputs
         return [values[i] for i in self.output_indexes]
 
     def _run_checked(
@@ -539,14 +549,14 @@ class Plan:
         args: list,
         predicted: list[list[shapes.Shape] | None] | None,
         budget: shapes.Budget,
-        held: dict[int, int],
+        live: int,
     ) -> None:
-        """Before a step of a plan not checked in advance: its output sizes, where a rule knows them."""
+        """Before a step of a plan not checked in advance: its output sizes, where a rule knows them,
+        against the budget with `live` bytes held by the execution already."""
         out = predicted[step.index] if predicted is not None else None
         if out is None and step.control is None:
             out = shapes.infer(step.type, step.declared, [np.shape(a) for a in args], args)
         if out is not None:
-            live = sum(held.values())
             for idx, shape, dtype in zip(step.outputs, out, step.out_dtypes, strict=True):
                 budget.check(step.label, idx, shape, dtype, live)
             budget.raise_if_short()

@@ -4,7 +4,8 @@ A step's output shape is known without running it when the model declares
 it fully, or when a shape rule here computes it from the input shapes and
 the values of its parameters (constants, model inputs). Rules cover the
 operations whose output can be much larger than their inputs: broadcasting
-element-wise operations, padding and resizing. `Budget` turns the shapes
+element-wise operations, padding, resizing, concatenation, tiling and
+filling. `Budget` turns the shapes
 into byte counts and checks them against the request's output buffers and
 the driver's memory budget.
 """
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from driver.budget import DEFAULT_EXECUTION_BYTES
 from mlts.hal.enums import ErrorStatus, OperationType
 from mlts.hal.errors import HalError
 from mlts.hal.types import OutputShape
@@ -25,8 +27,8 @@ Shape = tuple[int, ...]
 #: (input shapes or None, input values or None) -> output shapes, or None when they cannot be known yet.
 ShapeRule = Callable[[Sequence[Shape | None], Sequence[Any]], list[Shape] | None]
 
-#: Bytes one execution may hold in intermediate and output tensors at once.
-DEFAULT_MEMORY_BUDGET = 2 << 30
+#: Bytes one execution may hold in intermediate and output tensors at once (driver.budget).
+DEFAULT_MEMORY_BUDGET = DEFAULT_EXECUTION_BYTES
 
 _RULES: dict[int, ShapeRule] = {}
 
@@ -85,6 +87,46 @@ def _resize(shapes: Sequence[Shape | None], values: Sequence[Any]) -> list[Shape
     if ow <= 0 or oh <= 0:
         return None
     return [(n, c, oh, ow) if nchw else (n, oh, ow, c)]
+
+
+@_rule(OperationType.CONCATENATION)
+def _concatenation(shapes: Sequence[Shape | None], values: Sequence[Any]) -> list[Shape] | None:
+    axis = values[-1]
+    parts = [p for p in shapes[:-1] if p is not None]
+    if not parts or len(parts) != len(shapes) - 1 or axis is None:
+        return None
+    rank = len(parts[0])
+    if rank == 0 or any(len(p) != rank for p in parts):
+        return None
+    ax = int(np.asarray(axis).reshape(-1)[0])
+    ax = ax + rank if ax < 0 else ax
+    if not 0 <= ax < rank:
+        return None
+    out = [int(d) for d in parts[0]]
+    out[ax] = sum(int(p[ax]) for p in parts)
+    return [tuple(out)]
+
+
+@_rule(OperationType.TILE)
+def _tile(shapes: Sequence[Shape | None], values: Sequence[Any]) -> list[Shape] | None:
+    x, multiples = shapes[0], values[1]
+    if x is None or multiples is None:
+        return None
+    m = np.asarray(multiples).reshape(-1)
+    if m.size != len(x) or (m <= 0).any():
+        return None
+    return [tuple(int(d) * int(k) for d, k in zip(x, m.tolist(), strict=True))]
+
+
+@_rule(OperationType.FILL)
+def _fill(shapes: Sequence[Shape | None], values: Sequence[Any]) -> list[Shape] | None:
+    dims = values[0]
+    if dims is None:
+        return None
+    d = np.asarray(dims).reshape(-1)
+    if (d <= 0).any():
+        return None
+    return [tuple(int(v) for v in d.tolist())]
 
 
 def infer(
@@ -150,7 +192,8 @@ class Budget:
             raise HalError(
                 ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
                 f"{where}: output operand {index} of shape {list(shape)} needs {size} bytes; with "
-                f"{live} bytes already held that is over the driver's memory budget of {self.limit} bytes",
+                f"{live} bytes already held that is over the execution's memory budget of {self.limit} "
+                "bytes (option max_execution_mb)",
             )
         return size
 

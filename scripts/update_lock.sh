@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Re-resolve the project's dependencies (the newest versions pyproject.toml allows, with the
-# test and images extras) in a fresh temporary virtual environment and write their exact
+# test, images, fuzz, tflite, real-models and cluster extras) in a fresh temporary virtual environment and write their exact
 # versions to requirements/lock.txt. Review the diff, run scripts/run_tests.sh (it re-installs
 # from the new lock), and commit the lock with the code it was tested with.
 #
@@ -30,7 +30,7 @@ TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 "$PYTHON_BIN" -m venv "$TMP/venv"
 "$TMP/venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-"$TMP/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$ROOT[test,images,fuzz]"
+"$TMP/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$ROOT[test,images,fuzz,tflite,real-models,cluster]"
 {
     echo "# Exact versions the test suite passes with; scripts/_env.sh installs with -c this file."
     echo "# Regenerate with scripts/update_lock.sh (Python $("$TMP/venv/bin/python" -c 'import platform; print(platform.python_version())'))."

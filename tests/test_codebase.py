@@ -34,6 +34,8 @@ ALLOWED = {
     # The random-graph check runs each graph on the sample driver's executor too, in this process.
     "mlts/crash": {*TOOLS_BASE, "mlts.crash", "driver.executor"},
     "mlts/validate": {*TOOLS_BASE, "mlts.validate"},
+    # Distribution (labs, cluster sharding) drives the tools it spreads over endpoints and workers.
+    "mlts/cluster": {*TOOLS_BASE, "mlts.crash", "mlts.validate", "mlts.cluster"},
     "mlts/report": {"mlts.hal", "mlts.errors", RECORDS, "mlts.report"},
     "mlts/commands": {
         *TOOLS_BASE,
@@ -41,6 +43,7 @@ ALLOWED = {
         "mlts.crash",
         "mlts.validate",
         "mlts.report",
+        "mlts.cluster",
         "mlts.commands",
     },
     "mlts/cli.py": {"mlts.hal", "mlts.errors", "mlts.ipc", "mlts.runtime", "mlts.commands"},

@@ -27,9 +27,19 @@ def within_tolerance(
 
 
 def compare(
-    actual: Sequence[Sequence[np.ndarray]], expected: Sequence[Sequence[np.ndarray]]
+    actual: Sequence[Sequence[np.ndarray]],
+    expected: Sequence[Sequence[np.ndarray]],
+    *,
+    classifier: bool = True,
+    top1_tolerance: float | None = None,
 ) -> dict[str, float | bool | str | None]:
-    """Compare per-input output lists. The first output is treated as class scores for top-1 agreement."""
+    """Compare per-input output lists over every output.
+
+    With `classifier` (the first output is one score vector per input) the share of inputs whose
+    arg-max agrees is `top1_agreement` (None otherwise); with `top1_tolerance` also
+    `top1_agreement_within_tolerance`: an input agrees when the expected score of the actual arg-max
+    is within that tolerance of the expected maximum (a near-tie is no disagreement).
+    """
     max_abs = 0.0
     sq_sum = 0.0
     count = 0
@@ -46,14 +56,21 @@ def compare(
             count += d.size
             cts = cts and within_tolerance(a, e)
             ratio = max(ratio, tolerance_ratio(a, e))
-    return {
+    firsts, expected_firsts = [o[0] for o in actual], [o[0] for o in expected]
+    out: dict[str, float | bool | str | None] = {
         "max_abs_error": max_abs,
         "mse": sq_sum / count if count else 0.0,
-        "top1_agreement": top1_agreement([o[0] for o in actual], [o[0] for o in expected]),
+        "top1_agreement": top1_agreement(firsts, expected_firsts, vectors=True) if classifier else None,
         "cts_pass": cts,
         "cts_ratio": ratio,
         "tolerance": CTS_FP32.text(),
     }
+    if classifier and top1_tolerance is not None:
+        out["top1_agreement_within_tolerance"] = top1_agreement_within(
+            firsts, expected_firsts, top1_tolerance
+        )
+        out["top1_tolerance"] = top1_tolerance
+    return out
 
 
 # CTS/VTS precision for quantized outputs, in quantized units (3 for the MobileNet models).
@@ -119,8 +136,16 @@ def compare_quantized(
     }
 
 
-def _top1(a: np.ndarray, e: np.ndarray) -> tuple[int, int]:
-    """(agreeing, scored) argmax positions of two score tensors over their last axis."""
+def _vectors(x: np.ndarray) -> np.ndarray:
+    """A classifier output as [N, C]: one row per batch entry ([N, C, 1, 1] and [C] included)."""
+    return x.reshape(x.shape[0], -1) if x.ndim >= 2 else x.reshape(1, -1)
+
+
+def _top1(a: np.ndarray, e: np.ndarray, vectors: bool = False) -> tuple[int, int]:
+    """(agreeing, scored) argmax positions of two score tensors over their last axis (with `vectors`:
+    over each batch entry's scores)."""
+    if vectors:
+        a, e = _vectors(a), _vectors(e)
     if a.ndim < 1 or a.shape[-1] <= 1:
         return 0, 0
     la = a.reshape(-1, a.shape[-1]).argmax(axis=-1)
@@ -128,11 +153,29 @@ def _top1(a: np.ndarray, e: np.ndarray) -> tuple[int, int]:
     return int(np.sum(la == le)), int(la.size)
 
 
-def top1_agreement(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> float | None:
+def top1_agreement(
+    actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], vectors: bool = False
+) -> float | None:
     """Share of inputs whose argmax of the first output agrees (e.g. a quantized model vs its float model)."""
     agree = scored = 0
     for a, e in zip(actual, expected, strict=True):
-        n, m = _top1(np.asarray(a), np.asarray(e))
+        n, m = _top1(np.asarray(a), np.asarray(e), vectors)
         agree += n
         scored += m
+    return agree / scored if scored else None
+
+
+def top1_agreement_within(
+    actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], tolerance: float
+) -> float | None:
+    """Share of score vectors whose actual arg-max has an expected score within `tolerance` of the
+    expected maximum (8-bit scores compared in units)."""
+    agree = scored = 0
+    for a, e in zip(actual, expected, strict=True):
+        av, ev = _vectors(np.asarray(a)), _vectors(np.asarray(e)).astype(np.float64)
+        if av.shape[-1] <= 1:
+            continue
+        chosen = ev[np.arange(len(ev)), av.argmax(axis=-1)]
+        agree += int(np.sum(chosen >= ev.max(axis=-1) - tolerance))
+        scored += len(ev)
     return agree / scored if scored else None

@@ -77,6 +77,8 @@ class BenchmarkConfig:
     state_in_driver: bool = False
     # Per-operation profiles after each timed run (mlts.bench.profile_runs); off by default.
     profile: bool = False
+    # The CPU reference (mlts.bench.reference_choice): auto, litert, onnxruntime or both.
+    reference: str = "auto"
 
     @property
     def control(self) -> RunControl:
@@ -120,6 +122,7 @@ def row(model: str, backend: str, config: BenchmarkConfig, **fields: Any) -> Ben
         "qos": dict(config.qos),
         "percentile_estimator": PERCENTILE_ESTIMATOR,
         "validation_errors": (),
+        "reference": "onnxruntime",
     }
     return BenchmarkRow.make(**{**values, **fields})
 

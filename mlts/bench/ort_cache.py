@@ -90,10 +90,12 @@ def reference_outputs(
     threads: int,
     run: Callable[[Sequence[np.ndarray]], list[np.ndarray]],
     warn: Callable[[str], None] = lambda message: None,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> tuple[Outputs, bool]:
     """(outputs of `run` on every feed, whether they came from the cache).
 
-    A cache file that cannot be used is reported through `warn` and replaced.
+    A cache file that cannot be used is reported through `warn` and replaced; `on_step(done, total)`
+    follows the feeds run.
     """
     path = cache_path(cache_key(model_bytes, feeds, threads))
     if path.is_file():
@@ -102,7 +104,11 @@ def reference_outputs(
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
             reason = " ".join(str(e).split()) or type(e).__name__
             warn(f"ignoring unusable cached onnxruntime outputs {path}: {reason}; recomputing them")
-    outputs = [list(run(f)) for f in feeds]
+    outputs = []
+    for f in feeds:
+        outputs.append(list(run(f)))
+        if on_step is not None:
+            on_step(len(outputs), len(feeds))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, _encode(outputs))

@@ -74,7 +74,7 @@ def profile_reference(work, threads: int, duration_s: float, unprofiled_s: Seque
         return control.run(fn).samples
 
     model_bytes = work.reference.model_bytes
-    prof = profile_onnxruntime(model_bytes, threads, work.feeds, runs)
+    prof = profile_onnxruntime(model_bytes, threads, work.reference_feeds, runs)
     graph = onnx.load_from_string(model_bytes).graph
     entries = profile.reference_entries(prof, graph, getattr(work.conv, "origins", ()))
     return {

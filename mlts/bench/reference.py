@@ -11,6 +11,7 @@ class OnnxRuntimeReference:
     """Runs an ONNX model on onnxruntime's CPU provider."""
 
     backend = "cpu:onnxruntime"
+    framework = "onnxruntime"
 
     def __init__(self, model_bytes: bytes, threads: int) -> None:
         import onnxruntime as ort

@@ -36,7 +36,6 @@ from mlts.bench.memory import driver_pid
 from mlts.bench.ort_exactness import probe as ort_probe
 from mlts.bench.overhead import harness_overhead
 from mlts.bench.progress import Progress
-from mlts.bench.reference import OnnxRuntimeReference
 from mlts.bench.sources import ModelSource, family_of, zoo_entry
 from mlts.bench.speech_runner import benchmark_recurrent
 from mlts.bench.timing import Timed
@@ -88,32 +87,75 @@ def benchmark_model(
     entry = zoo_entry(source)
     if entry is not None and entry.recurrent:
         return benchmark_recurrent(source, entry, proto, devices, config, progress)
-    from mlts.bench.workload import prepare_workload
+    from mlts.convert.tflite import TfliteModel
 
-    work = prepare_workload(source, proto, config, imageset, progress, offered_extensions(devices))
+    if isinstance(proto, TfliteModel):
+        from mlts.bench.tflite_workload import prepare_tflite_workload
+
+        work = prepare_tflite_workload(source, proto, config, imageset, progress, offered_extensions(devices))
+    else:
+        from mlts.bench.workload import prepare_workload
+
+        work = prepare_workload(source, proto, config, imageset, progress, offered_extensions(devices))
 
     def run(backend: Backend) -> BenchmarkRow:
         if backend.is_reference:
             return _run_reference(work, backend, config, progress)
         return _run_driver(work, backend, config, progress)
 
-    ran, failed = each_backend(
-        model_backends(config, source.name, devices), work.name, work.family, config, progress, run
-    )
+    backends = model_backends(config, source.name, devices)
+    if work.reference is None:  # an .nnm file: nothing for onnxruntime to run
+        backends = [b for b in backends if not b.is_reference]
+    ran, failed = each_backend(backends, work.name, work.family, config, progress, run)
     rows = {**ran, **failed}
-    ref = rows["ref"]
     drivers = driver_backends(config, devices)
+    if work.reference is None:
+        return [rows[d].to_json() for d in drivers]
+    ref = rows["ref"]
     from mlts.bench.evaluators import validation_errors
     from mlts.bench.verdict import with_verdict
 
     for name in drivers:
-        rows[name] = with_verdict(_mlts_validation(rows[name], ref, validation_errors), ref)
+        rows[name] = with_verdict(_mlts_validation(rows[name], ref, validation_errors), ref, work.output_kind)
     if config.profile:
         from mlts.bench.profile import attach_layer_pairs
 
         # The profiles are the rows' own JSON objects: the driver rows' gain their `layers` in place.
         attach_layer_pairs({key: {"profile": r.profile} for key, r in rows.items()})
-    return [r.to_json() for r in [ref] + [rows[d] for d in drivers]]
+    twin = [_run_twin_reference(source, work, config, progress)] if source.twin is not None else []
+    return [r.to_json() for r in [ref, *twin] + [rows[d] for d in drivers]]
+
+
+def _run_twin_reference(
+    source: ModelSource, work, config: BenchmarkConfig, progress: Progress
+) -> BenchmarkRow:
+    """--reference both: onnxruntime on the model's ONNX twin, timed, and scored against the first reference."""
+    from mlts.bench.memory import MemoryWatch
+    from mlts.bench.reference_choice import TwinReference
+    from mlts.hal import files
+
+    assert source.twin is not None
+    data = files.read_bytes(source.twin, what="an ONNX model", limit=files.MAX_ONNX_BYTES)
+    twin = TwinReference(data, config.threads, work.conv)
+    label = twin.backend
+    watch = MemoryWatch(None).start()
+    progress.phase(work.name, label, "warm-up and timing (ONNX twin)")
+    timed = config.control.run(lambda i: twin.run(work.feeds[i % len(work.feeds)]))
+    outputs = [twin.run(f) for f in work.feeds]
+    accuracy = work.score(outputs, against_reference=True)
+    rec = _row(
+        work,
+        label,
+        config,
+        timed,
+        progress,
+        driver_timing_us=None,
+        accuracy=accuracy,
+        compilation=None,
+        memory_mb=watch.result(),
+    )
+    progress.unit_done()
+    return rec
 
 
 def _mlts_validation(rec: BenchmarkRow, ref: BenchmarkRow, validation_errors) -> BenchmarkRow:
@@ -137,11 +179,11 @@ def offered_extensions(devices: dict) -> frozenset[str]:
 
 
 def _run_reference(work, backend: Backend, config: BenchmarkConfig, progress: Progress) -> BenchmarkRow:
-    label = backend.label
+    label = getattr(work.reference, "backend", backend.label)
     watch = backend.memory_watch()
     progress.phase(work.name, label, "warm-up and timing")
-    reference = work.reference
-    timed = config.control.run(lambda i: reference.run(work.feeds[i % len(work.feeds)]))
+    reference, feeds = work.reference, work.reference_feeds
+    timed = config.control.run(lambda i: reference.run(feeds[i % len(feeds)]))
     extra = {}
     if config.profile:
         from mlts.bench.profile_runs import profile_reference
@@ -183,6 +225,10 @@ def _row(
         fields["quantization"] = work.quantization(accuracy)
     if work.reference_verdict is not None and not work.reference_verdict["exact"]:
         fields["reference_inexact"] = work.reference_verdict["note"]
+    if work.reference is not None:
+        fields["reference"] = getattr(work.reference, "framework", "onnxruntime")
+    if work.reference_unavailable is not None:
+        fields["reference_unavailable"] = work.reference_unavailable
     rec = measured_row(
         work.name,
         label,
@@ -334,9 +380,15 @@ def run_benchmark(
     run. `checkpoint(doc)`, when given, receives the document after each
     model so completed work survives an interruption.
     """
+    from mlts.bench.reference_choice import framework_of, resolve
     from mlts.runtime.discovery import open_device
 
     progress = progress or Progress()
+    sources = resolve(list(sources), config.reference)
+    if any(framework_of(s) == "litert" for s in sources):
+        from mlts.bench.tflite_workload import require_litert
+
+        require_litert()
     _build_missing_models(sources, progress)
     protos = [_load(source, progress) for source in sources]
     if protos and all(isinstance(p, str) for p in protos):
@@ -345,7 +397,11 @@ def run_benchmark(
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "kind": "benchmark",
-        "environment": {**environment(config.threads), "onnxruntime_integer": ort_probe()},
+        "environment": {
+            **environment(config.threads),
+            "onnxruntime_integer": ort_probe(),
+            **_litert_env(sources),
+        },
         "config": {
             **asdict(config),
             "models": [s.name for s in sources],
@@ -365,7 +421,9 @@ def run_benchmark(
             )
             doc["devices"][spec.name] = device_info(devices[spec.name])
             doc["capabilities"][spec.name] = _capabilities(devices[spec.name], spec.name, options)
-        units = len(sources) * (1 + len(driver_backends(config, devices)))
+        drivers = len(driver_backends(config, devices))
+        # Per model: its drivers, its reference (none for an .nnm file) and a twin's second reference.
+        units = sum(drivers + (0 if s.is_nnm else 1) + (s.twin is not None) for s in sources)
         progress.plan(units, config.seconds_per_unit(), models=len(sources))
         for source, proto in zip(sources, protos, strict=True):
             try:
@@ -389,6 +447,17 @@ def run_benchmark(
     return doc
 
 
+def _litert_env(sources: list[ModelSource]) -> dict:
+    """The LiteRT version, when a model runs on it."""
+    from mlts.bench.reference_choice import framework_of
+
+    if not any(framework_of(s) == "litert" for s in sources):
+        return {}
+    from mlts.bench.litert_reference import version
+
+    return {"litert": version()}
+
+
 def _build_missing_models(sources: list[ModelSource], progress: Progress) -> None:
     """Zoo models not in the cache yet are built before the run, several at a time, each reported."""
     from mlts.models.prebuild import build_missing
@@ -407,10 +476,13 @@ def _model_error(source: ModelSource, error: BaseException) -> str:
 
 
 def _load(source: ModelSource, progress: Progress):
-    """The ModelProto of `source`, or the one-line reason it cannot be loaded."""
+    """The ModelProto of `source` (an .nnm file's NnFile), or the one-line reason it cannot be loaded."""
     from mlts.convert import load_model
+    from mlts.hal import nnfile
 
     try:
+        if source.is_nnm:
+            return nnfile.load(source.onnx_path())
         return load_model(source.onnx_path())
     except (ConversionError, OSError, ValueError) as e:
         message = _model_error(source, e)
@@ -420,8 +492,11 @@ def _load(source: ModelSource, progress: Progress):
 
 def model_error_rows(source: ModelSource, message: str, devices: dict, config: BenchmarkConfig) -> list[dict]:
     """One error row per backend of a model that could not be loaded or converted."""
+    from mlts.bench.reference_choice import reference_label
+
     family = family_of(source)
-    backends = [OnnxRuntimeReference.backend] + [backend_label(b) for b in driver_backends(config, devices)]
+    backends = [] if source.is_nnm else [reference_label(source)]
+    backends += [backend_label(b) for b in driver_backends(config, devices)]
     return [error_record(source.name, family, b, config, message) for b in backends]
 
 

@@ -1,10 +1,11 @@
-"""Which models a benchmark runs: zoo models chosen by regex and the user's own ONNX files."""
+"""Which models a benchmark runs: zoo models chosen by regex and the user's own ONNX, TFLite and .nnm files."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mlts.errors import InputError
 
@@ -18,6 +19,13 @@ class ModelSource:
     name: str
     path: Path | None  # None: a zoo model, built on first use
     zoo_name: str | None = None
+    twin: Path | None = None  # the same model in the other format (--reference both): an ONNX file
+    user: Any = None  # a user's file: its mlts.bench.user_model.UserModel (inputs resolved)
+
+    @property
+    def is_nnm(self) -> bool:
+        """Whether the model is an NN graph file (no ONNX model: no onnxruntime or golden reference)."""
+        return self.user is not None and self.user.is_nnm
 
     def onnx_path(self) -> Path:
         if self.path is not None:
@@ -53,8 +61,14 @@ def compile_regex(pattern: str, what: str) -> re.Pattern:
         raise ModelSelectionError(f"bad {what} regex {pattern!r}: {e}") from None
 
 
-def select_models(models_regex: str | None, model_files: tuple[str, ...] = ()) -> list[ModelSource]:
-    """Zoo models whose name matches `models_regex` (all when None and no files are given), then the files."""
+def select_models(
+    models_regex: str | None, model_files: tuple[str, ...] = (), settings=None
+) -> list[ModelSource]:
+    """Zoo models whose name matches `models_regex` (all when None and no files are given), then the files.
+
+    The files' inputs are resolved with `settings` (mlts.bench.user_model.InputSettings: --input-shape,
+    --input-value, --inputs DIR); a setting that cannot be used is a one-line InputError."""
+    from mlts.bench.user_model import InputSettings, resolve_all
     from mlts.models import zoo
 
     sources: list[ModelSource] = []
@@ -67,9 +81,23 @@ def select_models(models_regex: str | None, model_files: tuple[str, ...] = ()) -
                 f"--models {models_regex!r} matches no model; available: {', '.join(names)}"
             )
         sources += [ModelSource(n, None, n) for n in chosen]
+    user_files = []  # ONNX and .nnm files: their inputs are resolved with the input options
     for f in model_files:
+        if f.startswith("real:") and not Path(f).exists():
+            from mlts.models.real_tflite import find
+
+            sources.append(ModelSource(f[len("real:") :], find(f[len("real:") :])))
+            continue
         p = Path(f)
         if not p.is_file():
             raise ModelSelectionError(f"{f}: no such model file")
-        sources.append(ModelSource(p.stem, p))
+        from mlts.convert.formats import is_tflite_source
+
+        if is_tflite_source(p):  # a TFLite model's shapes are the file's (docs/tflite.md)
+            sources.append(ModelSource(p.stem, p))
+        else:
+            user_files.append(f)
+    settings = settings or InputSettings()
+    for (user, _), f in zip(resolve_all(user_files, settings), user_files, strict=True):
+        sources.append(ModelSource(Path(f).stem, Path(f), user=user))
     return sources

@@ -115,8 +115,23 @@ def ratio(driver: float, cpu: float) -> float | None:
 def workload_feeds(
     conv: Any, workload: CalibrationWorkload, config: CalibrationConfig
 ) -> list[list[np.ndarray]]:
-    """`config.inputs` seeded input sets in the converted model's input order; zeros for `zero_inputs`."""
-    specs = [(t.shape, t.dtype, t.scale, t.zero_point) for t in conv.inputs]
+    """`config.inputs` seeded input sets in the converted model's input order, of each input's kind
+    (mlts.bench.inputs; a user's file: what its graph says of each input); zeros for `zero_inputs`."""
+    from mlts.bench.inputs import InputSpec
+
+    graph = {i.name: i for i in workload.user.inputs} if workload.user is not None else {}
+    specs = [
+        InputSpec(
+            t.name,
+            tuple(t.shape),
+            np.dtype(t.dtype),
+            t.scale,
+            t.zero_point,
+            getattr(graph.get(t.name), "role", ""),
+            getattr(graph.get(t.name), "vocab", None),
+        )
+        for t in conv.inputs
+    ]
     feeds = make_inputs(specs, config.inputs, seed=config.seed)
     for k, tensor in enumerate(conv.inputs):
         if tensor.name in workload.zero_inputs:
@@ -155,11 +170,26 @@ def unsupported_reason(device: Any, model: Any) -> str | None:
     return f"the driver does not support {', '.join(sorted(missing))}" if missing else None
 
 
-def cpu_run(proto: Any, feeds: Sequence[list[np.ndarray]], config: CalibrationConfig, meter: Meter) -> dict:
-    """Time the ONNX model on onnxruntime's CPU provider with the configured thread count (timed_run)."""
-    from mlts.bench.reference import OnnxRuntimeReference
+def cpu_run(
+    proto: Any,
+    feeds: Sequence[list[np.ndarray]],
+    config: CalibrationConfig,
+    meter: Meter,
+    conv: Any = None,
+    user: Any = None,
+) -> dict:
+    """Time the model on its CPU reference with the configured thread count (timed_run): onnxruntime's
+    CPU provider for ONNX, LiteRT (TFLite's kernels) for .tflite models.
 
-    reference = OnnxRuntimeReference(proto.SerializeToString(), config.threads)
+    With `conv`, `feeds` are the converted model's inputs: onnxruntime gets them by name in its own
+    types and shapes, with the user's fixed input values (`user`, a UserModel) added."""
+    from mlts.bench.reference import OnnxRuntimeReference
+    from mlts.bench.reference_choice import reference_for_model
+    from mlts.bench.user_model import reference_feeds
+
+    reference = reference_for_model(proto, config.threads)
+    if conv is not None and isinstance(reference, OnnxRuntimeReference):
+        feeds = reference_feeds(proto, reference.input_names, [t.name for t in conv.inputs], feeds, user)
     return timed_run(lambda i: reference.run(feeds[i % len(feeds)]), config, meter, None)
 
 
@@ -184,9 +214,19 @@ def measure_workload(
     from mlts.convert import convert
 
     log(f"{workload.name} ({workload.operand_type}): converting")
+    user = workload.user
+    if user is not None and user.is_nnm:
+        return skipped(
+            workload,
+            f"{workload.path} is an NN graph file (.nnm): the CPU baseline is onnxruntime, which runs ONNX "
+            "models; calibrate with the ONNX file it was converted from",
+        )
     try:
         proto = workload.load()
-        conv = convert(proto)
+        if user is None:
+            conv = convert(proto)
+        else:
+            conv = convert(proto, input_shapes=user.convert_shapes(), input_values=dict(user.values) or None)
     except (ValueError, OSError) as e:
         return skipped(workload, f"cannot load or convert the model: {e}")
     try:
@@ -196,11 +236,11 @@ def measure_workload(
     if reason is not None:
         return skipped(workload, reason)
     feeds = workload_feeds(conv, workload, config)
-    log(f"{workload.name}: onnxruntime CPU run")
+    log(f"{workload.name}: CPU reference run")
     try:
-        runs = {"cpu": cpu_run(proto, feeds, config, meter)}
-    except Exception as e:  # onnxruntime raises its own exception types
-        return skipped(workload, f"onnxruntime cannot run the model: {e}")
+        runs = {"cpu": cpu_run(proto, feeds, config, meter, conv, user)}
+    except Exception as e:  # onnxruntime and LiteRT raise their own exception types
+        return skipped(workload, f"the CPU reference cannot run the model: {e}")
     log(f"{workload.name}: driver run")
     try:
         runs["driver"] = driver_run(device, conv.model, feeds, config, meter)

@@ -111,6 +111,87 @@ driver_socket_option = click.option(
 )
 
 
+#: --help of the user model options, shared by every command that takes --model.
+INPUT_SHAPE_HELP = (
+    "The whole shape of input NAME of your --model files, fixing its symbolic dimensions (e.g. "
+    "image=1,3,640,640); repeatable, one per input."
+)
+INPUT_VALUE_HELP = (
+    "A fixed value for input NAME of your --model files (e.g. a sample rate: sample_rate=16000, or "
+    "V0,V1,...); the converter folds it into a constant and the references are fed it; repeatable."
+)
+INPUTS_HELP = (
+    "A folder of .npy files for your --model files' inputs: <input>.npy (every sample) or "
+    "<input>_<k>.npy (sample k = 0, 1, ...); characters of the input's name other than letters, digits, "
+    "'.', '_' and '-' are written '_'; inputs without a file are generated to fit (images, signals, zero "
+    "state, token ids)."
+)
+
+
+def user_model_options(fn=None, *, files: bool = True):
+    """--input-shape NAME=D0,D1,..., --input-value NAME=V[,V...] and (with `files`) --inputs DIR
+    (mlts.bench.user_model); as `@user_model_options` or `@user_model_options(files=False)`."""
+    if fn is None:
+        return lambda f: user_model_options(f, files=files)
+
+    def shapes(_ctx, _param, specs):
+        from mlts.commands.graph import parse_input_shapes
+
+        return parse_input_shapes(specs)
+
+    def values(_ctx, _param, specs):
+        from mlts.commands.graph import parse_input_values
+
+        return parse_input_values(specs)
+
+    options = [
+        click.option(
+            "--input-shape",
+            "input_shapes",
+            multiple=True,
+            metavar="NAME=D0,D1,...",
+            callback=shapes,
+            help=INPUT_SHAPE_HELP,
+        ),
+        click.option(
+            "--input-value",
+            "input_values",
+            multiple=True,
+            metavar="NAME=V[,V...]",
+            callback=values,
+            help=INPUT_VALUE_HELP,
+        ),
+    ]
+    if files:
+        options.append(
+            click.option(
+                "--inputs",
+                "inputs_dir",
+                default=None,
+                type=click.Path(file_okay=False),
+                metavar="DIR",
+                help=INPUTS_HELP,
+            )
+        )
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def input_settings(
+    input_shapes: dict, input_values: dict, inputs_dir: str | None = None, *, files: bool = True
+):
+    """The InputSettings of the user model options (an --inputs folder that does not exist is bad input);
+    `files`: whether the command takes --inputs."""
+    from pathlib import Path
+
+    from mlts.bench.user_model import InputSettings
+
+    if inputs_dir is not None and not Path(inputs_dir).is_dir():
+        raise BadInput(f"--inputs {inputs_dir}: no such directory")
+    return InputSettings(dict(input_shapes), dict(input_values), inputs_dir, files_option=files)
+
+
 def qos_options(fn):
     """--priority, --preference, --deadline-ms, --prepare-deadline-ms and --loop-timeout-ms
     (mlts.runtime.qos_settings)."""
@@ -172,6 +253,43 @@ def qos_settings(
         return QosSettings.from_names(priority, preference, deadline_ms, loop_timeout_ms, prepare_deadline_ms)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+
+
+def distribution_options(fn):
+    """--lab FILE and --cluster ADDRESS (mlts.cluster; docs/cluster.md)."""
+    options = [
+        click.option(
+            "--lab",
+            "lab_file",
+            default=None,
+            type=click.Path(dir_okay=False),
+            metavar="FILE",
+            help="A lab file (.toml or .json): named driver endpoints to run on, one after another or "
+            "spread over --cluster; results name each row's device (docs/cluster.md).",
+        ),
+        click.option(
+            "--cluster",
+            "cluster",
+            default=None,
+            metavar="ADDRESS",
+            help="Spread the run's independent units over a Dask cluster: a scheduler address "
+            "(tcp://HOST:8786) or local:N (N worker processes here). Needs pip install 'mlts[cluster]'.",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def distribution(lab_file: str | None, cluster: str | None):
+    """The lab (or None) and the checked --cluster value; one-line errors (exit 2) for either."""
+    from mlts.cluster.engine import check_cluster_option, require_engine
+    from mlts.cluster.lab import load_lab
+
+    if cluster is not None:
+        check_cluster_option(cluster)
+        require_engine()
+    return (load_lab(lab_file) if lab_file is not None else None), cluster
 
 
 trace_option = click.option(

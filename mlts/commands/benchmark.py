@@ -16,13 +16,17 @@ from mlts.commands._common import (
     BadInput,
     capabilities_option,
     capabilities_options,
+    distribution,
+    distribution_options,
     driver_plugin_option,
     driver_socket_option,
+    input_settings,
     qos_options,
     qos_settings,
     seconds,
     trace_option,
     tracing,
+    user_model_options,
 )
 
 
@@ -71,9 +75,21 @@ def check_out_dir(out: Path, force: bool) -> None:
     "model_files",
     multiple=True,
     type=click.Path(dir_okay=False),
-    metavar="FILE.onnx",
-    help="Your own ONNX model (repeatable).",
+    metavar="FILE.onnx|FILE.tflite|FILE.nnm",
+    help="Your own ONNX or TFLite model, or an NN graph file from mlts convert (repeatable); a .tflite model "
+    "is converted as TFLite's NNAPI delegate would and compared with LiteRT; an .nnm file is timed, not "
+    "scored (no reference reads it); real:NAME names a trained model of mlts[real-models].",
 )
+@click.option(
+    "--reference",
+    type=click.Choice(["auto", "litert", "onnxruntime", "both"]),
+    default="auto",
+    show_default=True,
+    help="The CPU reference: auto is the model's own framework (LiteRT for .tflite, onnxruntime for ONNX "
+    "and zoo models); both runs LiteRT and onnxruntime and needs each model as .tflite and .onnx of one "
+    "name (--model net.tflite --model net.onnx).",
+)
+@user_model_options
 @click.option(
     "--drivers",
     "drivers_regex",
@@ -142,7 +158,8 @@ def check_out_dir(out: Path, force: bool) -> None:
     default=None,
     type=click.Path(),
     metavar="DIR",
-    help="Your image folder in MLTS format (images, ground_truth_labels.txt, labels.txt); needs Pillow.",
+    help="Your image folder in MLTS format (images, ground_truth_labels.txt, labels.txt); needs Pillow. "
+    "'real' names the bundled set of three photographs with ImageNet labels.",
 )
 @click.option(
     "--sequences",
@@ -232,11 +249,16 @@ def check_out_dir(out: Path, force: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the results document to stdout (no table).")
 @click.option("--quiet", is_flag=True, help="No progress and no table; errors and the exit status only.")
 @qos_options
+@distribution_options
 @click.pass_context
 def benchmark(
     ctx: click.Context,
     models_regex: str | None,
     model_files: tuple[str, ...],
+    reference: str,
+    input_shapes: dict,
+    input_values: dict,
+    inputs_dir: str | None,
     drivers_regex: str | None,
     plugin_files: tuple[str, ...],
     capabilities_files: tuple[str, ...],
@@ -269,8 +291,13 @@ def benchmark(
     deadline_ms: float | None,
     prepare_deadline_ms: float | None,
     loop_timeout_ms: float | None,
+    lab_file: str | None,
+    cluster: str | None,
 ) -> None:
-    """Run each model on each matching driver and on onnxruntime's CPU provider (MLTS's scoring mode).
+    """Run each model on each matching driver and on a CPU reference (MLTS's scoring mode).
+
+    The reference is onnxruntime's CPU provider for ONNX and zoo models and
+    TFLite's own kernels (LiteRT) for .tflite models (--reference).
 
     Per model × backend, in a random order per model: on drivers, the
     compilation timings (without cache, save to cache, prepare from cache,
@@ -279,15 +306,26 @@ def benchmark(
     around each execution call); then one pass over every test image for
     accuracy: top-1..top-5 against golden labels (a float64 reference run,
     or your --dataset's ground truth), errors against the golden outputs and
-    against onnxruntime. A driver whose top-1 is more than 0.05 below the
+    against the reference. A driver whose top-1 is more than 0.05 below the
     reference's fails MLTS's validation rule. The LSTM models asr_float and
     tts_float run their dataset sequences step by step instead, scored by
     MLTS's PhoneErrorRate / MelCepLogF0.
+
+    Your own models (--model): inputs fit each input (images, speech-like
+    signals, zero recurrent state, token ids, or your --inputs files);
+    symbolic dimensions beyond the batch need --input-shape, configuration
+    inputs can be fixed with --input-value. A classifier is judged by top-1
+    and its errors; dense maps, boxes, embeddings and regressions by their
+    errors against the float64 reference relative to onnxruntime's.
 
     Writes OUT/results.json (after every model, so an interrupted run keeps
     what it measured), OUT/results.csv and OUT/report.html. Exits with
     status 1 when any driver failed to prepare or run a model, or when a run
     broke an accuracy limit.
+
+    --lab FILE runs every model on every endpoint of a lab (the report shows
+    the devices side by side); --cluster spreads the model x driver pairs over
+    a Dask cluster, each measured on a quiet worker (docs/cluster.md).
     """
     from mlts.bench.runner import BenchmarkConfig, run_benchmark, run_lengths
     from mlts.bench.sources import select_models
@@ -298,12 +336,27 @@ def benchmark(
 
     set_burst_polling(burst_polling_us)
 
+    lab, cluster = distribution(lab_file, cluster)
+    if lab is not None and (drivers_regex is not None or driver_sockets):
+        raise BadInput("--lab names the drivers to benchmark: leave out --drivers and --driver-socket")
+    if (lab is not None or cluster is not None) and (in_process or nnapi_reference != "off"):
+        raise BadInput(
+            "--lab and --cluster run drivers one at a time in their own services: leave out "
+            "--in-process, -r and --nnapi-reference-only"
+        )
     out = Path(out_dir) if out_dir is not None else default_out_dir()
     check_out_dir(out, force)
+    if dataset_dir is not None:
+        from mlts.datasets.real import dataset_folder
+
+        dataset_dir = dataset_folder(dataset_dir)
     if dataset_dir is not None and not Path(dataset_dir).is_dir():
         raise BadInput(f"--dataset {dataset_dir}: no such directory")
-    sources = select_models(models_regex, model_files)
-    specs = select(discover(plugin_files, driver_sockets), drivers_regex)
+    if dataset_dir is not None:
+        dataset_dir = str(Path(dataset_dir).resolve())  # a cluster's workers need the whole path
+    settings = input_settings(input_shapes, input_values, inputs_dir)
+    sources = select_models(models_regex, model_files, settings)
+    specs = select(discover(plugin_files, driver_sockets), drivers_regex) if lab is None else []
     config = BenchmarkConfig(
         threads=threads,
         min_iterations=min_iterations,
@@ -321,6 +374,7 @@ def benchmark(
         qos=qos_settings(priority, preference, deadline_ms, loop_timeout_ms, prepare_deadline_ms).to_dict(),
         state_in_driver=state_in_driver,
         profile=profile,
+        reference=reference,
         **run_lengths(
             quick,
             warmup_s=warmup_s,
@@ -334,11 +388,19 @@ def benchmark(
     path = out / "results.json"
 
     def save(partial: dict) -> None:
+        from mlts.cluster.endpoints import stamp_benchmark
+
+        stamp_benchmark(partial, {s.name: s.socket for s in specs}, in_process=config.in_process)
         out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(partial, path)
 
     with tracing(trace_file, quiet or as_json):
-        doc = run_benchmark(sources, specs, config, progress, checkpoint=save)
+        if lab is not None or cluster is not None:
+            doc = _distributed(
+                sources, specs, config, lab, cluster, burst_polling_us, quiet or as_json, save, settings
+            )
+        else:
+            doc = run_benchmark(sources, specs, config, progress, checkpoint=save)
     save(doc)
     written = write_companions(doc, out)
     if as_json:
@@ -361,6 +423,26 @@ def benchmark(
         raise click.ClickException(
             f"{len(invalid)} of {len(doc['results'])} runs broke an accuracy limit ({first}); see {path}"
         )
+
+
+def _distributed(sources, specs, config, lab, cluster, burst_polling_us, quiet: bool, save, settings) -> dict:
+    """Every model on every lab endpoint (or chosen driver), in turn or spread over --cluster."""
+    from mlts.cluster import run as distributed
+    from mlts.cluster.targets import lab_targets, spec_targets
+
+    targets = lab_targets(lab, config.plugin_files) if lab is not None else spec_targets(specs)
+    return distributed.benchmark(
+        sources=sources,
+        targets=targets,
+        config=config,
+        lab=lab,
+        cluster=cluster,
+        burst_polling_us=burst_polling_us,
+        say=lambda line: None if quiet else click.echo(f"  {line}", err=True),
+        quiet=quiet,
+        checkpoint=save,
+        settings=settings,
+    )
 
 
 def write_companions(doc: dict, out: Path) -> list[Path]:

@@ -10,9 +10,11 @@ from mlts.commands._common import (
     BadInput,
     driver_plugin_option,
     driver_socket_option,
+    input_settings,
     progress,
     qos_options,
     qos_settings,
+    user_model_options,
 )
 
 
@@ -37,10 +39,12 @@ from mlts.commands._common import (
     "--model",
     "model_args",
     multiple=True,
-    metavar="FILE.onnx[:TYPE]",
-    help="Your ONNX model as a workload of operand TYPE, e.g. net.onnx:TENSOR_FLOAT32 "
-    "(default: inferred from its float32/uint8/int8 tensors; repeatable).",
+    metavar="FILE.onnx|FILE.tflite[:TYPE]",
+    help="Your ONNX or TFLite model as a workload of operand TYPE, e.g. net.onnx:TENSOR_FLOAT32 "
+    "(default: inferred from its float32/uint8/int8 tensors; repeatable); a .tflite model's CPU "
+    "run is LiteRT's. An .nnm file is skipped: it has no CPU baseline to compare with.",
 )
+@user_model_options(files=False)
 @click.option(
     "--threads",
     default=1,
@@ -63,6 +67,8 @@ def calibrate(
     output: str | None,
     models_regex: str | None,
     model_args: tuple[str, ...],
+    input_shapes: dict,
+    input_values: dict,
     threads: int,
     quick: bool,
     relaxed: bool,
@@ -93,7 +99,7 @@ def calibrate(
     """
     from mlts.calibrate.measure import CalibrationConfig, CalibrationError
     from mlts.calibrate.measure import calibrate as run_calibration
-    from mlts.calibrate.workloads import WorkloadError, default_workloads, parse_model_argument
+    from mlts.calibrate.workloads import WorkloadError, default_workloads, parse_model_arguments
     from mlts.hal.capabilities_file import CapabilitiesFileError, default_path, write_capabilities_file
     from mlts.hal.errors import HalError
     from mlts.records.environment import environment
@@ -104,7 +110,9 @@ def calibrate(
         if driver_name not in specs:
             raise BadInput(f"unknown driver {driver_name!r}; available: {', '.join(sorted(specs)) or 'none'}")
         workloads = default_workloads(models_regex) if models_regex is not None or not model_args else []
-        workloads += [parse_model_argument(a) for a in model_args]
+        workloads += parse_model_arguments(
+            model_args, input_settings(input_shapes, input_values, files=False)
+        )
         qos = qos_settings(priority, preference, deadline_ms, loop_timeout_ms, prepare_deadline_ms).to_dict()
         config = CalibrationConfig(threads=threads, in_process=in_process, relaxed=relaxed, qos=qos)
         config = config.quick() if quick else config

@@ -9,6 +9,7 @@ import click
 
 from mlts.commands._common import EXIT_BAD_INPUT, echo_json
 from mlts.errors import InputError
+from mlts.report import terminal
 
 EXIT_REGRESSION = 1
 
@@ -75,13 +76,14 @@ def compare(old_path: str, new_path: str, threshold: str, as_json: bool) -> None
         _bad_input(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else str(e))
     except (ValueError, RecursionError) as e:
         _bad_input(str(e) or type(e).__name__)
+    # Names and reasons come from the files: control characters (ANSI escapes, U+202E) never reach the terminal.
     if as_json:
         echo_json(result)
         for line in result["config_warnings"] + result["environment_warnings"]:
-            click.echo(f"mlts compare: warning: {line}", err=True)
+            click.echo(f"mlts compare: warning: {terminal.escape(line)}", err=True)
     else:
         for line in lines:
-            click.echo(line)
+            click.echo(terminal.escape(line))
     if result["regressions"]:
         raise click.exceptions.Exit(EXIT_REGRESSION)
 
@@ -101,5 +103,5 @@ def _threshold(text: str) -> float:
 
 
 def _bad_input(reason: str) -> NoReturn:
-    click.echo(f"mlts compare: {' '.join(reason.split())}", err=True)
+    click.echo(f"mlts compare: {terminal.escape(' '.join(reason.split()))}", err=True)
     raise click.exceptions.Exit(EXIT_BAD_INPUT)

@@ -11,9 +11,9 @@ from mlts.commands._common import BadInput, driver_plugin_option
 
 def default_socket_path(name: str) -> str:
     """$XDG_RUNTIME_DIR/mlts/NAME.sock, or /tmp/mlts-UID/NAME.sock."""
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    folder = os.path.join(base, "mlts") if base else os.path.join("/tmp", f"mlts-{os.getuid()}")
-    return os.path.join(folder, f"{name}.sock")
+    from mlts.ipc.socket_dir import default_socket_path as default
+
+    return default(name)
 
 
 @click.group("driver")
@@ -74,7 +74,9 @@ def serve(
     Clients are told apart by their connection (peer pid and uid); each one's
     prepared models, pools and fenced executions are its own and are released
     when it disconnects or dies. Point tools at it with --driver-socket PATH.
-    The socket is created with mode 0600 and removed on exit.
+    The socket is created with mode 0600 and removed on exit. Its folder must be
+    yours and writable by nobody else; the default folder is created with mode
+    0700 (one that someone else created first is refused).
     """
     from mlts.ipc.service.main import main as serve_main
     from mlts.runtime.discovery import discover, thread_env
@@ -89,9 +91,15 @@ def serve(
         key, sep, _ = item.partition("=")
         if not sep or not key.isidentifier():
             raise click.BadParameter(f"{item!r} must look like KEY=VALUE", param_hint="--option")
+    from mlts.ipc.socket_dir import UnsafeFolderError, secure_folder
+
     path = socket_path or default_socket_path(name)
     folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, mode=0o700, exist_ok=True)
+    try:
+        if socket_path is None or not os.path.exists(folder):
+            secure_folder(folder)  # made here: this user's only (mode 0700), checked after creation
+    except UnsafeFolderError as e:
+        raise BadInput(str(e)) from None
     # Set before the driver loads its math libraries, which read these once.
     os.environ.update(thread_env(threads))
     click.echo(f"serving {name} on {path} ({workers} workers); Ctrl-C stops", err=True)

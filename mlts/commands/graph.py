@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
+import numpy as np
 
 from mlts.commands._common import echo_json
 
@@ -38,11 +40,29 @@ def list_ops_lines() -> list[str]:
     lines.append(f"{MICROSOFT_DOMAIN} operators (onnxruntime's QOperator format):")
     for op in sorted(MICROSOFT_OPS):
         lines.append(f"  {op}")
+    return lines + tflite_ops_lines()
+
+
+def tflite_ops_lines() -> list[str]:
+    """One line per TFLite builtin the importer maps: the NNAPI operations and the delegate's versions."""
+    from mlts.convert.tflite.registry import mappings
+
+    table = mappings()
+    width = max(len(m.builtin) for m in table)
+    lines = ["TFLite builtins (as TFLite's NNAPI delegate maps them; docs/tflite.md):"]
+    for m in table:
+        versions = "any version" if m.max_version is None else f"versions 1-{m.max_version}"
+        lines.append(f"  {m.builtin:<{width}}  {versions:<14}  -> {', '.join(m.nnapi) or '(folded)'}")
+    lines.append(
+        "  GELU"
+        + " " * (width - 2)
+        + "any version     -> the vendor extension's GELU, when a driver declares it"
+    )
     return lines
 
 
 @click.command("convert")
-@click.argument("onnx_file", metavar="MODEL.onnx|ZOO_NAME")
+@click.argument("onnx_file", metavar="MODEL.onnx|MODEL.tflite|ZOO_NAME")
 @click.option(
     "-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .nnm file to write."
 )
@@ -71,12 +91,23 @@ def list_ops_lines() -> list[str]:
     "features=50,1,320); repeatable, one per input.",
 )
 @click.option(
+    "--input-value",
+    "input_values",
+    multiple=True,
+    metavar="NAME=V[,V...]",
+    callback=lambda _ctx, _param, specs: parse_input_values(specs),
+    help="Fix input NAME to a value, making it a constant of the model (configuration such as a "
+    "sample rate: sr=16000); one number for a scalar or [1] input, a comma-separated list for a "
+    "vector. Numbers are taken in the input's element type (integers for integer and bool inputs); "
+    "repeatable, one per input.",
+)
+@click.option(
     "--list-ops",
     is_flag=True,
     expose_value=False,
     is_eager=True,
     callback=_list_ops,
-    help="Print the ONNX operators and opsets the converter takes, and exit.",
+    help="Print the ONNX operators and opsets the converter takes and the TFLite builtins the importer maps, and exit.",
 )
 @click.option(
     "--extension",
@@ -84,7 +115,15 @@ def list_ops_lines() -> list[str]:
     multiple=True,
     metavar="NAME",
     help="A vendor extension the target driver declares (e.g. com.example.mlts.activations, which "
-    "sample-all declares): ONNX ops only it provides, such as Gelu, map to it; repeatable.",
+    "sample-all declares): ONNX ops it provides, such as Gelu, map to it (without it, Gelu is "
+    "computed from its ONNX definition); repeatable.",
+)
+@click.option(
+    "--signature",
+    default=None,
+    metavar="KEY",
+    help="TFLite models: convert the subgraph of this signature, with its inputs and outputs "
+    "(default: the main subgraph).",
 )
 def convert_cmd(
     onnx_file: str,
@@ -93,12 +132,18 @@ def convert_cmd(
     batch_size: int,
     nhwc_io: bool,
     input_shapes: dict[str, tuple[int, ...]],
+    input_values: dict[str, np.ndarray],
     extensions: tuple[str, ...],
+    signature: str | None,
 ) -> None:
-    """Convert an ONNX model (a file, or a zoo model's name) to an NN graph file (.nnm).
+    """Convert an ONNX or TFLite model (a file, or a zoo model's name) to an NN graph file (.nnm).
 
-    Symbolic batch dimensions become --batch-size; any other symbolic
-    dimension needs the input's shape from --input-shape.
+    ONNX: symbolic batch dimensions become --batch-size; any other symbolic
+    dimension needs the input's shape from --input-shape; inputs that are
+    configuration rather than data (a sample rate) can be fixed with
+    --input-value, and the model computes with that value. TFLite: operators
+    map as TFLite's NNAPI delegate maps them (docs/tflite.md), with the
+    file's shapes; --signature picks a signature's subgraph.
     """
     from mlts.convert import convert
     from mlts.hal import nnfile
@@ -115,17 +160,26 @@ def convert_cmd(
             check_name(name)
         except ValueError as e:
             raise InputError(f"--extension: {e}") from None
+    from mlts.convert import model_format
+
+    tflite = model_format(onnx_file) == "tflite"
+    if tflite and (batch_size != 1 or nhwc_io):
+        raise InputError(
+            "--batch-size and --nhwc-io apply to ONNX models; a TFLite model is NHWC with the file's shapes"
+        )
     conv = convert(
         onnx_file,
         batch_size=batch_size,
         keep_io_layout=not nhwc_io,
         input_shapes=input_shapes,
+        input_values=input_values,
         extensions=extensions,
+        signature=signature,
     )
     validate_model(conv.model)
     meta = {
         "source": Path(onnx_file).name,
-        "onnx_opset": str(conv.opset),
+        ("tflite_schema" if tflite else "onnx_opset"): str(conv.opset),
         "inputs": ",".join(f"{t.name}:{'x'.join(map(str, t.shape))}:{t.dtype}" for t in conv.inputs),
         "outputs": ",".join(f"{t.name}:{'x'.join(map(str, t.shape))}:{t.dtype}" for t in conv.outputs),
     }
@@ -161,6 +215,41 @@ def parse_input_shapes(specs: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
             raise click.BadParameter(f"input '{name}' is given twice", param_hint="'--input-shape'")
         shapes[name] = tuple(int(p) for p in parts)
     return shapes
+
+
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|nan)", re.IGNORECASE)
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def parse_input_values(specs: tuple[str, ...] | list[str]) -> dict[str, np.ndarray]:
+    """{NAME: value} from NAME=V or NAME=V0,V1,... specs; click.BadParameter for a malformed or repeated one.
+
+    One number gives a rank-0 array, several a 1-D array. Integers stay integers (int64) and any
+    decimal point, exponent, inf or nan makes the whole value float64; the converter then takes the
+    value in the model input's element type (mlts.convert.convert's input_values).
+    """
+    values: dict[str, np.ndarray] = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        name = name.strip()
+        parts = [p.strip() for p in text.split(",")]
+        if not sep or not name or not all(p.isascii() and _NUMBER.fullmatch(p) for p in parts):
+            raise click.BadParameter(
+                f"'{spec}' is not NAME=V or NAME=V0,V1,... with decimal numbers", param_hint="'--input-value'"
+            )
+        if name in values:
+            raise click.BadParameter(f"input '{name}' is given twice", param_hint="'--input-value'")
+        if all(_INTEGER.fullmatch(p) for p in parts):
+            ints = [int(p) for p in parts]
+            if any(not -(2**63) <= v < 2**63 for v in ints):
+                raise click.BadParameter(
+                    f"'{spec}' has an integer outside the 64-bit range", param_hint="'--input-value'"
+                )
+            arr = np.array(ints, dtype=np.int64)
+        else:
+            arr = np.array([float(p) for p in parts], dtype=np.float64)
+        values[name] = arr.reshape(()) if len(parts) == 1 else arr
+    return values
 
 
 def _resolve_model(arg: str) -> str:

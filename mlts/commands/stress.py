@@ -13,14 +13,19 @@ from mlts.commands._common import (
     MAX_GRACE_SECONDS,
     MAX_STRESS_SECONDS,
     SEED,
+    BadInput,
     FiniteFloatRange,
+    distribution,
+    distribution_options,
     driver_plugin_option,
     driver_socket_option,
+    input_settings,
     qos_options,
     qos_settings,
     seconds,
     trace_option,
     tracing,
+    user_model_options,
 )
 
 DEFAULT_MODELS = "^mobilenet_v1_0.25_128(_quant)?$"
@@ -63,11 +68,19 @@ def format_results(records: list[dict]) -> list[str]:
 @click.option(
     "--models",
     "models_regex",
-    default=DEFAULT_MODELS,
-    show_default=True,
+    default=None,
     metavar="REGEX",
-    help="Zoo models the model-based modes use.",
+    help=f"Zoo models the model-based modes use (default: {DEFAULT_MODELS}, unless --model is given).",
 )
+@click.option(
+    "--model",
+    "model_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    metavar="FILE.onnx|FILE.nnm",
+    help="Your own model for the model-based modes (repeatable); with --models too, both are used.",
+)
+@user_model_options(files=False)
 @driver_plugin_option
 @click.option(
     "--driver-option",
@@ -167,10 +180,14 @@ def format_results(records: list[dict]) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print the results document to stdout (no table).")
 @click.option("--quiet", is_flag=True, help="No progress and no table.")
 @qos_options
+@distribution_options
 def stress(
     mode: str,
     drivers_regex: str | None,
-    models_regex: str,
+    models_regex: str | None,
+    model_files: tuple[str, ...],
+    input_shapes: dict,
+    input_values: dict,
     plugin_files: tuple[str, ...],
     driver_options: dict[str, str],
     duration: float,
@@ -196,6 +213,8 @@ def stress(
     deadline_ms: float | None,
     prepare_deadline_ms: float | None,
     loop_timeout_ms: float | None,
+    lab_file: str | None,
+    cluster: str | None,
 ) -> None:
     """Run stress MODE (or `all`) on every matching driver; each test in its own supervised process.
 
@@ -226,10 +245,13 @@ def stress(
     running afterwards. Writes OUT/results.json and OUT/report.html (after
     every test, so Ctrl-C keeps what ran). Exits with status 1 when any
     outcome differs from the expected one.
+
+    --lab FILE runs the tests on every endpoint of a lab; --cluster spreads
+    them over a Dask cluster's workers (docs/cluster.md).
     """
     from mlts.bench.sources import select_models
     from mlts.commands.benchmark import check_out_dir
-    from mlts.crash.suite import StressConfig, StressConfigError, modes_of, run_stress
+    from mlts.crash.suite import StressConfig, StressConfigError, modes_of, run_stress, user_model_spec
     from mlts.crash.supervise import Terminated
     from mlts.report.results import write_json_atomic
     from mlts.runtime.discovery import discover, select
@@ -256,13 +278,22 @@ def stress(
         config.check()
     except StressConfigError as e:
         raise click.UsageError(str(e)) from None
+    lab, cluster = distribution(lab_file, cluster)
+    if lab is not None and (drivers_regex is not None or driver_sockets):
+        raise BadInput("--lab names the drivers to stress: leave out --drivers and --driver-socket")
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
         check_out_dir(out, force)
-    chosen = select(discover(plugin_files, driver_sockets), drivers_regex)
+    chosen = select(discover(plugin_files, driver_sockets), drivers_regex) if lab is None else []
     config = replace(config, driver_sockets={s.name: s.socket for s in chosen if s.socket is not None})
     drivers = [s.name for s in chosen]
-    models = [s.name for s in select_models(models_regex)]
+    regex = models_regex if models_regex is not None or model_files else DEFAULT_MODELS
+    sources = select_models(regex, model_files, input_settings(input_shapes, input_values, files=False))
+    for s in sources:
+        if s.user is not None and s.user.unreadable:
+            raise BadInput(s.user.unreadable)
+    models = [s.name if s.user is None else str(s.path) for s in sources]
+    config = replace(config, user_models={str(s.path): user_model_spec(s.user) for s in sources if s.user})
 
     def progress(message: str) -> None:
         if not (quiet or as_json):
@@ -271,6 +302,9 @@ def stress(
     latest: list[dict] = []
 
     def save(doc: dict) -> None:
+        from mlts.cluster.endpoints import stamp_stress
+
+        doc = stamp_stress(doc, config.driver_sockets, in_process=config.in_process)
         latest[:] = [doc]
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
@@ -278,11 +312,28 @@ def stress(
 
     try:
         with tracing(trace_file, quiet or as_json):
-            doc = run_stress(modes, drivers, models, config, progress, checkpoint=save)
+            if lab is not None or cluster is not None:
+                doc = _distributed(
+                    modes,
+                    chosen,
+                    models,
+                    config,
+                    lab,
+                    cluster,
+                    plugin_files,
+                    progress,
+                    quiet or as_json,
+                    save,
+                )
+            else:
+                doc = run_stress(modes, drivers, models, config, progress, checkpoint=save)
+            save(doc)
+            doc = latest[0]
     except KeyboardInterrupt as e:
-        _write_report(latest[0], out)
+        if latest:
+            _write_report(latest[0], out)
         how = f" by {e}" if isinstance(e, Terminated) else ""
-        kept = len(latest[0]["results"])
+        kept = len(latest[0]["results"]) if latest else 0
         click.echo(f"mlts stress: interrupted{how}; {kept} finished tests kept", err=True)
         raise SystemExit(128 + e.signum if isinstance(e, Terminated) else 130) from None
     _write_report(doc, out)
@@ -300,6 +351,28 @@ def stress(
             f"{len(unexpected)} of {len(doc['results'])} tests ended unexpectedly "
             f"({first['test']}: {first['outcome']}, expected {first['expected']})"
         )
+
+
+def _distributed(modes, chosen, models, config, lab, cluster, plugin_files, progress, quiet, save) -> dict:
+    """The tests on every lab endpoint (or each chosen driver), in turn or spread over --cluster."""
+    from mlts.cluster import run as distributed
+    from mlts.cluster.targets import lab_targets, spec_targets
+
+    if lab is not None:
+        targets = lab_targets(lab, plugin_files)
+    else:
+        targets = spec_targets(chosen)  # their options are the config's --driver-option
+    return distributed.stress(
+        modes=modes,
+        targets=targets,
+        models=models,
+        config=config,
+        lab=lab,
+        cluster=cluster,
+        say=progress,
+        quiet=quiet,
+        checkpoint=save,
+    )
 
 
 def _write_report(doc: dict, out: Path | None) -> None:

@@ -14,7 +14,18 @@ from typing import TextIO
 
 import click
 
-from mlts.commands._common import SEED, BadInput, driver_plugin_option, seconds, trace_option, tracing
+from mlts.commands._common import (
+    SEED,
+    BadInput,
+    distribution,
+    distribution_options,
+    driver_plugin_option,
+    input_settings,
+    seconds,
+    trace_option,
+    tracing,
+    user_model_options,
+)
 
 #: What the options accept; --help shows the ranges.
 MAX_FUZZ_SECONDS = 7 * 86_400.0
@@ -67,8 +78,13 @@ class CaseProgress:
         self.suite = ""
 
 
-def _suites(values: tuple[str, ...]) -> tuple[str, ...]:
+def _suites(values: tuple[str, ...], models: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The suites named (all: the default ones), else the default ones this installation has; with
+    --model and no --suite, the model suite alone."""
     from mlts.validate.core import DEFAULT_SUITES, SUITES
+
+    if models and not values:
+        return ("model",)
 
     names: list[str] = []
     for value in values:
@@ -156,8 +172,19 @@ def _options(items: tuple[str, ...]) -> dict[str, str]:
     "suites",
     multiple=True,
     metavar="NAME[,NAME]",
-    help="validation, operations, behaviour, fuzz or all (repeatable; default: all).",
+    help="validation, operations, behaviour, fuzz, model or all (repeatable; default: all but model; with "
+    "--model: model).",
 )
+@click.option(
+    "--model",
+    "model_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    metavar="FILE.onnx|FILE.nnm",
+    help="Your model for the model suite (repeatable): supported operations, prepare, and every execution "
+    "path's outputs against onnxruntime and the float64 reference, as the benchmark's verdict judges them.",
+)
+@user_model_options(files=False)
 @click.option(
     "--out",
     "out_dir",
@@ -210,6 +237,7 @@ def _options(items: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--threads", default=1, show_default=True, type=click.IntRange(1, 256), help="BLAS threads of the driver."
 )
+@distribution_options
 @trace_option
 @click.pass_context
 def validate_cmd(
@@ -219,6 +247,9 @@ def validate_cmd(
     driver_sockets: tuple[str, ...],
     driver_options: tuple[str, ...],
     suites: tuple[str, ...],
+    model_files: tuple[str, ...],
+    input_shapes: dict,
+    input_values: dict,
     out_dir: str | None,
     junit_file: str | None,
     replay_file: str | None,
@@ -229,6 +260,8 @@ def validate_cmd(
     seed: int,
     call_timeout: float,
     threads: int,
+    lab_file: str | None,
+    cluster: str | None,
     trace_file: str | None,
 ) -> None:
     """Check that a driver obeys the NN HAL: the VTS/CTS of mlts (docs/validate.md).
@@ -237,8 +270,13 @@ def validate_cmd(
     from the driver itself), operations (every claimed operation × type against
     float64 references, on every execution path), behaviour (stable
     capabilities, timing, deadlines, priorities, cache corruption, extensions,
-    cross-client isolation) and fuzz. Every failing case saves a reproducer
+    cross-client isolation) and fuzz; model (with --model: your models on
+    every path against onnxruntime and the float64 reference). Every failing case saves a reproducer
     that --replay runs again. Exit status 1 when any case fails, errs or hangs.
+
+    --lab FILE runs the suites on every endpoint of a lab (cases name their
+    device); --cluster spreads suites and case groups over a Dask cluster's
+    workers (docs/cluster.md).
     """
     import re
 
@@ -250,8 +288,28 @@ def validate_cmd(
             re.compile(case_filter)
         except re.error as e:
             raise BadInput(f"--filter {case_filter!r}: bad regex: {e}") from None
-    spec = _pick_driver(driver, plugin_files, driver_sockets)
-    chosen = _suites(suites) if replay_file is None else ()
+    lab, cluster = distribution(lab_file, cluster)
+    if (lab is not None or cluster is not None) and replay_file is not None:
+        raise BadInput("--replay runs one reproducer on one driver: leave out --lab and --cluster")
+    if lab is not None and (driver is not None or driver_sockets):
+        raise BadInput("--lab names the drivers to validate: leave out --driver and --driver-socket")
+    spec = _pick_driver(driver, plugin_files, driver_sockets) if lab is None else None
+    chosen = _suites(suites, model_files) if replay_file is None else ()
+    if "model" in chosen and not model_files:
+        raise BadInput("--suite model: name the models to validate with --model FILE")
+    if model_files:
+        from mlts.bench.user_model import resolve_all
+        from mlts.convert.formats import is_tflite_source
+
+        for f in model_files:
+            if not Path(f).is_file():
+                raise BadInput(f"--model {f}: no such file")
+        # Bad files, names, shapes and values are reported now, before the driver starts (a TFLite
+        # model's inputs are the file's: the options do not apply to it).
+        resolved = [f for f in model_files if not is_tflite_source(f)]
+        for user, _ in resolve_all(resolved, input_settings(input_shapes, input_values, files=False)):
+            if user.unreadable:
+                raise BadInput(user.unreadable)
     if replay_file is not None and out_dir is None:
         # A replay writes no results; the driver's logs go to a folder of their own.
         out_dir = tempfile.mkdtemp(prefix="mlts-replay-")
@@ -264,6 +322,8 @@ def validate_cmd(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise BadInput(f"--out {out}: cannot create it: {e.strerror or e}") from None
+    import numpy as np
+
     options = SuiteOptions(
         quick=quick,
         fuzz_seconds=fuzz_seconds,
@@ -271,7 +331,16 @@ def validate_cmd(
         seed=seed,
         filter=case_filter,
         call_timeout=call_timeout,
+        models=tuple(model_files),
+        input_shapes={k: list(v) for k, v in input_shapes.items()},
+        input_values={k: np.asarray(v).tolist() for k, v in input_values.items()},
     )
+    if lab is not None or cluster is not None:
+        _run_distributed(
+            ctx, spec, lab, cluster, chosen, options, out, junit_file, threads, plugin_files, driver_options
+        )
+        return
+    assert spec is not None  # only a lab run goes without one
     target = Target(
         spec,
         out_dir=str(out / "reproducers"),
@@ -290,17 +359,59 @@ def validate_cmd(
 
         section = run_suites(target, chosen, options, progress.on_case, progress.on_suite)
         progress.end_suite()
+    from dataclasses import replace
+
+    from mlts.cluster.endpoints import endpoint_of
+
+    section = replace(section, endpoint=endpoint_of(spec.name, spec.socket))
     _write_outputs(section, out, junit_file, threads)
+    _finish(ctx, section, spec.name, out)
+
+
+def _finish(ctx: click.Context, section, name: str, out: Path) -> None:
     for error in section.errors:
         click.echo(f"mlts validate: suite {error}", err=True)
     verdict = "FAILED" if section.failed else "passed"
     bad = sum(c.failed for c in section.cases)
     click.echo(
-        f"{spec.name}: {verdict}: {len(section.cases)} cases, {bad} failing, {len(section.errors)} suites could not run, "
+        f"{name}: {verdict}: {len(section.cases)} cases, {bad} failing, {len(section.errors)} suites could not run, "
         f"{section.seconds:.1f} s; results in {out}"
     )
     if section.failed:
         ctx.exit(1)
+
+
+def _run_distributed(
+    ctx, spec, lab, cluster, suites, options, out: Path, junit_file, threads, plugin_files, driver_options
+):
+    """The suites on every lab endpoint (or the one driver), in turn or spread over --cluster (mlts.cluster)."""
+    from mlts.cluster import run as distributed
+    from mlts.cluster.targets import lab_targets, spec_targets
+
+    targets = (
+        lab_targets(lab, plugin_files)
+        if lab is not None
+        else spec_targets([spec], {spec.name: _options(driver_options)})
+    )
+
+    def failing(case: dict) -> None:
+        where = f"[{case['device']}] " if case.get("device") else ""
+        click.echo(f"  {case['outcome'].upper()}: {where}{case['name']}: {case['reason'][:300]}", err=True)
+
+    section, sections = distributed.validate(
+        targets=targets,
+        suites=suites,
+        options=options,
+        threads=threads,
+        plugin_files=plugin_files,
+        lab=lab,
+        cluster=cluster,
+        out_dir=str(out),
+        on_failing=failing,
+    )
+    _write_outputs(section, out, junit_file, threads, sections)
+    name = f"lab {', '.join(lab.names())}" if lab is not None else spec.name
+    _finish(ctx, section, name, out)
 
 
 def _check_starts(target) -> None:
@@ -329,14 +440,22 @@ def _replay(target, path: str) -> None:
         raise click.exceptions.Exit(1)
 
 
-def _write_outputs(section, out: Path, junit_file: str | None, threads: int) -> None:
-    """results.json (the typed results document, kind "validate"), report.html and the JUnit XML."""
+def _write_outputs(
+    section, out: Path, junit_file: str | None, threads: int, sections: dict | None = None
+) -> None:
+    """results.json (the typed results document, kind "validate"), report.html and the JUnit XML.
+
+    `sections`: extra sections of a distributed run (lab, cluster).
+    """
     from mlts.hal.atomic import write_atomic
     from mlts.report.html import write_report
     from mlts.validate.junit import write_junit
     from mlts.validate.results import results_document
 
-    doc = results_document(section, threads).to_json()
+    document = results_document(section, threads)
+    for name, value in (sections or {}).items():
+        document = document.with_section(name, value)
+    doc = document.to_json()
     write_atomic(out / "results.json", (json.dumps(doc, indent=1, allow_nan=False) + "\n").encode())
     write_report(doc, out / "report.html")
     if junit_file is not None:

@@ -1,8 +1,12 @@
-"""ONNX -> NN HAL Model converter: NCHW graphs become NHWC NNAPI operations."""
+"""ONNX and TFLite -> NN HAL Model: NCHW ONNX graphs become NHWC NNAPI operations, TFLite maps as its NNAPI delegate.
 
-from mlts.convert.converter import Conversion, TensorInfo, convert, prepare_input
+`convert` and `load_model` take either format (mlts.convert.formats); the ONNX converter is
+mlts.convert.converter, the TFLite importer mlts.convert.tflite.
+"""
+
+from mlts.convert.converter import Conversion, TensorInfo, prepare_input
 from mlts.convert.errors import ConversionError
-from mlts.convert.load import load_model
+from mlts.convert.formats import convert, load_model, model_format
 from mlts.convert.registry import supported_ops
 
 __all__ = [
@@ -11,6 +15,7 @@ __all__ = [
     "TensorInfo",
     "convert",
     "load_model",
+    "model_format",
     "prepare_input",
     "supported_ops",
 ]

@@ -8,9 +8,10 @@ other form is cached.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -27,6 +28,8 @@ TO_NHWC = (0, 2, 3, 1)
 # Position in an NHWC operand of each ONNX axis.
 NHWC_AXIS = (0, 3, 1, 2)
 FLOAT_TYPES = (OperandType.TENSOR_FLOAT32, OperandType.TENSOR_FLOAT16)
+# Graph inputs of at most this many values are configuration a refusal may suggest fixing (--input-value).
+SMALL_INPUT = 16
 
 
 def same_order(shape: Sequence[int]) -> bool:
@@ -59,7 +62,8 @@ class Tensor:
 
     @property
     def nn_shape(self) -> tuple[int, ...]:
-        return tuple(self.shape[i] for i in TO_NHWC) if self.nhwc else self.shape
+        """The operand's dims: NHWC order when `nhwc`; a rank-0 ONNX value is held in a [1] operand."""
+        return tuple(self.shape[i] for i in TO_NHWC) if self.nhwc else (self.shape or (1,))
 
     def nn_axis(self, axis: int) -> int:
         """The NN operand axis holding ONNX axis `axis` (already normalised)."""
@@ -67,7 +71,23 @@ class Tensor:
 
 
 def nn_dims(shape: Sequence[int], nhwc: bool) -> tuple[int, ...]:
-    return tuple(shape[i] for i in TO_NHWC) if nhwc and len(shape) == 4 else tuple(shape)
+    return tuple(shape[i] for i in TO_NHWC) if nhwc and len(shape) == 4 else (tuple(shape) or (1,))
+
+
+def _inserted_axes(src: Sequence[int], dst: Sequence[int]) -> list[int] | None:
+    """The axes (in increasing order, as positions in `dst`) at which `dst` adds unit axes to `src`, or None
+    when `dst` is not `src` with unit axes inserted."""
+    if len(dst) <= len(src):
+        return None
+    axes, i = [], 0
+    for j, d in enumerate(dst):
+        if i < len(src) and d == src[i]:
+            i += 1
+        elif d == 1:
+            axes.append(j)
+        else:
+            return None
+    return axes if i == len(src) else None
 
 
 def node_label(node) -> str:
@@ -80,18 +100,28 @@ def where(node: NodeProto) -> str:
     """`Conv node 'conv_1'`, or `Conv node #3 (output 'y')` for a node without a name: how messages name a node."""
     if node.name:
         return f"{node.op_type} node '{node.name}'"
-    index = _NODE_INDEX.get({}).get(id(node))
+    index = _NODE_INDEX.get({}).get(_node_key(node))
     out = f"output '{node.output[0]}'" if node.output else "no outputs"
     return f"{node.op_type} node #{index} ({out})" if index is not None else f"{node.op_type} node ({out})"
 
 
-# Position in its graph of every node being converted (set by the converter, per thread), for where().
-_NODE_INDEX: ContextVar[dict[int, int]] = ContextVar("mlts_convert_node_index")
+# Position in the model as given of every node being converted (set by the converter, per thread),
+# for where(); keyed by op type and first output, which the converter's own rewriting keeps.
+_NODE_INDEX: ContextVar[dict[object, int]] = ContextVar("mlts_convert_node_index")
 
 
-def index_nodes(nodes: Sequence[NodeProto]) -> None:
-    """Remember each node's position in its graph so messages can name nodes without a name."""
-    _NODE_INDEX.set({id(n): i for i, n in enumerate(nodes)})
+def _node_key(node: NodeProto) -> object:
+    return (node.op_type, node.output[0]) if node.output and node.output[0] else id(node)
+
+
+def index_nodes(nodes: Sequence[NodeProto]) -> Token:
+    """Remember each node's position in its graph so messages can name nodes without a name; the token
+    restores the previous index (a branch converted inside a graph has its own)."""
+    return _NODE_INDEX.set({_node_key(n): i for i, n in enumerate(nodes)})
+
+
+def restore_index(token: Token) -> None:
+    _NODE_INDEX.reset(token)
 
 
 class Context:
@@ -111,6 +141,9 @@ class Context:
         self.consumers = consumers
         self.graph_outputs = graph_outputs
         self.consts: dict[str, np.ndarray] = {}
+        # The node making each value, and the graph inputs fed at run time (for refusals' suggestions).
+        self.producers: dict[str, NodeProto] = {}
+        self.graph_inputs: list[str] = []
         # The vendor extensions the target driver declares (names); see mlts.convert.ops.extension.
         self.extensions: frozenset[str] = frozenset()
         self.tensors: dict[str, Tensor] = {}
@@ -122,6 +155,8 @@ class Context:
         # Quantized constants: DequantizeLinear outputs of initializers, by ONNX name.
         self.qconsts: dict[str, QConst] = {}
         self.input_operands: set[int] = set()
+        # Rank-0 graph inputs held as NNAPI scalar model inputs (every reader takes a scalar), by name.
+        self.scalar_inputs: dict[str, int] = {}
         # The node being converted (named by messages raised below the handlers) and every emitted operation.
         self.node: NodeProto | None = None
         self.emitted: list[tuple[OperationType, tuple[int, ...], tuple[int, ...]]] = []
@@ -161,12 +196,18 @@ class Context:
         if name not in self.consts:
             t = self.tensors.get(name)
             if t is not None and t.operand in self.input_operands:
+                hint = (
+                    f": fix its value with --input-value {name}=V (input_values)"
+                    if math.prod(t.shape) <= SMALL_INPUT
+                    else ""
+                )
                 raise ConversionError(
                     f"{where(node)}: {what} '{name}' is a graph input, fed at run time; the converter needs "
-                    f"{what} as a constant fixed in the model (an initializer)"
+                    f"{what} as a constant fixed in the model (an initializer){hint}"
                 )
             raise ConversionError(
-                f"{where(node)}: {what} '{name}' is computed at run time; only constant {what} values are supported"
+                f"{where(node)}: {what} '{name}' is computed at run time; only constant {what} values are "
+                f"supported{self.suggestion(name)}"
             )
         return self.consts[name]
 
@@ -228,8 +269,42 @@ class Context:
             by = f" (output of {where(node)})" if node is not None else ""
             raise ConversionError(
                 f"cannot determine the static shape of tensor '{name}'{by}: shape inference gave {got}"
+                f"{self.suggestion(name)}"
             )
         return tuple(int(d) for d in shape)  # type: ignore[arg-type]
+
+    def graph_inputs_of(self, name: str) -> list[str]:
+        """The graph inputs (fed at run time) that value `name` is computed from, in graph order."""
+        seen, stack, found = set(), [name], set()
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n in self.graph_inputs:
+                found.add(n)
+                continue
+            node = self.producers.get(n)
+            if node is not None:
+                stack.extend(x for x in node.input if x)
+        return [n for n in self.graph_inputs if n in found]
+
+    def suggestion(self, name: str) -> str:
+        """ "; it is computed from graph input 'sr': fixing its value (--input-value sr=V) ..." naming the small
+        (configuration-sized) graph inputs `name` depends on, or "" when there are none."""
+        small = []
+        for source in self.graph_inputs_of(name):
+            t = self.tensors.get(source)
+            size = math.prod(t.shape) if t is not None else None
+            if size is not None and size <= SMALL_INPUT or source in self.scalar_inputs:
+                small.append(source)
+        if not small:
+            return ""
+        listed = ", ".join(f"'{s}'" for s in small)
+        return (
+            f"; it is computed from graph input {listed}: fixing {'its' if len(small) == 1 else 'their'} "
+            f"value (--input-value NAME=V, input_values) makes it a constant"
+        )
 
     def unique(self, base: str) -> str:
         """A tensor name derived from `base` that no ONNX or converter tensor uses."""
@@ -302,8 +377,6 @@ class Context:
     ) -> Tensor:
         """A fresh temporary operand for ONNX tensor `name` (`elem`, the node's float type, or 8-bit with `quant`)."""
         shape = tuple(int(d) for d in shape)
-        if not shape:
-            raise ConversionError(f"tensor '{name}' is a rank-0 runtime value; NN tensors need rank >= 1")
         if any(d <= 0 for d in shape):
             raise ConversionError(f"tensor '{name}' has shape {list(shape)}; empty tensors are not supported")
         t = self.temp(shape, nhwc, quant, elem)
@@ -369,6 +442,8 @@ class Context:
         if cached is None:
             cached = self.relayout(t, nhwc)
             self._other_layout[layout_key] = cached
+            # Both operands hold the same values: moving the copy back gives the original.
+            self._other_layout.setdefault((cached.operand, cached.shape, cached.nhwc), t)
         return cached
 
     def qconst_params(self, qc: QConst) -> QParams:
@@ -410,10 +485,9 @@ class Context:
             src = self.in_layout(name, False)
         nhwc = same_order(shape)
         if src.quant is None and src.elem not in FLOAT_TYPES:
-            raise ConversionError(
-                f"{where(self.node) if self.node else 'a node'} reshapes a {src.elem.name} tensor; NNAPI 1.3's "
-                f"RESHAPE takes float and quantized tensors only"
-            )
+            if src.nhwc:
+                src = self.in_layout(name, False)
+            return self._reshaped_typed(src, shape, out_name)
         quant = src.quant if out_name is None else out_quant(self, out_name, src.quant, EXACT)
         origin = self._reshape_origin.get(src.operand, src)
         for held in (src, origin):
@@ -432,6 +506,81 @@ class Context:
         )
         self.emit(OperationType.RESHAPE, [src.operand, self.ints(out.nn_shape)], [out.operand])
         self._reshape_origin[out.operand] = origin
+        return out
+
+    def _reshaped_typed(self, src: Tensor, shape: tuple[int, ...], out_name: str | None) -> Tensor:
+        """An int32 or bool tensor reshaped (NNAPI 1.3's RESHAPE takes neither), exactly.
+
+        Unit axes added: EXPAND_DIMS. Otherwise int32 goes through float32 in two exact halves
+        (hi = v div 65536, rounding down, and lo = v - 65536 hi in [0, 65535]: each a float32 integer),
+        each RESHAPEd and cast back, then 65536 hi + lo; bool goes as SELECT(b, 1, 0) and NOT_EQUAL 0.
+        """
+        if src.shape == shape:
+            if out_name is not None:
+                self.bind(out_name, src)
+            return src
+        elem = src.elem
+        if elem not in (OperandType.TENSOR_INT32, OperandType.TENSOR_BOOL8):
+            raise ConversionError(
+                f"{where(self.node) if self.node else 'a node'} reshapes a {elem.name} tensor; the converter "
+                f"reshapes float, quantized, int32 and bool tensors"
+            )
+
+        def made(dims: Sequence[int], kind: OperandType, last: bool) -> Tensor:
+            if last and out_name is not None:
+                return self.new_tensor(out_name, dims, False, None, kind)
+            return self.temp(dims, False, None, kind)
+
+        inserted = _inserted_axes(src.shape, shape)
+        if inserted is not None and elem == OperandType.TENSOR_INT32:
+            cur = src
+            for k, axis in enumerate(inserted):
+                dims = list(cur.shape)
+                dims.insert(axis, 1)
+                out = made(dims, elem, k == len(inserted) - 1)
+                self.emit(OperationType.EXPAND_DIMS, [cur.operand, self.i32(axis)], [out.operand])
+                cur = out
+            return cur
+        f32 = OperandType.TENSOR_FLOAT32
+        none = self.i32(0)
+
+        def via_float(t: Tensor) -> Tensor:
+            flt = self.temp(t.shape, False, None, f32)
+            self.emit(OperationType.CAST, [t.operand], [flt.operand])
+            moved = self.temp(shape, False, None, f32)
+            self.emit(OperationType.RESHAPE, [flt.operand, self.ints(shape)], [moved.operand])
+            return moved
+
+        if elem == OperandType.TENSOR_BOOL8:
+            ones = self.builder.add_constant(np.ones(src.shape, np.float32), f32)
+            zeros = self.builder.add_constant(np.zeros(src.shape, np.float32), f32)
+            flt = self.temp(src.shape, False, None, f32)
+            self.emit(OperationType.SELECT, [src.operand, ones, zeros], [flt.operand])
+            moved = self.temp(shape, False, None, f32)
+            self.emit(OperationType.RESHAPE, [flt.operand, self.ints(shape)], [moved.operand])
+            out = made(shape, elem, True)
+            self.emit(
+                OperationType.NOT_EQUAL,
+                [moved.operand, self.const_operand(np.zeros(1, np.float32))],
+                [out.operand],
+            )
+            return out
+        base = self.builder.add_constant(np.array([65536], np.int32), elem)
+        hi = self.temp(src.shape, False, None, elem)
+        self.emit(OperationType.DIV, [src.operand, base, none], [hi.operand])
+        hi_full = self.temp(src.shape, False, None, elem)
+        self.emit(OperationType.MUL, [hi.operand, base, none], [hi_full.operand])
+        lo = self.temp(src.shape, False, None, elem)
+        self.emit(OperationType.SUB, [src.operand, hi_full.operand, none], [lo.operand])
+        parts = []
+        for part in (hi, lo):
+            back = self.temp(shape, False, None, elem)
+            self.emit(OperationType.CAST, [via_float(part).operand], [back.operand])
+            parts.append(back)
+        scaled = self.temp(shape, False, None, elem)
+        self.emit(OperationType.MUL, [parts[0].operand, base, none], [scaled.operand])
+        out = made(shape, elem, True)
+        self.emit(OperationType.ADD, [scaled.operand, parts[1].operand, none], [out.operand])
         return out
 
     # ------------------------------------------------------------ fusion

@@ -7,6 +7,7 @@ DequantizeLinear, ops/qlinear for the QOperator ops.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -15,7 +16,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 import mlts.convert.ops  # noqa: F401  (registers every handler)
-from mlts.convert.context import FLOAT_TYPES, Context, Tensor, index_nodes, where
+from mlts.convert.context import FLOAT_TYPES, Context, Tensor, index_nodes, restore_index, where
 from mlts.convert.errors import ConversionError
 from mlts.convert.fold import fold_node, foldable
 from mlts.convert.load import (
@@ -26,13 +27,16 @@ from mlts.convert.load import (
     default_opset,
     fix_batch,
     fix_input_shapes,
+    fix_input_values,
     infer_shapes,
     load_model,
 )
 from mlts.convert.ops.extension import CUSTOM_DOMAINS, convert_custom
 from mlts.convert.qflow import check_emitted, check_quantized_inputs, input_quant
 from mlts.convert.quant import ELEM_DTYPES, QUANT8_TYPES, QParams
+from mlts.convert.rank import hold_without_unit_axes
 from mlts.convert.registry import first_version, lookup
+from mlts.convert.simplify import simplify
 from mlts.hal.builder import ModelBuilder
 from mlts.hal.enums import OperandType, OperationType
 from mlts.hal.types import Model
@@ -90,6 +94,8 @@ def prepare_input(info: TensorInfo, value: np.ndarray) -> np.ndarray:
     int64 values are narrowed to int32 only when every value fits.
     """
     arr = np.asarray(value)
+    if arr.ndim == 0 and info.shape == (1,):
+        arr = arr.reshape(1)  # a scalar input held as a [1] tensor
     want = np.dtype(info.dtype)
     if arr.dtype == want:
         return arr
@@ -158,6 +164,7 @@ def _notes(ctx: Context, pruned: int) -> list[str]:
         "fused_squeeze": "folded {} Squeeze of LSTM outputs into the LSTM's output shape",
         "pruned_operation": "removed {} operations whose results nothing reads",
         "extension_operation": "mapped {} nodes to vendor extension operations",
+        "fused_hard_swish": "converted {} x*HardSigmoid(x) to HARD_SWISH",
     }
     notes = [text.format(c[key]) for key, text in plural.items() if c[key]]
     pairs = c["folded_dq"] + c["fused_qdq"] // 2
@@ -226,7 +233,7 @@ def _elem_name(elem: int) -> str:
 def _add_inputs(
     ctx: Context, graph: onnx.GraphProto, keep_io_layout: bool, notes: list[str]
 ) -> list[TensorInfo]:
-    infos = []
+    infos: list[TensorInfo] = []
     for inp in graph.input:
         if inp.name in ctx.consts:
             continue
@@ -243,9 +250,11 @@ def _add_inputs(
         _refuse_runtime_qparams(ctx, inp.name)
         shape = ctx.shape_of(inp.name)
         if not shape:
-            readers = ", ".join(where(n) for n in ctx.consumers.get(inp.name, [])) or "no node"
-            raise ConversionError(
-                f"input '{inp.name}' is a scalar (rank 0), read by {readers}; NN model inputs need rank >= 1"
+            if _scalar_input(ctx, inp, elem, infos):
+                continue
+            notes.append(
+                f"model input '{inp.name}' is a scalar (rank 0), held as a [1] tensor: feed one value "
+                f"(or fix it with --input-value {inp.name}=V)"
             )
         if any(d == 0 for d in shape):
             raise ConversionError(
@@ -266,6 +275,34 @@ def _add_inputs(
         ctx.input_operands.add(operand)
         infos.append(TensorInfo.of(inp.name, nn_shape, quant, kind))
     return infos
+
+
+# Scalar parameters of NNAPI operations that a rank-0 graph input may feed directly: ONNX op type ->
+# input index. The input then is an NN model input of the scalar type (FLOAT32, INT32, BOOL).
+SCALAR_READERS = {"Pad": 2}
+_SCALAR_TYPES: dict[int, OperandType] = {
+    TensorProto.FLOAT: OperandType.FLOAT32,
+    TensorProto.INT32: OperandType.INT32,
+    TensorProto.BOOL: OperandType.BOOL,
+}
+_SCALAR_NUMPY = {OperandType.FLOAT32: "float32", OperandType.INT32: "int32", OperandType.BOOL: "bool"}
+
+
+def _scalar_input(ctx: Context, inp: onnx.ValueInfoProto, elem: int, infos: list[TensorInfo]) -> bool:
+    """A rank-0 input every reader takes as an NNAPI scalar parameter becomes a scalar model input."""
+    readers = ctx.consumers.get(inp.name, [])
+    kind = _SCALAR_TYPES.get(elem)
+    if kind is None or not readers or inp.name in ctx.graph_outputs:
+        return False
+    for node in readers:
+        index = SCALAR_READERS.get(node.op_type)
+        if index is None or [i for i, n in enumerate(node.input) if n == inp.name] != [index]:
+            return False
+    operand = ctx.builder.add_input(kind, ())
+    ctx.scalar_inputs[inp.name] = operand
+    ctx.input_operands.add(operand)
+    infos.append(TensorInfo(inp.name, (), _SCALAR_NUMPY[kind]))
+    return True
 
 
 # Quantization-parameter inputs (scales and zero points) by op type: NNAPI takes them as operand
@@ -294,7 +331,7 @@ def _output_tensor(ctx: Context, out: onnx.ValueInfoProto, nhwc: bool, notes: li
     name = out.name
     t = ctx.in_layout(name, nhwc)
     if not t.shape:
-        raise ConversionError(f"output '{name}' is a scalar; NN model outputs need rank >= 1")
+        notes.append(f"model output '{name}' is a scalar (rank 0), given as a [1] tensor")
     elem = out.type.tensor_type.elem_type
     if elem in ELEM_DTYPES:
         if t.quant is None or t.quant.type != QUANT8_TYPES[ELEM_DTYPES[elem]]:
@@ -349,6 +386,7 @@ def convert(
     batch_size: int = 1,
     keep_io_layout: bool = True,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    input_values: Mapping[str, np.ndarray] | None = None,
     extensions: Iterable[str] = (),
 ) -> Conversion:
     """Convert an ONNX model (proto, path or bytes) to an NN HAL Model.
@@ -361,15 +399,52 @@ def convert(
     the given values, and a value that contradicts a static dim, a wrong rank
     or an unknown name is an error. The symbolic leading (batch) dim of every
     other input becomes `batch_size`; no other dim may be symbolic.
+    `input_values` fixes the value of named graph inputs that are
+    configuration (a sample rate, a mode flag): each becomes a constant of
+    the model, no longer an input of the NN model, and what is computed from
+    it folds (see load.fix_input_values for how a value must fit its input).
     `extensions` names the vendor extensions the target driver declares: ONNX
     ops with no NNAPI equivalent (Gelu) become extension operations only when
     their extension is among them. Raises ConversionError.
     """
     model = load_model(onnx_model)
     opset = default_opset(model)
-    notes = fix_input_shapes(model, input_shapes or {})
-    notes += fix_batch(model, batch_size, skip=set(input_shapes or {}))
-    model = infer_shapes(model)
+    both = sorted(set(input_shapes or {}) & set(input_values or {}))
+    if both:
+        raise ConversionError(
+            f"input '{both[0]}' is given both a shape and a value; a value fixes the shape too: give one"
+        )
+    token = index_nodes(model.graph.node)
+    try:
+        notes = fix_input_values(model, input_values or {})
+        notes += fix_input_shapes(model, input_shapes or {})
+        notes += fix_batch(model, batch_size, skip=set(input_shapes or {}))
+        notes += simplify(model, opset, infer_shapes)
+        notes += hold_without_unit_axes(model, infer_shapes(model))
+        return _convert(infer_shapes(model), opset, keep_io_layout, frozenset(extensions), notes)
+    finally:
+        restore_index(token)
+
+
+def _check_valid(model: Model, origins: Sequence[str | None]) -> None:
+    """ConversionError naming the ONNX node when the NN model breaks a HAL 1.3 rule (an operation a
+    handler emitted outside NNAPI's limits, such as a rank-5 tensor)."""
+    from mlts.hal.errors import HalError
+    from mlts.hal.validate import validate_model
+
+    try:
+        validate_model(model)
+    except HalError as e:
+        found = re.search(r"operation (\d+) of main subgraph", e.message)
+        origin = origins[int(found.group(1))] if found and int(found.group(1)) < len(origins) else None
+        by = f" (converted from ONNX node '{origin}')" if origin else ""
+        raise ConversionError(f"the converted model is invalid{by}: {e.message}") from None
+
+
+def _convert(
+    model: onnx.ModelProto, opset: int, keep_io_layout: bool, extensions: frozenset[str], notes: list[str]
+) -> Conversion:
+    """The NN model of `model`, whose shapes are fixed, folded and inferred."""
     graph = model.graph
     if graph.sparse_initializer:
         raise ConversionError("sparse initializers are not supported; store them as dense tensors")
@@ -381,11 +456,12 @@ def convert(
             consumers.setdefault(name, []).append(node)
     builder = ModelBuilder()
     ctx = Context(builder, opset, _shapes(model), consumers, {o.name for o in graph.output})
-    ctx.extensions = frozenset(extensions)
+    ctx.extensions = extensions
     for init in graph.initializer:
         ctx.consts[init.name] = numpy_helper.to_array(init)
+    ctx.producers = {o: n for n in nodes for o in n.output if o}
+    ctx.graph_inputs = [i.name for i in graph.input if i.name not in ctx.consts]
 
-    index_nodes(graph.node)
     for node in nodes:
         _check_domain(node)
     io_notes: list[str] = []
@@ -400,6 +476,7 @@ def convert(
         nn_model = builder.build()
     except ValueError as e:
         raise ConversionError(f"the converted model is invalid: {e}") from None
+    _check_valid(nn_model, builder.operation_origins())
 
     notes += _notes(ctx, len(graph.node) - len(nodes)) + io_notes
     if opset > NEWEST_TESTED_OPSET:

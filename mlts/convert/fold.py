@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
-from onnx import NodeProto, helper
+from onnx import AttributeProto, GraphProto, NodeProto, helper
 
 from mlts.convert.context import where
 from mlts.convert.errors import ConversionError
@@ -14,11 +16,52 @@ NONDETERMINISTIC = frozenset(
 )
 
 
-def fold_node(node: NodeProto, values: dict[str, np.ndarray], opset: int) -> dict[str, np.ndarray]:
-    """The outputs of `node` computed from the constant `values` of its inputs."""
+def subgraphs(node: NodeProto) -> list[GraphProto]:
+    """The graphs held in `node`'s attributes (If branches, Loop and Scan bodies)."""
+    out = []
+    for a in node.attribute:
+        if a.type == AttributeProto.GRAPH:
+            out.append(a.g)
+        elif a.type == AttributeProto.GRAPHS:
+            out.extend(a.graphs)
+    return out
+
+
+def outer_names(graph: GraphProto) -> list[str]:
+    """Names `graph` (and the graphs nested in it) read but do not define, in first-use order."""
+    defined = {i.name for i in graph.initializer} | {i.name for i in graph.input}
+    seen: dict[str, None] = {}
+    for n in graph.node:
+        for name in n.input:
+            if name and name not in defined:
+                seen.setdefault(name, None)
+        for g in subgraphs(n):
+            for name in outer_names(g):
+                if name not in defined:
+                    seen.setdefault(name, None)
+        defined.update(o for o in n.output if o)
+    for o in graph.output:
+        if o.name not in defined:
+            seen.setdefault(o.name, None)
+    return list(seen)
+
+
+def reads(node: NodeProto) -> list[str]:
+    """Every value `node` reads: its inputs and the outer values of its subgraphs."""
+    names = [n for n in node.input if n]
+    for g in subgraphs(node):
+        names += outer_names(g)
+    return list(dict.fromkeys(names))
+
+
+def fold_node(
+    node: NodeProto, values: dict[str, np.ndarray], opset: int, extra: Sequence[str] = ()
+) -> dict[str, np.ndarray]:
+    """The outputs of `node` computed from the constant `values` of its inputs (and of `extra`: the outer
+    values its subgraphs read)."""
     from onnx.reference import ReferenceEvaluator  # heavy import, needed only when folding
 
-    inputs = [n for n in node.input if n]
+    inputs = [n for n in node.input if n] + [n for n in extra if n not in node.input]
     graph = helper.make_graph(
         [node],
         "fold",
@@ -42,4 +85,4 @@ def foldable(node: NodeProto, consts: dict[str, np.ndarray]) -> bool:
         return False
     if node.op_type == "DequantizeLinear":
         return False  # a quantized constant stays quantized (see ops/qdq.py)
-    return all(n in consts for n in node.input if n)
+    return all(n in consts for n in reads(node))

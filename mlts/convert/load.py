@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Mapping, Sequence
 
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import NodeProto, helper
+from onnx import NodeProto, TensorProto, helper, numpy_helper
 
 from mlts.convert.errors import ConversionError
 from mlts.hal import files
@@ -157,6 +158,110 @@ def _set_dims(inp: onnx.ValueInfoProto, dims: list[int]) -> list[str]:
     return notes
 
 
+def fix_input_values(model: onnx.ModelProto, input_values: Mapping[str, np.ndarray]) -> list[str]:
+    """Make the named graph inputs constants of the model (initializers); returns notes.
+
+    A value is taken in the input's element type: integers for integer and
+    bool inputs (bool: 0 or 1), any number for float inputs. Its shape must
+    fit the declared one: the same rank with the static dims equal, or, for
+    an input declared with static dims only, the same number of elements
+    (a single value fits a [1] input). An unknown name, a value of the wrong
+    kind or out of range, or a shape that does not fit is a ConversionError.
+    """
+    inputs = {i.name: i for i in _runtime_inputs(model)}
+    notes = []
+    for name, given in input_values.items():
+        inp = inputs.get(name)
+        if inp is None or not inp.type.HasField("tensor_type"):
+            listed = ", ".join(f"'{n}'" for n in inputs) or "none"
+            raise ConversionError(
+                f"a value is given for input '{name}', which the model does not have; its inputs: {listed}"
+            )
+        value = _input_value(inp, np.asarray(given))
+        for i, old in enumerate(model.graph.initializer):
+            if old.name == name:  # an input with a default value (an initializer of the same name)
+                del model.graph.initializer[i]
+                break
+        model.graph.initializer.append(numpy_helper.from_array(value, name))
+        for i, vi in enumerate(model.graph.input):
+            if vi.name == name:
+                del model.graph.input[i]
+                break
+        shown = value.reshape(-1)[:8].tolist()
+        more = ", ..." if value.size > 8 else ""
+        text = str(shown[0]) if value.size == 1 else f"[{', '.join(map(str, shown))}{more}]"
+        notes.append(f"fixed input '{name}' to {text} ({value.dtype}, shape {list(value.shape)}): a constant")
+    return notes
+
+
+# NumPy dtype of each ONNX element type a fixed input value may take.
+_VALUE_DTYPES: dict[int, type] = {
+    TensorProto.FLOAT: np.float32,
+    TensorProto.FLOAT16: np.float16,
+    TensorProto.DOUBLE: np.float64,
+    TensorProto.INT8: np.int8,
+    TensorProto.INT16: np.int16,
+    TensorProto.INT32: np.int32,
+    TensorProto.INT64: np.int64,
+    TensorProto.UINT8: np.uint8,
+    TensorProto.UINT16: np.uint16,
+    TensorProto.UINT32: np.uint32,
+    TensorProto.UINT64: np.uint64,
+    TensorProto.BOOL: np.bool_,
+}
+
+
+def _input_value(inp: onnx.ValueInfoProto, value: np.ndarray) -> np.ndarray:
+    """`value` in the element type and shape of graph input `inp`; ConversionError when it does not fit."""
+    name, tt = inp.name, inp.type.tensor_type
+    elem = tt.elem_type
+    dtype = _VALUE_DTYPES.get(elem)
+    if dtype is None:
+        type_name = TensorProto.DataType.Name(elem) if elem in TensorProto.DataType.values() else str(elem)
+        raise ConversionError(
+            f"input '{name}' has element type {type_name}; a value can be given for float, integer and bool inputs"
+        )
+    kind = value.dtype.kind
+    if kind not in "biuf" or value.size == 0:
+        raise ConversionError(f"the value given for input '{name}' is not a non-empty array of numbers")
+    if np.dtype(dtype).kind in "iub":
+        if kind == "f":
+            raise ConversionError(
+                f"input '{name}' is {TensorProto.DataType.Name(elem)}; the value given, "
+                f"{value.reshape(-1)[:4].tolist()}, is not an integer"
+            )
+        ints = value.astype(np.int64) if kind != "u" else value
+        lo, hi = (0, 1) if dtype is np.bool_ else (np.iinfo(dtype).min, np.iinfo(dtype).max)
+        if ints.min() < lo or ints.max() > hi:
+            raise ConversionError(
+                f"input '{name}' is {TensorProto.DataType.Name(elem)}; the value given has values in "
+                f"[{ints.min()}, {ints.max()}], outside [{lo}, {hi}]"
+            )
+    else:
+        with np.errstate(over="ignore"):
+            cast: np.ndarray = value.astype(dtype)
+        if not np.all(np.isfinite(cast[np.isfinite(value)])):
+            raise ConversionError(
+                f"input '{name}' is {TensorProto.DataType.Name(elem)}; the value given overflows it"
+            )
+    value = value.astype(dtype)
+    if not tt.HasField("shape"):
+        return value
+    declared = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tt.shape.dim]
+    shown = [d if d is not None else "?" for d in declared]
+    if value.ndim == len(declared):
+        if all(d is None or d == v for d, v in zip(declared, value.shape, strict=True)):
+            return value
+    elif None not in declared:
+        dims = [int(d) for d in declared if d is not None]
+        if int(np.prod(dims, dtype=np.int64)) == value.size:
+            return value.reshape(dims)
+    raise ConversionError(
+        f"the value given for input '{name}' has shape {list(value.shape)} ({value.size} values); the model "
+        f"declares shape {shown}"
+    )
+
+
 def fix_batch(model: onnx.ModelProto, batch_size: int, skip: Collection[str] = ()) -> list[str]:
     """Set symbolic or unknown leading dims of the graph inputs (but those in `skip`) to `batch_size`; returns notes."""
     if batch_size < 1:
@@ -214,7 +319,62 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+# Initializers of more than this many elements are given to shape inference as typed inputs without
+# their values: their shapes are what it needs (shape-like values that data propagation reads are small).
+_LARGE_INITIALIZER = 1024
+
+
+def _large(init: onnx.TensorProto) -> bool:
+    count = 1
+    for d in init.dims:
+        count *= d
+    return count > _LARGE_INITIALIZER
+
+
 def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with the value_info and output types ONNX shape inference gives (large weights are not
+    copied into the inference: see _LARGE_INITIALIZER)."""
+    g = model.graph
+    if not any(_large(i) for i in g.initializer):
+        return _infer_all(model)
+    proxy = _without_initializers(model)
+    declared = {i.name for i in g.input}
+    kept = []
+    for init in g.initializer:
+        if _large(init):
+            if init.name not in declared:
+                proxy.graph.input.append(
+                    helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
+                )
+        else:
+            kept.append(init)
+    proxy.graph.initializer.extend(kept)
+    inferred = _infer_all(proxy)
+    del g.value_info[:]
+    g.value_info.extend(inferred.graph.value_info)
+    for out, known in zip(g.output, inferred.graph.output, strict=True):
+        out.type.CopyFrom(known.type)
+    return model
+
+
+def _without_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` without its initializers (copied without ever serializing them)."""
+    g = model.graph
+    out = onnx.ModelProto()
+    out.ir_version = model.ir_version
+    out.opset_import.extend(model.opset_import)
+    out.functions.extend(model.functions)
+    og = out.graph
+    og.name = g.name
+    og.node.extend(g.node)
+    og.input.extend(g.input)
+    og.output.extend(g.output)
+    og.value_info.extend(g.value_info)
+    og.sparse_initializer.extend(g.sparse_initializer)
+    return out
+
+
+def _infer_all(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         inferred = onnx.shape_inference.infer_shapes(
             model, check_type=False, strict_mode=False, data_prop=True

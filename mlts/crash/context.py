@@ -116,11 +116,26 @@ class StressContext:
         return QosSettings.from_dict(self.params.get("qos")).session_kwargs()
 
     def model(self, name: str):
-        """The converted NN model of zoo model `name` or ONNX file `name`, converted once."""
+        """The NN model of zoo model `name` or model file `name` (ONNX, converted with the shapes and
+        values the user gave, or an .nnm file), made once."""
         if name not in self._models:
             from mlts.convert import convert
 
-            self._models[name] = convert(self.proto(name)).model
+            user = (self.params.get("user_models") or {}).get(name) or {}
+            if user.get("kind") == "nnm":
+                from mlts.hal import nnfile
+
+                self._models[name] = nnfile.load(name).model
+            else:
+                values = {
+                    n: np.array(v["data"], dtype=np.dtype(v["dtype"])).reshape(v["shape"])
+                    for n, v in (user.get("input_values") or {}).items()
+                }
+                self._models[name] = convert(
+                    self.proto(name),
+                    input_shapes=user.get("input_shapes") or None,
+                    input_values=values or None,
+                ).model
         return self._models[name]
 
     def proto(self, name: str):
@@ -130,7 +145,9 @@ class StressContext:
             from mlts.convert import load_model
             from mlts.models import zoo
 
-            path = Path(name) if name.endswith(".onnx") else zoo.model_path(name)
+            user_models = self.params.get("user_models") or {}
+            is_file = name in user_models or name.endswith((".onnx", ".tflite"))
+            path = Path(name) if is_file else zoo.model_path(name)
             self._protos[name] = load_model(path)
         return self._protos[name]
 

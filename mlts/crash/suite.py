@@ -75,6 +75,8 @@ class StressConfig:
     execution: str = "sync"
     # Priority, preference, deadline and loop timeout (mlts.runtime.qos_settings.QosSettings.to_dict()).
     qos: dict[str, object] = field(default_factory=dict)
+    # The user's model files by path, each with what converting it takes (user_model_spec): JSON-ready.
+    user_models: dict[str, dict] = field(default_factory=dict)
 
     def check(self) -> None:
         if not self.duration_s > 0 or self.duration_s == float("inf"):
@@ -96,8 +98,23 @@ class StressConfig:
 Progress = Callable[[str], None]
 
 
+def user_model_spec(user) -> dict:
+    """What a test process needs to convert a user's model file (mlts.bench.user_model.UserModel) as the
+    user said: its kind, the input shapes and the fixed input values, as plain data."""
+    return {
+        "kind": user.kind,
+        "input_shapes": {n: list(d) for n, d in user.convert_shapes().items()},
+        "input_values": {
+            n: {"dtype": v.dtype.str, "shape": list(v.shape), "data": v.ravel().tolist()}
+            for n, v in user.values.items()
+        },
+    }
+
+
 def _spec(mode: str, child_mode: str, driver: str, models: list[str], config: StressConfig, **kw) -> TestSpec:
     params = {"qos": dict(config.qos), **kw.pop("params", {})}
+    if config.user_models:
+        params["user_models"] = config.user_models
     if config.execution != "sync":
         params = {**params, "execution": config.execution}
     return TestSpec(

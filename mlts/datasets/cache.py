@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from mlts.hal.atomic import write_atomic
@@ -26,17 +27,26 @@ def cache_root() -> Path:
     return Path(root)
 
 
-def cached_file(path: Path, is_valid: Callable[[Path], bool], build: Callable[[], bytes]) -> Path:
-    """`path`, built by `build()` first when it is missing or fails `is_valid`."""
-    if path.is_file() and is_valid(path):
-        return path
+@contextmanager
+def build_lock(path: Path) -> Iterator[None]:
+    """Held while `path` (a file or a folder of files) is built: one builder at a time across processes.
+
+    The lock is an fcntl lock on `<path>.lock` beside it (the parent folder is created)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "a+b") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            # Another process may have finished the build while this one waited for the lock.
-            if not (path.is_file() and is_valid(path)):
-                write_atomic(path, build())
+            yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def cached_file(path: Path, is_valid: Callable[[Path], bool], build: Callable[[], bytes]) -> Path:
+    """`path`, built by `build()` first when it is missing or fails `is_valid`."""
+    if path.is_file() and is_valid(path):
+        return path
+    with build_lock(path):
+        # Another process may have finished the build while this one waited for the lock.
+        if not (path.is_file() and is_valid(path)):
+            write_atomic(path, build())
     return path

@@ -151,6 +151,28 @@ def inception_preprocess(image: np.ndarray, resolution: int) -> np.ndarray:
     return out * np.float32(2.0 / 255.0) - np.float32(1.0)
 
 
+def fit_preprocess(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """An image for an input of `height` x `width`: a square one gets inception_preprocess; any other the
+    centre crop of that aspect ratio (0.875 of the largest that fits), bilinear resize, [0, 255] to [-1, 1]."""
+    if height == width:
+        return inception_preprocess(image, height)
+    image = np.asarray(image)
+    if image.ndim != 3 or image.shape[2] != 3:
+        raise ValueError(f"image has shape {image.shape}; expected [height, width, 3] (HWC, RGB)")
+    if height < 1 or width < 1:
+        raise ValueError(f"size {height}x{width} is invalid; expected integers >= 1")
+    h, w = image.shape[:2]
+    scale = CROP_FRACTION * min(h / height, w / width)
+    ch, cw = max(1, int(round(height * scale))), max(1, int(round(width * scale)))
+    top, left = (h - ch) // 2, (w - cw) // 2
+    crop = image[top : top + ch, left : left + cw].astype(np.float32)
+    y0, y1, fy = _resize_weights(ch, height)
+    x0, x1, fx = _resize_weights(cw, width)
+    rows = crop[y0] * (1 - fy[:, None, None]) + crop[y1] * fy[:, None, None]
+    out = rows[:, x0] * (1 - fx[None, :, None]) + rows[:, x1] * fx[None, :, None]
+    return out * np.float32(2.0 / 255.0) - np.float32(1.0)
+
+
 def quantize_input(x: np.ndarray) -> np.ndarray:
     """Quantize preprocessed floats to MLTS's uint8 input: scale 1/128 (MLTS prints 0.007812), zero point 128."""
     return quantize_images(x, QUANT_SCALE, QUANT_ZERO_POINT, np.uint8)
@@ -181,15 +203,19 @@ def quantize_images(x: np.ndarray, scale: float, zero_point: int, dtype: type) -
     return out.reshape(x.shape)
 
 
-def image_batch(count: int, resolution: int, *, start: int = 0, layout: str = "NCHW") -> np.ndarray:
-    """Preprocessed procedural images start..start+count-1 as float32 [count, 3, D, D] (or NHWC)."""
+def image_batch(
+    count: int, resolution: int, *, start: int = 0, layout: str = "NCHW", width: int | None = None
+) -> np.ndarray:
+    """Preprocessed procedural images start..start+count-1 as float32 [count, 3, D, D] (or NHWC);
+    with `width`, [count, 3, D, width] (fit_preprocess)."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r} is not supported; valid layouts are {', '.join(LAYOUTS)}")
     if count < 0:
         raise ValueError(f"image count {count} is negative; expected an integer >= 0")
-    batch = np.empty((count, resolution, resolution, 3), dtype=np.float32)
+    width = resolution if width is None else width
+    batch = np.empty((count, resolution, width, 3), dtype=np.float32)
     for i in range(count):
-        batch[i] = inception_preprocess(procedural_image(start + i), resolution)
+        batch[i] = fit_preprocess(procedural_image(start + i), resolution, width)
     if layout == "NCHW":
         return np.ascontiguousarray(batch.transpose(0, 3, 1, 2))
     return batch

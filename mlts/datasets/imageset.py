@@ -45,7 +45,13 @@ from pathlib import Path
 
 import numpy as np
 
-from mlts.datasets.images import LAYOUTS, inception_preprocess, procedural_image, quantize_images
+from mlts.datasets.images import (
+    LAYOUTS,
+    fit_preprocess,
+    inception_preprocess,
+    procedural_image,
+    quantize_images,
+)
 from mlts.errors import InputError
 from mlts.hal import files
 
@@ -90,6 +96,7 @@ class ImageSet:
         self._raw = raw
         self._preprocessed = preprocessed
         self._batches: dict[tuple[int, str], np.ndarray] = {}
+        self._fitted: dict[tuple[int, int, str], np.ndarray] = {}
         self._quantized: dict[tuple[int, float, int, str], np.ndarray] = {}
 
     def __repr__(self) -> str:
@@ -114,6 +121,23 @@ class ImageSet:
             out.flags.writeable = False
             self._batches[key] = out
         return self._batches[key]
+
+    def fitted(self, height: int, width: int, layout: str = "NCHW") -> np.ndarray:
+        """All images for an input of `height` x `width` (images.fit_preprocess), read-only, memoised;
+        a square one is `batch(height, layout)`."""
+        if height == width:
+            return self.batch(height, layout)
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout {layout!r} is not supported; valid layouts are {', '.join(LAYOUTS)}")
+        key = (int(height), int(width), layout)
+        if key not in self._fitted:
+            out = np.empty((self.size, height, width, 3), dtype=np.float32)
+            for i in range(self.size):
+                out[i] = fit_preprocess(self.raw(i), height, width)
+            out = np.ascontiguousarray(out.transpose(0, 3, 1, 2)) if layout == "NCHW" else out
+            out.flags.writeable = False
+            self._fitted[key] = out
+        return self._fitted[key]
 
     def quantized(self, resolution: int, scale: float, zero_point: int, dtype: type) -> np.ndarray:
         """`batch(resolution)` (NCHW) quantized with `scale` and `zero_point` to `dtype`, read-only, memoised."""

@@ -18,6 +18,11 @@ _WRITABLE = frozenset({L.TEMPORARY_VARIABLE, L.SUBGRAPH_OUTPUT})
 _AVAILABLE = CONSTANT_LIFETIMES | {L.SUBGRAPH_INPUT, L.NO_VALUE, L.SUBGRAPH}
 
 
+#: The deepest nesting of IF and WHILE operations a model may have (a documented limit of this HAL
+#: implementation: drivers run subgraphs recursively, and NNAPI sets no bound of its own).
+MAX_NESTING = 64
+
+
 def subgraph_label(index: int) -> str:
     """-1 is the main subgraph; 0.. index Model.referenced (as SUBGRAPH operands do)."""
     return "main subgraph" if index < 0 else f"referenced subgraph {index}"
@@ -220,7 +225,8 @@ def _check_control_flow(model: Model, sub: Subgraph, op: Operation, where: str) 
 
 
 def check_references(model: Model) -> None:
-    """No cycles among subgraph references, and every referenced subgraph reachable from main."""
+    """No cycles among subgraph references, every referenced subgraph reachable from main, and IF/WHILE
+    nested at most MAX_NESTING levels deep (main's operations are level 1)."""
     graphs = (model.main, *model.referenced)
 
     def edges(node: int) -> list[int]:
@@ -228,12 +234,19 @@ def check_references(model: Model) -> None:
         return [o.location.offset + 1 for o in graphs[node].operands if o.lifetime == L.SUBGRAPH]
 
     state = [0] * len(graphs)  # 0 unseen, 1 on the DFS stack, 2 done
+    depth = [0] * len(graphs)  # levels of control flow below a subgraph (known once it is done)
     stack: list[tuple[int, list[int]]] = [(0, edges(0))]
     state[0] = 1
     while stack:
         node, todo = stack[-1]
         if not todo:
             state[node] = 2
+            depth[node] = max((depth[child] + 1 for child in edges(node)), default=0)
+            if depth[node] > MAX_NESTING:
+                raise invalid(
+                    f"{subgraph_label(node - 1)} nests IF/WHILE operations {depth[node]} levels deep; at "
+                    f"most {MAX_NESTING} levels of control flow are supported"
+                )
             stack.pop()
             continue
         nxt = todo.pop()

@@ -329,6 +329,15 @@ class ModelBuilder:
         """The dimensions of operand `index`."""
         return self._specs[index].dims
 
+    def quant_of(self, index: int) -> tuple[float, int]:
+        """(scale, zero point) of operand `index`."""
+        spec = self._specs[index]
+        return spec.scale, spec.zero_point
+
+    def is_input(self, index: int) -> bool:
+        """Whether operand `index` is a model input."""
+        return index in self._inputs
+
     def value_of(self, index: int) -> np.ndarray | None:
         """The value of a constant operand (read-only), else None."""
         return self._specs[index].value

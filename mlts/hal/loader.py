@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 from mlts.errors import InputError
-from mlts.hal.interface import Device
+from mlts.hal.interface import Buffer, Burst, Device, PreparedModel
 
 DeviceFactory = Callable[..., Device]
 
@@ -78,6 +78,42 @@ def device_classes(module: ModuleType) -> list[type[Device]]:
     return found
 
 
+#: The interface classes a driver subclasses; a subclass that leaves one of their abstract methods out
+#: cannot be instantiated.
+INTERFACE_CLASSES: tuple[type, ...] = (Device, PreparedModel, Burst, Buffer)
+
+
+def unfinished_classes(module: ModuleType) -> list[tuple[type, list[str]]]:
+    """(class, the abstract methods it leaves undefined) of each abstract interface subclass defined in
+    `module` that no class of the module completes (an abstract base the module subclasses is fine)."""
+    defined = [
+        obj
+        for obj in vars(module).values()
+        if isinstance(obj, type) and issubclass(obj, INTERFACE_CLASSES) and obj.__module__ == module.__name__
+    ]
+    found = []
+    for cls in defined:
+        if not inspect.isabstract(cls) or cls in INTERFACE_CLASSES:
+            continue
+        if any(
+            other is not cls and issubclass(other, cls) and not inspect.isabstract(other) for other in defined
+        ):
+            continue
+        found.append((cls, sorted(getattr(cls, "__abstractmethods__", ()))))
+    return found
+
+
+def unfinished_message(cls: type, missing: list[str]) -> str:
+    """ "class X leaves out a, b and c, which every Device must define" (its interface named)."""
+    base = next(b for b in INTERFACE_CLASSES if issubclass(cls, b))
+    names = missing[0] if len(missing) == 1 else ", ".join(missing[:-1]) + " and " + missing[-1]
+    what = "method" if len(missing) == 1 else "methods"
+    return (
+        f"class {cls.__name__} does not define the {what} {names}, which every {base.__name__} must define "
+        "(see docs/writing-a-driver.md)"
+    )
+
+
 def load_factory(spec: str) -> DeviceFactory:
     """Resolve `spec` to a callable returning a Device (usually a Device subclass)."""
     if not isinstance(spec, str) or not spec:
@@ -90,6 +126,9 @@ def load_factory(spec: str) -> DeviceFactory:
         module = load_file(path)
         if not attr:
             classes = device_classes(module)
+            unfinished = unfinished_classes(module)
+            if unfinished:
+                raise FactoryError(f"driver file {path!r}: " + unfinished_message(*unfinished[0]))
             if len(classes) != 1:
                 names = ", ".join(c.__name__ for c in classes) or "none"
                 raise FactoryError(

@@ -4,7 +4,9 @@ Every rejection raises `HalError(INVALID_ARGUMENT)` naming the subgraph, the
 operand or operation index and the rule; validation stops at the first
 violation. Each operation is checked against its NNAPI signature (counts,
 types and how they combine, ranks, constant parameters, shapes: see
-`_validate_operation`). Work is linear in the size of the model; of pool
+`_validate_operation`). IF and WHILE may nest at most MAX_NESTING (64) levels
+deep, a limit of this implementation (NNAPI sets none; drivers run subgraphs
+recursively). Work is linear in the size of the model; of pool
 contents only constant parameters of at most 4 KiB are read, so untrusted
 models are cheap to check.
 """
@@ -17,7 +19,13 @@ from typing import Any
 
 from mlts.hal import vlog
 from mlts.hal._validate_common import is_int
-from mlts.hal._validate_graph import check_io_lists, check_operations, check_references, subgraph_label
+from mlts.hal._validate_graph import (
+    MAX_NESTING,
+    check_io_lists,
+    check_operations,
+    check_references,
+    subgraph_label,
+)
 from mlts.hal._validate_operand import check_operand
 from mlts.hal._validate_request import check_request
 from mlts.hal.errors import invalid
@@ -32,6 +40,7 @@ from mlts.hal.types import (
 )
 
 __all__ = [
+    "MAX_NESTING",
     "validate_cache_token",
     "validate_execution_preference",
     "validate_loop_timeout",

@@ -4,5 +4,7 @@ Above `mlts.hal` (whose types, interface, validation and file formats it carries
 `mlts.runtime` (the client side that uses it). Modules: `wire` (frames and the JSON control
 messages), `compact_calls` (the binary execution message), `burst_messages` and `burst_ring`
 (a burst's shared-memory rings), `socket_polling` and `expected_wait` (how a reader waits),
-and `service` (the service host: one Device shared by many clients).
+`peer` (who a client is, as the kernel says), `socket_dir` (where a service's socket may live),
+`extension_allowlist` (the allowlist file), and `service` (the service host: one Device shared
+by many clients).
 """

@@ -20,19 +20,28 @@ are on separate cache lines and only grow; each side keeps its own copy of
 the counter it owns and never trusts the other side's values: a counter
 that moves backwards, a fill level past the capacity or a length past what
 was published is reported as a `RingError`, never read.
+
+The creator seals the memfd against shrinking and growing (`F_SEAL_SHRINK|F_SEAL_GROW`, as request
+pools are, mlts.hal.memory), and a side that adopts a ring refuses one without those seals: a peer
+that could truncate the file under the mapping would kill the adopting process with SIGBUS at its
+next access.
 """
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import select
+import stat
 import struct
 import sys
 import threading
 import time
 
 from mlts.hal.fence import is_eventfd
+from mlts.hal.files import describe_mode
+from mlts.hal.memory import seal_names
 from mlts.ipc import expected_wait
 
 HEADER_BYTES = 192
@@ -62,6 +71,8 @@ RECHECK_S = 0.001
 #: peer that answers later than the window (a long execution, a busy machine) costs no polling.
 EMPTY_WINDOWS_BEFORE_PROBING = 2
 PROBE_EVERY = 4
+#: The seals a ring's memfd must carry: its size can never change under a mapping of it.
+RING_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
 
 
 class RingError(Exception):
@@ -126,10 +137,11 @@ class Ring:
         """A new zeroed ring and its eventfd (both owned by the returned object)."""
         if not MIN_CAPACITY <= capacity <= MAX_CAPACITY:
             raise ValueError(f"ring capacity {capacity} is outside {MIN_CAPACITY}..{MAX_CAPACITY}")
-        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         event = -1
         try:
             os.ftruncate(fd, ring_bytes(capacity))
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, RING_SEALS)
             event = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
             return cls(fd, ring_bytes(capacity), event, owner=True)
         except BaseException:
@@ -142,7 +154,9 @@ class Ring:
     def adopt(cls, fd: int, size: object, event_fd: int, what: str) -> Ring:
         """Map a ring received from another process; takes ownership of both fds.
 
-        Raises ValueError naming `what` when the size, the file or the eventfd is wrong.
+        Raises ValueError naming `what` when the size, the file, its seals or the eventfd is wrong:
+        the ring must be a memfd sealed with RING_SEALS, so its peer can never shrink it under the
+        mapping (SIGBUS).
         """
         try:
             if type(size) is not int or not MIN_CAPACITY <= size - HEADER_BYTES <= MAX_CAPACITY:
@@ -150,9 +164,23 @@ class Ring:
                     f"{what}: size {size!r} must be {HEADER_BYTES} + {MIN_CAPACITY}..{MAX_CAPACITY} bytes"
                 )
             try:
-                actual = os.fstat(fd).st_size
+                info = os.fstat(fd)
             except OSError as e:
                 raise ValueError(f"{what}: cannot inspect the ring's fd: {e}") from None
+            if not stat.S_ISREG(info.st_mode):
+                raise ValueError(f"{what}: the ring's fd is {describe_mode(info.st_mode)}, not a memfd")
+            try:
+                present = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+            except OSError:
+                present = 0  # a file without sealing support (a file on disk, which anyone may truncate)
+            missing = RING_SEALS & ~present
+            if missing:
+                raise ValueError(
+                    f"{what}: the ring's memfd is not sealed as required: it lacks {seal_names(missing)} "
+                    f"(it has {seal_names(present)}); create it with MFD_ALLOW_SEALING and seal it with "
+                    "F_SEAL_SHRINK|F_SEAL_GROW"
+                )
+            actual = info.st_size
             if actual < size:
                 raise ValueError(f"{what}: the ring claims {size} bytes but its memory holds {actual}")
             if not is_eventfd(event_fd):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import array
 import json
 import math
+import mmap
 import os
 import select
 import socket
@@ -32,7 +33,7 @@ from mlts.ipc.expected_wait import readable_within
 MAGIC = b"MLTW"
 #: The magic of a compact frame: its message is binary (protocol 1.4, mlts.ipc.compact_calls).
 MAGIC_COMPACT = b"MLTC"
-PROTOCOL_VERSION = (1, 4)
+PROTOCOL_VERSION = (1, 5)
 #: The first minor version that has compact frames.
 COMPACT_MINOR = 4
 FIXED_HEADER = struct.Struct("<4sHHII")
@@ -80,7 +81,7 @@ class Frame:
     """
 
     message: dict[str, Any]
-    payload: bytes
+    payload: bytes | memoryview  # a large payload is a view of its own anonymous mapping
     fds: tuple[int, ...]
     minor: int = 0
     compact: bytes | None = None
@@ -327,6 +328,34 @@ def _read_exact(sock: socket.socket, n: int, wait: Wait | None, what: str) -> by
     return buf
 
 
+def _read_mapped(sock: socket.socket, n: int, wait: Wait | None) -> memoryview:
+    """`n` bytes into a fresh anonymous mapping (pages are touched only as data arrives); unmapped when
+    the returned view and its copies are gone, or at once when the peer stops short."""
+    mapping = mmap.mmap(-1, n)
+    view = memoryview(mapping)
+    got = 0
+    try:
+        while got < n:
+            try:
+                k = sock.recv_into(view[got : got + _CHUNK], 0, socket.MSG_DONTWAIT if wait else 0)
+            except (BlockingIOError, InterruptedError):
+                assert wait is not None
+                wait(True)
+                continue
+            except ConnectionResetError:
+                k = 0
+            if not k:
+                raise WireError(
+                    f"truncated frame: connection closed after {got} of {n} payload bytes", fatal=True
+                )
+            got += k
+    except BaseException:
+        view.release()
+        mapping.close()
+        raise
+    return view
+
+
 def compact_id(body: bytes) -> int | None:
     """The call id of a compact message (u32 at offset 4, as mlts.ipc.compact_calls lays it out)."""
     return int.from_bytes(body[4:8], "little") if len(body) >= 8 else None
@@ -395,16 +424,23 @@ def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
             raise WireError(
                 f"payload_len {payload_len} exceeds the limit of {MAX_PAYLOAD_BYTES} bytes", fatal=True
             )
-        # The message and the payload in one read when they have arrived (they usually have).
-        body = _read_exact(sock, header_len + payload_len, wait, "header and payload")
+        payload: bytes | bytearray | memoryview
+        if payload_len > _CHUNK:
+            # A large payload goes to its own anonymous mapping: its pages are taken as bytes arrive
+            # and given back to the system when the frame is dropped, whatever the heap keeps.
+            body = _read_exact(sock, header_len, wait, "header") if header_len else b""
+            payload = _read_mapped(sock, payload_len, wait)
+        else:
+            # The message and the payload in one read when they have arrived (they usually have).
+            body = _read_exact(sock, header_len + payload_len, wait, "header and payload")
+            payload = body[header_len:] if payload_len else b""
         compact = None
-        data = body if not payload_len and type(body) is bytes else bytes(body[:header_len])
+        data = body if len(body) == header_len and type(body) is bytes else bytes(body[:header_len])
         if magic == MAGIC_COMPACT:
             message: dict[str, Any] = {}
             compact = data
         else:
             message = loads(data)
-        payload = body[header_len:] if payload_len else b""
         if truncated_fds or len(fds) > MAX_FDS:
             msg_id = message.get("id") if compact is None else compact_id(compact)
             # Close what arrived first: they count against the limit being asked about.
@@ -422,7 +458,8 @@ def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
             raise WireError(
                 text, fatal=False, msg_id=msg_id if type(msg_id) is int else None, exhausted=exhausted
             )
-        return Frame(message, bytes(payload) if payload else b"", tuple(fds), minor, compact)
+        kept = payload if isinstance(payload, (bytes, memoryview)) else bytes(payload)
+        return Frame(message, kept, tuple(fds), minor, compact)
     except BaseException:
         close_fds(fds)
         raise

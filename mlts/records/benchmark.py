@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlts.records import _json as j
+from mlts.records.endpoint import Endpoint
 from mlts.records.stats import Stats, stats_or_not_measured
 
 STATUSES = ("ok", "error")
@@ -140,6 +141,10 @@ class Verdict(j.Record):
     profile: str = j.value(j.text)
     rule: str = j.value(j.text)
     checks: tuple[VerdictCheck, ...] = j.value(j.list_of(j.record_check(VerdictCheck)))
+    # Which rule judged the row ("classifier-top1", "dense-error", "quant8-rms", ...) and what the first
+    # output is (mlts.bench.output_kind); absent in results written before they were recorded.
+    rule_name: str | None = j.value(j.text, default=None, omit=True)
+    output_kind: str | None = j.value(j.text, default=None, omit=True)
     extra: dict = j.extra()
 
     def failures(self) -> list[VerdictCheck]:
@@ -261,6 +266,10 @@ class BenchmarkRow(j.Record):
     memory_mb: Memory | None = j.value(j.record_check(Memory), default=None, omit=True)
     quantization: dict | None = j.value(j.obj, default=None, omit=True)
     reference_inexact: str | None = j.value(j.text, default=None, omit=True)
+    # The CPU reference this row's vs_reference compares against (the reference rows: their own framework).
+    reference: str | None = j.value(j.text, default=None, omit=True)
+    # Why a model has no onnxruntime reference row (an .nnm file is no ONNX model).
+    reference_unavailable: str | None = j.value(j.text, default=None, omit=True)
     extensions: tuple[str, ...] | None = j.value(j.texts, default=None, omit=True)
     harness_overhead: dict | None = j.value(j.nullable(j.obj), default=None, omit=True)
     profile: dict | None = j.value(j.obj, default=None, omit=True)
@@ -268,6 +277,7 @@ class BenchmarkRow(j.Record):
     partition: dict | None = j.value(j.obj, default=None, omit=True)
     partitioned_models: int | None = j.value(j.count, default=None, omit=True)
     device_memory: dict | None = j.value(j.obj, default=None, omit=True)
+    endpoint: Endpoint | None = j.value(j.record_check(Endpoint), default=None, omit=True)
     extra: dict = j.extra()
 
     @classmethod

@@ -15,6 +15,7 @@ from typing import Any
 from mlts.records import _json as j
 from mlts.records.benchmark import BenchmarkRow
 from mlts.records.capabilities import capabilities_section
+from mlts.records.endpoint import cluster_section, lab_section
 from mlts.records.stress import StressRecord
 from mlts.records.validate import ValidateSection, validate_section
 
@@ -28,6 +29,8 @@ CORE_KEYS = ("schema_version", "kind", "environment", "config", "devices", "resu
 OPTIONAL_SECTIONS: dict[str, Callable[[Any, str], Any]] = {
     "capabilities": capabilities_section,
     "validate": validate_section,
+    "lab": lab_section,
+    "cluster": cluster_section,
 }
 
 

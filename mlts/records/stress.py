@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlts.records import _json as j
+from mlts.records.endpoint import Endpoint
 
 OUTCOMES = ("SUCCESS", "FAILURE", "HANG", "CRASH")
 _outcome = j.one_of(OUTCOMES)
@@ -38,6 +39,7 @@ class StressRecord(j.Record):
     driver_died: bool | None = j.value(j.boolean, default=None, omit=True)
     log_tail: tuple[str, ...] | None = j.value(j.texts, default=None, omit=True)
     details: dict | None = j.value(j.obj, default=None, omit=True)
+    endpoint: Endpoint | None = j.value(j.record_check(Endpoint), default=None, omit=True)
     extra: dict = j.extra()
 
     @property

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlts.records import _json as j
+from mlts.records.endpoint import Endpoint
 
 SECTION_VERSION = 1
 #: The outcomes of a case; "pass" and "skip" are not failures.
@@ -35,6 +36,7 @@ class CaseResult(j.Record):
     reason: str = j.value(j.text)
     reproducer: str | None = j.value(j.nullable(j.text), default=None)  # `mlts validate --replay` runs it
     seconds: float = j.value(j.number, default=0.0)
+    device: str | None = j.value(j.text, default=None, omit=True)  # the lab endpoint it ran on (lab runs)
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -64,6 +66,7 @@ class ValidateSection(j.Record):
     options: dict = j.value(j.obj, default={})
     errors: tuple[str, ...] = j.value(j.texts, default=())  # suites that could not run at all, one line each
     version: int = j.value(_version, default=SECTION_VERSION)
+    endpoint: Endpoint | None = j.value(j.record_check(Endpoint), default=None, omit=True)  # where it ran
     extra: dict = j.extra()  # keys a newer mlts added, kept and written back
 
     @property
@@ -79,8 +82,14 @@ class ValidateSection(j.Record):
         return out
 
     def outcomes(self) -> dict[tuple[str, str], str]:
-        """(suite, case name) -> outcome; the last one where a name repeats."""
-        return {(c.suite, c.name): c.outcome for c in self.cases}
+        """(suite, case name) -> outcome; the last one where a name repeats.
+
+        In a lab run (cases on several devices) the suite reads "suite@device", so each device's
+        cases stay apart.
+        """
+        return {
+            (c.suite if c.device is None else f"{c.suite}@{c.device}", c.name): c.outcome for c in self.cases
+        }
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -95,6 +104,8 @@ class ValidateSection(j.Record):
             "passed": not self.failed,
             "cases": [c.to_json() for c in self.cases],
         }
+        if self.endpoint is not None:
+            out["endpoint"] = self.endpoint.to_json()
         for k, v in self.extra.items():
             out.setdefault(k, v)
         return out

@@ -16,6 +16,17 @@ from mlts.report.svg import SENTINEL_MIN
 
 BASELINE = "cpu:onnxruntime"
 NOT_MEASURED = "not measured"
+
+
+def is_baseline(row: Any) -> bool:
+    """Whether a row is its model's CPU reference: cpu:onnxruntime, or cpu:litert for a .tflite model.
+
+    With `--reference both` a model has two reference rows; the baseline is the one the driver rows
+    were compared with (the row's `reference`; rows without it are onnxruntime's).
+    """
+    return row.backend == f"cpu:{getattr(row, 'reference', None) or 'onnxruntime'}"
+
+
 DASH = "-"
 
 

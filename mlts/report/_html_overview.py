@@ -15,12 +15,16 @@ from typing import Any
 from markupsafe import Markup
 
 from mlts.records import BenchmarkRow
-from mlts.report._html_format import BASELINE, DASH
+from mlts.report._html_format import DASH, is_baseline
+from mlts.report._text_width import text_width
 
-CHART_WIDTH = 720
-LABEL_WIDTH = 300
+PLOT_WIDTH = 420
+LABEL_FONT_PX = 12
+MIN_LABEL_WIDTH = 120
+VALUE_WIDTH = 56  # right of the plot: the ratio printed after the longest whisker
 ROW_HEIGHT = 22
 AXIS_HEIGHT = 42
+RULE_NAME_MAX = 32  # a verdict's rule this short and without spaces is a name, shown under the verdict
 
 
 def ratio_interval(driver: BenchmarkRow, ref: BenchmarkRow) -> dict[str, Any] | None:
@@ -46,17 +50,21 @@ def _ratio_text(x: float | None) -> str:
     return f"{x:.2f}×" if x < 10 else f"{x:.1f}×"
 
 
-def _verdict(row: BenchmarkRow) -> tuple[str, str, str]:
-    """(text, css class, detail) of the row's whole-network accuracy verdict."""
+def _verdict(row: BenchmarkRow) -> tuple[str, str, str, str]:
+    """(text, css class, detail, note) of the row's whole-network accuracy verdict; the note, shown
+    under the verdict, names the rule that decided (when it is a short name, e.g. "dense-error") and
+    the checks that failed."""
     if not row.ok:
-        return "error", "fail", ""
+        return "error", "fail", "", ""
     v = row.verdict
     if v is None:
-        return DASH, "", "no verdict (no golden outputs or reference figures to judge against)"
+        return DASH, "", "no verdict (no golden outputs or reference figures to judge against)", ""
+    rule = v.rule if len(v.rule) <= RULE_NAME_MAX and " " not in v.rule else ""
     if v.passed:
-        return "pass", "pass", v.rule
+        return "pass", "pass", v.rule, rule
     failed = ", ".join(c.metric for c in v.failures())
-    return "fail", "fail", f"failed: {failed}. Rule: {v.rule}"
+    note = f"{rule}: {failed}" if rule else failed
+    return "fail", "fail", f"failed: {failed}. Rule: {v.rule}", note
 
 
 def _retries(row: BenchmarkRow) -> str:
@@ -69,14 +77,14 @@ def _retries(row: BenchmarkRow) -> str:
 
 def overview(records: list[BenchmarkRow]) -> dict[str, Any]:
     """Headline counts, one line per driver row (ratio, verdict, failures, retries) and the ratio chart."""
-    refs = {r.model: r for r in records if r.backend == BASELINE}
+    refs = {r.model: r for r in records if is_baseline(r)}
     lines = []
     for row in records:
-        if row.backend == BASELINE:
+        if is_baseline(row):
             continue
         ref = refs.get(row.model)
         ratio = ratio_interval(row, ref) if row.ok and ref is not None and ref.ok else None
-        verdict, verdict_cls, verdict_detail = _verdict(row)
+        verdict, verdict_cls, verdict_detail, verdict_note = _verdict(row)
         problems = [row.error or "failed"] if not row.ok else [v.message for v in row.violations]
         lines.append(
             {
@@ -91,6 +99,7 @@ def overview(records: list[BenchmarkRow]) -> dict[str, Any]:
                 "verdict": verdict,
                 "verdict_cls": verdict_cls,
                 "verdict_detail": verdict_detail,
+                "verdict_note": verdict_note,
                 "problems": problems,
                 "retries": _retries(row),
             }
@@ -124,55 +133,63 @@ def overview(records: list[BenchmarkRow]) -> dict[str, Any]:
 
 
 def ratio_chart(lines: list[dict[str, Any]]) -> str:
-    """An SVG dot-and-whisker chart of driver ÷ reference latency on a log axis, 1× marked."""
+    """An SVG dot-and-whisker chart of driver ÷ reference latency on a log axis, 1× marked.
+
+    The label column is as wide as the longest "model · driver" label (mlts.report._text_width), so no
+    label is clipped; the SVG's natural width is that column plus the plot, and the page scales it down
+    (text included) only where the window is narrower.
+    """
     shown = [ln for ln in lines if ln["ratio"]]
     values = [1.0]
     for ln in shown:
         values += [v for v in (ln["ratio"]["ratio"], ln["ratio"]["lo"], ln["ratio"]["hi"]) if v]
     lo_exp = math.floor(math.log10(min(values)) * 2) / 2 - 0.1
     hi_exp = math.ceil(math.log10(max(values)) * 2) / 2 + 0.1
-    plot_w = CHART_WIDTH - LABEL_WIDTH - 20
+    labels = [f"{ln['model']} · {ln['backend'].removeprefix('driver:')}" for ln in shown]
+    label_w = max([MIN_LABEL_WIDTH, *(text_width(t, LABEL_FONT_PX) + 16 for t in labels)])
+    label_w = math.ceil(label_w)
+    width = label_w + PLOT_WIDTH + VALUE_WIDTH
 
     def x(v: float) -> float:
-        return LABEL_WIDTH + plot_w * (math.log10(v) - lo_exp) / (hi_exp - lo_exp)
+        return label_w + PLOT_WIDTH * (math.log10(v) - lo_exp) / (hi_exp - lo_exp)
 
     height = ROW_HEIGHT * len(shown) + AXIS_HEIGHT + 8
     parts = [
-        f'<svg class="chart ratio" viewBox="0 0 {CHART_WIDTH} {height}" '
+        f'<svg class="chart ratio" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
         f'role="img" aria-label="driver latency divided by the reference latency, per model">',
         f'<line x1="{x(1):.1f}" y1="4" x2="{x(1):.1f}" y2="{height - AXIS_HEIGHT + 4}" stroke="#5b6670" '
         'stroke-dasharray="4 3"/>',
     ]
-    for i, ln in enumerate(shown):
+    for i, (ln, label) in enumerate(zip(shown, labels, strict=True)):
         y = 8 + ROW_HEIGHT * i + ROW_HEIGHT / 2
         r = ln["ratio"]
         colour = {"faster": "#16632d", "slower": "#9c2314"}.get(r["verdict"], "#4a545c")
-        label = escape(f"{ln['model']} · {ln['backend'].removeprefix('driver:')}")
         parts.append(
-            f'<text x="{LABEL_WIDTH - 8}" y="{y + 4:.1f}" text-anchor="end" font-size="12">{label}</text>'
+            f'<text class="label" x="{label_w - 8}" y="{y + 4:.1f}" text-anchor="end" '
+            f'font-size="{LABEL_FONT_PX}">{escape(label)}</text>'
         )
-        lo = x(r["lo"]) if r["lo"] else LABEL_WIDTH
-        hi = x(r["hi"]) if r["hi"] else LABEL_WIDTH + plot_w
+        lo = x(r["lo"]) if r["lo"] else label_w
+        hi = x(r["hi"]) if r["hi"] else label_w + PLOT_WIDTH
         parts.append(
             f'<line x1="{lo:.1f}" y1="{y:.1f}" x2="{hi:.1f}" y2="{y:.1f}" stroke="{colour}" stroke-width="2"/>'
         )
         parts.append(f'<circle cx="{x(r["ratio"]):.1f}" cy="{y:.1f}" r="4" fill="{colour}"/>')
         parts.append(
-            f'<text x="{min(hi + 6, CHART_WIDTH - 40):.1f}" y="{y + 4:.1f}" font-size="11" fill="{colour}">'
-            f"{escape(_ratio_text(r['ratio']))}</text>"
+            f'<text class="value" x="{min(hi + 6, width - VALUE_WIDTH + 6):.1f}" y="{y + 4:.1f}" '
+            f'font-size="11" fill="{colour}">{escape(_ratio_text(r["ratio"]))}</text>'
         )
     axis_y = height - AXIS_HEIGHT + 8
     parts.append(
-        f'<line x1="{LABEL_WIDTH}" y1="{axis_y}" x2="{LABEL_WIDTH + plot_w}" y2="{axis_y}" stroke="#aab4bc"/>'
+        f'<line x1="{label_w}" y1="{axis_y}" x2="{label_w + PLOT_WIDTH}" y2="{axis_y}" stroke="#aab4bc"/>'
     )
     for tick in _ticks(lo_exp, hi_exp):
         parts.append(
-            f'<text x="{x(tick):.1f}" y="{axis_y + 14}" text-anchor="middle" font-size="11">'
+            f'<text class="tick" x="{x(tick):.1f}" y="{axis_y + 14}" text-anchor="middle" font-size="11">'
             f"{escape(_ratio_text(tick))}</text>"
         )
     parts.append(
-        f'<text x="{LABEL_WIDTH + plot_w / 2:.1f}" y="{axis_y + 28}" text-anchor="middle" font-size="11">'
-        "driver median ÷ onnxruntime median (log scale; left of 1× is faster)</text></svg>"
+        f'<text class="axis-title" x="{label_w + PLOT_WIDTH / 2:.1f}" y="{axis_y + 28}" text-anchor="middle" '
+        'font-size="11">driver median ÷ onnxruntime median (log scale; left of 1× is faster)</text></svg>'
     )
     return "".join(parts)
 

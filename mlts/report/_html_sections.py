@@ -10,13 +10,13 @@ from markupsafe import Markup
 
 from mlts.records import BenchmarkRow, StressRecord
 from mlts.report._html_format import (
-    BASELINE,
     DASH,
     _anchor,
     _mapping,
     _number,
     _stat_text,
     _text,
+    is_baseline,
 )
 from mlts.report.svg import cdf_svg, histogram_svg
 
@@ -59,7 +59,7 @@ def _environment_items(env: Mapping) -> list[tuple[str, str]]:
         for k, label in ENVIRONMENT_LABELS.items()
         if k in env
     ]
-    known = {*ENVIRONMENT_LABELS, "time_utc"}
+    known = {*ENVIRONMENT_LABELS, "time_utc", "load"}  # load: its own table (mlts.report._html_headline)
     return items + [(str(k), _text(v)) for k, v in env.items() if k not in known]
 
 
@@ -88,20 +88,6 @@ def _devices(devices: Mapping) -> list[dict[str, Any]]:
         {"name": str(name), "items": [(str(k), _text(v)) for k, v in _mapping(info).items()]}
         for name, info in devices.items()
     ]
-
-
-def _summary(rows: list[BenchmarkRow], stress: list[StressRecord]) -> list[tuple[str, str]]:
-    failed = sum(not r.ok for r in rows)
-    invalid = sum(bool(r.validation_errors) for r in rows)
-    out = (
-        [("runs", str(len(rows))), ("failed", str(failed)), ("with validation errors", str(invalid))]
-        if rows
-        else []
-    )
-    if stress:
-        unexpected = sum(_outcome_class(r) == "unexpected" for r in stress)
-        out += [("stress tests", str(len(stress))), ("unexpected outcomes", str(unexpected))]
-    return out
 
 
 # --- lists: validation errors and latency warnings --------------------------------------------------
@@ -184,7 +170,7 @@ def _charts(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
 
 
 def _driver_rows(rows: list[BenchmarkRow]) -> list[BenchmarkRow]:
-    return [r for r in rows if r.ok and r.backend != BASELINE and not r.backend.startswith("cpu:")]
+    return [r for r in rows if r.ok and not is_baseline(r) and not r.backend.startswith("cpu:")]
 
 
 def _size(value: Any) -> str:
@@ -255,6 +241,15 @@ def _outcome_class(record: StressRecord) -> str:
     return "unexpected" if record.unexpected else "expected"
 
 
+def _test_part(record: StressRecord) -> str:
+    """What tells the record apart from the others of its mode and driver: the part of its test name
+    after "mode/driver/" ("process-2" of a multi-process mode, a model), or "-"."""
+    test = record.test or ""
+    prefix = f"{record.mode}/{record.driver}"
+    rest = test[len(prefix) :].lstrip("/") if test.startswith(prefix) else test
+    return rest.replace("process-", "process ", 1) if rest.startswith("process-") else (rest or DASH)
+
+
 def _stress(records: list[StressRecord]) -> list[dict[str, Any]]:
     out = []
     for r in records:
@@ -262,6 +257,7 @@ def _stress(records: list[StressRecord]) -> list[dict[str, Any]]:
         out.append(
             {
                 "mode": r.mode,
+                "test": _test_part(r),
                 "driver": r.driver,
                 "models": _text(models),
                 "outcome": r.outcome,

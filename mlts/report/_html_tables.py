@@ -14,7 +14,6 @@ from typing import Any
 
 from mlts.records import BenchmarkRow, Evaluator, Stats
 from mlts.report._html_format import (
-    BASELINE,
     DASH,
     _anchor,
     _mapping,
@@ -22,6 +21,7 @@ from mlts.report._html_format import (
     _percent,
     _stat,
     _text,
+    is_baseline,
 )
 
 # --- inference tables -------------------------------------------------------------------------------
@@ -117,7 +117,13 @@ def _metric_cell(side: str, key: str, unit: str) -> Callable[[BenchmarkRow], Cel
 TOPK, GOLDEN, REFERENCE, QUANT = "top-k accuracy (%)", "vs golden", "vs onnxruntime", "quantized"
 ACCURACY_COLUMNS = (
     *(
-        Column(TOPK, f"{k}", f"share of inputs whose label is in the top {k}", _topk_cell(k))
+        Column(
+            TOPK,
+            f"{k}",
+            f"share of the test inputs whose label (the golden output's arg-max, or the dataset's ground truth) "
+            f"is among the {k} highest scores",
+            _topk_cell(k),
+        )
         for k in range(1, 6)
     ),
     Column(GOLDEN, "max |err|", "largest absolute error against the float64 golden outputs", _golden_error),
@@ -148,7 +154,12 @@ ACCURACY_COLUMNS = (
         _cts_ratio,
     ),
     Column(REFERENCE, "top-1 agr.", "share of inputs whose top-1 class equals onnxruntime's", _ref_agreement),
-    Column(REFERENCE, "max dev", "largest deviation in quantized units", _quant_units),
+    Column(
+        REFERENCE,
+        "max dev",
+        "largest difference from onnxruntime over every output value, in quantized units (u)",
+        _quant_units,
+    ),
     Column(REFERENCE, "PER", "PhoneErrorRate", _metric_cell("vs_reference", "phone_error_rate", "%")),
     Column(
         REFERENCE, "MCD", "mel-cepstral distortion", _metric_cell("vs_reference", "mel_cep_distortion", "")
@@ -156,7 +167,29 @@ ACCURACY_COLUMNS = (
     Column(
         REFERENCE, "logF0", "logF0 RMS over voiced frames", _metric_cell("vs_reference", "log_f0_rms", "")
     ),
-    Column(QUANT, "vs float", "top-1 agreement with the float model this one was quantized from", _vs_float),
+    Column(
+        QUANT,
+        "vs float",
+        "top-1 against the golden labels of the float model this one was quantized from (the top-1 column again)",
+        _vs_float,
+    ),
+)
+
+#: The legend of the columns every inference table has.
+FIXED_LEGEND = (
+    ("iters", "timed calls (steps, for recurrent models run step by step)"),
+    ("test set", "inputs the accuracy pass ran on"),
+    (
+        "median [95% CI]",
+        "median latency in ms (per step for recurrent models) and its distribution-free 95% confidence interval; "
+        "* fewer than 6 samples: the interval [min, max] covers the median with less than 95%",
+    ),
+    ("p90", "90th percentile latency in ms (nearest rank)"),
+    (
+        "vs CPU baseline",
+        "median minus onnxruntime's median on the same model, in ms and in % of it; better / worse when the two "
+        "medians' 95% intervals do not overlap, same when they do (the difference is within measurement noise)",
+    ),
 )
 
 
@@ -170,6 +203,11 @@ def _families(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
     for family, members in groups.items():
         columns = [c for c in ACCURACY_COLUMNS if any(r.ok and c.cell(r) is not None for r in members)]
         baselines = _baselines(members)
+        legend = [*FIXED_LEGEND, *_column_legend(columns)]
+        if any(r.reference_inexact for r in members):
+            legend.append(
+                ("†", "onnxruntime does not compute this model exactly on this CPU (see the note below)")
+            )
         out.append(
             {
                 "name": family,
@@ -177,9 +215,31 @@ def _families(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
                 "groups": _groups(columns),
                 "columns": [{"header": c.header, "hint": c.hint} for c in columns],
                 "rows": [_row_view(r, columns, baselines.get(r.model)) for r in members],
+                "legend": legend,
+                "quantized": any(_is_quantized(r) for r in members),
             }
         )
     return out
+
+
+def _column_legend(columns: list[Column]) -> list[tuple[str, str]]:
+    """(term, meaning) per shown accuracy column; the top-k columns share one line."""
+    topk = [c.header for c in columns if c.group == TOPK]
+    out = []
+    if topk:
+        out.append(
+            (
+                f"{TOPK}: {', '.join(topk)}",
+                "share of the test inputs whose label (the golden output's arg-max, or the dataset's ground "
+                "truth) is among the k highest scores, k the column's number",
+            )
+        )
+    return out + [(f"{c.group}: {c.header}", c.hint) for c in columns if c.group != TOPK]
+
+
+def _is_quantized(row: BenchmarkRow) -> bool:
+    """An 8-bit model's row: quantized from a float model, or compared with onnxruntime in quantized units."""
+    return bool(row.quantization) or _figure(row, "vs_reference", "max_quant_deviation") is not None
 
 
 def _groups(columns: list[Column]) -> list[tuple[str, int]]:
@@ -198,7 +258,7 @@ def _baselines(rows: list[BenchmarkRow]) -> dict[str, Stats]:
     out: dict[str, Stats] = {}
     for r in rows:
         lat = r.per_call_latency
-        if r.backend == BASELINE and r.ok and lat is not None and _stat(lat) is not None:
+        if is_baseline(r) and r.ok and lat is not None and _stat(lat) is not None:
             out.setdefault(r.model, lat)
     return out
 
@@ -232,7 +292,7 @@ def _mark_inexact(row: BenchmarkRow, column: Column, cell: Cell) -> Cell:
     """A cell that compares with onnxruntime, on a row where onnxruntime is not exact: marked with †."""
     if not row.reference_inexact or cell[0] == DASH:
         return cell
-    against_reference = column.group == REFERENCE or row.backend == BASELINE
+    against_reference = column.group == REFERENCE or is_baseline(row)
     return (f"{cell[0]} †", f"{cell[1]} inexact-ref".strip()) if against_reference else cell
 
 
@@ -263,7 +323,7 @@ def _ci(stats: Stats | Mapping) -> tuple[float, float]:
 
 
 def _diff(row: BenchmarkRow, lat: Stats | None, baseline: Stats | None) -> dict[str, str]:
-    if row.backend == BASELINE:
+    if is_baseline(row):
         return {"text": "baseline", "cls": "baseline", "verdict": ""}
     if baseline is None or lat is None or _stat(lat) is None:
         return {"text": DASH, "cls": "", "verdict": ""}

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from typing import Any
 
 from mlts.records import BenchmarkRow, ResultsDocument, Stats
@@ -173,7 +174,7 @@ def _index(doc: ResultsDocument, label: str) -> dict[tuple[str, str], BenchmarkR
         raise ResultsSchemaError("", f"{label}: a {doc.kind} results file; compare reads benchmark results")
     out: dict[tuple[str, str], BenchmarkRow] = {}
     where: dict[tuple[str, str], int] = {}
-    for i, rec in enumerate(doc.rows):
+    for i, rec in enumerate(_device_labelled(doc)):
         key = rec.key
         if key in out:
             raise ResultsSchemaError(
@@ -181,6 +182,16 @@ def _index(doc: ResultsDocument, label: str) -> dict[tuple[str, str], BenchmarkR
             )
         out[key], where[key] = rec, i
     return out
+
+
+def _device_labelled(doc: ResultsDocument) -> list[BenchmarkRow]:
+    """The rows; in a lab run the backend names the device too (driver:sample-all@board-a), so each
+    device's rows are compared with the same device's."""
+    if doc.section("lab") is None:
+        return doc.rows
+    return [
+        r if r.endpoint is None else replace(r, backend=f"{r.backend}@{r.endpoint.name}") for r in doc.rows
+    ]
 
 
 def _key_dict(key: tuple[str, str]) -> dict[str, str]:
@@ -205,6 +216,8 @@ def compare_row(old: BenchmarkRow, new: BenchmarkRow, threshold: float) -> dict[
         "model": old.model,
         "backend": old.backend,
         "reference": old.is_reference,
+        # The CPU reference each run compared the row with (older results: onnxruntime, the only one).
+        "compared_with": {"old": old.reference or "onnxruntime", "new": new.reference or "onnxruntime"},
         "old_status": old.status,
         "new_status": new.status,
         "status": status,
@@ -373,6 +386,10 @@ def _latency_table(rows: list[dict]) -> list[str]:
             continue
         verdict = lat["verdict"] + (" (reference)" if r.get("reference") and lat["verdict"] != "same" else "")
         per = " per step" if lat.get("unit") == "step" else ""
+        against = r.get("compared_with") or {}
+        if against and (against.get("old") != "onnxruntime" or against.get("new") != "onnxruntime"):
+            old_ref, new_ref = against.get("old"), against.get("new")
+            per += f" [vs {old_ref}]" if old_ref == new_ref else f" [vs {old_ref} -> {new_ref}]"
         lines.append(
             f"{r['model']:<{w}} {r['backend']:<{b}} {lat['old_median_ms']:>9.3f} {lat['new_median_ms']:>9.3f} "
             f"{_percent(lat['change'], 'n/a'):>8} {interval_text(lat):<20} {verdict}{per}"

@@ -53,11 +53,32 @@ COLUMNS: tuple[str, ...] = (
     "cache_size_bytes",
     "validation_errors",
     "verdict_pass",
+    "verdict_rule",
+    "output_kind",
     "retries",
+    "reference",
+    "endpoint",
+    "host",
+    "transport",
 )
 
 # pandas' nullable dtypes keep integers integers and write an empty cell for a missing value.
-TEXT_COLUMNS = {"model", "family", "backend", "status", "error", "dataset", "labels", "validation_errors"}
+TEXT_COLUMNS = {
+    "model",
+    "family",
+    "backend",
+    "status",
+    "error",
+    "dataset",
+    "labels",
+    "validation_errors",
+    "reference",
+    "endpoint",
+    "host",
+    "transport",
+    "verdict_rule",
+    "output_kind",
+}
 INTEGER_COLUMNS = {
     "threads",
     "warmup_iterations",
@@ -140,7 +161,14 @@ def benchmark_row(rec: BenchmarkRow) -> dict[str, Any]:
         **_compilation(rec.compilation),
         "validation_errors": "; ".join(v.message for v in rec.violations) or None,
         "verdict_pass": rec.verdict and rec.verdict.passed,
+        "verdict_rule": rec.verdict and rec.verdict.rule_name,
+        "output_kind": rec.verdict and rec.verdict.output_kind,
         "retries": rec.retries and rec.retries.retries,
+        "reference": rec.reference,
+        # Where the backend ran: the lab device (or driver) name, its host and transport.
+        "endpoint": rec.endpoint and rec.endpoint.name,
+        "host": rec.endpoint and rec.endpoint.host,
+        "transport": rec.endpoint and rec.endpoint.transport,
     }
     if rec.reference_inexact:  # every row of the model, onnxruntime's own included
         row["reference_exact"] = False

@@ -30,6 +30,17 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f}%"
 
 
+def ms_text(value: float) -> str:
+    """Milliseconds: two decimals, three significant digits below 0.1 ms ("0.0213", not "0.02")."""
+    if value >= 100:
+        return f"{value:.1f}"
+    if value >= 0.1 or value <= 0:
+        return f"{value:.2f}"
+    if value < 1e-4:
+        return f"{value:.2e}"
+    return f"{value:.{2 - math.floor(math.log10(value))}f}"
+
+
 def _image_table(records: list[BenchmarkRow]) -> list[str]:
     """One line per model x backend: latency, top-k against the labels, error against onnxruntime.
 
@@ -43,23 +54,25 @@ def _image_table(records: list[BenchmarkRow]) -> list[str]:
     note under the model's first row says why), so its side is the suspect one.
     """
     w = max([26, *(len(r.model) for r in records)])
+    b = max([22, *(len(r.backend) for r in records)])
+    medians = [_median_text(r) for r in records]
+    m = max([24, *(len(t) for t in medians)])
     header = (
-        f"{'model':<{w}} {'backend':<22} {'iters':>5} {'median ms [95% CI]':>24} {'p90 ms':>9} "
+        f"{'model':<{w}} {'backend':<{b}} {'iters':>5} {'median ms [95% CI]':>{m}} {'p90 ms':>9} "
         f"{'top1':>6} {'top5':>6} {'max|err|':>9} {'CTS err':>8}"
     )
     lines = [header, "-" * len(header)]
     noted: set[str] = set()
+    unscored: set[str] = set()
     with_extensions: set[str] = set()
-    for r in records:
+    for r, median in zip(records, medians, strict=True):
         lat = r.latency_ms
         if not r.ok or lat is None:
-            lines.append(f"{r.model:<{w}} {r.backend:<22} ERROR {r.error or ''}")
+            lines.append(f"{r.model:<{w}} {r.backend:<{b}} ERROR {r.error or ''}")
             continue
         topk = r.evaluator("topk")
         ref = r.evaluator("vs_reference")
         ratio = None if ref is None else ref.cts_ratio
-        lo, hi = lat.median_ci95
-        median = f"{lat.median:.2f} [{lo:.2f}, {hi:.2f}]"
         if ref is not None and ref.max_quant_deviation is not None:
             err = f"{ref.max_quant_deviation:g}u"
         else:
@@ -67,17 +80,55 @@ def _image_table(records: list[BenchmarkRow]) -> list[str]:
         # "!": onnxruntime is not exact for this model on this CPU, so its side of the comparison is suspect.
         mark = "!" if r.reference_inexact else ""
         lines.append(
-            f"{r.model:<{w}} {r.backend:<22} {_fmt(r.iterations, 'd'):>5} {median:>24} {lat.p90:>9.2f} "
+            f"{r.model:<{w}} {r.backend:<{b}} {_fmt(r.iterations, 'd'):>5} {median:>{m}} {ms_text(lat.p90):>9} "
             f"{_percent(None if topk is None else topk.top1):>6} {_percent(None if topk is None else topk.top5):>6} "
             f"{err + mark:>9} {'-' if ratio is None else f'{ratio:.2f}x' + mark:>8}"
         )
+        if r.verdict is not None and r.verdict.rule_name:
+            kind = f", first output {r.verdict.output_kind}" if r.verdict.output_kind else ""
+            lines.append(f"  verdict: {'pass' if r.verdict.passed else 'FAIL'} ({r.verdict.rule_name}{kind})")
         lines += [f"  validation error: {e.message}" for e in r.violations]
+        if r.reference_unavailable and r.model not in unscored:
+            unscored.add(r.model)  # once per model, as the note below
+            lines.append(f"  no reference: {r.reference_unavailable}")
         if r.extensions and r.model not in with_extensions:
             with_extensions.add(r.model)
             lines.append(f"  vendor extensions used: {', '.join(r.extensions)}")
         if r.reference_inexact and r.model not in noted:
             noted.add(r.model)  # once per model: the note is the same on each of its rows
             lines.append(f"  ! reference: {r.reference_inexact}")
+    return lines
+
+
+def _median_text(r: BenchmarkRow) -> str:
+    lat = r.latency_ms
+    if not r.ok or lat is None:
+        return ""
+    lo, hi = lat.median_ci95
+    return f"{ms_text(lat.median)} [{ms_text(lo)}, {ms_text(hi)}]"
+
+
+def table_legend(records: Sequence[BenchmarkRow]) -> list[str]:
+    """The lines under the image models' table that say what its less obvious columns mean."""
+    quantized = any(
+        (ref := r.evaluator("vs_reference")) is not None and ref.max_quant_deviation is not None
+        for r in records
+    )
+    lines = [
+        "top1/top5: share of test images whose label (the golden output's arg-max) is among the model's 1/5 "
+        "highest scores.",
+        "max|err|: largest absolute error against onnxruntime"
+        + ("; for 8-bit models in quantized units (u)." if quantized else "."),
+        "CTS err: that error as a multiple of CTS's per-element tolerance (fp32: 1e-5 + 5.96e-7*|e|; 8-bit: "
+        "1 unit, 3 for MobileNets); a figure, not the verdict: a whole network usually lands above 1x.",
+    ]
+    if quantized:
+        lines.append(
+            "8-bit models: top1/top5 are against the float model's labels; with synthetic weights 8-bit rounding "
+            "moves many arg-maxes, so a low top1 is the network's, not the driver's (see docs/quantization.md)."
+        )
+    if any(r.reference_inexact for r in records):
+        lines.append("!: onnxruntime does not compute the model exactly on this CPU (the note says why).")
     return lines
 
 
@@ -142,7 +193,7 @@ def format_table(records: Sequence[Mapping | BenchmarkRow]) -> list[str]:
     lstm_models = {r.model for r in rows if r.step_wise}
     recurrent = [r for r in rows if r.model in lstm_models]
     images = [r for r in rows if r.model not in lstm_models]
-    lines = _image_table(images) if images else []
+    lines = _image_table(images) + ["", *table_legend(images)] if images else []
     if recurrent:
         lines += ([""] if lines else []) + _recurrent_table(recurrent)
     return lines

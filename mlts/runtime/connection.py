@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 from mlts.ipc import compact_calls, expected_wait, socket_polling, wire
+from mlts.runtime.keepalive import KeepAlive
 
 # How often a waiting reader checks that the driver still lives.
 _LIVENESS_POLL_S = 0.05
@@ -90,6 +91,13 @@ class ServiceConnection:
         # True once the driver's end went away by itself (it died or hung up), not because this side
         # stopped it (a call timeout, close()).
         self.driver_died = False
+        #: When this side last sent a call (time.monotonic()): a keep-alive pings a shared service that
+        #: would otherwise take the connection as idle (the hello says after how long).
+        self.last_sent = time.monotonic()
+        self.keepalive: KeepAlive | None = None
+        idle = (getattr(endpoint, "hello", None) or {}).get("idle_timeout")
+        if isinstance(idle, (int, float)) and not isinstance(idle, bool) and idle > 0:
+            self.keepalive = KeepAlive(self, float(idle))
 
     # ------------------------------------------------------------ sending
 
@@ -118,6 +126,7 @@ class ServiceConnection:
                 self._next_id += 1
                 slot = Slot(msg_id, method, on_notify)
                 self._slots[msg_id] = slot
+            self.last_sent = time.monotonic()
             try:
                 # Bounded: a driver that stops reading must not block the client forever.
                 if encoded:
@@ -156,6 +165,7 @@ class ServiceConnection:
             self._next_id += 1
             slot = Slot(msg_id, method, on_notify)
             self._slots[msg_id] = slot
+        self.last_sent = time.monotonic()
         try:
             wire.send_data(self.sock, wire.compact_frame_bytes(body(msg_id)), fds, timeout)
         except TimeoutError:
@@ -326,6 +336,8 @@ class ServiceConnection:
     def _fail(self, message: str) -> HalError:
         """Record the connection as unusable with `message`; fail every call in flight; return the error."""
         error = HalError(ErrorStatus.DEVICE_UNAVAILABLE, message)
+        if self.keepalive is not None:
+            self.keepalive.stop()
         with self._lock:
             if self.dead is None:
                 self.dead = error

@@ -11,7 +11,7 @@ from pathlib import Path
 from mlts.errors import InputError
 from mlts.hal import vlog
 from mlts.hal.interface import Device
-from mlts.hal.loader import device_classes, load_factory, load_file
+from mlts.hal.loader import device_classes, load_factory, load_file, unfinished_classes, unfinished_message
 from mlts.runtime.remote import RemoteDevice
 from mlts.runtime.shared import SharedEndpoint
 
@@ -67,12 +67,22 @@ def _add(specs: dict[str, DriverSpec], spec: DriverSpec) -> None:
 
 
 def plugin_specs(path: str | Path) -> list[DriverSpec]:
-    """One DriverSpec per Device subclass defined in the Python file `path`."""
+    """One DriverSpec per Device subclass defined in the Python file `path`.
+
+    A Device, PreparedModel, Burst or Buffer subclass of the file that leaves abstract methods undefined
+    (and that no other class of the file completes) is refused, naming the methods it lacks.
+    """
     resolved = Path(path).expanduser().resolve()
     module = load_file(resolved)
+    unfinished = unfinished_classes(module)
+    if unfinished:
+        raise DiscoveryError(f"driver plugin {str(path)!r}: " + unfinished_message(*unfinished[0]))
     classes = device_classes(module)
     if not classes:
-        raise DiscoveryError(f"driver plugin {str(path)!r} defines no Device subclass")
+        raise DiscoveryError(
+            f"driver plugin {str(path)!r} defines no Device subclass (a driver is a class that subclasses "
+            "mlts.hal.interface.Device; see docs/writing-a-driver.md)"
+        )
     specs = []
     for cls in classes:
         name = getattr(cls, "name", None)

@@ -15,6 +15,7 @@ from typing import Any
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 from mlts.ipc import wire
+from mlts.runtime import allowlist
 
 DEFAULT_START_TIMEOUT = 30.0
 DEFAULT_STOP_TIMEOUT = 5.0
@@ -63,10 +64,14 @@ def spawn_service(
 
     The service watches this process's pid and ends with it, even in the middle of a
     call; it runs in a new session, so a Ctrl-C meant for the client does not kill the
-    driver behind its back.
+    driver behind its back. It enforces the extensions allowlist this process selected
+    (`--extensions-allowlist`), if any.
     """
     cmd = [sys.executable, "-m", "mlts.ipc.service", "--factory", spec, "--name", label]
     cmd += ["--parent-pid", str(os.getpid())]
+    selected = allowlist.selected_file()
+    if selected is not None and "--extensions-allowlist" not in service_args:
+        cmd += ["--extensions-allowlist", os.path.abspath(selected)]
     for key, value in (options or {}).items():
         cmd += ["--option", f"{key}={value}"]
     cmd += list(service_args)

@@ -21,6 +21,7 @@ from typing import Any
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 from mlts.ipc import wire
+from mlts.ipc.peer import UNKNOWN_UID, credentials
 from mlts.runtime.process import (
     DEFAULT_START_TIMEOUT,
     DEFAULT_STOP_TIMEOUT,
@@ -32,6 +33,51 @@ from mlts.runtime.process import (
 
 def _unavailable(text: str) -> HalError:
     return HalError(ErrorStatus.DEVICE_UNAVAILABLE, text)
+
+
+def _connect(path: str, timeout: float) -> socket.socket:
+    """A socket connected to `path`. A full listen queue (EAGAIN: many clients connect at once) is
+    waited out until `timeout`; anything else is DEVICE_UNAVAILABLE at once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(path)
+            return sock
+        except BlockingIOError as e:
+            sock.close()
+            if time.monotonic() >= deadline:
+                raise _unavailable(
+                    f"the driver service at {path} accepts no connection ({e.strerror or e})"
+                ) from None
+            time.sleep(0.01)
+        except OSError as e:
+            sock.close()
+            raise _unavailable(f"no driver service listens on {path}: {e.strerror or e}") from None
+
+
+def check_service_peer(sock: socket.socket, path: str) -> int:
+    """The pid of the service at the other end of `sock`; DEVICE_UNAVAILABLE unless it runs as this user or
+    root (SO_PEERCRED, as the kernel recorded it when the service listened)."""
+    pid, uid, _ = credentials(sock)
+    me = os.geteuid()
+    if uid not in (me, 0):
+        who = "an unknown user" if uid == UNKNOWN_UID else f"uid {uid}"
+        raise _unavailable(
+            f"the process listening on {path} (pid {pid}) runs as {who}, neither this user (uid {me}) nor "
+            "root: nothing was sent to it (another user may have taken the socket path; serve the driver "
+            "from a folder only you can write)"
+        )
+    return pid
+
+
+def _refusal_status(value: object) -> ErrorStatus:
+    try:
+        status = ErrorStatus(value)  # type: ignore[arg-type]
+    except ValueError:
+        return ErrorStatus.DEVICE_UNAVAILABLE
+    return status if status != ErrorStatus.NONE else ErrorStatus.DEVICE_UNAVAILABLE
 
 
 def _pid_alive(pid: int) -> bool:
@@ -62,14 +108,18 @@ class SharedEndpoint:
 
     @classmethod
     def connect(cls, path: str, timeout: float = DEFAULT_START_TIMEOUT) -> SharedEndpoint:
-        """Connect to the service listening at `path` and read its hello."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        """Connect to the service listening at `path` and read its hello.
+
+        Before anything is sent or believed, the kernel's word on who listens (SO_PEERCRED) must be this
+        user or root: another user who bound the path first gets nothing (models, inputs) and is never
+        trusted for outputs.
+        """
+        sock = _connect(path, timeout)
         try:
-            sock.settimeout(timeout)
-            sock.connect(path)
-        except OSError as e:
+            pid = check_service_peer(sock, path)
+        except HalError:
             sock.close()
-            raise _unavailable(f"no driver service listens on {path}: {e.strerror or e}") from None
+            raise
         deadline = time.monotonic() + timeout
 
         def wait(partial: bool) -> None:
@@ -88,6 +138,12 @@ class SharedEndpoint:
             ) from None
         frame.close_fds()
         hello = frame.message
+        if hello.get("kind") == "refused":
+            sock.close()
+            raise HalError(
+                _refusal_status(hello.get("status")),
+                f"the service at {path} refused this connection: {str(hello.get('message'))[:300]}",
+            )
         protocol = hello.get("protocol")
         if (
             hello.get("kind") != "hello"
@@ -98,7 +154,9 @@ class SharedEndpoint:
             raise _unavailable(
                 f"{path} sent {str(hello)[:200]} instead of a hello for protocol {wire.PROTOCOL_VERSION[0]}.x"
             )
-        return cls(path, sock, hello)
+        endpoint = cls(path, sock, hello)
+        endpoint.pid = pid  # the kernel's word, not the hello's
+        return endpoint
 
     def alive(self) -> bool:
         return not self._closed and _pid_alive(self.pid)

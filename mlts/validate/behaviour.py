@@ -11,11 +11,15 @@
 - priorities: every priority prepares and gives the same results; a HIGH
   execution queued behind LOW ones of the same client overtakes them;
 - compilation cache, extensions and cross-client isolation:
-  `behaviour_isolation`.
+  `behaviour_isolation`;
+- the service under hostile clients (unsealed burst rings, a client that does
+  not read its replies, a quota hog): `behaviour_service`.
 
 The long-running model is a WHILE loop counting x up to a limit given as an
 input (about 0.1 ms per iteration on the sample driver), so durations are
-set by data, not by model size.
+set by data, not by model size. A case whose model uses an operation the
+driver does not claim (getSupportedOperations) is skipped, saying which, as
+VTS skips them: a driver need not run WHILE or float32 ADD.
 """
 
 from __future__ import annotations
@@ -29,17 +33,18 @@ from collections.abc import Callable
 from typing import Any
 
 from mlts.hal.codec import UINT64_MAX
-from mlts.hal.enums import ErrorStatus, MeasureTiming, Priority
+from mlts.hal.enums import ErrorStatus, MeasureTiming, OperationType, Priority
 from mlts.hal.errors import HalError
 from mlts.hal.types import Capabilities, Model, Request
 from mlts.runtime.execution import execute
-from mlts.validate import behaviour_isolation
+from mlts.validate import behaviour_isolation, behaviour_service
 from mlts.validate.behaviour_isolation import simple_case
 from mlts.validate.control_flow_mutations import while_model
 from mlts.validate.core import CaseBody, CaseResult, SuiteOptions, Target, run_case
 from mlts.validate.request_mutations import valid_request
 
 SUITE = "behaviour"
+Outcome = tuple[str, str] | str | None
 Emit = Callable[[CaseResult], None]
 MISSED = (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
 #: Iterations of the counting loop that make a "long" execution, and the deadline given to it.
@@ -111,8 +116,26 @@ def _difference(old: object, new: object) -> str:
     return f"{old!r:.120} then {new!r:.120}"
 
 
-def case_timing(target: Target, mode: str) -> str | None:
+def unclaimed(device: Any, model: Model, what: str) -> tuple[str, str] | None:
+    """("skip", why) when the driver does not claim every operation of `model`'s main subgraph, else None."""
+    claimed = device.getSupportedOperations(model)
+    if all(claimed):
+        return None
+    names = sorted(
+        {
+            OperationType(op.type).name if op.type in OperationType._value2member_map_ else str(op.type)
+            for op, ok in zip(model.main.operations, claimed, strict=True)
+            if not ok
+        }
+    )
+    return "skip", f"the driver does not support {', '.join(names)}, which {what} needs"
+
+
+def case_timing(target: Target, mode: str) -> Outcome:
     model, request = simple_case()
+    skip = unclaimed(target.device(), model, "the float32 ADD of this case")
+    if skip:
+        return skip
     prepared = target.device().prepareModel(model)
     try:
         plain = execute(prepared, request, MeasureTiming.NO, mode).timing
@@ -141,9 +164,12 @@ def _expect_missed(what: str, call: Callable[[], object]) -> str | None:
     return f"{what} succeeded although its deadline had passed"
 
 
-def case_deadline_prepare(target: Target) -> str | None:
+def case_deadline_prepare(target: Target) -> Outcome:
     model, _ = simple_case()
     device = target.device()
+    skip = unclaimed(device, model, "the float32 ADD of this case")
+    if skip:
+        return skip
     past = time.monotonic_ns() - 1_000_000
     result = _expect_missed(
         "prepareModel with a passed deadline", lambda: device.prepareModel(model, deadline=past)
@@ -155,8 +181,11 @@ def case_deadline_prepare(target: Target) -> str | None:
     return None
 
 
-def case_deadline_execute(target: Target, mode: str) -> str | None:
+def case_deadline_execute(target: Target, mode: str) -> Outcome:
     model, request = simple_case()
+    skip = unclaimed(target.device(), model, "the float32 ADD of this case")
+    if skip:
+        return skip
     prepared = target.device().prepareModel(model)
     try:
         past = time.monotonic_ns() - 1_000_000
@@ -172,9 +201,12 @@ def case_deadline_execute(target: Target, mode: str) -> str | None:
     return None
 
 
-def case_deadline_during(target: Target, mode: str) -> str | None:
+def case_deadline_during(target: Target, mode: str) -> Outcome:
     """A deadline that passes during a long execution: MISSED_DEADLINE_*, or the execution beat it."""
     model = while_model()
+    skip = unclaimed(target.device(), model, "the counting loop of this case")
+    if skip:
+        return skip
     prepared = target.device().prepareModel(model)
     try:
         request = counting_request(model, LONG_ITERATIONS)
@@ -194,8 +226,11 @@ def case_deadline_during(target: Target, mode: str) -> str | None:
     return None
 
 
-def case_loop_timeout(target: Target) -> str | None:
+def case_loop_timeout(target: Target) -> Outcome:
     model = while_model()
+    skip = unclaimed(target.device(), model, "the counting loop of this case")
+    if skip:
+        return skip
     prepared = target.device().prepareModel(model)
     try:
         request = counting_request(model, 1e9)
@@ -207,9 +242,12 @@ def case_loop_timeout(target: Target) -> str | None:
         prepared.close()
 
 
-def case_priorities_accepted(target: Target) -> str | None:
+def case_priorities_accepted(target: Target) -> Outcome:
     model, request = simple_case()
     device = target.device()
+    skip = unclaimed(device, model, "the float32 ADD of this case")
+    if skip:
+        return skip
     results = []
     for priority in Priority:
         prepared = device.prepareModel(model, priority=priority)
@@ -228,7 +266,7 @@ PRIORITY_EXECUTION_S = 0.1
 PRIORITY_MAX_COUNT = 1_000_000
 
 
-def case_priority_order(target: Target) -> str | None:
+def case_priority_order(target: Target) -> Outcome:
     """A HIGH execution queued behind LOW executions of the same client must not finish last.
 
     The executions are launched asynchronously, LOW ones first: each launch returns once the service
@@ -236,6 +274,9 @@ def case_priority_order(target: Target) -> str | None:
     """
     model = while_model()
     device = target.device()
+    skip = unclaimed(device, model, "the counting loop of this case")
+    if skip:
+        return skip
     low = device.prepareModel(model, priority=Priority.LOW)
     high = device.prepareModel(model, priority=Priority.HIGH)
     n_low = 6
@@ -303,6 +344,7 @@ def run(target: Target, options: SuiteOptions, emit: Emit) -> None:
             ),
         ]
     cases += behaviour_isolation.cases(target, options)
+    cases += behaviour_service.cases(target, options)
     for name, body in cases:
         if options.wants(name):
             run_case(target, SUITE, name, body, emit)

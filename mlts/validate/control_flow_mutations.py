@@ -13,7 +13,9 @@ from dataclasses import replace
 from mlts.hal.enums import OperandLifeTime as L
 from mlts.hal.enums import OperandType as T
 from mlts.hal.enums import OperationType as Op
-from mlts.hal.types import DataLocation, Model, Operand, Operation, Subgraph
+from mlts.hal.memory import SharedMemory
+from mlts.hal.types import DataLocation, Model, Operand, Operation, Request, RequestArgument, Subgraph
+from mlts.hal.validate import MAX_NESTING
 from mlts.validate.mutations import Mutant, retyped
 
 F32, B8 = T.TENSOR_FLOAT32, T.TENSOR_BOOL8
@@ -58,6 +60,19 @@ def if_model(dims: tuple[int, ...] = (2,)) -> Model:
     return Model(main, (_binary(Op.ADD, dims), _binary(Op.MUL, dims)), _VALUES)
 
 
+def nested_if_model(depth: int) -> Model:
+    """IF operations nested `depth` levels deep: each level's branches are the next level, the last
+    one adds x to itself (BOOL8 [1] condition, float32 [1] x); the result is 2x."""
+    cond, x = _t(B8, (1,), IN), _t(F32, (1,), IN)
+    leaf = _sub([cond, x, _NO_ACT, _t(F32, (1,), OUT)], [(Op.ADD, (1, 1, 2), (3,))])
+
+    def level(child: int) -> Subgraph:
+        return _sub([cond, x, _ref(child), _ref(child), _t(F32, (1,), OUT)], [(Op.IF, (0, 2, 3, 0, 1), (4,))])
+
+    referenced = [level(k + 1) for k in range(depth - 1)] + [leaf]
+    return Model(level(0), tuple(referenced), _VALUES)
+
+
 def while_model() -> Model:
     """while x < limit: x = x + 1 (float32 [1]); outputs x."""
     cond = _sub([_t(F32, (1,), IN), _t(F32, (1,), IN), _t(B8, (1,), OUT)], [(Op.LESS, (0, 1), (2,))])
@@ -69,6 +84,45 @@ def while_model() -> Model:
         [(Op.WHILE, (0, 1, 2, 3), (4,))],
     )
     return Model(main, (cond, body), _VALUES)
+
+
+def doubling_while_model() -> Model:
+    """while i < limit: x = CONCATENATION(x, x); i = i + 1 (float32; x of unknown length): the tensor
+    doubles each iteration, so a driver must stop it at its memory budget (a memory bomb of 4 KiB)."""
+    x, i, limit = _t(F32, (0,), IN), _t(F32, (1,), IN), _t(F32, (1,), IN)
+    cond = _sub([x, i, limit, _t(B8, (1,), OUT)], [(Op.LESS, (1, 2), (3,))])
+    # _NO_ACT (INT32 0) is CONCATENATION's axis as well as ADD's activation.
+    body = _sub(
+        [x, i, limit, _NO_ACT, _ONE, _t(F32, (0,), OUT), _t(F32, (1,), OUT)],
+        [(Op.CONCATENATION, (0, 0, 3), (5,)), (Op.ADD, (1, 4, 3), (6,))],
+    )
+    main = _sub(
+        [_ref(0), _ref(1), x, i, limit, _t(F32, (0,), OUT), _t(F32, (1,), OUT)],
+        [(Op.WHILE, (0, 1, 2, 3, 4), (5, 6))],
+    )
+    return Model(main, (cond, body), _VALUES)
+
+
+def doubling_request(elements: int, iterations: int, output_elements: int | None = None) -> Request:
+    """A request for `doubling_while_model`: x of `elements` zeros doubled `iterations` times, into an
+    output of `output_elements` floats (default: exactly the result's)."""
+    out = elements << iterations if output_elements is None else output_elements
+    x_bytes = 4 * elements
+    inputs = SharedMemory.create(x_bytes + 8, "mlts-validate-in")
+    struct.pack_into("<ff", inputs.buffer, x_bytes, 0.0, float(iterations))
+    outputs = SharedMemory.create(4 * out + 4, "mlts-validate-out")
+    return Request(
+        (
+            RequestArgument(False, DataLocation(0, 0, x_bytes), (elements,)),
+            RequestArgument(False, DataLocation(0, x_bytes, 4)),
+            RequestArgument(False, DataLocation(0, x_bytes + 4, 4)),
+        ),
+        (
+            RequestArgument(False, DataLocation(1, 0, 4 * out)),
+            RequestArgument(False, DataLocation(1, 4 * out, 4)),
+        ),
+        (inputs, outputs),
+    )
 
 
 def _set_ref(model: Model, index: int, sub: Subgraph) -> Model:
@@ -118,6 +172,11 @@ def if_mutants(model: Model | None = None) -> Iterator[Mutant]:
     )
     # The then branch becomes a copy of main: subgraph 0 references itself.
     yield Mutant("subgraph reference", "a subgraph that references itself", _set_ref(model, 0, main))
+    yield Mutant(
+        "IF nesting",
+        f"IF nested {MAX_NESTING + 1} levels deep (at most {MAX_NESTING})",
+        nested_if_model(MAX_NESTING + 1),
+    )
 
 
 def while_mutants(model: Model | None = None) -> Iterator[Mutant]:

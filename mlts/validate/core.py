@@ -14,9 +14,10 @@ import importlib
 import os
 import re
 import time
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
@@ -35,6 +36,7 @@ SUITES: Mapping[str, str] = {
     "operations": "mlts.validate.operations",
     "behaviour": "mlts.validate.behaviour",
     "fuzz": "mlts.validate.fuzz",
+    "model": "mlts.validate.models",
 }
 #: The suites a run without --suite runs, in this order.
 DEFAULT_SUITES = ("validation", "operations", "behaviour", "fuzz")
@@ -63,10 +65,40 @@ class SuiteOptions:
     filter: str | None = None
     #: Seconds one driver call may take before it counts as a hang.
     call_timeout: float = DEFAULT_CALL_TIMEOUT
+    #: (k, n): run only the cases of case group shard k of n (a cluster spreads a suite over n units).
+    shard: tuple[int, int] | None = None
+    #: The `model` suite: the user's model files, and their --input-shape / --input-value (plain data).
+    models: tuple[str, ...] = ()
+    input_shapes: Mapping[str, list[int]] = field(default_factory=dict)
+    input_values: Mapping[str, Any] = field(default_factory=dict)
 
     def wants(self, name: str) -> bool:
-        """Whether case `name` passes the --filter regex (re.search)."""
-        return self.filter is None or re.search(self.filter, name) is not None
+        """Whether case `name` passes the --filter regex (re.search) and belongs to this run's shard."""
+        if self.filter is not None and re.search(self.filter, name) is None:
+            return False
+        return self.shard is None or case_shard(name, self.shard[1]) == self.shard[0]
+
+    def wants_group(self, group: str) -> bool:
+        """Whether case group `group` (see `case_group`) belongs to this run's shard: a suite skips
+        building the cases of another shard's groups."""
+        return self.shard is None or zlib.crc32(group.encode("utf-8")) % self.shard[1] == self.shard[0]
+
+    def unsharded(self) -> SuiteOptions:
+        """These options for the whole suite (what a run without a cluster would get)."""
+        return replace(self, shard=None)
+
+
+def case_group(name: str) -> str:
+    """The group a case belongs to: its subject (before the first ": ", or the first "/" when there is
+    none), without a trailing "[path]": the cases of one operation and type, one request subject or one
+    fuzz target stay together, so a shard builds each model once."""
+    head = name.split(": ", 1)[0] if ": " in name else name.split("/", 1)[0]
+    return re.sub(r"\s*\[[^\]]*\]$", "", head)
+
+
+def case_shard(name: str, shards: int) -> int:
+    """The shard (0 .. shards-1) of case `name`: a stable hash of its group, the same on every machine."""
+    return zlib.crc32(case_group(name).encode("utf-8")) % shards
 
 
 def load_suite(name: str) -> ModuleType:

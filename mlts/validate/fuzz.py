@@ -1,6 +1,8 @@
-"""The `fuzz` suite: models, requests, wire frames and burst rings, mutated, in-process and on the driver.
+"""The `fuzz` suite: models, requests, wire frames and burst rings, mutated, in-process and on the driver;
+and hostile clients of the driver's service (`fuzz_clients`: unsealed rings shrunk under a burst,
+clients that do not read their replies, buffer and connection hogs), on the service only.
 
-For each target (`fuzz_targets`) two campaigns run from the same seeds:
+For each decoder target (`fuzz_targets`) two campaigns run from the same seeds:
 
 - in-process, through the functions the service decodes and validates that input with:
   coverage-guided by atheris when it is installed (`pip install 'mlts[fuzz]'`; the run is a
@@ -26,10 +28,14 @@ from collections.abc import Callable
 
 from mlts.hal import codec, nnfile
 from mlts.hal.memory import HostMemory
-from mlts.validate import fuzz_atheris, reproducer
+from mlts.validate import fuzz_atheris, fuzz_targets, reproducer
 from mlts.validate.core import CaseResult, SuiteOptions, Target
-from mlts.validate.fuzz_targets import TARGETS, Finding, ServiceContext
+from mlts.validate.fuzz_clients import ClientTarget
+from mlts.validate.fuzz_targets import Finding, ServiceContext
 from mlts.validate.fuzz_targets import Target as FuzzTarget
+
+#: Every target by name: the decoders' four, then hostile clients of the service.
+TARGETS: dict[str, type[FuzzTarget]] = {**fuzz_targets.TARGETS, ClientTarget.name: ClientTarget}
 
 SUITE = "fuzz"
 QUICK_CASES = 2000
@@ -77,21 +83,29 @@ def _budgets(options: SuiteOptions, campaigns: int) -> tuple[int | None, float |
 
 def run(target: Target, options: SuiteOptions, emit: Callable[[CaseResult], None]) -> None:
     """Run the fuzz campaigns on `target`; one case per campaign plus one per distinct finding."""
-    plan = [(n, [e for e in ("in-process", "service") if options.wants(f"{n}/{e}")]) for n in TARGETS]
+    whole = options.unsharded()
+    plan = [(n, [e for e in TARGETS[n].engines if whole.wants(f"{n}/{e}")]) for n in TARGETS]
     plan = [(n, engines) for n, engines in plan if engines]
+    # Budgets and seeds come from the whole suite's plan, so a shard's campaigns are the same ones.
     cases, seconds = _budgets(options, max(1, len(plan)))  # per target
     ctx = ServiceContext(target, min(target.call_timeout, 10.0))
-    for k, (name, engines) in enumerate(plan):
+    for k, (name, all_engines) in enumerate(plan):
+        engines = [e for e in all_engines if options.wants(f"{name}/{e}")]
+        if not engines:
+            continue
         fuzz_target = TARGETS[name]()
         seed = options.seed * 1_000_003 + k
         # A target's budget: 80% in-process and 20% on the service when both run.
         share = (
             {"in-process": 1 - SERVICE_SHARE, "service": SERVICE_SHARE}
-            if len(engines) == 2
-            else {engines[0]: 1.0}
+            if len(all_engines) == 2
+            else {all_engines[0]: 1.0}
         )
         for engine in engines:
             n_cases = None if cases is None else max(1, int(cases * share[engine]))
+            if fuzz_target.max_inputs is not None:
+                most = fuzz_target.max_inputs[0 if options.quick else 1]
+                n_cases = most if n_cases is None else min(n_cases, most)
             n_seconds = None if seconds is None else seconds * share[engine]
             if engine == "in-process":
                 _in_process(target, fuzz_target, Budget(n_cases, n_seconds), seed, emit)
@@ -219,6 +233,10 @@ def save_finding(out_dir: str, kind: str, case: str, f: Finding) -> tuple[str | 
         return reproducer.save(out_dir, SUITE, case, "frame", data=f.data, expect=expect, note=note), ""
     if kind == "rings":
         return reproducer.save(out_dir, SUITE, case, "ring", data=f.data, expect=expect, note=note), ""
+    if kind == "clients":
+        return _raw(
+            out_dir, case, f.data, ".clients", note
+        ), "a client behaviour (not replayable; see the note)"
     if kind == "models":
         try:
             model = nnfile.decode(f.data).model

@@ -78,6 +78,11 @@ class Target:
     """A kind of input; subclasses give seeds, mutation and the two ways to run one."""
 
     name = ""
+    #: The campaigns this kind of input has (a target about the service alone has no in-process one).
+    engines: tuple[str, ...] = ("in-process", "service")
+    #: At most this many inputs per campaign (quick, full), None: the suite's share; for inputs that
+    #: are each a whole client's life.
+    max_inputs: tuple[int, int] | None = None
 
     def __init__(self) -> None:
         self.seeds: list[bytes] = []

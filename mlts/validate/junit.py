@@ -37,7 +37,8 @@ def junit_xml(section: ValidateSection) -> bytes:
                 node,
                 "testcase",
                 name=case.name,
-                classname=f"mlts.validate.{suite}",
+                # A lab run's cases are told apart by their device.
+                classname=f"mlts.validate.{suite}" + (f".{case.device}" if case.device else ""),
                 time=f"{case.seconds:.3f}",
             )
             text = case.reason + (f"\nreproducer: {case.reproducer}" if case.reproducer else "")

@@ -27,7 +27,11 @@ the data file and runs the case again. The sidecar (docs/validate.md):
 checks the status (getSupportedOperations too when "check" is "supported"),
 "request" prepares it and runs the request, "frame" and "ring" send raw bytes
 and check the driver stays alive. Everything read here is untrusted: sizes
-are checked before anything is allocated.
+are checked before anything is allocated, files are read only when they are
+regular files of bounded size (a FIFO or a device is refused at once), a .nnm
+file's header is checked before the rest is read, JSON nested too deeply is a
+one-line error, and a request may name at most MAX_POOLS pools (one frame
+carries at most that many file descriptors) of MAX_DATA_BYTES in all.
 """
 
 from __future__ import annotations
@@ -41,10 +45,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlts.hal import codec, nnfile
+from mlts.hal import codec, files, nnfile
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.memory import SharedMemory
 from mlts.hal.types import Model, Request
+from mlts.ipc.wire import MAX_FDS
 
 FORMAT = "mlts-validate-reproducer"
 VERSION = 1
@@ -59,6 +64,10 @@ REPLAYERS: dict[str, str] = {
 DATA_SUFFIX = {"frame": ".frame", "ring": ".ring"}
 MAX_SIDECAR_BYTES = 64 << 20
 MAX_DATA_BYTES = 256 << 20
+#: The largest model file a reproducer may name (its header is checked before it is read).
+MAX_MODEL_BYTES = MAX_DATA_BYTES
+#: Pools of a saved request: each is a shared memory sent with the call, at most one frame's fds.
+MAX_POOLS = MAX_FDS
 _KEYS = frozenset(
     {"format", "version", "suite", "case", "kind", "model", "data", "raw", "prepare", "request"}
     | {"execution", "expect", "note", "check"}
@@ -124,28 +133,59 @@ def request_to_doc(request: Request) -> dict[str, Any]:
 
 
 def request_from_doc(doc: Any, where: str = "request") -> Request:
-    """The inverse of `request_to_doc`: pools become shared memory (every path takes it) with the saved contents."""
-    descs = codec.request_pool_descs(doc, where)
-    pools: list[Any] = []
+    """The inverse of `request_to_doc`: pools become shared memory (every path takes it) with the saved contents.
+
+    The pools' count (at most MAX_POOLS) and sizes (MAX_DATA_BYTES in all) are checked before any is made.
+    """
+    try:
+        descs = codec.request_pool_descs(doc, where)
+    except RecursionError:
+        raise ReproducerError(f"{where} is nested too deeply") from None
+    except Exception as e:
+        raise ReproducerError(f"{where}: {getattr(e, 'message', e)}") from None
+    if len(descs) > MAX_POOLS:
+        raise ReproducerError(
+            f"{where}.pools has {len(descs)} pools; at most {MAX_POOLS} are supported (one call carries at "
+            f"most {MAX_FDS} file descriptors)"
+        )
+    total = 0
     for i, d in enumerate(descs):
         if "token" in d:
-            pools.append(d["token"] if type(d["token"]) is int else -1)
             continue
         size = d.get("size")
         if type(size) is not int or not 0 <= size <= MAX_DATA_BYTES:
             raise ReproducerError(f"{where}.pools[{i}].size must be a byte count up to {MAX_DATA_BYTES}")
-        memory = SharedMemory.create(max(size, 1), "mlts-replay")
-        if d.get("data") is not None:
-            raw = _b64(d["data"], f"{where}.pools[{i}].data")
-            if len(raw) != size:
-                memory.close()
-                raise ReproducerError(f"{where}.pools[{i}]: data has {len(raw)} bytes, size says {size}")
-            memory.buffer[: len(raw)] = raw
-        pools.append(memory)
+        total += size
+    if total > MAX_DATA_BYTES:
+        raise ReproducerError(
+            f"{where}.pools hold {total} bytes in all; at most {MAX_DATA_BYTES} are supported"
+        )
+    pools: list[Any] = []
     try:
+        for i, d in enumerate(descs):
+            if "token" in d:
+                pools.append(d["token"] if type(d["token"]) is int else -1)
+                continue
+            size = d["size"]
+            memory = SharedMemory.create(max(size, 1), "mlts-replay")
+            pools.append(memory)
+            if d.get("data") is not None:
+                raw = _b64(d["data"], f"{where}.pools[{i}].data")
+                if len(raw) != size:
+                    raise ReproducerError(f"{where}.pools[{i}]: data has {len(raw)} bytes, size says {size}")
+                memory.buffer[: len(raw)] = raw
         return codec.request_from_dict(doc, pools, where)
-    except Exception as e:
-        raise ReproducerError(f"{where}: {getattr(e, 'message', e)}") from None
+    except BaseException as e:
+        for pool in pools:
+            if isinstance(pool, SharedMemory):
+                pool.close()
+        if isinstance(e, ReproducerError):
+            raise
+        if isinstance(e, RecursionError):
+            raise ReproducerError(f"{where} is nested too deeply") from None
+        if isinstance(e, Exception):
+            raise ReproducerError(f"{where}: {getattr(e, 'message', e)}") from None
+        raise
 
 
 def _b64(text: Any, where: str) -> bytes:
@@ -223,20 +263,37 @@ def _sidecar_for(path: str) -> str | None:
 
 
 def _read_bounded(path: str, limit: int, what: str) -> bytes:
+    """The bytes of regular file `path`, at most `limit` of them (checked before reading)."""
     try:
-        size = os.path.getsize(path)
-        if size > limit:
-            raise ReproducerError(f"{what} {path} is {size} bytes; at most {limit} are read")
-        with open(path, "rb") as f:
+        fd, _ = files.open_regular(path, what=f"the {what}", limit=limit)
+        with os.fdopen(fd, "rb") as f:
             return f.read(limit + 1)
     except OSError as e:
         raise ReproducerError(f"cannot read {what} {path}: {e.strerror or e}") from None
 
 
 def _load_model(path: str) -> Model:
+    """The model of .nnm file `path`: a regular file of at most MAX_MODEL_BYTES whose header is checked
+    before the rest is read."""
     try:
-        return nnfile.load(path, use_mmap=False).model
-    except (ValueError, OSError) as e:
+        fd, size = files.open_regular(path, what="a .nnm model", limit=MAX_MODEL_BYTES)
+    except OSError as e:
+        raise ReproducerError(f"{path} is not a readable .nnm model: {e.strerror or e}") from None
+    with os.fdopen(fd, "rb") as f:
+        head = f.read(nnfile.HEADER_SIZE)
+        if head[: len(nnfile.MAGIC)] != nnfile.MAGIC:
+            raise ReproducerError(
+                f"{path} is not a readable .nnm model: not an mlts .nnm file (its first bytes are "
+                f"{head[: len(nnfile.MAGIC)]!r}, expected {nnfile.MAGIC!r})"
+            )
+        data = head + f.read(size + 1 - len(head))
+    try:
+        return nnfile.decode(data, name=path).model
+    except RecursionError:
+        raise ReproducerError(
+            f"{path} is not a readable .nnm model: its metadata is nested too deeply"
+        ) from None
+    except ValueError as e:
         raise ReproducerError(
             f"{path} is not a readable .nnm model: {getattr(e, 'problem', None) or e}"
         ) from None
@@ -254,6 +311,8 @@ def load(path: str) -> Reproducer:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ReproducerError(f"{sidecar} is not a reproducer (not JSON: {e})") from None
+    except RecursionError:
+        raise ReproducerError(f"{sidecar} is not a reproducer (its JSON is nested too deeply)") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ReproducerError(f"{sidecar} is not a reproducer (format is not {FORMAT!r})")
     if doc.get("version") != VERSION:

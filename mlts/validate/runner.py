@@ -59,6 +59,8 @@ def run_suites(
         cases=tuple(cases),
         seconds=time.perf_counter() - t0,
         restarts=target.restarts,
-        options={k: v for k, v in asdict(options).items()},
+        options={
+            k: v for k, v in asdict(options).items() if k != "shard"
+        },  # a shard is the cluster's business
         errors=tuple(errors),
     )

@@ -169,14 +169,19 @@ def _request_case(
 
 
 def model_sources(
-    claimed: list[tuple[int, int, bool]], quick: bool
+    claimed: list[tuple[int, int, bool]], quick: bool, wanted: Callable[[str], bool] = lambda subject: True
 ) -> Iterator[tuple[str, Model, list[Mutant]]]:
-    """(subject, valid model, judged mutants) for the per-operation and the base-model mutations."""
+    """(subject, valid model, judged mutants) for the per-operation and the base-model mutations, of the
+    subjects `wanted` accepts (a cluster shard builds only its own)."""
     for op, key, per_channel in claimed:
+        if not wanted(probe_label(op, key, per_channel)):
+            continue
         model = opprobe.probe_model(op, key, per_channel)
         yield probe_label(op, key, per_channel), model, list(judge(operation_mutants(model)))
     for op, key, per_channel in BASE_MODELS:
         if (op, key, per_channel) not in claimed and (op, key, False) not in claimed:
+            continue
+        if not wanted(f"model {probe_label(op, key, per_channel)}"):
             continue
         model = opprobe.probe_model(op, key, per_channel)
         operands = range(len(model.main.operands)) if not quick else model.main.operations[0].inputs[:3]
@@ -186,6 +191,8 @@ def model_sources(
         (OperationType.IF, if_model, if_mutants),
         (OperationType.WHILE, while_model, while_mutants),
     ):
+        if not wanted(f"{op.name}/TENSOR_FLOAT32"):
+            continue
         model = make()
         mutants = list(judge(more(model)))
         if not quick:
@@ -217,7 +224,7 @@ def run(target: Target, options: SuiteOptions, emit: Emit) -> None:
             )
     rules: set[str] = set()
     tried = 0
-    for subject, _model, mutants in model_sources(claimed, options.quick):
+    for subject, _model, mutants in model_sources(claimed, options.quick, options.wants_group):
         seen: set[tuple[str, str]] = set()
         for mutant in mutants:
             if options.quick and (mutant.family, mutant.rule) in seen:
@@ -231,8 +238,10 @@ def run(target: Target, options: SuiteOptions, emit: Emit) -> None:
     for op, key, per_channel in BASE_MODELS:
         if (op, key, per_channel) not in claimed and (op, key, False) not in claimed:
             continue
-        model = opprobe.probe_model(op, key, per_channel)
         subject = f"request {probe_label(op, key, per_channel)}"
+        if not options.wants_group(subject):
+            continue
+        model = opprobe.probe_model(op, key, per_channel)
         bad_requests = list(judge_requests(request_mutants(model, valid_request(model)), model))
         for mode in target.paths:
             box: dict = {}

@@ -81,8 +81,13 @@ def test_table_shows_quantized_units_top_k_and_the_median_interval():
         },
         "validation_errors": ["top-1 accuracy 0.750 is more than 0.05 below the reference's 0.810"],
     }
-    header, _, line, error = format_table([row])
+    header, _, line, error, blank, *legend = format_table([row])
     assert "top1" in header and "mobilenet_v1_0.25_128_quant_perchannel" in line
     assert "2u" in line and "0.67x" in line and "75.0%" in line and "87.5%" in line
     assert "1.00 [0.90, 1.25]" in line
     assert "validation error: top-1 accuracy 0.750" in error
+    # Under the table: what the less obvious columns mean, the quantized units and the 8-bit top-1.
+    assert blank == "" and any(t.startswith("CTS err: ") for t in legend)
+    assert any("quantized units (u)" in t for t in legend) and any(
+        t.startswith("8-bit models:") for t in legend
+    )

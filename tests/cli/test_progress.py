@@ -95,5 +95,6 @@ def test_off_a_terminal_a_long_phase_prints_a_status_line_periodically(monkeypat
     # One line for the phase, then one per PLAIN_PERIOD_S (15 s) of the 100 s phase, never more.
     assert lines[0] == "  model 1 of 1 · m · golden outputs"
     assert len(lines) == 1 + int(100 // _progress.PLAIN_PERIOD_S)
-    assert lines[1] == "  model 1 of 1 · m · golden outputs (15/100) · 0:15 elapsed, ETA 1:45"
+    # ETA: the phase's 85 steps left at 1 s each, then the 2 planned runs of 60 s.
+    assert lines[1] == "  model 1 of 1 · m · golden outputs (15/100) · 0:15 elapsed, ETA 3:25"
     assert "\r" not in out.getvalue()

@@ -33,6 +33,11 @@ class Case:
     outputs: tuple[str, ...] = NAMES
     x_scale: float = 1.0  # larger inputs drive Relu cells past 6 (a RELU6 would differ)
     seed: int = 0
+    direction: str = "forward"
+
+    @property
+    def dirs(self) -> int:
+        return 2 if self.direction == "bidirectional" else 1
 
 
 def _batch_first(a: np.ndarray) -> np.ndarray:
@@ -44,12 +49,13 @@ def lstm_model(c: Case) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """The model and its feeds; every random array is drawn in the same order for every variant."""
     rng = np.random.default_rng(c.seed)
     h, i = c.units, c.inputs
-    w = (rng.standard_normal((1, 4 * h, i)) / np.sqrt(i)).astype(np.float32)
-    r = (rng.standard_normal((1, 4 * h, h)) / np.sqrt(h)).astype(np.float32)
-    b = (rng.standard_normal((1, 8 * h)) * 0.5).astype(np.float32)
-    p = (rng.standard_normal((1, 3 * h)) * 0.5).astype(np.float32)
+    d = c.dirs
+    w = (rng.standard_normal((d, 4 * h, i)) / np.sqrt(i)).astype(np.float32)
+    r = (rng.standard_normal((d, 4 * h, h)) / np.sqrt(h)).astype(np.float32)
+    b = (rng.standard_normal((d, 8 * h)) * 0.5).astype(np.float32)
+    p = (rng.standard_normal((d, 3 * h)) * 0.5).astype(np.float32)
     x = (rng.standard_normal((c.steps, c.batch, i)) * c.x_scale).astype(np.float32)
-    h0, c0 = (rng.standard_normal((1, c.batch, h)).astype(np.float32) for _ in range(2))
+    h0, c0 = (rng.standard_normal((d, c.batch, h)).astype(np.float32) for _ in range(2))
     if c.layout == 1:
         x, h0, c0 = _batch_first(x), _batch_first(h0), _batch_first(c0)
     inits = {"W": w, "R": r}
@@ -86,6 +92,8 @@ def _attrs(c: Case) -> dict:
         a["input_forget"] = c.input_forget
     if c.layout:
         a["layout"] = c.layout
+    if c.direction != "forward":
+        a["direction"] = c.direction
     return a
 
 

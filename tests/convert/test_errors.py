@@ -84,9 +84,11 @@ def test_bad_auto_pad_and_reflect_pad() -> None:
         [N("Pad", ["x", "p"], ["y"], mode="reflect", name="p")],
         {"x": [1, 4]},
         ["y"],
-        {"p": np.array([0, 1, 0, 1])},
+        {"p": np.array([0, 4, 0, 0])},
     )
-    assert "mode 'reflect'; only mode 'constant'" in error_of(pad)
+    msg = error_of(pad)
+    assert msg.startswith("Pad node 'p': mode 'reflect' pads axis 1 of size 4 by 4 and 0")
+    assert "at most 3" in msg
 
 
 def test_pool_dilation_and_symbolic_spatial_dims() -> None:

@@ -173,10 +173,38 @@ def _with_attrs(c: Case, **extra) -> onnx.ModelProto:
     return model
 
 
-def test_direction_other_than_forward_is_refused() -> None:
-    for direction in ("reverse", "bidirectional"):
-        msg = error_of(_with_attrs(Case(3, 1, 2, 3), direction=direction))
-        assert msg.startswith(f"LSTM node 'lstm' has direction '{direction}'; only 'forward' is supported")
+DIRECTION_CASES = {
+    "reverse_t5": Case(5, 2, 4, 5, direction="reverse", peep=True, init="input"),
+    "reverse_t1": Case(1, 2, 4, 5, direction="reverse", init="const"),
+    "bidirectional_t6": Case(6, 2, 4, 5, direction="bidirectional", peep=True, init="input"),
+    "bidirectional_const_init": Case(4, 3, 6, 8, direction="bidirectional", init="const"),
+    "bidirectional_no_init_only_y": Case(5, 1, 3, 4, direction="bidirectional", outputs=("Y",)),
+    "bidirectional_only_states": Case(
+        5, 2, 3, 4, direction="bidirectional", init="input", outputs=("Y_h", "Y_c")
+    ),
+    "bidirectional_layout1": Case(6, 2, 4, 5, direction="bidirectional", layout=1, init="input"),
+    "reverse_layout1": Case(6, 3, 4, 5, direction="reverse", layout=1, init="input"),
+    "bidirectional_cifg": Case(5, 2, 4, 5, direction="bidirectional", input_forget=1, init="input"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DIRECTION_CASES))
+def test_reverse_and_bidirectional_match_onnxruntime(name: str) -> None:
+    """One UNIDIRECTIONAL_SEQUENCE_LSTM per direction; reverse ones read the sequence reversed in time."""
+    c = DIRECTION_CASES[name]
+    model, feeds = lstm_model(c)
+    conv, actual = run_converted(model, feeds)
+    expected = reference(c)
+    assert len(actual) == len(expected) == len(c.outputs)
+    for a, e in zip(actual, expected, strict=True):
+        assert_close(a, e, atol=ATOL, rtol=RTOL)
+    kinds = [op.type for op in lstm_operations(conv)]
+    assert kinds == [OperationType.UNIDIRECTIONAL_SEQUENCE_LSTM] * c.dirs
+
+
+def test_unknown_direction_is_refused() -> None:
+    msg = error_of(_with_attrs(Case(3, 1, 2, 3), direction="sideways"))
+    assert msg.startswith("LSTM node 'lstm' has direction 'sideways'; ONNX directions are forward, reverse")
 
 
 @pytest.mark.parametrize(

@@ -279,5 +279,5 @@ def test_slice_refusals() -> None:
     assert (
         msg
         == "Slice node 'slice': starts 'st' is a graph input, fed at run time; the converter needs starts as a "
-        "constant fixed in the model (an initializer)"
+        "constant fixed in the model (an initializer): fix its value with --input-value st=V (input_values)"
     )

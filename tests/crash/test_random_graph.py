@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import time
 
 import numpy as np
 import pytest
@@ -200,9 +199,7 @@ def test_six_hundred_operation_models_generate_fast_and_run():
     device = SampleAll()
     spec = GraphSpec(600)
     for seed in (0, 1, 2):
-        start = time.perf_counter()
-        model = random_model(seed, spec)
-        assert time.perf_counter() - start < 1.0
+        model = random_model(seed, spec)  # its speed (1 s budget): benchmarks/speed_budgets.py
         validate_model(model)
         assert len(model.main.operations) == 600
         inputs = random_inputs(model, seed)

@@ -79,19 +79,60 @@ def test_golden_outputs_are_cached_and_a_corrupt_cache_is_rebuilt(tmp_path, monk
     steps: list[tuple[int, int]] = []
     first = golden.golden_outputs(model, feeds, "tiny", lambda done, total: steps.append((done, total)))
     assert steps == [(1, 2), (2, 2)]  # each feed of the long float64 run is a step
-    (path,) = (tmp_path / "golden").glob("tiny.*.npz")
+    (folder,) = [p for p in (tmp_path / "golden").glob("tiny.*") if p.is_dir()]
+    paths = sorted(folder.glob("*.npz"), key=lambda p: p.stat().st_mtime_ns)
+    assert len(paths) == 2  # one file per input
     np.testing.assert_allclose(first[1], _lstm64(feeds[1]["x"], w), rtol=1e-12, atol=1e-14)
-    stamp = path.stat().st_mtime_ns
+    stamps = [p.stat().st_mtime_ns for p in paths]
     again = golden.golden_outputs(model, feeds, "tiny")
-    assert path.stat().st_mtime_ns == stamp and all(
+    assert [p.stat().st_mtime_ns for p in paths] == stamps and all(
         np.array_equal(a, b) for a, b in zip(first, again, strict=True)
     )
-    path.write_bytes(b"PK\x03\x04 not really a zip")
-    rebuilt = golden.golden_outputs(model, feeds, "tiny")
+    paths[0].write_bytes(b"PK\x03\x04 not really a zip")
+    steps.clear()
+    rebuilt = golden.golden_outputs(model, feeds, "tiny", lambda done, total: steps.append((done, total)))
     assert all(np.array_equal(a, b) for a, b in zip(first, rebuilt, strict=True))
-    # Other inputs are another cache entry, never the stale one.
-    other = golden.golden_outputs(model, feeds[:1], "tiny")
-    assert len(list((tmp_path / "golden").glob("tiny.*.npz"))) == 2 and np.array_equal(other[0], first[0])
+    assert steps == [(1, 2), (2, 2)]  # the good file counts at once, the corrupt one is recomputed
+    assert paths[1].stat().st_mtime_ns == stamps[1]
+
+
+def test_only_inputs_not_cached_are_computed(tmp_path, monkeypatch):
+    """A run over more inputs computes only the new ones; another model never reads the cache of this one."""
+    monkeypatch.setenv("MLTS_CACHE_DIR", str(tmp_path))
+    model, _ = _tiny_lstm()
+    rng = np.random.default_rng(2)
+    feeds = [{"x": rng.standard_normal((3, 1, 2)).astype(np.float32)} for _ in range(4)]
+    golden.golden_all_outputs(model, feeds[:2], "tiny")
+    computed: list[int] = []
+    real = golden._run_feeds
+    monkeypatch.setattr(
+        golden, "_run_feeds", lambda ev, fs, on=None: computed.append(len(fs)) or real(ev, fs, on)
+    )
+    outs = golden.golden_all_outputs(model, feeds, "tiny")
+    assert sum(computed) == 2 and len(outs) == 4
+    for feed, got in zip(feeds, outs, strict=True):
+        np.testing.assert_array_equal(got[0], golden.reference_outputs(model, [feed])[0][0])
+    other = golden.float64_copy(model)  # another model (its bytes differ): its own cache folder
+    other.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.zeros((1, 12, 2), np.float32), "W"))
+    computed.clear()
+    golden.golden_all_outputs(other, feeds[:1], "tiny")
+    assert computed == [1] and len(list((tmp_path / "golden").glob("tiny.*"))) == 4  # 2 folders, 2 locks
+
+
+def test_every_output_is_kept():
+    """golden_all_outputs keeps each output of a model with several (boxes and scores, say)."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"])],
+        "two",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in "ab"],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 10
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    (outs,) = golden.golden_all_outputs(model, [{"x": x}], "two")
+    np.testing.assert_array_equal(outs[0], np.maximum(x, 0))
+    np.testing.assert_array_equal(outs[1], -x.astype(np.float64))
 
 
 @pytest.mark.parametrize("model_name", ["asr_float", "tts_float"])
@@ -199,7 +240,8 @@ def test_golden_outputs_split_among_workers_equal_one_process(tmp_path, monkeypa
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 10
     rng = np.random.default_rng(1)
-    feeds = [{"x": rng.standard_normal((2, 4)).astype(np.float32)} for _ in range(golden.PARALLEL_FEEDS + 3)]
+    feeds = [{"x": rng.standard_normal((2, 4)).astype(np.float32)} for _ in range(11)]
+    monkeypatch.setattr(golden, "PARALLEL_SECONDS", 0.0)  # workers even for this quick model
     got = golden.golden_outputs(model, feeds, "split")
     want = [o[0] for o in golden.reference_outputs(model, feeds)]
     assert len(got) == len(feeds)

@@ -237,15 +237,13 @@ def test_huge_claimed_length_fails_fast_without_allocating(which, device, saved,
     pair = (forged, data_bytes) if which == "model" else (model_bytes, forged)
     m, d = _write(tmp_path, *pair)
     tracemalloc.start()
-    t0 = time.perf_counter()
     try:
         with pytest.raises(HalError, match="truncated: its header promises 1099511627776 payload bytes"):
             cachekit.load(device, m, d)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert time.perf_counter() - t0 < 1.0
-    assert peak < 1 << 20
+    assert peak < 1 << 20  # the promised terabyte is neither allocated nor read
 
 
 def _fields(h: cache.Header) -> dict:

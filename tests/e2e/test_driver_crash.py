@@ -16,6 +16,7 @@ from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 from mlts.models import zoo
 from mlts.runtime.discovery import discover, open_device
+from mlts.runtime.remote import DEFAULT_EXECUTE_TIMEOUT
 from mlts.runtime.session import Session
 
 
@@ -46,7 +47,8 @@ def test_killed_driver_gives_device_unavailable_and_no_leftover_process():
     os.kill(pid, signal.SIGKILL)
     worker.join(5)
     assert not worker.is_alive(), "the execution hung after the driver died"
-    assert time.monotonic() - killed_at < 3.0
+    # Noticed, not waited out: well inside the 60 s execution timeout, however busy the machine.
+    assert time.monotonic() - killed_at < DEFAULT_EXECUTE_TIMEOUT / 2
     assert len(errors) == 1 and isinstance(errors[0], HalError)
     err = errors[0]
     assert err.status == ErrorStatus.DEVICE_UNAVAILABLE
@@ -55,7 +57,8 @@ def test_killed_driver_gives_device_unavailable_and_no_leftover_process():
     t0 = time.monotonic()
     with pytest.raises(HalError) as again:
         session.run(feed)
-    assert again.value.status == ErrorStatus.DEVICE_UNAVAILABLE and time.monotonic() - t0 < 0.5
+    assert again.value.status == ErrorStatus.DEVICE_UNAVAILABLE
+    assert time.monotonic() - t0 < DEFAULT_EXECUTE_TIMEOUT / 2  # at once: no timeout waited
     session.close()
     device.close()
     with pytest.raises(ChildProcessError):

@@ -50,9 +50,20 @@ def test_onnx_gelu_becomes_the_extension_operation(approximate: str | None) -> N
     np.testing.assert_allclose(got, _ort(model, X), rtol=1e-5, atol=1e-6)
 
 
-def test_without_a_driver_offering_it_gelu_is_refused_clearly() -> None:
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_without_a_driver_offering_it_onnx_gelu_is_its_definition_in_nnapi_arithmetic(
+    approximate: str,
+) -> None:
+    model = _gelu_graph(approximate=approximate)
+    conv = convert(model)
+    assert extensions_used(conv.model) == ()
+    got = run_model(conv.model, [X])[0]
+    np.testing.assert_allclose(got, _ort(model, X), rtol=1e-5, atol=1e-5)
+
+
+def test_without_a_driver_offering_it_the_extension_domain_node_is_refused_clearly() -> None:
     with pytest.raises(ConversionError, match=f"no NNAPI equivalent.*'{E.NAME}'.*no target driver offers"):
-        convert(_gelu_graph())
+        convert(_gelu_graph(domain=E.NAME))
 
 
 def test_a_custom_domain_node_maps_to_the_extension() -> None:
@@ -100,11 +111,13 @@ def test_devices_lists_extensions_with_their_operand_types() -> None:
 
 
 def test_convert_command_maps_gelu_only_with_the_extension(tmp_path) -> None:
+    custom = tmp_path / "custom.onnx"
+    onnx.save(_gelu_graph(domain=E.NAME), str(custom))
+    r = CliRunner().invoke(main, ["convert", str(custom), "-o", str(tmp_path / "custom.nnm")])
+    assert r.exit_code == 2 and "no target driver offers" in r.output and "Traceback" not in r.output
     onnx_path = tmp_path / "gelu.onnx"
     onnx.save(_gelu_graph(), str(onnx_path))
     out = tmp_path / "gelu.nnm"
-    r = CliRunner().invoke(main, ["convert", str(onnx_path), "-o", str(out)])
-    assert r.exit_code == 2 and "no target driver offers" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(main, ["convert", str(onnx_path), "-o", str(out), "--extension", E.NAME])
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(main, ["inspect", str(out)])

@@ -6,7 +6,6 @@ import json
 import mmap
 import os
 import struct
-import time
 import zlib
 
 import numpy as np
@@ -125,14 +124,11 @@ def test_large_pool_loads_through_mmap_without_copying(tmp_path):
     m = Model(Subgraph((), (), (), ()), pools=(HostMemory(big.tobytes()),))
     path = tmp_path / "big.nnm"
     nnfile.write(m, path)
-    t0 = time.perf_counter()
-    f = nnfile.load(path, verify_checksums=False)
-    elapsed = time.perf_counter() - t0
+    f = nnfile.load(path, verify_checksums=False)  # its speed: benchmarks/validation_speed.py
     view = f.model.pools[0].buffer
     assert isinstance(view.obj, mmap.mmap) and view.readonly
     arr = np.frombuffer(view, dtype=np.uint8)
     assert not arr.flags.owndata and not arr.flags.writeable
-    assert elapsed < 0.5
     assert np.array_equal(arr, big)
     assert np.array_equal(np.frombuffer(nnfile.load(path).model.pools[0].buffer, np.uint8), big)
 

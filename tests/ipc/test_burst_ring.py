@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import random
 import struct
@@ -200,30 +201,77 @@ def _readable(fd: int) -> bool:
     return bool(select.select([fd], [], [], 0)[0])
 
 
+#: Where the consumer's awake flag lives in a ring's memfd (docs/burst-protocol.md: u32 at offset 72).
+AWAKE_AT = 72
+#: Polling windows and stretches the tests wait within: a wait ends as soon as its message comes, so
+#: only a thread that gets no CPU for this long could make it miss one.
+LONG_WINDOW_US = 30_000_000
+
+
+class Observer:
+    """The ring's header as a third party sees it (its own mapping of the memfd)."""
+
+    def __init__(self, ring: Ring) -> None:
+        self._map = mmap.mmap(ring.fd, ring.size)
+
+    def awake(self) -> bool:
+        return struct.unpack_from("<I", self._map, AWAKE_AT)[0] == 1
+
+    def close(self) -> None:
+        self._map.close()
+
+
+class WriteWhen(threading.Thread):
+    """A producer thread that publishes `payload` once `ready()` holds (checked in a loop that yields the
+    GIL), not after a guessed delay: the consumer is then certainly in the state the test is about.
+    `in_time` is False when `ready()` did not hold within `limit` seconds (it writes anyway, so the
+    consumer's wait ends)."""
+
+    def __init__(self, producer: Ring, payload: bytes, ready, limit: float = 30.0) -> None:
+        super().__init__(daemon=True)
+        self.producer, self.payload, self.ready, self.limit = producer, payload, ready, limit
+        self.in_time = False
+
+    def run(self) -> None:
+        end = time.monotonic() + self.limit
+        while not self.ready():
+            if time.monotonic() > end:
+                break
+            time.sleep(0)
+        else:
+            self.in_time = True
+        self.producer.write(self.payload)
+
+
 def test_producer_signals_only_a_consumer_that_may_block():
     consumer = Ring.create(256)
     producer = Ring(consumer.fd, consumer.size, consumer.event_fd, owner=False)
+    header = Observer(consumer)
     try:
         # Never polled: the awake flag is 0 and every message is signalled.
         producer.write(b"a")
         assert _readable(consumer.event_fd) and producer.signals_saved == 0
         assert consumer.wait(1.0, polling_us=0) and consumer.read() == b"a"
         os.eventfd_read(consumer.event_fd)  # the message was pending: the wait left the signal
-        # A message published while the consumer polls is not signalled, nor one after it (the
-        # consumer stays awake until it blocks).
-        late = threading.Timer(0.001, lambda: producer.write(b"b"))
+        # A message published while the consumer polls (its awake flag seen set) is not signalled,
+        # nor one after it (the consumer stays awake until it blocks).
+        assert not header.awake()
+        late = WriteWhen(producer, b"b", header.awake)
         late.start()
-        assert consumer.wait(5.0, polling_us=2_000_000) and consumer.read() == b"b"  # polls up to 2 s
+        assert consumer.wait(60.0, polling_us=LONG_WINDOW_US) and consumer.read() == b"b"
         late.join()
+        assert late.in_time
         producer.write(b"c")
         assert not _readable(consumer.event_fd) and producer.signals_saved == 2
         assert consumer.wait(1.0, polling_us=10_000) and consumer.read() == b"c"
         # A consumer whose window ended with nothing cleared the flag before blocking: signalled again.
         assert not consumer.wait(0.01, polling_us=20)
+        assert not header.awake()
         producer.write(b"d")
         assert _readable(consumer.event_fd) and producer.signals_saved == 2
         assert consumer.wait(1.0, polling_us=20) and consumer.read() == b"d"
     finally:
+        header.close()
         producer.close()
         consumer.close()
 
@@ -231,6 +279,7 @@ def test_producer_signals_only_a_consumer_that_may_block():
 def test_a_consumer_whose_windows_stay_empty_polls_only_on_every_fourth_wait():
     consumer = Ring.create(256)
     producer = Ring(consumer.fd, consumer.size, consumer.event_fd, owner=False)
+    header = Observer(consumer)
     try:
         for _ in range(2):  # two windows in a row find nothing
             assert not consumer.wait(0.001, polling_us=20)
@@ -242,64 +291,97 @@ def test_a_consumer_whose_windows_stay_empty_polls_only_on_every_fourth_wait():
         assert consumer._skipped == 0 and consumer._empty_windows == 3
         for _ in range(3):
             assert not consumer.wait(0.001, polling_us=20)
-        # A polling window that finds a message ends the probing.
-        late = threading.Timer(0.001, lambda: producer.write(b"x"))
+        # A polling window that finds a message ends the probing: the message is written once the
+        # fourth wait is seen polling (its awake flag set).
+        assert not header.awake()
+        late = WriteWhen(producer, b"x", header.awake)
         late.start()
-        assert consumer.wait(5.0, polling_us=2_000_000) and consumer.read() == b"x"
+        assert consumer.wait(60.0, polling_us=LONG_WINDOW_US) and consumer.read() == b"x"
         late.join()
+        assert late.in_time and producer.signals_saved == 1
         assert consumer._empty_windows == 0
     finally:
+        header.close()
         producer.close()
         consumer.close()
 
 
 class Plan:
-    """An ExpectedWait that always plans the same stretch (seconds after the wait began)."""
+    """An ExpectedWait that always plans the same stretch (seconds after the wait began); `asked` is
+    set when a wait asks for it, which it does once its polling window has ended with nothing."""
 
     def __init__(self, sleep: float, poll: float) -> None:
         self.plan = (sleep, poll)
         self.back_offs = 0
+        self.asked = threading.Event()
 
     def stretch(self) -> tuple[float, float]:
+        self.asked.set()
         return self.plan
 
     def back_off(self) -> None:
         self.back_offs += 1
 
 
+class Naps:
+    """expected_wait.nap, recording each nap: `started` once one began, `woken` whether each ended
+    because the eventfd became readable (a message) rather than at its time."""
+
+    def __init__(self, nap) -> None:
+        self._nap = nap
+        self.started = threading.Event()
+        self.ended = threading.Event()
+        self.woken: list[bool] = []
+
+    def __call__(self, wait, seconds: float) -> bool:
+        self.started.set()
+        woken = self._nap(wait, seconds)
+        self.woken.append(woken)
+        self.ended.set()
+        return woken
+
+
 def test_a_stretched_window_finds_a_later_message_without_a_signal(monkeypatch):
     # The messages come from a thread of this process: waiting for the GIL is no lost CPU here.
     monkeypatch.setattr(expected_wait, "PREEMPTED_GAP_US", 10**9)
     monkeypatch.setattr(expected_wait, "cpu_to_spare", lambda: True)  # whatever else runs meanwhile
+    naps = Naps(expected_wait.nap)
+    monkeypatch.setattr(expected_wait, "nap", naps)
     consumer = Ring.create(256)
     producer = Ring(consumer.fd, consumer.size, consumer.event_fd, owner=False)
+    header = Observer(consumer)
     try:
-        # A 20 µs window alone ends before a message 5 ms later: the producer has to signal.
-        late = threading.Timer(0.005, lambda: producer.write(b"a"))
+        # A 20 µs window alone ends before a message that comes after it (the consumer cleared its
+        # flag and blocked): the producer has to signal.
+        assert not consumer.wait(0.01, polling_us=20) and not header.awake()
+        producer.write(b"a")
+        assert _readable(consumer.event_fd) and producer.signals_saved == 0
+        assert consumer.wait(60.0, polling_us=20) and consumer.read() == b"a"
+        os.eventfd_read(consumer.event_fd)  # the message was pending: the wait left the signal
+        # Stretched to poll over a long time, the consumer is still polling (awake) when the message
+        # comes: it is written once the wait has asked for its stretch, i.e. its window is over.
+        plan = Plan(0.0, LONG_WINDOW_US / 1e6)
+        late = WriteWhen(producer, b"b", plan.asked.is_set)
         late.start()
-        assert consumer.wait(5.0, polling_us=20) and consumer.read() == b"a"
+        assert consumer.wait(60.0, polling_us=20, expected=plan) and consumer.read() == b"b"
         late.join()
-        assert producer.signals_saved == 0
-        # Stretched to poll over 2 s, the consumer is still polling (awake) when the message comes.
-        late = threading.Timer(0.005, lambda: producer.write(b"b"))
+        assert late.in_time and producer.signals_saved == 1 and consumer._empty_windows == 0
+        assert not naps.woken  # it never slept: the plan's sleep ends as the wait begins
+        # Asleep first (for 30 s): a message then signals and wakes it at once.
+        late = WriteWhen(producer, b"c", naps.started.is_set)
         late.start()
-        assert consumer.wait(5.0, polling_us=20, expected=Plan(0.0, 2.0)) and consumer.read() == b"b"
+        assert consumer.wait(60.0, polling_us=20, expected=Plan(30.0, 31.0)) and consumer.read() == b"c"
         late.join()
-        assert producer.signals_saved == 1 and consumer._empty_windows == 0
-        # Asleep first (0 to 1 s): a message then signals and wakes it at once.
-        late = threading.Timer(0.005, lambda: producer.write(b"c"))
-        late.start()
-        t0 = time.perf_counter()
-        assert consumer.wait(5.0, polling_us=20, expected=Plan(1.0, 2.0)) and consumer.read() == b"c"
-        assert time.perf_counter() - t0 < 0.9
-        late.join()
+        assert late.in_time and naps.woken == [True]  # the nap ended on the signal, not at its time
         assert producer.signals_saved == 1 and not _readable(consumer.event_fd)
-        # Asleep until 3 ms, then polling until 2 s: a message at 10 ms is found polling, unsignalled.
-        late = threading.Timer(0.010, lambda: producer.write(b"d"))
+        # Asleep until 3 ms, then polling for a long time: a message after the nap is found polling,
+        # unsignalled.
+        naps.ended.clear()
+        late = WriteWhen(producer, b"d", lambda: naps.ended.is_set() and header.awake())
         late.start()
-        assert consumer.wait(5.0, polling_us=20, expected=Plan(0.003, 2.0)) and consumer.read() == b"d"
+        assert consumer.wait(60.0, polling_us=20, expected=Plan(0.003, 30.0)) and consumer.read() == b"d"
         late.join()
-        assert producer.signals_saved == 2
+        assert late.in_time and naps.woken == [True, False] and producer.signals_saved == 2
         # The stretch is bounded: with nothing coming the wait blocks after it.
         t0 = time.perf_counter()
         assert not consumer.wait(0.05, polling_us=20, expected=Plan(0.001, 0.003))
@@ -307,6 +389,7 @@ def test_a_stretched_window_finds_a_later_message_without_a_signal(monkeypatch):
         # A wait without a window (low-power) does not stretch either.
         assert not consumer.wait(0.001, polling_us=0, expected=Plan(0.0, 2.0))
     finally:
+        header.close()
         producer.close()
         consumer.close()
 

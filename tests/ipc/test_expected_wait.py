@@ -10,6 +10,7 @@ import pytest
 from mlts.ipc import expected_wait, socket_polling
 from mlts.ipc.expected_wait import BACK_OFF, STRETCH_FACTOR, WAKE_LEAD_US, ExpectedWait
 from mlts.ipc.socket_polling import PollingWindow
+from tests.hal.clockkit import FakeClock
 
 
 def test_stretch_needs_two_waits_within_the_maximum() -> None:
@@ -54,54 +55,66 @@ def test_maximum_from_the_environment(monkeypatch: pytest.MonkeyPatch, raw: str,
 
 
 class Never:
-    """Never readable; records how long each call was allowed to sleep."""
+    """Never readable; records how long each call was allowed to sleep (and sleeps it on `clock`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
         self.timeouts: list[float] = []
 
     def __call__(self, timeout: float) -> bool:
         self.timeouts.append(timeout)
         if timeout > 0:
-            time.sleep(timeout)
+            self.clock.sleep(timeout)
         return False
 
 
 @pytest.fixture
-def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A CPU always to spare and no poll counted as preempted, whatever else runs during the test."""
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The windows' clock, 1 µs a reading: how long a wait took is what the test makes it, whatever the
+    machine's load."""
+    fake = FakeClock(step=1e-6)
+    monkeypatch.setattr(socket_polling, "time", fake)
+    return fake
+
+
+@pytest.fixture
+def quiet_machine(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> FakeClock:
+    """A CPU always to spare and no poll counted as preempted, on the fake clock."""
     monkeypatch.setattr(socket_polling, "cpu_to_spare", lambda: True)
     monkeypatch.setattr(socket_polling, "PREEMPTED_GAP_US", 10**9)
+    return clock
 
 
-def test_socket_window_is_stretched_over_the_expected_answer(quiet_machine: None) -> None:
+def test_socket_window_is_stretched_over_the_expected_answer(quiet_machine: FakeClock) -> None:
+    clock = quiet_machine
     w = PollingWindow(100, stretch_max_us=50_000)
-    for _ in range(2):  # two answers found after about 10 ms of blocking
+    for _ in range(2):  # two answers found after 10 ms of blocking
         w.poll(lambda timeout: False)
-        time.sleep(0.01)
+        clock.sleep(0.01)
         w.waited()
-    never = Never()
-    t0 = time.perf_counter()
+    never = Never(clock)
+    t0 = clock.now
     assert w.poll(never) is False
-    assert time.perf_counter() - t0 >= 0.01 * STRETCH_FACTOR  # went on past its 100 µs window
+    assert clock.now - t0 >= 0.01 * STRETCH_FACTOR  # went on past its 100 µs window
     # It slept once, until shortly before the expected answer, and polled before and after.
     naps = [t for t in never.timeouts if t > 0]
-    assert len(naps) == 1 and 0.01 - WAKE_LEAD_US / 1e6 - 0.001 < naps[0] < 0.0105
+    assert len(naps) == 1 and 0.01 - WAKE_LEAD_US / 1e6 - 0.0002 < naps[0] < 0.01 - WAKE_LEAD_US / 1e6
     assert never.timeouts[0] == 0 and never.timeouts[-1] == 0
     # Without a maximum the same history turns polling off (those waits were long for a 100 µs window).
     plain = PollingWindow(100)
     for _ in range(2):
         plain.poll(lambda timeout: False)
-        time.sleep(0.01)
+        clock.sleep(0.01)
         plain.waited()
-    never = Never()
+    never = Never(clock)
     assert plain.poll(never) is False and never.timeouts == []
 
 
-def test_an_answer_during_the_sleep_ends_the_wait(quiet_machine: None) -> None:
+def test_an_answer_during_the_sleep_ends_the_wait(quiet_machine: FakeClock) -> None:
     w = PollingWindow(100, stretch_max_us=50_000)
     for _ in range(2):
         w.poll(lambda timeout: False)
-        time.sleep(0.01)
+        quiet_machine.sleep(0.01)
         w.waited()
     calls: list[float] = []
 
@@ -112,7 +125,7 @@ def test_an_answer_during_the_sleep_ends_the_wait(quiet_machine: None) -> None:
     assert w.poll(wakes) is True and calls[-1] > 0
 
 
-def test_an_answer_found_while_polling_is_remembered() -> None:
+def test_an_answer_found_while_polling_is_remembered(clock: FakeClock) -> None:
     w = PollingWindow(200_000, stretch_max_us=1000)
     calls = iter([False] * 3 + [True] + [False] * 3 + [True])
     for _ in range(2):
@@ -154,15 +167,15 @@ def test_cpu_to_spare_reads_the_runnable_threads(monkeypatch, tmp_path, text: by
         os.close(fd)
 
 
-def test_a_crowded_machine_ends_the_stretch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_crowded_machine_ends_the_stretch(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> None:
     monkeypatch.setattr(socket_polling, "cpu_to_spare", lambda: False)
     w = PollingWindow(100, stretch_max_us=50_000)
     for _ in range(2):
         w.poll(lambda timeout: False)
-        time.sleep(0.005)
+        clock.sleep(0.005)
         w.waited()
-    never = Never()
+    never = Never(clock)
     assert w.poll(never) is False
     assert w.expected.back_offs == 1 and never.timeouts[-1] > 0  # slept, then found no CPU to spare
-    never = Never()
+    never = Never(clock)
     assert w.poll(never) is False and not [t for t in never.timeouts if t > 0]  # backing off: no sleep

@@ -1,4 +1,6 @@
-"""The report in a real headless Chromium: the DOM it builds and a screenshot that is not blank.
+"""The report in a real headless Chromium: the DOM it builds, a screenshot that is not blank, and the layout
+of the benchmark, validate and stress pages at 1280 and 1920 px (nothing wider than the window, no label
+clipped).
 
 Chromium comes from PATH; when it is missing and this runs as root with apt-get, Debian's package is
 installed once (with timeouts). Otherwise the tests skip and say why. Every Chromium runs in a
@@ -9,7 +11,10 @@ session of its own, and that whole process group is killed when the run ends, so
 from __future__ import annotations
 
 import copy
+import html
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -18,8 +23,17 @@ import uuid
 import numpy as np
 import pytest
 
-from mlts.report.html import write_report
+from mlts.report.html import render_report, write_report
 from tests.report._dom import parse_html
+from tests.report._full_run import (
+    DRIVERS,
+    FLOAT,
+    OTHER,
+    QUANT,
+    full_run_doc,
+    multi_process_stress_doc,
+    wide_validate_doc,
+)
 from tests.report._sample import sample_doc
 
 PIL = pytest.importorskip("PIL.Image", reason="Pillow comes with the test extra")
@@ -29,6 +43,7 @@ FLAGS = (
     "--headless",
     "--no-sandbox",
     "--disable-gpu",
+    "--disable-quic",
     "--no-first-run",
     "--disable-background-networking",
     "--disable-component-update",
@@ -158,3 +173,94 @@ def test_screenshot_is_not_blank(chromium, page, tmp_path):
     assert white < 0.95, white
     assert np.all(rgb[10, 10] == HEADER_BG)  # the CSS was applied: the dark page header
     assert np.all(pixels == WORSE_BG, axis=1).sum() > 500  # the red "worse" cells are on the first screen
+
+
+# --- layout at 1280 and 1920 px -----------------------------------------------------------------------
+
+LAYOUT_WIDTHS = (1280, 1920)
+# Runs at the end of each measured page (a copy made for the test: the report itself has no script) and
+# writes what it found into the parent page, which Chromium dumps. A label is clipped when its box
+# reaches left of the page, past an SVG's viewport, or past an ancestor that cuts its content (overflow
+# hidden or clip); a scrolling ancestor (.table-wrap) does not clip, it scrolls.
+MEASURE_JS = """
+(function () {
+  var de = document.documentElement, labels = 0, clipped = [], scrolling = 0, ratioLabels = 0;
+  function cutters(el) {
+    var found = [];
+    for (var a = el.parentElement; a; a = a.parentElement) {
+      if (a.tagName.toLowerCase() === "svg") { found.push(a); continue; }
+      var o = getComputedStyle(a).overflowX;
+      if (o === "hidden" || o === "clip") found.push(a);
+    }
+    return found;
+  }
+  var all = document.querySelectorAll("text, th, td, dt, dd, summary, caption, h1, h2, h3, h4, p, li, figcaption, a, code");
+  for (var i = 0; i < all.length; i++) {
+    var el = all[i], r = el.getBoundingClientRect();
+    if (r.width === 0 && r.height === 0) continue;
+    labels++;
+    var why = r.left + window.scrollX < -0.5 ? "left of the page" : null;
+    var cut = cutters(el);
+    for (var k = 0; k < cut.length && !why; k++) {
+      var c = cut[k].getBoundingClientRect();
+      if (r.left < c.left - 0.5 || r.right > c.right + 0.5) why = "outside its " + cut[k].tagName;
+    }
+    if (why) clipped.push(why + ": <" + el.tagName + "> " + (el.textContent || "").slice(0, 80));
+  }
+  var wraps = document.querySelectorAll(".table-wrap");
+  for (var j = 0; j < wraps.length; j++) if (wraps[j].scrollWidth > wraps[j].clientWidth) scrolling++;
+  ratioLabels = document.querySelectorAll("svg.ratio text.label").length;
+  parent.document.getElementById("out-" + MLTS_FRAME).textContent = JSON.stringify({
+    scrollWidth: de.scrollWidth, clientWidth: de.clientWidth, innerWidth: window.innerWidth,
+    labels: labels, clipped: clipped, scrollingTables: scrolling, ratioLabels: ratioLabels
+  });
+})();
+"""
+
+
+@pytest.fixture(scope="module")
+def layouts(chromium, tmp_path_factory) -> dict[tuple[str, int], dict]:
+    """(page, width) -> what MEASURE_JS found, for each page in an iframe of that width (one Chromium)."""
+    pages = {
+        "benchmark": render_report(full_run_doc()),
+        "validate": render_report(wide_validate_doc()),
+        "stress": render_report(multi_process_stress_doc()),
+    }
+    frames = []
+    for name, page_html in pages.items():
+        for width in LAYOUT_WIDTHS:
+            frame = f"{name}-{width}"
+            script = f"<script>var MLTS_FRAME = {json.dumps(frame)};{MEASURE_JS}</script></body>"
+            measured = page_html.replace("</body>", script)
+            frames.append(
+                f'<iframe width="{width}" height="900" srcdoc="{html.escape(measured, quote=True)}"></iframe>'
+                f'<pre id="out-{frame}"></pre>'
+            )
+    tmp = tmp_path_factory.mktemp("layout")
+    wrapper = tmp / "frames.html"
+    wrapper.write_text("<!DOCTYPE html><html><body>" + "".join(frames) + "</body></html>", encoding="utf-8")
+    out = run_chromium(
+        chromium, tmp, f"--window-size={max(LAYOUT_WIDTHS)},900", "--dump-dom", wrapper.as_uri()
+    )
+    found = {}
+    for m in re.finditer(r'<pre id="out-(\w+)-(\d+)">(.*?)</pre>', out, re.S):
+        found[(m.group(1), int(m.group(2)))] = json.loads(html.unescape(m.group(3)))
+    assert sorted(found) == sorted((p, w) for p in pages for w in LAYOUT_WIDTHS), out[-2000:]
+    return found
+
+
+@pytest.mark.parametrize("width", LAYOUT_WIDTHS)
+@pytest.mark.parametrize("page_name", ["benchmark", "validate", "stress"])
+def test_no_page_is_wider_than_the_window_and_no_label_is_clipped(layouts, page_name, width):
+    m = layouts[(page_name, width)]
+    assert m["innerWidth"] == width
+    assert m["scrollWidth"] <= m["clientWidth"] <= m["innerWidth"], m
+    assert m["labels"] > 50 and m["clipped"] == [], m["clipped"][:10]
+
+
+def test_long_names_are_drawn_whole_and_wide_tables_scroll_in_their_section(layouts):
+    narrow = layouts[("benchmark", 1280)]
+    # Every driver run has its label in the overview's chart (whole: none was reported clipped above).
+    assert narrow["ratioLabels"] == len(FLOAT + QUANT + OTHER) * len(DRIVERS)
+    # The 8-bit tables are wider than 1280 px: they scroll inside their .table-wrap, not the page.
+    assert narrow["scrollingTables"] >= 1 and narrow["scrollWidth"] <= narrow["clientWidth"]

@@ -20,7 +20,8 @@ EXPECTED_COLUMNS = (
     "client_peak_rss_mb driver_peak_rss_mb top1 top2 top3 top4 top5 golden_mse golden_max_abs_error "
     "reference_max_abs_error cts_pass cts_ratio reference_exact phone_error_rate mel_cep_distortion log_f0_rms "
     "compile_without_cache_ms_median compile_save_to_cache_ms_median compile_prepare_from_cache_ms_median "
-    "cache_size_bytes validation_errors verdict_pass retries"
+    "cache_size_bytes validation_errors verdict_pass verdict_rule output_kind retries reference endpoint host "
+    "transport"
 ).split()
 
 

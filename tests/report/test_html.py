@@ -156,9 +156,14 @@ def test_compare_medians_by_hand(lat, base, verdict, d, pct):
     assert c["ms"] == pytest.approx(d) and c["percent"] == pytest.approx(pct, abs=1e-3)
 
 
-def test_same_is_explained_in_a_footnote(tree):
-    note = next(p.text for p in tree.find_all("p", "footnote") if "vs CPU baseline" in p.text)
-    assert "95% confidence intervals" in note and "same" in note and "overlap" in note
+def test_same_is_explained_in_every_tables_legend(tree):
+    legends = tree.find_all("dl", "legend")
+    families = [t.attrs["data-family"] for t in tree.find_all("table", "inference")]
+    assert [d.attrs["data-family"] for d in legends if "data-family" in d.attrs] == families
+    for legend in legends[1:]:
+        terms = [dt.text for dt in legend.find_all("dt")]
+        note = legend.find_all("dd")[terms.index("vs CPU baseline")].text
+        assert "95% intervals" in note and "same" in note and "overlap" in note
 
 
 def test_accuracy_columns_per_evaluator(tree):
@@ -458,7 +463,11 @@ def test_stress_section():
         ("HANG", False),
     ]
     first = [td.text for td in rows[0].find_all("td")]
-    assert first[:3] == ["inference-stress", "sample-all", "a, b"] and first[6:9] == ["2.0 s", "120", "-"]
+    assert first[:4] == ["inference-stress", "-", "sample-all", "a, b"] and first[7:10] == [
+        "2.0 s",
+        "120",
+        "-",
+    ]
     assert rows[0].find("pre", "log").text == "step 119 ok step 120 ok"
     assert rows[0].find("details") and rows[2].find("pre", "log").text == "<tail>"
     assert not tree.find_all("table", "inference") and "mlts stress report" in tree.find("h1").text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -101,3 +102,73 @@ def test_svg_text_is_escaped():
 
 
 # --- the command --------------------------------------------------------------------------------------
+
+
+# --- busy machines: a few very slow calls ----------------------------------------------------------------
+
+
+def _x_title(svg: Node) -> str:
+    return svg.find_all("text", "axis-title")[0].text
+
+
+def _bars_by_share(svg: Node) -> list[float]:
+    area = svg.find("rect", "plot-area")
+    top = _axis(svg, "y-tick")[-1]
+    return [float(b.attrs["height"]) / float(area.attrs["height"]) * top for b in svg.find_all("rect", "bar")]
+
+
+def test_a_few_spikes_are_cut_at_p99_and_counted_not_drawn():
+    # 300 calls at 1.000-1.299 ms and 2 at 250 ms: p99 is the nearest rank ceil(0.99 * 302) = 299, 1.298 ms,
+    # so 3 samples lie beyond the axis: 1.299, 250 and 260 ms.
+    samples = [1.0 + 0.001 * i for i in range(300)] + [250.0, 260.0]
+    svg = _svg(histogram_svg({"drv": {"samples": samples}}))
+    ticks = _axis(svg, "x-tick")
+    assert ticks[-1] < 2.0 and _x_title(svg) == "latency (ms)"
+    note = svg.find("text", "clip-note").text
+    assert note == "The axis ends at p99, 1.3 ms: 3 slower samples lie beyond it."
+    assert svg.find("g", "legend-entry").text == "drv (n=302, 3 beyond the axis)"
+    shares = _bars_by_share(svg)
+    assert max(shares) < 10 and sum(shares) == pytest.approx(
+        100 * 299 / 302, abs=0.5
+    )  # spread, not one spike
+    cdf = _svg(cdf_svg({"drv": {"samples": samples}}))
+    area = cdf.find("rect", "plot-area")
+    bottom, height = float(area.attrs["y"]) + float(area.attrs["height"]), float(area.attrs["height"])
+    last_share = (bottom - _path_points(cdf.find("path", "series"))[-1][1]) / height
+    assert last_share == pytest.approx(299 / 302, abs=1e-3)  # the curve ends below 100%: 3 samples beyond
+    assert "3 slower samples" in cdf.find("text", "clip-note").text
+
+
+def test_a_range_still_wide_after_the_cut_is_drawn_on_a_log_axis():
+    # Two backends 30x apart, plus 5% of spikes: p99 lies in the spikes, so the axis is logarithmic.
+    fast = [0.1 + 0.001 * (i % 10) for i in range(200)]
+    slow = [3.0 + 0.01 * (i % 10) for i in range(190)] + [90.0 + i for i in range(10)]
+    for make in (histogram_svg, cdf_svg):
+        svg = _svg(make({"ort": {"samples": fast}, "drv": {"samples": slow}}))
+        assert _x_title(svg) == "latency (ms, log scale)"
+        ticks = _axis(svg, "x-tick")
+        assert ticks[0] <= 0.1 and ticks[-1] >= 99.0
+        mantissas = {round(t / 10 ** math.floor(math.log10(t) + 1e-9), 6) for t in ticks}
+        assert mantissas <= {1.0, 2.0, 5.0}
+        # Equal steps in log10: 1 and 10 are as far apart as 0.1 and 1.
+        one, ten, tenth = (_log_x_px(svg, v) for v in (1.0, 10.0, 0.1))
+        assert ten - one == pytest.approx(one - tenth, abs=0.05)
+    # drv's p99 is its rank-198 sample, 97 ms: 98 and 99 ms lie beyond the axis; ort has none beyond.
+    hist = _svg(histogram_svg({"ort": {"samples": fast}, "drv": {"samples": slow}}))
+    note = hist.find("text", "clip-note").text
+    assert note == "The axis ends at the largest p99 of the series, 97 ms: 2 slower samples lie beyond it."
+    legend = [g.text for g in hist.find_all("g", "legend-entry")]
+    assert legend == ["ort (n=200)", "drv (n=200, 2 beyond the axis)"]
+
+
+def _log_x_px(svg: Node, value: float) -> float:
+    area = svg.find("rect", "plot-area")
+    ticks = _axis(svg, "x-tick")
+    left, width = float(area.attrs["x"]), float(area.attrs["width"])
+    lo, hi = math.log10(ticks[0]), math.log10(ticks[-1])
+    return left + (math.log10(value) - lo) / (hi - lo) * width
+
+
+def test_quiet_samples_are_drawn_whole_without_a_note():
+    svg = _svg(histogram_svg({"drv": {"samples": [1.0, 1.1, 1.2, 1.5, 2.0]}}))
+    assert not svg.find_all("text", "clip-note") and svg.find("g", "legend-entry").text == "drv (n=5)"

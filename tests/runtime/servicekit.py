@@ -1,4 +1,5 @@
-"""Shared-memory pools and requests for an ADD model of two [2, 3] float32 inputs, for the service tests."""
+"""Shared-memory pools and requests for an ADD model of two [2, 3] float32 inputs, and a hook on the session's
+retry waits, for the service tests."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import numpy as np
 
 from mlts.hal.memory import SharedMemory
 from mlts.hal.types import DataLocation, Request, RequestArgument
+from mlts.runtime import session
 
 
 def _pool(a: np.ndarray, b: np.ndarray) -> SharedMemory:
@@ -29,3 +31,18 @@ def _request(pool, out_offset: int = 128, shape=(2, 3)) -> Request:
 
 def _out(pool, offset: int = 128) -> np.ndarray:
     return np.frombuffer(pool.buffer, np.float32, 6, offset).reshape(2, 3).copy()
+
+
+def release_while_waiting(monkeypatch, release) -> list[float]:
+    """The session's waits before a retry, recorded; the first one calls `release` (the other client lets
+    go while the session waits): the retry then finds the budget free, on any machine, at any load."""
+    waits: list[float] = []
+
+    def wait(seconds: float) -> None:
+        if not waits:
+            release()
+        waits.append(seconds)
+
+    real = session.call_with_retries
+    monkeypatch.setattr(session, "call_with_retries", lambda *a, **k: real(*a, sleep=wait, **k))
+    return waits

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
@@ -14,7 +13,7 @@ from mlts.runtime.remote import RemoteDevice
 from mlts.runtime.retry import NO_RETRY, RetryPolicy
 from mlts.runtime.session import Session
 from tests.runtime.models import add_model
-from tests.runtime.servicekit import _request
+from tests.runtime.servicekit import _request, release_while_waiting
 
 SAMPLE = "driver.variants:SampleAll"
 
@@ -26,7 +25,7 @@ def _budgeted_device():
     return SampleAll(max_memory_mb="1")
 
 
-def test_burst_session_retries_a_transient_first_attempt():
+def test_burst_session_retries_a_transient_first_attempt(monkeypatch):
     """The first attempt fails TRANSIENT (the driver's budget is held elsewhere): it is counted and retried by
     the session's policy, exactly as on the other paths, and the run then succeeds."""
     device = _budgeted_device()
@@ -36,14 +35,10 @@ def test_burst_session_retries_a_transient_first_attempt():
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     free = device.budget.limit - device.budget.used
     device.budget.reserve(free, "another client")
-    timer = threading.Timer(0.05, lambda: device.budget.release(free))
-    timer.start()
-    try:
-        outputs, _ = session.run([x, x])
-    finally:
-        timer.join()
+    waits = release_while_waiting(monkeypatch, lambda: device.budget.release(free))
+    outputs, _ = session.run([x, x])
     np.testing.assert_array_equal(outputs[0], 2 * x)
-    assert session.retry_stats.retries >= 1
+    assert session.retry_stats.retries == len(waits) == 1
     assert set(session.retry_stats.errors) == {"RESOURCE_EXHAUSTED_TRANSIENT"}
     session.close()
 

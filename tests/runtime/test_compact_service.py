@@ -116,7 +116,7 @@ class CompactClient:
     def __init__(self, path: str) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(path)
-        assert self.recv().message["protocol"] == [1, 4]
+        assert self.recv().message["protocol"] == [1, 5]
 
     def recv(self) -> wire.Frame:
         def wait(partial: bool) -> None:

@@ -96,6 +96,73 @@ def test_plugin_errors(tmp_path):
         discover([tmp_path / "missing.py"])
 
 
+def test_a_plugin_class_missing_abstract_methods_is_named_with_them(tmp_path):
+    half = tmp_path / "half.py"
+    half.write_text(
+        textwrap.dedent(
+            """
+            from mlts.hal.interface import Device
+
+            class Npu(Device):
+                name = "npu"
+
+                def getCapabilities(self):
+                    raise NotImplementedError
+            """
+        )
+    )
+    with pytest.raises(DiscoveryError) as e:
+        discover([half])
+    assert str(e.value) == (
+        f"driver plugin {str(half)!r}: class Npu does not define the methods getSupportedOperations and "
+        "prepareModel, which every Device must define (see docs/writing-a-driver.md)"
+    )
+    with pytest.raises(
+        FactoryError, match="class Npu does not define the methods getSupportedOperations and"
+    ):
+        load_factory(str(half))
+    prepared = tmp_path / "prepared.py"
+    prepared.write_text(
+        textwrap.dedent(
+            """
+            from mlts.hal.interface import PreparedModel
+            from tests.runtime.fake_drivers import AddDevice
+
+            class Npu(AddDevice):
+                name = "npu"
+
+            class NpuPrepared(PreparedModel):
+                pass
+            """
+        )
+    )
+    with pytest.raises(
+        DiscoveryError, match="class NpuPrepared does not define the method executeSynchronously, "
+    ):
+        discover([prepared])
+    # An abstract base that the file completes is fine.
+    based = tmp_path / "based.py"
+    based.write_text(
+        textwrap.dedent(
+            """
+            import abc
+            from tests.runtime.fake_drivers import AddDevice
+
+            class Base(AddDevice):
+                @abc.abstractmethod
+                def tune(self): ...
+
+            class Npu(Base):
+                name = "npu"
+
+                def tune(self):
+                    return None
+            """
+        )
+    )
+    assert discover([based])["npu"].factory.endswith("based.py:Npu")
+
+
 def test_select():
     specs = {n: DriverSpec(n, "m:a", "builtin") for n in ("sample-all", "sample-quant", "npu")}
     assert [s.name for s in select(specs, "^sample-")] == ["sample-all", "sample-quant"]

@@ -17,6 +17,7 @@ from mlts.runtime.execution import execute
 from mlts.runtime.retry import NO_RETRY, RetryPolicy, RetryStats, call_with_retries, error_class
 from mlts.runtime.shared import SharedService
 from tests.driver import cfkit
+from tests.runtime.servicekit import release_while_waiting
 
 LONG_ARGS = [
     np.full(3, 1e-38, np.float32),
@@ -62,7 +63,11 @@ def test_high_completes_before_a_running_low_of_the_same_client(service):
 
         thread = threading.Thread(target=run_low)
         thread.start()
-        time.sleep(0.1)  # the LOW execution is running its loop
+        # HIGH is sent once the service runs the LOW execution (one busy worker), not after a guess.
+        limit = time.monotonic() + 30
+        while dev.service_status()["execute_pool"]["busy"] == 0:
+            assert time.monotonic() < limit and thread.is_alive(), "the LOW execution never started"
+            time.sleep(0.001)
         high.executeSynchronously(high_req, MeasureTiming.NO)
         done["high"] = time.monotonic()
         thread.join(30)
@@ -183,20 +188,17 @@ def test_no_retry_policy():
         )
 
 
-def test_session_retries_a_transient_prepare(tmp_path):
-    """A budget others hold: the session's prepare is retried and counted, then succeeds once freed."""
+def test_session_retries_a_transient_prepare(tmp_path, monkeypatch):
+    """A budget others hold: the session's prepare is retried and counted, then succeeds once freed (the
+    other client lets go while the session waits to retry)."""
     from driver.variants import SampleAll
     from mlts.runtime.session import Session
 
     device = SampleAll(max_memory_mb="0.001")
     device.budget.reserve(device.budget.limit, "another client")
-    timer = threading.Timer(0.05, lambda: device.budget.release(device.budget.limit))
-    timer.start()
-    try:
-        session = Session(device, cfkit.if_model(), retry=RetryPolicy(max_retries=8, first_s=0.02, cap_s=0.1))
-    finally:
-        timer.join()
-    assert session.retry_stats.retries >= 1
+    waits = release_while_waiting(monkeypatch, lambda: device.budget.release(device.budget.limit))
+    session = Session(device, cfkit.if_model(), retry=RetryPolicy(max_retries=8, first_s=0.02, cap_s=0.1))
+    assert session.retry_stats.retries == len(waits) == 1
     assert set(session.retry_stats.errors) == {"RESOURCE_EXHAUSTED_TRANSIENT"}
     outs, _ = session.run([np.array([True]), np.ones((2, 3), np.float32), np.ones((2, 3), np.float32)])
     np.testing.assert_array_equal(outs[0], np.full((2, 3), 2.0, np.float32))

@@ -14,8 +14,8 @@ from mlts.hal.enums import DeviceType, ErrorStatus, MeasureTiming, OperandType
 from mlts.hal.errors import HalError
 from mlts.hal.memory import HostMemory, SharedMemory
 from mlts.hal.types import CacheFilesNeeded, DataLocation, Model, Request, RequestArgument, Subgraph
-from mlts.runtime.process import DriverProcess, describe_returncode
-from mlts.runtime.remote import RemoteDevice
+from mlts.runtime.process import DEFAULT_START_TIMEOUT, DriverProcess, describe_returncode
+from mlts.runtime.remote import DEFAULT_EXECUTE_TIMEOUT, RemoteDevice
 from tests.runtime.conftest import fake_spec
 from tests.runtime.fake_drivers import AddDevice
 from tests.runtime.models import add_model
@@ -41,7 +41,7 @@ def _add_request(pool, a: np.ndarray, b: np.ndarray, out_len: int | None = None)
 def test_queries_round_trip(add_device):
     local = AddDevice()
     assert add_device.process.hello["device"] == "fake-add"
-    assert add_device.process.hello["protocol"] == [1, 4]
+    assert add_device.process.hello["protocol"] == [1, 5]
     assert add_device.getCapabilities() == local.getCapabilities()
     assert add_device.getType() == DeviceType.ACCELERATOR
     assert add_device.getVersionString() == "fake-1.0"
@@ -136,7 +136,8 @@ def test_killed_driver_is_device_unavailable(tmp_path):
     t0 = time.monotonic()
     with pytest.raises(HalError) as info:
         prepared.executeSynchronously(_add_request(pool, a, a))
-    assert time.monotonic() - t0 < 2.0
+    # The death is noticed, not waited out: well inside the 60 s execution timeout, however busy the machine.
+    assert time.monotonic() - t0 < DEFAULT_EXECUTE_TIMEOUT / 2
     assert info.value.status == ErrorStatus.DEVICE_UNAVAILABLE
     expected = "driver 'sample-all' died: killed by signal 9 (SIGKILL) during executeSynchronously"
     assert info.value.message == expected
@@ -146,7 +147,7 @@ def test_killed_driver_is_device_unavailable(tmp_path):
         t0 = time.monotonic()
         with pytest.raises(HalError) as later:
             call()
-        assert time.monotonic() - t0 < 0.1
+        assert time.monotonic() - t0 < DEFAULT_EXECUTE_TIMEOUT / 2  # answered at once, no timeout waited
         assert (later.value.status, later.value.message) == (ErrorStatus.DEVICE_UNAVAILABLE, expected)
     prepared.close()  # ignored when dead
     dev.close()
@@ -162,7 +163,7 @@ def test_hanging_driver_times_out_and_is_killed(tmp_path):
     t0 = time.monotonic()
     with pytest.raises(HalError) as info:
         prepared.executeSynchronously(_add_request(pool, a, a), timeout=0.5)
-    assert 0.5 <= time.monotonic() - t0 < 2.0
+    assert 0.5 <= time.monotonic() - t0 < 30.0  # at its timeout, then stopped (not hung)
     assert info.value.status == ErrorStatus.DEVICE_UNAVAILABLE
     assert (
         info.value.message
@@ -182,7 +183,7 @@ def test_constructor_failure_reports_the_log_tail(tmp_path):
         DriverProcess.start(
             fake_spec("BrokenDevice"), name="fake-broken", log_path=str(tmp_path / "broken.log")
         )
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < DEFAULT_START_TIMEOUT * 0.8  # its exit noticed, not the 30 s start timeout
     msg = info.value.message
     assert info.value.status == ErrorStatus.DEVICE_UNAVAILABLE
     assert "driver 'fake-broken' failed to start: exited with status 1 before its hello" in msg

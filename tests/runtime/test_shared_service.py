@@ -195,7 +195,7 @@ def test_fence_errors_and_deadlines_never_stick(service):
         assert callback3.getExecutionInfo().status == ErrorStatus.MISSED_DEADLINE_TRANSIENT
         # Nothing is left waiting or running in the service: the timed-out execution's own work (50 ms,
         # which cannot be interrupted) may still be ending when its error report arrives, but not for long.
-        limit = time.monotonic() + 2
+        limit = time.monotonic() + 30  # a bound on a busy machine; on a quiet one it takes milliseconds
         while True:
             status = dev.service_status()
             if status["fence_waits"] == 0 and status["execute_pool"]["busy"] == 0:

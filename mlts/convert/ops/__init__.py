@@ -9,6 +9,7 @@ from mlts.convert.ops import (  # noqa: F401
     elementwise,
     extension,
     gemm,
+    gru,
     indexing,
     logic,
     lstm,
@@ -23,6 +24,7 @@ from mlts.convert.ops import (  # noqa: F401
     softmax,
     spatial,
     split,
+    transformer,
     transpose,
     unary,
 )

@@ -72,9 +72,10 @@ def convert_if(ctx: Context, node: NodeProto) -> None:
 
     cond = node.input[0]
     c = ctx.tensors.get(cond)
-    if c is None or ctx.builder.type_of(c.operand) != OperandType.TENSOR_BOOL8 or c.shape != (1,):
+    if c is None or ctx.builder.type_of(c.operand) != OperandType.TENSOR_BOOL8 or c.shape not in ((), (1,)):
         raise ConversionError(
             f"{where(node)}: the condition '{cond}' must be a runtime BOOL tensor of one value"
+            f"{ctx.suggestion(cond)}"
         )
     branches = [_graph_attr(node, "then_branch"), _graph_attr(node, "else_branch")]
     outer = list(dict.fromkeys(n for g in branches for n in _outer_names(g)))
@@ -92,7 +93,15 @@ def convert_if(ctx: Context, node: NodeProto) -> None:
         try:
             converted.append(convert(_branch_model(ctx, g, runtime, consts, ctx.opset)))
         except ConversionError as e:
-            raise ConversionError(f"{where(node)}: branch '{g.name}': {e}") from None
+            sources = ctx.graph_inputs_of(cond)
+            hint = (
+                f" (the condition '{cond}' is computed from graph input "
+                f"{', '.join(repr(n) for n in sources)}: fixing its value with --input-value NAME=V "
+                f"inlines the branch it takes)"
+                if sources
+                else ""
+            )
+            raise ConversionError(f"{where(node)}: branch '{g.name}': {e}{hint}") from None
     shapes = [tuple(o.shape for o in conv.outputs) for conv in converted]
     if shapes[0] != shapes[1]:
         raise ConversionError(

@@ -47,14 +47,20 @@ class ConvShape:
 
 
 def conv_shape(
-    ctx: Context, node: NodeProto, a: dict[str, Any], w_shape: Sequence[int], grouped: bool = False
+    ctx: Context,
+    node: NodeProto,
+    a: dict[str, Any],
+    w_shape: Sequence[int],
+    grouped: bool = False,
+    shapes: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
 ) -> ConvShape:
     """Check the input against the ONNX weight shape [Cout, Cin/group, KH, KW] and read the geometry.
 
     With `grouped`, any valid group count is taken (GROUPED_CONV_2D, which has no dilation);
-    otherwise only group 1 and depthwise.
+    otherwise only group 1 and depthwise. `shapes`: the (input, output) shapes when they are not the
+    node's own (a 1-D convolution computed as a 2-D one).
     """
-    x_shape = ctx.shape_of(node.input[0])
+    x_shape = ctx.shape_of(node.input[0]) if shapes is None else shapes[0]
     require_rank(node, x_shape, 4, "input (only 2-D convolution)")
     if len(w_shape) != 4:
         raise ConversionError(
@@ -77,7 +83,7 @@ def conv_shape(
     strides = ints_attr(node, a, "strides", [1, 1], 2)
     dilations = ints_attr(node, a, "dilations", [1, 1], 2)
     pads = spatial_padding(node, a, x_shape[2:], (kh, kw), strides, dilations)
-    out_shape = ctx.shape_of(node.output[0], node)
+    out_shape = ctx.shape_of(node.output[0], node) if shapes is None else shapes[1]
     groups = group if group > 1 and not depthwise else 1
     if groups > 1 and dilations != [1, 1]:
         raise ConversionError(
@@ -115,19 +121,79 @@ def emit_conv(
         ctx.emit(OperationType.CONV_2D, ins, [out.operand])
 
 
+def _attrs_2d(node: NodeProto, a: dict[str, Any]) -> dict[str, Any]:
+    """The attributes of a 1-D Conv for the same convolution over [N, C, 1, L]: a height-1 kernel."""
+    out = dict(a)
+    for key, default in (("strides", 1), ("dilations", 1)):
+        values = list(a.get(key, [default]))
+        if len(values) != 1:
+            raise ConversionError(f"{where(node)} has {key} {values}; a 1-D convolution takes one value")
+        out[key] = [1, values[0]]
+    if "kernel_shape" in a:
+        out["kernel_shape"] = [1, *a["kernel_shape"]]
+    if "pads" in a:
+        pads = list(a["pads"])
+        if len(pads) != 2:
+            raise ConversionError(f"{where(node)} has pads {pads}; a 1-D convolution takes [begin, end]")
+        out["pads"] = [0, pads[0], 0, pads[1]]
+    return out
+
+
+def _conv_1d(ctx: Context, node: NodeProto) -> None:
+    """A 1-D convolution ([N, C, L] input, [M, C/group, K] weight) as the 2-D one over [N, C, 1, L]."""
+    if ctx.quantized(node.input[0]) or node.input[1] in ctx.qconsts:
+        raise ConversionError(
+            f"{where(node)}: a 1-D convolution is converted with float input and weights only"
+        )
+    n, c, length = ctx.shape_of(node.input[0])
+    w_shape = ctx.shape_of(node.input[1])
+    if len(w_shape) != 3:
+        raise ConversionError(
+            f"{where(node)}: weight has shape {list(w_shape)}; expected [Cout, Cin/group, K]"
+        )
+    out_shape = ctx.shape_of(node.output[0], node)
+    x4 = ctx.unique(node.input[0] + "/as_2d")
+    ctx.reshaped(node.input[0], (n, c, 1, length), x4)
+    shapes = ((n, c, 1, length), (out_shape[0], out_shape[1], 1, out_shape[2]))
+    w4_shape = (w_shape[0], w_shape[1], 1, w_shape[2])
+    g = conv_shape(ctx, node, _attrs_2d(node, attrs(node)), w4_shape, True, shapes)
+    if node.input[1] in ctx.tensors:
+        w4 = ctx.unique(node.input[1] + "/as_2d")
+        ctx.reshaped(node.input[1], w4_shape, w4)
+        out4 = ctx.unique(node.output[0] + "/as_2d")
+        _conv_runtime_weights(ctx, node, g, w4, x4, out4)
+        ctx.reshaped(out4, out_shape, node.output[0])
+        return
+    w = np.asarray(ctx.const_input(node, 1, "weight"), dtype=np.float64)
+    _float_conv(ctx, node, g, w[:, :, None, :], x4, rank=3)
+
+
 @register("Conv", 1)
 def conv(ctx: Context, node: NodeProto) -> None:
-    """2-D convolution: CONV_2D (group 1), DEPTHWISE_CONV_2D, or GROUPED_CONV_2D (other groups)."""
+    """2-D convolution: CONV_2D (group 1), DEPTHWISE_CONV_2D, or GROUPED_CONV_2D (other groups); a 1-D
+    convolution as the 2-D one of height 1."""
+    if len(ctx.shape_of(node.input[0])) == 3:
+        _conv_1d(ctx, node)
+        return
     if ctx.quantized(node.input[0]):
         qw = ctx.qconst_input(node, 1, "weight")
         assert qw is not None
         conv_quantized(ctx, node, qw, ctx.qconst_input(node, 2, "bias", required=False))
         return
     if node.input[1] in ctx.tensors:
-        _conv_runtime_weights(ctx, node)
+        g = conv_shape(ctx, node, attrs(node), ctx.shape_of(node.input[1]), grouped=True)
+        _conv_runtime_weights(ctx, node, g, node.input[1], node.input[0], None)
         return
     w = np.asarray(ctx.const_input(node, 1, "weight"), dtype=np.float64)
     g = conv_shape(ctx, node, attrs(node), w.shape, grouped=True)
+    _float_conv(ctx, node, g, w, node.input[0])
+
+
+def _float_conv(
+    ctx: Context, node: NodeProto, g: ConvShape, w: np.ndarray, x_name: str, rank: int = 4
+) -> None:
+    """The float convolution of `x_name` with constant 4-D weights `w`, folding a BatchNormalization and a
+    Relu/Clip after it; `rank` 3: the ONNX output is the result without its height axis (a 1-D Conv)."""
     b = ctx.const_input(node, 2, "bias", required=False)
     bias = np.zeros(g.cout) if b is None else np.asarray(b, dtype=np.float64).reshape(-1)
 
@@ -142,7 +208,13 @@ def conv(ctx: Context, node: NodeProto) -> None:
     act, out_name = fuse_activation(ctx, out_name)
     # NN filter layouts: [1, KH, KW, Cout] (depthwise) or [Cout, KH, KW, Cin/groups].
     filt = ctx.const_operand(w.transpose(1, 2, 3, 0) if g.depthwise else w.transpose(0, 2, 3, 1))
-    emit_conv(ctx, g, node.input[0], filt, ctx.const_operand(bias), out_name, act, None)
+    if rank == 4:
+        emit_conv(ctx, g, x_name, filt, ctx.const_operand(bias), out_name, act, None)
+        return
+    out4 = ctx.unique(out_name + "/as_2d")
+    emit_conv(ctx, g, x_name, filt, ctx.const_operand(bias), out4, act, None)
+    n, m, _, length = g.out_shape
+    ctx.reshaped(out4, (n, m, length), out_name)
 
 
 def conv_quantized(
@@ -163,13 +235,14 @@ def conv_quantized(
     emit_conv(ctx, g, node.input[0], filt.operand, bias, out_name, act, out_q)
 
 
-def _conv_runtime_weights(ctx: Context, node: NodeProto) -> None:
-    """Weights (and bias) given at run time: the filter is the weight tensor moved to NHWC order.
+def _conv_runtime_weights(
+    ctx: Context, node: NodeProto, g: ConvShape, w_name: str, x_name: str, out_name: str | None
+) -> None:
+    """Weights (and bias) given at run time: the filter is the weight tensor `w_name` moved to NHWC order.
 
-    Depthwise convolutions become GROUPED_CONV_2D, whose filter has that same layout.
+    Depthwise convolutions become GROUPED_CONV_2D, whose filter has that same layout. `out_name` None:
+    the node's output (a Relu/Clip after it fused); else the result's name (no fusion).
     """
-    w_shape = ctx.shape_of(node.input[1])
-    g = conv_shape(ctx, node, attrs(node), w_shape, grouped=True)
     if g.depthwise:
         if g.dilations != [1, 1]:
             raise ConversionError(
@@ -177,7 +250,7 @@ def _conv_runtime_weights(ctx: Context, node: NodeProto) -> None:
                 f"time; only constant weights can be dilated (GROUPED_CONV_2D has no dilation)"
             )
         g = ConvShape(False, g.cin, g.cout, g.cin, g.strides, g.dilations, g.pads, g.out_shape)
-    filt = ctx.in_layout(node.input[1], True).operand
+    filt = ctx.in_layout(w_name, True).operand
     b = ctx.input(node, 2)
     if b is None:
         bias = ctx.const_operand(np.zeros(g.cout, np.float32))
@@ -185,5 +258,7 @@ def _conv_runtime_weights(ctx: Context, node: NodeProto) -> None:
         bias = ctx.tensors[b].operand
     else:
         bias = ctx.const_operand(np.asarray(ctx.consts[b]).reshape(-1))
-    act, out_name = fuse_activation(ctx, node.output[0])
-    emit_conv(ctx, g, node.input[0], filt, bias, out_name, act, None)
+    act = FusedActivationFunc.NONE
+    if out_name is None:
+        act, out_name = fuse_activation(ctx, node.output[0])
+    emit_conv(ctx, g, x_name, filt, bias, out_name, act, None)

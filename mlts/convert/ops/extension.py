@@ -3,9 +3,10 @@
 ONNX `Gelu` (opset 20) and a node of the extension's own domain
 (`com.example.mlts.activations`, op type `Gelu`) become the extension's GELU
 operation, with the `approximate` attribute ("none" or "tanh") as the
-APPROXIMATION operand's extension data. That needs a target driver that
-declares the extension (`convert(..., extensions=...)`); otherwise the
-conversion fails saying no driver offers it. Float32 tensors only.
+APPROXIMATION operand's extension data, when a target driver declares the
+extension (`convert(..., extensions=...)`). Without it, ONNX's Gelu becomes
+its definition in NNAPI arithmetic (ops/transformer.py), and the extension
+domain's node fails saying no driver offers it. Float32 tensors only.
 """
 
 from __future__ import annotations
@@ -48,8 +49,17 @@ def _gelu(ctx: Context, node: NodeProto) -> None:
 
 @register("Gelu", 20)
 def gelu(ctx: Context, node: NodeProto) -> None:
-    """The extension's GELU (com.example.mlts.activations), when a target driver declares it."""
-    _gelu(ctx, node)
+    """The extension's GELU (com.example.mlts.activations) when a target driver declares it; otherwise
+    its ONNX definition in NNAPI arithmetic (ops/transformer.py: erf or tanh form)."""
+    if activations.NAME in ctx.extensions:
+        _gelu(ctx, node)
+        return
+    from mlts.convert.ops.transformer import emit_gelu
+
+    approximate = attrs(node).get("approximate", "none")
+    if approximate not in activations.MODES.values():
+        raise ConversionError(f"{where(node)}: approximate={approximate!r}; expected 'none' or 'tanh'")
+    emit_gelu(ctx, node, approximate)
 
 
 CUSTOM_DOMAINS[activations.NAME] = {"Gelu": _gelu}

@@ -199,11 +199,98 @@ def gemm(ctx: Context, node: NodeProto) -> None:
     emit_fully_connected(ctx, node, weights, bias, extra)
 
 
+def _batch_operand(ctx: Context, name: str, batch: tuple[int, ...], rows: int, cols: int) -> Tensor:
+    """Input `name` (float, ONNX order) as [prod(batch), rows, cols]: broadcast over `batch` by TILE."""
+    t = ctx.in_layout(name, False)
+    if not t.is_float:
+        raise ConversionError(
+            f"{where(ctx.node) if ctx.node else 'MatMul'}: input '{name}' is "
+            f"{'quantized' if t.quant is not None else t.elem.name}; a MatMul of two run-time tensors is "
+            f"converted for float tensors"
+        )
+    own = (1,) * (len(batch) - (t.rank - 2)) + tuple(t.shape[:-2]) if t.rank >= 2 else (1,) * len(batch)
+    if own != batch:
+        wide = ctx.reshaped(name, own + (rows, cols))
+        if wide.nhwc:  # TILE's multiples are in ONNX axis order
+            wide = ctx.relayout(wide, False)
+        reps = [b // o for b, o in zip(batch, own, strict=True)] + [1, 1]
+        tiled = ctx.temp(batch + (rows, cols), elem=t.elem)
+        ctx.emit(OperationType.TILE, [wide.operand, ctx.ints(reps)], [tiled.operand])
+        name = ctx.unique(name + "/tiled")
+        ctx.bind(name, tiled)
+    return ctx.reshaped(name, (math.prod(batch), rows, cols))
+
+
+def matmul_runtime(ctx: Context, node: NodeProto) -> None:
+    """MatMul where B is computed (or A constant): HAL 1.3 has no BATCH_MATMUL, and FULLY_CONNECTED
+    takes run-time weights. Per matrix of the (broadcast) batch: FULLY_CONNECTED(A_i, B_i^T, 0), with
+    B^T from one TRANSPOSE, the matrices cut apart by SPLIT and joined by CONCATENATION."""
+    a_shape, b_shape = ctx.shape_of(node.input[0]), ctx.shape_of(node.input[1])
+    if not a_shape or not b_shape:
+        raise ConversionError(f"{where(node)}: MatMul inputs need rank >= 1")
+    m, k = (1, a_shape[0]) if len(a_shape) == 1 else a_shape[-2:]
+    k2, n = (b_shape[0], 1) if len(b_shape) == 1 else b_shape[-2:]
+    if k != k2:
+        raise ConversionError(f"{where(node)}: shapes {list(a_shape)} and {list(b_shape)} do not multiply")
+    try:
+        batch = tuple(int(d) for d in np.broadcast_shapes(tuple(a_shape[:-2]), tuple(b_shape[:-2])))
+    except ValueError:
+        raise ConversionError(
+            f"{where(node)}: batch dims of {list(a_shape)} and {list(b_shape)} do not broadcast"
+        ) from None
+    out_shape = ctx.shape_of(node.output[0], node)
+    if len(batch) + 2 > 4:
+        raise ConversionError(
+            f"{where(node)}: the product has batch dims {list(batch)}; NNAPI tensors have rank <= 4"
+        )
+    a = _batch_operand(ctx, node.input[0], batch, m, k)
+    b = _batch_operand(ctx, node.input[1], batch, k, n)
+    count = math.prod(batch)
+    bt = ctx.temp((count, n, k), elem=b.elem)
+    ctx.emit(OperationType.TRANSPOSE, [b.operand, ctx.ints([0, 2, 1])], [bt.operand])
+    if count == 1:
+        a_parts, b_parts = [a], [bt]
+    else:
+        a_parts = [ctx.temp((1, m, k), elem=a.elem) for _ in range(count)]
+        b_parts = [ctx.temp((1, n, k), elem=b.elem) for _ in range(count)]
+        for src, parts in ((a, a_parts), (bt, b_parts)):
+            ctx.emit(
+                OperationType.SPLIT, [src.operand, ctx.i32(0), ctx.i32(count)], [p.operand for p in parts]
+            )
+    zeros = ctx.const_operand(np.zeros(n, np.float32))
+    products = []
+    for a_i, b_i in zip(a_parts, b_parts, strict=True):
+        w = ctx.temp((n, k), elem=b.elem)
+        ctx.emit(OperationType.RESHAPE, [b_i.operand, ctx.ints([n, k])], [w.operand])
+        y = ctx.temp((m, n), elem=a.elem)
+        ctx.emit(OperationType.FULLY_CONNECTED, [a_i.operand, w.operand, zeros, ctx.i32(0)], [y.operand])
+        products.append(y)
+    if count == 1:
+        result = products[0]
+    else:
+        result = ctx.temp((count * m, n), elem=a.elem)
+        ctx.emit(OperationType.CONCATENATION, [*(p.operand for p in products), ctx.i32(0)], [result.operand])
+    flat = ctx.unique(node.output[0] + "/2d")
+    ctx.bind(flat, result)
+    ctx.reshaped(flat, out_shape, node.output[0])
+
+
 @register("MatMul", 1)
 def matmul(ctx: Context, node: NodeProto) -> None:
-    """A (run time, rank >= 2) times constant 2-D B."""
-    if ctx.is_const(node.input[0]):
-        raise ConversionError(f"{where(node)}: only the second input may be constant")
+    """A (run time, rank >= 2) times constant 2-D B: FULLY_CONNECTED; otherwise see matmul_runtime."""
+    b_const = ctx.const(node.input[1])
+    if (
+        (
+            ctx.is_const(node.input[0])
+            or node.input[1] in ctx.tensors
+            or (b_const is not None and b_const.ndim != 2)
+            or len(ctx.shape_of(node.input[0])) < 2
+        )
+        and not ctx.quantized(node.input[0])
+        and node.input[1] not in ctx.qconsts
+    ):
+        matmul_runtime(ctx, node)
+        return
     if len(ctx.shape_of(node.input[0])) < 2:
         raise ConversionError(f"{where(node)}: input A must have rank >= 2")
     if ctx.quantized(node.input[0]):

@@ -179,7 +179,13 @@ def leaky_relu(ctx: Context, node: NodeProto) -> None:
 
 @register("HardSigmoid", 6)
 def hard_sigmoid(ctx: Context, node: NodeProto) -> None:
-    """max(0, min(1, alpha*x + beta)) as MUL, ADD, MINIMUM, MAXIMUM."""
+    """max(0, min(1, alpha*x + beta)) as MUL, ADD, MINIMUM, MAXIMUM; HARD_SWISH for x * HardSigmoid(x)."""
+    from mlts.convert.ops.transformer import emit_hard_swish, hard_swish_of
+
+    mul = hard_swish_of(ctx, node)
+    if mul is not None:
+        emit_hard_swish(ctx, node, mul)
+        return
     a = attrs(node)
     none = ctx.i32(FusedActivationFunc.NONE)
     x = node.input[0]

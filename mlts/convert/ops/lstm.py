@@ -1,4 +1,9 @@
-"""LSTM (forward) -> NNAPI LSTM for one time step, UNIDIRECTIONAL_SEQUENCE_LSTM for more steps.
+"""LSTM -> NNAPI LSTM for one forward time step, UNIDIRECTIONAL_SEQUENCE_LSTM for more steps; reverse
+and bidirectional LSTMs as one UNIDIRECTIONAL_SEQUENCE_LSTM per direction.
+
+A reverse direction runs forward over the sequence reversed in time (a GATHER with the time indices
+T-1..0), and its outputs are reversed back; the directions' outputs are stacked on ONNX's
+num_directions axis by CONCATENATION. Pure data movement: the values are those of the cells.
 
 ONNX packs the gates in the order i, o, f, c: W [1, 4H, in], R [1, 4H, H],
 B [1, 8H] (input biases Wb, then recurrent biases Rb) and peepholes
@@ -54,15 +59,21 @@ class LstmShape:
     layout: int
     activation: int
     cifg: bool
+    direction: str = "forward"
+
+    @property
+    def directions(self) -> int:
+        return 2 if self.direction == "bidirectional" else 1
 
     def state_shape(self) -> tuple[int, ...]:
         """ONNX shape of initial_h/initial_c and Y_h/Y_c."""
-        return (1, self.batch, self.units) if self.layout == 0 else (self.batch, 1, self.units)
+        d = self.directions
+        return (d, self.batch, self.units) if self.layout == 0 else (self.batch, d, self.units)
 
     def y_shape(self) -> tuple[int, ...]:
-        """ONNX shape of Y: [T, 1, batch, H] (layout 0) or [batch, T, 1, H] (layout 1); 1 = num_directions."""
-        t, b, h = self.steps, self.batch, self.units
-        return (t, 1, b, h) if self.layout == 0 else (b, t, 1, h)
+        """ONNX shape of Y: [T, dirs, batch, H] (layout 0) or [batch, T, dirs, H] (layout 1)."""
+        t, b, h, d = self.steps, self.batch, self.units, self.directions
+        return (t, d, b, h) if self.layout == 0 else (b, t, d, h)
 
 
 # ------------------------------------------------------------ attributes and shapes
@@ -81,12 +92,14 @@ def _activation(node: NodeProto, a: dict) -> int:
     return ACTIVATIONS[acts[1]]
 
 
+DIRECTIONS = ("forward", "reverse", "bidirectional")
+
+
 def _check_attributes(node: NodeProto, a: dict) -> None:
     direction = a.get("direction", "forward")
-    if direction != "forward":
+    if direction not in DIRECTIONS:
         raise ConversionError(
-            f"{where(node)} has direction '{direction}'; only 'forward' is supported "
-            f"(NNAPI's LSTM ops run forward in time)"
+            f"{where(node)} has direction '{direction}'; ONNX directions are {', '.join(DIRECTIONS)}"
         )
     for key, why in REFUSED_ATTRS.items():
         if key in a:
@@ -107,9 +120,12 @@ def lstm_shape(ctx: Context, node: NodeProto, layout: int) -> LstmShape:
     steps, batch = (x_shape[0], x_shape[1]) if layout == 0 else (x_shape[1], x_shape[0])
     w = ctx.const_input(node, 1, "W (input weights)")
     assert w is not None
-    if w.ndim != 3 or w.shape[0] != 1 or w.shape[1] % 4:
+    direction = a.get("direction", "forward")
+    dirs = 2 if direction == "bidirectional" else 1
+    if w.ndim != 3 or w.shape[0] != dirs or w.shape[1] % 4:
         raise ConversionError(
-            f"{where(node)}: W has shape {list(w.shape)}; expected [1, 4*hidden_size, input_size]"
+            f"{where(node)}: W has shape {list(w.shape)}; expected [{dirs}, 4*hidden_size, input_size] "
+            f"(direction '{direction}')"
         )
     units = w.shape[1] // 4
     if a.get("hidden_size", units) != units:
@@ -122,7 +138,7 @@ def lstm_shape(ctx: Context, node: NodeProto, layout: int) -> LstmShape:
             f"{where(node)}: W has shape {list(w.shape)} but X has input_size {x_shape[2]} (shape {list(x_shape)})"
         )
     cifg = a.get("input_forget", 0) == 1
-    return LstmShape(steps, batch, x_shape[2], units, layout, _activation(node, a), cifg)
+    return LstmShape(steps, batch, x_shape[2], units, layout, _activation(node, a), cifg, direction)
 
 
 def _check_sequence_lens(ctx: Context, node: NodeProto, s: LstmShape) -> None:
@@ -163,25 +179,26 @@ def _gate_rows(packed: np.ndarray, units: int) -> dict[str, np.ndarray]:
     return {g: packed[k * units : (k + 1) * units] for g, k in ONNX_GATE.items()}
 
 
-def weight_operands(ctx: Context, node: NodeProto, s: LstmShape) -> list[int]:
-    """NNAPI inputs 1..17 (gate weights, peepholes, biases, omitted projection) from W, R, B, P.
+def weight_operands(ctx: Context, node: NodeProto, s: LstmShape, d: int = 0) -> list[int]:
+    """NNAPI inputs 1..17 (gate weights, peepholes, biases, omitted projection) from W, R, B, P of
+    direction `d`.
 
     CIFG (input_forget=1): the input gate operands are omitted and the forget
     gate takes the negated input-gate weights, bias and peephole.
     """
-    h = s.units
-    w = _const(ctx, node, 1, "W (input weights)", (1, 4 * h, s.inputs), required=True)
-    r = _const(ctx, node, 2, "R (recurrent weights)", (1, 4 * h, h), required=True)
-    b = _const(ctx, node, 3, "B (bias)", (1, 8 * h))
-    p = _const(ctx, node, 7, "P (peephole weights)", (1, 3 * h))
+    h, n = s.units, s.directions
+    w = _const(ctx, node, 1, "W (input weights)", (n, 4 * h, s.inputs), required=True)
+    r = _const(ctx, node, 2, "R (recurrent weights)", (n, 4 * h, h), required=True)
+    b = _const(ctx, node, 3, "B (bias)", (n, 8 * h))
+    p = _const(ctx, node, 7, "P (peephole weights)", (n, 3 * h))
     assert w is not None and r is not None
-    bias = np.zeros(4 * h) if b is None else b[0, : 4 * h] + b[0, 4 * h :]
+    bias = np.zeros(4 * h) if b is None else b[d, : 4 * h] + b[d, 4 * h :]
     gates = {
-        "w": _gate_rows(w[0], h),
-        "r": _gate_rows(r[0], h),
+        "w": _gate_rows(w[d], h),
+        "r": _gate_rows(r[d], h),
         "b": _gate_rows(bias, h),
     }
-    peep = None if p is None else {g: p[0, k * h : (k + 1) * h] for g, k in ONNX_PEEPHOLE.items()}
+    peep = None if p is None else {g: p[d, k * h : (k + 1) * h] for g, k in ONNX_PEEPHOLE.items()}
     if s.cifg:
         for kind in gates.values():
             kind["f"] = -kind["i"]
@@ -203,8 +220,9 @@ def weight_operands(ctx: Context, node: NodeProto, s: LstmShape) -> list[int]:
     return ops
 
 
-def state_operand(ctx: Context, node: NodeProto, index: int, what: str, s: LstmShape) -> int:
-    """NNAPI state input [batch, units] from initial_h/initial_c (run time or constant), zeros when absent."""
+def state_operand(ctx: Context, node: NodeProto, index: int, what: str, s: LstmShape, d: int = 0) -> int:
+    """NNAPI state input [batch, units] of direction `d` from initial_h/initial_c (run time or constant),
+    zeros when absent."""
     name = ctx.input(node, index)
     flat = (s.batch, s.units)
     if name is None:
@@ -214,9 +232,19 @@ def state_operand(ctx: Context, node: NodeProto, index: int, what: str, s: LstmS
         raise ConversionError(
             f"{where(node)}: {what} '{name}' has shape {list(shape)}; expected {list(s.state_shape())}"
         )
+    axis = 0 if s.layout == 0 else 1  # the num_directions axis
     if name in ctx.consts:
-        return ctx.const_operand(np.asarray(ctx.consts[name], np.float32).reshape(flat))
-    return ctx.reshaped(name, flat).operand
+        return ctx.const_operand(
+            np.take(np.asarray(ctx.consts[name], np.float32), d, axis=axis).reshape(flat)
+        )
+    if s.directions == 1:
+        return ctx.reshaped(name, flat).operand
+    x = ctx.in_layout(name, False)
+    part = ctx.temp(shape[:axis] + (1,) + shape[axis + 1 :])
+    ctx.emit(OperationType.GATHER, [x.operand, ctx.i32(axis), ctx.ints([d])], [part.operand])
+    held = ctx.unique(f"{name}/direction{d}")
+    ctx.bind(held, part)
+    return ctx.reshaped(held, flat).operand
 
 
 # ------------------------------------------------------------ outputs
@@ -307,9 +335,70 @@ def emit_sequence(ctx: Context, node: NodeProto, s: LstmShape, weights: list[int
             bind_output(ctx, name, src, shape)
 
 
+def reverse_time(ctx: Context, t: Tensor, axis: int) -> Tensor:
+    """`t` (float, ONNX order) with axis `axis` reversed: a GATHER with indices n-1..0."""
+    n = t.shape[axis]
+    out = ctx.temp(t.shape, elem=t.elem)
+    ctx.emit(
+        OperationType.GATHER, [t.operand, ctx.i32(axis), ctx.ints(list(range(n - 1, -1, -1)))], [out.operand]
+    )
+    return out
+
+
+def stack(ctx: Context, parts: list[Tensor], axis: int, name: str, shape: tuple[int, ...]) -> None:
+    """Bind ONNX output `name` of `shape`: `parts` each given a unit axis at `axis`, concatenated there."""
+    widened = []
+    for p in parts:
+        dims = p.shape[:axis] + (1,) + p.shape[axis:]
+        w = ctx.temp(dims, elem=p.elem)
+        ctx.emit(OperationType.RESHAPE, [p.operand, ctx.ints(dims)], [w.operand])
+        widened.append(w)
+    if len(widened) == 1:
+        ctx.bind(name, replace(widened[0], shape=shape))
+        return
+    out = ctx.new_tensor(name, shape)
+    ctx.emit(OperationType.CONCATENATION, [*(w.operand for w in widened), ctx.i32(axis)], [out.operand])
+
+
+def emit_directions(ctx: Context, node: NodeProto, s: LstmShape) -> None:
+    """Reverse or bidirectional: one UNIDIRECTIONAL_SEQUENCE_LSTM per direction, reversed ones over the
+    sequence reversed in time; the outputs stacked on the num_directions axis."""
+    x = ctx.in_layout(node.input[0], False)
+    time_axis = 0 if s.layout == 0 else 1
+    y_flat = (s.steps, s.batch, s.units) if s.layout == 0 else (s.batch, s.steps, s.units)
+    names = [_output(ctx, node, i) for i in range(3)]
+    ys, hs, cs = [], [], []
+    for d in range(s.directions):
+        backward = s.direction == "reverse" or d == 1
+        weights = weight_operands(ctx, node, s, d)
+        states = [
+            state_operand(ctx, node, 5, "initial_h", s, d),
+            state_operand(ctx, node, 6, "initial_c", s, d),
+        ]
+        src = reverse_time(ctx, x, time_axis) if backward and s.steps > 1 else x
+        out = ctx.temp(y_flat)
+        h_out, c_out = ctx.temp((s.batch, s.units)), ctx.temp((s.batch, s.units))
+        ins = [src.operand, *weights, *states, *_tail(ctx, s), ctx.flag(s.layout == 0)]
+        outs = [out] + ([h_out, c_out] if names[1] is not None or names[2] is not None else [])
+        ctx.emit(OperationType.UNIDIRECTIONAL_SEQUENCE_LSTM, ins, [t.operand for t in outs])
+        ys.append(reverse_time(ctx, out, time_axis) if backward and s.steps > 1 and names[0] else out)
+        hs.append(h_out)
+        cs.append(c_out)
+    dir_axis = 1 if s.layout == 0 else 2
+    state_axis = 0 if s.layout == 0 else 1
+    if names[0] is not None:
+        stack(ctx, ys, dir_axis, names[0], s.y_shape())
+    for name, parts in ((names[1], hs), (names[2], cs)):
+        if name is not None:
+            stack(ctx, parts, state_axis, name, s.state_shape())
+
+
 def convert_lstm(ctx: Context, node: NodeProto, layout: int) -> None:
     s = lstm_shape(ctx, node, layout)
     _check_sequence_lens(ctx, node, s)
+    if s.direction != "forward":
+        emit_directions(ctx, node, s)
+        return
     weights = weight_operands(ctx, node, s)
     states = [state_operand(ctx, node, 5, "initial_h", s), state_operand(ctx, node, 6, "initial_c", s)]
     if s.steps == 1:

@@ -137,10 +137,13 @@ def _same(node: NodeProto, xq: QParams | None, declared: QParams) -> QParams:
     return declared
 
 
-def global_mean(ctx: Context, node: NodeProto, axes: tuple[int, int], quant: QParams | None) -> None:
+def global_mean(ctx: Context, node: NodeProto, axes: tuple[int, ...], quant: QParams | None) -> None:
     """MEAN over the ONNX `axes` (the spatial ones), keeping dims, in whichever layout the input has."""
     x = ctx.tensor(node)
-    require_rank(node, x.shape, 4)
+    if x.rank != 4:
+        if x.rank < 3 or node.op_type != "GlobalAveragePool":
+            require_rank(node, x.shape, 4)
+        axes = tuple(range(2, x.rank))
     out_shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
     out = ctx.new_tensor(node.output[0], out_shape, x.nhwc, quant)
     nn_axes = sorted(x.nn_axis(a) for a in axes)
@@ -156,8 +159,16 @@ def global_average_pool(ctx: Context, node: NodeProto) -> None:
 
 @register("GlobalMaxPool", 1)
 def global_max_pool(ctx: Context, node: NodeProto) -> None:
-    """MAX_POOL_2D with a window of the whole image."""
+    """MAX_POOL_2D with a window of the whole image; REDUCE_MAX over the spatial axes for 1-D and 3-D."""
     x_shape = ctx.shape_of(node.input[0])
+    if len(x_shape) in (3, 5):
+        x = ctx.tensor(node)
+        quant = out_quant(ctx, node.output[0], x.quant, EXACT)
+        axes = list(range(2, x.rank))
+        out = ctx.new_tensor(node.output[0], x_shape[:2] + (1,) * len(axes), x.nhwc, quant)
+        nn_axes = sorted(x.nn_axis(a) for a in axes)
+        ctx.emit(OperationType.REDUCE_MAX, [x.operand, ctx.ints(nn_axes), ctx.flag(True)], [out.operand])
+        return
     require_rank(node, x_shape, 4)
     x = ctx.in_layout(node.input[0], True)
     quant = out_quant(ctx, node.output[0], x.quant, EXACT)

@@ -2,12 +2,17 @@
 
 Every message is untrusted: frames are checked by `mlts.ipc.wire`, arguments
 by type in `args`, models and requests by `mlts.hal.validate` before the
-Device sees them. Modules: `transport` (one connection), `handles` (per-client
-handle tables and limits), `client` (dispatch of one client's calls),
-`device_calls`, `execution_calls` and `fenced_calls` (the handlers),
-`compact_dispatch` (compact execution calls, protocol 1.4), `scheduler` (worker
-pools), `fence_watcher` (waits on input fences), `host` (the shared Device and
-its clients) and `main` (the command line).
+Device sees them; no client can stall, starve or outlive the others (the
+threat model of docs/wire-protocol.md). Modules: `transport` (one connection)
+and `outbox` (its bounded queue of answers), `handles` (per-client handle
+tables and limits), `client` (dispatch of one client's calls), `device_calls`,
+`execution_calls`, `fenced_calls`, `burst_calls` and `buffer_calls` (the
+handlers), `compact_dispatch` (compact execution calls, protocol 1.4),
+`scheduler` (worker pools), `fence_watcher` (waits on input fences),
+`refusals` (aggregated refusal logs, the token-guess brake),
+`allowlist_policy` (the extension allowlist, enforced), `memory_trim` (giving
+memory back after a client leaves), `host` (the shared Device and its clients)
+and `main` (the command line).
 """
 
 from __future__ import annotations

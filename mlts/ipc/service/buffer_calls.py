@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from operator import attrgetter
 from typing import Any
 
@@ -29,23 +30,23 @@ _VALUE = attrgetter("value")
 #: At most this many prepared models and roles in one allocation.
 MAX_ALLOCATE_MODELS = 64
 MAX_ROLES = 256
+#: The largest copy into or out of a buffer (HAL sizes are 32-bit).
+MAX_COPY_BYTES = 2**32 - 1
 
 
 def hold_buffer(client: Client, method: str, token: int) -> Resource:
     """The client's buffer with `token`, with one more reference (the caller releases it).
 
-    Shared by every path that takes tokens (executions, bursts, copies).
+    Shared by every path that takes tokens (executions, bursts, copies). A token the client does not
+    hold is refused (and counted in the service's refusal log); a client that keeps guessing is held
+    back on its own thread (`refusals.GuessBrake`).
     """
     try:
         return client.handles.get(Kind.BUFFER, token, method)
     except HalError:
-        log.warning(
-            "client pid %d uid %d presented buffer token %d, which it does not hold (%s)",
-            client.pid,
-            client.uid,
-            token,
-            method,
-        )
+        wait = client.host.guesses.charge(client.uid)
+        if wait > 0:
+            time.sleep(wait)
         raise invalid(f"{method}: buffer token {token} is not a live buffer of this client") from None
 
 
@@ -122,19 +123,37 @@ def _memory_ref(call: Call) -> tuple[int, int]:
     return call.take_fd(ref.get("fd"), "memory"), size
 
 
+def _staging(client: Client, method: str, size: int) -> None:
+    """Count a copy's staging bytes against the client's budget (a HAL buffer is at most 2**32 - 1 bytes);
+    the caller gives them back with `release_bytes` when the copy is done."""
+    if not 0 <= size <= MAX_COPY_BYTES:
+        raise invalid(
+            f"{method}: memory size {size} is outside 0 .. {MAX_COPY_BYTES} (a buffer's largest size)"
+        )
+    client.handles.reserve_bytes(size, method)
+
+
 def copy_to(client: Client, call: Call) -> dict[str, Any]:
     m = call.method
     resource = hold_buffer(client, m, pool_token(call.args, m, "buffer"))
     try:
         fd, size = _memory_ref(call)
         buffer = resource.value
-        staging = bytearray(size)
         try:
-            buffer.copyTo(memoryview(staging))
+            _staging(client, m, size)
         except BaseException:
             os.close(fd)
             raise
-        write_received(fd, size, memoryview(staging), f"{m}: memory")
+        try:
+            staging = bytearray(size)
+            try:
+                buffer.copyTo(memoryview(staging))
+            except BaseException:
+                os.close(fd)
+                raise
+            write_received(fd, size, memoryview(staging), f"{m}: memory")
+        finally:
+            client.handles.release_bytes(size)
     finally:
         resource.release()
     return {"dimensions": [int(d) for d in resource.value.dimensions]}
@@ -146,8 +165,16 @@ def copy_from(client: Client, call: Call) -> dict[str, Any]:
     resource = hold_buffer(client, m, pool_token(call.args, m, "buffer"))
     try:
         fd, size = _memory_ref(call)
-        data = read_received(fd, size, f"{m}: memory")
-        resource.value.copyFrom(memoryview(data), dims)
+        try:
+            _staging(client, m, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            data = read_received(fd, size, f"{m}: memory")
+            resource.value.copyFrom(memoryview(data), dims)
+        finally:
+            client.handles.release_bytes(size)
     finally:
         resource.release()
     return {"dimensions": [int(d) for d in resource.value.dimensions]}

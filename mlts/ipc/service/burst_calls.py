@@ -95,18 +95,28 @@ class BurstContext:
     # ------------------------------------------------------------ slot cache (client's reader thread)
 
     def provide(self, slot: int, memory: Any) -> None:
+        """Cache `memory` under `slot`; its bytes, counted against the client's budget by the caller, are
+        given back when the slot goes (here too, when it is refused)."""
         with self._cond:
             if self._stopping:
                 close_memory(memory)
+                self._handles.release_bytes(memory.size)
                 raise invalid("burstProvideMemories: the burst was released")
             if slot not in self._slots and len(self._slots) >= MAX_SLOTS:
                 close_memory(memory)
+                self._handles.release_bytes(memory.size)
                 raise HalError(
                     ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
                     f"burstProvideMemories: the burst already caches {MAX_SLOTS} slots; free some first",
                 )
             old = self._slots.pop(slot, None)
-            self._slots[slot] = Resource(memory, lambda: close_memory(memory), memory.size)
+            handles, size = self._handles, memory.size
+
+            def close() -> None:
+                close_memory(memory)
+                handles.release_bytes(size)  # counted by provide_memories
+
+            self._slots[slot] = Resource(memory, close, memory.size)
             self._files = self._files or isinstance(memory, FileMemory)
             if old is not None:
                 self._forget(old.value)
@@ -195,6 +205,7 @@ class BurstContext:
 
     def _listen_loop(self) -> None:
         requests = self.requests
+        client = self.client
         try:
             # Executions run on this thread act for the burst's client (queued ones say so themselves);
             # the priority ticket of each is left once its result is written, as on the other paths.
@@ -214,12 +225,13 @@ class BurstContext:
                         polling = 0  # a stale signal: block again without another polling window
                         continue
                     polling = self.polling_us
+                    client.last_activity = time.monotonic()  # a burst execution: the client is not idle
                     try:
                         self._serve(data)
                     finally:
                         self._replied(held)
         except (RingError, MessageTooLarge) as e:
-            log.warning("burst of client pid %d ended: %s", self.client.pid, e)
+            log.warning("burst of client %s ended: %s", self.client.peer.describe(), e)
         except Exception as e:
             log.error("burst listener failed: %s: %s", type(e).__name__, e, exc_info=True)
         finally:
@@ -269,10 +281,12 @@ class BurstContext:
             else:
                 done = result
         except HalError as e:
+            self.client.refused("burst", e)
             reply = msg.BurstResult(seq, e.status, e.output_shapes, message=e.message)
         except Exception as e:
-            log.error("burst execution raised %s: %s", type(e).__name__, e, exc_info=True)
-            reply = msg.BurstResult(seq, ErrorStatus.GENERAL_FAILURE, message=f"{type(e).__name__}: {e}")
+            error = HalError(ErrorStatus.GENERAL_FAILURE, f"{type(e).__name__}: {e}")
+            self.client.driver_raised("burst", e, error)
+            reply = msg.BurstResult(seq, error.status, message=error.message)
         finally:
             if held:
                 for resource in held:
@@ -561,8 +575,14 @@ def provide_memories(client: Client, call: Call) -> dict[str, Any]:
             if not 0 <= slot < 2**32:
                 raise invalid(f"{m}: memories[{n}] slot {slot} is not a uint32")
             size = arg(ref, f"{m} memories[{n}]", "size", int)
-            client.handles.check_bytes(size, m)
-            context.provide(slot, map_memory(call, ref, f"memories[{n}]"))
+            # A slot's mapping counts against the client's budget until the slot is freed or replaced.
+            client.handles.reserve_bytes(max(size, 0), m)
+            try:
+                memory = map_memory(call, ref, f"memories[{n}]")
+            except BaseException:
+                client.handles.release_bytes(max(size, 0))
+                raise
+            context.provide(slot, memory)
     finally:
         context.answered()
         resource.release()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -77,8 +78,12 @@ class Client:
     def __init__(self, host: ServiceHost, conn: Connection) -> None:
         self.host = host
         self.conn = conn
+        #: Who the client is (the transport's word, never the client's).
+        self.peer = conn.peer
         self.pid = conn.pid
         self.uid = conn.uid
+        #: When the client last sent anything or its last call ended (time.monotonic()): the idle clock.
+        self.last_activity = time.monotonic()
         self.key = next(_KEYS)  # tells this connection apart from another of the same pid
         self.handles = HandleTable(host.limits)
         self._lock = threading.Lock()
@@ -106,33 +111,44 @@ class Client:
             return
         conn = self.conn
         pool = self.host.exec_pool
+        idle = self.host.idle_timeout
         # Polls briefly for the client's next call before blocking, while calls follow each other
         # quickly and no execution needs the CPUs (socket_polling).
         polling = socket_polling.PollingWindow(
             socket_polling.window_us(socket_polling.SERVICE_WINDOW_US), expected_wait.stretch_max_us()
         )
         while True:
+            # A client whose replies pile up unread gets no new call taken until it reads them.
+            if not conn.wait_for_room():
+                return
             try:
                 polled = polling.poll(conn.readable, pool.idle())
+                if not polled and idle is not None and not self._await_call(idle):
+                    return
                 frame = conn.receive()
+                self.last_activity = time.monotonic()
                 if not polled:
                     polling.waited()
             except wire.ConnectionClosed:
-                log.info("client pid %d closed the connection", self.pid)
+                log.info("client %s closed the connection", self.peer.describe())
                 return
             except wire.WireError as e:
-                log.warning("bad frame from client pid %d: %s", self.pid, e)
+                self.host.refusals.note(self.peer, f"bad frame: {e}")
                 status = (
                     ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT if e.exhausted else ErrorStatus.INVALID_ARGUMENT
                 )
                 error = HalError(status, f"bad frame: {e}")
                 sent = self.conn.send(error_reply(e.msg_id, error))
                 if e.fatal or not sent:
-                    log.warning("closing the connection after a frame that cannot be resynchronised")
+                    log.warning(
+                        "closing the connection of client %s after a frame that cannot be resynchronised (%s)",
+                        self.peer.describe(),
+                        e,
+                    )
                     return
                 continue
             except OSError as e:
-                log.warning("connection of client pid %d failed: %s", self.pid, e)
+                log.warning("connection of client %s failed: %s", self.peer.describe(), e)
                 return
             if frame.compact is not None:
                 self.host.dispatch_compact(self, frame)
@@ -140,6 +156,26 @@ class Client:
                 self._dispatch(frame)
             if self.conn.broken:
                 return
+
+    def _await_call(self, idle: float) -> bool:
+        """Wait for the client's next bytes; False (the client is disconnected) once it has been idle for
+        `idle` seconds: no call in flight and nothing received, on the socket or its bursts' rings."""
+        conn = self.conn
+        while True:
+            left = self.last_activity + idle - time.monotonic()
+            if left <= 0:
+                if self._in_flight:
+                    # Work still running counts as activity; its end restarts the idle clock.
+                    left = idle
+                else:
+                    log.warning(
+                        "disconnecting client %s: idle for %g s (no call in flight, nothing received)",
+                        self.peer.describe(),
+                        idle,
+                    )
+                    return False
+            if conn.readable(min(left, 60.0)):
+                return True
 
     def _dispatch(self, frame: wire.Frame) -> None:
         message = frame.message
@@ -169,7 +205,7 @@ class Client:
                 )
         except HalError as e:
             self.calls += 1
-            log.info("%s failed: %s", call.method, e)
+            self.refused(call.method, e)
             call.close_untaken()
             self.conn.send(error_reply(msg_id, e))
             return
@@ -185,15 +221,15 @@ class Client:
             counted = True
             result = handler(self, call)
         except HalError as e:
-            log.info("%s failed: %s", call.method, e)
+            self.refused(call.method, e)
             self.conn.send(error_reply(msg_id, e))
             if counted:
                 self.end()
             return
         except Exception as e:
             # A driver bug: report it to the client, keep serving.
-            log.error("%s raised %s: %s", call.method, type(e).__name__, e, exc_info=True)
             error = HalError(ErrorStatus.GENERAL_FAILURE, f"{call.method}: {type(e).__name__}: {e}")
+            self.driver_raised(call.method, e, error)
             self.conn.send(error_reply(msg_id, error))
             if counted:
                 self.end()
@@ -204,6 +240,18 @@ class Client:
             assert msg_id is not None
             self.conn.send(ok_reply(msg_id, result))
             self.end()
+
+    # ------------------------------------------------------------ failures
+
+    def refused(self, method: str, error: HalError) -> None:
+        """Count a call answered with `error` in the service's refusal log (written in aggregate)."""
+        self.host.refusals.note(self.peer, f"{method}: {error.status.name}: {error.message}")
+
+    def driver_raised(self, method: str, exc: BaseException, error: HalError) -> None:
+        """A Device method raised something other than HalError (a driver bug): counted like a refusal,
+        with the traceback in the log for the first of each window."""
+        if self.host.refusals.note(self.peer, f"{method}: {error.status.name}: {error.message}"):
+            log.error("%s raised %s: %s", method, type(exc).__name__, exc, exc_info=exc)
 
     # ------------------------------------------------------------ calls in flight
 
@@ -221,6 +269,7 @@ class Client:
     def end(self) -> None:
         with self._lock:
             self._in_flight -= 1
+        self.last_activity = time.monotonic()
 
     @property
     def in_flight(self) -> int:
@@ -265,13 +314,12 @@ class Client:
                 else:
                     reply = ok_reply(msg_id, work())  # type: ignore[arg-type]
             except HalError as e:
-                log.info("%s failed: %s", method, e)
+                self.refused(method, e)
                 reply = error_reply(msg_id, e)
             except Exception as e:
-                log.error("%s raised %s: %s", method, type(e).__name__, e, exc_info=True)
-                reply = error_reply(
-                    msg_id, HalError(ErrorStatus.GENERAL_FAILURE, f"{method}: {type(e).__name__}: {e}")
-                )
+                error = HalError(ErrorStatus.GENERAL_FAILURE, f"{method}: {type(e).__name__}: {e}")
+                self.driver_raised(method, e, error)
+                reply = error_reply(msg_id, error)
             finally:
                 if cleanup is not None:
                     cleanup()
@@ -304,6 +352,7 @@ class Client:
             "handles": self.handles.counts(),
             "in_flight": self.in_flight,
             "mapped_bytes": self.handles.mapped_bytes,
+            "queued_bytes": self.conn.queued_bytes,
             "calls": self.calls,
             "compact_calls": self.compact_calls,
             # Executions that reused a request already decoded and validated (request_cache).

@@ -53,18 +53,39 @@ def map_memory(call: Call, ref: object, what: str, seals: int = SEALS_POOL) -> S
 
 
 def _load_model(client: Client, call: Call) -> tuple[Model, SharedMemory]:
-    memory = map_memory(call, arg(call.args, call.method, "model", dict), "model", SEALS_FROZEN)
+    """Map, decode and (unless the service does not pre-validate) validate the call's model. Its bytes
+    count against the client's mapped-memory budget until the caller calls `_unload` (or a prepared
+    model holding the mapping is released)."""
+    ref = arg(call.args, call.method, "model", dict)
+    size = ref.get("size")
+    charged = size if type(size) is int and size > 0 else 0
+    client.handles.reserve_bytes(charged, call.method)
+    try:
+        memory = map_memory(call, ref, "model", SEALS_FROZEN)
+    except BaseException:
+        client.handles.release_bytes(charged)
+        raise
     try:
         model = nnfile.decode(memory.buffer).model
         if client.host.prevalidate:
             validate.validate_model(model)
+        client.host.allowlist_check(client, model, call.method)
     except ValueError as e:
-        close_memory(memory)
+        _unload(client, memory)
         raise invalid(f"{call.method}: model: {e}") from None
     except BaseException:
-        close_memory(memory)
+        _unload(client, memory)
         raise
     return model, memory
+
+
+def _unload(client: Client, memory: SharedMemory | None) -> None:
+    """Unmap a model mapped by `_load_model` and give its bytes back to the client's budget."""
+    if memory is None:
+        return
+    size = memory.size
+    close_memory(memory)
+    client.handles.release_bytes(size)
 
 
 def _cache_fds(call: Call) -> tuple[list[int], list[int]]:
@@ -88,7 +109,7 @@ def _register(client: Client, call: Call, entry: PreparedEntry) -> dict[str, Any
         try:
             entry.prepared.close()
         finally:
-            close_memory(entry.model_memory)
+            _unload(client, entry.model_memory)
 
     try:
         handle = client.handles.add(Kind.PREPARED, Resource(entry, close), call.method)
@@ -133,7 +154,7 @@ def get_supported_operations(client: Client, call: Call) -> dict[str, Any]:
         supported = client.host.device.getSupportedOperations(model)
         return {"supported": [bool(s) for s in supported]}
 
-    return client.defer(client.host.prepare_pool, call, work, lambda: close_memory(memory))
+    return client.defer(client.host.prepare_pool, call, work, lambda: _unload(client, memory))
 
 
 def service_status(client: Client, call: Call) -> dict[str, Any]:
@@ -175,7 +196,7 @@ def prepare_model(client: Client, call: Call) -> dict[str, Any]:
     def cleanup() -> None:
         # Cache files are lent for the duration of the call (a driver keeps dups if it must).
         wire.close_fds(model_cache + data_cache)
-        close_memory(kept[0])
+        _unload(client, kept[0])
 
     return client.defer(client.host.prepare_pool, call, work, cleanup)
 

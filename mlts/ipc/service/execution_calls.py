@@ -9,7 +9,6 @@ execution is queued or running is safe.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -27,10 +26,8 @@ from mlts.ipc.service.args import arg, enum_value, int_list, opt_ns, pool_token
 from mlts.ipc.service.buffer_calls import buffers_of, hold_buffer
 from mlts.ipc.service.client import DEFERRED, Call, Client, Handler
 from mlts.ipc.service.device_calls import PreparedEntry, close_memory, map_memory
-from mlts.ipc.service.handles import Kind, Resource
+from mlts.ipc.service.handles import HandleTable, Kind, Resource
 from mlts.ipc.service.transport import error_dict
-
-log = logging.getLogger("mlts.ipc.service")
 
 
 @dataclass
@@ -48,6 +45,9 @@ class Job:
     files: bool = False  # a pool is a client's file (FileMemory): read in before, outputs written after
     admitted_ns: int = 0  # when admission ended (CLOCK_MONOTONIC), while tracing (mlts.hal.trace)
     client_pid: int = 0
+    #: The client's table, and the bytes of `transient` counted against its mapped-memory budget.
+    table: HandleTable | None = None
+    charged: int = 0
 
     def run(self, deadline: int | None = None) -> ExecutionResult:
         if trace.enabled:
@@ -91,6 +91,9 @@ class Job:
         for memory in self.transient:
             close_memory(memory)
         self.transient.clear()
+        if self.charged and self.table is not None:
+            self.table.release_bytes(self.charged)
+            self.charged = 0
         for resource in self.held:
             resource.release()
         self.held.clear()
@@ -123,6 +126,11 @@ def _resolve_pools(client: Client, call: Call, refs: list[dict[str, Any]], job: 
                 client.handles.check_bytes(size, m)
                 if client.handles.peek(Kind.MEMORY, mem_id) is None:
                     client.handles.check_room(Kind.MEMORY, m)
+            else:
+                # A pool for this call only: it counts against the budget while the call holds it.
+                client.handles.reserve_bytes(max(size, 0), m)
+                job.table = client.handles
+                job.charged += max(size, 0)
             memory = map_memory(call, ref, what)
             if mem_id is None:
                 job.transient.append(memory)
@@ -355,10 +363,11 @@ def execute(client: Client, call: Call) -> dict[str, Any]:
             else:
                 notify.update(status=0, result=codec.execution_result_to_dict(result))
         except HalError as e:
+            client.refused("execute", e)
             notify.update(status=int(e.status), error=error_dict(e))
         except Exception as e:
-            log.error("execute raised %s: %s", type(e).__name__, e, exc_info=True)
             error = HalError(ErrorStatus.GENERAL_FAILURE, f"execute: {type(e).__name__}: {e}")
+            client.driver_raised("execute", e, error)
             notify.update(status=int(error.status), error=error_dict(error))
         finally:
             job.finish()

@@ -8,7 +8,6 @@ signals the fence.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -25,8 +24,6 @@ from mlts.ipc.service.args import arg, handle, int_list, opt_ns
 from mlts.ipc.service.client import DEFERRED, Call, Client, Handler
 from mlts.ipc.service.execution_calls import admit
 from mlts.ipc.service.handles import Kind, Resource
-
-log = logging.getLogger("mlts.ipc.service")
 
 #: At most this many input fences per fenced execution.
 MAX_WAIT_FOR = 32
@@ -192,8 +189,9 @@ def execute_fenced(client: Client, call: Call) -> dict[str, Any]:
         except HalError as e:
             finish(fenced_ns, None, e)
         except Exception as e:
-            log.error("executeFenced raised %s: %s", type(e).__name__, e, exc_info=True)
-            finish(fenced_ns, None, HalError(ErrorStatus.GENERAL_FAILURE, f"{m}: {type(e).__name__}: {e}"))
+            error = HalError(ErrorStatus.GENERAL_FAILURE, f"{m}: {type(e).__name__}: {e}")
+            client.driver_raised(m, e, error)
+            finish(fenced_ns, None, error)
         else:
             finish(fenced_ns, result, None)
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
+from mlts.ipc.service.outbox import DEFAULT_MAX_BYTES
 
 log = logging.getLogger("mlts.ipc.service")
 
@@ -52,8 +53,10 @@ class Limits:
     max_fenced: int = 4096
     max_bursts: int = 64
     max_in_flight: int = 256
-    max_mapped_bytes: int = 16 << 30
+    max_mapped_bytes: int = 4 << 30
     max_buffers: int = 4096
+    #: Bytes of replies that may wait for a client that does not read them (then it is disconnected).
+    max_queued_bytes: int = DEFAULT_MAX_BYTES
 
     def limit(self, kind: Kind) -> int:
         return {
@@ -127,6 +130,28 @@ class HandleTable:
                 f"{method}: mapping {nbytes} more bytes would exceed this client's budget of "
                 f"{self.limits.max_mapped_bytes} bytes ({mapped} mapped); free some pools first",
             )
+
+    def reserve_bytes(self, nbytes: int, method: str) -> None:
+        """Count `nbytes` of memory the service maps or holds for this client outside the handles (a model,
+        a pool mapped for one call, a burst slot, a copy's staging); RESOURCE_EXHAUSTED_PERSISTENT when
+        they would exceed the client's budget. Give them back with `release_bytes`."""
+        with self._lock:
+            mapped = self._mapped
+            if mapped + nbytes > self.limits.max_mapped_bytes:
+                raise HalError(
+                    ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
+                    f"{method}: {nbytes} more bytes would exceed this client's budget of "
+                    f"{self.limits.max_mapped_bytes} bytes of mapped memory ({mapped} held); release "
+                    "prepared models or free pools first",
+                )
+            if not self._closed:
+                self._mapped += nbytes
+
+    def release_bytes(self, nbytes: int) -> None:
+        """Give back bytes counted by `reserve_bytes` (nothing once the client's table was closed)."""
+        with self._lock:
+            if not self._closed:
+                self._mapped -= nbytes
 
     def add(self, kind: Kind, resource: Resource, method: str, key: int | None = None) -> int:
         """Put `resource` in the table under a new number (or the client's `key`); returns the handle.

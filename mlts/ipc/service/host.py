@@ -17,7 +17,9 @@ import threading
 from typing import Any
 
 from mlts.hal import trace
+from mlts.hal.enums import ErrorStatus
 from mlts.hal.interface import Device
+from mlts.hal.types import Model
 from mlts.ipc import wire
 from mlts.ipc.service import (
     buffer_calls,
@@ -27,11 +29,15 @@ from mlts.ipc.service import (
     execution_calls,
     fenced_calls,
 )
+from mlts.ipc.service.allowlist_policy import AllowlistPolicy
 from mlts.ipc.service.client import Client, Handler
 from mlts.ipc.service.fence_watcher import FenceWatcher
 from mlts.ipc.service.handles import Limits
+from mlts.ipc.service.memory_trim import Trimmer
+from mlts.ipc.service.refusals import GuessBrake, RefusalLog
 from mlts.ipc.service.scheduler import WorkerPool
 from mlts.ipc.service.transport import Connection
+from mlts.ipc.socket_dir import check_folder
 
 log = logging.getLogger("mlts.ipc.service")
 
@@ -43,6 +49,11 @@ DEFAULT_PREPARE_WORKERS = 2
 #: A fenced execution waits at most this long for its input fences when it has no deadline.
 DEFAULT_FENCE_WAIT_LIMIT = 60.0
 DEFAULT_MAX_CLIENTS = 64
+#: Connections one user (uid) and one process (pid) may hold at once: room is always left for others.
+DEFAULT_MAX_CLIENTS_PER_UID = 48
+DEFAULT_MAX_CLIENTS_PER_PID = 16
+#: A shared service disconnects a client with no call in flight that sent nothing for this long (s).
+DEFAULT_IDLE_TIMEOUT = 600.0
 
 
 class ServiceHost:
@@ -59,8 +70,12 @@ class ServiceHost:
         frame_timeout: float = DEFAULT_FRAME_TIMEOUT,
         fence_wait_limit: float = DEFAULT_FENCE_WAIT_LIMIT,
         max_clients: int = DEFAULT_MAX_CLIENTS,
+        max_clients_per_uid: int = DEFAULT_MAX_CLIENTS_PER_UID,
+        max_clients_per_pid: int = DEFAULT_MAX_CLIENTS_PER_PID,
+        idle_timeout: float | None = None,
         shared: bool = False,
         prevalidate: bool = True,
+        allowlist: AllowlistPolicy | None = None,
     ) -> None:
         self.device = device
         #: False: models and requests reach the Device decoded (sizes and types checked) but not
@@ -71,6 +86,17 @@ class ServiceHost:
         self.frame_timeout = frame_timeout
         self.fence_wait_limit = fence_wait_limit
         self.max_clients = max_clients
+        self.max_clients_per_uid = max_clients_per_uid
+        self.max_clients_per_pid = max_clients_per_pid
+        #: Seconds a client may stay idle (no call in flight, nothing received); None: for ever.
+        self.idle_timeout = idle_timeout
+        #: Calls answered with an error, logged in aggregate; and the brake on buffer token guesses.
+        self.refusals = RefusalLog()
+        self.guesses = GuessBrake()
+        #: Returns freed heap memory to the system after clients leave.
+        self.trimmer = Trimmer()
+        #: Which clients may use which extensions (enforced unless the service does not pre-validate).
+        self.allowlist = allowlist if allowlist is not None else AllowlistPolicy()
         self.shared = shared
         self.handlers: dict[str, Handler] = {
             **device_calls.HANDLERS,
@@ -102,32 +128,54 @@ class ServiceHost:
             "shared": self.shared,
             "workers": self.exec_pool.workers,
             "prevalidate": self.prevalidate,
+            "idle_timeout": self.idle_timeout,
         }
+
+    def allowlist_check(self, client: Client, model: Model, method: str) -> None:
+        """INVALID_ARGUMENT when `model` uses an extension `client` may not use (the service's allowlist);
+        a service that does not pre-validate hands the driver every model it can decode."""
+        if self.prevalidate:
+            self.allowlist.check(client.peer, model, method)
 
     # ------------------------------------------------------------ clients
 
     def serve_connection(self, sock: socket.socket) -> None:
         """Serve one client on `sock` in this thread until it hangs up; then release what it holds."""
-        client = Client(self, Connection(sock, self.frame_timeout))
+        self._serve(self._register(self._connection(sock)))
+
+    def _connection(self, sock: socket.socket) -> Connection:
+        return Connection(sock, self.frame_timeout, max_queued=self.limits.max_queued_bytes)
+
+    def _register(self, conn: Connection) -> Client:
+        client = Client(self, conn)
         with self._lock:
             self._clients[id(client)] = client
             self.served += 1
-        log.info("client pid %d uid %d connected", client.pid, client.uid)
+        log.info("client %s connected", client.peer.describe())
+        return client
+
+    def _serve(self, client: Client) -> None:
         try:
             client.serve()
         finally:
             with self._lock:
                 self._clients.pop(id(client), None)
             client.close()
-            client.conn.shutdown()
+            client.conn.close()
             try:
-                sock.close()
+                client.conn.sock.close()
             except OSError:
                 pass
-            log.info("client pid %d released its handles", client.pid)
+            self.refusals.flush(client.pid)
+            with self._lock:
+                left = len(self._clients)
+            self.trimmer.client_left(left)
+            log.info("client %s released its handles after %d calls", client.peer.describe(), client.calls)
 
     def listen(self, path: str) -> None:
-        """Accept clients on a Unix socket at `path` (mode 0600) until `stop()`; removes the file after."""
+        """Accept clients on a Unix socket at `path` (mode 0600) until `stop()`; removes the file after.
+
+        The socket's folder must be this user's and writable by nobody else (OSError otherwise)."""
         self._prepare_path(path)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old_umask = os.umask(0o177)
@@ -144,6 +192,7 @@ class ServiceHost:
                 poller = select.poll()
                 poller.register(listener, select.POLLIN)
                 if not poller.poll(200):
+                    self.refusals.flush()  # summaries of clients that stopped being refused
                     continue
                 try:
                     sock, _ = listener.accept()
@@ -154,7 +203,9 @@ class ServiceHost:
             self._close_listener()
 
     def _prepare_path(self, path: str) -> None:
-        """Refuse to replace anything but a stale socket of a service that is gone."""
+        """Refuse a folder others could write to (socket_dir.check_folder), and to replace anything but a
+        stale socket of a service that is gone."""
+        check_folder(os.path.dirname(os.path.abspath(path)))
         try:
             st = os.lstat(path)
         except FileNotFoundError:
@@ -172,15 +223,36 @@ class ServiceHost:
         raise OSError(f"a service already listens on {path}")
 
     def _admit(self, sock: socket.socket) -> None:
+        """Take a new connection: refused at once (with one `refused` message) when the service is full or
+        the peer's process or user holds its share of the connections already."""
         sock.set_inheritable(False)
+        conn = self._connection(sock)
+        peer = conn.peer
         with self._lock:
-            full = len(self._clients) >= self.max_clients
             self._threads = [t for t in self._threads if t.is_alive()]
-        if full:
-            log.warning("refusing a client: %d clients are connected already", self.max_clients)
+            clients = list(self._clients.values())
+            why = None
+            if len(clients) >= self.max_clients:
+                why = f"{len(clients)} clients are connected already (at most {self.max_clients})"
+            elif sum(c.uid == peer.uid for c in clients) >= self.max_clients_per_uid:
+                why = f"uid {peer.uid} holds {self.max_clients_per_uid} connections already (the most one user may)"
+            elif sum(c.pid == peer.pid for c in clients) >= self.max_clients_per_pid:
+                why = f"pid {peer.pid} holds {self.max_clients_per_pid} connections already (the most one process may)"
+            if why is None:
+                client = Client(self, conn)
+                self._clients[id(client)] = client
+                self.served += 1
+        if why is not None:
+            self.refusals.note(peer, f"connection refused: {why}")
+            # One small frame on a new socket: its buffer is empty, so this never waits.
+            conn.send(
+                {"kind": "refused", "status": int(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT), "message": why}
+            )
+            conn.close()
             sock.close()
             return
-        thread = threading.Thread(target=self.serve_connection, args=(sock,), name="client", daemon=True)
+        log.info("client %s connected", peer.describe())
+        thread = threading.Thread(target=self._serve, args=(client,), name="client", daemon=True)
         with self._lock:
             self._threads.append(thread)
         thread.start()
@@ -224,6 +296,11 @@ class ServiceHost:
                 "max_bursts": self.limits.max_bursts,
                 "max_in_flight": self.limits.max_in_flight,
                 "max_mapped_bytes": self.limits.max_mapped_bytes,
+                "max_queued_bytes": self.limits.max_queued_bytes,
+                "max_clients": self.max_clients,
+                "max_clients_per_uid": self.max_clients_per_uid,
+                "max_clients_per_pid": self.max_clients_per_pid,
+                "idle_timeout": self.idle_timeout,
             },
         }
 
@@ -234,7 +311,7 @@ class ServiceHost:
             clients = list(self._clients.values())
             threads = list(self._threads)
         for client in clients:
-            client.conn.shutdown()
+            client.conn.close()
         for thread in threads:
             thread.join(2.0)
         self._close_listener()

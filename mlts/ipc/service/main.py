@@ -13,11 +13,16 @@ from collections.abc import Sequence
 from mlts.hal import procctl
 from mlts.hal.interface import Device
 from mlts.hal.loader import load_factory
+from mlts.ipc.extension_allowlist import AllowlistError
+from mlts.ipc.service.allowlist_policy import AllowlistPolicy
 from mlts.ipc.service.handles import Limits
 from mlts.ipc.service.host import (
     DEFAULT_FENCE_WAIT_LIMIT,
     DEFAULT_FRAME_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_CLIENTS,
+    DEFAULT_MAX_CLIENTS_PER_PID,
+    DEFAULT_MAX_CLIENTS_PER_UID,
     DEFAULT_PREPARE_WORKERS,
     DEFAULT_WORKERS,
     ServiceHost,
@@ -45,6 +50,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
     return value
 
 
@@ -96,6 +108,33 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-clients", type=_positive_int, default=DEFAULT_MAX_CLIENTS)
     p.add_argument(
+        "--max-clients-per-uid",
+        type=_positive_int,
+        default=DEFAULT_MAX_CLIENTS_PER_UID,
+        help="connections one user may hold at once",
+    )
+    p.add_argument(
+        "--max-clients-per-pid",
+        type=_positive_int,
+        default=DEFAULT_MAX_CLIENTS_PER_PID,
+        help="connections one process may hold at once",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=_non_negative_float,
+        default=None,
+        metavar="S",
+        help=f"disconnect a client with no call in flight that sent nothing for S seconds (0: never; "
+        f"default {DEFAULT_IDLE_TIMEOUT:g} for --socket, never for --fd)",
+    )
+    p.add_argument(
+        "--extensions-allowlist",
+        metavar="FILE",
+        default=None,
+        help="which clients may use which extensions (default: <config dir>/extensions_allowlist, else the "
+        "bundled tools may use com.example.mlts.activations)",
+    )
+    p.add_argument(
         "--no-prevalidate",
         dest="prevalidate",
         action="store_false",
@@ -109,6 +148,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-in-flight", type=_positive_int, default=defaults.max_in_flight, help="per client")
     p.add_argument(
         "--max-mapped-mib", type=_positive_int, default=defaults.max_mapped_bytes >> 20, help="per client"
+    )
+    p.add_argument(
+        "--max-queued-kib",
+        type=_positive_int,
+        default=defaults.max_queued_bytes >> 10,
+        help="per client: replies waiting for a client that does not read them (beyond: disconnected)",
     )
     return p
 
@@ -150,6 +195,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     label = args.name or args.factory
     try:
+        allowlist = AllowlistPolicy.from_file(args.extensions_allowlist)
+    except AllowlistError as e:
+        log.error("%s", e)
+        return 2
+    try:
         options = parse_options(args.option)
         started = time.monotonic()
         device = make_device(args.factory, options)
@@ -174,7 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_fenced=args.max_fenced,
         max_in_flight=args.max_in_flight,
         max_mapped_bytes=args.max_mapped_mib << 20,
+        max_queued_bytes=args.max_queued_kib << 10,
     )
+    idle = args.idle_timeout if args.idle_timeout is not None else (None if sock else DEFAULT_IDLE_TIMEOUT)
     host = ServiceHost(
         device,
         name=args.name,
@@ -184,8 +236,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         frame_timeout=args.frame_timeout,
         fence_wait_limit=args.fence_wait_limit,
         max_clients=args.max_clients,
+        max_clients_per_uid=args.max_clients_per_uid,
+        max_clients_per_pid=args.max_clients_per_pid,
+        idle_timeout=idle or None,
         shared=sock is None,
         prevalidate=args.prevalidate,
+        allowlist=allowlist,
     )
     log.info("%d execution workers, %d preparation workers", args.workers, args.prepare_workers)
     code = 0
