@@ -17,7 +17,7 @@ from driver.buffers import DEFAULT_BUDGET, BufferTracker, SampleBuffer, size_of
 from driver.executor import Plan, prepare_operation
 from driver.idle import MAX_IDLE_MS, IdleWatchdog
 from driver.request_io import CACHED_RESULTS, IoCache, RequestIo
-from mlts.hal import capabilities_file, qos, validate, vlog
+from mlts.hal import capabilities_file, deadlines, qos, validate, vlog
 from mlts.hal import extensions as ext
 from mlts.hal.buffer_use import bind_buffers, validate_memory_desc
 from mlts.hal.enums import (
@@ -41,6 +41,7 @@ from mlts.hal.types import (
     Extension,
     Model,
     Operation,
+    OptionalTimePoint,
     OutputShape,
     Request,
     Timing,
@@ -69,7 +70,7 @@ class Variant:
     extensions: tuple[ext.ExtensionSpec, ...] = ()  # the vendor extensions it declares and runs
 
 
-_check_deadline_before = qos.check_deadline_before
+_check_deadline_before = deadlines.check_before
 _perf_ns = time.perf_counter_ns
 _NOT_MEASURED = Timing()
 _YES = MeasureTiming.YES
@@ -183,7 +184,7 @@ class SampleDevice(Device):
         model: Model,
         preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
         priority: Priority = Priority.MEDIUM,
-        deadline: int | None = None,
+        deadline: OptionalTimePoint = None,
         model_cache: Sequence[int] = (),
         data_cache: Sequence[int] = (),
         token: bytes = b"",
@@ -232,7 +233,7 @@ class SampleDevice(Device):
         model_cache: Sequence[int],
         data_cache: Sequence[int],
         token: bytes,
-        deadline: int | None = None,
+        deadline: OptionalTimePoint = None,
     ) -> PreparedModel:
         """Rebuild a plan saved by prepareModel: every check of a fresh compile, packing skipped."""
         cache.caching_requested(model_cache, data_cache, token, "prepareModelFromCache")
@@ -360,7 +361,7 @@ class SamplePreparedModel(PreparedModel):
         self,
         request: Request,
         measure: MeasureTiming = MeasureTiming.NO,
-        deadline: int | None = None,
+        deadline: OptionalTimePoint = None,
         loop_timeout_duration: int | None = None,
     ) -> ExecutionResult:
         t0 = _perf_ns()
@@ -486,7 +487,7 @@ class SamplePreparedModel(PreparedModel):
             if self._fastest_ns is None or ns < self._fastest_ns:
                 self._fastest_ns = ns
 
-    def _check_feasible(self, deadline: int | None) -> None:
+    def _check_feasible(self, deadline: OptionalTimePoint) -> None:
         fastest = self._fastest_ns
         if deadline is None or fastest is None:
             return
@@ -510,7 +511,7 @@ class SamplePreparedModel(PreparedModel):
             self.device.budget.release(held)
 
 
-def _check_deadline_after(deadline: int | None, what: str) -> None:
+def _check_deadline_after(deadline: OptionalTimePoint, what: str) -> None:
     """A preparation that ran past its deadline: MISSED_DEADLINE_TRANSIENT (the caller frees what it held)."""
     if deadline is not None and _now_ns() > deadline:
         raise HalError(
@@ -518,7 +519,7 @@ def _check_deadline_after(deadline: int | None, what: str) -> None:
         )
 
 
-def _abandon_at(deadline: int | None, what: str) -> Callable[[int], None] | None:
+def _abandon_at(deadline: OptionalTimePoint, what: str) -> Callable[[int], None] | None:
     """The plan's progress check: a preparation still running at its deadline is abandoned before its
     next operation, MISSED_DEADLINE_TRANSIENT (as the HAL allows: the work stops, what it held is freed)."""
     if deadline is None:

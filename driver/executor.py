@@ -37,7 +37,6 @@ from driver.operands import constant_value, dtype_of
 from driver.operation_kernel import (  # noqa: F401  (the plan's public helpers, imported from here too)
     Checkpoint,
     check_output,
-    deadline_checkpoint,
     describe_args,
     kernel_failed,
     no_kernel,

@@ -47,6 +47,7 @@ from mlts.hal.types import (
     ExecutionResult,
     Model,
     Operation,
+    OptionalTimePoint,
     PerformanceInfo,
     Request,
 )
@@ -526,7 +527,7 @@ class FaultyPreparedModel(PreparedModel):
         self,
         request: Request,
         measure: MeasureTiming = MeasureTiming.NO,
-        deadline: int | None = None,
+        deadline: OptionalTimePoint = None,
         loop_timeout_duration: int | None = None,
     ) -> ExecutionResult:
         point = self.faults.enter("executeSynchronously")
@@ -608,7 +609,7 @@ class SampleFaulty(SampleDevice):
         model: Model,
         preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
         priority: Priority = Priority.MEDIUM,
-        deadline: int | None = None,
+        deadline: OptionalTimePoint = None,
         model_cache: Sequence[int] = (),
         data_cache: Sequence[int] = (),
         token: bytes = b"",
@@ -622,7 +623,7 @@ class SampleFaulty(SampleDevice):
         model: Model,
         preference: ExecutionPreference,
         priority: Priority,
-        deadline: int | None,
+        deadline: OptionalTimePoint,
         model_cache: Sequence[int],
         data_cache: Sequence[int],
         token: bytes,
@@ -652,13 +653,13 @@ class SampleFaulty(SampleDevice):
         model_cache: Sequence[int],
         data_cache: Sequence[int],
         token: bytes,
-        deadline: int | None = None,
+        deadline: OptionalTimePoint = None,
     ) -> PreparedModel:
         with self.compilations.one():
             return self._prepare_from_cache(model_cache, data_cache, token, deadline)
 
     def _prepare_from_cache(
-        self, model_cache: Sequence[int], data_cache: Sequence[int], token: bytes, deadline: int | None
+        self, model_cache: Sequence[int], data_cache: Sequence[int], token: bytes, deadline: OptionalTimePoint
     ) -> PreparedModel:
         point = self.faults.enter("prepareModelFromCache")
         plan = self.faults.plan

@@ -23,7 +23,15 @@ from dataclasses import replace
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError
 from mlts.hal.interface import PreparedModel
-from mlts.hal.types import Capabilities, ExecutionResult, Model, OperandPerformance, PerformanceInfo, Request
+from mlts.hal.types import (
+    Capabilities,
+    ExecutionResult,
+    Model,
+    OperandPerformance,
+    OptionalTimePoint,
+    PerformanceInfo,
+    Request,
+)
 
 
 def unvalidated(error: HalError) -> HalError:
@@ -43,7 +51,7 @@ class UnvalidatedPreparedModel(PreparedModel):
         self,
         request: Request,
         measure: MeasureTiming = MeasureTiming.NO,
-        deadline: int | None = None,
+        deadline: OptionalTimePoint = None,
         loop_timeout_duration: int | None = None,
     ) -> ExecutionResult:
         raise unvalidated(self.error)

@@ -8,7 +8,6 @@ kernel's result to its operand's dtype and known dimensions.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -126,18 +125,6 @@ def check_output(step: Any, index: int, operand, want: np.dtype, arr: np.ndarray
             f"operation {step.index} ({op_name(step.type)}): output operand {index} has shape {list(arr.shape)}, model declares {list(dims)}",
         )
     return arr
-
-
-def deadline_checkpoint(deadline_ns: int | None) -> Checkpoint | None:
-    """MISSED_DEADLINE_TRANSIENT when the deadline passes during the work (checked before every operation)."""
-    if deadline_ns is None:
-        return None
-
-    def check(index: int) -> None:
-        if time.monotonic_ns() > deadline_ns:
-            raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed before operation {index}")
-
-    return check
 
 
 # ------------------------------------------------------------ errors of a running step (one wording everywhere)

@@ -1,12 +1,13 @@
 """The backends of a model's run and the one loop over them, for image and LSTM models alike.
 
-A backend is the onnxruntime reference, one driver on one execution path (`sample-all`,
-`sample-all/async`), or the runtime's own placement of the model over every driver
-(`nnapi-reference`). `model_backends` lists them in a seeded random order per model (so slow drift
-favours none); a `Backend` opens its sessions, watches peak memory and times compilation; and
-`each_backend` runs them in order, turning a driver's HalError into that backend's error row. The
-row helpers (`row`, `measured_row`, `error_row`, `timed_fields`, `driver_timing`) build the results
-rows as records (BenchmarkRow); producers write them as JSON (`to_json`) once a model is done.
+A backend (`BackendKey`) is the CPU reference, one driver on one execution path, or the runtime's
+own placement of the model over every driver (`nnapi-reference`); its `label` is what results rows
+call it (`driver:sample-all`, `driver:sample-all/async`, `nnapi-reference/burst`).
+`model_backends` lists them in a seeded random order per model (so slow drift favours none); a
+`Backend` opens its sessions, watches peak memory and times compilation; and `each_backend` runs
+them in order, turning a driver's HalError into that backend's error row. The row helpers (`row`,
+`measured_row`, `error_row`, `timed_fields`, `driver_timing`) build the results rows as records
+(BenchmarkRow); producers write them as JSON (`to_json`) once a model is done.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import random
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from mlts.bench.memory import MemoryWatch, driver_pid
@@ -37,7 +38,8 @@ from mlts.records import (
     Warmup,
 )
 from mlts.records.benchmark import accuracy_check
-from mlts.runtime.execution import EXECUTION_MODES
+from mlts.runtime.execution import ExecutionMode
+from mlts.runtime.qos_settings import DEFAULT_QOS, QosSettings
 
 NOT_MEASURED = "not measured"
 T = TypeVar("T")
@@ -63,16 +65,10 @@ class BenchmarkConfig:
     nnapi_reference: str = "off"
     # Factory options per driver name, e.g. {"sample-all": {"capabilities": "FILE.json"}}.
     driver_options: dict[str, dict[str, str]] = field(default_factory=dict)
-    # Execution paths to measure on drivers (mlts.runtime.execution.EXECUTION_MODES): one row each.
-    executions: tuple[str, ...] = ("sync",)
-    # Priority, preference, deadline and loop timeout (mlts.runtime.qos_settings.QosSettings.to_dict()).
-    qos: dict = field(default_factory=dict)
-
-    def session_options(self) -> dict:
-        from mlts.runtime.qos_settings import QosSettings
-
-        return QosSettings.from_dict(self.qos).session_kwargs()
-
+    # Execution paths to measure on drivers: one row each.
+    executions: tuple[ExecutionMode, ...] = (ExecutionMode.SYNC,)
+    # Priority, preference, deadlines and loop timeout of every driver session.
+    qos: QosSettings = DEFAULT_QOS
     # LSTM models: also run each driver with the recurrent state in driver buffers (memory domains).
     state_in_driver: bool = False
     # Per-operation profiles after each timed run (mlts.bench.profile_runs); off by default.
@@ -88,6 +84,22 @@ class BenchmarkConfig:
         """A rough duration of one model × backend run, for the first ETA."""
         compile_s = 3 * self.compile_max_seconds if self.compilation else 0.0
         return self.warmup_s + self.duration_s + 0.5 * compile_s + 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The configuration as results files record it (QoS names, execution paths by name)."""
+        data = asdict(self)
+        data["qos"] = self.qos.to_json()
+        data["executions"] = [str(m) for m in self.executions]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BenchmarkConfig:
+        """A configuration from its JSON form (`to_json`); ValueError naming a bad QoS or path."""
+        values = dict(data)
+        values["plugin_files"] = tuple(values.get("plugin_files") or ())
+        values["executions"] = tuple(ExecutionMode(m) for m in values.get("executions") or ("sync",))
+        values["qos"] = QosSettings.from_json(values.get("qos"))
+        return cls(**values)
 
 
 def driver_timing(results: list) -> dict | None:
@@ -105,21 +117,58 @@ def driver_timing(results: list) -> dict | None:
     return out
 
 
-def execution_of(backend: str) -> str:
-    """The execution path of a backend label or key (`driver:sample-all/async` -> async)."""
-    return split_backend(backend)[1]
+REFERENCE = "ref"
+NNAPI_REFERENCE = "nnapi-reference"
+STATE_TAG = "+state-in-driver"
 
 
-def row(model: str, backend: str, config: BenchmarkConfig, **fields: Any) -> BenchmarkRow:
-    """An ok row of `model` on `backend`: its identity and run settings, then `fields` (record values)."""
+@dataclass(frozen=True, slots=True)
+class BackendKey:
+    """Which backend a run measures: the CPU reference (`REFERENCE`), one driver by its name, or the
+    runtime's own placement over every driver (`NNAPI_REFERENCE`), on one execution path; with
+    `state_in_driver` an LSTM run keeping its recurrent state in driver buffers."""
+
+    name: str
+    mode: ExecutionMode = ExecutionMode.SYNC
+    state_in_driver: bool = False
+
+    @property
+    def is_reference(self) -> bool:
+        return self.name == REFERENCE
+
+    @property
+    def partitioned(self) -> bool:
+        return self.name == NNAPI_REFERENCE
+
+    @property
+    def label(self) -> str:
+        """The results rows' name of a driver backend: `driver:NAME[+state-in-driver][/PATH]` (no path for
+        sync), or `nnapi-reference[/PATH]` (the reference's label is its framework's, see `Backend`)."""
+        path = "" if self.mode == ExecutionMode.SYNC else f"/{self.mode}"
+        if self.partitioned:
+            return f"{NNAPI_REFERENCE}{path}"
+        return f"driver:{self.name}{STATE_TAG if self.state_in_driver else ''}{path}"
+
+    def with_state_in_driver(self) -> BackendKey:
+        return BackendKey(self.name, self.mode, True)
+
+
+REFERENCE_KEY = BackendKey(REFERENCE)
+
+
+def row(
+    model: str, backend: str, config: BenchmarkConfig, *, execution: ExecutionMode, **fields: Any
+) -> BenchmarkRow:
+    """An ok row of `model` on `backend` (its label) by path `execution`: its identity and run settings,
+    then `fields` (record values)."""
     values: dict[str, Any] = {
         "model": model,
         "family": "user",
         "backend": backend,
-        "execution": execution_of(backend),
+        "execution": str(execution),
         "status": "ok",
         "threads": config.threads,
-        "qos": dict(config.qos),
+        "qos": config.qos.to_json(),
         "percentile_estimator": PERCENTILE_ESTIMATOR,
         "validation_errors": (),
         "reference": "onnxruntime",
@@ -132,6 +181,7 @@ def measured_row(
     backend: str,
     config: BenchmarkConfig,
     *,
+    execution: ExecutionMode,
     dataset: dict,
     accuracy: dict,
     driver_timing_us: dict | None,
@@ -149,6 +199,7 @@ def measured_row(
         model,
         backend,
         config,
+        execution=execution,
         dataset=Dataset.from_json(dataset, "dataset"),
         driver_timing_us=None if driver_timing_us is None else DriverTiming.from_json(driver_timing_us),
         accuracy=accuracy_check(accuracy, "accuracy"),
@@ -159,20 +210,35 @@ def measured_row(
     )
 
 
-def error_row(model: str, family: str, backend: str, config: BenchmarkConfig, error: str) -> BenchmarkRow:
+def error_row(
+    model: str,
+    family: str,
+    backend: str,
+    config: BenchmarkConfig,
+    error: str,
+    execution: ExecutionMode = ExecutionMode.SYNC,
+) -> BenchmarkRow:
+    """The row of a backend (its label) that failed, by path `execution`."""
     return BenchmarkRow(
         model=model,
         family=family,
         backend=backend,
-        execution=execution_of(backend),
+        execution=str(execution),
         status="error",
         error=error,
         threads=config.threads,
     )
 
 
-def error_record(model: str, family: str, backend: str, config: BenchmarkConfig, error: str) -> dict:
-    return error_row(model, family, backend, config, error).to_json()
+def error_record(
+    model: str,
+    family: str,
+    backend: str,
+    config: BenchmarkConfig,
+    error: str,
+    execution: ExecutionMode = ExecutionMode.SYNC,
+) -> dict:
+    return error_row(model, family, backend, config, error, execution).to_json()
 
 
 def timed_fields(timed: Timed, config: BenchmarkConfig) -> dict[str, Any]:
@@ -196,35 +262,18 @@ def timed_fields(timed: Timed, config: BenchmarkConfig) -> dict[str, Any]:
     }
 
 
-NNAPI_REFERENCE = "nnapi-reference"
-
-
-def driver_backends(config: BenchmarkConfig, devices: dict) -> list[str]:
-    """The driver backends of a run: each driver, the runtime's own choice, or both; once per execution path.
-
-    A backend is the driver's name, followed by `/PATH` for every path but sync (`sample-all/async`).
-    """
+def driver_backends(config: BenchmarkConfig, devices: dict) -> list[BackendKey]:
+    """The driver backends of a run: each driver, the runtime's own choice, or both; once per execution path."""
     named = [] if config.nnapi_reference == "only" else sorted(devices)
     bases = named + ([NNAPI_REFERENCE] if config.nnapi_reference != "off" else [])
-    return [base if mode == "sync" else f"{base}/{mode}" for base in bases for mode in config.executions]
+    return [BackendKey(base, mode) for base in bases for mode in config.executions]
 
 
-def split_backend(backend: str) -> tuple[str, str]:
-    """(driver name or nnapi-reference, execution path) of a backend key."""
-    base, sep, mode = backend.rpartition("/")
-    if sep and mode in EXECUTION_MODES:
-        return base, mode
-    return backend, "sync"
-
-
-def backend_order(config: BenchmarkConfig, name: str, devices: dict) -> list[str]:
-    backends = ["ref"] + driver_backends(config, devices)
+def backend_order(config: BenchmarkConfig, name: str, devices: dict) -> list[BackendKey]:
+    """The reference and the driver backends in a random order seeded by the run's seed and the model."""
+    backends = [REFERENCE_KEY, *driver_backends(config, devices)]
     random.Random(f"{config.seed}:{name}").shuffle(backends)
     return backends
-
-
-def backend_label(backend: str) -> str:
-    return backend if split_backend(backend)[0] == NNAPI_REFERENCE else f"driver:{backend}"
 
 
 def compilation_timings(
@@ -248,31 +297,31 @@ def compilation_timings(
 
 @dataclass(frozen=True)
 class Backend:
-    """One backend of a model's run: `key` as `model_backends` names it, `label` as the results row does."""
+    """One backend of a model's run, with the run's open devices: `label` as the results row names it."""
 
-    key: str
+    key: BackendKey
     devices: dict = field(repr=False)
 
     @property
     def is_reference(self) -> bool:
-        return self.key == "ref"
+        return self.key.is_reference
 
     @property
     def label(self) -> str:
-        return OnnxRuntimeReference.backend if self.is_reference else backend_label(self.key)
+        return OnnxRuntimeReference.backend if self.is_reference else self.key.label
 
     @property
     def name(self) -> str:
         """The driver's name, or nnapi-reference ("ref" for the reference)."""
-        return split_backend(self.key)[0]
+        return self.key.name
 
     @property
-    def mode(self) -> str:
-        return split_backend(self.key)[1]
+    def mode(self) -> ExecutionMode:
+        return self.key.mode
 
     @property
     def partitioned(self) -> bool:
-        return self.name == NNAPI_REFERENCE
+        return self.key.partitioned
 
     @property
     def device(self):
@@ -285,15 +334,15 @@ class Backend:
         return MemoryWatch(driver_pid(device) if device is not None else None).start()
 
     def open_session(self, model, config: BenchmarkConfig):
-        """A session on this driver, or the model partitioned over every driver, with the run's QoS."""
-        options = config.session_options()
+        """A session on this driver, or the model partitioned over every driver, with the run's QoS (the
+        partitioned one: its preference, which steers the placement)."""
         if self.partitioned:
             from mlts.runtime.partitioned import open_partitioned
 
-            return open_partitioned(self.devices, model, options["preference"], mode=self.mode)
+            return open_partitioned(self.devices, model, config.qos.preference, mode=self.mode)
         from mlts.runtime.session import Session
 
-        return Session(self.device, model, mode=self.mode, **options)
+        return Session(self.device, model, mode=self.mode, qos=config.qos)
 
     def compilation(self, model, config: BenchmarkConfig, progress: Progress | None = None) -> dict | None:
         """MLTS's compilation timings on one driver (None for the others or with --no-compilation)."""
@@ -313,15 +362,15 @@ def each_backend(
     config: BenchmarkConfig,
     progress: Progress,
     run: Callable[[Backend], T],
-) -> tuple[dict[str, T], dict[str, BenchmarkRow]]:
+) -> tuple[dict[BackendKey, T], dict[BackendKey, BenchmarkRow]]:
     """`run(backend)` for every backend in order: (results by key, error rows by key).
 
     A driver backend's HalError becomes its error row (the other backends still run); the
     reference's errors propagate. Progress counts one unit per backend. An interruption (Ctrl-C,
     SIGTERM) carries what finished as the KeyboardInterrupt's `finished_backends`.
     """
-    results: dict[str, T] = {}
-    errors: dict[str, BenchmarkRow] = {}
+    results: dict[BackendKey, T] = {}
+    errors: dict[BackendKey, BenchmarkRow] = {}
     try:
         for backend in backends:
             if backend.is_reference:
@@ -330,7 +379,9 @@ def each_backend(
                 try:
                     results[backend.key] = run(backend)
                 except HalError as e:
-                    errors[backend.key] = error_row(model, family, backend.label, config, str(e))
+                    errors[backend.key] = error_row(
+                        model, family, backend.label, config, str(e), backend.mode
+                    )
             progress.unit_done()
     except KeyboardInterrupt as e:
         e.finished_backends = (results, errors)  # type: ignore[attr-defined]  # kept by the runner

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from mlts.bench.ort_profile import OrtProfile
 from mlts.hal.enums import OperationType
@@ -26,6 +26,8 @@ from mlts.hal.operation_times import OperationTimes
 TOP_N = 10
 #: How far upstream an onnxruntime node is followed to find a layer the converter kept.
 MAX_UPSTREAM = 16
+
+K = TypeVar("K")
 
 
 def _type_name(code: int) -> str:
@@ -181,8 +183,9 @@ def overhead(unprofiled_s: Sequence[float], profiled_s: Sequence[float]) -> dict
     }
 
 
-def attach_layer_pairs(rows: Mapping[str, dict], reference_key: str = "ref") -> None:
-    """Give every driver row with a profile its `layers` against the reference row's profile."""
+def attach_layer_pairs(rows: Mapping[K, dict], reference_key: K) -> None:
+    """Give every driver row with a profile its `layers` against the profile of the reference row,
+    `rows[reference_key]`."""
     ref = (rows.get(reference_key) or {}).get("profile") or {}
     if not ref.get("by_layer"):
         return

@@ -13,15 +13,16 @@ the client and of the driver process is taken over each unit.
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 from mlts.bench.backends import (  # noqa: F401  (BenchmarkConfig and the row helpers are used from here too)
     NNAPI_REFERENCE,
     NOT_MEASURED,
+    REFERENCE_KEY,
     Backend,
+    BackendKey,
     BenchmarkConfig,
-    backend_label,
     backend_order,
     driver_backends,
     driver_timing,
@@ -29,7 +30,6 @@ from mlts.bench.backends import (  # noqa: F401  (BenchmarkConfig and the row he
     error_record,
     measured_row,
     model_backends,
-    split_backend,
     timed_fields,
 )
 from mlts.bench.memory import driver_pid
@@ -43,6 +43,7 @@ from mlts.convert.errors import ConversionError
 from mlts.hal.errors import HalError
 from mlts.records import SCHEMA_VERSION, BenchmarkRow, Violation
 from mlts.records.environment import environment
+from mlts.runtime.execution import ExecutionMode
 
 # MLTS's run lengths (seconds; LSTM dataset sequences), full and --quick.
 FULL_RUN: dict = {"warmup_s": 2.0, "duration_s": 10.0, "compile_max_seconds": 10.0, "sequences": 50}
@@ -111,7 +112,7 @@ def benchmark_model(
         ran, failed = each_backend(backends, work.name, work.family, config, progress, run)
     except KeyboardInterrupt as e:
         # The backends that finished before the interruption are kept, judged as usual.
-        finished: tuple[dict[str, BenchmarkRow], dict[str, BenchmarkRow]] = getattr(
+        finished: tuple[dict[BackendKey, BenchmarkRow], dict[BackendKey, BenchmarkRow]] = getattr(
             e, "finished_backends", ({}, {})
         )
         rows_so_far = {**finished[0], **finished[1]}
@@ -125,11 +126,11 @@ def benchmark_model(
 
 
 def _judged_rows(
-    rows: dict[str, BenchmarkRow], drivers: list[str], config: BenchmarkConfig, output_kind
+    rows: dict[BackendKey, BenchmarkRow], drivers: list[BackendKey], config: BenchmarkConfig, output_kind
 ) -> list[dict]:
     """The reference row and the driver rows (those present) with MLTS's validation and the verdict
     (none without a reference: an .nnm file, or a run interrupted before the reference ran)."""
-    ref = rows.get("ref")
+    ref = rows.get(REFERENCE_KEY)
     drivers = [d for d in drivers if d in rows]
     from mlts.bench.evaluators import validation_errors
     from mlts.bench.verdict import with_verdict
@@ -141,7 +142,7 @@ def _judged_rows(
         from mlts.bench.profile import attach_layer_pairs
 
         # The profiles are the rows' own JSON objects: the driver rows' gain their `layers` in place.
-        attach_layer_pairs({key: {"profile": r.profile} for key, r in rows.items()})
+        attach_layer_pairs({key: {"profile": r.profile} for key, r in rows.items()}, REFERENCE_KEY)
     return [r.to_json() for r in ([ref] if ref is not None else []) + [rows[d] for d in drivers]]
 
 
@@ -165,6 +166,7 @@ def _run_twin_reference(
     rec = _row(
         work,
         label,
+        ExecutionMode.SYNC,
         config,
         timed,
         progress,
@@ -212,6 +214,7 @@ def _run_reference(work, backend: Backend, config: BenchmarkConfig, progress: Pr
     return _row(
         work,
         label,
+        backend.mode,
         config,
         timed,
         progress,
@@ -226,6 +229,7 @@ def _run_reference(work, backend: Backend, config: BenchmarkConfig, progress: Pr
 def _row(
     work,
     label: str,
+    execution: ExecutionMode,
     config: BenchmarkConfig,
     timed: Timed,
     progress: Progress,
@@ -252,6 +256,7 @@ def _row(
         work.name,
         label,
         config,
+        execution=execution,
         family=work.family,
         dataset=work.dataset,
         **timed_fields(timed, config),
@@ -319,6 +324,7 @@ def _run_one_driver(work, backend: Backend, config: BenchmarkConfig, progress: P
     return _row(
         work,
         label,
+        backend.mode,
         config,
         timed,
         progress,
@@ -351,6 +357,7 @@ def _run_partitioned(work, backend: Backend, config: BenchmarkConfig, progress: 
     return _row(
         work,
         label,
+        backend.mode,
         config,
         timed,
         progress,
@@ -424,7 +431,7 @@ def run_benchmark(
             **_litert_env(sources),
         },
         "config": {
-            **asdict(config),
+            **config.to_json(),
             "models": [s.name for s in sources],
             "drivers": [s.name for s in driver_specs],
         },
@@ -522,9 +529,14 @@ def model_error_rows(source: ModelSource, message: str, devices: dict, config: B
     from mlts.bench.reference_choice import reference_label
 
     family = family_of(source)
-    backends = [] if source.is_nnm else [reference_label(source)]
-    backends += [backend_label(b) for b in driver_backends(config, devices)]
-    return [error_record(source.name, family, b, config, message) for b in backends]
+    rows = (
+        [] if source.is_nnm else [error_record(source.name, family, reference_label(source), config, message)]
+    )
+    rows += [
+        error_record(source.name, family, key.label, config, message, key.mode)
+        for key in driver_backends(config, devices)
+    ]
+    return rows
 
 
 def _is_recurrent(source: ModelSource) -> bool:

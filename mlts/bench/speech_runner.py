@@ -14,7 +14,9 @@ from typing import Any
 
 from mlts.bench import recurrent
 from mlts.bench.backends import (
+    REFERENCE_KEY,
     Backend,
+    BackendKey,
     BenchmarkConfig,
     driver_backends,
     driver_timing,
@@ -47,22 +49,24 @@ class Scored:
         collected: Collected,
         reference_label: str,
         config: BenchmarkConfig,
-        drivers: list[str],
+        drivers: list[BackendKey],
     ) -> list[BenchmarkRow]:
         """The reference row then one per driver; `collected.rows` already holds the drivers that failed."""
         rows = dict(collected.rows)
         family = "asr" if self.step_name.startswith("asr") else "tts"
         for backend, run in collected.runs.items():
-            against = None if backend == "ref" else collected.runs["ref"]
+            reference = backend.is_reference
+            against = None if reference else collected.runs[REFERENCE_KEY]
             accuracy = recurrent.score(self.step_name, self.sig, run, self.golden, against)
             rows[backend] = measured_row(
                 self.model,
-                reference_label if backend == "ref" else collected.labels[backend],
+                reference_label if reference else backend.label,
                 config,
+                execution=backend.mode,
                 family=family,
                 dataset={"name": f"{self.step_name}-sequences", "size": len(run.outputs), "labels": None},
                 **recurrent.latency_fields(run, config.warmup_s, whole=self.whole),
-                driver_timing_us=None if backend == "ref" else driver_timing(run.extras),
+                driver_timing_us=None if reference else driver_timing(run.extras),
                 accuracy=accuracy,
                 validation_errors=recurrent.validation_errors(accuracy),
                 compilation=collected.compilation.get(backend),
@@ -72,20 +76,20 @@ class Scored:
             )
         from mlts.bench.verdict import with_verdict
 
-        return [rows["ref"]] + [with_verdict(rows[d], rows["ref"]) for d in drivers]
+        ref = rows[REFERENCE_KEY]
+        return [ref] + [with_verdict(rows[d], ref) for d in drivers]
 
 
 @dataclass
 class Collected:
     """Each backend's run, error rows of drivers that failed, compilation timings and peak memory."""
 
-    runs: dict[str, recurrent.SequenceRun]
-    rows: dict[str, BenchmarkRow]  # the error rows of drivers that failed
-    compilation: dict[str, dict | None]
-    memory: dict[str, dict]
-    labels: dict[str, str] = field(default_factory=dict)
-    chosen: dict[str, dict] = field(default_factory=dict)
-    retries: dict[str, dict] = field(default_factory=dict)  # driver backends: TRANSIENT errors retried
+    runs: dict[BackendKey, recurrent.SequenceRun]
+    rows: dict[BackendKey, BenchmarkRow]  # the error rows of drivers that failed
+    compilation: dict[BackendKey, dict | None]
+    memory: dict[BackendKey, dict]
+    chosen: dict[BackendKey, dict] = field(default_factory=dict)
+    retries: dict[BackendKey, dict] = field(default_factory=dict)  # driver backends: TRANSIENT errors retried
 
 
 def _collect_runs(
@@ -112,13 +116,11 @@ def _collect_runs(
             progress.phase(source.name, backend.label, what)
             out.runs[backend.key] = run_reference()
         elif backend.partitioned:
-            out.labels[backend.key] = backend.label
             opener = _PartitionOpener(backend, config)
             progress.phase(source.name, backend.label, what)
             out.runs[backend.key] = run_driver(opener)
             out.chosen[backend.key] = opener.fields()
         else:
-            out.labels[backend.key] = backend.label
             if compile_model is not None and config.compilation:
                 progress.phase(source.name, backend.label, "compilation timings")
                 out.compilation[backend.key] = backend.compilation(compile_model, config, progress)

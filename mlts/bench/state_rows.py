@@ -15,25 +15,9 @@ from typing import Any
 import numpy as np
 
 from mlts.bench import recurrent
-from mlts.bench.backends import (
-    NNAPI_REFERENCE,
-    Backend,
-    backend_label,
-    driver_timing,
-    error_row,
-    measured_row,
-    split_backend,
-)
+from mlts.bench.backends import REFERENCE_KEY, Backend, driver_timing, error_row, measured_row
 from mlts.hal.errors import HalError
 from mlts.records import BenchmarkRow
-
-STATE_TAG = "+state-in-driver"
-
-
-def state_label(backend: str) -> str:
-    """driver:NAME+state-in-driver[/PATH]: the execution path stays last, where split_backend finds it."""
-    name, mode = split_backend(backend)
-    return f"driver:{name}{STATE_TAG}" + ("" if mode == "sync" else f"/{mode}")
 
 
 def run_in_driver(session, sig: recurrent.StepSignature, n_inputs: int, seqs, warmup_s: float):
@@ -69,12 +53,9 @@ def state_rows(
     """One row per driver backend that ran with client state: the same run with the state in the driver."""
     rows = []
     for backend, client_run in collected.runs.items():
-        if backend == "ref":
+        if backend.is_reference or backend.partitioned:
             continue
-        name, mode = split_backend(backend)
-        if name == NNAPI_REFERENCE:
-            continue
-        label = state_label(backend)
+        label = backend.with_state_in_driver().label
         try:
             driver = Backend(backend, devices)
             watch = driver.memory_watch()
@@ -85,9 +66,9 @@ def state_rows(
                 session.close()
             memory = watch.result()
         except HalError as e:
-            rows.append(error_row(scored.model, family, label, config, f"state in driver: {e}"))
+            rows.append(error_row(scored.model, family, label, config, f"state in driver: {e}", backend.mode))
             continue
-        against = collected.runs["ref"]
+        against = collected.runs[REFERENCE_KEY]
         accuracy = recurrent.score(scored.step_name, scored.sig, run, scored.golden, against)
         fields = recurrent.latency_fields(run, config.warmup_s)
         client_median = recurrent.latency_fields(client_run, config.warmup_s)["latency_ms"].median
@@ -96,6 +77,7 @@ def state_rows(
                 scored.model,
                 label,
                 config,
+                execution=backend.mode,
                 family=family,
                 dataset={"name": f"{scored.step_name}-sequences", "size": len(run.outputs), "labels": None},
                 **fields,
@@ -106,7 +88,7 @@ def state_rows(
                 memory_mb=memory,
                 device_memory={
                     "state_in_driver": True,
-                    "client_state_backend": backend_label(backend),
+                    "client_state_backend": backend.label,
                     "client_state_median_ms": client_median,
                     "step_latency_saved_ms": client_median - fields["latency_ms"].median,
                     "bit_equal_to_client_state": bit_equal(run, client_run, scored.sig.main_output),

@@ -40,6 +40,7 @@ from mlts.calibrate.workloads import TENSOR_FLOAT32, CalibrationWorkload
 from mlts.errors import InputError
 from mlts.hal.capabilities_file import FORMAT, OPERAND_TYPE_NAMES, VERSION
 from mlts.hal.errors import HalError
+from mlts.runtime.qos_settings import DEFAULT_QOS, QosSettings
 
 CI_LIMIT = 0.05  # a median's 95% CI may reach ±5% of it before the run counts as noisy
 SPREAD_LIMIT = 2.0  # a type's ratios may differ by up to 2x before its mean counts as noisy
@@ -67,12 +68,16 @@ class CalibrationConfig:
     seed: int = 0
     in_process: bool = False
     relaxed: bool = False  # the driver computes relaxed float32 models in float16: measure that too
-    # Priority, preference, deadline and loop timeout (mlts.runtime.qos_settings.QosSettings.to_dict()).
-    qos: dict = dataclasses.field(default_factory=dict)
+    # Priority, preference, deadlines and loop timeout of every session.
+    qos: QosSettings = DEFAULT_QOS
 
     def quick(self) -> CalibrationConfig:
         """The same settings with the short runs: 0.2 s warm-up, 0.5 s and 5 calls timed."""
         return dataclasses.replace(self, warmup_s=0.2, duration_s=0.5, min_iterations=5)
+
+    def to_json(self) -> dict[str, Any]:
+        """The settings as the capabilities document records them (QoS by names)."""
+        return {**dataclasses.asdict(self), "qos": self.qos.to_json()}
 
 
 # ---------------------------------------------------------------- one timed run
@@ -197,10 +202,9 @@ def driver_run(
     device: Any, model: Any, feeds: Sequence[list[np.ndarray]], config: CalibrationConfig, meter: Meter
 ) -> dict:
     """Prepare `model` on the device and time it (timed_run); the prepared model is always released."""
-    from mlts.runtime.qos_settings import QosSettings
     from mlts.runtime.session import Session
 
-    session = Session(device, model, **QosSettings.from_dict(config.qos).session_kwargs())
+    session = Session(device, model, qos=config.qos)
     try:
         return timed_run(lambda i: session.run(feeds[i % len(feeds)]), config, meter, driver_pid(device))
     finally:
@@ -470,7 +474,7 @@ def calibrate_device(
         "confident": not warnings,
         "warnings": warnings,
         "cost_unit": meter.unit,
-        "settings": dataclasses.asdict(config),
+        "settings": config.to_json(),
         "measurements": records,
         "spread": summary["spread"],
         "environment": environment or {},

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from mlts.cluster.units import Unit, UnitOutcome, absolute
 
 def config_json(config: Any) -> dict[str, Any]:
     """A BenchmarkConfig as JSON, the files it names made absolute (plugins, capabilities)."""
-    data = asdict(config)
+    data = config.to_json()
     data["plugin_files"] = absolute(config.plugin_files)
     data["driver_options"] = {
         driver: {k: os.path.abspath(v) if k == "capabilities" else v for k, v in options.items()}
@@ -35,9 +34,7 @@ def config_json(config: Any) -> dict[str, Any]:
 def config_from_json(data: dict[str, Any]):
     from mlts.bench.backends import BenchmarkConfig
 
-    tuples = ("plugin_files", "executions")
-    values: dict[str, Any] = {k: tuple(v) if k in tuples else v for k, v in data.items()}
-    return BenchmarkConfig(**values)
+    return BenchmarkConfig.from_json(data)
 
 
 def source_json(source: Any) -> dict[str, Any]:
@@ -169,7 +166,7 @@ def merge(
         "kind": "benchmark",
         "environment": {},
         "config": {
-            **asdict(config),
+            **config.to_json(),
             "models": [s.name for s in sources],
             "drivers": [t.driver for t in targets],
         },
@@ -195,11 +192,12 @@ def merge(
             rows = list(part.get("results") or [])
         else:
             message = f"the unit could not run on the cluster: {outcome.error}"
-            labels = ["cpu:onnxruntime"] + [
-                b if b.startswith("nnapi-reference") else f"driver:{b}"
-                for b in driver_backends(config, {target.driver: None})
+            family = family_of(source)
+            rows = [error_record(source.name, family, "cpu:onnxruntime", config, message)]
+            rows += [
+                error_record(source.name, family, key.label, config, message, key.mode)
+                for key in driver_backends(config, {target.driver: None})
             ]
-            rows = [error_record(source.name, family_of(source), b, config, message) for b in labels]
             stamp_benchmark({"results": rows}, {target.driver: target.socket}, device=target.device)
         for row in rows:
             if row.get("backend", "").startswith("cpu:") and not lab:

@@ -45,15 +45,18 @@ def endpoint_of(
     return Endpoint(name=name, host=host, transport="unix", address=socket_path, client_host=host)
 
 
-def driver_of_backend(backend: str) -> str | None:
-    """The driver a benchmark backend label ran on (`driver:sample-all/async+x` -> sample-all); None for
-    the reference (`cpu:...`); the label itself for the runtime's own placement (nnapi-reference)."""
+def driver_of_row(row: Mapping[str, Any]) -> str | None:
+    """The driver a benchmark results row ran on: None for the reference (`cpu:...`), `nnapi-reference`
+    for the runtime's own placement, else the driver's name: the row's `backend` label
+    (`driver:NAME[+tag][/PATH]`) without its prefix, its tag and its path (the row's `execution`)."""
+    backend = str(row.get("backend", ""))
     if backend.startswith("cpu:"):
         return None
-    base = backend[len("driver:") :] if backend.startswith("driver:") else backend
-    base = base.split("+", 1)[0]
-    head, sep, tail = base.rpartition("/")
-    return head if sep and tail in ("sync", "async", "fenced", "burst") else base
+    base = backend.removeprefix("driver:")
+    path = row.get("execution")
+    if isinstance(path, str) and path != "sync":
+        base = base.removesuffix(f"/{path}")
+    return base.split("+", 1)[0]
 
 
 def stamp_benchmark(
@@ -74,7 +77,7 @@ def stamp_benchmark(
     for row in doc.get("results", []):
         if not isinstance(row, dict) or "endpoint" in row:
             continue
-        driver = driver_of_backend(str(row.get("backend", "")))
+        driver = driver_of_row(row)
         if driver is None:
             where = endpoint_of(device or REFERENCE_NAME, in_process=True, client_host=client_host)
         else:

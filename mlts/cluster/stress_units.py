@@ -10,7 +10,7 @@ carries its device (`mode/driver@device/...`) so the devices' tests stay apart.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 from mlts.cluster.targets import DriverTarget
@@ -24,13 +24,13 @@ PER_MODEL_MODES = frozenset({"inference-stress", "model-loading-stress"})
 
 def config_json(config: Any) -> dict[str, Any]:
     """A StressConfig as JSON (tuples become lists, plugin files absolute paths)."""
-    return {**asdict(config), "plugin_files": absolute(config.plugin_files)}
+    return {**config.to_json(), "plugin_files": absolute(config.plugin_files)}
 
 
 def config_from_json(data: dict[str, Any]):
     from mlts.crash.suite import StressConfig
 
-    return StressConfig(**{**data, "plugin_files": tuple(data.get("plugin_files") or ())})
+    return StressConfig.from_json(data)
 
 
 def plan(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from contextlib import contextmanager
@@ -268,8 +269,8 @@ def input_settings(
 
 
 def qos_options(fn):
-    """--priority, --preference, --deadline-ms, --prepare-deadline-ms and --loop-timeout-ms
-    (mlts.runtime.qos_settings)."""
+    """--priority, --preference, --deadline-ms, --prepare-deadline-ms and --loop-timeout-ms, given to the
+    command as one keyword argument, `qos` (mlts.runtime.qos_settings.QosSettings)."""
     options = [
         click.option(
             "--priority",
@@ -309,23 +310,35 @@ def qos_options(fn):
             help="WHILE loop timeout of every execution (the driver's default, 2000, when not given; at most 15000).",
         ),
     ]
+
+    @functools.wraps(fn)
+    def with_qos(*args, priority, preference, deadline_ms, prepare_deadline_ms, loop_timeout_ms, **kwargs):
+        qos = _qos_settings(priority, preference, deadline_ms, loop_timeout_ms, prepare_deadline_ms)
+        return fn(*args, qos=qos, **kwargs)
+
     for option in reversed(options):
-        fn = option(fn)
-    return fn
+        with_qos = option(with_qos)
+    return with_qos
 
 
-def qos_settings(
+def _qos_settings(
     priority: str,
     preference: str,
     deadline_ms: float | None,
     loop_timeout_ms: float | None,
     prepare_deadline_ms: float | None = None,
 ):
-    """The QosSettings of the options; a bad value is a one-line error."""
-    from mlts.runtime.qos_settings import QosSettings
+    """The QosSettings of the options' values; a bad value is a one-line usage error."""
+    from mlts.runtime.qos_settings import QosSettings, preference_named, priority_named
 
     try:
-        return QosSettings.from_names(priority, preference, deadline_ms, loop_timeout_ms, prepare_deadline_ms)
+        return QosSettings(
+            priority_named(priority),
+            preference_named(preference),
+            deadline_ms,
+            loop_timeout_ms,
+            prepare_deadline_ms,
+        )
     except ValueError as e:
         raise click.UsageError(str(e)) from None
 

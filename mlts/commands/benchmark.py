@@ -6,6 +6,7 @@ import datetime as _dt
 import json
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -22,13 +23,15 @@ from mlts.commands._common import (
     driver_socket_option,
     input_settings,
     qos_options,
-    qos_settings,
     seconds,
     trace_option,
     tracing,
     user_model_options,
 )
 from mlts.commands._run_end import report_file_options
+
+if TYPE_CHECKING:
+    from mlts.runtime.qos_settings import QosSettings
 
 
 def default_out_dir() -> Path:
@@ -290,11 +293,7 @@ def benchmark(
     quiet: bool,
     summary_file: str | None,
     junit_file: str | None,
-    priority: str,
-    preference: str,
-    deadline_ms: float | None,
-    prepare_deadline_ms: float | None,
-    loop_timeout_ms: float | None,
+    qos: QosSettings,
     lab_file: str | None,
     cluster: str | None,
 ) -> None:
@@ -345,7 +344,7 @@ def benchmark(
     from mlts.crash.supervise import Terminated, interrupt_on_termination
     from mlts.report.results import write_json_atomic
     from mlts.runtime.discovery import discover, select
-    from mlts.runtime.execution import EXECUTION_MODES, set_burst_polling
+    from mlts.runtime.execution import EXECUTION_MODES, ExecutionMode, set_burst_polling
 
     set_burst_polling(burst_polling_us)
 
@@ -384,8 +383,8 @@ def benchmark(
         compile_max_iterations=compile_iterations,
         nnapi_reference=nnapi_reference,
         driver_options=capabilities_options(capabilities_files),
-        executions=EXECUTION_MODES if execution == "all" else (execution,),
-        qos=qos_settings(priority, preference, deadline_ms, loop_timeout_ms, prepare_deadline_ms).to_dict(),
+        executions=EXECUTION_MODES if execution == "all" else (ExecutionMode(execution),),
+        qos=qos,
         state_in_driver=state_in_driver,
         profile=profile,
         reference=reference,

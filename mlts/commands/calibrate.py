@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -13,9 +14,11 @@ from mlts.commands._common import (
     input_settings,
     progress,
     qos_options,
-    qos_settings,
     user_model_options,
 )
+
+if TYPE_CHECKING:
+    from mlts.runtime.qos_settings import QosSettings
 
 
 @click.command("calibrate")
@@ -75,11 +78,7 @@ def calibrate(
     in_process: bool,
     plugin_files: tuple[str, ...],
     driver_sockets: tuple[str, ...],
-    priority: str,
-    preference: str,
-    deadline_ms: float | None,
-    prepare_deadline_ms: float | None,
-    loop_timeout_ms: float | None,
+    qos: QosSettings,
 ) -> None:
     """Measure the PerformanceInfo numbers a driver should report from getCapabilities.
 
@@ -113,7 +112,6 @@ def calibrate(
         workloads += parse_model_arguments(
             model_args, input_settings(input_shapes, input_values, files=False)
         )
-        qos = qos_settings(priority, preference, deadline_ms, loop_timeout_ms, prepare_deadline_ms).to_dict()
         config = CalibrationConfig(threads=threads, in_process=in_process, relaxed=relaxed, qos=qos)
         config = config.quick() if quick else config
         doc = run_calibration(

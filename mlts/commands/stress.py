@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -21,13 +22,15 @@ from mlts.commands._common import (
     driver_socket_option,
     input_settings,
     qos_options,
-    qos_settings,
     seconds,
     trace_option,
     tracing,
     user_model_options,
 )
 from mlts.commands._run_end import report_file_options
+
+if TYPE_CHECKING:
+    from mlts.runtime.qos_settings import QosSettings
 
 DEFAULT_MODELS = "^mobilenet_v1_0.25_128(_quant)?$"
 #: --duration of each test: full and --quick.
@@ -244,11 +247,7 @@ def stress(
     quiet: bool,
     summary_file: str | None,
     junit_file: str | None,
-    priority: str,
-    preference: str,
-    deadline_ms: float | None,
-    prepare_deadline_ms: float | None,
-    loop_timeout_ms: float | None,
+    qos: QosSettings,
     lab_file: str | None,
     cluster: str | None,
 ) -> None:
@@ -303,6 +302,7 @@ def stress(
     from mlts.crash.supervise import Terminated
     from mlts.report.results import write_json_atomic
     from mlts.runtime.discovery import discover, select
+    from mlts.runtime.execution import ExecutionMode
 
     if duration is None:
         duration = QUICK_DURATION_S if quick else FULL_DURATION_S
@@ -322,8 +322,8 @@ def stress(
         plugin_files=tuple(plugin_files),
         driver_options=driver_options,
         in_process=in_process,
-        execution=execution,
-        qos=qos_settings(priority, preference, deadline_ms, loop_timeout_ms, prepare_deadline_ms).to_dict(),
+        execution=ExecutionMode(execution),
+        qos=qos,
     )
     try:
         modes = modes_of(mode)

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mlts.crash.channel import Reporter
 from mlts.crash.outcome import StressFailure
 from mlts.hal.errors import HalError
+
+if TYPE_CHECKING:
+    from mlts.runtime.execution import ExecutionMode
+    from mlts.runtime.qos_settings import QosSettings
 
 PROGRESS_EVERY_S = 0.25
 
@@ -109,11 +113,19 @@ class StressContext:
 
     # ------------------------------------------------------------ models
 
-    def session_options(self) -> dict[str, Any]:
-        """Session keyword arguments from the run's --priority, --preference, --deadline-ms, --loop-timeout-ms."""
+    @property
+    def qos(self) -> QosSettings:
+        """The run's --priority, --preference, --deadline-ms, --prepare-deadline-ms and --loop-timeout-ms."""
         from mlts.runtime.qos_settings import QosSettings
 
-        return QosSettings.from_dict(self.params.get("qos")).session_kwargs()
+        return QosSettings.from_json(self.params.get("qos"))
+
+    @property
+    def execution(self) -> ExecutionMode:
+        """The execution path of the inference modes (sync unless the run asked for another)."""
+        from mlts.runtime.execution import ExecutionMode
+
+        return ExecutionMode.parse(str(self.params.get("execution", "sync")))
 
     def model(self, name: str):
         """The NN model of zoo model `name` or model file `name` (ONNX, converted with the shapes and

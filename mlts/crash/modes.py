@@ -95,18 +95,13 @@ def _checked_inputs(ctx: StressContext, names: list[str]) -> list[tuple[str, Any
     return out
 
 
-def _execution(ctx: StressContext) -> str:
-    """The execution path of the inference modes (sync unless the run asked for another)."""
-    return str(ctx.params.get("execution", "sync"))
-
-
 def _sessions(ctx: StressContext, device, checked: list[tuple[str, Any, list, list]]):
     from mlts.runtime.session import Session
 
     out = []
     for name, model, inputs, expected in checked:
         try:
-            session = Session(device, model, mode=_execution(ctx), **ctx.session_options())
+            session = Session(device, model, mode=ctx.execution, qos=ctx.qos)
         except HalError as e:
             raise ctx.failure(e, f"prepareModel of {name}") from None
         out.append((name, session, inputs, expected))
@@ -131,7 +126,7 @@ def inference(ctx: StressContext) -> dict[str, Any]:
         try:
             outputs, _ = session.run(inputs)
         except HalError as e:
-            raise ctx.failure(e, f"{_execution(ctx)} execution of {name}") from None
+            raise ctx.failure(e, f"{ctx.execution} execution of {name}") from None
         wrong = disagreement(outputs, expected)
         if wrong is not None:
             raise StressFailure(f"{name}: wrong result at call {counter[i]}: {wrong}")
@@ -275,7 +270,7 @@ def degradation(ctx: StressContext) -> dict[str, Any]:
     other = ctx.open_device()
     a_model, b_model = ctx.model(a_name), ctx.model(b_name)
     inputs = ctx.inputs(a_model, ctx.seed)
-    session = Session(device, a_model, **ctx.session_options())
+    session = Session(device, a_model, qos=ctx.qos)
     ctx.ready()
     phase_s = ctx.duration_s * 0.9 / (2 * DEGRADATION_PAIRS)
 
@@ -401,7 +396,7 @@ def _random(ctx: StressContext, run: bool) -> dict[str, Any]:
         seed = rng.randrange(2**31)
         model = random_model(seed, spec)
         try:
-            session = Session(device, model, **ctx.session_options())
+            session = Session(device, model, qos=ctx.qos)
         except HalError as e:
             kind = classify_failure(e, supported_operations(device, model))
             if kind in ("invalid", "unsupported"):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -50,7 +51,7 @@ def priority_stress(ctx: StressContext) -> dict[str, Any]:
     a_name, b_name = names[0], names[-1]
     threads = max(1, int(ctx.spec.get("threads", 2)))
     min_gain = float(ctx.params.get("min_gain", MIN_GAIN))
-    options = {k: v for k, v in ctx.session_options().items() if k != "priority"}
+    qos = ctx.qos  # the run's QoS; each session's priority is its own
     device = ctx.open_device()
     a_model, b_model = ctx.model(a_name), ctx.model(b_name)
     a_inputs, b_inputs = ctx.inputs(a_model, ctx.seed), ctx.inputs(b_model, ctx.seed + 1)
@@ -58,7 +59,7 @@ def priority_stress(ctx: StressContext) -> dict[str, Any]:
 
     def session(model, priority: Priority, what: str):
         try:
-            s = Session(device, model, priority=priority, **options)
+            s = Session(device, model, qos=replace(qos, priority=priority))
         except HalError as e:
             raise ctx.failure(e, f"prepareModel of {what}") from None
         sessions.append(s)

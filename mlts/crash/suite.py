@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from mlts.crash.channel import Reporter
@@ -26,7 +26,8 @@ from mlts.crash.outcome import Outcome, StressFailure, TestResult
 from mlts.crash.supervise import TestSpec, run_isolated
 from mlts.errors import InputError
 from mlts.hal.errors import HalError
-from mlts.runtime.execution import EXECUTION_MODES
+from mlts.runtime.execution import EXECUTION_MODES, ExecutionMode
+from mlts.runtime.qos_settings import DEFAULT_QOS, QosSettings
 
 MODES = (
     "inference-stress",
@@ -71,10 +72,10 @@ class StressConfig:
     in_process: bool = False
     # Driver name -> socket of a shared service to use instead of starting the driver.
     driver_sockets: dict[str, str] = field(default_factory=dict)
-    # The execution path of the inference modes (mlts.runtime.execution.EXECUTION_MODES).
-    execution: str = "sync"
-    # Priority, preference, deadline and loop timeout (mlts.runtime.qos_settings.QosSettings.to_dict()).
-    qos: dict[str, object] = field(default_factory=dict)
+    # The execution path of the inference modes.
+    execution: ExecutionMode = ExecutionMode.SYNC
+    # Priority, preference, deadlines and loop timeout of every session.
+    qos: QosSettings = DEFAULT_QOS
     # The user's model files by path, each with what converting it takes (user_model_spec): JSON-ready.
     user_models: dict[str, dict] = field(default_factory=dict)
 
@@ -94,6 +95,22 @@ class StressConfig:
                 f"--execution {self.execution!r} is not one of {', '.join(EXECUTION_MODES)}"
             )
 
+    def to_json(self) -> dict[str, Any]:
+        """The configuration as results files record it (QoS names, the execution path by name)."""
+        return {**asdict(self), "execution": str(self.execution), "qos": self.qos.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StressConfig:
+        """A configuration from its JSON form (`to_json`); ValueError naming a bad QoS or path."""
+        return cls(
+            **{
+                **data,
+                "plugin_files": tuple(data.get("plugin_files") or ()),
+                "execution": ExecutionMode(data.get("execution", "sync")),
+                "qos": QosSettings.from_json(data.get("qos")),
+            }
+        )
+
 
 Progress = Callable[[str], None]
 
@@ -112,11 +129,11 @@ def user_model_spec(user) -> dict:
 
 
 def _spec(mode: str, child_mode: str, driver: str, models: list[str], config: StressConfig, **kw) -> TestSpec:
-    params = {"qos": dict(config.qos), **kw.pop("params", {})}
+    params = {"qos": config.qos.to_json(), **kw.pop("params", {})}
     if config.user_models:
         params["user_models"] = config.user_models
-    if config.execution != "sync":
-        params = {**params, "execution": config.execution}
+    if config.execution != ExecutionMode.SYNC:
+        params = {**params, "execution": str(config.execution)}
     return TestSpec(
         test=kw.pop("test", f"{mode}/{driver}"),
         mode=child_mode,
@@ -464,8 +481,6 @@ def stress_document(
     results: list[TestResult], config: StressConfig, modes: list[str], drivers, models
 ) -> dict:
     """The results document (kind "stress") for results.json and the report."""
-    from dataclasses import asdict
-
     from mlts.records import SCHEMA_VERSION
     from mlts.records.environment import environment
 
@@ -473,6 +488,6 @@ def stress_document(
         "schema_version": SCHEMA_VERSION,
         "kind": "stress",
         "environment": environment(),
-        "config": {**asdict(config), "modes": modes, "drivers": drivers, "models": models},
+        "config": {**config.to_json(), "modes": modes, "drivers": drivers, "models": models},
         "results": [r.record().to_json() for r in results],
     }

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from mlts.hal import deadlines
+from mlts.hal.deadlines import TimePoint
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError
 from mlts.hal.fence import FenceState, SyncFence, wait_fds
@@ -130,14 +132,18 @@ def launch_async(run: Callable[[], ExecutionResult]) -> ExecutionCallback:
 
 
 def launch_fenced(
-    run: Callable[[int | None], ExecutionResult],
+    run: Callable[[TimePoint | None], ExecutionResult],
     wait_for: Sequence[SyncFence],
     measure: MeasureTiming,
-    deadline: int | None,
+    deadline: TimePoint | None,
     timeout_after_fence: int | None,
     fence_wait_limit: float = 60.0,
 ) -> tuple[SyncFence, LocalFencedCallback]:
-    """Wait for `wait_for` on a new thread, then `run(deadline)`, then signal the returned fence."""
+    """Wait for `wait_for` on a new thread, then `run(deadline)`, then signal the returned fence.
+
+    As the service's executeFenced (and NNAPI's sample driver): a deadline that passed before the call
+    fails it with MISSED_DEADLINE_PERSISTENT without waiting for the fences.
+    """
     launched = time.monotonic_ns()
     out = SyncFence.create()
     callback = LocalFencedCallback()
@@ -146,9 +152,10 @@ def launch_fenced(
     def target() -> None:
         fenced: int | None = None
         try:
+            deadlines.check_before(deadline, "executeFenced", launched)
             limit = fence_wait_limit
             if deadline is not None:
-                limit = min(limit, max(0.0, (deadline - time.monotonic_ns()) / 1e9))
+                limit = min(limit, deadlines.seconds_left(deadline, launched))
             if not wait_fds(fds, limit):
                 raise HalError(
                     ErrorStatus.MISSED_DEADLINE_TRANSIENT, "the input fences were not all signalled in time"
@@ -157,7 +164,7 @@ def launch_fenced(
             fenced = time.monotonic_ns()
             effective = deadline
             if timeout_after_fence is not None:
-                after = fenced + timeout_after_fence
+                after = deadlines.after_ns(timeout_after_fence, fenced)
                 effective = after if effective is None else min(effective, after)
             result = run(effective)
             end = time.monotonic_ns()

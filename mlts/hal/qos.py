@@ -14,8 +14,8 @@ Inside `holding_tickets()` (the service wraps it around an execution and its rep
 only when the block ends.
 
 `checkpoint()` builds the callable an executor calls before every operation: it answers
-MISSED_DEADLINE_TRANSIENT once the deadline has passed, and waits out preemption (a paused execution
-still ends at its deadline). Burst and other execution paths call the same function.
+MISSED_DEADLINE_TRANSIENT once the deadline has passed (mlts.hal.deadlines), and waits out preemption
+(a paused execution still ends at its deadline). Burst and other execution paths call the same function.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from mlts.hal.enums import ErrorStatus
-from mlts.hal.errors import HalError
+from mlts.hal import deadlines
+from mlts.hal.deadlines import TimePoint
 
 _CLIENT: contextvars.ContextVar[int] = contextvars.ContextVar("mlts_client", default=0)
 
@@ -50,12 +50,6 @@ def serving_client(client: int) -> Iterator[None]:
         yield
     finally:
         _CLIENT.reset(token)
-
-
-def check_deadline_before(deadline: int | None, what: str) -> None:
-    """MISSED_DEADLINE_PERSISTENT when the deadline (CLOCK_MONOTONIC ns) passed before the work started."""
-    if deadline is not None and time.monotonic_ns() > deadline:
-        raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, f"{what}: the deadline had already passed")
 
 
 @dataclass(eq=False, slots=True)
@@ -190,7 +184,7 @@ class PriorityGate:
     def _outranked(self, ticket: Ticket) -> bool:
         return self._top.get(ticket.client, ticket.priority) > ticket.priority
 
-    def wait_turn(self, ticket: Ticket, deadline: int | None, index: int) -> None:
+    def wait_turn(self, ticket: Ticket, deadline: TimePoint | None, index: int) -> None:
         """Return once no higher-priority execution of the ticket's client runs (or fail at the deadline)."""
         # The lock-free fast path (`_outranked` inlined: it runs before every operation).
         if not self.enabled or self._top.get(ticket.client, ticket.priority) <= ticket.priority:
@@ -208,9 +202,8 @@ class PriorityGate:
                         continue
                     left = (deadline - time.monotonic_ns()) / 1e9
                     if left <= 0:
-                        raise HalError(
-                            ErrorStatus.MISSED_DEADLINE_TRANSIENT,
-                            f"deadline passed before operation {index} while a higher-priority execution ran",
+                        raise deadlines.missed(
+                            f"before operation {index} while a higher-priority execution ran"
                         )
                     self._cond.wait(left)
             finally:
@@ -222,7 +215,7 @@ class PriorityGate:
 
 
 def checkpoint(
-    deadline: int | None, gate: PriorityGate | None = None, ticket: Ticket | None = None
+    deadline: TimePoint | None, gate: PriorityGate | None = None, ticket: Ticket | None = None
 ) -> Checkpoint | None:
     """What an executor calls before every operation: deadline check, then preemption."""
     if gate is not None and ticket is not None and not gate.enabled:
@@ -235,7 +228,7 @@ def checkpoint(
 
     def check(index: int) -> None:
         if time.monotonic_ns() > deadline:
-            raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed before operation {index}")
+            raise deadlines.missed(f"before operation {index}")
         if gate is not None and ticket is not None:
             gate.wait_turn(ticket, deadline, index)
 

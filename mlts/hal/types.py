@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mlts.hal.deadlines import TimePoint
 from mlts.hal.enums import (
     ELEMENT_SIZE,
     SCALAR_TYPES,
@@ -272,8 +273,9 @@ class BufferDesc:
     dimensions: tuple[int, ...] = ()
 
 
-# Deadlines and durations are nanoseconds; None means "none given".
-OptionalTimePoint = int | None
+# A deadline is an absolute CLOCK_MONOTONIC time point (mlts.hal.deadlines.TimePoint), a duration
+# nanoseconds; None means "none given".
+OptionalTimePoint = TimePoint | None
 OptionalTimeoutDuration = int | None
 
 LOOP_TIMEOUT_DEFAULT_NS = 2_000_000_000

@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from mlts.hal.deadlines import TimePoint
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError
 from mlts.hal.operation_times import (
@@ -91,7 +92,7 @@ class BurstRequest:
     inputs: tuple[RequestArgument, ...]
     outputs: tuple[RequestArgument, ...]
     measure: MeasureTiming = MeasureTiming.NO
-    deadline: int | None = None
+    deadline: TimePoint | None = None
     loop_timeout: int | None = None
     measure_operations: bool = False
 
@@ -244,7 +245,7 @@ def decode_request(data: bytes) -> BurstRequest:
         inputs,
         outputs,
         MeasureTiming(measure),
-        None if deadline == NO_TIME else deadline,
+        None if deadline == NO_TIME else TimePoint(deadline),
         None if loop_timeout == NO_TIME else loop_timeout,
         bool(flags & FLAG_MEASURE_OPERATIONS),
     )

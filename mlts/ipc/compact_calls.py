@@ -17,6 +17,7 @@ import struct
 from collections import OrderedDict
 from typing import NamedTuple
 
+from mlts.hal.deadlines import TimePoint
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.execution import FencedExecutionInfo
 from mlts.hal.operation_times import OperationTimes
@@ -78,7 +79,7 @@ class CompactCall(NamedTuple):
     prepared: int
     timeout_after_fence: int | None
     measure: MeasureTiming
-    deadline: int | None
+    deadline: TimePoint | None
     loop_timeout: int | None
     pools: tuple[PoolRef, ...]
     inputs: tuple[RequestArgument, ...]
@@ -141,7 +142,7 @@ class CallDecoder:
             prepared,
             None if after_fence == NO_TIME else after_fence,
             MeasureTiming.YES if measure else MeasureTiming.NO,
-            None if deadline == NO_TIME else deadline,
+            None if deadline == NO_TIME else TimePoint(deadline),
             None if loop == NO_TIME else loop,
             stable.pools,
             stable.inputs,

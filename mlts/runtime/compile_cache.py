@@ -25,7 +25,7 @@ from mlts.hal.codec import model_to_dict
 from mlts.hal.enums import ErrorStatus, ExecutionPreference, Priority
 from mlts.hal.errors import HalError
 from mlts.hal.interface import Device, PreparedModel
-from mlts.hal.types import CacheFilesNeeded, Model
+from mlts.hal.types import CacheFilesNeeded, Model, OptionalTimePoint
 
 TOKEN_DOMAIN = b"mlts compilation cache token 1\0"
 HIT, MISS, RECOMPILED, UNCACHED = "hit", "miss", "recompiled", "uncached"
@@ -128,7 +128,7 @@ class CompilationCache:
         model: Model,
         preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
         priority: Priority = Priority.MEDIUM,
-        deadline: int | None = None,
+        deadline: OptionalTimePoint = None,
     ) -> tuple[PreparedModel, str]:
         """The prepared model and how: "hit", "miss", "recompiled" or "uncached" (see the module docstring).
 
@@ -159,7 +159,7 @@ class CompilationCache:
         return prepared, MISS if rejected is None else RECOMPILED
 
     def _from_cache(
-        self, device: Device, files: CacheFiles, token: bytes, deadline: int | None = None
+        self, device: Device, files: CacheFiles, token: bytes, deadline: OptionalTimePoint = None
     ) -> tuple[PreparedModel | None, str]:
         """The model prepared from the files, or None and why the driver (or the file system) refused."""
         try:

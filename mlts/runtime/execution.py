@@ -13,6 +13,7 @@ getting them differs.
 
 from __future__ import annotations
 
+import enum
 import threading
 import weakref
 
@@ -21,9 +22,32 @@ from mlts.hal.errors import HalError
 from mlts.hal.interface import Burst, PreparedModel
 from mlts.hal.types import ExecutionResult, OptionalTimeoutDuration, OptionalTimePoint, Request
 
+
+class ExecutionMode(enum.StrEnum):
+    """The HAL's execution paths; the value is the name options, results and logs use."""
+
+    SYNC = "sync"
+    ASYNC = "async"
+    FENCED = "fenced"
+    BURST = "burst"
+
+    @classmethod
+    def parse(cls, name: str) -> ExecutionMode:
+        """The path `name` names, else INVALID_ARGUMENT listing the valid ones."""
+        try:
+            return cls(name)
+        except ValueError:
+            raise HalError(
+                ErrorStatus.INVALID_ARGUMENT,
+                f"execution mode {name!r} is not one of {', '.join(EXECUTION_MODES)}",
+            ) from None
+
+
 #: The execution paths, in the order tools list them.
-EXECUTION_MODES = ("sync", "async", "fenced", "burst")
-DEFAULT_MODE = "sync"
+EXECUTION_MODES: tuple[ExecutionMode, ...] = tuple(ExecutionMode)
+DEFAULT_MODE = ExecutionMode.SYNC
+# The members as module constants: `execute` compares against them on every call.
+_SYNC, _ASYNC, _FENCED, _BURST = EXECUTION_MODES
 #: How long a fenced execution's fence is waited for before the driver counts as hung.
 FENCE_WAIT_S = 60.0
 
@@ -52,16 +76,6 @@ def burst_for(prepared: PreparedModel) -> Burst:
     return burst
 
 
-def check_mode(mode: str) -> str:
-    """`mode` if it names an execution path, else INVALID_ARGUMENT listing the valid ones."""
-    if mode not in EXECUTION_MODES:
-        raise HalError(
-            ErrorStatus.INVALID_ARGUMENT,
-            f"execution mode {mode!r} is not one of {', '.join(EXECUTION_MODES)}",
-        )
-    return mode
-
-
 def forget_memory(prepared: PreparedModel | None, memory: object) -> None:
     """Let this thread's burst of `prepared` (if any) drop its cached mapping of `memory`."""
     bursts = getattr(_local, "bursts", None)
@@ -74,7 +88,7 @@ def execute(
     prepared: PreparedModel,
     request: Request,
     measure: MeasureTiming = MeasureTiming.NO,
-    mode: str = DEFAULT_MODE,
+    mode: ExecutionMode = DEFAULT_MODE,
     deadline: OptionalTimePoint = None,
     loop_timeout: OptionalTimeoutDuration = None,
 ) -> ExecutionResult:
@@ -83,11 +97,11 @@ def execute(
     A fenced execution reports no output shapes (the HAL's executeFenced has none): callers use the
     model's declared shapes, so fenced mode needs fully specified outputs. Its timing is timingFenced.
     """
-    if mode == "sync":
+    if mode == _SYNC:
         return prepared.executeSynchronously(request, measure, deadline, loop_timeout)
-    if mode == "async":
+    if mode == _ASYNC:
         return prepared.execute(request, measure, deadline, loop_timeout).result()
-    if mode == "fenced":
+    if mode == _FENCED:
         fence, callback = prepared.executeFenced(request, (), measure, deadline, loop_timeout)
         try:
             if not fence.wait(FENCE_WAIT_S):
@@ -103,7 +117,7 @@ def execute(
         if info.status != ErrorStatus.NONE:
             raise HalError(info.status, info.message or f"fenced execution failed with {info.status.name}")
         return ExecutionResult((), info.timing_fenced, info.operation_times)
-    if mode == "burst":
+    if mode == _BURST:
         return burst_for(prepared).execute(request, measure, deadline, loop_timeout)
-    check_mode(mode)
+    ExecutionMode.parse(mode)  # raises: not a path
     raise AssertionError("unreachable")

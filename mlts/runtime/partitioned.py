@@ -42,9 +42,10 @@ from mlts.hal.interface import Device
 from mlts.hal.loader import FactoryError, load_factory
 from mlts.hal.types import ExecutionResult, Model, OutputShape, Timing
 from mlts.runtime import allowlist
-from mlts.runtime.execution import DEFAULT_MODE
+from mlts.runtime.execution import DEFAULT_MODE, ExecutionMode
 from mlts.runtime.partition import CPU, PartitionPlan, Step, count_operations, plan_partition
 from mlts.runtime.partition_buffers import IntermediateBuffers, allocate_intermediates
+from mlts.runtime.qos_settings import QosSettings
 from mlts.runtime.session import Session
 
 #: The runtime's CPU path unless told otherwise: the bundled sample driver that supports every operation.
@@ -153,7 +154,7 @@ class PartitionedSession:
         cpu_factory: CpuFactory = DEFAULT_CPU_SPEC,
         priority: Priority = Priority.MEDIUM,
         measure: bool = True,
-        mode: str = DEFAULT_MODE,
+        mode: ExecutionMode = DEFAULT_MODE,
         driver_buffers: bool = True,
     ) -> None:
         self.model = model
@@ -166,10 +167,9 @@ class PartitionedSession:
         self.fallbacks: list[Fallback] = []
         self._devices = devices
         self._options: dict[str, Any] = {
-            "preference": preference,
-            "priority": priority,
+            "qos": QosSettings(priority, preference),
             "measure": measure,
-            "mode": mode,
+            "mode": ExecutionMode.parse(mode),
         }
         self._sessions: list[Session] = []
         self.steps: tuple[Step, ...] = self.plan.steps
@@ -406,7 +406,7 @@ def open_partitioned(
     *,
     cpu_factory: CpuFactory = DEFAULT_CPU_SPEC,
     measure: bool = True,
-    mode: str = DEFAULT_MODE,
+    mode: ExecutionMode = DEFAULT_MODE,
     driver_buffers: bool = True,
 ) -> PartitionedSession:
     """The runtime's own placement of `model` across `devices` (the "nnapi-reference" backend), prepared.

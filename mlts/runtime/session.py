@@ -10,15 +10,7 @@ from threading import get_ident
 import numpy as np
 
 from mlts.hal import trace, vlog
-from mlts.hal.enums import (
-    DTYPE_NAME,
-    UINT64_MAX,
-    ErrorStatus,
-    ExecutionPreference,
-    MeasureTiming,
-    OperandType,
-    Priority,
-)
+from mlts.hal.enums import DTYPE_NAME, UINT64_MAX, ErrorStatus, MeasureTiming, OperandType
 from mlts.hal.errors import HalError
 from mlts.hal.interface import Burst, Device, PreparedModel
 from mlts.hal.memory import SharedMemory
@@ -26,8 +18,8 @@ from mlts.hal.operation_times import check_result_times
 from mlts.hal.types import DataLocation, ExecutionResult, Model, Operand, Request, RequestArgument
 from mlts.runtime import allowlist
 from mlts.runtime.compile_cache import CompilationCache
-from mlts.runtime.execution import DEFAULT_MODE, burst_for, check_mode, execute, forget_memory
-from mlts.runtime.qos_settings import MAX_DEADLINE_MS, MAX_LOOP_TIMEOUT_MS
+from mlts.runtime.execution import DEFAULT_MODE, ExecutionMode, burst_for, execute, forget_memory
+from mlts.runtime.qos_settings import DEFAULT_QOS, QosSettings
 from mlts.runtime.remote import RemoteDevice
 from mlts.runtime.retry import DEFAULT_RETRY, RetryPolicy, RetryStats, call_with_retries
 
@@ -51,22 +43,6 @@ def _dtype(operand: Operand, what: str) -> np.dtype:
             ErrorStatus.INVALID_ARGUMENT, f"{what} has operand type {operand.type}, which has no NumPy dtype"
         )
     return np.dtype(name)
-
-
-def _positive_ms(ms: float | None, what: str) -> float | None:
-    if ms is None:
-        return None
-    if not isinstance(ms, (int, float)) or not 0 < ms <= MAX_DEADLINE_MS:
-        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what} {ms!r} ms outside (0, {MAX_DEADLINE_MS:g}] ms")
-    return float(ms)
-
-
-def _loop_timeout_ms(ms: float) -> float:
-    if not isinstance(ms, (int, float)) or not 0 <= ms <= MAX_LOOP_TIMEOUT_MS:
-        raise HalError(
-            ErrorStatus.INVALID_ARGUMENT, f"loop timeout {ms!r} ms outside [0, {MAX_LOOP_TIMEOUT_MS:g}] ms"
-        )
-    return float(ms)
 
 
 @dataclass(eq=False)
@@ -97,16 +73,16 @@ class _Layout:
 class Session:
     """A prepared model plus the pool its executions use; not thread-safe (one run at a time).
 
-    `mode` is the execution path of every run (`mlts.runtime.execution.EXECUTION_MODES`).
+    `mode` is the execution path of every run (`mlts.runtime.execution.ExecutionMode`).
 
     With `cache` the model is prepared through that compilation cache; `cache_outcome` then says
     how ("hit", "miss", "recompiled" or "uncached"), else it is None.
 
-    `deadline_ms` gives every execution a deadline that far ahead and `prepare_deadline_ms` the
-    preparation (the two are separate, as NNAPI's calls take them: a deadline fit for one execution
-    is far too short for a compilation); `loop_timeout_ms` is WHILE's loop timeout (the driver's
-    default, 2 s, when None). TRANSIENT errors are retried as `retry` allows; `retry_stats` counts
-    the retries and the errors by status.
+    `qos` (mlts.runtime.qos_settings) gives the preparation its priority, preference and deadline,
+    and every execution its own deadline (the two are separate, as NNAPI's calls take them: a
+    deadline fit for one execution is far too short for a compilation), each made when its call is
+    made, and WHILE's loop timeout. TRANSIENT errors are retried as `retry` allows; `retry_stats`
+    counts the retries and the errors by status.
 
     `profile` asks the driver for per-operation times with every execution (`Request.measure_operations`);
     a driver's record is checked against the model (`mlts.hal.operation_times.check_result_times`) and
@@ -119,27 +95,22 @@ class Session:
         device: Device,
         model: Model,
         *,
-        preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
-        priority: Priority = Priority.MEDIUM,
+        qos: QosSettings = DEFAULT_QOS,
+        mode: ExecutionMode = DEFAULT_MODE,
         measure: bool = True,
         cache: CompilationCache | None = None,
-        mode: str = DEFAULT_MODE,
-        deadline_ms: float | None = None,
-        loop_timeout_ms: float | None = None,
         retry: RetryPolicy = DEFAULT_RETRY,
         profile: bool = False,
-        prepare_deadline_ms: float | None = None,
     ) -> None:
         self.device = device
         self.profile = profile
-        self.deadline_ms = _positive_ms(deadline_ms, "deadline")
-        self.prepare_deadline_ms = _positive_ms(prepare_deadline_ms, "prepare deadline")
-        self.loop_timeout_ns = (
-            None if loop_timeout_ms is None else int(_loop_timeout_ms(loop_timeout_ms) * 1e6)
-        )
+        if not isinstance(qos, QosSettings):
+            raise TypeError(f"qos must be a QosSettings, not {type(qos).__name__}")
+        self.qos = qos
+        self.loop_timeout_ns = qos.loop_timeout_ns
         self.retry = retry
         self.retry_stats = RetryStats()
-        self.mode = check_mode(mode)
+        self.mode = ExecutionMode.parse(mode)
         allowlist.check_model(model)
         self.model = model
         self.measure = MeasureTiming.YES if measure else MeasureTiming.NO
@@ -153,7 +124,7 @@ class Session:
             op.byte_size() if op.is_fully_specified else None for op in self._outputs
         ]
         self._out_key = tuple(self._out_bytes)  # as layouts' keys hold it
-        if mode == "fenced" and None in self._out_bytes:
+        if self.mode == ExecutionMode.FENCED and None in self._out_bytes:
             raise HalError(
                 ErrorStatus.INVALID_ARGUMENT,
                 "fenced execution needs fully specified outputs (executeFenced reports no output shapes)",
@@ -170,15 +141,16 @@ class Session:
         self.prepared: PreparedModel | None
         started = time.perf_counter()
         start_ns = trace.now_ns()
+        preference, priority = qos.preference, qos.priority
         if cache is None:
             self.prepared = call_with_retries(
-                lambda: device.prepareModel(model, preference, priority, self._prepare_deadline()),
+                lambda: device.prepareModel(model, preference, priority, qos.preparation_deadline()),
                 retry,
                 self.retry_stats,
             )
         else:
             self.prepared, self.cache_outcome = call_with_retries(
-                lambda: cache.prepare(device, model, preference, priority, self._prepare_deadline()),
+                lambda: cache.prepare(device, model, preference, priority, qos.preparation_deadline()),
                 retry,
                 self.retry_stats,
             )
@@ -199,30 +171,19 @@ class Session:
                 len(model.main.operations),
                 getattr(device, "name", "driver"),
                 (time.perf_counter() - started) * 1e3,
-                ExecutionPreference(preference).name,
-                Priority(priority).name,
-                "none" if self.prepare_deadline_ms is None else f"{self.prepare_deadline_ms:g} ms",
+                preference.name,
+                priority.name,
+                "none" if qos.prepare_deadline_ms is None else f"{qos.prepare_deadline_ms:g} ms",
                 self.cache_outcome or "not used",
             )
-
-    def _deadline(self) -> int | None:
-        """A fresh execution deadline (CLOCK_MONOTONIC ns) `deadline_ms` from now, or None."""
-        if self.deadline_ms is None:
-            return None
-        return time.monotonic_ns() + int(self.deadline_ms * 1e6)
-
-    def _prepare_deadline(self) -> int | None:
-        """A fresh preparation deadline `prepare_deadline_ms` from now, or None."""
-        if self.prepare_deadline_ms is None:
-            return None
-        return time.monotonic_ns() + int(self.prepare_deadline_ms * 1e6)
 
     def _execute(self, request: Request) -> ExecutionResult:
         assert self.prepared is not None
         prepared = self.prepared
 
         measure, mode, loop_timeout = self.measure, self.mode, self.loop_timeout_ns
-        if mode == "burst" and self.deadline_ms is None:
+        qos = self.qos
+        if mode == ExecutionMode.BURST and qos.deadline_ms is None:
             # This thread's burst of the model, remembered here: what `execute` would look up per run.
             burst = self._burst
             if burst is None or burst[0] != get_ident() or getattr(burst[1], "closed", False):
@@ -239,14 +200,14 @@ class Session:
                 return run(request, measure, None, loop_timeout)
 
             return call_with_retries(again, self.retry, self.retry_stats)
-        if self.deadline_ms is None:
+        if qos.deadline_ms is None:
 
             def once() -> ExecutionResult:
                 return execute(prepared, request, measure, mode, None, loop_timeout)
         else:
 
             def once() -> ExecutionResult:
-                return execute(prepared, request, measure, mode, self._deadline(), loop_timeout)
+                return execute(prepared, request, measure, mode, qos.execution_deadline(), loop_timeout)
 
         return call_with_retries(once, self.retry, self.retry_stats)
 
@@ -293,7 +254,7 @@ class Session:
             return
         if isinstance(self.device, RemoteDevice):
             try:
-                if self.mode == "burst":
+                if self.mode == ExecutionMode.BURST:
                     forget_memory(self.prepared, pool)
                 self.device.freeMemory([pool])
             except HalError:

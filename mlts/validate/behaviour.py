@@ -32,11 +32,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from mlts.hal import deadlines
 from mlts.hal.codec import UINT64_MAX
 from mlts.hal.enums import ErrorStatus, MeasureTiming, OperationType, Priority
 from mlts.hal.errors import HalError
 from mlts.hal.types import Capabilities, Model, Request
-from mlts.runtime.execution import execute
+from mlts.runtime.execution import ExecutionMode, execute
 from mlts.validate import behaviour_isolation, behaviour_service
 from mlts.validate.behaviour_isolation import simple_case
 from mlts.validate.control_flow_mutations import while_model
@@ -131,7 +132,7 @@ def unclaimed(device: Any, model: Model, what: str) -> tuple[str, str] | None:
     return "skip", f"the driver does not support {', '.join(names)}, which {what} needs"
 
 
-def case_timing(target: Target, mode: str) -> Outcome:
+def case_timing(target: Target, mode: ExecutionMode) -> Outcome:
     model, request = simple_case()
     skip = unclaimed(target.device(), model, "the float32 ADD of this case")
     if skip:
@@ -170,38 +171,38 @@ def case_deadline_prepare(target: Target) -> Outcome:
     skip = unclaimed(device, model, "the float32 ADD of this case")
     if skip:
         return skip
-    past = time.monotonic_ns() - 1_000_000
+    past = deadlines.after_ms(-1)
     result = _expect_missed(
         "prepareModel with a passed deadline", lambda: device.prepareModel(model, deadline=past)
     )
     if result is not None:
         return result
-    prepared = device.prepareModel(model, deadline=time.monotonic_ns() + 60_000_000_000)
+    prepared = device.prepareModel(model, deadline=deadlines.after_ms(60_000))
     prepared.close()
     return None
 
 
-def case_deadline_execute(target: Target, mode: str) -> Outcome:
+def case_deadline_execute(target: Target, mode: ExecutionMode) -> Outcome:
     model, request = simple_case()
     skip = unclaimed(target.device(), model, "the float32 ADD of this case")
     if skip:
         return skip
     prepared = target.device().prepareModel(model)
     try:
-        past = time.monotonic_ns() - 1_000_000
+        past = deadlines.after_ms(-1)
         result = _expect_missed(
             f"{mode} execution with a passed deadline",
             lambda: execute(prepared, request, mode=mode, deadline=past),
         )
         if result is not None:
             return result
-        execute(prepared, request, mode=mode, deadline=time.monotonic_ns() + 60_000_000_000)
+        execute(prepared, request, mode=mode, deadline=deadlines.after_ms(60_000))
     finally:
         prepared.close()
     return None
 
 
-def case_deadline_during(target: Target, mode: str) -> Outcome:
+def case_deadline_during(target: Target, mode: ExecutionMode) -> Outcome:
     """A deadline that passes during a long execution: MISSED_DEADLINE_*, or the execution beat it."""
     model = while_model()
     skip = unclaimed(target.device(), model, "the counting loop of this case")
@@ -211,7 +212,7 @@ def case_deadline_during(target: Target, mode: str) -> Outcome:
     try:
         request = counting_request(model, LONG_ITERATIONS)
         start = time.monotonic_ns()
-        deadline = start + int(LONG_DEADLINE_S * 1e9)
+        deadline = deadlines.after_ns(int(LONG_DEADLINE_S * 1e9), start)
         try:
             execute(prepared, request, mode=mode, deadline=deadline, loop_timeout=15_000_000_000)
         except HalError as e:

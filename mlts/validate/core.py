@@ -26,7 +26,7 @@ from mlts.hal.errors import HalError
 from mlts.records.validate import FAILING, CaseResult
 from mlts.records.validate import OUTCOMES as OUTCOMES  # re-exported: the suites import it from here
 from mlts.runtime.discovery import DriverSpec, thread_env
-from mlts.runtime.execution import EXECUTION_MODES
+from mlts.runtime.execution import EXECUTION_MODES, ExecutionMode
 from mlts.runtime.process import DriverProcess
 from mlts.runtime.remote import RemoteDevice
 
@@ -130,7 +130,7 @@ class Target:
     threads: int = 1
     log_dir: str | None = None
     #: Execution paths the driver offers through the HAL (every service offers all four).
-    paths: tuple[str, ...] = EXECUTION_MODES
+    paths: tuple[ExecutionMode, ...] = EXECUTION_MODES
     restarts: int = 0
     #: Why each restart happened, in order (a case that hung or crashed the driver, or one that restarts
     #: it on purpose), so "driver restarts: 2" on a passing run explains itself.

@@ -29,6 +29,7 @@ import numpy as np
 
 from mlts.bench.user_model import InputSettings, UserModel, resolve
 from mlts.records.tolerance import WHOLE_NETWORK_FLOAT, WHOLE_NETWORK_QUANT8
+from mlts.runtime.execution import ExecutionMode
 from mlts.validate import reproducer
 from mlts.validate.core import CaseResult, SuiteOptions, Target, run_case
 
@@ -242,7 +243,9 @@ def _run_paths(target: Target, work: ModelWork, options: SuiteOptions, emit: Emi
         prepared.close()
 
 
-def _run_path(target, work: ModelWork, prepared, mode: str, options, emit: Emit, state: dict) -> None:
+def _run_path(
+    target, work: ModelWork, prepared, mode: ExecutionMode, options, emit: Emit, state: dict
+) -> None:
     case_name = f"{work.name} [{mode}]"
     failed_input: list[int] = []
 
@@ -270,7 +273,7 @@ def _run_path(target, work: ModelWork, prepared, mode: str, options, emit: Emit,
     _case(target, options, case_name, body, emit, save)
 
 
-def _save_reproducer(target: Target, work: ModelWork, mode: str, i: int, case: str) -> str | None:
+def _save_reproducer(target: Target, work: ModelWork, mode: ExecutionMode, i: int, case: str) -> str | None:
     """The model, the request of input `i` and what it should give (golden, the limit as atol)."""
     from mlts.validate.operations_exec import host_request
 

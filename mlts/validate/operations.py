@@ -28,6 +28,7 @@ import numpy as np
 from mlts.hal.enums import ErrorStatus, OperandType, OperationType
 from mlts.hal.errors import HalError
 from mlts.hal.opprobe import probe_cases, probe_model, probe_suite, takes_per_channel
+from mlts.runtime.execution import ExecutionMode
 from mlts.validate import (
     operations_refs_nn,  # noqa: F401  (registers the NN references)
     reproducer,
@@ -218,7 +219,7 @@ def _check_outputs(
 
 
 def _dynamic(
-    target: Target, v: Variant, mode: str, want: list[np.ndarray] | None, agree: list[np.ndarray]
+    target: Target, v: Variant, mode: ExecutionMode, want: list[np.ndarray] | None, agree: list[np.ndarray]
 ) -> str | None:
     """Outputs declared with unknown dimensions: the driver reports the shapes; a short buffer is refused."""
     model = assemble(v.case, unknown_outputs=True)
@@ -261,7 +262,7 @@ def _dynamic(
         case.close()
 
 
-def _checks_for(index: int, quick: bool, paths: tuple[str, ...]) -> list[str]:
+def _checks_for(index: int, quick: bool, paths: tuple[ExecutionMode, ...]) -> list[str]:
     offered = [c for c in CHECKS if c in paths or c in ("driver-memory", "dynamic-shape")]
     if not quick:
         return offered
@@ -270,7 +271,9 @@ def _checks_for(index: int, quick: bool, paths: tuple[str, ...]) -> list[str]:
     return ["sync", *picked]
 
 
-def _save_reproducer(target: Target, v: Variant, want: list[np.ndarray] | None, agree: Any, mode: str) -> str:
+def _save_reproducer(
+    target: Target, v: Variant, want: list[np.ndarray] | None, agree: Any, check: str
+) -> str:
     model = assemble(v.case)
     reference = want if want is not None else agree
     shapes = [
@@ -304,13 +307,17 @@ def _save_reproducer(target: Target, v: Variant, want: list[np.ndarray] | None, 
     return reproducer.save(
         target.out_dir,
         SUITE,
-        v.case_name(mode),
+        v.case_name(check),
         "request",
         model=model,
         request=request,
         expect={"status": "NONE", "outputs": outputs},
         raw=False,
-        execution={"mode": mode if mode in target.paths else "sync", "measure": False, "loop_timeout": None},
+        execution={
+            "mode": check if check in target.paths else "sync",
+            "measure": False,
+            "loop_timeout": None,
+        },
         note="float64 reference" if want is not None else "outputs of the driver's sync path (no reference)",
     )
 
@@ -338,7 +345,11 @@ def _run_variant(target: Target, v: Variant, index: int, options: SuiteOptions, 
             if check == "dynamic-shape":
                 agree = state["agree"] or _sync_outputs(target, model, v)
                 state["agree"] = agree
-                modes = ["sync"] if options.quick else [m for m in target.paths if m != "fenced"]
+                modes = (
+                    [ExecutionMode.SYNC]
+                    if options.quick
+                    else [m for m in target.paths if m != ExecutionMode.FENCED]
+                )
                 for mode in modes:
                     problem = _dynamic(target, v, mode, want, agree)
                     if problem:
@@ -350,11 +361,11 @@ def _run_variant(target: Target, v: Variant, index: int, options: SuiteOptions, 
             try:
                 if check == "driver-memory":
                     try:
-                        got = case.run_in_driver_memory("sync", v.inputs)
+                        got = case.run_in_driver_memory(ExecutionMode.SYNC, v.inputs)
                     except NoDriverMemory as e:
                         return ("skip", f"the driver allocates no buffers (allocate: GENERAL_FAILURE: {e})")
                 else:
-                    got, _ = case.run(check, v.inputs)
+                    got, _ = case.run(ExecutionMode(check), v.inputs)
             finally:
                 case.close()
             if check == "sync":
@@ -389,7 +400,7 @@ def _run_variant(target: Target, v: Variant, index: int, options: SuiteOptions, 
 def _sync_outputs(target: Target, model: Any, v: Variant) -> list[np.ndarray]:
     case = PreparedCase(target.device(), model)
     try:
-        return case.run("sync", v.inputs)[0]
+        return case.run(ExecutionMode.SYNC, v.inputs)[0]
     finally:
         case.close()
 

@@ -26,7 +26,7 @@ from mlts.hal.types import (
     Request,
     RequestArgument,
 )
-from mlts.runtime.execution import execute, forget_memory
+from mlts.runtime.execution import ExecutionMode, execute, forget_memory
 from mlts.runtime.remote import RemoteDevice
 
 ALIGN = 64
@@ -99,7 +99,7 @@ class PreparedCase:
 
     def run(
         self,
-        mode: str,
+        mode: ExecutionMode,
         inputs: Sequence[np.ndarray],
         out_bytes: Sequence[int] | None = None,
     ) -> tuple[list[np.ndarray], ExecutionResult]:
@@ -120,10 +120,10 @@ class PreparedCase:
         return self._read(pool, outs, result), result
 
     def _run_unknown(
-        self, mode: str, inputs: Sequence[np.ndarray]
+        self, mode: ExecutionMode, inputs: Sequence[np.ndarray]
     ) -> tuple[list[np.ndarray], ExecutionResult]:
         """Outputs whose shape the model leaves open: ask with empty buffers, then give what the driver needs."""
-        if mode == "fenced":
+        if mode == ExecutionMode.FENCED:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "fenced execution needs fully specified outputs")
         sizes = [
             0 if not op.is_fully_specified else b
@@ -161,7 +161,7 @@ class PreparedCase:
             arrays.append(np.frombuffer(pool.buffer, dtype, count, loc.offset).reshape(dims).copy())
         return arrays
 
-    def run_in_driver_memory(self, mode: str, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def run_in_driver_memory(self, mode: ExecutionMode, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Execute with input 0 and output 0 in driver buffers (allocate, copyFrom, copyTo); the outputs."""
         dev = self.device
         try:

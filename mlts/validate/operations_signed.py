@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from mlts.hal.enums import OperandType, OperationType
+from mlts.runtime.execution import ExecutionMode
 from mlts.validate.core import CaseResult, SuiteOptions, Target, run_case
 from mlts.validate.operations_data import compare, tolerance
 from mlts.validate.operations_exec import PreparedCase
@@ -103,7 +104,7 @@ def disagreement(case: OpModel, unsigned: list[np.ndarray], signed: list[np.ndar
 def _run(target: Target, case: OpModel, inputs: list[np.ndarray]) -> list[np.ndarray]:
     prepared = PreparedCase(target.device(), assemble(case))
     try:
-        return prepared.run("sync", inputs)[0]
+        return prepared.run(ExecutionMode.SYNC, inputs)[0]
     finally:
         prepared.close()
 

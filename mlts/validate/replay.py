@@ -18,7 +18,7 @@ from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError
 from mlts.hal.types import OutputShape
 from mlts.ipc import wire
-from mlts.runtime.execution import EXECUTION_MODES, execute
+from mlts.runtime.execution import EXECUTION_MODES, ExecutionMode, execute
 from mlts.runtime.remote import RemoteDevice
 from mlts.validate.core import CaseResult, Target, ValidateError, run_case
 from mlts.validate.reproducer import (
@@ -86,11 +86,12 @@ def replay_request(target: Target, repro: Reproducer, emit) -> CaseResult:
     """Prepare the model, run the request by the saved path; compare status and, if saved, outputs."""
     expected = repro.expected_status
     execution = repro.doc.get("execution") or {}
-    mode = execution.get("mode", "sync")
-    if mode not in EXECUTION_MODES:
+    name = execution.get("mode", "sync")
+    if name not in EXECUTION_MODES:
         raise ValidateError(
-            f"{repro.path}: execution.mode {mode!r} is not one of {', '.join(EXECUTION_MODES)}"
+            f"{repro.path}: execution.mode {name!r} is not one of {', '.join(EXECUTION_MODES)}"
         )
+    mode = ExecutionMode(name)
     loop_timeout = execution.get("loop_timeout")
     if loop_timeout is not None and (type(loop_timeout) is not int or not 0 <= loop_timeout < 2**64):
         raise ValidateError(f"{repro.path}: execution.loop_timeout must be a nanosecond count or null")

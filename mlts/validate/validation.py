@@ -27,7 +27,7 @@ from mlts.hal import opprobe
 from mlts.hal.enums import ErrorStatus, MeasureTiming, OperandType, OperationType
 from mlts.hal.errors import HalError
 from mlts.hal.types import Model
-from mlts.runtime.execution import execute
+from mlts.runtime.execution import ExecutionMode, execute
 from mlts.runtime.remote import RemoteDevice
 from mlts.validate import reproducer
 from mlts.validate.control_flow_mutations import if_model, if_mutants, while_model, while_mutants
@@ -130,7 +130,7 @@ def _request_case(
     subject: str,
     model: Model,
     mutant: RequestMutant,
-    mode: str,
+    mode: ExecutionMode,
     emit: Emit,
     prepared_box: dict,
 ) -> CaseResult:

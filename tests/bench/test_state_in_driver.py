@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mlts.bench import recurrent
-from mlts.bench.state_rows import bit_equal, run_in_driver, state_label
+from mlts.bench.state_rows import bit_equal, run_in_driver
 from mlts.convert import convert
 from mlts.datasets import speech
 from mlts.models import zoo
@@ -60,8 +60,3 @@ def test_state_in_driver_is_bit_equal_to_client_state(device, name):
     # The state outputs stayed in the driver: not read back, so not scored.
     assert all(outs[o] is None for _, o, _ in sig.states)
     assert outs[sig.main_output] is not None
-
-
-def test_state_label_keeps_the_execution_path_last():
-    assert state_label("sample-all") == "driver:sample-all+state-in-driver"
-    assert state_label("sample-all/async") == "driver:sample-all+state-in-driver/async"

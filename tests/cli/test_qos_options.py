@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from click.testing import CliRunner
 
 from mlts.cli import main
+from mlts.hal.enums import ExecutionPreference, Priority
 from mlts.runtime.qos_settings import QosSettings
 from tests.cli.clikit import FAST, tiny_conv_model
 
@@ -72,18 +74,34 @@ def test_benchmark_records_the_qos_settings_and_retries(tmp_path):
 
 
 def test_settings_round_trip_and_reach_the_session():
-    s = QosSettings.from_names("low", "sustained-speed", 12.5, 0, 250)
-    assert QosSettings.from_dict(s.to_dict()) == s
-    assert s.session_kwargs() == {
-        "priority": 0,
-        "preference": 2,
+    s = QosSettings(Priority.LOW, ExecutionPreference.SUSTAINED_SPEED, 12.5, 0, 250)
+    assert QosSettings.from_json(s.to_json()) == s
+    assert s.to_json() == {
+        "priority": "low",
+        "preference": "sustained-speed",
         "deadline_ms": 12.5,
-        "prepare_deadline_ms": 250,
-        "loop_timeout_ms": 0,
+        "prepare_deadline_ms": 250.0,
+        "loop_timeout_ms": 0.0,
     }
+    assert s.loop_timeout_ns == 0
+    # NNAPI's codes are the enums' values: a plain int of a valid code becomes the enum.
+    assert QosSettings(2, 0).priority is Priority.HIGH
+    # Each deadline is made when its call is made, that far ahead of the clock.
+    before = time.monotonic_ns()
+    deadline = s.execution_deadline()
+    assert deadline is not None and before + 12_500_000 <= deadline <= time.monotonic_ns() + 12_500_000
+    prepare = s.preparation_deadline()
+    assert prepare is not None and prepare >= before + 250_000_000
+    assert QosSettings().execution_deadline() is None and QosSettings().preparation_deadline() is None
     # Results written before preparation had its own deadline read back without one.
-    assert QosSettings.from_dict({"deadline_ms": 5.0}).prepare_deadline_ms is None
+    assert QosSettings.from_json({"deadline_ms": 5.0}).prepare_deadline_ms is None
     with pytest.raises(ValueError, match="prepare deadline 0 ms outside"):
-        QosSettings.from_names(prepare_deadline_ms=0)
+        QosSettings(prepare_deadline_ms=0)
+    with pytest.raises(ValueError, match="loop timeout 16000 ms outside"):
+        QosSettings(loop_timeout_ms=16000)
+    with pytest.raises(ValueError, match="deadline nan ms is not a finite number"):
+        QosSettings(deadline_ms=float("nan"))
     with pytest.raises(ValueError, match="priority 'x' is not one of low, medium, high"):
-        QosSettings.from_names("x")
+        QosSettings.from_json({"priority": "x"})
+    with pytest.raises(ValueError, match="QosSettings: 7 is not a valid Priority"):
+        QosSettings(7)

@@ -15,6 +15,7 @@ from mlts.hal.enums import OperandType as T
 from mlts.hal.errors import HalError
 from mlts.hal.interface import Device, PreparedModel
 from mlts.runtime.compile_cache import CompilationCache
+from mlts.runtime.qos_settings import QosSettings
 from mlts.runtime.retry import RetryPolicy
 from mlts.runtime.session import Session
 from tests.runtime.models import add_model
@@ -74,7 +75,7 @@ def test_an_execution_deadline_is_not_a_preparation_deadline():
     device = _Recording(SampleAll())
     x = np.ones((2, 3), F)
     # 0.2 ms is far too short for a compilation: it is the executions' deadline only.
-    with Session(device, add_model(), deadline_ms=0.2, retry=NO_RETRY) as session:
+    with Session(device, add_model(), qos=QosSettings(deadline_ms=0.2), retry=NO_RETRY) as session:
         assert device.prepare_deadlines == [None]
         for _ in range(3):
             try:
@@ -90,7 +91,7 @@ def test_an_execution_deadline_is_not_a_preparation_deadline():
 def test_the_preparation_deadline_goes_with_preparations_only():
     device = _Recording(SampleAll())
     before = time.monotonic_ns()
-    with Session(device, add_model(), prepare_deadline_ms=60_000) as session:
+    with Session(device, add_model(), qos=QosSettings(prepare_deadline_ms=60_000)) as session:
         (deadline,) = device.prepare_deadlines
         assert before + 59_000_000_000 < deadline <= time.monotonic_ns() + 60_000_000_000
         outs, _ = session.run([np.ones((2, 3), F), np.ones((2, 3), F)])
@@ -105,9 +106,9 @@ def test_the_preparation_deadline_reaches_the_compilation_cache(tmp_path):
     with pytest.raises(HalError) as e:
         cache.prepare(device, add_model(), deadline=time.monotonic_ns() - 1)
     assert e.value.status == ErrorStatus.MISSED_DEADLINE_PERSISTENT
-    with Session(device, add_model(), cache=cache, prepare_deadline_ms=60_000) as session:
+    with Session(device, add_model(), cache=cache, qos=QosSettings(prepare_deadline_ms=60_000)) as session:
         assert session.cache_outcome == "miss"
-    with Session(device, add_model(), cache=cache, prepare_deadline_ms=60_000) as session:
+    with Session(device, add_model(), cache=cache, qos=QosSettings(prepare_deadline_ms=60_000)) as session:
         assert session.cache_outcome == "hit"
     # Cached now: the preparation from the cache refuses, and no fresh compile is tried after it.
     with pytest.raises(HalError) as e:
@@ -154,7 +155,7 @@ def test_a_session_retries_an_abandoned_preparation_with_a_fresh_deadline(monkey
         return real() + (10**12 if looks["n"] == 1 else 0)
 
     monkeypatch.setattr(sample_device, "_now_ns", late_once)
-    with Session(device, _chain(3), prepare_deadline_ms=60_000) as session:
+    with Session(device, _chain(3), qos=QosSettings(prepare_deadline_ms=60_000)) as session:
         assert session.retry_stats.retries == 1
         assert session.retry_stats.errors == {"MISSED_DEADLINE_TRANSIENT": 1}
         outs, _ = session.run([np.zeros((2, 2), F)])

@@ -72,10 +72,12 @@ def test_rows_record_the_network_endpoint():
     assert (remote.host, remote.transport, remote.address) == ("board-a", "tcp+tls", "tcp://board-a:7700")
     loop = endpoint_of("sample-all", "tcp://127.0.0.1:7700?insecure=1", client_host="lab-pc")
     assert (loop.host, loop.transport) == ("lab-pc", "tcp")
-    doc = stamp_benchmark(
-        {"results": [{"backend": "driver:sample-all/sync"}]}, {"sample-all": "tcp://board-a:7700?insecure=0"}
-    )
-    assert doc["results"][0]["endpoint"]["transport"] == "tcp+tls"
+    rows = [
+        {"backend": "driver:sample-all", "execution": "sync"},
+        {"backend": "driver:sample-all+state-in-driver/burst", "execution": "burst"},
+    ]
+    doc = stamp_benchmark({"results": rows}, {"sample-all": "tcp://board-a:7700?insecure=0"})
+    assert [r["endpoint"]["transport"] for r in doc["results"]] == ["tcp+tls", "tcp+tls"]
 
 
 def test_devices_through_the_command_line_options(service, certs, tmp_path):

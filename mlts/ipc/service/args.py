@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from enum import IntEnum
 from typing import Any
 
+from mlts.hal.deadlines import TimePoint
 from mlts.hal.errors import invalid
 from mlts.hal.types import CACHE_TOKEN_BYTES
 
@@ -72,6 +73,12 @@ def opt_ns(args: Mapping[str, Any], method: str, key: str) -> int | None:
     if value is not None and not 0 <= value < 2**64:
         raise invalid(f"{method}: {key}={value} must be a nanosecond count in [0, 2**64)")
     return value
+
+
+def opt_deadline(args: Mapping[str, Any], method: str, key: str = "deadline") -> TimePoint | None:
+    """An optional deadline: a CLOCK_MONOTONIC time point in nanoseconds (mlts.hal.deadlines)."""
+    value = opt_ns(args, method, key)
+    return None if value is None else TimePoint(value)
 
 
 def handle(args: Mapping[str, Any], method: str, key: str) -> int:

@@ -26,6 +26,7 @@ from typing import Any
 
 from mlts.hal import qos, trace, validate
 from mlts.hal.buffer_use import bind_buffers, bound_state, buffer_state
+from mlts.hal.deadlines import TimePoint
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.memory import FileMemory, file_pools_in, file_pools_out
@@ -419,9 +420,7 @@ class BurstContext:
             if prepared is None or self._handles.peek(_PREPARED, self.prepared_number) is not prepared:
                 raise invalid(f"burst: prepared model {self.prepared_number} was released")
             entry = prepared.value
-        deadline = request.deadline
-        if deadline is not None and deadline <= time.monotonic_ns():
-            raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "burst: the deadline had already passed")
+        deadline = request.deadline  # checked by the driver, as on every other path
         if self._files:  # a client's file among the slots: read in before, outputs written after
             pending = file_pools_in(hal_request)
             result = self._execute_now(request, hal_request, entry, deadline)
@@ -430,7 +429,11 @@ class BurstContext:
         return self._execute_now(request, hal_request, entry, deadline)
 
     def _execute_now(
-        self, request: msg.BurstRequest, hal_request: Request, entry: PreparedEntry, deadline: int | None
+        self,
+        request: msg.BurstRequest,
+        hal_request: Request,
+        entry: PreparedEntry,
+        deadline: TimePoint | None,
     ) -> Any:
         if trace.enabled:
             started = trace.now_ns()
@@ -443,7 +446,11 @@ class BurstContext:
         return self._execute_in_pool(request, hal_request, entry, deadline)
 
     def _execute_in_pool(
-        self, request: msg.BurstRequest, hal_request: Request, entry: PreparedEntry, deadline: int | None
+        self,
+        request: msg.BurstRequest,
+        hal_request: Request,
+        entry: PreparedEntry,
+        deadline: TimePoint | None,
     ) -> Any:
         if self._exec_pool.try_inline():
             self._inline = True  # the listener gives the slot back once the result is written

@@ -13,7 +13,7 @@ from mlts.hal.interface import PreparedModel
 from mlts.hal.memory import SEALS_FROZEN, SEALS_POOL, SharedMemory, receive_pool
 from mlts.hal.types import MAX_NUMBER_OF_CACHE_FILES, Model
 from mlts.ipc import wire
-from mlts.ipc.service.args import arg, cache_token, enum_value, int_list, opt_ns, type_name
+from mlts.ipc.service.args import arg, cache_token, enum_value, int_list, opt_deadline, type_name
 from mlts.ipc.service.client import Call, Client, Handler
 from mlts.ipc.service.handles import Kind, Resource
 from mlts.ipc.service.request_cache import RequestCache
@@ -176,7 +176,7 @@ def prepare_model(client: Client, call: Call) -> dict[str, Any]:
     client.handles.check_room(Kind.PREPARED, m)
     preference = enum_value(ExecutionPreference, m, "preference", arg(call.args, m, "preference", int, 1))
     priority = enum_value(Priority, m, "priority", arg(call.args, m, "priority", int, 1))
-    deadline = opt_ns(call.args, m, "deadline")
+    deadline = opt_deadline(call.args, m, "deadline")
     token = cache_token(call.args, m)
     model_cache, data_cache = _cache_fds(call)
     try:
@@ -211,7 +211,7 @@ def prepare_model(client: Client, call: Call) -> dict[str, Any]:
 def prepare_model_from_cache(client: Client, call: Call) -> dict[str, Any]:
     m = call.method
     client.handles.check_room(Kind.PREPARED, m)
-    deadline = opt_ns(call.args, m, "deadline")
+    deadline = opt_deadline(call.args, m, "deadline")
     token = cache_token(call.args, m)
     model_cache, data_cache = _cache_fds(call)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from mlts.hal import codec, qos, trace, validate
 from mlts.hal.buffer_use import bind_buffers, bound_state, buffer_state
+from mlts.hal.deadlines import TimePoint
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.memory import FileMemory, SharedMemory, file_pools_in, file_pools_out
@@ -22,7 +23,7 @@ from mlts.hal.types import ExecutionResult, Request
 from mlts.ipc import compact_calls
 from mlts.ipc.burst_messages import POOL_TOKEN
 from mlts.ipc.service import request_cache
-from mlts.ipc.service.args import arg, enum_value, int_list, opt_ns, pool_token
+from mlts.ipc.service.args import arg, enum_value, int_list, opt_deadline, opt_ns, pool_token
 from mlts.ipc.service.buffer_calls import buffers_of, hold_buffer
 from mlts.ipc.service.client import DEFERRED, Call, Client, Handler
 from mlts.ipc.service.device_calls import PreparedEntry, close_memory, map_memory
@@ -37,7 +38,7 @@ class Job:
     entry: PreparedEntry
     request: Request
     measure: MeasureTiming
-    deadline: int | None
+    deadline: TimePoint | None
     loop_timeout: int | None
     held: list[Resource] = field(default_factory=list)
     transient: list[SharedMemory] = field(default_factory=list)
@@ -49,7 +50,7 @@ class Job:
     table: HandleTable | None = None
     charged: int = 0
 
-    def run(self, deadline: int | None = None) -> ExecutionResult:
+    def run(self, deadline: TimePoint | None = None) -> ExecutionResult:
         if trace.enabled:
             started = trace.now_ns()
             if self.admitted_ns:
@@ -60,7 +61,7 @@ class Job:
                 trace.span("execute", "service", started, trace.now_ns(), client_pid=self.client_pid)
         return self._run_files(deadline)
 
-    def _run_files(self, deadline: int | None) -> ExecutionResult:
+    def _run_files(self, deadline: TimePoint | None) -> ExecutionResult:
         if self.files:
             pending = file_pools_in(self.request)
             result = self._run(deadline)
@@ -68,7 +69,7 @@ class Job:
             return result
         return self._run(deadline)
 
-    def _run(self, deadline: int | None) -> ExecutionResult:
+    def _run(self, deadline: TimePoint | None) -> ExecutionResult:
         # The driver tells clients apart by this key (priorities are relative to one client's models).
         # The client's reader thread acts for it already (Client.serve): an inline run sets nothing.
         if qos.current_client() == self.client_key:
@@ -181,11 +182,11 @@ def admit(client: Client, call: Call) -> Job:
         pools = _resolve_pools(client, call, descs, job)
         args = call.args
 
-        def timing() -> tuple[MeasureTiming, int | None, int | None]:
+        def timing() -> tuple[MeasureTiming, TimePoint | None, int | None]:
             measure = int(arg(args, m, "measure", (bool, int), False))
             return (
                 enum_value(MeasureTiming, m, "measure", measure),
-                opt_ns(args, m, "deadline"),
+                opt_deadline(args, m, "deadline"),
                 opt_ns(args, m, "loop_timeout"),
             )
 
@@ -256,7 +257,7 @@ def _admit_request(
     job: Job,
     m: str,
     prepared_handle: int,
-    timing: Callable[[], tuple[MeasureTiming, int | None, int | None]],
+    timing: Callable[[], tuple[MeasureTiming, TimePoint | None, int | None]],
     key: object,
     pools: list[Any],
     build: Callable[[], Request],

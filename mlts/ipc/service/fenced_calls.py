@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mlts.hal import codec, operation_times
+from mlts.hal import codec, deadlines, operation_times
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.fence import SyncFence
@@ -138,7 +138,7 @@ def execute_fenced(client: Client, call: Call) -> dict[str, Any]:
         )
     host = client.host
     now_ns = time.monotonic_ns()
-    if job.deadline is not None and job.deadline <= now_ns:
+    if deadlines.has_passed(job.deadline, now_ns):  # before waiting for the fences, as NNAPI's driver
         fail = HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, f"{m}: the deadline had already passed")
     else:
         fail = None
@@ -183,7 +183,7 @@ def execute_fenced(client: Client, call: Call) -> dict[str, Any]:
         try:
             deadline = job.deadline
             if after_fence is not None:
-                limit_ns = fenced_ns + after_fence
+                limit_ns = deadlines.after_ns(after_fence, fenced_ns)
                 deadline = limit_ns if deadline is None else min(deadline, limit_ns)
             result = job.run(deadline)
         except HalError as e:
