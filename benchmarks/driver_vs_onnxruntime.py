@@ -210,6 +210,7 @@ def main() -> int:
     from mlts.bench.sources import ModelSource
     from mlts.convert import load_model
     from mlts.runtime.discovery import discover, open_device
+    from mlts.runtime.execution import ExecutionMode
 
     spec = discover()[a.driver]
     config = BenchmarkConfig(
@@ -220,7 +221,7 @@ def main() -> int:
         images=a.images,
         in_process=a.in_process,
         sequences=a.sequences,
-        executions=a.execution,
+        executions=tuple(ExecutionMode(p) for p in a.execution),
         compilation=a.compilation,
         compile_max_iterations=20,
         compile_max_seconds=3.0,
