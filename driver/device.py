@@ -28,6 +28,7 @@ from mlts.hal.enums import (
     MeasureTiming,
     OperationType,
     Priority,
+    codes,
 )
 from mlts.hal.errors import HalError
 from mlts.hal.interface import Buffer, Device, PreparedModel
@@ -91,7 +92,7 @@ def _memory_option(text: str | None, name: str, key: str = "max_memory_mb") -> i
 
 
 def _operation_name(code: int, model: Model) -> str:
-    if code in OperationType._value2member_map_:
+    if code in codes(OperationType):
         return OperationType(code).name
     try:
         found = ext.resolve(model, code)

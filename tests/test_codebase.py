@@ -125,6 +125,150 @@ def test_nothing_uses_pickle():
     assert not offenders
 
 
+# ------------------------------------------------------------ private names stay private
+
+# `obj._attr` of another module that is a documented public API despite its name.
+PUBLIC_UNDERSCORE_ATTRIBUTES = {
+    # The standard library's way to end a forked child at once, without cleanup or atexit handlers.
+    ("os", "_exit"),
+}
+
+
+def _package_of(rel: str) -> str:
+    return ".".join(Path(rel).parts[:-1])
+
+
+def _is_module(package: str, name: str) -> bool:
+    base = ROOT.joinpath(*package.split("."))
+    return (base / f"{name}.py").is_file() or (base / name / "__init__.py").is_file()
+
+
+def _may_use_private_of(importer: str, package: str) -> bool:
+    """A package's private modules serve the package itself and the package that holds it (the sample
+    driver's engine uses the helper modules of its kernels' package, driver.ops), never another one."""
+    return importer == package or importer.startswith(package + ".") or importer == package.rpartition(".")[0]
+
+
+def _private_members(tree: ast.AST) -> set[str]:
+    """The private attribute names a module defines itself: set on self or cls, declared in a class body
+    (functions, annotations, assignments, __slots__), or assigned on any object."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id in ("self", "cls"):
+                names.add(node.attr)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.add(item.name)
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    names.add(item.target.id)
+                elif isinstance(item, ast.Assign):
+                    for target in item.targets:
+                        if not isinstance(target, ast.Name):
+                            continue
+                        names.add(target.id)
+                        if target.id == "__slots__" and isinstance(item.value, (ast.Tuple, ast.List)):
+                            names.update(e.value for e in item.value.elts if isinstance(e, ast.Constant))
+    return {n for n in names if n.startswith("_")}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_module_of(dotted: str) -> str | None:
+    """The package holding the first private module of a dotted name (`a.b._c.d` -> `a.b`), else None."""
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        if _private(part):
+            return ".".join(parts[:i])
+    return None
+
+
+def private_reach(rel: str, source: str) -> list[str]:
+    """Where the module at `rel` (a path under the project root) with `source` imports or touches
+    another module's private names."""
+    tree = ast.parse(source)
+    importer = _package_of(rel)
+    own = _private_members(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            holder = _private_module_of(node.module)
+            if holder is not None and not _may_use_private_of(importer, holder):
+                found.append(f"{rel}:{node.lineno}: imports from {node.module}, private to {holder}")
+            for alias in node.names:
+                if not _private(alias.name):
+                    continue
+                if _is_module(node.module, alias.name) and _may_use_private_of(importer, node.module):
+                    continue
+                found.append(f"{rel}:{node.lineno}: imports {alias.name} from {node.module}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                holder = _private_module_of(alias.name)
+                if holder is not None and not _may_use_private_of(importer, holder):
+                    found.append(f"{rel}:{node.lineno}: imports {alias.name}, private to {holder}")
+        elif isinstance(node, ast.Attribute) and _private(node.attr):
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                continue
+            if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "super":
+                continue
+            if node.attr in own:
+                continue  # the module's own private member, on an object of its own
+            if isinstance(owner, ast.Name) and (owner.id, node.attr) in PUBLIC_UNDERSCORE_ATTRIBUTES:
+                continue
+            found.append(f"{rel}:{node.lineno}: touches {ast.unparse(owner)}.{node.attr}")
+    return found
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    """Where two modules need the same helper, it is public in one of them."""
+    bad = [
+        hit
+        for folder in ("mlts", "driver")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for hit in private_reach(str(path.relative_to(ROOT)), path.read_text(encoding="utf-8"))
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_private_reach_check_finds_what_it_should():
+    source = (
+        "from mlts.report._html_sections import charts_section\n"  # a private module of another package
+        "from mlts.hal.codec import _obj\n"  # a private name
+        "from mlts.runtime import _not_a_module\n"
+        "from mlts.hal import _opspecs\n"  # a private module of another package
+        "import mlts.hal._opspecs\n"
+        "from driver.ops import _bind\n"  # driver.ops's helper module: not the runtime's
+        "import os\n"
+        "class Mine:\n"
+        "    def __init__(self):\n"
+        "        self._own = 1\n"
+        "    def _helper(self):\n"
+        "        return super()._helper()\n"
+        "def f(m: Mine, other):\n"
+        "    os._exit(0)\n"
+        "    return m._own, m._helper(), other._theirs\n"
+    )
+    found = private_reach("mlts/runtime/example.py", source)
+    assert [hit.split(": ", 1)[1] for hit in found] == [
+        "imports from mlts.report._html_sections, private to mlts.report",
+        "imports _obj from mlts.hal.codec",
+        "imports _not_a_module from mlts.runtime",
+        "imports _opspecs from mlts.hal",
+        "imports mlts.hal._opspecs, private to mlts.hal",
+        "imports _bind from driver.ops",
+        "touches other._theirs",
+    ]
+    # The sample driver's engine may use its kernels' package's helper modules; those modules each other's.
+    assert private_reach("driver/bound_steps.py", "from driver.ops import _bind\n") == []
+    assert private_reach("driver/ops/add.py", "from driver.ops._fast import gemm\n") == []
+
+
 # Test modules never import other test modules (that would collect their tests twice); shared
 # helpers belong in a kit module (tests/cli/clikit.py, tests/driver/opkit.py, ...).
 def test_tests_do_not_import_other_test_modules():

@@ -214,9 +214,10 @@ LIB, WHY_NOT = _load()
 def _held(lib: ctypes.CDLL | None) -> ctypes.PyDLL | None:
     """The same library as a PyDLL: its calls keep the interpreter lock (for work shorter than a
     hand-off of the lock to another thread and back)."""
-    if lib is None:
+    path = _library_path()
+    if lib is None or path is None:
         return None
-    held = ctypes.PyDLL(lib._name)
+    held = ctypes.PyDLL(str(path))
     held.mk_run_calls.argtypes = _SIGNATURES["mk_run_calls"]
     held.mk_run_calls.restype = _RESTYPES["mk_run_calls"]
     return held

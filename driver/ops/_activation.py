@@ -8,7 +8,7 @@ import numpy as np
 
 from driver.ops._base import ArgInfo
 from driver.ops._params import int_param
-from mlts.hal.enums import FusedActivationFunc
+from mlts.hal.enums import FusedActivationFunc, codes
 from mlts.hal.errors import invalid
 
 
@@ -37,7 +37,7 @@ _FUNCS: dict[int, Callable[..., np.ndarray]] = {
 def parse_activation(name: str, ins: Sequence[ArgInfo], index: int) -> int:
     """The constant fused-activation code at input `index`, checked against FusedActivationFunc."""
     code = int_param(name, "fused activation", ins, index)
-    if code not in FusedActivationFunc._value2member_map_:
+    if code not in codes(FusedActivationFunc):
         valid = ", ".join(f"{a.value} ({a.name})" for a in FusedActivationFunc)
         raise invalid(f"{name}: fused activation is {code}, expected one of {valid}")
     return code

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from mlts.hal.enums import ErrorStatus, OperandType, OperationType
+from mlts.hal.enums import ErrorStatus, OperandType, OperationType, name_of_code
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.types import SymmPerChannelQuantParams
 
@@ -96,9 +96,7 @@ def expect_count(
 def expect_type(name: str, what: str, arg: ArgInfo, *types: OperandType) -> None:
     if arg.type not in types:
         allowed = ", ".join(t.name for t in types)
-        raise invalid(
-            f"{name}: {what} has type {OperandType(arg.type).name if arg.type in OperandType._value2member_map_ else arg.type}, expected {allowed}"
-        )
+        raise invalid(f"{name}: {what} has type {name_of_code(OperandType, arg.type)}, expected {allowed}")
 
 
 def const_scalar(name: str, what: str, arg: ArgInfo) -> Any:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from driver.ops import _qgemm
-from driver.ops._fast import _HAS_GEMM, ACT_BOUNDS, F32, Const, GemmWeights, GeometryCache, Requant
+from driver.ops._fast import ACT_BOUNDS, F32, HAS_GEMM, Const, GemmWeights, GeometryCache, Requant
 from driver.ops._workspace import address, output
 
 # The kinds of call mk_run_calls makes (kernels.c); each is CALL_INTS ints (kind first) and 2 floats.
@@ -90,7 +90,7 @@ def bind_conv_f32(
         return None
     if w.panels_ptr and rows >= 4:
         kind, wp = CALL_GEMM_PACKED_BIAS_ACT_F32, w.panels_ptr
-    elif rows < 4 and out_c >= 8 and _HAS_GEMM:
+    elif rows < 4 and out_c >= 8 and HAS_GEMM:
         kind, wp = CALL_GEMM_FEWROWS_BIAS_ACT_F32, w.ptr
     else:
         return None
@@ -143,7 +143,7 @@ def bind_fc_f32(
     rows, units = count // size, w.array.shape[1]
     if w.panels_ptr and rows >= 4:
         kind, wp = CALL_GEMM_PACKED_BIAS_ACT_F32, w.panels_ptr
-    elif 0 < rows < 4 and units >= 8 and _HAS_GEMM:
+    elif 0 < rows < 4 and units >= 8 and HAS_GEMM:
         kind, wp = CALL_GEMM_FEWROWS_BIAS_ACT_F32, w.ptr
     else:
         return None

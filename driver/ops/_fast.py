@@ -22,7 +22,7 @@ from driver.ops._workspace import address, output, scratch
 from mlts.hal.enums import FusedActivationFunc, OperandType
 
 # The loaded library (None without one: then no helper here is called).
-_LIB: Any = native.LIB
+LIB: Any = native.LIB
 
 F32 = np.float32
 I64 = np.int64
@@ -86,15 +86,15 @@ class GemmWeights(Const):
         self.panels: np.ndarray = np.empty((-(-n // PANEL), k, PANEL), dtype=F32)
         self.panels_ptr = self.panels.ctypes.data
         if self.panels.size:
-            _LIB.mk_pack_b_f32(self.ptr, k, n, self.panels_ptr)
+            LIB.mk_pack_b_f32(self.ptr, k, n, self.panels_ptr)
 
 
 def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, a_ptr: int, b_ptr: int, out_ptr: int) -> None:
     """out = a @ b for C-contiguous float32 matrices whose addresses the caller knows: the kernels'
     sgemm over their threads when there is one (see native._adopt_blas), else np.matmul."""
-    if _HAS_GEMM:
+    if HAS_GEMM:
         m, k = a.shape
-        if _LIB.mk_gemm_f32(a_ptr, b_ptr, out_ptr, m, b.shape[1], k) == 0:
+        if LIB.mk_gemm_f32(a_ptr, b_ptr, out_ptr, m, b.shape[1], k) == 0:
             return
     np.matmul(a, b, out=out)
 
@@ -116,23 +116,23 @@ def gemm_bias_act(
     lo, hi = ACT_BOUNDS[act]
     m, k = a.shape
     if panels_ptr and m >= 4:  # fewer rows: the GEMM's loop that streams b once (float sums as before)
-        _LIB.mk_gemm_packed_bias_act_f32(a_ptr, panels_ptr, out_ptr, m, b.shape[1], k, bias_ptr, lo, hi)
+        LIB.mk_gemm_packed_bias_act_f32(a_ptr, panels_ptr, out_ptr, m, b.shape[1], k, bias_ptr, lo, hi)
         return
-    if _HAS_GEMM:
-        if _LIB.mk_gemm_bias_act_f32(a_ptr, b_ptr, out_ptr, m, b.shape[1], k, bias_ptr, lo, hi) == 0:
+    if HAS_GEMM:
+        if LIB.mk_gemm_bias_act_f32(a_ptr, b_ptr, out_ptr, m, b.shape[1], k, bias_ptr, lo, hi) == 0:
             return
     np.matmul(a, b, out=out)
-    _LIB.mk_bias_act_f32(out_ptr, a.shape[0], b.shape[1], bias_ptr, lo, hi)
+    LIB.mk_bias_act_f32(out_ptr, a.shape[0], b.shape[1], bias_ptr, lo, hi)
 
 
-_HAS_GEMM = native.has_gemm()
+HAS_GEMM = native.has_gemm()
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a @ b into a new array; float32 matrices go through the compiled GEMM (whose loop for fewer
     than four rows, an LSTM step's or a fully connected layer's, is several times BLAS's speed)."""
     if (
-        _LIB is None
+        LIB is None
         or a.dtype != F32
         or b.dtype != F32
         or a.ndim != 2
@@ -230,14 +230,14 @@ def gemm_requant(
     finishes each (no second pass over acc); without BLAS, np.matmul and the separate pass."""
     rows, cout = acc.shape
     if isinstance(w, GemmWeights):
-        status = _LIB.mk_gemm_packed_requant_f32(
+        status = LIB.mk_gemm_packed_requant_f32(
             cp, w.panels_ptr, ap, rows, cout, cols.shape[1], rq.bias.ptr, rq.mult.ptr, rq.left.ptr,
             rq.right.ptr, rq.zp, rq.lo, rq.hi, rq.signed, y_ptr,
         )  # fmt: skip
         _check(status)
         return
-    if _HAS_GEMM:
-        status = _LIB.mk_gemm_requant_f32(
+    if HAS_GEMM:
+        status = LIB.mk_gemm_requant_f32(
             cp, w.ptr, ap, rows, cout, cols.shape[1], rq.bias.ptr, rq.mult.ptr, rq.left.ptr,
             rq.right.ptr, rq.zp, rq.lo, rq.hi, rq.signed, y_ptr,
         )  # fmt: skip
@@ -258,7 +258,7 @@ def _gemm_requant_q8(
     k = w.array.shape[0]
     signed = int(x.dtype == np.int8)
     if isinstance(w, GemmWeights):
-        status = _LIB.mk_gemm_packed_requant_q8(
+        status = LIB.mk_gemm_packed_requant_q8(
             xp, signed, zp_x, w.panels_ptr, address(acc), rows, cout, k, rq.bias.ptr, rq.mult.ptr,
             rq.left.ptr, rq.right.ptr, rq.zp, rq.lo, rq.hi, rq.signed, y_ptr,
         )  # fmt: skip
@@ -266,12 +266,12 @@ def _gemm_requant_q8(
         return
     cols = scratch("cols", (rows, k), F32)
     cp = address(cols)
-    _LIB.mk_center_q8(xp, signed, zp_x, rows * k, cp)
+    LIB.mk_center_q8(xp, signed, zp_x, rows * k, cp)
     gemm_requant(cols, w, acc, cp, address(acc), rq, y_ptr)
 
 
 def _requant(acc_ptr: int, rows: int, cout: int, rq: Requant, y_ptr: int) -> None:
-    status = _LIB.mk_requant_f32(
+    status = LIB.mk_requant_f32(
         acc_ptr, rows, cout, rq.bias.ptr, rq.mult.ptr, rq.left.ptr, rq.right.ptr,
         rq.zp, rq.lo, rq.hi, rq.signed, y_ptr,
     )  # fmt: skip
@@ -302,7 +302,7 @@ def conv_f32(x: np.ndarray, gc: GeometryCache, w: Const, bias: Const, act: int, 
     else:
         cols = scratch("cols", (rows, g.k_h * g.k_w * c), F32)
         cp = address(cols)
-        _LIB.mk_im2col_f32(xp, gp, cp)
+        LIB.mk_im2col_f32(xp, gp, cp)
     y = output((n, g.out_h, g.out_w, out_c), F32)
     gemm_bias_act(cols, w.array, y.reshape(rows, out_c), cp, w.ptr, address(y), bias.ptr, act, _panels(w))
     return y
@@ -338,7 +338,7 @@ def conv_q8(
         return y
     cols = scratch("cols", (rows, k), F32)
     cp = address(cols)
-    _LIB.mk_im2col_q8(xp, signed, zp_x, gp, cp)
+    LIB.mk_im2col_q8(xp, signed, zp_x, gp, cp)
     gemm_requant(cols, w, acc, cp, address(acc), rq, address(y))
     return y
 
@@ -374,7 +374,7 @@ def depthwise_f32(x: np.ndarray, gc: GeometryCache, mult: int, w: Const, bias: C
     g, gp = gc.get(x.shape)
     lo, hi = ACT_BOUNDS[act]
     y = output((x.shape[0], g.out_h, g.out_w, x.shape[3] * mult), F32)
-    _LIB.mk_depthwise_f32(xp, gp, mult, w.ptr, bias.ptr, lo, hi, address(y))
+    LIB.mk_depthwise_f32(xp, gp, mult, w.ptr, bias.ptr, lo, hi, address(y))
     return y
 
 
@@ -387,7 +387,7 @@ def depthwise_q8(x: np.ndarray, zp_x: int, gc: GeometryCache, mult: int, w: Cons
     x, xp = _x(x)
     g, gp = gc.get(x.shape)
     y = output((x.shape[0], g.out_h, g.out_w, x.shape[3] * mult), rq.dtype)
-    status = _LIB.mk_depthwise_q8(
+    status = LIB.mk_depthwise_q8(
         xp, int(x.dtype == np.int8), zp_x, gp, mult, w.ptr, rq.bias.ptr, rq.mult.ptr, rq.left.ptr,
         rq.right.ptr, rq.zp, rq.lo, rq.hi, address(y),
     )  # fmt: skip

@@ -190,7 +190,7 @@ class FusedCell:
             h = np.ascontiguousarray(h, dtype=F32)
         if c.dtype != F32 or not c.flags.c_contiguous:
             c = np.ascontiguousarray(c, dtype=F32)
-        known = ws._addresses  # the workspace's own arrays (earlier operations' outputs)
+        known = ws.addresses  # the workspace's own arrays (earlier operations' outputs)
         hit = known.get(id(x))
         ax = hit[1] if hit is not None and hit[0] is x else x.ctypes.data
         hit = known.get(id(h))

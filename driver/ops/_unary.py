@@ -69,7 +69,7 @@ def prepare_unary(
 def _compiled(compiled: tuple[str, int], fn: Elementwise) -> Run:
     """The float32 kernel calling the compiled function `compiled` names into the step's output
     (`fn` for other inputs: there are none but in direct calls of the kernel), and its `bind`."""
-    call = getattr(_fast._LIB, compiled[0])
+    call = getattr(_fast.LIB, compiled[0])
     kind = compiled[1]
     f32 = np.float32
 

@@ -12,7 +12,7 @@ from numpy.lib.stride_tricks import as_strided
 from driver.ops._activation import parse_activation
 from driver.ops._base import ArgInfo
 from driver.ops._params import int_param, optional_bool, optional_int
-from mlts.hal.enums import PaddingScheme
+from mlts.hal.enums import PaddingScheme, codes
 from mlts.hal.errors import invalid
 
 EXPLICIT = 0  # the `scheme` of a window whose four paddings are given explicitly
@@ -180,7 +180,7 @@ def parse_window_params(
         scheme, i = EXPLICIT, at + 4
     else:
         scheme = int_param(name, "padding scheme", ins, at)
-        if scheme not in PaddingScheme._value2member_map_:
+        if scheme not in codes(PaddingScheme):
             raise invalid(f"{name}: padding scheme is {scheme}, expected 1 (SAME) or 2 (VALID)")
         pads, i = (0, 0, 0, 0), at + 1
     stride_w = int_param(name, "stride width", ins, i, minimum=1)

@@ -28,12 +28,14 @@ class Workspace:
     address is looked up once (`address`) and the compiled kernels pay no per-call conversion.
     """
 
-    __slots__ = ("_buffers", "_views", "_addresses", "step", "roots", "bound")
+    __slots__ = ("_buffers", "_views", "addresses", "step", "roots", "bound")
 
     def __init__(self) -> None:
         self._buffers: dict[object, np.ndarray] = {}
         self._views: dict[object, tuple[np.ndarray, tuple[int, ...], np.dtype | type]] = {}
-        self._addresses: dict[int, tuple[np.ndarray, int]] = {}  # id(view) -> (view, address)
+        #: id(view) -> (view, its address) of every array handed out: read by kernels that look an
+        #: address up inline (`address`'s hit), written only here.
+        self.addresses: dict[int, tuple[np.ndarray, int]] = {}
         self.step = -1
         self.roots: set[int] = set()  # id() of every buffer, to tell which results live here
         self.bound: dict[
@@ -57,14 +59,14 @@ class Workspace:
             self.roots.add(id(buf.base))  # views of buf have the whole allocation as their base
         view = buf[:nbytes].view(dt).reshape(shape)
         if cached is not None:
-            self._addresses.pop(id(cached[0]), None)
+            self.addresses.pop(id(cached[0]), None)
         self._views[key] = (view, shape, dtype)
-        self._addresses[id(view)] = (view, view.ctypes.data)
+        self.addresses[id(view)] = (view, view.ctypes.data)
         return view
 
     def address(self, arr: np.ndarray) -> int:
         """The data address of `arr` (remembered for this workspace's own arrays)."""
-        hit = self._addresses.get(id(arr))
+        hit = self.addresses.get(id(arr))
         if hit is not None and hit[0] is arr:
             return hit[1]
         return arr.ctypes.data
@@ -133,7 +135,7 @@ def address(arr: np.ndarray) -> int:
     ws = _CURRENT.get()
     if ws is not None:
         # `Workspace.address` inlined: compiled kernels ask for a few addresses per operation.
-        hit = ws._addresses.get(id(arr))
+        hit = ws.addresses.get(id(arr))
         if hit is not None and hit[0] is arr:
             return hit[1]
     return arr.ctypes.data

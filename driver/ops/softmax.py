@@ -67,7 +67,7 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     if not _fast.enabled() or ins[0].type != OperandType.TENSOR_FLOAT32:
         return run
     numpy_run = run
-    softmax = _fast._LIB.mk_softmax_f32
+    softmax = _fast.LIB.mk_softmax_f32
     f32 = np.float32
 
     def run_compiled(args: Sequence[Any]) -> list[np.ndarray]:

@@ -35,7 +35,7 @@ from driver.ops._quant import is_quant8
 from driver.ops._spatial import check_elements, int_scalar, layout, like_input, to_f32
 from driver.ops._window import channel_dim, from_nhwc, to_nhwc
 from driver.ops.grouped_conv_2d import float_signature
-from mlts.hal.enums import OperationType, PaddingScheme
+from mlts.hal.enums import OperationType, PaddingScheme, codes
 from mlts.hal.errors import invalid
 
 NAME = "TRANSPOSE_CONV_2D"
@@ -78,7 +78,7 @@ def _parse(ins: Sequence[ArgInfo]) -> tuple[Params, np.ndarray | None]:
         if shape is not None and shape.shape != (4,):
             raise invalid(f"{NAME}: output shape has shape {list(shape.shape)}, expected [4]")
         scheme = int_scalar(NAME, "padding scheme", ins, 4)
-        if scheme not in PaddingScheme._value2member_map_:
+        if scheme not in codes(PaddingScheme):
             raise invalid(f"{NAME}: padding scheme is {scheme}, expected 1 (SAME) or 2 (VALID)")
         pads, at = None, 5
     sw = int_scalar(NAME, "stride width", ins, at, minimum=1)

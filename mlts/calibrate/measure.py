@@ -161,16 +161,14 @@ def _identity(workload: CalibrationWorkload) -> dict:
 
 def unsupported_reason(device: Any, model: Any) -> str | None:
     """Why the driver cannot run the whole model (operations it does not support), else None."""
-    from mlts.hal.enums import OperationType
+    from mlts.hal.enums import OperationType, name_of_code
 
     operations = model.main.operations
     supported = device.getSupportedOperations(model)
     if len(supported) != len(operations):
         return f"getSupportedOperations gave {len(supported)} answers for {len(operations)} operations"
     missing = {
-        OperationType(op.type).name if op.type in OperationType._value2member_map_ else str(op.type)
-        for op, ok in zip(operations, supported, strict=True)
-        if not ok
+        name_of_code(OperationType, op.type) for op, ok in zip(operations, supported, strict=True) if not ok
     }
     return f"the driver does not support {', '.join(sorted(missing))}" if missing else None
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -67,10 +68,28 @@ def load_model(source: ModelSource) -> onnx.ModelProto:
     return model
 
 
+def _graph_tensors(graph: onnx.GraphProto | onnx.FunctionProto) -> Iterator[onnx.TensorProto]:
+    """The initializers of `graph` and the tensors of its nodes' attributes, subgraphs included (where
+    onnx.load_external_data_for_model looks for external data)."""
+    if isinstance(graph, onnx.GraphProto):
+        yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                yield from _graph_tensors(attribute.g)
+            elif attribute.type == onnx.AttributeProto.GRAPHS:
+                for sub in attribute.graphs:
+                    yield from _graph_tensors(sub)
+
+
 def _check_external_files(model: onnx.ModelProto, base_dir: str) -> None:
     """Every external data file the model names is a regular file of bounded size (never a FIFO or device)."""
     helper_module = onnx.external_data_helper
-    for tensor in helper_module._get_all_tensors(model):
+    tensors = itertools.chain(_graph_tensors(model.graph), *map(_graph_tensors, model.functions))
+    for tensor in tensors:
         if not helper_module.uses_external_data(tensor):
             continue
         location = helper_module.ExternalDataInfo(tensor).location

@@ -23,7 +23,7 @@ from mlts import __version__
 from mlts.bench.accuracy import FP32_ATOL, FP32_RTOL, QUANT_TOLERANCE_UNITS, within_tolerance
 from mlts.crash.random_graph import INPUT_BOUND, GraphSpec
 from mlts.hal import nnfile
-from mlts.hal.enums import ErrorStatus, OperandType
+from mlts.hal.enums import ErrorStatus, OperandType, name_of_code
 from mlts.hal.errors import HalError
 from mlts.hal.types import Model
 
@@ -51,11 +51,7 @@ def random_inputs(model: Model, seed: int) -> list[np.ndarray]:
             lo, hi = QUANT8_INPUT_RANGE
             arrays.append(rng.integers(lo, hi + 1, size=dims, dtype=np.uint8))
         else:
-            name = (
-                OperandType(operand.type).name
-                if operand.type in OperandType._value2member_map_
-                else operand.type
-            )
+            name = name_of_code(OperandType, operand.type)
             raise ValueError(
                 f"input {k} has type {name}; random inputs cover TENSOR_FLOAT32 and TENSOR_QUANT8_ASYMM"
             )

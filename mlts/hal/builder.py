@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from mlts.hal import extensions as ext
-from mlts.hal.enums import DTYPE_NAME, SCALAR_TYPES, OperandLifeTime, OperandType, is_extension_type
+from mlts.hal.enums import DTYPE_NAME, SCALAR_TYPES, OperandLifeTime, OperandType, codes, is_extension_type
 from mlts.hal.memory import HostMemory
 from mlts.hal.types import (
     DataLocation,
@@ -57,7 +57,7 @@ def _infer_type(arr: np.ndarray, scalar: bool) -> OperandType:
 
 
 def _type_name(code: int) -> str:
-    if code in OperandType._value2member_map_:
+    if code in codes(OperandType):
         return OperandType(code).name
     prefix, low = ext.decode(code)
     return f"extension type {low} of prefix {prefix}" if prefix else str(code)

@@ -475,7 +475,8 @@ def extension_from_dict(d: Any, path: str = "extension") -> Extension:
 # ------------------------------------------------------------ executions
 
 
-def _argument_to_dict(a: RequestArgument) -> dict:
+def argument_to_dict(a: RequestArgument) -> dict:
+    """A request's input or output argument as JSON (the wire's form)."""
     return {
         "hasNoValue": bool(a.has_no_value),
         "location": location_to_dict(a.location),
@@ -483,7 +484,8 @@ def _argument_to_dict(a: RequestArgument) -> dict:
     }
 
 
-def _argument_from_dict(d: Any, path: str) -> RequestArgument:
+def argument_from_dict(d: Any, path: str) -> RequestArgument:
+    """The argument of `argument_to_dict`'s form at `path`; every field checked (HalError naming it)."""
     d = _obj(d, path, ("hasNoValue", "location", "dimensions"))
     return RequestArgument(
         _bool(d["hasNoValue"], f"{path}.hasNoValue"),
@@ -509,8 +511,8 @@ def request_to_dict(request: Request, pool_descs: Sequence[Mapping[str, Any]] | 
     if len(pool_descs) != len(request.pools):
         raise invalid(f"request pools: {len(request.pools)} pools but {len(pool_descs)} descriptions")
     d: dict[str, Any] = {
-        "inputs": [_argument_to_dict(a) for a in request.inputs],
-        "outputs": [_argument_to_dict(a) for a in request.outputs],
+        "inputs": [argument_to_dict(a) for a in request.inputs],
+        "outputs": [argument_to_dict(a) for a in request.outputs],
         "pools": [dict(p) for p in pool_descs],
     }
     if request.measure_operations:
@@ -538,8 +540,8 @@ def request_from_dict(d: Any, pools: Sequence[RequestPool], path: str = "request
     inputs = _list(d["inputs"], f"{path}.inputs")
     outputs = _list(d["outputs"], f"{path}.outputs")
     return Request(
-        tuple(_argument_from_dict(a, f"{path}.inputs[{i}]") for i, a in enumerate(inputs)),
-        tuple(_argument_from_dict(a, f"{path}.outputs[{i}]") for i, a in enumerate(outputs)),
+        tuple(argument_from_dict(a, f"{path}.inputs[{i}]") for i, a in enumerate(inputs)),
+        tuple(argument_from_dict(a, f"{path}.outputs[{i}]") for i, a in enumerate(outputs)),
         tuple(pools),
         _bool(d.get("measureOperations", False), f"{path}.measureOperations"),
     )

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mlts.hal.codec import model_to_dict
-from mlts.hal.enums import EXTENSION_TYPE_LOW_BITS, OperandLifeTime, OperandType, OperationType
+from mlts.hal.enums import EXTENSION_TYPE_LOW_BITS, OperandLifeTime, OperandType, OperationType, codes
 from mlts.hal.types import Model, Operand, Subgraph, SymmPerChannelQuantParams
 
 _LOW_MASK = (1 << EXTENSION_TYPE_LOW_BITS) - 1
@@ -25,7 +25,7 @@ def _extension_name(model: Model, prefix: int) -> str:
 
 
 def _type_name(code: int, enum: type[OperandType] | type[OperationType], model: Model) -> str:
-    if code in enum._value2member_map_:
+    if code in codes(enum):
         return enum(code).name
     prefix = code >> EXTENSION_TYPE_LOW_BITS
     if prefix:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from enum import IntEnum
 
 
@@ -211,7 +212,7 @@ SCALAR_TYPES = frozenset(
 )
 
 # Size in bytes of one element of each type (SUBGRAPH and OEM have none).
-ELEMENT_SIZE = {
+ELEMENT_SIZE: dict[int, int] = {
     OperandType.FLOAT32: 4,
     OperandType.INT32: 4,
     OperandType.UINT32: 4,
@@ -231,7 +232,7 @@ ELEMENT_SIZE = {
 }
 
 # NumPy dtype name of each type's elements (a string so this module needs no NumPy).
-DTYPE_NAME = {
+DTYPE_NAME: dict[int, str] = {
     OperandType.FLOAT32: "float32",
     OperandType.INT32: "int32",
     OperandType.UINT32: "uint32",
@@ -257,3 +258,14 @@ EXTENSION_TYPE_LOW_BITS = 16
 def is_extension_type(code: int) -> bool:
     """An extension operand or operation type has a non-zero prefix in the high 16 bits."""
     return (code >> EXTENSION_TYPE_LOW_BITS) != 0
+
+
+@functools.cache
+def codes(enum: type[IntEnum]) -> frozenset[int]:
+    """Every code `enum` names: `code in codes(OperandType)` asks whether a number is one of them."""
+    return frozenset(int(member) for member in enum)
+
+
+def name_of_code(enum: type[IntEnum], code: int) -> str:
+    """The member name of `code` in `enum`, else the code itself as digits."""
+    return enum(code).name if code in codes(enum) else str(code)

@@ -51,6 +51,11 @@ class ProbeCase:
     version: HalVersion
 
 
+def has_signature(op: int) -> bool:
+    """Whether the signature table describes operation code `op`."""
+    return int(op) in SPECS
+
+
 def table_operations() -> list[OperationType]:
     """Every operation the signature table describes, by code."""
     return sorted(OperationType(c) for c in SPECS)

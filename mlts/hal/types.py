@@ -84,9 +84,7 @@ class Operand:
 
     def byte_size(self) -> int:
         """Bytes of a fully specified value of this operand (0 for SUBGRAPH)."""
-        size = (
-            ELEMENT_SIZE.get(OperandType(self.type), 0) if self.type in OperandType._value2member_map_ else 0
-        )
+        size = ELEMENT_SIZE.get(self.type, 0)
         if self.is_scalar_type:
             return size
         return size * self.element_count()

@@ -83,17 +83,20 @@ class _TagFormatter(logging.Formatter):
         return f"VLOG {tag}[{record.process}]: {record.getMessage()}"
 
 
+class _StderrHandler(logging.StreamHandler):
+    """The handler `configure_stderr` installs (one per process)."""
+
+
 def configure_stderr(stream=None) -> logging.Handler | None:
     """Show the tags' records on stderr (once per process) when any tag is on; the handler, or None."""
     root = logging.getLogger(PREFIX)
     for handler in root.handlers:
-        if getattr(handler, "_mlts_vlog", False):
+        if isinstance(handler, _StderrHandler):
             return handler
     if not enabled:
         return None
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = _StderrHandler(stream or sys.stderr)
     handler.setFormatter(_TagFormatter())
-    handler._mlts_vlog = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.propagate = False  # shown here; a root handler (a service's) would show it twice
     return handler

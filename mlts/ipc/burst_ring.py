@@ -454,6 +454,19 @@ class Ring:
                 return False
             turn = t
 
+    # ------------------------------------------------------------ whole images (fuzzing)
+
+    def image(self) -> bytes:
+        """A copy of the ring's shared memory, header included, as a peer would map it."""
+        return bytes(self._view)
+
+    def load_image(self, data: bytes) -> None:
+        """Overwrite the ring's shared memory, header included, with `data` (exactly its size): what a
+        hostile peer can do, for testing a consumer against it."""
+        if len(data) != len(self._view):
+            raise ValueError(f"a ring image of {len(data)} bytes for a ring of {len(self._view)}")
+        self._view[:] = data
+
     # ------------------------------------------------------------ ending
 
     def close(self) -> None:

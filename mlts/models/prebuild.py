@@ -19,7 +19,7 @@ from mlts.models import zoo
 
 def missing(names: Sequence[str]) -> list[str]:
     """The zoo models among `names` whose cached file does not exist yet (valid or not is checked on use)."""
-    return [n for n in dict.fromkeys(names) if not zoo._cached_file(zoo.get(n)).is_file()]
+    return [n for n in dict.fromkeys(names) if not zoo.cache_path(zoo.get(n)).is_file()]
 
 
 def _build(name: str) -> tuple[str, float]:

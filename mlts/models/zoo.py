@@ -272,7 +272,8 @@ def cache_dir() -> Path:
     return cache_root() / "models"
 
 
-def _cached_file(entry: ZooModel) -> Path:
+def cache_path(entry: ZooModel) -> Path:
+    """Where the model cache keeps `entry`'s ONNX file (present once it was built)."""
     return cache_dir() / f"{entry.name}.{entry.cache_key}.onnx"
 
 
@@ -303,7 +304,7 @@ def model_path(name: str) -> Path:
     """Path of the cached ONNX file of model `name`, building it first when missing or corrupt."""
     entry = get(name)
     return cached_file(
-        _cached_file(entry), partial(_is_valid, entry=entry), lambda: entry.build().SerializeToString()
+        cache_path(entry), partial(_is_valid, entry=entry), lambda: entry.build().SerializeToString()
     )
 
 

@@ -30,11 +30,11 @@ def is_baseline(row: Any) -> bool:
 DASH = "-"
 
 
-def _mapping(value: Any) -> Mapping:
+def mapping_of(value: Any) -> Mapping:
     return value if isinstance(value, Mapping) else {}
 
 
-def _number(value: Any) -> float | None:
+def number_of(value: Any) -> float | None:
     """A finite real number that is not the HAL's UINT64_MAX-style "no measurement"; else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -43,22 +43,22 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def _text(value: Any) -> str:
+def text_of(value: Any) -> str:
     """Any JSON value as short text: numbers with up to 4 significant digits, lists joined, maps as k v."""
     if value is None:
         return DASH
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, (int, float)):
-        number = _number(value)
+        number = number_of(value)
         if number is None:
             return NOT_MEASURED
         # Integers as they are: a pid, a seed or a count is not "22,050" (sizes are formatted by _size).
         return str(value) if isinstance(value, int) else f"{value:.4g}"
     if isinstance(value, Mapping):
-        return ", ".join(f"{k} {_text(v)}" for k, v in value.items()) or DASH
+        return ", ".join(f"{k} {text_of(v)}" for k, v in value.items()) or DASH
     if isinstance(value, (list, tuple)):
-        return ", ".join(_text(v) for v in value) or "none"
+        return ", ".join(text_of(v) for v in value) or "none"
     return str(value)
 
 
@@ -71,12 +71,12 @@ def _ms(value: float) -> str:
     return f"{value:.3f}" if value >= 0.001 else f"{value:.2e}"
 
 
-def _percent(value: Any, decimals: int = 1) -> str | None:
-    number = _number(value)
+def percent_of(value: Any, decimals: int = 1) -> str | None:
+    number = number_of(value)
     return None if number is None else f"{100.0 * number:.{decimals}f}%"
 
 
-def _stat(stats: Any) -> dict[str, str] | None:
+def stat_of(stats: Any) -> dict[str, str] | None:
     """{median, ci, p90, note} of a statistics record, or None when it holds no real median."""
     if isinstance(stats, Stats):
         stats = {
@@ -85,13 +85,15 @@ def _stat(stats: Any) -> dict[str, str] | None:
             "p90": stats.p90,
             "median_ci95_note": stats.median_ci95_note,
         }
-    if not isinstance(stats, Mapping) or _number(stats.get("median")) is None:
+    if not isinstance(stats, Mapping) or number_of(stats.get("median")) is None:
         return None
     ci = stats.get("median_ci95")
     lo, hi = (
-        (_number(ci[0]), _number(ci[1])) if isinstance(ci, (list, tuple)) and len(ci) == 2 else (None, None)
+        (number_of(ci[0]), number_of(ci[1]))
+        if isinstance(ci, (list, tuple)) and len(ci) == 2
+        else (None, None)
     )
-    p90 = _number(stats.get("p90"))
+    p90 = number_of(stats.get("p90"))
     return {
         "median": _ms(float(stats["median"])),
         "ci": DASH if lo is None or hi is None else f"{_ms(lo)} – {_ms(hi)}",
@@ -100,9 +102,9 @@ def _stat(stats: Any) -> dict[str, str] | None:
     }
 
 
-def _stat_text(stats: Any) -> str:
+def stat_text(stats: Any) -> str:
     """ "median [lo – hi]" or "not measured" (a string, None, UINT64_MAX or no median)."""
-    s = _stat(stats)
+    s = stat_of(stats)
     if s is None:
         return NOT_MEASURED
     return s["median"] if s["ci"] == DASH else f"{s['median']} [{s['ci']}]"
@@ -120,7 +122,7 @@ def _ok(row: Mapping) -> bool:
     return row.get("status", "ok") == "ok"
 
 
-def _anchor(prefix: str, name: str, used: set[str]) -> str:
+def anchor_for(prefix: str, name: str, used: set[str]) -> str:
     base = f"{prefix}-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "x")
     anchor, i = base, 1
     while anchor in used:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlts.records import BenchmarkRow, StressRecord
-from mlts.report._html_format import BASELINE, DASH, _mapping, _number, _text
+from mlts.report._html_format import BASELINE, DASH, mapping_of, number_of, text_of
 
 #: Failures listed in the verdict section before the rest go behind "N more".
 SHOWN_FAILURES = 12
@@ -90,8 +90,8 @@ def _failure_text(value: Any) -> str:
         why = value.get("reason") or value.get("message") or value.get("error")
         if who and why:
             return f"{who}: {why}"
-        return who or str(why or _text(value))
-    return _text(value)
+        return who or str(why or text_of(value))
+    return text_of(value)
 
 
 @dataclass(frozen=True)
@@ -114,12 +114,12 @@ class RunState:
 
     @classmethod
     def of(cls, data: Mapping) -> RunState:
-        summary = _mapping(data.get("summary"))
-        noise = _mapping(data.get("noise"))
-        completion = _mapping(data.get("completion"))
+        summary = mapping_of(data.get("summary"))
+        noise = mapping_of(data.get("noise"))
+        completion = mapping_of(data.get("completion"))
         ci = summary.get("geomean_ci")
         lo, hi = (
-            (_number(ci[0]), _number(ci[1]))
+            (number_of(ci[0]), number_of(ci[1]))
             if isinstance(ci, (list, tuple)) and len(ci) == 2
             else (None, None)
         )
@@ -133,7 +133,7 @@ class RunState:
             passed=_count(summary.get("verdicts_passed")),
             total=_count(summary.get("verdicts_total")),
             failures=tuple(_texts(failures)) if isinstance(failures, (list, tuple)) else None,
-            geomean=_number(summary.get("geomean_ratio")),
+            geomean=number_of(summary.get("geomean_ratio")),
             geomean_ci=(lo, hi) if lo is not None and hi is not None else None,
             noisy=noisy,
             noise_headline=headline if isinstance(headline, str) and headline else None,
@@ -343,15 +343,15 @@ LOAD_COLUMNS = ("load 1 min", "load 5 min", "load 15 min", "CPU steal", "runnabl
 
 def _load_figures(sample: Any) -> tuple[float | None, ...] | None:
     """(load 1, 5, 15 min, steal %, runnable processes) of one reading; None when it has none of them."""
-    s = _mapping(sample)
+    s = mapping_of(sample)
     avg = s.get("loadavg")
     averages = (
-        tuple(_number(v) for v in avg)
+        tuple(number_of(v) for v in avg)
         if isinstance(avg, (list, tuple)) and len(avg) == 3
         else (None, None, None)
     )
     running = _count(s.get("procs_running"))
-    figures = (*averages, _number(s.get("steal_pct")), None if running is None else float(running))
+    figures = (*averages, number_of(s.get("steal_pct")), None if running is None else float(running))
     return None if all(v is None for v in figures) else figures
 
 
@@ -362,7 +362,7 @@ def _load_text(figures: Sequence[float | None]) -> list[str]:
 
 def load_rows(env: Mapping) -> list[tuple[str, list[str]]]:
     """The Setup section's load table: before, during (the highest of each figure) and after the run."""
-    load = _mapping(env.get("load"))
+    load = mapping_of(env.get("load"))
     rows = []
     before = _load_figures(load.get("before"))
     if before:

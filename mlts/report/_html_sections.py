@@ -11,12 +11,12 @@ from markupsafe import Markup
 from mlts.records import BenchmarkRow, StressRecord
 from mlts.report._html_format import (
     DASH,
-    _anchor,
-    _mapping,
-    _number,
-    _stat_text,
-    _text,
+    anchor_for,
     is_baseline,
+    mapping_of,
+    number_of,
+    stat_text,
+    text_of,
 )
 from mlts.report.svg import cdf_svg, histogram_svg
 
@@ -52,18 +52,18 @@ CONFIG_LABELS = {
 }
 
 
-def _environment_items(env: Mapping) -> list[tuple[str, str]]:
+def environment_items(env: Mapping) -> list[tuple[str, str]]:
     """Known fields under readable labels first, then any other field under its own name."""
     items = [
-        (label, _text(_mapping(env[k]).get("summary", env[k]) if k == "onnxruntime_integer" else env[k]))
+        (label, text_of(mapping_of(env[k]).get("summary", env[k]) if k == "onnxruntime_integer" else env[k]))
         for k, label in ENVIRONMENT_LABELS.items()
         if k in env
     ]
     known = {*ENVIRONMENT_LABELS, "time_utc", "load"}  # load: its own table (mlts.report._html_headline)
-    return items + [(str(k), _text(v)) for k, v in env.items() if k not in known]
+    return items + [(str(k), text_of(v)) for k, v in env.items() if k not in known]
 
 
-def _config_items(config: Mapping, rows: Sequence[BenchmarkRow] = ()) -> list[tuple[str, str]]:
+def config_items(config: Mapping, rows: Sequence[BenchmarkRow] = ()) -> list[tuple[str, str]]:
     items = []
     for key, (label, unit) in CONFIG_LABELS.items():
         if key == "images" and key in config and config[key] is None:
@@ -78,14 +78,14 @@ def _config_items(config: Mapping, rows: Sequence[BenchmarkRow] = ()) -> list[tu
             items.append((label, f"{', '.join(sizes)} (default)" if sizes else "default"))
             continue
         if key in config:
-            value = _text(config[key])
-            items.append((label, value + unit if _number(config[key]) is not None else value))
-    return items + [(str(k), _text(v)) for k, v in config.items() if k not in CONFIG_LABELS]
+            value = text_of(config[key])
+            items.append((label, value + unit if number_of(config[key]) is not None else value))
+    return items + [(str(k), text_of(v)) for k, v in config.items() if k not in CONFIG_LABELS]
 
 
-def _devices(devices: Mapping) -> list[dict[str, Any]]:
+def devices_section(devices: Mapping) -> list[dict[str, Any]]:
     return [
-        {"name": str(name), "items": [(str(k), _text(v)) for k, v in _mapping(info).items()]}
+        {"name": str(name), "items": [(str(k), text_of(v)) for k, v in mapping_of(info).items()]}
         for name, info in devices.items()
     ]
 
@@ -93,7 +93,7 @@ def _devices(devices: Mapping) -> list[dict[str, Any]]:
 # --- lists: validation errors and latency warnings --------------------------------------------------
 
 
-def _validation(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
+def validation_section(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
     return [
         {"model": r.model, "backend": r.backend, "items": [e.message for e in r.violations]}
         for r in rows
@@ -101,7 +101,7 @@ def _validation(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
     ]
 
 
-def _inexact_reference(rows: list[BenchmarkRow]) -> list[dict[str, str]]:
+def inexact_reference_section(rows: list[BenchmarkRow]) -> list[dict[str, str]]:
     """One line per model whose onnxruntime results are not exact integer arithmetic on this CPU."""
     seen: dict[str, str] = {}
     for r in rows:
@@ -110,7 +110,7 @@ def _inexact_reference(rows: list[BenchmarkRow]) -> list[dict[str, str]]:
     return [{"model": m, "note": n} for m, n in seen.items()]
 
 
-def _extensions_used(rows: list[BenchmarkRow]) -> list[dict[str, str]]:
+def extensions_used_section(rows: list[BenchmarkRow]) -> list[dict[str, str]]:
     """One line per model that uses vendor extensions, naming them."""
     seen: dict[str, str] = {}
     for r in rows:
@@ -119,7 +119,7 @@ def _extensions_used(rows: list[BenchmarkRow]) -> list[dict[str, str]]:
     return [{"model": m, "names": n} for m, n in seen.items()]
 
 
-def _warnings(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
+def warnings_section(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
     """One compact line per row with latency warnings: their short names, the full lines on expanding."""
     out = []
     for r in rows:
@@ -140,7 +140,7 @@ def _warnings(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
 # --- charts -----------------------------------------------------------------------------------------
 
 
-def _charts(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
+def charts_section(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
     """Per model with any successful run: a histogram and a CDF, one series per backend."""
     used: set[str] = set()
     out = []
@@ -158,7 +158,7 @@ def _charts(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
         out.append(
             {
                 "model": model,
-                "anchor": _anchor("charts", model, used),
+                "anchor": anchor_for("charts", model, used),
                 "histogram": Markup(histogram_svg(series, f"{model}: {what} histogram")),
                 "cdf": Markup(cdf_svg(series, f"{model}: {what} CDF")),
             }
@@ -174,13 +174,13 @@ def _driver_rows(rows: list[BenchmarkRow]) -> list[BenchmarkRow]:
 
 
 def _size(value: Any) -> str:
-    size = _number(value)
+    size = number_of(value)
     if size is None:
         return DASH
     return f"{int(size):,} B ({size / 2**20:.2f} MiB)"
 
 
-def _compilation(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
+def compilation_section(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
     """Driver rows: median (95% CI) ms of compile without cache, save to cache, prepare from cache."""
     out = []
     for r in _driver_rows(rows):
@@ -195,7 +195,7 @@ def _compilation(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
             {
                 "model": r.model,
                 "backend": r.backend,
-                "cells": [_stat_text(s) for s in stats],
+                "cells": [stat_text(s) for s in stats],
                 "size": _size(None if comp is None else comp.cache_size_bytes),
                 "note": note,
             }
@@ -203,24 +203,24 @@ def _compilation(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
     return out
 
 
-def _driver_timing(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
+def driver_timing_section(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
     """Driver rows: median (95% CI) µs of the driver's own Timing, "not measured" when it gave none."""
     out = []
     for r in _driver_rows(rows):
         timing = r.driver_timing_us
         fields = (None, None) if timing is None else (timing.time_on_device, timing.time_in_driver)
-        out.append({"model": r.model, "backend": r.backend, "cells": [_stat_text(f) for f in fields]})
+        out.append({"model": r.model, "backend": r.backend, "cells": [stat_text(f) for f in fields]})
     return out
 
 
-def _memory(rows: list[BenchmarkRow]) -> dict[str, Any]:
+def memory_section(rows: list[BenchmarkRow]) -> dict[str, Any]:
     items = []
     methods: list[str] = []
     for r in rows:
         mem = r.memory_mb
         if not r.ok or mem is None:
             continue
-        cells = [_number(mem.client_peak_rss), _number(mem.driver_peak_rss)]
+        cells = [number_of(mem.client_peak_rss), number_of(mem.driver_peak_rss)]
         items.append(
             {
                 "model": r.model,
@@ -250,7 +250,7 @@ def _test_part(record: StressRecord) -> str:
     return rest.replace("process-", "process ", 1) if rest.startswith("process-") else (rest or DASH)
 
 
-def _stress(records: list[StressRecord]) -> list[dict[str, Any]]:
+def stress_section(records: list[StressRecord]) -> list[dict[str, Any]]:
     out = []
     for r in records:
         models = r.models if r.models is not None else (None if r.model is None else (r.model,))
@@ -259,21 +259,21 @@ def _stress(records: list[StressRecord]) -> list[dict[str, Any]]:
                 "mode": r.mode,
                 "test": _test_part(r),
                 "driver": r.driver,
-                "models": _text(models),
+                "models": text_of(models),
                 "outcome": r.outcome,
                 "outcome_cls": _outcome_class(r),
-                "expected": _text(r.expected),
-                "reason": _text(r.reason),
+                "expected": text_of(r.expected),
+                "reason": text_of(r.reason),
                 "duration": DASH if r.duration_s is None else f"{r.duration_s:.1f} s",
-                "iterations": _text(r.iterations),
-                "signal": _text(r.signal),
+                "iterations": text_of(r.iterations),
+                "signal": text_of(r.signal),
                 "log_tail": "\n".join(r.log_tail or ()),
             }
         )
     return out
 
 
-def _capabilities(caps: Any) -> list[dict[str, Any]]:
+def capabilities_section(caps: Any) -> list[dict[str, Any]]:
     """Per driver: its scalar fields (nested keys joined by " / ") and one table per list or matrix."""
     if not isinstance(caps, Mapping):
         return []
@@ -303,7 +303,7 @@ def _walk(value: Any, path: str, scalars: list[tuple[str, str]], tables: list[di
     elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
         tables.append(_table(path, value))
     else:
-        scalars.append((path or "value", _text(value)))
+        scalars.append((path or "value", text_of(value)))
 
 
 def _table(title: str, records: list[Mapping]) -> dict[str, Any]:
@@ -313,5 +313,5 @@ def _table(title: str, records: list[Mapping]) -> dict[str, Any]:
     return {
         "title": title,
         "columns": columns,
-        "rows": [[_text(_mapping(rec).get(c)) for c in columns] for rec in records],
+        "rows": [[text_of(mapping_of(rec).get(c)) for c in columns] for rec in records],
     }

@@ -15,13 +15,13 @@ from typing import Any
 from mlts.records import BenchmarkRow, Evaluator, Stats
 from mlts.report._html_format import (
     DASH,
-    _anchor,
-    _mapping,
-    _number,
-    _percent,
-    _stat,
-    _text,
+    anchor_for,
     is_baseline,
+    mapping_of,
+    number_of,
+    percent_of,
+    stat_of,
+    text_of,
 )
 
 # --- inference tables -------------------------------------------------------------------------------
@@ -47,7 +47,7 @@ def _evaluator(row: BenchmarkRow, name: str) -> Evaluator | None:
 def _figure(row: BenchmarkRow, name: str, key: str) -> float | None:
     """A number of evaluator `name` of the row, None when absent or the HAL's "no measurement"."""
     ev = _evaluator(row, name)
-    return None if ev is None else _number(getattr(ev, key))
+    return None if ev is None else number_of(getattr(ev, key))
 
 
 def _topk_cell(k: int) -> Callable[[BenchmarkRow], Cell | None]:
@@ -63,9 +63,9 @@ def _golden_error(row: BenchmarkRow) -> Cell | None:
     ev = _evaluator(row, "vs_golden")
     value = None
     if ev is not None:
-        value = _number(ev.max_abs_error)
+        value = number_of(ev.max_abs_error)
         if value is None and ev.outputs:
-            found = [_number(o.max_abs_error) for o in ev.outputs.values()]
+            found = [number_of(o.max_abs_error) for o in ev.outputs.values()]
             value = max((v for v in found if v is not None), default=None)
     return None if value is None else (f"{value:.2e}", "")
 
@@ -85,7 +85,7 @@ def _verdict_cell(row: BenchmarkRow) -> Cell | None:
 
 
 def _ref_agreement(row: BenchmarkRow) -> Cell | None:
-    text = _percent(_figure(row, "vs_reference", "top1_agreement"))
+    text = percent_of(_figure(row, "vs_reference", "top1_agreement"))
     return None if text is None else (text, "")
 
 
@@ -95,7 +95,7 @@ def _quant_units(row: BenchmarkRow) -> Cell | None:
 
 
 def _vs_float(row: BenchmarkRow) -> Cell | None:
-    text = _percent(_mapping(row.quantization).get("top1_agreement_with_float"))
+    text = percent_of(mapping_of(row.quantization).get("top1_agreement_with_float"))
     return None if text is None else (text, "")
 
 
@@ -105,7 +105,7 @@ def _metric_cell(side: str, key: str, unit: str) -> Callable[[BenchmarkRow], Cel
     def cell(row: BenchmarkRow) -> Cell | None:
         ev = _evaluator(row, side)
         metric = None if ev is None else ev.metric
-        value = None if metric is None else _number(getattr(metric, key))
+        value = None if metric is None else number_of(getattr(metric, key))
         if metric is None or value is None:
             return None
         ok = metric.ok
@@ -193,7 +193,7 @@ FIXED_LEGEND = (
 )
 
 
-def _families(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
+def family_tables(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
     """One table per model family, families and rows in the order they appear in the document."""
     used: set[str] = set()
     groups: dict[str, list[BenchmarkRow]] = {}
@@ -211,7 +211,7 @@ def _families(rows: list[BenchmarkRow]) -> list[dict[str, Any]]:
         out.append(
             {
                 "name": family,
-                "anchor": _anchor("family", family, used),
+                "anchor": anchor_for("family", family, used),
                 "groups": _groups(columns),
                 "columns": [{"header": c.header, "hint": c.hint} for c in columns],
                 "rows": [_row_view(r, columns, baselines.get(r.model)) for r in members],
@@ -258,7 +258,7 @@ def _baselines(rows: list[BenchmarkRow]) -> dict[str, Stats]:
     out: dict[str, Stats] = {}
     for r in rows:
         lat = r.per_call_latency
-        if is_baseline(r) and r.ok and lat is not None and _stat(lat) is not None:
+        if is_baseline(r) and r.ok and lat is not None and stat_of(lat) is not None:
             out.setdefault(r.model, lat)
     return out
 
@@ -277,9 +277,9 @@ def _row_view(row: BenchmarkRow, columns: list[Column], baseline: Stats | None) 
     per_step = row.latency_unit == "step" or row.step_wise
     view.update(
         {
-            "iterations": _text(row.iterations),
-            "size": _text(None if row.dataset is None else row.dataset.size),
-            "latency": _stat(lat) or {"median": DASH, "ci": DASH, "p90": DASH, "note": ""},
+            "iterations": text_of(row.iterations),
+            "size": text_of(None if row.dataset is None else row.dataset.size),
+            "latency": stat_of(lat) or {"median": DASH, "ci": DASH, "p90": DASH, "note": ""},
             "unit": "per step" if per_step else "",
             "accuracy": [_mark_inexact(row, c, c.cell(row) or (DASH, "")) for c in columns],
             "diff": _diff(row, lat, baseline),
@@ -317,7 +317,7 @@ def _median(stats: Stats | Mapping) -> float:
 def _ci(stats: Stats | Mapping) -> tuple[float, float]:
     ci = stats.median_ci95 if isinstance(stats, Stats) else stats.get("median_ci95")
     m = _median(stats)
-    if isinstance(ci, (list, tuple)) and len(ci) == 2 and None not in (_number(ci[0]), _number(ci[1])):
+    if isinstance(ci, (list, tuple)) and len(ci) == 2 and None not in (number_of(ci[0]), number_of(ci[1])):
         return float(ci[0]), float(ci[1])
     return m, m
 
@@ -325,7 +325,7 @@ def _ci(stats: Stats | Mapping) -> tuple[float, float]:
 def _diff(row: BenchmarkRow, lat: Stats | None, baseline: Stats | None) -> dict[str, str]:
     if is_baseline(row):
         return {"text": "baseline", "cls": "baseline", "verdict": ""}
-    if baseline is None or lat is None or _stat(lat) is None:
+    if baseline is None or lat is None or stat_of(lat) is None:
         return {"text": DASH, "cls": "", "verdict": ""}
     c = compare_medians(lat, baseline)
     pct = "" if c["percent"] is None else f" ({c['percent']:+.0f}%)"

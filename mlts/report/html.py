@@ -22,25 +22,25 @@ from typing import Any
 
 from mlts.hal.atomic import write_atomic
 from mlts.records import SCHEMA_VERSION, ResultsDocument
-from mlts.report._html_format import BASELINE, DASH, NOT_MEASURED, _mapping, _text
+from mlts.report._html_format import BASELINE, DASH, NOT_MEASURED, mapping_of, text_of
 from mlts.report._html_headline import LOAD_COLUMNS, Header, benchmark_header, load_rows, stress_header
 from mlts.report._html_overview import overview
 from mlts.report._html_sections import (
-    _capabilities,
-    _charts,
-    _compilation,
-    _config_items,
-    _devices,
-    _driver_timing,
-    _environment_items,
-    _extensions_used,
-    _inexact_reference,
-    _memory,
-    _stress,
-    _validation,
-    _warnings,
+    capabilities_section,
+    charts_section,
+    compilation_section,
+    config_items,
+    devices_section,
+    driver_timing_section,
+    environment_items,
+    extensions_used_section,
+    inexact_reference_section,
+    memory_section,
+    stress_section,
+    validation_section,
+    warnings_section,
 )
-from mlts.report._html_tables import _families, compare_medians
+from mlts.report._html_tables import compare_medians, family_tables
 from mlts.report._html_templates import template
 from mlts.report.lab_section import device_rows, lab_view
 from mlts.report.profile_section import profile_rows
@@ -97,28 +97,28 @@ def build_view(doc: Mapping | ResultsDocument) -> dict[str, Any]:
     records = device_rows(document)  # in a lab run, each device's rows apart
     rows: list[Mapping] = [r.to_json() for r in records]
     stress = document.stress
-    env = _mapping(data.get("environment"))
+    env = mapping_of(data.get("environment"))
     ov = overview(records) if records else None
     view: dict[str, Any] = {
         "title": f"mlts {kind} report",
-        "time": _text(env.get("time_utc")),
-        "environment": _environment_items(env),
+        "time": text_of(env.get("time_utc")),
+        "environment": environment_items(env),
         "load": {"columns": LOAD_COLUMNS, "rows": load_rows(env)},
-        "config": _config_items(_mapping(data.get("config")), records),
+        "config": config_items(mapping_of(data.get("config")), records),
         "overview": ov,
         "schema_version": SCHEMA_VERSION,
-        "devices": _devices(_mapping(data.get("devices"))),
-        "families": _families(records),
-        "validation": _validation(records),
-        "inexact_reference": _inexact_reference(records),
-        "extensions": _extensions_used(records),
-        "warnings": _warnings(records),
-        "charts": _charts(records),
-        "compilation": _compilation(records),
-        "timing": _driver_timing(records),
-        "memory": _memory(records),
-        "stress": _stress(stress),
-        "capabilities": _capabilities(data.get("capabilities")),
+        "devices": devices_section(mapping_of(data.get("devices"))),
+        "families": family_tables(records),
+        "validation": validation_section(records),
+        "inexact_reference": inexact_reference_section(records),
+        "extensions": extensions_used_section(records),
+        "warnings": warnings_section(records),
+        "charts": charts_section(records),
+        "compilation": compilation_section(records),
+        "timing": driver_timing_section(records),
+        "memory": memory_section(records),
+        "stress": stress_section(stress),
+        "capabilities": capabilities_section(data.get("capabilities")),
         "profiles": profile_rows(rows),
         "validate": validate_view(data),
         "lab": lab_view(document),

@@ -11,43 +11,45 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mlts.report._html_format import DASH, _mapping, _number, _percent, _text
+from mlts.report._html_format import DASH, mapping_of, number_of, percent_of, text_of
 
 #: Layer pairs shown per row (the largest excess of the driver first); results.json has them all.
 MAX_LAYER_ROWS = 15
 
 
 def _us(value: Any) -> str:
-    number = _number(value)
+    number = number_of(value)
     if number is None:
         return DASH
     return f"{number:.1f}" if number < 1000 else f"{number:,.0f}"
 
 
 def _ratio(value: Any) -> str:
-    number = _number(value)
+    number = number_of(value)
     return DASH if number is None else f"{number:.2f}×"
 
 
 def _overhead(value: Any) -> str:
-    o = _mapping(value)
-    plain, prof, ratio = (_number(o.get(k)) for k in ("unprofiled_median_ms", "profiled_median_ms", "ratio"))
+    o = mapping_of(value)
+    plain, prof, ratio = (
+        number_of(o.get(k)) for k in ("unprofiled_median_ms", "profiled_median_ms", "ratio")
+    )
     if plain is None or prof is None or ratio is None:
         return DASH
     return f"median {plain:.3f} ms unprofiled, {prof:.3f} ms profiled ({ratio:.2f}×)"
 
 
 def _layers(value: Any) -> dict[str, Any] | None:
-    layers = _mapping(value)
+    layers = mapping_of(value)
     pairs = [p for p in layers.get("pairs") or [] if isinstance(p, Mapping)]
     if not pairs:
         return None
     slowest = layers.get("slowest")
-    coverage = _mapping(layers.get("coverage"))
+    coverage = mapping_of(layers.get("coverage"))
     return {
         "rows": [
             {
-                "layer": _text(p.get("layer")),
+                "layer": text_of(p.get("layer")),
                 "driver": _us(p.get("driver_us")),
                 "reference": _us(p.get("reference_us")),
                 "ratio": _ratio(p.get("ratio")),
@@ -56,9 +58,9 @@ def _layers(value: Any) -> dict[str, Any] | None:
             for p in pairs[:MAX_LAYER_ROWS]
         ],
         "hidden": max(0, len(pairs) - MAX_LAYER_ROWS),
-        "slowest": _text(slowest) if slowest else None,
-        "coverage": f"{_percent(coverage.get('driver')) or DASH} of the driver's time, "
-        f"{_percent(coverage.get('reference')) or DASH} of onnxruntime's",
+        "slowest": text_of(slowest) if slowest else None,
+        "coverage": f"{percent_of(coverage.get('driver')) or DASH} of the driver's time, "
+        f"{percent_of(coverage.get('reference')) or DASH} of onnxruntime's",
     }
 
 
@@ -66,9 +68,9 @@ def _entries(value: Any, text_keys: tuple[str, ...]) -> list[dict[str, str]]:
     """Table rows from a list of entries: `text_keys` as text, then `us` and `share`."""
     return [
         {
-            **{k: _text(t.get(k)) for k in text_keys},
+            **{k: text_of(t.get(k)) for k in text_keys},
             "us": _us(t.get("us")),
-            "share": _percent(t.get("share")) or DASH,
+            "share": percent_of(t.get("share")) or DASH,
         }
         for t in value or []
         if isinstance(t, Mapping)
@@ -83,16 +85,16 @@ def profile_rows(rows: list[Mapping]) -> list[dict[str, Any]]:
         if not isinstance(prof, Mapping):
             continue
         entry: dict[str, Any] = {
-            "model": _text(r.get("model")),
-            "backend": _text(r.get("backend")),
+            "model": text_of(r.get("model")),
+            "backend": text_of(r.get("backend")),
             "available": bool(prof.get("available")),
-            "reason": _text(prof.get("reason")),
+            "reason": text_of(prof.get("reason")),
             "overhead": _overhead(prof.get("overhead")),
         }
         if entry["available"]:
             entry.update(
-                source=_text(prof.get("source")),
-                executions=_text(prof.get("executions")),
+                source=text_of(prof.get("source")),
+                executions=text_of(prof.get("executions")),
                 total=_us(prof.get("total_us")),
                 on_device=_us(prof.get("time_on_device_us")),
                 top=_entries(prof.get("top"), ("name", "type", "layer")),

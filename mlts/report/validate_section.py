@@ -25,9 +25,9 @@ from markupsafe import Markup
 from mlts.hal.atomic import write_atomic
 from mlts.hal.enums import OperationType
 from mlts.records.validate import FAILING, OUTCOMES, ValidateSection
-from mlts.report._html_format import _text
+from mlts.report._html_format import text_of
 from mlts.report._html_headline import Chip, Header, Verdict
-from mlts.report._html_sections import _environment_items
+from mlts.report._html_sections import environment_items
 from mlts.report._html_templates import template
 
 _CELL = re.compile(r"^([A-Z0-9_]+)/([A-Z0-9_+]+)(?:\s|:|\[)")
@@ -116,11 +116,11 @@ def option_items(options: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The run's options as (label, value) lines, known ones under readable labels, the rest as they are."""
     out = []
     for key, value in options.items():
-        label, show = _OPTIONS.get(key, (str(key), _text))
+        label, show = _OPTIONS.get(key, (str(key), text_of))
         try:
             text = show(value)
         except (TypeError, ValueError):  # a hand-edited value of another type: shown as it is
-            text = _text(value)
+            text = text_of(value)
         out.append((label, text))
     return out
 
@@ -232,7 +232,7 @@ def page(section: ValidateSection, page_dir: str = "", environment: Mapping[str,
     )
     header = Header(
         title=f"mlts validate report: {section.driver}",
-        time=_text(env.get("time_utc")),
+        time=text_of(env.get("time_utc")),
         verdict=verdict,
         chips=chips,
         contents=(("validate", "Validate"), ("setup", "Setup")),
@@ -240,7 +240,7 @@ def page(section: ValidateSection, page_dir: str = "", environment: Mapping[str,
     )
     # In a lab run, one part per device (by_device).
     parts = Markup("").join(body(part, page_dir) for part in by_device(section))
-    items = _environment_items({k: v for k, v in env.items() if not isinstance(v, Mapping)})
+    items = environment_items({k: v for k, v in env.items() if not isinstance(v, Mapping)})
     return template("validate.html.j2").render(page=header, body=parts, environment=items)
 
 

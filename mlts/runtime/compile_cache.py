@@ -20,6 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from mlts.hal.codec import model_to_dict
 from mlts.hal.enums import ErrorStatus, ExecutionPreference, Priority
@@ -32,7 +33,13 @@ HIT, MISS, RECOMPILED, UNCACHED = "hit", "miss", "recompiled", "uncached"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
-def _length_prefixed(h: hashlib._Hash, data: bytes | memoryview) -> None:
+class _Digest(Protocol):
+    """What `_length_prefixed` needs of a hashlib hash."""
+
+    def update(self, data: bytes | memoryview, /) -> None: ...
+
+
+def _length_prefixed(h: _Digest, data: bytes | memoryview) -> None:
     view = memoryview(data)
     view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
     h.update(view.nbytes.to_bytes(8, "little"))

@@ -140,10 +140,10 @@ class ServiceConnection:
                         timeout=timeout,
                     )
             except TimeoutError:
-                self._forget(slot)
-                raise self._hung(method, timeout) from None
+                self.forget(slot)
+                raise self.hung(method, timeout) from None
             except OSError:
-                self._forget(slot)
+                self.forget(slot)
                 raise self._died(method) from None
         return slot
 
@@ -169,17 +169,18 @@ class ServiceConnection:
         try:
             wire.send_data(self.sock, wire.compact_frame_bytes(body(msg_id)), fds, timeout)
         except TimeoutError:
-            self._forget(slot)
-            raise self._hung(method, timeout) from None
+            self.forget(slot)
+            raise self.hung(method, timeout) from None
         except OSError:
-            self._forget(slot)
+            self.forget(slot)
             raise self._died(method) from None
         except BaseException:
-            self._forget(slot)
+            self.forget(slot)
             raise
         return slot
 
-    def _forget(self, slot: Slot) -> None:
+    def forget(self, slot: Slot) -> None:
+        """Stop waiting for `slot`'s reply (a reply that comes later is dropped)."""
         with self._lock:
             self._slots.pop(slot.id, None)
 
@@ -190,8 +191,8 @@ class ServiceConnection:
         try:
             self.pump(lambda: slot.reply is not None, time.monotonic() + timeout, slot.method)
         except _Timeout:
-            self._forget(slot)
-            raise self._hung(slot.method, timeout) from None
+            self.forget(slot)
+            raise self.hung(slot.method, timeout) from None
         assert slot.reply is not None
         return slot.reply
 
@@ -358,7 +359,9 @@ class ServiceConnection:
         self.driver_died = True
         return self._fail(self.endpoint.death_message(method))
 
-    def _hung(self, method: str, timeout: float) -> HalError:
+    def hung(self, method: str, timeout: float) -> HalError:
+        """The error of a `method` call unanswered for `timeout` s: the driver is taken as hung and its
+        endpoint stopped (or the error the connection already failed with)."""
         if self.dead is not None:
             return HalError(self.dead.status, self.dead.message)
         what = self.endpoint.stop_for_hang()

@@ -291,7 +291,7 @@ class PartitionedSession:
         for k, (index, value) in enumerate(zip(sub.input_indexes, inputs, strict=True)):
             arr = np.asarray(value)
             code = sub.operands[index].type
-            want = DTYPE_NAME.get(OperandType(code)) if code in OperandType._value2member_map_ else None
+            want = DTYPE_NAME.get(code)
             if want is not None and arr.dtype != np.dtype(want):
                 raise HalError(
                     ErrorStatus.INVALID_ARGUMENT,

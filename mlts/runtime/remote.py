@@ -124,7 +124,8 @@ class RemoteDevice(Device):
         """The error every call now fails with, or None while the driver is usable."""
         return self.connection.dead
 
-    def _unpack_reply(self, method: str, message: dict[str, Any]) -> dict[str, Any]:
+    def unpack_reply(self, method: str, message: dict[str, Any]) -> dict[str, Any]:
+        """The result of a reply to `method`, or the HalError the reply reports."""
         if message.get("ok") is True and isinstance(message.get("result"), dict):
             return message["result"]
         raise error_from_dict(self.name, method, message.get("error"))
@@ -139,9 +140,10 @@ class RemoteDevice(Device):
     ) -> dict[str, Any]:
         """Send one call and wait for its reply's result; HalError on any failure."""
         limit = self.query_timeout if timeout is None else timeout
-        return self._unpack_reply(method, self.connection.call(method, args or {}, fds, limit))
+        return self.unpack_reply(method, self.connection.call(method, args or {}, fds, limit))
 
-    def _decode(self, method: str, fn: Any, *args: Any) -> Any:
+    def decode(self, method: str, fn: Any, *args: Any) -> Any:
+        """`fn(*args)`, the decoding of a `method` result: a malformed one is this driver's GENERAL_FAILURE."""
         try:
             return fn(*args)
         except (TypeError, KeyError, ValueError, HalError) as e:
@@ -163,26 +165,26 @@ class RemoteDevice(Device):
 
     def getCapabilities(self, *, timeout: float | None = None) -> Capabilities:
         result = self.call("getCapabilities", timeout=timeout)
-        return self._decode("getCapabilities", lambda: codec.capabilities_from_dict(result["capabilities"]))
+        return self.decode("getCapabilities", lambda: codec.capabilities_from_dict(result["capabilities"]))
 
     def getType(self, *, timeout: float | None = None) -> DeviceType:
         result = self.call("getType", timeout=timeout)
-        return self._decode("getType", lambda: DeviceType(result["type"]))
+        return self.decode("getType", lambda: DeviceType(result["type"]))
 
     def getVersionString(self, *, timeout: float | None = None) -> str:
         result = self.call("getVersionString", timeout=timeout)
-        return self._decode("getVersionString", lambda: _typed(result["version"], str))
+        return self.decode("getVersionString", lambda: _typed(result["version"], str))
 
     def getSupportedExtensions(self, *, timeout: float | None = None) -> tuple[Extension, ...]:
         result = self.call("getSupportedExtensions", timeout=timeout)
-        return self._decode(
+        return self.decode(
             "getSupportedExtensions",
             lambda: tuple(codec.extension_from_dict(e) for e in _typed(result["extensions"], list)),
         )
 
     def getNumberOfCacheFilesNeeded(self, *, timeout: float | None = None) -> CacheFilesNeeded:
         result = self.call("getNumberOfCacheFilesNeeded", timeout=timeout)
-        return self._decode(
+        return self.decode(
             "getNumberOfCacheFilesNeeded",
             lambda: CacheFilesNeeded(
                 _typed(result["num_model_cache"], int), _typed(result["num_data_cache"], int)
@@ -200,7 +202,7 @@ class RemoteDevice(Device):
             )
         finally:
             memory.close()
-        supported = self._decode("getSupportedOperations", lambda: _typed(result["supported"], list))
+        supported = self.decode("getSupportedOperations", lambda: _typed(result["supported"], list))
         if len(supported) != len(model.main.operations) or not all(isinstance(s, bool) for s in supported):
             raise HalError(
                 ErrorStatus.GENERAL_FAILURE,
@@ -242,7 +244,7 @@ class RemoteDevice(Device):
         finally:
             memory.close()
         return RemotePreparedModel(
-            self, self._decode("prepareModel", lambda: _typed(result["prepared"], int)), int(priority)
+            self, self.decode("prepareModel", lambda: _typed(result["prepared"], int)), int(priority)
         )
 
     def prepareModelFromCache(
@@ -266,7 +268,7 @@ class RemoteDevice(Device):
             "prepareModelFromCache", args, fds, timeout=self.prepare_timeout if timeout is None else timeout
         )
         return RemotePreparedModel(
-            self, self._decode("prepareModelFromCache", lambda: _typed(result["prepared"], int))
+            self, self.decode("prepareModelFromCache", lambda: _typed(result["prepared"], int))
         )
 
     def allocate(

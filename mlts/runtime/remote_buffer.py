@@ -53,8 +53,8 @@ def allocate(
             "output_roles": roles(output_roles),
         },
     )
-    token = device._decode("allocate", lambda: int(result["token"]))
-    dims = device._decode("allocate", lambda: tuple(int(d) for d in result["dimensions"]))
+    token = device.decode("allocate", lambda: int(result["token"]))
+    dims = device.decode("allocate", lambda: tuple(int(d) for d in result["dimensions"]))
     return RemoteBuffer(device, token, dims)
 
 
@@ -77,7 +77,7 @@ class RemoteBuffer(Buffer):
         result = self.device.call(
             method, {"token": self.token, "memory": {"fd": 0, "size": memory.size}, **extra}, [memory.fd]
         )
-        self.dimensions = self.device._decode(method, lambda: tuple(int(d) for d in result["dimensions"]))
+        self.dimensions = self.device.decode(method, lambda: tuple(int(d) for d in result["dimensions"]))
 
     def copyTo(self, dst: Bytes) -> None:  # type: ignore[override]
         """Copy the buffer into `dst`, which must be exactly its size and writable."""

@@ -68,12 +68,12 @@ class RemoteExecution(ExecutionCallback):
             if error is None and message is not None:
                 compact = message.get("compact")
                 if compact is not None:
-                    result = self.device._decode("execute", self.decoder.decode, compact)
+                    result = self.device.decode("execute", self.decoder.decode, compact)
                     _copy_back(self.copies)
                     self.notify(result)
                     return
                 if message.get("status") == 0:
-                    result = self.device._decode(
+                    result = self.device.decode(
                         "execute", codec.execution_result_from_dict, message.get("result")
                     )
                     _copy_back(self.copies)
@@ -104,7 +104,7 @@ class RemoteExecution(ExecutionCallback):
             return super().result(timeout)
         if not self.wait(self.timeout):
             conn = self.device.connection
-            self.notify(error=conn._hung("execute", self.timeout))
+            self.notify(error=conn.hung("execute", self.timeout))
         return super().result(0)
 
 
@@ -123,9 +123,7 @@ class _FencedReport:
             )
             return
         try:
-            self.info = self.device._decode(
-                "executeFenced", compact_calls.fenced_done, message.get("compact")
-            )
+            self.info = self.device.decode("executeFenced", compact_calls.fenced_done, message.get("compact"))
         except HalError as e:
             self.error = e
 
@@ -167,7 +165,7 @@ class RemoteFencedCallback(FencedExecutionCallback):
             if report.info is None and report.error is None:
                 # Sent before the fence signalled: already on the socket, or arriving.
                 if not self.device.connection.wait_notify(slot, limit):
-                    raise self.device.connection._hung("executeFenced", limit)
+                    raise self.device.connection.hung("executeFenced", limit)
             if report.error is not None:
                 raise HalError(report.error.status, report.error.message, report.error.output_shapes)
             assert report.info is not None
@@ -176,7 +174,7 @@ class RemoteFencedCallback(FencedExecutionCallback):
         # One call reads the report and releases the service's record of the execution.
         args = {"execution": self.handle, "release": True}
         result = self.device.call("getExecutionInfo", args, timeout=timeout)
-        self._info = self.device._decode("getExecutionInfo", _info_from_dict, result)
+        self._info = self.device.decode("getExecutionInfo", _info_from_dict, result)
         self._closed = True
         return self._info
 
@@ -256,13 +254,13 @@ class RemotePreparedModel(PreparedModel):
             wire.close_fds(slot.fds)
             compact = reply.get("compact")
             if compact is not None and reply.get("tag") == compact_calls.RESULT:
-                return dev._decode("executeSynchronously", self._decoder.decode, compact)
-            result = dev._unpack_reply("executeSynchronously", reply)
+                return dev.decode("executeSynchronously", self._decoder.decode, compact)
+            result = dev.unpack_reply("executeSynchronously", reply)
             _copy_back(copies)
             copies = []
         finally:
             _close_copies(copies)
-        return dev._decode("executeSynchronously", self._result, result)
+        return dev.decode("executeSynchronously", self._result, result)
 
     def _result(self, d: Any) -> ExecutionResult:
         """A result's record; output shapes equal to the last result's are not decoded again."""
@@ -301,10 +299,10 @@ class RemotePreparedModel(PreparedModel):
             reply = dev.connection.wait_reply(slot, limit)
             wire.close_fds(slot.fds)
             if reply.get("tag") != compact_calls.LAUNCHED:
-                dev._unpack_reply("execute", reply)
+                dev.unpack_reply("execute", reply)
         except HalError as e:
             # The launch failed: no completion will come.
-            dev.connection._forget(slot)
+            dev.connection.forget(slot)
             _close_copies(copies)
             execution.notify(error=e)
         return execution
@@ -344,7 +342,7 @@ class RemotePreparedModel(PreparedModel):
         try:
             reply = dev.connection.wait_reply(slot, limit)
         except BaseException:
-            dev.connection._forget(slot)
+            dev.connection.forget(slot)
             raise
         fds = list(slot.fds)
         pushed = None
@@ -352,20 +350,20 @@ class RemotePreparedModel(PreparedModel):
             compact = reply.get("compact")
             if compact is not None and reply.get("tag") == compact_calls.FENCED_LAUNCHED:
                 pushed = (report, slot)
-                handle = dev._decode("executeFenced", compact_calls.fenced_handle, compact)
+                handle = dev.decode("executeFenced", compact_calls.fenced_handle, compact)
                 index = 0
             else:
-                dev.connection._forget(slot)  # a JSON reply: no report follows
-                result = dev._unpack_reply("executeFenced", reply)
-                handle = dev._decode("executeFenced", lambda: _int(result["execution"]))
-                index = dev._decode("executeFenced", lambda: _int(result["fence"]))
+                dev.connection.forget(slot)  # a JSON reply: no report follows
+                result = dev.unpack_reply("executeFenced", reply)
+                handle = dev.decode("executeFenced", lambda: _int(result["execution"]))
+                index = dev.decode("executeFenced", lambda: _int(result["fence"]))
             if not 0 <= index < len(fds):
                 raise HalError(
                     ErrorStatus.GENERAL_FAILURE, f"driver {dev.name!r} sent no fence with executeFenced"
                 )
             fence = SyncFence.from_fd(fds.pop(index), "the fence executeFenced returned")
         except BaseException:
-            dev.connection._forget(slot)
+            dev.connection.forget(slot)
             raise
         finally:
             wire.close_fds(fds)

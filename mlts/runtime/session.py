@@ -35,9 +35,7 @@ def _align(n: int, to: int = ALIGNMENT) -> int:
 
 
 def _dtype(operand: Operand, what: str) -> np.dtype:
-    name = (
-        DTYPE_NAME.get(OperandType(operand.type)) if operand.type in OperandType._value2member_map_ else None
-    )
+    name = DTYPE_NAME.get(operand.type)
     if name is None:
         raise HalError(
             ErrorStatus.INVALID_ARGUMENT, f"{what} has operand type {operand.type}, which has no NumPy dtype"

@@ -34,7 +34,7 @@ from typing import Any
 
 from mlts.hal import deadlines
 from mlts.hal.codec import UINT64_MAX
-from mlts.hal.enums import ErrorStatus, MeasureTiming, OperationType, Priority
+from mlts.hal.enums import ErrorStatus, MeasureTiming, OperationType, Priority, name_of_code
 from mlts.hal.errors import HalError
 from mlts.hal.types import Capabilities, Model, Request
 from mlts.runtime.execution import ExecutionMode, execute
@@ -124,7 +124,7 @@ def unclaimed(device: Any, model: Model, what: str) -> tuple[str, str] | None:
         return None
     names = sorted(
         {
-            OperationType(op.type).name if op.type in OperationType._value2member_map_ else str(op.type)
+            name_of_code(OperationType, op.type)
             for op, ok in zip(model.main.operations, claimed, strict=True)
             if not ok
         }

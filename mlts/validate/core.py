@@ -199,6 +199,10 @@ class Target:
         """A connected client of the driver (service pre-validation on); reopened if the driver died."""
         return self._get("checked")
 
+    def opened(self, raw: bool = False) -> RemoteDevice | None:
+        """The client `raw_device()` (or `device()`) gave, as it is now (dead or not); None before one."""
+        return self._devices.get("raw" if raw else "checked")
+
     def raw_device(self) -> RemoteDevice:
         """A client whose service passes decoded but unchecked models and requests to the driver."""
         return self._get("raw")

@@ -127,8 +127,8 @@ def request_seed(model: Model) -> tuple[dict, int]:
         outs.append(RequestArgument(False, DataLocation(0, offset, size), ()))
         offset += size
     doc = {
-        "inputs": [codec._argument_to_dict(a) for a in ins],
-        "outputs": [codec._argument_to_dict(a) for a in outs],
+        "inputs": [codec.argument_to_dict(a) for a in ins],
+        "outputs": [codec.argument_to_dict(a) for a in outs],
         "pools": [{"fd": 0, "size": offset}],
     }
     return doc, offset
@@ -193,8 +193,8 @@ def frame_seeds(model_size: int = 0) -> list[bytes]:
 def burst_message(model: Model) -> bytes:
     """A valid burst request message for `model`'s request seed (its pool is slot 1)."""
     doc, _ = request_seed(model)
-    ins = tuple(codec._argument_from_dict(a, "in") for a in doc["inputs"])
-    outs = tuple(codec._argument_from_dict(a, "out") for a in doc["outputs"])
+    ins = tuple(codec.argument_from_dict(a, "in") for a in doc["inputs"])
+    outs = tuple(codec.argument_from_dict(a, "out") for a in doc["outputs"])
     request = msg.BurstRequest(1, (msg.PoolRef(msg.POOL_SLOT, 1),), ins, outs, MeasureTiming.NO, None, None)
     return msg.encode_request(request)
 
@@ -205,7 +205,7 @@ def ring_image(messages: list[bytes], capacity: int = RING_CAPACITY) -> bytes:
     try:
         for m in messages:
             ring.write(m)
-        return bytes(ring._view)
+        return ring.image()
     finally:
         ring.close()
 

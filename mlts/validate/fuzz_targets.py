@@ -40,7 +40,7 @@ from mlts.runtime.remote_prepared import RemotePreparedModel
 from mlts.validate import core
 from mlts.validate import fuzz_seeds as seeds
 from mlts.validate.fuzz_mutate import ddmin_bytes, mutate_bytes, mutate_doc, shrink_doc
-from mlts.validate.replay import _drain
+from mlts.validate.replay import drain_replies
 
 EXPECTED = (HalError, ValueError, wire.WireError, RingError)
 MAX_POOL_BYTES = 1 << 20
@@ -306,7 +306,7 @@ class FrameTarget(Target):
             wire.recv_frame(sock).close_fds()  # the hello
             sock.sendall(data)
             sock.shutdown(socket.SHUT_WR)
-            answered = _drain(sock, ctx.timeout)
+            answered = drain_replies(sock, ctx.timeout)
         except OSError as e:
             answered = f"connection error {e}"
         finally:
@@ -357,7 +357,7 @@ class RingTarget(Target):
             raise ValueError(f"ring image of {len(data)} bytes")
         ring = Ring.create(capacity, "mlts-fuzz-ring")
         try:
-            ring._view[:] = data
+            ring.load_image(data)
             for _ in range(64):
                 payload = ring.read(capacity)
                 if payload is None:
@@ -377,7 +377,7 @@ class RingTarget(Target):
         except HalError as e:
             return ctx.judge(e, data, "configureExecutionBurst")
         try:
-            burst.requests._view[:] = data
+            burst.requests.load_image(data)
             burst.requests.signal()
             # With nothing published (write counter 0) the driver rightly waits; it must only live on.
             if struct.unpack_from("<Q", data, 0)[0] != 0 and not _answered(burst, device, ctx.timeout):
@@ -430,7 +430,7 @@ class ServiceContext:
 
     def judge(self, error: HalError, data: bytes, method: str) -> Finding | None:
         """A refusal is fine; a dead or silent driver is a finding."""
-        device = self.target._devices.get("raw")
+        device = self.target.opened(raw=True)
         if "no reply within" in error.message:
             return Finding("hang", f"{method}: {error.message}"[:400], data, f"hang:{method}")
         if (device is not None and device.driver_died) or error.status == ErrorStatus.DEVICE_UNAVAILABLE:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TypedDict, Unpack
 
 from mlts.hal import validate
-from mlts.hal.enums import OperandLifeTime, OperandType, OperationType
+from mlts.hal.enums import OperandLifeTime, OperandType, OperationType, name_of_code
 from mlts.hal.errors import HalError
 from mlts.hal.types import (
     DataLocation,
@@ -78,11 +78,11 @@ def rule_of(model: Model) -> tuple[str, str] | None:
     try:
         validate.validate_model(model)
     except HalError as e:
-        return _site(e), e.message
+        return mutation_site(e), e.message
     return None
 
 
-def _site(error: BaseException) -> str:
+def mutation_site(error: BaseException) -> str:
     """'file.py:line' of the deepest frame under mlts/hal that raised `error`."""
     site = "unknown"
     for frame, line in traceback.walk_tb(error.__traceback__):
@@ -202,11 +202,12 @@ def write_scalar(model: Model, index: int, value: float | int) -> Model | None:
 
 
 def _op_name(code: int) -> str:
-    return OperationType(code).name if code in OperationType._value2member_map_ else str(code)
+    return name_of_code(OperationType, code)
 
 
-def _type_name(code: int) -> str:
-    return T(code).name if code in T._value2member_map_ else str(code)
+def type_name(code: int) -> str:
+    """The OperandType name of `code`, else the code as digits."""
+    return name_of_code(T, code)
 
 
 # ------------------------------------------------------------------ operand mutations (VTS mutateOperand*)
@@ -217,7 +218,7 @@ def operand_mutants(model: Model, indexes: Iterable[int] | None = None) -> Itera
     sub = model.main
     for i in range(len(sub.operands)) if indexes is None else indexes:
         o = sub.operands[i]
-        what = f"operand {i} ({_type_name(o.type)}, {o.lifetime.name})"
+        what = f"operand {i} ({type_name(o.type)}, {o.lifetime.name})"
         yield Mutant(
             "operand type", f"{what}: type {BAD_OPERAND_CODE}", set_operand(model, i, type=BAD_OPERAND_CODE)
         )
@@ -336,7 +337,7 @@ def _extra_params_mutants(model: Model, i: int, what: str) -> Iterator[Mutant]:
     else:
         yield Mutant(
             "operand extra params",
-            f"{what}: channel quantisation on a {_type_name(o.type)}",
+            f"{what}: channel quantisation on a {type_name(o.type)}",
             set_operand(model, i, extra_params=SymmPerChannelQuantParams((1.0,), 0)),
         )
 

@@ -10,14 +10,13 @@ import struct
 from collections.abc import Iterator
 from dataclasses import replace
 
-from mlts.hal._opspecs import SPECS
+from mlts.hal import opprobe
 from mlts.hal.enums import OperandLifeTime, OperandType
 from mlts.hal.memory import HostMemory
 from mlts.hal.types import DataLocation, Model, Operation
 from mlts.validate.mutations import (
     PARAMETER_VALUES,
     Mutant,
-    _type_name,
     add_operand,
     put_operand,
     recount_consumers,
@@ -26,6 +25,7 @@ from mlts.validate.mutations import (
     same_size_types,
     set_operand,
     set_operation,
+    type_name,
     with_main,
     write_scalar,
 )
@@ -138,7 +138,7 @@ def _slot_type_mutants(model: Model, k: int) -> Iterator[Mutant]:
             if rule_of(mutant) is not None:
                 yield Mutant(
                     "operation operand type",
-                    f"{role} {pos} (operand {i}) {_type_name(o.type)} -> {_type_name(new_type)}",
+                    f"{role} {pos} (operand {i}) {type_name(o.type)} -> {type_name(new_type)}",
                     mutant,
                 )
                 break
@@ -188,4 +188,4 @@ def _parameter_mutants(model: Model, k: int) -> Iterator[Mutant]:
 
 
 def has_spec(op: int) -> bool:
-    return int(op) in SPECS
+    return opprobe.has_signature(op)

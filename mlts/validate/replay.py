@@ -160,7 +160,7 @@ def replay_frame(target: Target, repro: Reproducer, emit) -> CaseResult:
             wire.recv_frame(sock).close_fds()  # the hello
             sock.sendall(data)
             sock.shutdown(socket.SHUT_WR)
-            answered = _drain(sock, FRAME_WAIT_S)
+            answered = drain_replies(sock, FRAME_WAIT_S)
         except OSError as e:
             answered = f"connection error {e}"
         finally:
@@ -180,7 +180,7 @@ def replay_frame(target: Target, repro: Reproducer, emit) -> CaseResult:
     return run_case(target, repro.suite, f"replay: {repro.case}", body, emit)
 
 
-def _drain(sock: socket.socket, timeout: float) -> str | None:
+def drain_replies(sock: socket.socket, timeout: float) -> str | None:
     """Read until end of file; 'answered' or 'hung up', None when nothing came in time."""
     deadline = time.monotonic() + timeout
     got = 0

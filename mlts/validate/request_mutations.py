@@ -18,7 +18,7 @@ from mlts.hal.enums import ELEMENT_SIZE, OperandType
 from mlts.hal.errors import HalError
 from mlts.hal.memory import SharedMemory
 from mlts.hal.types import LOOP_TIMEOUT_MAXIMUM_NS, DataLocation, Model, Request, RequestArgument
-from mlts.validate.mutations import _site
+from mlts.validate.mutations import mutation_site
 
 _ALIGN = 8
 #: The two argument lists of a Request.
@@ -76,7 +76,7 @@ def rule_of_request(
         validate.validate_request(request, model)
         validate.validate_loop_timeout(loop_timeout)
     except HalError as e:
-        return _site(e), e.message
+        return mutation_site(e), e.message
     return None
 
 

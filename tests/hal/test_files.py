@@ -142,3 +142,47 @@ def test_onnx_external_data_that_is_a_fifo_is_refused(tmp_path):
     os.mkfifo(tmp_path / "w.bin")
     with pytest.raises(ConversionError, match="external data.*FIFO"):
         load_model(path)
+
+
+def test_onnx_external_data_of_a_subgraph_and_of_an_attribute_is_checked_too(tmp_path):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from mlts.convert import ConversionError, load_model
+
+    def branch(name: str, value: float) -> onnx.GraphProto:
+        const = numpy_helper.from_array(np.full((2, 2), value, np.float32), f"{name}_c")
+        return helper.make_graph(
+            [helper.make_node("Constant", [], [f"{name}_out"], value=const)],
+            name,
+            [],
+            [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, [2, 2])],
+        )
+
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "If", ["cond"], ["y"], then_branch=branch("then", 1.0), else_branch=branch("else", 2.0)
+            )
+        ],
+        "g",
+        [helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "m.onnx"
+    onnx.save(
+        model,
+        str(path),
+        save_as_external_data=True,
+        location="c.bin",
+        size_threshold=0,
+        convert_attribute=True,
+    )
+    load_model(path)  # a regular external file loads
+    (tmp_path / "c.bin").unlink()
+    os.mkfifo(tmp_path / "c.bin")
+    with pytest.raises(ConversionError, match="external data.*FIFO"):
+        load_model(path)

@@ -25,7 +25,7 @@ from mlts.hal.enums import OperandType, PaddingScheme
 
 
 @dataclass(slots=True)
-class _Window:
+class Window:
     """The padding, strides, dilations and layout of one windowed operation, and its output size."""
 
     explicit: bool
@@ -66,7 +66,7 @@ def _out_size(scheme: int, size: int, k: int, stride: int, dilation: int, before
     return (size + before + after - eff) // stride + 1
 
 
-def _window(g: GraphState, nchw: bool, h: int, w: int, kh: int, kw: int, dilation: bool) -> _Window:
+def _window(g: GraphState, nchw: bool, h: int, w: int, kh: int, kw: int, dilation: bool) -> Window:
     """Random window parameters for a kh x kw window on h x w (kh <= h, kw <= w); padding stays below the window."""
     dw = dh = 1
     if dilation and g.chance(0.25):
@@ -81,7 +81,7 @@ def _window(g: GraphState, nchw: bool, h: int, w: int, kh: int, kw: int, dilatio
         pads = tuple(g.rand.randint(0, k - 1) for k in (kw, kw, kh, kh))  # type: ignore[assignment]
     else:
         scheme = g.rand.choice((PaddingScheme.SAME, PaddingScheme.VALID))
-    win = _Window(
+    win = Window(
         explicit, int(scheme), pads, (g.rand.randint(1, 3), g.rand.randint(1, 3)), (dw, dh),
         nchw, with_layout, with_dilation,
     )  # fmt: skip
@@ -91,16 +91,17 @@ def _window(g: GraphState, nchw: bool, h: int, w: int, kh: int, kw: int, dilatio
     return win
 
 
-def _nhwc(dims: tuple[int, ...], nchw: bool) -> tuple[int, int, int, int]:
+def nhwc(dims: tuple[int, ...], nchw: bool) -> tuple[int, int, int, int]:
+    """(N, H, W, C) of rank-4 `dims` laid out NCHW (`nchw`) or NHWC."""
     n, a, b, c = dims
     return (n, b, c, a) if nchw else (n, a, b, c)
 
 
-def _windowed(g: GraphState, quant: bool, dilation: bool) -> tuple[Value, tuple[int, int, int, int], _Window]:
+def windowed(g: GraphState, quant: bool, dilation: bool) -> tuple[Value, tuple[int, int, int, int], Window]:
     """A rank-4 input, its NHWC dimensions and random window parameters (kernel, padding, strides, layout)."""
     x = g.source(quant, lambda t: len(t.dims) == 4, lambda: g.shape(4))
     nchw = g.chance(0.3)
-    n, h, w, c = _nhwc(x.dims, nchw)
+    n, h, w, c = nhwc(x.dims, nchw)
     kh, kw = g.rand.randint(1, min(MAX_KERNEL, h)), g.rand.randint(1, min(MAX_KERNEL, w))
     return x, (n, kh, kw, c), _window(g, nchw, h, w, kh, kw, dilation)
 
@@ -112,7 +113,7 @@ def _normalised(g: GraphState, shape: tuple[int, ...], axes: tuple[int, ...], ga
     return (w * (gain / norm)).astype(np.float32)
 
 
-def _weights_and_bias(
+def weights_and_bias(
     g: GraphState, x: Value, shape: tuple[int, ...], axes: tuple[int, ...], cout: int, quant: bool
 ) -> tuple[int, int, float]:
     """Constant weights of `shape` and a bias of `cout`: their operands and the bound of the layer's output."""
@@ -133,8 +134,8 @@ def _weights_and_bias(
     return w, g.builder.add_constant(b_q, OperandType.TENSOR_INT32, b_scale), bound
 
 
-def _finish_layer(
-    g: GraphState, op: Op, args: list[Value | int], win: _Window | None, extras: Sequence[int],
+def finish_layer(
+    g: GraphState, op: Op, args: list[Value | int], win: Window | None, extras: Sequence[int],
     dims: tuple[int, ...], bound: float, quant: bool,
 ) -> None:  # fmt: skip
     """Append the parameters (window ones when given, then the activation) and emit the layer."""
@@ -151,24 +152,24 @@ def _finish_layer(
 
 @generates(Op.CONV_2D, quant=True, min_rank=4)
 def _conv(g: GraphState, quant: bool) -> None:
-    x, (n, kh, kw, cin), win = _windowed(g, quant, dilation=True)
+    x, (n, kh, kw, cin), win = windowed(g, quant, dilation=True)
     cout = g.dim(max(MAX_ELEMENTS // (n * win.out_h * win.out_w), 1))
-    wgt, bias, bound = _weights_and_bias(g, x, (cout, kh, kw, cin), (1, 2, 3), cout, quant)
-    _finish_layer(g, Op.CONV_2D, [x, wgt, bias], win, (), win.out_dims(n, cout), bound, quant)
+    wgt, bias, bound = weights_and_bias(g, x, (cout, kh, kw, cin), (1, 2, 3), cout, quant)
+    finish_layer(g, Op.CONV_2D, [x, wgt, bias], win, (), win.out_dims(n, cout), bound, quant)
 
 
 @generates(Op.DEPTHWISE_CONV_2D, quant=True, min_rank=4)
 def _depthwise(g: GraphState, quant: bool) -> None:
-    x, (n, kh, kw, cin), win = _windowed(g, quant, dilation=True)
+    x, (n, kh, kw, cin), win = windowed(g, quant, dilation=True)
     room = max(MAX_ELEMENTS // (n * win.out_h * win.out_w * cin), 1)
     mult = g.rand.randint(1, min(3, room))
     cout = cin * mult
-    wgt, bias, bound = _weights_and_bias(g, x, (1, kh, kw, cout), (0, 1, 2), cout, quant)
-    _finish_layer(g, Op.DEPTHWISE_CONV_2D, [x, wgt, bias], win, (mult,), win.out_dims(n, cout), bound, quant)
+    wgt, bias, bound = weights_and_bias(g, x, (1, kh, kw, cout), (0, 1, 2), cout, quant)
+    finish_layer(g, Op.DEPTHWISE_CONV_2D, [x, wgt, bias], win, (mult,), win.out_dims(n, cout), bound, quant)
 
 
 def _pool(g: GraphState, op: Op, quant: bool) -> None:
-    x, (n, kh, kw, c), win = _windowed(g, quant, dilation=False)
+    x, (n, kh, kw, c), win = windowed(g, quant, dilation=False)
     # Every window holds at least one input element (padding < window), so the result stays in [lo, hi].
     code = g.rand.choice(tuple(Act))
     args: list[Value | int] = [x, *win.params(g, (kw, kh), code)]
@@ -203,5 +204,5 @@ def _fully_connected(g: GraphState, quant: bool) -> None:
     assert j is not None
     size, batch = math.prod(x.dims[j:]), math.prod(x.dims[:j])
     units = g.dim()
-    wgt, bias, bound = _weights_and_bias(g, x, (units, size), (1,), units, quant)
-    _finish_layer(g, Op.FULLY_CONNECTED, [x, wgt, bias], None, (), (batch, units), bound, quant)
+    wgt, bias, bound = weights_and_bias(g, x, (units, size), (1,), units, quant)
+    finish_layer(g, Op.FULLY_CONNECTED, [x, wgt, bias], None, (), (batch, units), bound, quant)

@@ -10,7 +10,7 @@ scale and zero point where NNAPI requires it.
 
 from __future__ import annotations
 
-from mlts.crash.random_graph.layers import _finish_layer, _nhwc, _weights_and_bias, _windowed
+from mlts.crash.random_graph.layers import finish_layer, nhwc, weights_and_bias, windowed
 from mlts.crash.random_graph.spec import MAX_ELEMENTS, MAX_KERNEL, Act, Op, generates
 from mlts.crash.random_graph.state import GraphState, Value, clip_interval
 
@@ -33,10 +33,10 @@ def _depth_to_space(g: GraphState, quant: bool) -> None:
         return (n, h, w, BLOCK * BLOCK * g.rand.randint(1, 2))
 
     nchw = g.chance(0.3)
-    x = g.source(quant, lambda t: len(t.dims) == 4 and _nhwc(t.dims, nchw)[3] % (BLOCK * BLOCK) == 0, make)
-    if _nhwc(x.dims, nchw)[3] % (BLOCK * BLOCK):
+    x = g.source(quant, lambda t: len(t.dims) == 4 and nhwc(t.dims, nchw)[3] % (BLOCK * BLOCK) == 0, make)
+    if nhwc(x.dims, nchw)[3] % (BLOCK * BLOCK):
         nchw = False  # the new input was made NHWC
-    n, h, w, c = _nhwc(x.dims, nchw)
+    n, h, w, c = nhwc(x.dims, nchw)
     out = _layout_dims(nchw, n, h * BLOCK, w * BLOCK, c // (BLOCK * BLOCK))
     g.emit(Op.DEPTH_TO_SPACE, [x, g.i32(BLOCK), g.flag(nchw)], out, x.lo, x.hi, x.quant)
 
@@ -55,10 +55,10 @@ def _space_to_depth(g: GraphState, quant: bool) -> None:
         )
 
     x, nchw = _rank4(g, quant, fits, make)
-    n, h, w, c = _nhwc(x.dims, nchw)
+    n, h, w, c = nhwc(x.dims, nchw)
     if h % BLOCK or w % BLOCK:
         nchw = not nchw
-        n, h, w, c = _nhwc(x.dims, nchw)
+        n, h, w, c = nhwc(x.dims, nchw)
     out = _layout_dims(nchw, n, h // BLOCK, w // BLOCK, c * BLOCK * BLOCK)
     g.emit(Op.SPACE_TO_DEPTH, [x, g.i32(BLOCK), g.flag(nchw)], out, x.lo, x.hi, x.quant)
 
@@ -66,7 +66,7 @@ def _space_to_depth(g: GraphState, quant: bool) -> None:
 @generates(Op.SPACE_TO_BATCH_ND, quant=True, min_rank=4)
 def _space_to_batch(g: GraphState, quant: bool) -> None:
     x, nchw = _rank4(g, quant)
-    n, h, w, c = _nhwc(x.dims, nchw)
+    n, h, w, c = nhwc(x.dims, nchw)
     bh, bw = g.rand.randint(1, 2), g.rand.randint(1, 2)
     pads = []
     for size, b in ((h, bh), (w, bw)):
@@ -83,7 +83,7 @@ def _space_to_batch(g: GraphState, quant: bool) -> None:
 @generates(Op.BATCH_TO_SPACE_ND, quant=True, min_rank=4)
 def _batch_to_space(g: GraphState, quant: bool) -> None:
     x, nchw = _rank4(g, quant, lambda t: t.dims[0] % 2 == 0, lambda: (2, *g.shape(3)))
-    n, h, w, c = _nhwc(x.dims, nchw)
+    n, h, w, c = nhwc(x.dims, nchw)
     bh, bw = (2, 1) if g.chance(0.5) else (1, 2)
     out = _layout_dims(nchw, n // (bh * bw), h * bh, w * bw, c)
     g.emit(Op.BATCH_TO_SPACE_ND, [x, g.ints([bh, bw]), g.flag(nchw)], out, x.lo, x.hi, x.quant)
@@ -106,7 +106,7 @@ def _channel_shuffle(g: GraphState, quant: bool) -> None:
 
 def _resize(g: GraphState, op: Op, quant: bool) -> None:
     x, nchw = _rank4(g, quant)
-    n, h, w, c = _nhwc(x.dims, nchw)
+    n, h, w, c = nhwc(x.dims, nchw)
     room = max(MAX_ELEMENTS // (n * c), 1)
     out_h = g.rand.randint(1, max(1, min(2 * h, room)))
     out_w = g.rand.randint(1, max(1, min(2 * w, room // out_h)))
@@ -167,7 +167,7 @@ for _op, _q in ((Op.REDUCE_MAX, True), (Op.REDUCE_MIN, True), (Op.REDUCE_PROD, F
 
 @generates(Op.L2_POOL_2D, min_rank=4)
 def _l2_pool(g: GraphState, quant: bool) -> None:
-    x, (n, kh, kw, c), win = _windowed(g, False, dilation=False)
+    x, (n, kh, kw, c), win = windowed(g, False, dilation=False)
     code = g.rand.choice(tuple(Act))
     g.emit(
         Op.L2_POOL_2D,
@@ -179,14 +179,14 @@ def _l2_pool(g: GraphState, quant: bool) -> None:
 
 @generates(Op.GROUPED_CONV_2D, quant=True, min_rank=4)
 def _grouped_conv(g: GraphState, quant: bool) -> None:
-    x, (n, kh, kw, cin), win = _windowed(g, quant, dilation=False)
+    x, (n, kh, kw, cin), win = windowed(g, quant, dilation=False)
     divisors = [k for k in range(1, cin + 1) if cin % k == 0]
     groups = g.rand.choice(divisors)
     room = max(MAX_ELEMENTS // (n * win.out_h * win.out_w * groups), 1)
     cout = groups * g.rand.randint(1, min(3, room))
     win.with_layout, win.with_dilation = True, False  # GROUPED_CONV_2D: layout required, no dilation
-    wgt, bias, bound = _weights_and_bias(g, x, (cout, kh, kw, cin // groups), (1, 2, 3), cout, quant)
-    _finish_layer(g, Op.GROUPED_CONV_2D, [x, wgt, bias], win, (groups,), win.out_dims(n, cout), bound, quant)
+    wgt, bias, bound = weights_and_bias(g, x, (cout, kh, kw, cin // groups), (1, 2, 3), cout, quant)
+    finish_layer(g, Op.GROUPED_CONV_2D, [x, wgt, bias], win, (groups,), win.out_dims(n, cout), bound, quant)
 
 
 @generates(Op.TRANSPOSE_CONV_2D, min_rank=4)
@@ -194,7 +194,7 @@ def _transpose_conv(g: GraphState, quant: bool) -> None:
     x, nchw = _rank4(
         g, False, lambda t: t.size * 4 <= MAX_ELEMENTS, lambda: (1, g.dim(8), g.dim(8), g.dim(8))
     )
-    n, h, w, cin = _nhwc(x.dims, nchw)
+    n, h, w, cin = nhwc(x.dims, nchw)
     kh, kw = g.rand.randint(1, MAX_KERNEL), g.rand.randint(1, MAX_KERNEL)
     sh, sw = g.rand.randint(1, 2), g.rand.randint(1, 2)
     pads = [g.rand.randint(0, (k - 1) // 2) for k in (kw, kw, kh, kh)]  # left, right, top, bottom
@@ -202,7 +202,7 @@ def _transpose_conv(g: GraphState, quant: bool) -> None:
     out_w = (w - 1) * sw + kw - pads[0] - pads[1]
     cout = g.rand.randint(1, max(1, min(8, MAX_ELEMENTS // max(n * out_h * out_w, 1))))
     # Each output sums a subset of the taps of one output channel: the per-channel weight norm bounds it.
-    wgt, bias, bound = _weights_and_bias(g, x, (cout, kh, kw, cin), (1, 2, 3), cout, False)
+    wgt, bias, bound = weights_and_bias(g, x, (cout, kh, kw, cin), (1, 2, 3), cout, False)
     code, lo, hi = g.activation(-bound, bound)
     args: list[Value | int] = [x, wgt, bias, *(g.i32(p) for p in pads), g.i32(sw), g.i32(sh), g.i32(code)]
     args.append(g.flag(nchw))

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mlts.hal.enums import FusedActivationFunc, OperationType
+from mlts.hal.enums import FusedActivationFunc, OperationType, name_of_code
 
 if TYPE_CHECKING:
     from mlts.crash.random_graph.state import GraphState
@@ -118,7 +118,7 @@ def check_types(types: frozenset[int], max_rank: int) -> None:
         raise ValueError("op_types is empty; give None for every known type or at least one type")
     unknown = sorted(t for t in types if t not in KINDS)
     if unknown:
-        names = [Op(t).name if t in Op._value2member_map_ else str(t) for t in unknown]
+        names = [name_of_code(Op, t) for t in unknown]
         known = ", ".join(sorted(Op(t).name for t in KINDS))
         raise ValueError(f"the generator cannot make {', '.join(names)}; it knows {known}")
     too_deep = sorted(Op(t).name for t in types if KINDS[t].min_rank > max_rank)
