@@ -29,7 +29,7 @@ from mlts.convert.tflite import schema
 from mlts.convert.tflite.context import PLAIN, Graph, Refusal, Session
 from mlts.convert.tflite.model import Operator, TfliteModel
 from mlts.convert.tflite.reader import read_bytes, read_file
-from mlts.convert.tflite.registry import lookup
+from mlts.convert.tflite.registry import LATER, lookup, needs_level
 from mlts.hal.enums import OperandType, OperationType
 from mlts.hal.types import Model
 
@@ -194,7 +194,7 @@ def _add_inputs(g: Graph, inputs: Sequence[tuple[str, int]]) -> list[TensorInfo]
             kind, scale, zp, extra = g.operand_type(t)
         except Refusal as e:
             raise ConversionError(f"{g.model.label}: input '{name}': {e}") from None
-        if extra is not None or kind == OperandType.TENSOR_QUANT16_SYMM:
+        if extra is not None:
             raise ConversionError(
                 f"{g.model.label}: input '{name}' ({t.describe()}) cannot be an NN model input"
             )
@@ -337,9 +337,15 @@ def _dispatch(g: Graph, op: Operator) -> None:
         return
     mapping = lookup(op.code.name)
     if mapping is None:
+        later = LATER.get(op.code.name)
+        if later is not None:
+            raise ConversionError(
+                f"{model.label}: {where}: "
+                + needs_level(later.feature_level, f"NNAPI's {later.nnapi} operation")
+            )
         raise ConversionError(
-            f"{model.label}: {where}: TFLite's NNAPI delegate maps no NNAPI operation for it "
-            "(docs/tflite.md lists the builtins the importer maps)"
+            f"{model.label}: {where}: TFLite's NNAPI delegate maps no NNAPI operation for it at any "
+            "feature level (docs/tflite.md lists the builtins the importer maps)"
         )
     if mapping.max_version is not None and op.code.version > mapping.max_version:
         raise ConversionError(
