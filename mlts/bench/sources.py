@@ -98,15 +98,15 @@ def select_models(
         from mlts.convert.formats import is_tflite_source
 
         if is_tflite_source(p):  # --input-shape sizes its dynamic dimensions (docs/tflite.md)
-            names = _tflite_input_names(p)
-            tflite_names |= names
-            fixed = sorted(names & set(settings.values))
+            inputs = _tflite_input_names(p)
+            tflite_names |= inputs
+            fixed = sorted(inputs & set(settings.values))
             if fixed:
                 raise ModelSelectionError(
                     f"--input-value {fixed[0]}: input '{fixed[0]}' of {f} is a TFLite model's input; only ONNX "
                     "model inputs can be fixed to a value"
                 )
-            shapes = tuple((n, tuple(d)) for n, d in settings.shapes.items() if n in names)
+            shapes = tuple((n, tuple(d)) for n, d in settings.shapes.items() if n in inputs)
             sources.append(ModelSource(p.stem, p, input_shapes=shapes))
         else:
             user_files.append(f)

@@ -4,8 +4,10 @@ One pass over the subgraph's operators in their stored order (TFLite stores them
 order), each mapped by its registered function the way TFLite's NNAPI delegate maps it (see
 registry.py and docs/tflite.md). A builtin without a mapping, an operator version above the one the
 delegate accepts, or an option it would not map is refused in one line naming the operator, its
-index, the subgraph and the reason; custom operators are refused, and TFLite's GELU maps to the
-bundled vendor extension when a target driver declares it.
+index, the subgraph and the reason (and the feature level the delegate would need, where it maps
+the builtin above NNAPI 1.3); custom operators are refused, and TFLite's GELU maps to the bundled
+vendor extension when a target driver declares it. Input shapes given for the dynamic (-1)
+dimensions of the inputs' shape signatures resize the subgraph first (mlts.convert.tflite.shapes).
 
 Before the pass, constant FLOAT16 weights behind DEQUANTIZE become float32 constants and constant
 sparse tensors behind DENSIFY become dense constants, so the operators reading them see plain

@@ -499,7 +499,8 @@ def _basic_lstm(c: _Ctx) -> list[Shape]:
             f"its input {list(x)}, previous activation {list(h)} and state {list(state)} differ in batch"
         )
     units, depth = h[1], x[1]
-    return [(x[0], units), (x[0], units), (x[0], depth + units), (x[0], 4 * units)][: len(c.op.outputs)]
+    outs: list[Shape] = [(x[0], units), (x[0], units), (x[0], depth + units), (x[0], 4 * units)]
+    return outs[: len(c.op.outputs)]
 
 
 def _lstm(c: _Ctx) -> list[Shape]:
