@@ -187,3 +187,22 @@ def test_a_chain_of_shape_operators_follows_a_new_batch_and_length() -> None:
     expected = LiteRtReference(data, 1, plan).run(feeds)
     for a, e in zip(run_nn(data, feeds, input_shapes=shapes), expected, strict=True):
         assert_matches(a, np.asarray(e))
+
+
+def test_a_shape_too_large_for_an_nn_operand_is_refused_before_anything_is_built() -> None:
+    with pytest.raises(
+        ConversionError, match=r"--input-shape image: shape \[4096, 4096, 4096, 3\] makes a tensor"
+    ):
+        convert_tflite(_cnn(), input_shapes={"image": (4096, 4096, 4096, 3)})
+    # Within the input's limit, an output that would grow past it is refused at its operator.
+    m = TflModel()
+    g = m.subgraph("main")
+    x = g.tensor([1, 4], name="x", shape_signature=(-1, 4))
+    reps = g.tensor([2], "int32", data=np.array([4096, 4096]))
+    y = g.tensor([4096, 16384], name="y")
+    g.op("TILE", [x, reps], [y])
+    g.io([x], [y])
+    with pytest.raises(
+        ConversionError, match=r"TILE \(operator #0 of subgraph 0 'main'\): shape \[67108864, 16384\]"
+    ):
+        convert_tflite(m.finish(), input_shapes={"x": (16384, 4)})
