@@ -345,7 +345,7 @@ def stress(
     for s in sources:
         if s.user is not None and s.user.unreadable:
             raise BadInput(s.user.unreadable)
-    models = [s.name if s.user is None else str(s.path) for s in sources]
+    models = [s.name if s.path is None else str(s.path) for s in sources]  # a file by its path
     config = replace(config, user_models={str(s.path): user_model_spec(s.user) for s in sources if s.user})
 
     def progress(message: str) -> None:

@@ -183,3 +183,30 @@ def test_calibrate_infers_the_operand_type_of_a_tflite_model(tmp_path) -> None:
     assert reference.backend == "cpu:litert"
     x = np.ones([1, 4, 4, 3], np.float32)
     np.testing.assert_allclose(reference.run([x])[0], np.maximum(x + [0.5, -0.25, 1.0], 0))
+
+
+def test_validate_model_suite_runs_a_tflite_model_against_litert(tmp_path) -> None:
+    model = _relu_tflite(tmp_path / "relu.tflite")
+    out = tmp_path / "v"
+    r = _mlts(
+        "validate", "--driver", "sample-all", "--suite", "model", "--model", str(model), "--out", str(out)
+    )
+    assert r.returncode == 0, r.stderr + r.stdout
+    cases = json.loads((out / "results.json").read_text())["validate"]["cases"]
+    by_name = {c["name"]: c for c in cases}
+    assert by_name["relu.tflite: load and convert"]["outcome"] == "pass"
+    # The first path has no float64 reference; it says how far it is from LiteRT (exact here: ADD, RELU).
+    first = next(c for c in cases if c["name"].startswith("relu.tflite [") and c["outcome"] == "skip")
+    assert "max|driver - LiteRT| is 0," in first["reason"]
+
+
+def test_stress_takes_a_tflite_model_file(tmp_path) -> None:
+    model = _relu_tflite(tmp_path / "relu.tflite")
+    out = tmp_path / "s"
+    r = _mlts(
+        "stress", "inference-stress", "--model", str(model), "--drivers", "^sample-all$",
+        "--duration", "1", "--out", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    (row,) = json.loads((out / "results.json").read_text())["results"]
+    assert row["outcome"] == "SUCCESS" and row["model"].endswith("relu.tflite")
