@@ -206,7 +206,7 @@ class BurstContext:
         try:
             # Executions run on this thread act for the burst's client (queued ones say so themselves);
             # the priority ticket of each is left once its result is written, as on the other paths.
-            with qos.serving_client(self.client.key), qos.holding_tickets() as held:
+            with qos.serving_client(self.client.key, self.client.app), qos.holding_tickets() as held:
                 polling = self.polling_us
                 while not self._stopping:
                     if not requests.wait(None, polling, self.results):
@@ -436,12 +436,12 @@ class BurstContext:
         pool = self._exec_pool
         done = threading.Event()
         outcome: list[Any] = []
-        client = self.client.key
+        client, app = self.client.key, self.client.app
 
         def work() -> None:
             try:
-                # As on every execution path: the driver tells clients apart by this key.
-                with qos.serving_client(client):
+                # As on every execution path: the driver tells clients apart by these keys.
+                with qos.serving_client(client, app):
                     outcome.append((True, run(*args)))
             except BaseException as e:
                 outcome.append((False, e))
@@ -449,7 +449,7 @@ class BurstContext:
                 done.set()
 
         try:
-            pool.submit(work, priority, client)  # clients take turns, as for other executions
+            pool.submit(work, priority, app)  # apps take turns, as for other executions
         except RuntimeError:
             raise HalError(ErrorStatus.DEVICE_UNAVAILABLE, "burst: the service is stopping") from None
         done.wait()

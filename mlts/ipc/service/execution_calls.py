@@ -42,6 +42,7 @@ class Job:
     held: list[Resource] = field(default_factory=list)
     transient: list[SharedMemory] = field(default_factory=list)
     client_key: int = 0
+    app: int = 0
     #: The client's table, and the bytes of `transient` counted against its mapped-memory budget.
     table: HandleTable | None = None
     charged: int = 0
@@ -54,7 +55,7 @@ class Job:
                 self.request, self.measure, self.deadline if deadline is None else deadline, self.loop_timeout
             )
         else:
-            with qos.serving_client(self.client_key):
+            with qos.serving_client(self.client_key, self.app):
                 result = self.entry.prepared.executeSynchronously(
                     self.request,
                     self.measure,
@@ -150,7 +151,8 @@ def admit(client: Client, call: Call) -> Job:
     if compact is not None:
         return _admit_compact(client, call, compact)
     request_doc = arg(call.args, m, "request", dict)
-    job = Job(None, None, MeasureTiming.NO, None, None, client_key=client.key)  # type: ignore[arg-type]
+    job = Job(None, None, MeasureTiming.NO, None, None)  # type: ignore[arg-type]
+    job.client_key, job.app = client.key, client.app
     try:
         descs = codec.request_pool_descs(request_doc)
         pools = _resolve_pools(client, call, descs, job)
@@ -184,7 +186,8 @@ def admit(client: Client, call: Call) -> Job:
 def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> Job:
     """`admit` for a compact call (protocol 1.4): its pools are memory ids and buffer tokens."""
     m = call.method
-    job = Job(None, None, MeasureTiming.NO, None, None, client_key=client.key)  # type: ignore[arg-type]
+    job = Job(None, None, MeasureTiming.NO, None, None)  # type: ignore[arg-type]
+    job.client_key, job.app = client.key, client.app
     try:
         pools: list[Any] = []
         for n, (kind, value) in enumerate(c.pools):
@@ -341,7 +344,7 @@ def execute(client: Client, call: Call) -> dict[str, Any]:
     else:
         client.conn.send({"kind": "reply", "id": msg_id, "ok": True, "result": {}})
     try:
-        client.host.exec_pool.submit(run, job.entry.priority, client.key)
+        client.host.exec_pool.submit(run, job.entry.priority, client.app)
     except RuntimeError:
         job.finish()
         client.end()

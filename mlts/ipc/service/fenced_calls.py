@@ -201,7 +201,7 @@ def execute_fenced(client: Client, call: Call) -> dict[str, Any]:
             return
         fenced_ns = time.monotonic_ns()
         try:
-            host.exec_pool.submit(lambda: run(fenced_ns), job.entry.priority, client.key)
+            host.exec_pool.submit(lambda: run(fenced_ns), job.entry.priority, client.app)
         except RuntimeError:
             finish(None, None, HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"{m}: the service is stopping"))
 

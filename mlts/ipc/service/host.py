@@ -29,6 +29,7 @@ from mlts.ipc.service import (
     fenced_calls,
 )
 from mlts.ipc.service.allowlist_policy import AllowlistPolicy
+from mlts.ipc.service.apps import AppRegistry
 from mlts.ipc.service.client import Client, Handler
 from mlts.ipc.service.fence_watcher import FenceWatcher
 from mlts.ipc.service.handles import Limits
@@ -97,6 +98,8 @@ class ServiceHost:
         #: Which clients may use which extensions (enforced unless the service does not pre-validate).
         self.allowlist = allowlist if allowlist is not None else AllowlistPolicy()
         self.shared = shared
+        #: Which program each client is (connections of one program are one app).
+        self.apps = AppRegistry()
         self.handlers: dict[str, Handler] = {
             **device_calls.HANDLERS,
             **execution_calls.HANDLERS,
