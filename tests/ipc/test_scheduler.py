@@ -103,3 +103,25 @@ def test_a_finished_preempting_thread_takes_the_next_preempting_work():
         assert pool.stop(5)
     threads[0].join(5)
     assert not threads[0].is_alive()  # an idle preempting thread ends when the pool stops
+
+
+def test_inline_work_counts_at_its_priority_and_higher_work_preempts_it():
+    pool = WorkerPool("t", 1)
+    try:
+        assert pool.try_inline(owner=1, priority=0)  # a LOW execution on a reader's thread
+        ran = threading.Event()
+        pool.submit(ran.set, priority=2, owner=2)  # another client's HIGH: an extra thread at once
+        assert ran.wait(5)
+        end = time.monotonic() + 5
+        while pool._extra and time.monotonic() < end:
+            time.sleep(0.001)
+        # A reader receiving HIGH work runs it itself, as a preempting slot; LOW work cannot preempt.
+        assert not pool.try_preempt(owner=2, priority=0)
+        assert pool.try_preempt(owner=2, priority=2)
+        assert pool._extra == 1 and not pool.try_inline(owner=3, priority=2)
+        pool.end_preempt(owner=2, priority=2)
+        pool.end_inline(owner=1, priority=0)
+        assert pool._extra == 0 and not pool._running and pool.idle()
+        assert not pool.try_preempt(owner=2, priority=2)  # nothing runs: nothing to preempt
+    finally:
+        assert pool.stop(5)

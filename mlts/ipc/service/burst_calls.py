@@ -86,7 +86,8 @@ class BurstContext:
         self._encoder = msg.ResultEncoder()
         self._handles = client.handles
         self._exec_pool = client.host.exec_pool
-        self._inline = False  # this thread holds a worker slot of `_exec_pool` (see `_run`)
+        # Gives back the worker (or preempting) slot of `_exec_pool` this thread holds (see `_run`).
+        self._slot: Callable[[], None] | None = None
         self.executions = 0
         self.thread = threading.Thread(target=self._listen, name="burst", daemon=True)
 
@@ -302,9 +303,10 @@ class BurstContext:
     def _replied(self, held: list[Callable[[], None]]) -> None:
         """After `_serve` (its result is on its way): give back the worker slot the execution ran in and
         the priority tickets it left meanwhile (`held`, from `qos.holding_tickets`)."""
-        if self._inline:
-            self._inline = False
-            self._exec_pool.end_inline()
+        slot = self._slot
+        if slot is not None:
+            self._slot = None
+            slot()
         if held:
             qos.leave_held(held)
 
@@ -393,7 +395,8 @@ class BurstContext:
     ) -> Any:
         """Execute a bound, validated request (the prepared model looked up again unless given) within
         the service's execution workers, as every other execution: on this thread (which acts for the
-        burst's client) when a worker slot is free (no hand-off), else queued by priority and waited for.
+        burst's client) when a worker slot is free or the execution preempts (no hand-off), else queued
+        by priority and waited for.
         """
         if entry is None:
             prepared = self.prepared  # `_entry`, inlined
@@ -403,8 +406,15 @@ class BurstContext:
         deadline = request.deadline
         if deadline is not None and deadline <= time.monotonic_ns():
             raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "burst: the deadline had already passed")
-        if self._exec_pool.try_inline():
-            self._inline = True  # the listener gives the slot back once the result is written
+        pool, app, priority = self._exec_pool, self.client.app, entry.priority
+        # On this thread when a worker slot is free, or when the execution outranks work running in
+        # every worker (it preempts, as an extra thread would); the listener gives the slot back once
+        # the result is written.
+        if pool.try_inline(app, priority):
+            self._slot = lambda: pool.end_inline(app, priority)
+        elif pool.try_preempt(app, priority):
+            self._slot = lambda: pool.end_preempt(app, priority)
+        if self._slot is not None:
             return entry.prepared.executeSynchronously(
                 hal_request, request.measure, deadline, request.loop_timeout
             )

@@ -251,16 +251,24 @@ def _admit_request(
             cache.put(key, pools, job.request)
 
 
-def _can_run_inline(client: Client) -> bool:
-    """A lone synchronous call on an idle service may run on the reader's thread (saving a thread
-    hand-off); with other calls of this client in flight or waiting on the socket it goes to the pool,
-    so they can run beside it. True means a pool slot was taken: release it with `end_inline()`.
+def _inline_slot(client: Client, priority: int) -> Callable[[], None] | None:
+    """A lone synchronous call may run on the reader's thread (saving a thread hand-off): on an idle
+    service, or when it outranks work running in every worker (it preempts, as an extra thread would,
+    without waking one). With other calls of this client in flight or waiting on the socket it goes to
+    the pool, so they can run beside it. Returns what gives the slot back, or None (no slot taken).
 
     Asynchronous and fenced executions always go to the pool: their launches must be answered at once,
     one after the other, however long each execution takes."""
     # Only this thread (the reader) adds calls in flight: a stale count is a higher one, so reading it
     # without the lock errs towards the pool.
-    return client.in_flight_now == 1 and not client.conn.pending() and client.host.exec_pool.try_inline()
+    if client.in_flight_now != 1 or client.conn.pending():
+        return None
+    pool, app = client.host.exec_pool, client.app
+    if pool.try_inline(app, priority):
+        return lambda: pool.end_inline(app, priority)
+    if pool.try_preempt(app, priority):
+        return lambda: pool.end_preempt(app, priority)
+    return None
 
 
 # ------------------------------------------------------------ synchronous
@@ -268,13 +276,13 @@ def _can_run_inline(client: Client) -> bool:
 
 def execute_synchronously(client: Client, call: Call) -> dict[str, Any]:
     job = admit(client, call)
-    pool = client.host.exec_pool
     compact = call.compact is not None
-    if _can_run_inline(client):
+    slot = _inline_slot(client, job.entry.priority)
+    if slot is not None:
         try:
             result = job.run()
         finally:
-            pool.end_inline()
+            slot()
             job.finish()
         if not compact:
             return codec.execution_result_to_dict(result)
