@@ -376,8 +376,8 @@ class BurstContext:
         else:
             hal_request = Request(request.inputs, request.outputs, pools, request.measure_operations)
             if entry.model is not None:
-                hal_request = bind_buffers(hal_request, entry.prepared, self._buffer)
-                if self.client.host.prevalidate:
+                if self.client.host.prevalidate:  # else the driver judges it (as `execution_calls`)
+                    hal_request = bind_buffers(hal_request, entry.prepared, self._buffer)
                     validate.validate_request(hal_request, entry.model)
                 if all(kind == msg.POOL_SLOT for kind, _ in request.pools):
                     self._keep_validated(known, request, pools, hal_request)
@@ -404,7 +404,8 @@ class BurstContext:
                 raise invalid(f"burst: prepared model {self.prepared_number} was released")
             entry = prepared.value
         deadline = request.deadline
-        if deadline is not None and deadline <= time.monotonic_ns():
+        # A service that does not pre-validate leaves a passed deadline to the driver.
+        if deadline is not None and deadline <= time.monotonic_ns() and self.client.host.prevalidate:
             raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "burst: the deadline had already passed")
         pool, app, priority = self._exec_pool, self.client.app, entry.priority
         # On this thread when a worker slot is free, or when the execution outranks work running in

@@ -244,8 +244,11 @@ def _admit_request(
         return
     job.request = build()
     if job.entry.model is not None:
-        job.request = bind_buffers(job.request, job.entry.prepared, lambda t: _buffer_of(client, m, t))
+        # A service that does not pre-validate hands the driver the request as it came: its driver
+        # buffers' roles, dimensions and contents are the driver's to judge (they are this client's
+        # buffers: `hold_buffer` made sure).
         if client.host.prevalidate:
+            job.request = bind_buffers(job.request, job.entry.prepared, lambda t: _buffer_of(client, m, t))
             validate.validate_request(job.request, job.entry.model)
         if cacheable:
             cache.put(key, pools, job.request)
