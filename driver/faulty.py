@@ -29,6 +29,7 @@ from driver.device import SampleDevice, SamplePreparedModel, Variant
 from driver.faulty_busy import busy_execution
 from driver.faulty_conformance import UnvalidatedPreparedModel, has_operation, unstable, unvalidated
 from driver.operands import dtype_of, pool_view
+from mlts.hal import qos
 from mlts.hal.enums import ErrorStatus, ExecutionPreference, MeasureTiming, OperationType, Priority
 from mlts.hal.errors import HalError
 from mlts.hal.interface import Buffer, PreparedModel
@@ -51,6 +52,8 @@ COUNTED_METHODS = ("getSupportedOperations", "prepareModel", "prepareModelFromCa
 #: The calls whose results `wrong` may spoil: one execution, or every execution of one prepared model.
 WRONG_METHODS = ("prepareModel", "prepareModelFromCache", "executeSynchronously")
 CRASH_KINDS = ("segv", "abort", "exit")
+#: The driver options that break its priority handling (flags, 0 or 1; see SampleFaulty).
+PRIORITY_FAULTS = ("ignore_priority", "no_preemption", "client_priority")
 #: The status a `crash=exit` driver exits with.
 EXIT_STATUS = 3
 _MIB = 1 << 20
@@ -498,20 +501,27 @@ class SampleFaulty(SampleDevice):
 
     def __init__(self, **options: str) -> None:
         """Fault options (or MLTS_FAULT), plus the sample variants' `capabilities=PATH` and
-        `max_memory_mb=N`, and `ignore_priority=1`: a driver that runs every model at MEDIUM, never
-        preempting (what priority-stress must catch)."""
-        own = ("capabilities", "max_memory_mb", "ignore_priority")
+        `max_memory_mb=N`, and the priority faults: `ignore_priority=1`, a driver that runs every model
+        at MEDIUM, never preempting (what priority-stress must catch); `no_preemption=1`, one that
+        reports its models' priorities (so executions queue in priority order) but never pauses a
+        running execution; `client_priority=1`, one that preempts only the same client's executions,
+        ignoring other clients' priorities (what mlts validate's behaviour suite must catch)."""
+        own = ("capabilities", "max_memory_mb", *PRIORITY_FAULTS)
         faults = {k: v for k, v in options.items() if k not in own}
         self.faults = FaultInjector(plan_from(faults))
-        ignore = options.get("ignore_priority", "0")
-        if ignore not in ("0", "1"):
-            raise ValueError(f"sample-faulty: option ignore_priority must be 0 or 1, got {ignore!r}")
+        flags = {}
+        for key in PRIORITY_FAULTS:
+            flags[key] = options.get(key, "0")
+            if flags[key] not in ("0", "1"):
+                raise ValueError(f"sample-faulty: option {key} must be 0 or 1, got {flags[key]!r}")
         super().__init__(**{k: v for k, v in options.items() if k in own[:2]})
-        self.ignore_priority = ignore == "1"
+        self.ignore_priority = flags["ignore_priority"] == "1"
         self._unstable: Capabilities | None = None
         self._by_token: dict[bytes, SamplePreparedModel] = {}
         self._token_lock = threading.Lock()
-        if self.ignore_priority:
+        if flags["client_priority"] == "1":
+            self.gate = qos.PriorityGate(qos.SCOPE_CLIENT)
+        if self.ignore_priority or flags["no_preemption"] == "1":
             self.gate.enabled = False
         log.info("%s: %s", self.name, self.faults.plan.describe())
 

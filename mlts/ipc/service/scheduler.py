@@ -11,12 +11,12 @@ ones), and clients of equal priority share the workers fairly.
 
 When every worker is busy and one of them runs work at a lower priority (of
 any client), new higher-priority work does not wait for a worker: it starts at
-once on an extra thread, or on the thread that received it (`try_preempt`;
-at most `workers` such at a time). The driver pauses
-the lower-priority execution at its next checkpoint (it preempts), so the
-number of executions making progress stays within the pool's size. An extra thread that finished its work waits a while
-(`SPARE_IDLE_S`) for the next preempting work, so a stream of high-priority
-calls does not start a thread for each.
+once on an extra thread, or on the thread that received it (`try_preempt`; at
+most `workers` such at a time). The driver pauses the lower-priority execution
+at its next checkpoint (it preempts), so the number of executions making
+progress stays within the pool's size. An extra thread that finished its work
+waits a while (`SPARE_IDLE_S`) for the next preempting work, so a stream of
+high-priority calls does not start a thread for each.
 """
 
 from __future__ import annotations
