@@ -31,6 +31,7 @@ from mlts.ipc.service import (
 from mlts.ipc.service.allowlist_policy import AllowlistPolicy
 from mlts.ipc.service.apps import AppRegistry
 from mlts.ipc.service.client import Client, Handler
+from mlts.ipc.service.coverage import DriverCoverage, coverage_report
 from mlts.ipc.service.fence_watcher import FenceWatcher
 from mlts.ipc.service.handles import Limits
 from mlts.ipc.service.memory_trim import Trimmer
@@ -76,6 +77,7 @@ class ServiceHost:
         shared: bool = False,
         prevalidate: bool = True,
         allowlist: AllowlistPolicy | None = None,
+        coverage: DriverCoverage | None = None,
     ) -> None:
         self.device = device
         #: False: models and requests reach the Device decoded (sizes and types checked) but not
@@ -109,6 +111,10 @@ class ServiceHost:
         }
         #: Serves a compact frame (protocol 1.4) of a client.
         self.dispatch_compact = compact_dispatch.dispatch_compact
+        #: The driver's coverage when the service instruments it (`--coverage`: fuzzing the driver).
+        self.coverage = coverage
+        if coverage is not None:
+            self.handlers["coverageReport"] = coverage_report
         self.exec_pool = WorkerPool("execute", workers)
         self.prepare_pool = WorkerPool("prepare", prepare_workers)
         self.fences = FenceWatcher()
@@ -130,6 +136,7 @@ class ServiceHost:
             "workers": self.exec_pool.workers,
             "prevalidate": self.prevalidate,
             "idle_timeout": self.idle_timeout,
+            "coverage": self.coverage is not None,
         }
 
     def allowlist_check(self, client: Client, model: Model, method: str) -> None:
