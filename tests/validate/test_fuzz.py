@@ -9,9 +9,9 @@ import pytest
 
 from mlts.hal import nnfile
 from mlts.hal.memory import SharedMemory
+from mlts.ipc.service import coverage
 from mlts.runtime.discovery import discover
 from mlts.runtime.remote import RemoteDevice
-from mlts.ipc.service import coverage
 from mlts.validate import fuzz, fuzz_atheris, fuzz_seeds, fuzz_targets, reproducer
 from mlts.validate.core import SuiteOptions, Target, ValidateError
 from mlts.validate.fuzz_mutate import ddmin_bytes, mutate_bytes, mutate_doc, shrink_doc
