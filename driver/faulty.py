@@ -9,6 +9,7 @@ driver behaves exactly like sample-all. docs/faulty-driver.md lists the options.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import logging
 import math
@@ -19,7 +20,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, NoReturn
 
@@ -99,6 +100,9 @@ class FaultPlan:
     unstable_capabilities: bool = False
     ignore_deadlines: bool = False
     token_cache: bool = False
+    # A driver whose compiler shares the device with its executions: while a compilation runs, every
+    # execution takes this many milliseconds longer.
+    compile_contention_ms: float = 0.0
 
     def describe(self) -> str:
         """The fields that differ from no faults, as `name=value` pairs, or 'no faults'."""
@@ -213,6 +217,10 @@ def _busy_every(key: str, text: str) -> dict[str, Any]:
     return {"busy_every": n}
 
 
+def _compile_contention_ms(key: str, text: str) -> dict[str, Any]:
+    return {"compile_contention_ms": _number(key, text, 0.0, 60_000.0, "milliseconds between 0 and 60000")}
+
+
 def _flag(field: str) -> Callable[[str, str], dict[str, Any]]:
     def parse(key: str, text: str) -> dict[str, Any]:
         return {field: _choice(key, text, ("0", "1")) == "1"}
@@ -253,6 +261,7 @@ _PARSERS: dict[str, Callable[[str, str], dict[str, Any]]] = {
     "unstable_capabilities": _flag("unstable_capabilities"),
     "ignore_deadlines": _flag("ignore_deadlines"),
     "token_cache": _flag("token_cache"),
+    "compile_contention_ms": _compile_contention_ms,
 }
 OPTION_KEYS = tuple(_PARSERS)
 
@@ -453,14 +462,42 @@ def _supports_everything(model: Model, op: Operation) -> bool:
     return True
 
 
+class Compilations:
+    """How many preparations of one driver are in progress (for compile_contention_ms)."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def one(self) -> Iterator[None]:
+        with self._lock:
+            self._count += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._count -= 1
+
+    def running(self) -> bool:
+        return self._count > 0
+
+
 class FaultyPreparedModel(PreparedModel):
     """A sample prepared model whose executions go through the fault injector."""
 
-    def __init__(self, inner: SamplePreparedModel, faults: FaultInjector, always_wrong: bool) -> None:
+    def __init__(
+        self,
+        inner: SamplePreparedModel,
+        faults: FaultInjector,
+        always_wrong: bool,
+        compilations: Compilations | None = None,
+    ) -> None:
         self.priority = inner.priority
         self.inner = inner
         self.faults = faults
         self.always_wrong = always_wrong
+        self.compilations = compilations or Compilations()
 
     def executeSynchronously(
         self,
@@ -473,6 +510,8 @@ class FaultyPreparedModel(PreparedModel):
         plan = self.faults.plan
         if plan.ignore_deadlines:
             deadline = None
+        if plan.compile_contention_ms and self.compilations.running():
+            time.sleep(plan.compile_contention_ms / 1000)
         if plan.busy_us is not None:
             busy = plan.busy_us if (point.n - 1) % plan.busy_every == 0 else 0.0
             return busy_execution(self.inner.model, busy, measure, request)
@@ -519,6 +558,7 @@ class SampleFaulty(SampleDevice):
         self._unstable: Capabilities | None = None
         self._by_token: dict[bytes, SamplePreparedModel] = {}
         self._token_lock = threading.Lock()
+        self.compilations = Compilations()  # preparations in progress (compile_contention_ms)
         if flags["client_priority"] == "1":
             self.gate = qos.PriorityGate(qos.SCOPE_CLIENT)
         if self.ignore_priority or flags["no_preemption"] == "1":
@@ -548,6 +588,20 @@ class SampleFaulty(SampleDevice):
         data_cache: Sequence[int] = (),
         token: bytes = b"",
     ) -> PreparedModel:
+        # compile_contention_ms: the whole call, an injected delay included, counts as compiling.
+        with self.compilations.one():
+            return self._prepare(model, preference, priority, deadline, model_cache, data_cache, token)
+
+    def _prepare(
+        self,
+        model: Model,
+        preference: ExecutionPreference,
+        priority: Priority,
+        deadline: int | None,
+        model_cache: Sequence[int],
+        data_cache: Sequence[int],
+        token: bytes,
+    ) -> PreparedModel:
         point = self.faults.enter("prepareModel")
         plan = self.faults.plan
         if self.ignore_priority:
@@ -575,6 +629,12 @@ class SampleFaulty(SampleDevice):
         token: bytes,
         deadline: int | None = None,
     ) -> PreparedModel:
+        with self.compilations.one():
+            return self._prepare_from_cache(model_cache, data_cache, token, deadline)
+
+    def _prepare_from_cache(
+        self, model_cache: Sequence[int], data_cache: Sequence[int], token: bytes, deadline: int | None
+    ) -> PreparedModel:
         point = self.faults.enter("prepareModelFromCache")
         plan = self.faults.plan
         if plan.ignore_deadlines:
@@ -592,7 +652,7 @@ class SampleFaulty(SampleDevice):
     def _wrap(self, inner: PreparedModel, point: CallPoint) -> FaultyPreparedModel:
         assert isinstance(inner, SamplePreparedModel)
         wrong = self.faults.spoils(point) or has_operation(inner.model, self.faults.plan.wrong_op)
-        return FaultyPreparedModel(inner, self.faults, wrong)
+        return FaultyPreparedModel(inner, self.faults, wrong, self.compilations)
 
     def allocate(
         self,

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Build (install) mlts and run one MLTS mode, writing results.json, results.csv and
-# report.html under results/<date-time>/ and printing the report's path.
+# Build (install) mlts and run one MLTS mode, writing results.json, results.csv,
+# report.html and summary.md (the verdict in Markdown) under results/<date-time>/ and
+# printing the report's path. On a 2-core machine the full scoring run takes about
+# 26 minutes, -q about 2 to 4; all-stress about 2 minutes (see the README).
 #
 # usage: scripts/build_and_run_benchmark.sh [options] [MODE] [-- extra mlts options]
 #   -f, --filter-driver REGEX    only drivers whose name matches (default: all but sample-faulty)
@@ -10,14 +12,15 @@
 #       --nnapi-reference-only   run only the runtime's own device choice (and onnxruntime)
 #   -b, --skip-build             use the installed environment as it is (no install step)
 #   -o, --out DIR                results folder (default: results/<date-time>)
-#   -q, --quick                  MLTS's short run for CI (0.3 s warm-up, 1 s timed, 10 LSTM sequences)
+#   -q, --quick                  MLTS's short run for CI (0.3 s warm-up, 1 s timed, 10 LSTM sequences;
+#                                stress: 1 s per test)
 #   -h, --help                   this text
 # MODE: scoring (default), a stress mode (inference-stress, model-loading-stress, ...,
 #       see `mlts stress --help`) or all-stress (every stress mode).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "build_and_run_benchmark.sh: $*" >&2; exit 2; }
 
 DRIVERS=""
@@ -50,16 +53,17 @@ else
     ensure_env ""
 fi
 
-args=(--out "$OUT")
+mkdir -p "$OUT"  # summary.md goes in it, and mlts checks where it writes before any work
+args=(--out "$OUT" --summary "$OUT/summary.md")
 [ -n "$DRIVERS" ] && args+=(--drivers "$DRIVERS")
 [ -n "$MODELS" ] && args+=(--models "$MODELS")
 STRESS_MODES=" $("$VENV/bin/python" -c 'from mlts.crash.suite import MODES; print(" ".join(MODES))') "
 case "$MODE" in
     scoring) "$VENV/bin/mlts" benchmark "${args[@]}" $QUICK $REFERENCE "$@" || status=$? ;;
-    all-stress) "$VENV/bin/mlts" stress all "${args[@]}" "$@" || status=$? ;;
+    all-stress) "$VENV/bin/mlts" stress all "${args[@]}" $QUICK "$@" || status=$? ;;
     *)
         case "$STRESS_MODES" in
-            *" $MODE "*) "$VENV/bin/mlts" stress "$MODE" "${args[@]}" "$@" || status=$? ;;
+            *" $MODE "*) "$VENV/bin/mlts" stress "$MODE" "${args[@]}" $QUICK "$@" || status=$? ;;
             *) die "unknown MODE '$MODE'; available: scoring, all-stress,$STRESS_MODES" ;;
         esac ;;
 esac

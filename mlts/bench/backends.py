@@ -317,19 +317,24 @@ def each_backend(
     """`run(backend)` for every backend in order: (results by key, error rows by key).
 
     A driver backend's HalError becomes its error row (the other backends still run); the
-    reference's errors propagate. Progress counts one unit per backend.
+    reference's errors propagate. Progress counts one unit per backend. An interruption (Ctrl-C,
+    SIGTERM) carries what finished as the KeyboardInterrupt's `finished_backends`.
     """
     results: dict[str, T] = {}
     errors: dict[str, BenchmarkRow] = {}
-    for backend in backends:
-        if backend.is_reference:
-            results[backend.key] = run(backend)
-        else:
-            try:
+    try:
+        for backend in backends:
+            if backend.is_reference:
                 results[backend.key] = run(backend)
-            except HalError as e:
-                errors[backend.key] = error_row(model, family, backend.label, config, str(e))
-        progress.unit_done()
+            else:
+                try:
+                    results[backend.key] = run(backend)
+                except HalError as e:
+                    errors[backend.key] = error_row(model, family, backend.label, config, str(e))
+            progress.unit_done()
+    except KeyboardInterrupt as e:
+        e.finished_backends = (results, errors)  # type: ignore[attr-defined]  # kept by the runner
+        raise
     return results, errors
 
 

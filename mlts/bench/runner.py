@@ -107,24 +107,43 @@ def benchmark_model(
     backends = model_backends(config, source.name, devices)
     if work.reference is None:  # an .nnm file: nothing for onnxruntime to run
         backends = [b for b in backends if not b.is_reference]
-    ran, failed = each_backend(backends, work.name, work.family, config, progress, run)
-    rows = {**ran, **failed}
     drivers = driver_backends(config, devices)
-    if work.reference is None:
-        return [rows[d].to_json() for d in drivers]
-    ref = rows["ref"]
+    try:
+        ran, failed = each_backend(backends, work.name, work.family, config, progress, run)
+    except KeyboardInterrupt as e:
+        # The backends that finished before the interruption are kept, judged as usual.
+        finished: tuple[dict[str, BenchmarkRow], dict[str, BenchmarkRow]] = getattr(
+            e, "finished_backends", ({}, {})
+        )
+        rows_so_far = {**finished[0], **finished[1]}
+        e.finished_rows = _judged_rows(rows_so_far, drivers, config, work.output_kind)  # type: ignore[attr-defined]
+        raise
+    judged = _judged_rows({**ran, **failed}, drivers, config, work.output_kind)
+    if source.twin is not None and work.reference is not None:
+        # --reference both: onnxruntime on the ONNX twin, after the reference
+        judged.insert(1, _run_twin_reference(source, work, config, progress).to_json())
+    return judged
+
+
+def _judged_rows(
+    rows: dict[str, BenchmarkRow], drivers: list[str], config: BenchmarkConfig, output_kind
+) -> list[dict]:
+    """The reference row and the driver rows (those present) with MLTS's validation and the verdict
+    (none without a reference: an .nnm file, or a run interrupted before the reference ran)."""
+    ref = rows.get("ref")
+    drivers = [d for d in drivers if d in rows]
     from mlts.bench.evaluators import validation_errors
     from mlts.bench.verdict import with_verdict
 
-    for name in drivers:
-        rows[name] = with_verdict(_mlts_validation(rows[name], ref, validation_errors), ref, work.output_kind)
-    if config.profile:
+    if ref is not None:
+        for name in drivers:
+            rows[name] = with_verdict(_mlts_validation(rows[name], ref, validation_errors), ref, output_kind)
+    if config.profile and ref is not None:
         from mlts.bench.profile import attach_layer_pairs
 
         # The profiles are the rows' own JSON objects: the driver rows' gain their `layers` in place.
         attach_layer_pairs({key: {"profile": r.profile} for key, r in rows.items()})
-    twin = [_run_twin_reference(source, work, config, progress)] if source.twin is not None else []
-    return [r.to_json() for r in [ref, *twin] + [rows[d] for d in drivers]]
+    return [r.to_json() for r in ([ref] if ref is not None else []) + [rows[d] for d in drivers]]
 
 
 def _run_twin_reference(
@@ -406,7 +425,9 @@ def run_benchmark(
     starts. A model that cannot be loaded or converted becomes an error row
     per backend naming its file and the reason, and the other models still
     run. `checkpoint(doc)`, when given, receives the document after each
-    model so completed work survives an interruption.
+    model so completed work survives an interruption, and once more when the
+    run is interrupted in a model (KeyboardInterrupt, also SIGTERM as the
+    caller's handler raises it), with the backends of that model that finished.
     """
     from mlts.bench.reference_choice import framework_of, resolve
     from mlts.runtime.discovery import open_device
@@ -458,6 +479,12 @@ def run_benchmark(
                 if isinstance(proto, str):
                     raise ConversionError(proto)
                 doc["results"] += benchmark_model(source, proto, devices, config, progress, images)
+            except KeyboardInterrupt as e:
+                # Ctrl-C or SIGTERM: the finished backends of this model join the finished models.
+                doc["results"] += getattr(e, "finished_rows", [])
+                if checkpoint is not None:
+                    checkpoint(doc)
+                raise
             except ConversionError as e:
                 message = str(e) if isinstance(proto, str) else _model_error(source, e)
                 rows = model_error_rows(source, message, devices, config)

@@ -26,6 +26,7 @@ from mlts.commands._common import (
     seconds,
     user_model_options,
 )
+from mlts.commands._run_end import report_file_options
 
 
 def default_out_dir() -> Path:
@@ -245,6 +246,7 @@ def check_out_dir(out: Path, force: bool) -> None:
 @driver_socket_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results document to stdout (no table).")
 @click.option("--quiet", is_flag=True, help="No progress and no table; errors and the exit status only.")
+@report_file_options
 @qos_options
 @distribution_options
 @click.pass_context
@@ -282,6 +284,8 @@ def benchmark(
     driver_sockets: tuple[str, ...],
     as_json: bool,
     quiet: bool,
+    summary_file: str | None,
+    junit_file: str | None,
     priority: str,
     preference: str,
     deadline_ms: float | None,
@@ -313,19 +317,28 @@ def benchmark(
     and its errors; dense maps, boxes, embeddings and regressions by their
     errors against the float64 reference relative to onnxruntime's.
 
-    Writes OUT/results.json (after every model, so an interrupted run keeps
-    what it measured), OUT/results.csv and OUT/report.html. Exits with
-    status 1 when any driver failed to prepare or run a model, or when a run
-    broke an accuracy limit.
+    Writes OUT/results.json (after every model), OUT/results.csv and
+    OUT/report.html, and --summary / --junit when given. Ctrl-C or SIGTERM
+    stops the run and writes them all from what finished, the backends of
+    the model in progress included, marked incomplete (planned and done).
+    Every run records the machine's load (load average, CPU steal) before,
+    during and after, and says whether it was noisy. Ends with the verdict:
+    verdicts passed, the driver ÷ onnxruntime geometric mean with its 95%
+    interval, failures, noise. Exits with status 1 when any driver failed to
+    prepare or run a model, or when a run broke an accuracy limit (130, or
+    128 + the signal, when interrupted).
 
     --lab FILE runs every model on every endpoint of a lab (the report shows
     the devices side by side); --cluster spreads the model x driver pairs over
     a Dask cluster, each measured on a quiet worker (docs/cluster.md).
     """
+    from mlts.bench.run_record import RunRecord
     from mlts.bench.runner import BenchmarkConfig, run_benchmark, run_lengths
     from mlts.bench.sources import select_models
     from mlts.commands._progress import make_progress
-    from mlts.report.results import format_table, write_json_atomic
+    from mlts.commands._run_end import PlannedProgress, check_file_targets
+    from mlts.crash.supervise import Terminated, interrupt_on_termination
+    from mlts.report.results import write_json_atomic
     from mlts.runtime.discovery import discover, select
     from mlts.runtime.execution import EXECUTION_MODES, set_burst_polling
 
@@ -341,6 +354,7 @@ def benchmark(
         )
     out = Path(out_dir) if out_dir is not None else default_out_dir()
     check_out_dir(out, force)
+    check_file_targets(summary=summary_file, junit=junit_file)
     if dataset_dir is not None:
         from mlts.datasets.real import dataset_folder
 
@@ -379,32 +393,52 @@ def benchmark(
         ),
     )
     verbose = bool((ctx.find_root().obj or {}).get("verbose"))
-    progress = make_progress(quiet or as_json, verbose)
+    progress = PlannedProgress(make_progress(quiet or as_json, verbose))
     path = out / "results.json"
+    record = RunRecord(own_load=threads + 1).start()
+    latest: list[dict] = []
 
     def save(partial: dict) -> None:
-        from mlts.cluster.endpoints import stamp_benchmark
-
-        stamp_benchmark(partial, {s.name: s.socket for s in specs}, in_process=config.in_process)
+        latest[:] = [partial]
+        _stamp(partial)
+        record.annotate(partial, progress.planned_rows(partial))
         out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(partial, path)
 
-    if lab is not None or cluster is not None:
-        doc = _distributed(
-            sources, specs, config, lab, cluster, burst_polling_us, quiet or as_json, save, settings
+    def _stamp(doc: dict) -> None:
+        from mlts.cluster.endpoints import stamp_benchmark
+
+        stamp_benchmark(doc, {s.name: s.socket for s in specs}, in_process=config.in_process)
+
+    try:
+        with interrupt_on_termination():
+            if lab is not None or cluster is not None:
+                doc = _distributed(
+                    sources, specs, config, lab, cluster, burst_polling_us, quiet or as_json, save, settings
+                )
+            else:
+                doc = run_benchmark(sources, specs, config, progress, checkpoint=save)
+    except KeyboardInterrupt as e:
+        if not latest:
+            raise  # interrupted before the first model began: nothing to keep
+        partial = latest[0]
+        how = str(e) if isinstance(e, Terminated) else "SIGINT (Ctrl-C)"
+        written = _finish(partial, out, record, progress, summary_file, junit_file, interrupted=how)
+        if not (quiet or as_json):
+            _echo_end(partial, path, written)
+        kept = len(partial["results"])
+        click.echo(
+            f"mlts benchmark: interrupted by {how}; {kept} of {progress.planned_rows(partial)} runs "
+            f"finished and kept in {path}",
+            err=True,
         )
-    else:
-        doc = run_benchmark(sources, specs, config, progress, checkpoint=save)
-    save(doc)
-    written = write_companions(doc, out)
+        raise SystemExit(128 + e.signum if isinstance(e, Terminated) else 130) from None
+    _stamp(doc)
+    written = _finish(doc, out, record, progress, summary_file, junit_file)
     if as_json:
         click.echo(json.dumps(doc, indent=2, allow_nan=False))
     elif not quiet:
-        for line in format_table(doc["results"]):
-            click.echo(line)
-        click.echo(f"results: {path}")
-        for extra in written:
-            click.echo(f"         {extra}")
+        _echo_end(doc, path, written)
     failed = [r for r in doc["results"] if r.get("status") != "ok"]
     if failed:
         raise click.ClickException(f"{len(failed)} of {len(doc['results'])} runs failed; see {path}")
@@ -417,6 +451,34 @@ def benchmark(
         raise click.ClickException(
             f"{len(invalid)} of {len(doc['results'])} runs broke an accuracy limit ({first}); see {path}"
         )
+
+
+def _finish(doc, out: Path, record, progress, summary_file, junit_file, interrupted=None) -> list:
+    """The final document (load, noise, summary, completion) and every file made from it."""
+    from mlts.commands._run_end import write_report_files
+    from mlts.report.results import write_json_atomic
+
+    record.annotate(doc, progress.planned_rows(doc), finished=True, interrupted=interrupted)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(doc, out / "results.json")
+    return [*write_companions(doc, out), *write_report_files(doc, summary_file, junit_file)]
+
+
+def _echo_end(doc: dict, path: Path, written: list) -> None:
+    """The table, its legend, the files written and the verdict."""
+    from mlts.commands._run_end import echo_verdict
+    from mlts.records import ResultsDocument
+    from mlts.report.results import format_table
+    from mlts.report.run_verdict import legend_lines
+
+    for line in format_table(doc["results"]):
+        click.echo(line)
+    for line in legend_lines(ResultsDocument.from_json(doc).rows):
+        click.echo(line)
+    click.echo(f"results: {path}")
+    for extra in written:
+        click.echo(f"         {extra}")
+    echo_verdict(doc)
 
 
 def _distributed(sources, specs, config, lab, cluster, burst_polling_us, quiet: bool, save, settings) -> dict:

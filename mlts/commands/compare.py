@@ -28,13 +28,18 @@ EXIT_REGRESSION = 1
 def compare(old_path: str, new_path: str, threshold: str, as_json: bool) -> None:
     """Compare two benchmark results files, model by model and backend by backend.
 
-    For each model x backend in both files: the old and new median latency, the
-    change new/old - 1 and a conservative 95% interval for it from the two
-    medians' confidence intervals, [new_lo/old_hi - 1, new_hi/old_lo - 1].
-    "slower" when the whole interval is above the threshold, "faster" when it
-    is below -threshold, else "same". Also top-1..top-5 changes, new
-    validation errors and rows that started failing; rows in only one file are
-    listed as added or removed. Step-by-step models are compared per step. The
+    For each driver row (model x driver) in both files, the verdict is decided
+    on the driver's median divided by onnxruntime's median of the same model
+    in the same file, measured in the same run under the same load: the change
+    of that ratio, new/old - 1, with a log-normal 95% interval. "slower" when
+    the whole interval is above the threshold, "faster" when it is below
+    -threshold, else "same"; so a machine that got busier, which slows both
+    backends, is not a regression of the driver. The absolute medians, their
+    change and its conservative interval [new_lo/old_hi - 1, new_hi/old_lo - 1]
+    are shown as information. A driver row whose reference did not run in
+    one file is "not judged". Also top-1..top-5 changes, new validation
+    errors and rows that started failing; rows in only one file are listed as
+    added or removed. Step-by-step models are compared per step. The
     reference backend (onnxruntime) getting slower or faster is shown as
     information, not a regression of the driver. Warnings name every run option
     that differs (quick against full, threads, images, sequences, warm-up,
@@ -51,11 +56,12 @@ def compare(old_path: str, new_path: str, threshold: str, as_json: bool) -> None
     \b
     Exit status:
       0  no significant regression
-      1  a significant regression: a "slower" row, a row that started
+      1  a significant regression: a "slower" ratio, a row that started
          failing, a new validation error, or top-1 down by more than 0.05;
          for validate runs, a newly failing case or a suite that no longer runs
       2  a file cannot be read (missing, not JSON, another schema version),
-         the two files have no model x backend (or validate case) in common,
+         the two files have no model x backend (or validate case) in common
+         (two files without rows included),
          or an option is bad: one line on stderr, "mlts compare: <reason>"
          (click's own usage errors exit 2 as well)
     """
@@ -79,7 +85,9 @@ def compare(old_path: str, new_path: str, threshold: str, as_json: bool) -> None
     # Names and reasons come from the files: control characters (ANSI escapes, U+202E) never reach the terminal.
     if as_json:
         echo_json(result)
-        for line in result["config_warnings"] + result["environment_warnings"]:
+        for line in (
+            result.get("run_warnings", []) + result["config_warnings"] + result["environment_warnings"]
+        ):
             click.echo(f"mlts compare: warning: {terminal.escape(line)}", err=True)
     else:
         for line in lines:

@@ -40,7 +40,15 @@ def devices(
     show_ops: bool,
     as_json: bool,
 ) -> None:
-    """List the available drivers and what each reports about itself."""
+    """List the available drivers and what each reports about itself.
+
+    A driver that cannot be started or queried (a plugin whose factory fails,
+    a service that does not answer) is listed as UNAVAILABLE with its reason;
+    the others are still listed. Exit status: 0 when every listed driver
+    answered, 1 when any is UNAVAILABLE (one line on stderr names them; the
+    JSON is printed first with --json), 2 on bad input (a broken plugin file,
+    no driver matching --drivers).
+    """
     from mlts.hal.capabilities_file import describe_source
     from mlts.runtime.devices_info import query_all
 
@@ -53,6 +61,7 @@ def devices(
     )
     if as_json:
         echo_json(infos)
+        _exit_if_unavailable(infos)
         return
     for d in infos:
         if d.get("error"):
@@ -83,6 +92,17 @@ def devices(
         if "coverage" in d:
             for line in coverage_lines(d["coverage"]):
                 click.echo(line)
+    _exit_if_unavailable(infos)
+
+
+def _exit_if_unavailable(infos: list[dict]) -> None:
+    """Status 1, with one line naming them, when any listed driver is UNAVAILABLE."""
+    down = [d["name"] for d in infos if d.get("error")]
+    if down:
+        click.echo(
+            f"mlts devices: {len(down)} of {len(infos)} drivers UNAVAILABLE: {', '.join(down)}", err=True
+        )
+        raise click.exceptions.Exit(1)
 
 
 def coverage_lines(cov: dict) -> list[str]:

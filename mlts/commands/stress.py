@@ -25,8 +25,14 @@ from mlts.commands._common import (
     seconds,
     user_model_options,
 )
+from mlts.commands._run_end import report_file_options
 
 DEFAULT_MODELS = "^mobilenet_v1_0.25_128(_quant)?$"
+#: --duration of each test: full and --quick.
+FULL_DURATION_S = 3.0
+QUICK_DURATION_S = 1.0
+#: --quick: the random-graph modes stop after this many graphs (unless --random-count says otherwise).
+QUICK_RANDOM_COUNT = 50
 
 
 def _option_pairs(ctx, param, values):
@@ -39,18 +45,36 @@ def _option_pairs(ctx, param, values):
     return out
 
 
-def format_results(records: list[dict]) -> list[str]:
-    """One line per test: outcome (and whether it was expected), iterations, time, reason."""
+def format_results(records: list[dict], width: int | None = None) -> list[str]:
+    """One line per test: outcome (and whether it was expected), iterations, time, then the reason,
+    wrapped onto further lines rather than cut."""
+    from mlts.report.run_verdict import terminal_width, wrap
+    from mlts.report.terminal import escape
+
+    width = width or terminal_width()
     w = max([30, *(len(r["test"]) for r in records)])
     header = f"{'test':<{w}} {'outcome':<8} {'expected':<8} {'iters':>7} {'time s':>7}  reason"
     lines = [header, "-" * len(header)]
+    reason_at = len(header) - len("reason")
+    # With less than 40 columns left for it, the reason goes on its own lines below the row.
+    indent = " " * (reason_at if width - reason_at >= 40 else 4)
     for r in records:
         mark = "" if r["as_expected"] else " <-- unexpected"
-        reason = (r.get("reason") or "")[:160]
-        lines.append(
-            f"{r['test']:<{w}} {r['outcome']:<8} {r['expected']:<8} {r['iterations']:>7} "
-            f"{r['duration_s']:>7.1f}  {reason}{mark}"
+        row = (
+            f"{escape(r['test']):<{w}} {r['outcome']:<8} {r['expected']:<8} {r['iterations']:>7} "
+            f"{r['duration_s']:>7.1f}  "
         )
+        reason = (r.get("reason") or "") + mark
+        if not reason:
+            lines.append(row.rstrip())
+            continue
+        wrapped = wrap(reason, indent, width)
+        if len(indent) == reason_at:
+            lines.append(row + wrapped[0][len(indent) :])
+            lines += wrapped[1:]
+        else:
+            lines.append(row.rstrip())
+            lines += wrapped
     return lines
 
 
@@ -91,10 +115,18 @@ def format_results(records: list[dict]) -> list[str]:
 @click.option(
     "--duration",
     type=seconds(0, MAX_STRESS_SECONDS, lo_open=True),
-    default=3.0,
-    show_default=True,
+    default=None,
     metavar="SECONDS",
-    help="How long each test runs (MLTS runs minutes to hours).",
+    help=f"How long each test runs (default {FULL_DURATION_S:g}; {QUICK_DURATION_S:g} with --quick; MLTS runs "
+    "minutes to hours).",
+)
+@click.option(
+    "-q",
+    "--quick",
+    is_flag=True,
+    help=f"A short run for CI and a developer's loop, as the benchmark's: each test runs {QUICK_DURATION_S:g} s "
+    f"(unless --duration is given) and the random-graph modes stop after {QUICK_RANDOM_COUNT} graphs "
+    "(unless --random-count is given); every mode, driver and check as in a full run.",
 )
 @click.option(
     "--threads", default=2, show_default=True, type=click.IntRange(1, 256), help="Threads per test process."
@@ -176,6 +208,7 @@ def format_results(records: list[dict]) -> list[str]:
 @click.option("--force", is_flag=True, help="Overwrite results already in --out.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results document to stdout (no table).")
 @click.option("--quiet", is_flag=True, help="No progress and no table.")
+@report_file_options
 @qos_options
 @distribution_options
 def stress(
@@ -187,7 +220,8 @@ def stress(
     input_values: dict,
     plugin_files: tuple[str, ...],
     driver_options: dict[str, str],
-    duration: float,
+    duration: float | None,
+    quick: bool,
     threads: int,
     processes: int,
     execution: str,
@@ -204,6 +238,8 @@ def stress(
     force: bool,
     as_json: bool,
     quiet: bool,
+    summary_file: str | None,
+    junit_file: str | None,
     priority: str,
     preference: str,
     deadline_ms: float | None,
@@ -241,19 +277,35 @@ def stress(
     result within --duration plus --grace: the test process is killed); CRASH
     (the test process died; expected for killed clients). No process is left
     running afterwards. Writes OUT/results.json and OUT/report.html (after
-    every test, so Ctrl-C keeps what ran). Exits with status 1 when any
-    outcome differs from the expected one.
+    every mode, so Ctrl-C or SIGTERM keeps what ran, marked incomplete with
+    the tests planned and done), and --summary / --junit when given. Ends
+    with the verdict (tests as expected, failures with their whole reason,
+    whether the machine was noisy). Exits with status 1 when any outcome
+    differs from the expected one.
 
     --lab FILE runs the tests on every endpoint of a lab; --cluster spreads
     them over a Dask cluster's workers (docs/cluster.md).
     """
+    from mlts.bench.run_record import RunRecord
     from mlts.bench.sources import select_models
+    from mlts.commands._run_end import check_file_targets, echo_verdict, write_report_files
     from mlts.commands.benchmark import check_out_dir
-    from mlts.crash.suite import StressConfig, StressConfigError, modes_of, run_stress, user_model_spec
+    from mlts.crash.suite import (
+        StressConfig,
+        StressConfigError,
+        modes_of,
+        planned_tests,
+        run_stress,
+        user_model_spec,
+    )
     from mlts.crash.supervise import Terminated
     from mlts.report.results import write_json_atomic
     from mlts.runtime.discovery import discover, select
 
+    if duration is None:
+        duration = QUICK_DURATION_S if quick else FULL_DURATION_S
+    if random_count is None and quick:
+        random_count = QUICK_RANDOM_COUNT
     config = StressConfig(
         duration_s=duration,
         threads=threads,
@@ -282,6 +334,7 @@ def stress(
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
         check_out_dir(out, force)
+    check_file_targets(summary=summary_file, junit=junit_file)
     chosen = select(discover(plugin_files, driver_sockets), drivers_regex) if lab is None else []
     config = replace(config, driver_sockets={s.name: s.socket for s in chosen if s.socket is not None})
     drivers = [s.name for s in chosen]
@@ -297,16 +350,26 @@ def stress(
         if not (quiet or as_json):
             click.echo(f"  {message}", err=True)
 
+    planned = planned_tests(modes, drivers, models, config)
+    record = RunRecord(own_load=config.threads + 1).start()
     latest: list[dict] = []
 
     def save(doc: dict) -> None:
         from mlts.cluster.endpoints import stamp_stress
 
         doc = stamp_stress(doc, config.driver_sockets, in_process=config.in_process)
-        latest[:] = [doc]
+        latest[:] = [record.annotate(doc, planned)]
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             write_json_atomic(doc, out / "results.json")
+
+    def finish(doc: dict, interrupted: str | None = None) -> None:
+        record.annotate(doc, planned, finished=True, interrupted=interrupted)
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(doc, out / "results.json")
+        _write_report(doc, out)
+        write_report_files(doc, summary_file, junit_file)
 
     try:
         if lab is not None or cluster is not None:
@@ -318,13 +381,21 @@ def stress(
         save(doc)
         doc = latest[0]
     except KeyboardInterrupt as e:
-        if latest:
-            _write_report(latest[0], out)
-        how = f" by {e}" if isinstance(e, Terminated) else ""
-        kept = len(latest[0]["results"]) if latest else 0
-        click.echo(f"mlts stress: interrupted{how}; {kept} finished tests kept", err=True)
+        if not latest:
+            raise  # nothing ran yet: nothing to keep
+        how = str(e) if isinstance(e, Terminated) else "SIGINT (Ctrl-C)"
+        doc = latest[0]
+        finish(doc, interrupted=how)
+        if not (quiet or as_json):
+            for line in format_results(doc["results"]):
+                click.echo(line)
+            echo_verdict(doc)
+        kept = len(doc["results"])
+        click.echo(
+            f"mlts stress: interrupted by {how}; {kept} of {planned} tests finished and kept", err=True
+        )
         raise SystemExit(128 + e.signum if isinstance(e, Terminated) else 130) from None
-    _write_report(doc, out)
+    finish(doc)
     if as_json:
         click.echo(json.dumps(doc, indent=2, allow_nan=False))
     elif not quiet:
@@ -332,6 +403,10 @@ def stress(
             click.echo(line)
         if out is not None:
             click.echo(f"results: {out / 'results.json'}\n         {out / 'report.html'}")
+        for path in (summary_file, junit_file):
+            if path is not None:
+                click.echo(f"         {path}")
+        echo_verdict(doc)
     unexpected = [r for r in doc["results"] if not r["as_expected"]]
     if unexpected:
         first = unexpected[0]

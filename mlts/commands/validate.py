@@ -337,6 +337,9 @@ def validate_cmd(
         )
         return
     assert spec is not None  # only a lab run goes without one
+    from mlts.bench.machine_load import LoadMonitor
+
+    monitor = LoadMonitor().start()  # the machine's load before, during and after (environment.load)
     target = Target(
         spec,
         out_dir=str(out / "reproducers"),
@@ -360,7 +363,7 @@ def validate_cmd(
     from mlts.cluster.endpoints import endpoint_of
 
     section = replace(section, endpoint=endpoint_of(spec.name, spec.socket))
-    _write_outputs(section, out, junit_file, threads)
+    _write_outputs(section, out, junit_file, threads, load=monitor.stop())
     _finish(ctx, section, spec.name, out)
 
 
@@ -373,6 +376,10 @@ def _finish(ctx: click.Context, section, name: str, out: Path) -> None:
         f"{name}: {verdict}: {len(section.cases)} cases, {bad} failing, {len(section.errors)} suites could not run, "
         f"{section.seconds:.1f} s; results in {out}"
     )
+    if section.restarts:
+        click.echo(f"driver restarts: {section.restarts}")
+        for reason in section.restart_reasons:
+            click.echo(f"  {reason}")
     if section.failed:
         ctx.exit(1)
 
@@ -437,11 +444,17 @@ def _replay(target, path: str) -> None:
 
 
 def _write_outputs(
-    section, out: Path, junit_file: str | None, threads: int, sections: dict | None = None
+    section,
+    out: Path,
+    junit_file: str | None,
+    threads: int,
+    sections: dict | None = None,
+    load: dict | None = None,
 ) -> None:
     """results.json (the typed results document, kind "validate"), report.html and the JUnit XML.
 
-    `sections`: extra sections of a distributed run (lab, cluster).
+    `sections`: extra sections of a distributed run (lab, cluster); `load`: the machine's load around
+    the run (`environment.load`).
     """
     from mlts.hal.atomic import write_atomic
     from mlts.report.html import write_report
@@ -452,6 +465,8 @@ def _write_outputs(
     for name, value in (sections or {}).items():
         document = document.with_section(name, value)
     doc = document.to_json()
+    if load is not None:
+        doc["environment"]["load"] = load
     write_atomic(out / "results.json", (json.dumps(doc, indent=1, allow_nan=False) + "\n").encode())
     write_report(doc, out / "report.html")
     if junit_file is not None:

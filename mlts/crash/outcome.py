@@ -51,6 +51,7 @@ class TestResult:
     driver_died: bool = False
     log_tail: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
+    process: int | None = None  # the client process's index in the multi-process modes
 
     @property
     def as_expected(self) -> bool:
@@ -74,4 +75,5 @@ class TestResult:
             driver_died=self.driver_died,
             log_tail=tuple(self.log_tail),
             details=dict(self.details),
+            **({} if self.process is None else {"process": self.process}),
         )

@@ -307,7 +307,10 @@ def _multi_process(child_mode: str):
             specs.append((spec, kill))
         with ThreadPoolExecutor(config.processes) as pool:
             futures = [pool.submit(_isolated, s, config, mode, kill_after_s=k) for s, k in specs]
-            return [f.result() for f in futures]
+            results = [f.result() for f in futures]
+        for p, result in enumerate(results):
+            result.process = p
+        return results
 
     return run
 
@@ -415,6 +418,19 @@ def modes_of(mode: str) -> list[str]:
     if mode not in MODES:
         raise StressConfigError(f"unknown stress mode {mode!r}; modes: {', '.join(MODES)}, all")
     return [mode]
+
+
+#: Modes with one test per model (per driver); the multi-process ones have one per client process.
+_PER_MODEL = ("inference-stress", "model-loading-stress")
+_PER_PROCESS = ("multi-process-inference-stress", "multi-process-model-load-stress")
+
+
+def planned_tests(modes: list[str], drivers: list[str], models: list[str], config: StressConfig) -> int:
+    """How many tests a run of `modes` on `drivers` makes (what its completion counts against)."""
+    per_driver = sum(
+        len(models) if m in _PER_MODEL else config.processes if m in _PER_PROCESS else 1 for m in modes
+    )
+    return per_driver * len(drivers)
 
 
 def run_stress(

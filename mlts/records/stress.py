@@ -40,6 +40,7 @@ class StressRecord(j.Record):
     log_tail: tuple[str, ...] | None = j.value(j.texts, default=None, omit=True)
     details: dict | None = j.value(j.obj, default=None, omit=True)
     endpoint: Endpoint | None = j.value(j.record_check(Endpoint), default=None, omit=True)
+    process: int | None = j.value(j.count, default=None, omit=True)
     extra: dict = j.extra()
 
     @property

@@ -67,6 +67,8 @@ class ValidateSection(j.Record):
     errors: tuple[str, ...] = j.value(j.texts, default=())  # suites that could not run at all, one line each
     version: int = j.value(_version, default=SECTION_VERSION)
     endpoint: Endpoint | None = j.value(j.record_check(Endpoint), default=None, omit=True)  # where it ran
+    # Why each restart happened (one line each; absent in files of an older mlts).
+    restart_reasons: tuple[str, ...] = j.value(j.texts, default=())
     extra: dict = j.extra()  # keys a newer mlts added, kept and written back
 
     @property
@@ -98,6 +100,7 @@ class ValidateSection(j.Record):
             "suites": list(self.suites),
             "seconds": round(self.seconds, 3),
             "restarts": self.restarts,
+            "restart_reasons": list(self.restart_reasons),
             "options": dict(self.options),
             "errors": list(self.errors),
             "summary": self.summary(),

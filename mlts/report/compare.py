@@ -2,22 +2,26 @@
 
 Per model × backend present in both documents:
 
-- latency: the relative change of the median, new/old - 1, and a conservative
-  interval built from the two medians' distribution-free 95% intervals
-  (`median_ci95`): [new_lo/old_hi - 1, new_hi/old_lo - 1]. It holds whenever
-  both medians lie in their intervals; it is "slower" when its lower bound is
-  above the threshold, "faster" when its upper bound is below -threshold, else
-  "same".
+- ratio (driver rows): in each file, the driver's median over the reference's (onnxruntime's) median
+  of the same model, measured in the same run under the same load; the change of that ratio,
+  new/old - 1, with a log-normal 95% interval (RATIO_ESTIMATOR). It is "slower" when the interval's
+  lower bound is above the threshold, "faster" when its upper bound is below -threshold, else "same":
+  a machine that got busier (or quieter) moves both backends and leaves the ratio alone.
+- latency: the relative change of the absolute median, new/old - 1, and a conservative interval
+  built from the two medians' distribution-free 95% intervals (`median_ci95`): [new_lo/old_hi - 1,
+  new_hi/old_lo - 1]; shown as information (it measures the machine as much as the driver).
 - accuracy: top-1..top-5 differences, validation errors the old row did not
   have, and the status (ok -> error is "newly failing").
 
-A significant regression is a "slower" verdict, a newly failing row, a new
-validation error or top-1 dropping by more than 0.05 (MLTS's validation rule).
+A significant regression is a "slower" ratio verdict of a driver row, a newly failing row, a new
+validation error or top-1 dropping by more than 0.05 (MLTS's validation rule). A driver row without a
+reference in one of the files (its reference failed) has no ratio: its latency is not judged, and the
+row says so.
 
 Rows of the reference backend (onnxruntime) that got slower or faster are information, not a regression
 of the driver: they say the machine or onnxruntime changed. Step-by-step models are compared per step
 (whole-sequence rows: per sequence divided by its steps), as the report shows them. Two documents with
-no model × backend in common cannot be compared (ValueError).
+no model × backend in common (also two with no rows at all) cannot be compared (ValueError).
 
 Configuration warnings: quick against full runs, other thread counts, image or sequence counts,
 warm-up and duration. Environment warnings: the two runs' recorded software versions (Python, mlts,
@@ -39,6 +43,7 @@ from mlts.report.driver_quality import quality_changes, quality_lines
 from mlts.report.schema import ResultsSchemaError
 
 DEFAULT_THRESHOLD = 0.05
+Z95 = 1.959963984540054
 TOP1_DROP_LIMIT = 0.05
 # Differences of fractions read back from JSON carry rounding (0.94 - 0.89 = 0.05000000000000004).
 TOP1_DROP_SLACK = 1e-9
@@ -62,9 +67,20 @@ def compare_results(
     threshold = check_threshold(threshold)
     old, new = _document(old), _document(new)
     old_rows, new_rows = _index(old, labels[0]), _index(new, labels[1])
-    rows = [compare_row(old_rows[key], new_rows[key], threshold) for key in old_rows if key in new_rows]
-    if not rows and (old_rows or new_rows):
-        raise ValueError(f"{labels[0]} and {labels[1]} have no model × backend in common: nothing to compare")
+    rows = [
+        compare_row(
+            old_rows[key],
+            new_rows[key],
+            threshold,
+            _reference_of(old_rows, key),
+            _reference_of(new_rows, key),
+        )
+        for key in old_rows
+        if key in new_rows
+    ]
+    if not rows:
+        what = "no model × backend in common" if old_rows or new_rows else "no results rows at all"
+        raise ValueError(f"{labels[0]} and {labels[1]} have {what}: nothing to compare")
     return {
         "old": labels[0],
         "new": labels[1],
@@ -75,12 +91,40 @@ def compare_results(
         "regressions": [f"{r['model']} on {r['backend']}: {why}" for r in rows for why in r["regressions"]],
         "environment_warnings": environment_differences(old.environment, new.environment),
         "config_warnings": config_differences(old.config, new.config, _kinds(old) & _kinds(new)),
+        "run_warnings": run_warnings(old, new, labels),
+        "ratio_estimator": RATIO_ESTIMATOR,
         "reference_changes": [
             f"{r['model']} on {r['backend']}: {r['latency']['verdict']}: {latency_text(r['latency'])}"
             for r in rows
             if r["reference"] and r["latency"] is not None and r["latency"]["verdict"] != "same"
         ],
     }
+
+
+def _reference_of(rows: dict[tuple[str, str], BenchmarkRow], key: tuple[str, str]) -> BenchmarkRow | None:
+    """The CPU reference row the row of `key` was compared with in the same document (its `reference`,
+    onnxruntime in older files; the same lab device's when the backend names one), or None."""
+    model, backend = key
+    row = rows[key]
+    suffix = backend[backend.index("@") :] if "@" in backend else ""
+    name = f"cpu:{row.reference or 'onnxruntime'}"
+    for candidate in (name + suffix, name):
+        found = rows.get((model, candidate))
+        if found is not None and found.is_reference:
+            return found
+    return None
+
+
+def run_warnings(old: ResultsDocument, new: ResultsDocument, labels: tuple[str, str]) -> list[str]:
+    """One line per file that was noisy or did not finish (from its `noise` and `completion` sections)."""
+    out = []
+    for doc, label in ((old, labels[0]), (new, labels[1])):
+        completion, noise = doc.section("completion"), doc.section("noise")
+        if isinstance(completion, dict) and not completion.get("complete", True):
+            out.append(f"{label} is incomplete: {completion.get('reason')}")
+        if isinstance(noise, dict) and noise.get("noisy"):
+            out.append(f"{label}: {noise.get('headline')}")
+    return out
 
 
 def _document(doc: ResultsDocument | dict) -> ResultsDocument:
@@ -199,18 +243,29 @@ def _key_dict(key: tuple[str, str]) -> dict[str, str]:
     return {"model": key[0], "backend": key[1]}
 
 
-def compare_row(old: BenchmarkRow, new: BenchmarkRow, threshold: float) -> dict[str, Any]:
-    """One model × backend: status, latency (both rows ok), top-k changes, new validation errors, regressions.
+def compare_row(
+    old: BenchmarkRow,
+    new: BenchmarkRow,
+    threshold: float,
+    old_ref: BenchmarkRow | None = None,
+    new_ref: BenchmarkRow | None = None,
+) -> dict[str, Any]:
+    """One model × backend: status, ratio to the reference (driver rows), latency (information), top-k
+    changes, new validation errors, regressions.
 
-    Latency is per call, or per step for step-by-step models (`BenchmarkRow.per_call_latency`).
+    Latency is per call, or per step for step-by-step models (`BenchmarkRow.per_call_latency`);
+    `old_ref` and `new_ref` are the model's reference rows in each document.
     """
     status = _status(old.status, new.status)
     both_ok = status == "ok"
     old_lat, new_lat = old.per_call_latency, new.per_call_latency
     latency = None
+    ratio = None
     if both_ok and old_lat is not None and new_lat is not None:
         latency = latency_change(old_lat, new_lat, threshold)
         latency["unit"] = "step" if old.step_wise else "call"
+        if not old.is_reference:
+            ratio = ratio_change(old, new, old_ref, new_ref, threshold)
     accuracy = topk_changes(old, new) if both_ok else {}
     new_errors = new_validation_errors(old, new)
     row = {
@@ -222,6 +277,7 @@ def compare_row(old: BenchmarkRow, new: BenchmarkRow, threshold: float) -> dict[
         "old_status": old.status,
         "new_status": new.status,
         "status": status,
+        "ratio": ratio,
         "latency": latency,
         "accuracy": accuracy,
         "new_validation_errors": new_errors,
@@ -260,6 +316,75 @@ def latency_change(old: Stats, new: Stats, threshold: float) -> dict[str, Any]:
     }
 
 
+RATIO_ESTIMATOR = (
+    "log-normal: each median's log has a standard error of half its 95% interval's width on the log "
+    "scale over 1.96; the log of new ratio / old ratio has the four added in quadrature, and the "
+    "interval is exp(± 1.96 se) around it"
+)
+
+
+def _log_se(stats: Stats) -> float | None:
+    lo, hi = stats.median_ci95
+    if lo <= 0 or hi <= 0:
+        return None
+    return (math.log(hi) - math.log(lo)) / (2 * Z95)
+
+
+def _ratio(driver: Stats, ref: Stats) -> dict[str, Any] | None:
+    """driver median ÷ reference median with its log-normal 95% interval (None: a median is 0)."""
+    if driver.median <= 0 or ref.median <= 0:
+        return None
+    value = driver.median / ref.median
+    se_d, se_r = _log_se(driver), _log_se(ref)
+    se = None if se_d is None or se_r is None else math.hypot(se_d, se_r)
+    return {"value": value, "log_se": se}
+
+
+def ratio_change(
+    old: BenchmarkRow,
+    new: BenchmarkRow,
+    old_ref: BenchmarkRow | None,
+    new_ref: BenchmarkRow | None,
+    threshold: float,
+) -> dict[str, Any]:
+    """The driver ÷ reference ratio in each file and its change new/old - 1 with a 95% interval, judged
+    against `threshold`; without a usable reference in a file, {"verdict": "not judged", "why": ...}."""
+    if (old.reference or "onnxruntime") != (new.reference or "onnxruntime"):
+        return {
+            "verdict": "not judged",
+            "why": f"the CPU reference changed ({old.reference or 'onnxruntime'} -> {new.reference or 'onnxruntime'})",
+        }
+    refs = []
+    for ref, label in ((old_ref, "old"), (new_ref, "new")):
+        lat = ref.per_call_latency if ref is not None and ref.ok else None
+        if lat is None:
+            return {"verdict": "not judged", "why": f"no reference row that ran in the {label} file"}
+        refs.append(lat)
+    a, b = _ratio(old.per_call_latency, refs[0]), _ratio(new.per_call_latency, refs[1])  # type: ignore[arg-type]
+    if a is None or b is None:
+        return {"verdict": "not judged", "why": "a median of 0 has no ratio"}
+    change = b["value"] / a["value"] - 1.0
+    interval: list[float | None] = [None, None]
+    if a["log_se"] is not None and b["log_se"] is not None:
+        half = Z95 * math.hypot(a["log_se"], b["log_se"])
+        log_change = math.log(b["value"] / a["value"])
+        interval = [math.exp(log_change - half) - 1.0, math.exp(log_change + half) - 1.0]
+    lower, upper = interval
+    if lower is not None and lower > threshold:
+        verdict = "slower"
+    elif upper is not None and upper < -threshold:
+        verdict = "faster"
+    else:
+        verdict = "same"
+    return {
+        "old_ratio": a["value"],
+        "new_ratio": b["value"],
+        "change": change,
+        "change_ci95": interval,
+        "verdict": verdict,
+    }
+
+
 def _relative(new: float, old: float) -> float | None:
     """new/old - 1; None when old is 0 (no finite ratio)."""
     return new / old - 1.0 if old > 0 else None
@@ -291,14 +416,15 @@ def new_validation_errors(old: BenchmarkRow, new: BenchmarkRow) -> list[str]:
 def _regressions(row: dict, new: BenchmarkRow) -> list[str]:
     """Why this row counts as a significant regression, one reason per line (none: it does not).
 
-    A slower reference backend is not one: the driver did not change (see `reference_changes`).
+    A slower reference backend is not one: the driver did not change (see `reference_changes`); nor
+    is a driver row whose absolute latency grew while its ratio to the reference did not.
     """
     out = []
     if row["status"] == "newly failing":
         out.append(f"newly failing: {new.error or ''}")
-    lat = row["latency"]
-    if lat is not None and lat["verdict"] == "slower" and not row["reference"]:
-        out.append(f"slower: {latency_text(lat)}")
+    ratio = row.get("ratio")
+    if ratio is not None and ratio["verdict"] == "slower" and not row["reference"]:
+        out.append(f"slower: {ratio_text(ratio)}; {latency_text(row['latency'])} (information)")
     top1 = row["accuracy"].get("top1")
     if top1 is not None and -top1["change"] > TOP1_DROP_LIMIT + TOP1_DROP_SLACK:
         out.append(
@@ -319,6 +445,16 @@ def _percent(value: float | None, unbounded: str) -> str:
 def interval_text(lat: dict) -> str:
     lo, hi = lat["change_ci95"]
     return f"[{_percent(lo, '-inf')}, {_percent(hi, '+inf')}]"
+
+
+def ratio_text(ratio: dict) -> str:
+    """ "driver ÷ reference 1.20× -> 1.50× (+25.0%, 95% interval [+20.1%, +30.2%])" or why not judged."""
+    if ratio.get("verdict") == "not judged":
+        return f"ratio not judged: {ratio['why']}"
+    return (
+        f"driver ÷ reference {ratio['old_ratio']:.3g}× -> {ratio['new_ratio']:.3g}× "
+        f"({_percent(ratio['change'], 'n/a')}, 95% interval {interval_text(ratio)})"
+    )
 
 
 def latency_text(lat: dict) -> str:
@@ -356,6 +492,11 @@ def format_comparison(cmp: dict) -> list[str]:
 def warning_lines(cmp: dict) -> list[str]:
     """The configuration and environment warnings of a comparison, a block each (ending in a blank line)."""
     lines: list[str] = []
+    runs = cmp.get("run_warnings") or []
+    if runs:
+        lines.append("warning: a run was noisy or incomplete, so its figures are less certain:")
+        lines += [f"  {w}" for w in runs]
+        lines.append("")
     for key, what in (("config_warnings", "configurations"), ("environment_warnings", "environments")):
         warnings = cmp.get(key) or []
         if warnings:
@@ -373,30 +514,53 @@ def verdict_lines(regressions: list[str], noun: str) -> list[str]:
 
 
 def _latency_table(rows: list[dict]) -> list[str]:
+    """Per row: old and new median (information), old and new driver ÷ reference ratio, its change and
+    interval, and the verdict (decided on the ratio; the reference's own rows on their medians, as
+    information)."""
     w = max([20, *(len(r["model"]) for r in rows)])
     b = max([16, *(len(r["backend"]) for r in rows)])
     header = (
-        f"{'model':<{w}} {'backend':<{b}} {'old ms':>9} {'new ms':>9} {'change':>8} "
-        f"{'95% interval':<20} verdict"
+        f"{'model':<{w}} {'backend':<{b}} {'old ms':>9} {'new ms':>9} {'ms chg':>7}  {'÷ref old':>8} "
+        f"{'÷ref new':>8} {'change':>8} {'95% interval':<20} verdict"
     )
-    lines = [header, "-" * len(header)]
+    lines = [
+        "verdict: the change of driver ÷ CPU reference (onnxruntime, or LiteRT for .tflite models), each "
+        "measured in its own run under the same load; old/new ms and their change are information",
+        "",
+        header,
+        "-" * len(header),
+    ]
     for r in rows:
-        lat = r["latency"]
+        lat, ratio = r["latency"], r.get("ratio")
+        start = f"{r['model']:<{w}} {r['backend']:<{b}} "
         if lat is None:
             lines.append(
-                f"{r['model']:<{w}} {r['backend']:<{b}} {'-':>9} {'-':>9} {'-':>8} {'-':<20} {r['status']}"
+                start + f"{'-':>9} {'-':>9} {'-':>7}  {'-':>8} {'-':>8} {'-':>8} {'-':<20} {r['status']}"
             )
             continue
-        verdict = lat["verdict"] + (" (reference)" if r.get("reference") and lat["verdict"] != "same" else "")
         per = " per step" if lat.get("unit") == "step" else ""
         against = r.get("compared_with") or {}
         if against and (against.get("old") != "onnxruntime" or against.get("new") != "onnxruntime"):
             old_ref, new_ref = against.get("old"), against.get("new")
             per += f" [vs {old_ref}]" if old_ref == new_ref else f" [vs {old_ref} -> {new_ref}]"
-        lines.append(
-            f"{r['model']:<{w}} {r['backend']:<{b}} {lat['old_median_ms']:>9.3f} {lat['new_median_ms']:>9.3f} "
-            f"{_percent(lat['change'], 'n/a'):>8} {interval_text(lat):<20} {verdict}{per}"
+        absolute = (
+            f"{lat['old_median_ms']:>9.3f} {lat['new_median_ms']:>9.3f} {_percent(lat['change'], 'n/a'):>7}  "
         )
+        if r.get("reference"):
+            info = (
+                lat["verdict"] if lat["verdict"] == "same" else f"{lat['verdict']} (reference, information)"
+            )
+            lines.append(start + absolute + f"{'':>8} {'':>8} {'':>8} {'':<20} {info}{per}")
+        elif ratio is None or ratio.get("verdict") == "not judged":
+            why = "not judged" + (f": {ratio['why']}" if ratio else "")
+            lines.append(start + absolute + f"{'-':>8} {'-':>8} {'-':>8} {'-':<20} {why}")
+        else:
+            lines.append(
+                start
+                + absolute
+                + f"{ratio['old_ratio']:>7.3g}× {ratio['new_ratio']:>7.3g}× {_percent(ratio['change'], 'n/a'):>8} "
+                f"{interval_text(ratio):<20} {ratio['verdict']}{per}"
+            )
     return lines
 
 

@@ -146,6 +146,11 @@ def _max_abs(evaluator: Evaluator | None) -> float | None:
     return None if evaluator is None else evaluator.largest_output_error()
 
 
+def _step_ms(value: float) -> str:
+    """A step's milliseconds: three decimals, four below 0.1 ms."""
+    return f"{value:.3f}" if value >= 0.1 or value == 0 else f"{value:.4f}"
+
+
 def _recurrent_table(records: list[BenchmarkRow]) -> list[str]:
     """LSTM models: per-step latency, MLTS's metric vs golden and vs onnxruntime.
 
@@ -164,9 +169,9 @@ def _recurrent_table(records: list[BenchmarkRow]) -> list[str]:
             lines.append(f"{r.model:<{w}} {r.backend:<{b}} ERROR {r.error or ''}")
             continue
         gold, ort = r.evaluator("vs_golden"), r.evaluator("vs_reference")
-        mean_std = f"{lat.mean:.3f}±{lat.std:.3f}"
+        mean_std = f"{_step_ms(lat.mean)}±{_step_ms(lat.std)}"
         lines.append(
-            f"{r.model:<{w}} {r.backend:<{b}} {_fmt(r.steps, 'd'):>6} {lat.median:>8.3f} {lat.p90:>8.3f} "
+            f"{r.model:<{w}} {r.backend:<{b}} {_fmt(r.steps, 'd'):>6} {_step_ms(lat.median):>8} {_step_ms(lat.p90):>8} "
             f"{mean_std:>14} {_metric_text(gold):>24} {_fmt(_max_abs(gold), '.2e'):>13} "
             f"{_metric_text(ort):>24} {_fmt(_max_abs(ort), '.2e'):>12}"
         )

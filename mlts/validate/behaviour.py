@@ -102,7 +102,7 @@ def case_queries_stable(target: Target) -> str | None:
         return bad
     for n in range(2):
         if not target.shared:
-            target.restart()
+            target.restart(f"behaviour: queries stable across restarts: a deliberate restart ({n + 1} of 2)")
         again = _queries(target.device())
         for key, value in first.items():
             if again[key] != value:

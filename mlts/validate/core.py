@@ -135,6 +135,9 @@ class Target:
     #: Execution paths the driver offers through the HAL (every service offers all four).
     paths: tuple[str, ...] = EXECUTION_MODES
     restarts: int = 0
+    #: Why each restart happened, in order (a case that hung or crashed the driver, or one that restarts
+    #: it on purpose), so "driver restarts: 2" on a passing run explains itself.
+    restart_reasons: list[str] = field(default_factory=list)
     _devices: dict[str, RemoteDevice] = field(default_factory=dict, repr=False)
     _services: dict[str, Any] = field(default_factory=dict, repr=False)
     _start_failures: int = field(default=0, repr=False)
@@ -254,14 +257,21 @@ class Target:
         hello = getattr(self.raw_device().process, "hello", {})
         return hello.get("prevalidate") is False
 
-    def restart(self) -> None:
-        """Stop every driver process this target started; the next device() starts a fresh one."""
+    def restart(self, reason: str) -> None:
+        """Stop every driver process this target started; the next device() starts a fresh one.
+
+        `reason` (one line) says why, for the run's record.
+        """
+        self._stop_drivers()
+        self.restarts += 1
+        self.restart_reasons.append(reason)
+
+    def _stop_drivers(self) -> None:
         for kind in list(self._devices):
             self._close(kind)
         for service in self._services.values():
             service.stop()
         self._services.clear()
-        self.restarts += 1
 
     def _close(self, kind: str) -> None:
         device = self._devices.pop(kind, None)
@@ -272,8 +282,7 @@ class Target:
                 pass
 
     def close(self) -> None:
-        self.restart()
-        self.restarts -= 1
+        self._stop_drivers()
 
     def __enter__(self) -> Target:
         return self
@@ -353,7 +362,7 @@ def run_case(
         else:
             outcome, reason = "error", f"{e.status.name}: {e.message}"
         if died or is_hang(e):
-            target.restart()
+            target.restart(f"{suite}: {name}: the driver {'hung' if is_hang(e) else 'died'}")
     except Exception as e:  # a bug in a case must not end the run; the case says what went wrong
         outcome, reason = "error", f"{type(e).__name__}: {e}"
     path = None

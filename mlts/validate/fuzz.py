@@ -274,7 +274,9 @@ def _service_once(target: Target, ctx: ServiceContext, t: FuzzTarget, data: byte
     except Exception as e:  # the harness itself must not stop the campaign
         found = Finding("crash", f"{type(e).__name__}: {e}"[:300], data, f"harness:{type(e).__name__}")
     if found is not None and found.kind in ("crash", "hang"):
-        target.restart()
+        target.restart(
+            f"fuzz: {t.name}: the driver {'hung' if found.kind == 'hang' else 'crashed'} on an input"
+        )
     return found
 
 

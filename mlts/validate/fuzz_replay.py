@@ -33,7 +33,7 @@ def replay_ring(target: Target, repro: Reproducer, emit: Callable[[CaseResult], 
             return None
         outcome = {"crash": "error", "hang": "hang"}.get(found.kind, "fail")
         if outcome != "fail":
-            target.restart()
+            target.restart(f"replay: {repro.case}: the driver {'hung' if outcome == 'hang' else 'crashed'}")
         return outcome, found.detail
 
     return run_case(target, repro.suite, f"replay: {repro.case}", body, emit)

@@ -110,7 +110,9 @@ def _ask(target: Target, model: Any) -> tuple[bool, ...]:
         return device.getSupportedOperations(model)
     except HalError as e:
         if is_hang(e) or is_death(e, device):
-            target.restart()
+            target.restart(
+                f"operations: getSupportedOperations {'hung' if is_hang(e) else 'killed the driver'}"
+            )
         raise
 
 

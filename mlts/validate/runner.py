@@ -48,17 +48,18 @@ def run_suites(
             errors.append(
                 f"{name}: the driver {kind} outside a case: {e.status.name}: {' '.join(e.message.split())}"
             )
-            target.restart()
+            target.restart(f"{name}: the driver {kind} outside a case")
         except Exception as e:  # a broken suite must not lose what the others gathered
             where = traceback.extract_tb(e.__traceback__)[-1]
             errors.append(f"{name}: {type(e).__name__}: {e} (at {where.filename}:{where.lineno})")
-            target.restart()
+            target.restart(f"{name}: the suite broke ({type(e).__name__})")
     return ValidateSection(
         driver=target.name,
         suites=tuple(suites),
         cases=tuple(cases),
         seconds=time.perf_counter() - t0,
         restarts=target.restarts,
+        restart_reasons=tuple(target.restart_reasons),
         options={
             k: v for k, v in asdict(options).items() if k != "shard"
         },  # a shard is the cluster's business

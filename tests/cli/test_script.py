@@ -37,6 +37,7 @@ def test_scoring_with_skip_build_and_quick_writes_the_report(tmp_path):
     assert doc["config"]["quick"] is True and doc["config"]["drivers"] == ["sample-all"]
     assert {row["backend"] for row in doc["results"]} == {"cpu:onnxruntime", "driver:sample-all"}
     assert (out / "results.csv").is_file() and (out / "report.html").stat().st_size > 10_000
+    assert (out / "summary.md").read_text().startswith("## mlts benchmark: 1 of 1 verdicts passed")
 
 
 def test_include_nnapi_reference_adds_the_runtimes_choice(tmp_path):

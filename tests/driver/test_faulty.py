@@ -237,6 +237,21 @@ def test_slow_method_delays_only_that_method(tmp_path, runner):
     assert t_prepare >= 0.4 > t_execute
 
 
+def test_compile_contention_slows_executions_only_while_a_compilation_runs(runner):
+    device = SampleFaulty(compile_contention_ms="300")
+    try:
+        prepared = device.prepareModel(small_model())
+        out_alone, t_alone = timed(runner.run, prepared)
+        with device.compilations.one():  # what prepareModel holds for its whole call
+            out_during, t_during = timed(runner.run, prepared)
+        out_after, t_after = timed(runner.run, prepared)
+    finally:
+        device.close()
+    assert passes(out_alone) and passes(out_during) and passes(out_after)
+    assert t_during >= 0.3 > max(t_alone, t_after)
+    assert not device.compilations.running()
+
+
 # ------------------------------------------------------------------ wrong results, errors, leaks
 
 
@@ -378,6 +393,7 @@ def test_registered_as_a_variant():
             FaultPlan(slow_ms=12.5, slow_method="getSupportedOperations"),
         ),
         ({"wrong": "always", "leak_mb": "3"}, FaultPlan(wrong_always=True, leak_mb=3.0)),
+        ({"compile_contention_ms": "5"}, FaultPlan(compile_contention_ms=5.0)),
         (
             {"error": "MISSED_DEADLINE_PERSISTENT", "error_at": "prepareModel:1", "error_rate": "1"},
             FaultPlan(
@@ -408,6 +424,7 @@ def test_options_parse_into_the_plan(options, plan):
         ({"slow_ms": "nan"}, "slow_ms='nan' must be milliseconds"),
         ({"slow_method": "prepareModel"}, "slow_method needs slow_ms"),
         ({"leak_mb": "-1"}, "leak_mb='-1' must be MiB"),
+        ({"compile_contention_ms": "-1"}, "compile_contention_ms='-1' must be milliseconds"),
         ({"seed": "1.5"}, "seed='1.5' must be an integer"),
     ],
 )

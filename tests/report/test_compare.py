@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -98,10 +99,15 @@ def test_slower_row_is_a_regression_naming_the_row(write):
     doc = sample_doc()
     result = run(write(doc, "old.json"), write(slower(doc, V1, DRV, 1.5), "new.json"))
     assert result.exit_code == 1, result.output
-    assert f"{V1} on {DRV}: slower: median" in result.stdout
+    assert f"{V1} on {DRV}: slower: driver ÷ reference" in result.stdout
     assert "1 significant regression" in result.stdout
     line = next(ln for ln in result.stdout.splitlines() if ln.startswith(V1) and DRV in ln)
-    assert line.split()[-1] == "slower" and "+50.0%" in line
+    assert line.split()[-1] == "slower" and line.count("+50.0%") == 2  # the median's and the ratio's change
+
+
+def _log_se(ci) -> float:
+    """Hand-written: the log-normal standard error of a median from its 95% interval."""
+    return (math.log(ci[1]) - math.log(ci[0])) / (2 * 1.959963984540054)
 
 
 def test_slower_json_matches_the_documents(write):
@@ -111,22 +117,80 @@ def test_slower_json_matches_the_documents(write):
     assert result.exit_code == 1
     out = json.loads(result.stdout)
     row = rows_by_key(out)[(V1, DRV)]
-    old_lat, new_lat = doc["results"][1]["latency_ms"], new["results"][1]["latency_ms"]
+    old_ref, old_lat, new_lat = (
+        doc["results"][0]["latency_ms"],
+        doc["results"][1]["latency_ms"],
+        new["results"][1]["latency_ms"],
+    )
+    assert doc["results"][0]["backend"] == REF and doc["results"][0]["model"] == V1
     (olo, ohi), (nlo, nhi) = old_lat["median_ci95"], new_lat["median_ci95"]
     assert row["latency"]["old_median_ms"] == old_lat["median"]
     assert row["latency"]["new_median_ms"] == new_lat["median"]
     assert row["latency"]["change"] == pytest.approx(0.5, rel=1e-9)  # every sample scaled by 1.5
     assert row["latency"]["change_ci95"] == pytest.approx([nlo / ohi - 1, nhi / olo - 1], rel=1e-12)
     assert row["latency"]["verdict"] == "slower"
+    # The decision: driver ÷ reference in each file (the reference unchanged), its change and interval.
+    ratio = row["ratio"]
+    assert ratio["old_ratio"] == pytest.approx(old_lat["median"] / old_ref["median"], rel=1e-12)
+    assert ratio["new_ratio"] == pytest.approx(new_lat["median"] / old_ref["median"], rel=1e-12)
+    assert ratio["change"] == pytest.approx(0.5, rel=1e-9)
+    se = math.sqrt(
+        _log_se(old_lat["median_ci95"]) ** 2
+        + _log_se(new_lat["median_ci95"]) ** 2
+        + 2 * _log_se(old_ref["median_ci95"]) ** 2
+    )
+    half = 1.959963984540054 * se
+    assert ratio["change_ci95"] == pytest.approx(
+        [1.5 * math.exp(-half) - 1, 1.5 * math.exp(half) - 1], rel=1e-9
+    )
+    assert ratio["verdict"] == "slower"
     assert out["regressions"] == [f"{V1} on {DRV}: slower: {_text(row)}"]
-    others = [r["latency"]["verdict"] for k, r in rows_by_key(out).items() if k != (V1, DRV) and r["latency"]]
-    assert others and set(others) == {"same"}
+    others = {
+        k: r["ratio"]["verdict"] for k, r in rows_by_key(out).items() if k != (V1, DRV) and r.get("ratio")
+    }
+    assert others.pop(("asr_float", DRV)) == "not judged"  # the sample has no reference row for it
+    assert others and set(others.values()) == {"same"}
+    assert "log-normal" in out["ratio_estimator"]
 
 
 def _text(row):
-    from mlts.report.compare import latency_text
+    from mlts.report.compare import latency_text, ratio_text
 
-    return latency_text(row["latency"])
+    return f"{ratio_text(row['ratio'])}; {latency_text(row['latency'])} (information)"
+
+
+def test_a_machine_that_got_slower_is_not_a_regression_of_the_driver(write):
+    # Both backends of the model 1.5x slower (a busier machine): absolute medians say "slower", the ratio
+    # measured within each run does not move, so nothing regressed.
+    doc = sample_doc()
+    busy = slower(slower(doc, V1, DRV, 1.5), V1, REF, 1.5)
+    result = run(write(doc, "old.json"), write(busy, "new.json"), "--json")
+    assert result.exit_code == 0, result.output
+    row = rows_by_key(json.loads(result.stdout))[(V1, DRV)]
+    assert row["latency"]["verdict"] == "slower"  # information
+    assert row["ratio"]["change"] == pytest.approx(0.0, abs=1e-9) and row["ratio"]["verdict"] == "same"
+    assert row["regressions"] == []
+
+
+def test_a_driver_row_without_a_reference_is_not_judged(write):
+    doc = sample_doc()
+    broken = copy.deepcopy(slower(doc, V1, DRV, 3.0))
+    ref = broken["results"][0]
+    assert ref["model"] == V1 and ref["backend"] == REF
+    for key in [k for k in ref if k not in ("model", "family", "backend", "threads")]:
+        del ref[key]
+    ref.update(status="error", error="onnxruntime failed")
+    result = run(write(doc, "old.json"), write(broken, "new.json"), "--json")
+    row = rows_by_key(json.loads(result.stdout))[(V1, DRV)]
+    assert row["ratio"] == {"verdict": "not judged", "why": "no reference row that ran in the new file"}
+    assert not any("slower" in r for r in row["regressions"])
+
+
+def test_two_files_without_rows_are_one_line_and_status_2(write):
+    doc = sample_doc()
+    doc["results"] = []
+    path = write(doc, "empty.json")
+    assert "have no results rows at all: nothing to compare" in one_line_error(run(path, path))
 
 
 def test_same_file_twice_is_all_same(write):

@@ -23,6 +23,8 @@ from tests.runtime.conftest import fake_spec
 from tests.runtime.models import add_model
 from tests.runtime.servicekit import _out, _pool, _request
 
+SAMPLE_ALL = "driver.variants:SampleAll"
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -366,3 +368,33 @@ def test_a_fence_that_never_signals_ends_at_the_services_wait_limit(tmp_path):
             for f in (never, fence):
                 f.close()
             pool.close()
+
+
+def _thread_nices(pid: int) -> list[int]:
+    """The nice value of each thread of process `pid` (field 19 of /proc/PID/task/TID/stat)."""
+    nices = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/stat") as f:
+            nices.append(int(f.read().rsplit(")", 1)[1].split()[16]))
+    return nices
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_the_shared_service_prepares_below_its_executions(tmp_path):
+    from mlts.ipc.service.background import PREPARE_NICE
+    from mlts.ipc.service.host import DEFAULT_PREPARE_WORKERS
+    from mlts.runtime.remote import RemoteDevice
+
+    service = SharedService.start(SAMPLE_ALL, name="sample-all", log_path=str(tmp_path / "svc.log"))
+    try:
+        with RemoteDevice.connect(service.path) as device:
+            status = device.service_status()
+            nices = _thread_nices(service.pid)
+    finally:
+        service.stop()
+    assert status["prepare_pool"]["nice"] == PREPARE_NICE > 0
+    assert 0 < status["prepare_pool"]["switch_interval_ms"] < 5
+    # The preparation workers run PREPARE_NICE steps below; the main, execution and client threads do not.
+    base = min(nices)
+    assert nices.count(base + PREPARE_NICE) == DEFAULT_PREPARE_WORKERS
+    assert nices.count(base) == len(nices) - DEFAULT_PREPARE_WORKERS

@@ -37,6 +37,19 @@ def test_passing_run_writes_every_output(runner, tmp_path):
     assert int(root.get("failures")) == 0
     page = (out / "report.html").read_text()
     assert "PASSED" in page and "ADD" in page and "<script" not in page and "http" not in page
+    load = doc["environment"]["load"]  # the machine's load around the run, as benchmark and stress record
+    assert load["before"]["loadavg"] and load["after"] is not None
+
+
+def test_deliberate_restarts_are_explained(runner, tmp_path):
+    out = tmp_path / "out"
+    args = ["validate", "--driver", "sample-all", "--suite", "behaviour", "--out", str(out)]
+    result = runner.invoke(main, [*args, "--filter", "^queries stable across restarts$"])
+    assert result.exit_code == 0, result.output
+    section = ValidateSection.from_json(json.loads((out / "results.json").read_text())["validate"])
+    reasons = [f"behaviour: queries stable across restarts: a deliberate restart ({n} of 2)" for n in (1, 2)]
+    assert section.restarts == 2 and list(section.restart_reasons) == reasons
+    assert f"driver restarts: 2\n  {reasons[0]}\n  {reasons[1]}\n" in result.stdout
 
 
 def test_failing_run_exits_1_with_reproducers(runner, tmp_path):

@@ -119,7 +119,7 @@ def test_service_context_prepares_once_per_client_and_again_after_a_restart(make
     _execute_seed(ctx, handle, t)  # the handle names a model prepared in this service
     other = fuzz_seeds.request_model()  # an equal model, but another object: prepared on its own
     assert ctx.prepared(other) != handle and len(prepares) == 2
-    target.restart()  # a new service: the old handles mean nothing there
+    target.restart("test: a new service")  # the old handles mean nothing there
     fresh = ctx.prepared(t.model)
     assert len(prepares) == 3
     _execute_seed(ctx, fresh, t)

@@ -21,8 +21,12 @@ class FakeTarget:
     name = "fake"
     restarts = 0
 
-    def restart(self) -> None:
+    def __init__(self) -> None:
+        self.restart_reasons: list[str] = []
+
+    def restart(self, reason: str) -> None:
         self.restarts += 1
+        self.restart_reasons.append(reason)
 
 
 def _suite(body):
@@ -43,6 +47,8 @@ def test_a_broken_suite_is_an_error_line_and_the_next_suite_runs(monkeypatch):
     assert [c.name for c in section.cases] == ["first", "only"]
     assert len(section.errors) == 1 and section.errors[0].startswith("a: RuntimeError: boom")
     assert section.failed and target.restarts == 1
+    assert section.restart_reasons == ("a: the suite broke (RuntimeError)",)
+    assert section.to_json()["restart_reasons"] == ["a: the suite broke (RuntimeError)"]
 
 
 def test_interruption_keeps_what_was_gathered(monkeypatch):

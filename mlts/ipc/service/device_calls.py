@@ -50,35 +50,40 @@ def map_memory(call: Call, ref: object, what: str, seals: int = SEALS_POOL) -> S
     return SharedMemory.from_fd(fd, size, seals=seals, what=f"{call.method}: {what}")
 
 
-def _load_model(client: Client, call: Call) -> tuple[Model, SharedMemory]:
-    """Map, decode and (unless the service does not pre-validate) validate the call's model. Its bytes
-    count against the client's mapped-memory budget until the caller calls `_unload` (or a prepared
-    model holding the mapping is released)."""
+def _map_model(client: Client, call: Call) -> SharedMemory:
+    """Map the call's model file. Its bytes count against the client's mapped-memory budget until the
+    caller calls `_unload` (or a prepared model holding the mapping is released). Mapping is cheap:
+    decoding it is preparation work (`_decode_model`)."""
     ref = arg(call.args, call.method, "model", dict)
     size = ref.get("size")
     charged = size if type(size) is int and size > 0 else 0
     client.handles.reserve_bytes(charged, call.method)
     try:
-        memory = map_memory(call, ref, "model", SEALS_FROZEN)
+        return map_memory(call, ref, "model", SEALS_FROZEN)
     except BaseException:
         client.handles.release_bytes(charged)
         raise
+
+
+def _decode_model(client: Client, method: str, memory: SharedMemory) -> Model:
+    """Decode and (unless the service does not pre-validate) validate a mapped model, and check the
+    client may use its extensions.
+
+    Runs on the preparation pool, below the executions (decoding and validating a large model is as
+    much interpreter work as compiling it); the caller's cleanup unloads `memory`.
+    """
     try:
         model = nnfile.decode(memory.buffer).model
         if client.host.prevalidate:
             validate.validate_model(model)
-        client.host.allowlist_check(client, model, call.method)
     except ValueError as e:
-        _unload(client, memory)
-        raise invalid(f"{call.method}: model: {e}") from None
-    except BaseException:
-        _unload(client, memory)
-        raise
-    return model, memory
+        raise invalid(f"{method}: model: {e}") from None
+    client.host.allowlist_check(client, model, method)
+    return model
 
 
 def _unload(client: Client, memory: SharedMemory | None) -> None:
-    """Unmap a model mapped by `_load_model` and give its bytes back to the client's budget."""
+    """Unmap a model mapped by `_map_model` and give its bytes back to the client's budget."""
     if memory is None:
         return
     size = memory.size
@@ -146,9 +151,10 @@ def get_number_of_cache_files_needed(client: Client, call: Call) -> dict[str, An
 
 
 def get_supported_operations(client: Client, call: Call) -> dict[str, Any]:
-    model, memory = _load_model(client, call)
+    memory = _map_model(client, call)
 
     def work() -> dict[str, Any]:
+        model = _decode_model(client, call.method, memory)
         supported = client.host.device.getSupportedOperations(model)
         return {"supported": [bool(s) for s in supported]}
 
@@ -176,13 +182,14 @@ def prepare_model(client: Client, call: Call) -> dict[str, Any]:
     token = cache_token(call.args, m)
     model_cache, data_cache = _cache_fds(call)
     try:
-        model, memory = _load_model(client, call)
+        memory = _map_model(client, call)
     except BaseException:
         wire.close_fds(model_cache + data_cache)
         raise
     kept: list[SharedMemory | None] = [memory]
 
     def work() -> dict[str, Any]:
+        model = _decode_model(client, m, memory)
         prepared = client.host.device.prepareModel(
             model, preference, priority, deadline, tuple(model_cache), tuple(data_cache), token
         )

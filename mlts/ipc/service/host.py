@@ -30,6 +30,7 @@ from mlts.ipc.service import (
 )
 from mlts.ipc.service.allowlist_policy import AllowlistPolicy
 from mlts.ipc.service.apps import AppRegistry
+from mlts.ipc.service.background import PREPARE_NICE, Background
 from mlts.ipc.service.client import Client, Handler
 from mlts.ipc.service.coverage import DriverCoverage, coverage_report
 from mlts.ipc.service.fence_watcher import FenceWatcher
@@ -77,6 +78,7 @@ class ServiceHost:
         shared: bool = False,
         prevalidate: bool = True,
         allowlist: AllowlistPolicy | None = None,
+        prepare_nice: int = PREPARE_NICE,
         coverage: DriverCoverage | None = None,
     ) -> None:
         self.device = device
@@ -116,7 +118,9 @@ class ServiceHost:
         if coverage is not None:
             self.handlers["coverageReport"] = coverage_report
         self.exec_pool = WorkerPool("execute", workers)
-        self.prepare_pool = WorkerPool("prepare", prepare_workers)
+        # Preparations run below executions (lower priority, short switch interval), as an accelerator
+        # driver's compiler never slows its executions: mlts.ipc.service.background.
+        self.prepare_pool = WorkerPool("prepare", prepare_workers, Background(prepare_nice))
         self.fences = FenceWatcher()
         self._lock = threading.Lock()
         self._clients: dict[int, Client] = {}
@@ -294,7 +298,7 @@ class ServiceHost:
             "you": asking.status() if asking is not None else None,
             "visible_clients": described,
             "execute_pool": self.exec_pool.status(),
-            "prepare_pool": self.prepare_pool.status(),
+            "prepare_pool": {**self.prepare_pool.status(), **self._background()},
             "fence_waits": self.fences.count(),
             "burst_listeners": sum(1 for t in threading.enumerate() if t.name == "burst"),
             "limits": {
@@ -311,6 +315,10 @@ class ServiceHost:
                 "idle_timeout": self.idle_timeout,
             },
         }
+
+    def _background(self) -> dict[str, float]:
+        background = self.prepare_pool.background
+        return background.describe() if background is not None else {}
 
     def stop(self) -> None:
         """Stop accepting, disconnect every client (which releases its handles)."""

@@ -16,6 +16,7 @@ from mlts.hal.loader import load_factory
 from mlts.ipc.extension_allowlist import AllowlistError
 from mlts.ipc.service import coverage as driver_coverage
 from mlts.ipc.service.allowlist_policy import AllowlistPolicy
+from mlts.ipc.service.background import MAX_NICE, PREPARE_NICE
 from mlts.ipc.service.handles import Limits
 from mlts.ipc.service.host import (
     DEFAULT_FENCE_WAIT_LIMIT,
@@ -51,6 +52,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _nice(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= MAX_NICE:
+        raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_NICE}, got {value}")
     return value
 
 
@@ -100,6 +108,14 @@ def parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=DEFAULT_PREPARE_WORKERS,
         help="preparations run at once",
+    )
+    p.add_argument(
+        "--prepare-nice",
+        type=_nice,
+        default=PREPARE_NICE,
+        metavar="STEPS",
+        help="how many nice steps below the executions the preparation workers run "
+        f"(0 to {MAX_NICE}; 0: the same priority)",
     )
     p.add_argument(
         "--fence-wait-limit",
@@ -257,10 +273,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         idle_timeout=idle or None,
         shared=sock is None,
         prevalidate=args.prevalidate,
+        prepare_nice=args.prepare_nice,
         allowlist=allowlist,
         coverage=coverage,
     )
-    log.info("%d execution workers, %d preparation workers", args.workers, args.prepare_workers)
+    log.info(
+        "%d execution workers, %d preparation workers (%d nice steps below)",
+        args.workers,
+        args.prepare_workers,
+        args.prepare_nice,
+    )
     code = 0
     try:
         if sock is not None:

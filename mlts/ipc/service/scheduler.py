@@ -17,6 +17,10 @@ at its next checkpoint (it preempts), so the number of executions making
 progress stays within the pool's size. An extra thread that finished its work
 waits a while (`SPARE_IDLE_S`) for the next preempting work, so a stream of
 high-priority calls does not start a thread for each.
+
+A pool made with a `Background` (the preparation pool) runs below the
+executions: its threads lower their own scheduling priority and its work runs
+with a short interpreter switch interval (mlts.ipc.service.background).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from mlts.ipc.service.background import Background
+
 log = logging.getLogger("mlts.ipc.service")
 
 #: How long an extra (preempting) thread waits for more such work before it ends.
@@ -38,11 +44,12 @@ SPARE_IDLE_S = 5.0
 class WorkerPool:
     """`workers` daemon threads taking work from one priority queue."""
 
-    def __init__(self, name: str, workers: int) -> None:
+    def __init__(self, name: str, workers: int, background: Background | None = None) -> None:
         if workers < 1:
             raise ValueError(f"{name}: a worker pool needs at least 1 worker, got {workers}")
         self.name = name
         self.workers = workers
+        self.background = background
         self._queues: dict[int, list[tuple[int, int, tuple[Callable[[], None], int, int]]]] = {}
         self._turns: deque[int] = deque()  # owners with queued work, in serving order
         self._queued = 0
@@ -130,11 +137,20 @@ class WorkerPool:
         else:
             self._running.pop(key, None)
 
+    def _call(self, work: Callable[[], None]) -> None:
+        if self.background is None:
+            work()
+            return
+        with self.background.running():
+            work()
+
     def _run_extra(self, item: tuple[Callable[[], None], int, int]) -> None:
+        if self.background is not None:
+            self.background.thread_started()
         while True:
             work, owner, priority = item
             try:
-                work()
+                self._call(work)
             except BaseException as e:  # work reports its own errors
                 log.error("%s: work raised %s: %s", self.name, type(e).__name__, e, exc_info=True)
             with self._cond:
@@ -157,6 +173,8 @@ class WorkerPool:
                 item = self._extra_works.popleft()
 
     def _loop(self) -> None:
+        if self.background is not None:
+            self.background.thread_started()
         while True:
             with self._cond:
                 while not self._stopping and (not self._queued or self._busy + self._inline >= self.workers):
@@ -167,7 +185,7 @@ class WorkerPool:
                 self._busy += 1
                 self._mark(owner, priority, 1)
             try:
-                work()
+                self._call(work)
             except BaseException as e:  # work reports its own errors; this keeps the worker alive
                 log.error("%s: work raised %s: %s", self.name, type(e).__name__, e, exc_info=True)
             finally:
