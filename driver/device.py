@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ from driver import cache
 from driver._malloc import tune_allocator
 from driver.budget import DEFAULT_EXECUTION_BYTES, MemoryBudget, constant_bytes, working_bytes
 from driver.buffers import DEFAULT_BUDGET, BufferTracker, SampleBuffer, size_of
+from driver.burst import SampleBurst
 from driver.executor import Plan, prepare_operation
 from driver.request_io import CACHED_RESULTS, IoCache, RequestIo
 from mlts.hal import capabilities_file, qos, validate
@@ -313,6 +315,24 @@ class SamplePreparedModel(PreparedModel):
         self._closed = threading.Event()
         self._released = False  # what executions check: `_closed.is_set()` as a plain attribute
         self._io = IoCache()
+        #: The live bursts of this model (driver.burst): each keeps its own workspace and layouts.
+        self.bursts: weakref.WeakSet[SampleBurst] = weakref.WeakSet()
+
+    def configureExecutionBurst(self, *, polling_us: int | None = None) -> SampleBurst:
+        """A burst of this model that keeps a workspace and request layouts of its own for its life
+        (driver.burst)."""
+        if self._released:
+            raise HalError(
+                ErrorStatus.INVALID_ARGUMENT, "configureExecutionBurst: prepared model was released"
+            )
+        burst = SampleBurst(self, polling_us)
+        with self._lock:
+            self.bursts.add(burst)
+        return burst
+
+    def burst_closed(self, burst: SampleBurst) -> None:
+        with self._lock:
+            self.bursts.discard(burst)
 
     def executeSynchronously(
         self,
@@ -320,7 +340,11 @@ class SamplePreparedModel(PreparedModel):
         measure: MeasureTiming = MeasureTiming.NO,
         deadline: int | None = None,
         loop_timeout_duration: int | None = None,
+        *,
+        kept: SampleBurst | None = None,
     ) -> ExecutionResult:
+        """Run `request`; `kept`, a burst of this model, lends its own workspace and request layouts
+        (its executions run one at a time: see driver.burst)."""
         t0 = _perf_ns()
         if self._released:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "prepared model was released")
@@ -332,7 +356,9 @@ class SamplePreparedModel(PreparedModel):
         ticket = gate.enter(self._gate_priority)
         try:
             # A request object seen before (and naming no driver buffer) was validated then: reuse its layout.
-            io = self._io.entries.get(id(request))  # IoCache.get inlined
+            layouts = self._io if kept is None else kept.io
+            workspace = None if kept is None else kept.workspace
+            io = layouts.entries.get(id(request))  # IoCache.get inlined
             if io is not None and io.request is not request:
                 io = None
             if io is None:
@@ -347,7 +373,7 @@ class SamplePreparedModel(PreparedModel):
             try:
                 if io is None:
                     io = RequestIo(self.model, request)
-                    self._io.put(io)
+                    layouts.put(io)
                 inputs = io.read_inputs(buffers)
                 # Output buffers too small for shapes known in advance fail here, before any kernel runs.
                 if io.checked_budget != plan.memory_budget:
@@ -369,7 +395,7 @@ class SamplePreparedModel(PreparedModel):
                 )
                 t1 = _perf_ns()
                 if checked and op_times is None:  # a static plan has no WHILE: no loop timeout either
-                    shapes = plan.run_into(inputs, checkpoint, write)
+                    shapes = plan.run_into(inputs, checkpoint, write, workspace)
                 else:
                     shapes = plan.run(
                         inputs,
@@ -379,6 +405,7 @@ class SamplePreparedModel(PreparedModel):
                         checked=checked,
                         predicted=predicted,
                         sink=write,
+                        workspace=workspace,
                     )
                 t2 = done[0]
                 if not ticket.paused:
@@ -427,6 +454,8 @@ class SamplePreparedModel(PreparedModel):
             self._released = True
             self._closed.set()
             self._io.clear()
+            for burst in list(self.bursts):  # what they keep goes with the model
+                burst.close()
             with self._lock:
                 held, self._held = self._held, 0
             self.device.budget.release(held)

@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from driver.burst import SampleBurst
 from driver.device import SampleDevice, SamplePreparedModel, Variant
 from driver.faulty_busy import busy_execution
 from driver.faulty_conformance import UnvalidatedPreparedModel, has_operation, unstable, unvalidated
@@ -33,7 +34,7 @@ from driver.operands import dtype_of, pool_view
 from mlts.hal import qos
 from mlts.hal.enums import ErrorStatus, ExecutionPreference, MeasureTiming, OperationType, Priority
 from mlts.hal.errors import HalError
-from mlts.hal.interface import Buffer, PreparedModel
+from mlts.hal.interface import Buffer, Burst, PreparedModel
 from mlts.hal.types import (
     BufferDesc,
     BufferRole,
@@ -49,7 +50,13 @@ log = logging.getLogger("driver.faulty")
 
 ENV_VAR = "MLTS_FAULT"
 #: The HAL methods whose calls are counted (1-based, per process) and may carry a fault.
-COUNTED_METHODS = ("getSupportedOperations", "prepareModel", "prepareModelFromCache", "executeSynchronously")
+COUNTED_METHODS = (
+    "getSupportedOperations",
+    "prepareModel",
+    "prepareModelFromCache",
+    "executeSynchronously",
+    "configureExecutionBurst",
+)
 #: The calls whose results `wrong` may spoil: one execution, or every execution of one prepared model.
 WRONG_METHODS = ("prepareModel", "prepareModelFromCache", "executeSynchronously")
 CRASH_KINDS = ("segv", "abort", "exit")
@@ -100,6 +107,7 @@ class FaultPlan:
     unstable_capabilities: bool = False
     ignore_deadlines: bool = False
     token_cache: bool = False
+    burst_error: ErrorStatus | None = None  # executions through the driver's burst object fail so
     # A driver whose compiler shares the device with its executions: while a compilation runs, every
     # execution takes this many milliseconds longer.
     compile_contention_ms: float = 0.0
@@ -191,6 +199,11 @@ def _error(key: str, text: str) -> dict[str, Any]:
     return {"error": ErrorStatus[_choice(key, text, names)]}
 
 
+def _burst_error(key: str, text: str) -> dict[str, Any]:
+    names = [s.name for s in ErrorStatus if s != ErrorStatus.NONE]
+    return {"burst_error": ErrorStatus[_choice(key, text, names)]}
+
+
 def _error_at(key: str, text: str) -> dict[str, Any]:
     return {"error_at": _call_point(key, text)}
 
@@ -261,6 +274,7 @@ _PARSERS: dict[str, Callable[[str, str], dict[str, Any]]] = {
     "unstable_capabilities": _flag("unstable_capabilities"),
     "ignore_deadlines": _flag("ignore_deadlines"),
     "token_cache": _flag("token_cache"),
+    "burst_error": _burst_error,
     "compile_contention_ms": _compile_contention_ms,
 }
 OPTION_KEYS = tuple(_PARSERS)
@@ -483,6 +497,45 @@ class Compilations:
         return self._count > 0
 
 
+class FaultyBurst(Burst):
+    """The sample driver's burst of a faulty model: its executions go through the fault injector (and,
+    with `burst_error=STATUS`, fail with STATUS: proof that an execution came through the burst object
+    the driver made, not through the model)."""
+
+    def __init__(self, model: FaultyPreparedModel, inner: SampleBurst) -> None:
+        self.model = model
+        self.inner = inner
+
+    @property
+    def closed(self) -> bool:
+        return self.inner.closed
+
+    def execute(
+        self,
+        request: Request,
+        measure: MeasureTiming = MeasureTiming.NO,
+        deadline: int | None = None,
+        loop_timeout_duration: int | None = None,
+    ) -> ExecutionResult:
+        status = self.model.faults.plan.burst_error
+        if status is not None:
+            log.warning("injected fault: burst_error=%s", status.name)
+            raise HalError(
+                status, f"injected fault: {status.name} for an execution through the driver's burst"
+            )
+        if self.inner.closed:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, "burst: the burst was released")
+        return self.model.executeSynchronously(
+            request, measure, deadline, loop_timeout_duration, kept=self.inner
+        )
+
+    def freeMemory(self, memory: object) -> None:
+        self.inner.freeMemory(memory)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 class FaultyPreparedModel(PreparedModel):
     """A sample prepared model whose executions go through the fault injector."""
 
@@ -505,6 +558,8 @@ class FaultyPreparedModel(PreparedModel):
         measure: MeasureTiming = MeasureTiming.NO,
         deadline: int | None = None,
         loop_timeout_duration: int | None = None,
+        *,
+        kept: SampleBurst | None = None,
     ) -> ExecutionResult:
         point = self.faults.enter("executeSynchronously")
         plan = self.faults.plan
@@ -516,7 +571,9 @@ class FaultyPreparedModel(PreparedModel):
             busy = plan.busy_us if (point.n - 1) % plan.busy_every == 0 else 0.0
             return busy_execution(self.inner.model, busy, measure, request)
         try:
-            result = self.inner.executeSynchronously(request, measure, deadline, loop_timeout_duration)
+            result = self.inner.executeSynchronously(
+                request, measure, deadline, loop_timeout_duration, kept=kept
+            )
         except HalError as e:
             if plan.skip_validation and e.status == ErrorStatus.INVALID_ARGUMENT:
                 raise unvalidated(e) from None
@@ -528,6 +585,11 @@ class FaultyPreparedModel(PreparedModel):
             log.warning("injected fault: wrong results at %s", point)
             spoil_outputs(self.inner.model, request, result)
         return result
+
+    def configureExecutionBurst(self, *, polling_us: int | None = None) -> FaultyBurst:
+        """The sample driver's burst (counted: `crash_at`, `hang`, `error_at` may name it)."""
+        self.faults.enter("configureExecutionBurst")
+        return FaultyBurst(self, self.inner.configureExecutionBurst(polling_us=polling_us))
 
     def close(self) -> None:
         self.inner.close()

@@ -1,14 +1,21 @@
 """Bursts: configureExecutionBurst and its memory cache, and the listener thread that serves each burst.
 
 A burst is a prepared model plus two rings the client created (requests in,
-results out), each with an eventfd. Its listener thread reads a request,
+results out), each with an eventfd. Configuring one calls the prepared model's
+`configureExecutionBurst` (HAL 1.2's, within the client's identity), so the
+driver learns of every burst and may keep resources for its life; the burst
+object it returns executes the burst's requests (the default, any model's
+`SynchronousBurst`, runs each through executeSynchronously, so every Device
+gets bursts). Its listener thread reads a request,
 resolves the memory slots it names (an unknown slot is asked for with a
 getMemories message on the result ring, and the client answers over the
 socket with `burstProvideMemories`) and the driver buffer tokens it names
 (checked against the client's handle table and held for the execution, as
-on every other execution path), executes through the prepared model's
-executeSynchronously (so every Device gets bursts) within the service's
-execution workers and their priority order, and writes the result.
+on every other execution path), executes through the driver's burst object
+within the service's execution workers and their priority order, and writes
+the result. A slot freed or replaced is passed to the driver's `freeMemory`
+before its mapping goes; the driver's burst is closed when the burst ends
+(released, or its client gone).
 Mapped slots stay cached until `burstFreeMemory` or the burst's release; the
 listener itself releases a freed slot's mapping, between executions, so an
 execution uses its slots without taking and giving back a reference each time.
@@ -17,6 +24,7 @@ Anything inconsistent in the rings ends that burst only.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -28,6 +36,7 @@ from mlts.hal import qos, validate
 from mlts.hal.buffer_use import bind_buffers
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
+from mlts.hal.interface import Burst
 from mlts.hal.types import Request
 from mlts.ipc import burst_messages as msg
 from mlts.ipc.burst_ring import DEFAULT_POLLING_US, MessageTooLarge, Ring, RingError
@@ -65,8 +74,11 @@ class BurstContext:
         requests: Ring,
         results: Ring,
         polling_us: int,
+        executor: Burst,
     ) -> None:
         self.client = client
+        #: The driver's burst object (`PreparedModel.configureExecutionBurst`): it runs the executions.
+        self.executor = executor
         self.prepared_number = prepared_number
         self.prepared: Resource | None = prepared
         self.requests = requests
@@ -152,11 +164,26 @@ class BurstContext:
             self.requests.signal()
 
     def _release_retired(self) -> None:
-        """Release the slots freed or replaced since the last call (on the listener's thread)."""
+        """Release the slots freed or replaced since the last call (on the listener's thread), each told
+        to the driver's burst first (it may drop what it keeps of the memory)."""
         with self._cond:
             retired, self._retired = self._retired, []
         for resource in retired:
+            self._tell_driver("freeMemory", functools.partial(self.executor.freeMemory, resource.value))
             resource.release()
+
+    def _tell_driver(self, what: str, call: Callable[[], None]) -> None:
+        """A call of the driver's burst object that may not end the burst: a failure is logged."""
+        try:
+            call()
+        except Exception as e:
+            log.warning(
+                "burst of client %s: the driver's %s raised %s: %s",
+                self.client.peer.describe(),
+                what,
+                type(e).__name__,
+                e,
+            )
 
     def cached(self) -> int:
         with self._cond:
@@ -182,6 +209,8 @@ class BurstContext:
             slots, self._slots = [*self._slots.values(), *self._retired], {}
             self._retired = []
             prepared, self.prepared = self.prepared, None
+        if prepared is not None:  # the driver's burst ends first: nothing of it runs past here
+            self._tell_driver("close", self.executor.close)
         for resource in slots:
             resource.release()
         if prepared is not None:
@@ -416,11 +445,9 @@ class BurstContext:
         elif pool.try_preempt(app, priority):
             self._slot = lambda: pool.end_preempt(app, priority)
         if self._slot is not None:
-            return entry.prepared.executeSynchronously(
-                hal_request, request.measure, deadline, request.loop_timeout
-            )
+            return self.executor.execute(hal_request, request.measure, deadline, request.loop_timeout)
         return self._queued(
-            entry.prepared.executeSynchronously,
+            self.executor.execute,
             (hal_request, request.measure, deadline, request.loop_timeout),
             entry.priority,
         )
@@ -502,12 +529,25 @@ def configure_execution_burst(client: Client, call: Call) -> dict[str, Any]:
     client.handles.check_room(Kind.BURST, m)
     prepared = client.handles.get(Kind.PREPARED, number, m)
     rings: list[Ring] = []
+    executor: Burst | None = None
     try:
         rings.append(_ring(call, "request_ring"))
         rings.append(_ring(call, "result_ring"))
-        context = BurstContext(client, number, prepared, rings[0], rings[1], polling_us)
+        # The driver learns of the burst (this thread acts for the client) and gives its burst object.
+        executor = prepared.value.prepared.configureExecutionBurst(polling_us=polling_us)
+        if not isinstance(executor, Burst):
+            raise HalError(
+                ErrorStatus.GENERAL_FAILURE,
+                f"{m}: the driver returned a {type(executor).__name__}, not an mlts.hal.interface.Burst",
+            )
+        context = BurstContext(client, number, prepared, rings[0], rings[1], polling_us, executor)
         burst = client.handles.add(Kind.BURST, Resource(context, context.stop), m)
     except BaseException:
+        if isinstance(executor, Burst):
+            try:
+                executor.close()
+            except Exception as e:  # the burst is refused anyway
+                log.warning("%s: closing the driver's burst raised %s: %s", m, type(e).__name__, e)
         prepared.release()
         for ring in rings:
             ring.close()
