@@ -17,7 +17,7 @@ from driver.executor import Plan
 from mlts.hal import qos
 from mlts.hal.enums import ErrorStatus, Priority
 from mlts.hal.errors import HalError
-from tests.driver.test_bound_steps import _inputs, _model
+from tests.driver.bindkit import _inputs, _model
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="compiled kernels not built")
 

@@ -13,7 +13,8 @@ from mlts.hal.enums import ErrorStatus, Priority
 from mlts.hal.errors import HalError
 from mlts.runtime.shared import SharedService
 from tests.driver import cfkit
-from tests.runtime.test_qos_service import LONG_ARGS, _shared_request
+from tests.runtime.servicekit import LONG_ARGS
+from tests.runtime.servicekit import shared_request as _shared_request
 
 
 @pytest.fixture(scope="module")

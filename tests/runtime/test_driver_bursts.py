@@ -21,8 +21,7 @@ from mlts.runtime.process import DriverProcess
 from mlts.runtime.remote import RemoteDevice
 from mlts.runtime.shared import SharedService
 from tests.runtime.models import add_model
-from tests.runtime.servicekit import _pool
-from tests.runtime.test_burst import _out, _request
+from tests.runtime.servicekit import _out, _pool, _request
 
 PROBE = f"{Path(__file__).with_name('burst_probe_driver.py')}:BurstProbe"
 X = np.arange(6, dtype=np.float32).reshape(2, 3)

@@ -15,7 +15,7 @@ from mlts.runtime.execution import EXECUTION_MODES, execute
 from mlts.runtime.process import DriverProcess
 from mlts.runtime.remote import RemoteDevice
 from tests.runtime.models import add_model
-from tests.runtime.test_qos_service import _shared_request
+from tests.runtime.servicekit import shared_request as _shared_request
 
 RAW = ["--no-prevalidate"]
 FAULTY = "driver.faulty:SampleFaulty"
