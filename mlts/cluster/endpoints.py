@@ -3,7 +3,9 @@
 Every run stamps its rows, a single machine's as well as a lab's or a cluster's, so the three write
 the same schema. A driver reached over a Unix socket (a private service mlts started, or a shared one
 at `address`) ran on the machine that reached it; onnxruntime and `--in-process` drivers ran inside
-the tool. A network transport adds "tcp" endpoints whose host is the address's host.
+the tool. A driver reached at a network address (`tcp://HOST:PORT`) ran on HOST (on the machine that
+reached it when HOST is a loopback address): transport "tcp+tls", or "tcp" for plaintext, and the
+address without this machine's TLS settings.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
+from mlts.ipc.net.address import is_network, parse
 from mlts.records.endpoint import Endpoint
 
 REFERENCE_NAME = "onnxruntime"
@@ -33,6 +36,12 @@ def endpoint_of(
     host = client_host or this_host()
     if in_process:
         return Endpoint(name=name, host=host, transport="in-process", address=None, client_host=host)
+    if socket_path is not None and is_network(socket_path):
+        where = parse(socket_path)
+        served = host if where.is_loopback() else where.host
+        return Endpoint(
+            name=name, host=served, transport=where.transport, address=where.plain, client_host=host
+        )
     return Endpoint(name=name, host=host, transport="unix", address=socket_path, client_host=host)
 
 

@@ -10,11 +10,18 @@
     driver = "sample-quant"
     options = { max_memory_mb = "512" }
 
+    [[endpoints]]                           // a service on another machine, over TLS
+    name = "board-b"
+    address = "tcp://board-b:7700"
+    tls_ca = "lab-ca.pem"                   // the authority that signed its certificate
+    token_file = "board-b.token"            // or tls_cert + tls_key: a client certificate
+
 An endpoint has a `name` (letters, digits, `.`, `_`, `-`; unique), and a `driver` (a driver mlts
 starts as a private service wherever the unit runs, with `options` for its factory), an `address`
-(a shared service someone runs: a Unix socket path, `unix:PATH`; relative paths are taken from the
-lab file's folder), or both (then the service must announce that driver). A JSON file may also be
-the bare list. Anything else is a LabError: one line naming the file and the entry.
+(a shared service someone runs: a Unix socket path, `unix:PATH`, or `tcp://HOST:PORT` with how to reach
+it: `tls_ca`, `tls_cert`, `tls_key`, `token_file`, `insecure`; relative paths are taken from the lab
+file's folder), or both (then the service must announce that driver). A JSON file may also be the bare
+list. Anything else is a LabError: one line naming the file and the entry.
 """
 
 from __future__ import annotations
@@ -23,16 +30,25 @@ import json
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from mlts.errors import InputError
 from mlts.hal.files import FileReadError, KiB, read_text
+from mlts.ipc.net.address import AddressError, is_network, parse
 
 MAX_LAB_BYTES = 256 * KiB
 MAX_ENDPOINTS = 256
-KEYS = ("name", "driver", "address", "options")
+#: How an endpoint at a tcp:// address is reached (mlts.ipc.net.address: the query keys they become).
+NETWORK_KEYS = {
+    "tls_ca": "ca",
+    "tls_cert": "cert",
+    "tls_key": "key",
+    "token_file": "token-file",
+    "insecure": "insecure",
+}
+KEYS = ("name", "driver", "address", "options", *NETWORK_KEYS)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
@@ -46,11 +62,13 @@ class LabEndpoint:
 
     name: str
     driver: str | None = None
-    address: str | None = None  # a Unix socket path (the `unix:` prefix removed)
+    address: str | None = None  # a Unix socket path (the `unix:` prefix removed) or a tcp:// address
     options: dict[str, str] = field(default_factory=dict)
 
     @property
     def transport(self) -> str:
+        if self.address is not None and is_network(self.address):
+            return parse(self.address).transport
         return "unix"
 
     def to_json(self) -> dict[str, Any]:
@@ -140,8 +158,11 @@ def _endpoint(item: Any, at: str, base: Path) -> LabEndpoint:
     if driver is not None and (not isinstance(driver, str) or not driver.strip()):
         raise LabError(f"{at}: driver must be a driver's name (see `mlts devices`), got {driver!r}")
     address = item.get("address")
+    network = {k: item[k] for k in NETWORK_KEYS if k in item}
     if address is not None:
-        address = _address(address, at, base)
+        address = _address(address, at, base, network)
+    elif network:
+        raise LabError(f"{at}: {next(iter(network))} goes with a tcp:// address")
     if driver is None and address is None:
         raise LabError(f"{at}: give a driver to start, an address of a running service, or both")
     options = _options(item.get("options", {}), at)
@@ -153,14 +174,34 @@ def _endpoint(item: Any, at: str, base: Path) -> LabEndpoint:
     return LabEndpoint(name, driver, address, options)
 
 
-def _address(value: Any, at: str, base: Path) -> str:
+def _address(value: Any, at: str, base: Path, network: dict[str, Any]) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise LabError(f"{at}: address must be a Unix socket path, got {value!r}")
+        raise LabError(f"{at}: address must be a Unix socket path or tcp://HOST:PORT, got {value!r}")
+    if is_network(value):
+        try:
+            where = parse(value, base=str(base))
+        except AddressError as e:
+            raise LabError(f"{at}: {e}") from None
+        fields: dict[str, Any] = {}
+        for key, value_ in network.items():
+            if key == "insecure":
+                if not isinstance(value_, bool):
+                    raise LabError(f"{at}: insecure must be true or false, got {value_!r}")
+                fields["insecure"] = value_
+                continue
+            if not isinstance(value_, str) or not value_:
+                raise LabError(f"{at}: {key} must be a file name, got {value_!r}")
+            fields[NETWORK_KEYS[key].replace("-", "_")] = (
+                value_ if os.path.isabs(value_) else str(base / value_)
+            )
+        return str(replace(where, **fields))
+    if network:
+        raise LabError(f"{at}: {next(iter(network))} goes with a tcp:// address, not {value!r}")
     if "://" in value:
         scheme = value.split("://", 1)[0]
         raise LabError(
-            f"{at}: address {value!r}: {scheme}:// endpoints need a network transport this mlts does not "
-            "have; give the path of a Unix socket"
+            f"{at}: address {value!r}: {scheme}:// is not a transport of mlts; give a Unix socket path or "
+            "tcp://HOST:PORT"
         )
     path = value[len("unix:") :] if value.startswith("unix:") else value
     if not path or "\0" in path:

@@ -1,4 +1,5 @@
-"""What a unit drives: a driver started where the unit runs, or a service at a Unix socket on one machine.
+"""What a unit drives: a driver started where the unit runs, a service at a Unix socket on one machine, or
+a service at a network address (reached from any worker).
 
 Targets come from a lab file (each endpoint, checked on this machine: a socket must answer with a
 hello, and announce the driver the lab names) or from a command's own driver selection. They travel
@@ -13,6 +14,7 @@ from typing import Any
 
 from mlts.cluster.endpoints import endpoint_of, this_host
 from mlts.cluster.lab import Lab, LabError
+from mlts.ipc.net.address import is_network
 from mlts.records.endpoint import Endpoint, LabDevice, LabSection
 
 
@@ -95,7 +97,9 @@ def lab_targets(lab: Lab, plugin_files: Iterable[str] = ()) -> list[DriverTarget
             raise LabError(
                 f"{at}: the service at {ep.address} serves driver {served.name!r}, not {ep.driver!r}"
             )
-        out.append(DriverTarget(served.name, ep.address, {}, ep.name, this_host()))
+        # A network service is reached from any worker; a Unix socket only on this machine.
+        local = None if is_network(ep.address) else this_host()
+        out.append(DriverTarget(served.name, served.socket, {}, ep.name, local))
     return out
 
 
@@ -106,7 +110,11 @@ def spec_targets(
     options = options or {}
     return [
         DriverTarget(
-            s.name, s.socket, dict(options.get(s.name) or {}), None, this_host() if s.socket else None
+            s.name,
+            s.socket,
+            dict(options.get(s.name) or {}),
+            None,
+            this_host() if s.socket and not is_network(s.socket) else None,
         )
         for s in specs
     ]

@@ -99,15 +99,90 @@ def _left_out_by_default() -> str:
 DEFAULT_DRIVERS_HELP = _left_out_by_default()
 
 
-driver_socket_option = click.option(
+_driver_socket = click.option(
     "--driver-socket",
     "driver_sockets",
     multiple=True,
     type=click.Path(dir_okay=False),
-    metavar="PATH",
-    help="Connect to the shared driver service at PATH (see `mlts driver serve`) instead of starting "
-    "that driver; its drivers are then the default selection (repeatable).",
+    metavar="PATH|tcp://HOST:PORT",
+    help="Connect to the shared driver service at PATH (see `mlts driver serve`), or on another machine at "
+    "tcp://HOST:PORT (TLS; see --tls-ca, --token-file), instead of starting that driver; its drivers are then "
+    "the default selection (repeatable).",
 )
+
+
+def _network_setting(ctx: click.Context, param: click.Parameter, value: object) -> object:
+    """Every tcp:// address of this command leaves out what these options say (mlts.ipc.net.address)."""
+    from mlts.ipc.net import address as addresses
+
+    settings = ctx.meta.setdefault("mlts.net", {})
+    settings[param.name] = value
+    addresses.set_client_defaults(
+        addresses.ClientDefaults(
+            ca=settings.get("tls_ca"),
+            cert=settings.get("tls_cert"),
+            key=settings.get("tls_key"),
+            token_file=settings.get("token_file"),
+            insecure=bool(settings.get("insecure")),
+        )
+    )
+    return value
+
+
+_NETWORK_OPTIONS = (
+    click.option(
+        "--tls-ca",
+        metavar="FILE",
+        type=click.Path(dir_okay=False),
+        expose_value=False,
+        callback=_network_setting,
+        help="For tcp:// driver services: trust certificates this authority signed (default: the system's "
+        "store).",
+    ),
+    click.option(
+        "--tls-cert",
+        metavar="FILE",
+        type=click.Path(dir_okay=False),
+        expose_value=False,
+        callback=_network_setting,
+        help="For tcp:// driver services that ask for one: this client's certificate (PEM).",
+    ),
+    click.option(
+        "--tls-key",
+        metavar="FILE",
+        type=click.Path(dir_okay=False),
+        expose_value=False,
+        callback=_network_setting,
+        help="The private key of --tls-cert (default: in that file).",
+    ),
+    click.option(
+        "--token-file",
+        metavar="FILE",
+        type=click.Path(dir_okay=False),
+        expose_value=False,
+        callback=_network_setting,
+        help="For tcp:// driver services: present the first token of FILE (mode 600).",
+    ),
+    click.option(
+        "--insecure",
+        is_flag=True,
+        expose_value=False,
+        callback=_network_setting,
+        help="Talk plaintext to tcp:// driver services on a loopback address (no TLS).",
+    ),
+)
+
+
+def network_options(fn):
+    """How to reach tcp:// driver services: --tls-ca, --tls-cert, --tls-key, --token-file, --insecure."""
+    for option in reversed(_NETWORK_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def driver_socket_option(fn):
+    """--driver-socket PATH|tcp://HOST:PORT, and how to reach network services (`network_options`)."""
+    return _driver_socket(network_options(fn))
 
 
 #: --help of the user model options, shared by every command that takes --model.

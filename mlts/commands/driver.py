@@ -59,6 +59,36 @@ def driver() -> None:
     help="Hand models and requests to the driver without validating them first, so "
     "`mlts validate --driver-socket` tests the driver's own validation.",
 )
+@click.option(
+    "--listen",
+    "listen",
+    multiple=True,
+    metavar="tcp://HOST:PORT",
+    help="Also serve clients of other machines here, over TLS (repeatable; port 0: the system chooses and "
+    "the log says which).",
+)
+@click.option(
+    "--tls-cert", metavar="FILE", type=click.Path(dir_okay=False), help="The service's certificate (PEM)."
+)
+@click.option(
+    "--tls-key",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="Its private key (default: in --tls-cert).",
+)
+@click.option(
+    "--tls-client-ca",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="Let in clients whose certificate this authority signed.",
+)
+@click.option(
+    "--token-file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="Let in clients presenting a token of FILE (lines SECRET or ID SECRET; mode 600).",
+)
+@click.option("--insecure", is_flag=True, help="Plaintext TCP without TLS: only on a loopback address.")
 @driver_plugin_option
 def serve(
     name: str,
@@ -67,6 +97,12 @@ def serve(
     workers: int,
     threads: int,
     no_prevalidate: bool,
+    listen: tuple[str, ...],
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_client_ca: str | None,
+    token_file: str | None,
+    insecure: bool,
     plugin_files: tuple[str, ...],
 ) -> None:
     """Serve driver NAME to every client that connects to its socket, until Ctrl-C or SIGTERM.
@@ -77,6 +113,12 @@ def serve(
     The socket is created with mode 0600 and removed on exit. Its folder must be
     yours and writable by nobody else; the default folder is created with mode
     0700 (one that someone else created first is refused).
+
+    With --listen tcp://HOST:PORT it also serves other machines, over TLS
+    (--tls-cert, --tls-key), letting in only clients with a certificate signed by
+    --tls-client-ca or a token of --token-file; tensors then travel inside the
+    frames. Point tools at it with --driver-socket tcp://HOST:PORT --tls-ca CA
+    --token-file FILE. Plaintext (--insecure) is served on loopback only.
     """
     from mlts.ipc.service.main import main as serve_main
     from mlts.runtime.discovery import discover, thread_env
@@ -100,10 +142,36 @@ def serve(
             secure_folder(folder)  # made here: this user's only (mode 0700), checked after creation
     except UnsafeFolderError as e:
         raise BadInput(str(e)) from None
+    from mlts.ipc.net.listener import listen_config
+
+    for where in listen:  # checked here, so a mistake is one line before anything starts
+        listen_config(
+            where,
+            cert=tls_cert,
+            key=tls_key,
+            client_ca=tls_client_ca,
+            token_file=token_file,
+            insecure=insecure,
+        )
+    if not listen and (tls_cert or tls_key or tls_client_ca or token_file or insecure):
+        raise BadInput("--tls-cert, --tls-key, --tls-client-ca, --token-file and --insecure go with --listen")
     # Set before the driver loads its math libraries, which read these once.
     os.environ.update(thread_env(threads))
-    click.echo(f"serving {name} on {path} ({workers} workers); Ctrl-C stops", err=True)
+    where_text = " and ".join([path, *listen])
+    click.echo(f"serving {name} on {where_text} ({workers} workers); Ctrl-C stops", err=True)
     argv = ["--factory", spec.factory, "--name", name, "--socket", path, "--workers", str(workers)]
+    for where in listen:
+        argv += ["--listen", where]
+    for flag, value in (
+        ("--tls-cert", tls_cert),
+        ("--tls-key", tls_key),
+        ("--tls-client-ca", tls_client_ca),
+        ("--token-file", token_file),
+    ):
+        if value:
+            argv += [flag, value]
+    if insecure:
+        argv.append("--insecure")
     for item in options:
         argv += ["--option", item]
     if no_prevalidate:

@@ -21,6 +21,7 @@ from mlts.commands._common import (
     distribution_options,
     driver_plugin_option,
     input_settings,
+    network_options,
     seconds,
     user_model_options,
 )
@@ -154,10 +155,11 @@ def _options(items: tuple[str, ...]) -> dict[str, str]:
     "driver_sockets",
     multiple=True,
     type=click.Path(dir_okay=False),
-    metavar="PATH",
-    help="Validate the driver served at PATH (`mlts driver serve NAME --no-prevalidate` lets the "
-    "validation suite reach the driver's own checks).",
+    metavar="PATH|tcp://HOST:PORT",
+    help="Validate the driver served at PATH, or at tcp://HOST:PORT on another machine (`mlts driver serve "
+    "NAME --no-prevalidate` lets the validation suite reach the driver's own checks).",
 )
+@network_options
 @click.option(
     "--option",
     "driver_options",

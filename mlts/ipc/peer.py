@@ -29,10 +29,42 @@ class Peer:
     gid: int = UNKNOWN_UID
     #: The program the peer runs (resolved /proc/PID/exe), None when it cannot be read.
     executable: str | None = None
+    #: A network client: what it proved ("token ci", "cert CN=board-a", "insecure") and where it
+    #: connected from ("10.0.0.5:41234"); None for a Unix peer.
+    identity: str | None = None
+    address: str | None = None
+
+    @property
+    def network(self) -> bool:
+        return self.identity is not None
+
+    @property
+    def user_key(self) -> object:
+        """What per-user limits count by: the uid, or a network client's proven identity."""
+        return ("net", self.identity) if self.identity is not None else self.uid
+
+    @property
+    def process_key(self) -> object:
+        """What per-process limits and the refusal log count by: the pid, or a network client's identity
+        on one machine (its address without the port)."""
+        if self.identity is None:
+            return self.pid
+        host = (self.address or "").rpartition(":")[0]
+        return ("net", self.identity, host)
 
     def describe(self) -> str:
-        """'pid 4242 uid 1000' (how logs name a client)."""
+        """'pid 4242 uid 1000' (how logs name a client); 'tcp 10.0.0.5:41234 (token ci)' over a network."""
+        if self.identity is not None:
+            return f"tcp {self.address} ({self.identity})"
         return f"pid {self.pid} uid {self.uid}"
+
+    def describe_user(self) -> str:
+        return f"{self.identity} (over the network)" if self.identity is not None else f"uid {self.uid}"
+
+    def describe_process(self) -> str:
+        if self.identity is None:
+            return f"pid {self.pid}"
+        return f"{self.identity} from {str(self.process_key[2]) or 'an unknown address'}"  # type: ignore[index]
 
 
 def credentials(sock: socket.socket) -> tuple[int, int, int]:

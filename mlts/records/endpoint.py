@@ -2,8 +2,9 @@
 
 An endpoint says which machine served the driver and how the tool reached it: `transport` "unix" (a
 driver service on a Unix socket: a private one mlts started, or a shared one at `address`),
-"in-process" (the driver, or onnxruntime, inside the tool's own process) and, with a network
-transport, "tcp" (`address` tcp://HOST:PORT, `host` HOST). `client_host` is the machine whose tool
+"in-process" (the driver, or onnxruntime, inside the tool's own process), and a driver service on
+the network: "tcp+tls" (or "tcp" for a plaintext loopback service), `address` tcp://HOST:PORT, `host`
+HOST. `client_host` is the machine whose tool
 talked to it: a cluster worker's, or the one that ran the command. `name` is the lab endpoint's
 name in a lab run (the device the report and `mlts compare` group by), else the driver's name.
 """
@@ -15,7 +16,7 @@ from typing import Any
 
 from mlts.records import _json as j
 
-TRANSPORTS = ("unix", "in-process", "tcp")
+TRANSPORTS = ("unix", "in-process", "tcp", "tcp+tls")
 
 
 @dataclass(frozen=True)

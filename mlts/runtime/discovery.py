@@ -11,8 +11,9 @@ from pathlib import Path
 from mlts.errors import InputError
 from mlts.hal.interface import Device
 from mlts.hal.loader import device_classes, load_factory, load_file, unfinished_classes, unfinished_message
+from mlts.ipc.net.address import complete, is_network, parse
+from mlts.runtime.network import connect_endpoint
 from mlts.runtime.remote import RemoteDevice
-from mlts.runtime.shared import SharedEndpoint
 
 ENTRY_POINT_GROUP = "mlts.drivers"
 #: The built-in drivers, as pyproject.toml registers them; used when the project is not installed.
@@ -95,10 +96,14 @@ def plugin_specs(path: str | Path) -> list[DriverSpec]:
 
 
 def socket_spec(path: str) -> DriverSpec:
-    """The driver served at socket `path` (its name is the one the service announces)."""
-    endpoint = SharedEndpoint.connect(path)
+    """The driver served at socket `path`, or at a network address (its name is the one the service
+    announces). A network address keeps the command's TLS and token settings (`address.complete`), so
+    whoever the spec is handed to (a child process, a cluster worker) connects the same way."""
+    path = complete(path)
+    endpoint = connect_endpoint(path)
     endpoint.close_socket()
-    return DriverSpec(endpoint.name, "", f"service {path}", socket=path)
+    shown = parse(path).plain if is_network(path) else path
+    return DriverSpec(endpoint.name, "", f"service {shown}", socket=path)
 
 
 def discover(plugin_files: Iterable[str | Path] = (), sockets: Iterable[str] = ()) -> dict[str, DriverSpec]:

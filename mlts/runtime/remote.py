@@ -32,6 +32,7 @@ from mlts.hal.types import (
 )
 from mlts.ipc import compact_calls, wire
 from mlts.ipc.burst_messages import PoolRef
+from mlts.ipc.net.address import is_network
 from mlts.runtime import remote_buffer
 from mlts.runtime.connection import Endpoint, ServiceConnection, Slot
 from mlts.runtime.process import DriverProcess
@@ -97,7 +98,12 @@ class RemoteDevice(Device):
 
     @classmethod
     def connect(cls, path: str, **timeouts: float) -> RemoteDevice:
-        """Connect to the shared driver service listening at socket `path`."""
+        """Connect to the shared driver service listening at socket `path`, or at network address
+        `tcp://HOST:PORT[?...]` (mlts.runtime.network)."""
+        if is_network(path):
+            from mlts.runtime.network import NetworkEndpoint
+
+            return cls(NetworkEndpoint.connect(path), **timeouts)
         return cls(SharedEndpoint.connect(path), **timeouts)
 
     # ------------------------------------------------------------ transport

@@ -374,8 +374,11 @@ def _thread_nices(pid: int) -> list[int]:
     """The nice value of each thread of process `pid` (field 19 of /proc/PID/task/TID/stat)."""
     nices = []
     for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/stat") as f:
-            nices.append(int(f.read().rsplit(")", 1)[1].split()[16]))
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                nices.append(int(f.read().rsplit(")", 1)[1].split()[16]))
+        except FileNotFoundError:  # the thread ended since the listing
+            continue
     return nices
 
 

@@ -41,7 +41,7 @@ def hold_buffer(client: Client, method: str, token: int) -> Resource:
     try:
         return client.handles.get(Kind.BUFFER, token, method)
     except HalError:
-        wait = client.host.guesses.charge(client.uid)
+        wait = client.host.guesses.charge(client.peer.user_key)
         if wait > 0:
             time.sleep(wait)
         raise invalid(f"{method}: buffer token {token} is not a live buffer of this client") from None

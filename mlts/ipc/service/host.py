@@ -20,6 +20,7 @@ from mlts.hal.enums import ErrorStatus
 from mlts.hal.interface import Device
 from mlts.hal.types import Model
 from mlts.ipc import wire
+from mlts.ipc.peer import Peer
 from mlts.ipc.service import (
     buffer_calls,
     burst_calls,
@@ -155,8 +156,13 @@ class ServiceHost:
         """Serve one client on `sock` in this thread until it hangs up; then release what it holds."""
         self._serve(self._register(self._connection(sock)))
 
-    def _connection(self, sock: socket.socket) -> Connection:
-        return Connection(sock, self.frame_timeout, max_queued=self.limits.max_queued_bytes)
+    def _connection(self, sock: socket.socket, peer: Peer | None = None) -> Connection:
+        return Connection(sock, self.frame_timeout, peer=peer, max_queued=self.limits.max_queued_bytes)
+
+    def connection(self, sock: socket.socket, peer: Peer) -> Connection:
+        """A connection of this service on `sock` for a client the caller identified (a network bridge's
+        local end): `admit` it."""
+        return self._connection(sock, peer)
 
     def _register(self, conn: Connection) -> Client:
         client = Client(self, conn)
@@ -178,7 +184,7 @@ class ServiceHost:
                 client.conn.sock.close()
             except OSError:
                 pass
-            self.refusals.flush(client.pid)
+            self.refusals.flush(client.peer.process_key)
             with self._lock:
                 left = len(self._clients)
             self.trimmer.client_left(left)
@@ -235,10 +241,15 @@ class ServiceHost:
         raise OSError(f"a service already listens on {path}")
 
     def _admit(self, sock: socket.socket) -> None:
-        """Take a new connection: refused at once (with one `refused` message) when the service is full or
-        the peer's process or user holds its share of the connections already."""
+        """Take a new connection of the Unix listener (see `admit`)."""
         sock.set_inheritable(False)
-        conn = self._connection(sock)
+        self.admit(self._connection(sock))
+
+    def admit(self, conn: Connection) -> None:
+        """Take a new connection: refused at once (with one `refused` message) when the service is full or
+        the peer's process or user (a network client: its identity, on one machine or in all) holds its
+        share of the connections already; else served on a thread of its own."""
+        sock = conn.sock
         peer = conn.peer
         with self._lock:
             self._threads = [t for t in self._threads if t.is_alive()]
@@ -246,10 +257,16 @@ class ServiceHost:
             why = None
             if len(clients) >= self.max_clients:
                 why = f"{len(clients)} clients are connected already (at most {self.max_clients})"
-            elif sum(c.uid == peer.uid for c in clients) >= self.max_clients_per_uid:
-                why = f"uid {peer.uid} holds {self.max_clients_per_uid} connections already (the most one user may)"
-            elif sum(c.pid == peer.pid for c in clients) >= self.max_clients_per_pid:
-                why = f"pid {peer.pid} holds {self.max_clients_per_pid} connections already (the most one process may)"
+            elif sum(c.peer.user_key == peer.user_key for c in clients) >= self.max_clients_per_uid:
+                why = (
+                    f"{peer.describe_user()} holds {self.max_clients_per_uid} connections already "
+                    "(the most one user may)"
+                )
+            elif sum(c.peer.process_key == peer.process_key for c in clients) >= self.max_clients_per_pid:
+                why = (
+                    f"{peer.describe_process()} holds {self.max_clients_per_pid} connections already "
+                    "(the most one process may)"
+                )
             if why is None:
                 client = Client(self, conn)
                 self._clients[id(client)] = client
@@ -286,8 +303,8 @@ class ServiceHost:
         """Clients and work in progress; only clients of the asking user are described."""
         with self._lock:
             clients = list(self._clients.values())
-        uid = asking.uid if asking is not None else os.getuid()
-        described = [c.status() for c in clients if c.uid == uid]
+        user = asking.peer.user_key if asking is not None else os.getuid()
+        described = [c.status() for c in clients if c.peer.user_key == user]
         return {
             "device": self.name,
             "pid": os.getpid(),

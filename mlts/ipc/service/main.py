@@ -7,13 +7,16 @@ import logging
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Sequence
 
+from mlts.errors import InputError
 from mlts.hal import procctl
 from mlts.hal.interface import Device
 from mlts.hal.loader import load_factory
 from mlts.ipc.extension_allowlist import AllowlistError
+from mlts.ipc.net.listener import NetListener, listen_config
 from mlts.ipc.service import coverage as driver_coverage
 from mlts.ipc.service.allowlist_policy import AllowlistPolicy
 from mlts.ipc.service.background import MAX_NICE, PREPARE_NICE
@@ -78,14 +81,30 @@ def _positive_float(text: str) -> float:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m mlts.ipc.service", description="Serve one driver over Unix sockets."
+        prog="python -m mlts.ipc.service",
+        description="Serve one driver over Unix sockets (and TCP with --listen).",
     )
     p.add_argument(
         "--factory", required=True, help="'module:attr' or '/path/file.py[:Class]' making the Device"
     )
-    where = p.add_mutually_exclusive_group(required=True)
+    where = p.add_mutually_exclusive_group()
     where.add_argument("--fd", type=int, help="inherited fd of a connected Unix socket (a private service)")
     where.add_argument("--socket", metavar="PATH", help="listen on this Unix socket path (a shared service)")
+    net = p.add_argument_group("network (docs/wire-protocol.md, Network transport)")
+    net.add_argument(
+        "--listen",
+        action="append",
+        default=[],
+        metavar="tcp://HOST:PORT",
+        help="also (or only) serve network clients here (repeatable; port 0: the system chooses)",
+    )
+    net.add_argument("--tls-cert", metavar="FILE", help="the service's certificate chain (PEM)")
+    net.add_argument("--tls-key", metavar="FILE", help="its private key (PEM; default: in --tls-cert)")
+    net.add_argument("--tls-client-ca", metavar="FILE", help="require client certificates signed by this CA")
+    net.add_argument("--token-file", metavar="FILE", help="accept clients presenting a token of this file")
+    net.add_argument(
+        "--insecure", action="store_true", help="plaintext TCP without TLS (loopback addresses only)"
+    )
     p.add_argument("--name", help="driver name announced in the hello (default: the Device's name)")
     p.add_argument(
         "--parent-pid",
@@ -196,6 +215,10 @@ def make_device(factory: str, options: dict[str, str]) -> Device:
 def main(argv: Sequence[str] | None = None) -> int:
     """Create the Device and serve; 0 on a clean end, 1 when the Device cannot be made, 2 on a bad fd/socket."""
     args = parser().parse_args(argv)
+    if args.fd is None and args.socket is None and not args.listen:
+        parser().error("one of --fd, --socket or --listen is required")
+    if args.fd is not None and args.listen:
+        parser().error("--listen serves a shared service; it does not go with --fd")
     # Clients' tensors and models are mapped here: no other process of the user may read them via /proc.
     procctl.make_non_dumpable()
     soft_nofile, _ = procctl.raise_fd_limit()
@@ -229,6 +252,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ImportError as e:
             log.error("--coverage needs atheris (pip install 'mlts[fuzz]'): %s", e)
             return 2
+    try:
+        net_configs = [
+            listen_config(
+                where,
+                cert=args.tls_cert,
+                key=args.tls_key,
+                client_ca=args.tls_client_ca,
+                token_file=args.token_file,
+                insecure=args.insecure,
+            )
+            for where in args.listen
+        ]
+    except InputError as e:
+        log.error("%s", e)
+        return 2
     try:
         options = parse_options(args.option)
         started = time.monotonic()
@@ -284,17 +322,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.prepare_nice,
     )
     code = 0
+    listeners = [NetListener(host, config) for config in net_configs]
     try:
+        for listener in listeners:
+            log.info("listening on %s (%s)", listener.bind(), listener.config.describe())
         if sock is not None:
             host.serve_connection(sock)
         else:
-            host.listen(args.socket)
+            serving = listeners if args.socket else listeners[1:]
+            for listener in serving:
+                threading.Thread(target=listener.serve, name="net-listener", daemon=True).start()
+            if args.socket:
+                host.listen(args.socket)
+            else:
+                listeners[0].serve()
     except _Terminate as e:
         log.info("stopped by %s", e)
+    except InputError as e:
+        log.error("%s", e)
+        code = 2
     except OSError as e:
         log.error("cannot serve on %s: %s", args.socket, e)
         code = 2
     finally:
+        for listener in listeners:
+            listener.close()
         try:
             host.close()
         except _Terminate:

@@ -50,7 +50,7 @@ class RefusalLog:
         self._clock = clock
         self._log = logger
         self._lock = threading.Lock()
-        self._windows: dict[int, _Window] = {}
+        self._windows: dict[object, _Window] = {}
         self.total = 0
 
     def note(self, peer: Peer, what: str) -> bool:
@@ -61,12 +61,13 @@ class RefusalLog:
         first = False
         with self._lock:
             self.total += 1
-            window = self._windows.get(peer.pid)
+            key = peer.process_key  # a pid, or a network client's identity on one machine
+            window = self._windows.get(key)
             if window is not None and now - window.start >= self.window:
-                summaries.append(self._windows.pop(peer.pid))
+                summaries.append(self._windows.pop(key))
                 window = None
             if window is None:
-                self._windows[peer.pid] = _Window(peer, now, 1, what)
+                self._windows[key] = _Window(peer, now, 1, what)
                 first = True
             else:
                 window.count += 1
@@ -77,8 +78,9 @@ class RefusalLog:
             self._log.warning("refused a call of client %s: %s", peer.describe(), what)
         return first
 
-    def flush(self, pid: int | None = None) -> None:
-        """Write the summaries of windows that are over (or all windows of `pid`: it disconnected)."""
+    def flush(self, pid: object = None) -> None:
+        """Write the summaries of windows that are over (or all windows of `pid`, a Peer.process_key: it
+        disconnected)."""
         now = self._clock()
         with self._lock:
             summaries = self._due(now)
@@ -116,10 +118,11 @@ class GuessBrake:
         self.rate = rate
         self._clock = clock
         self._lock = threading.Lock()
-        self._buckets: dict[int, tuple[float, float]] = {}  # uid -> (tokens, when counted)
+        self._buckets: dict[object, tuple[float, float]] = {}  # user -> (tokens, when counted)
 
-    def charge(self, uid: int) -> float:
-        """Count one guess of `uid`; the seconds the guessing client must wait before it is answered."""
+    def charge(self, uid: object) -> float:
+        """Count one guess of user `uid` (a Peer.user_key); the seconds the guessing client must wait
+        before it is answered."""
         now = self._clock()
         with self._lock:
             tokens, then = self._buckets.get(uid, (float(self.burst), now))
