@@ -67,6 +67,20 @@ class SampleBurst(Burst):
         of such a request checks it again)."""
         self.io.clear()
 
+    def release_kept(self) -> bool:
+        """Let the kept workspace and layouts go now, unless an execution uses them (an idle watchdog's
+        call); the next execution makes them again. True when released."""
+        if not self._busy.acquire(blocking=False):
+            return False
+        try:
+            if self.closed:
+                return False
+            self.workspace = Workspace()
+            self.io.clear()
+            return True
+        finally:
+            self._busy.release()
+
     def kept_bytes(self) -> int:
         """Bytes the burst's own workspace holds now."""
         workspace = self.workspace

@@ -104,6 +104,13 @@ def test_the_sample_burst_keeps_its_own_workspace_and_layouts() -> None:
     assert prepared.plan.workspaces.created == 1 and len(prepared._io) == 1
     burst.freeMemory(host)
     assert len(burst.io) == 0
+    burst.execute(request)
+    assert burst.kept_bytes() > 0 and len(burst.io) == 1
+    with burst._busy:  # in use: an idle watchdog's call leaves it alone
+        assert not burst.release_kept()
+    assert burst.release_kept() and burst.kept_bytes() == 0 and len(burst.io) == 0
+    burst.execute(request)  # made again
+    np.testing.assert_array_equal(_out(host), 2 * X)
     burst.close()
     assert burst.workspace is None and not prepared.bursts
     with pytest.raises(HalError, match="burst was released"):
