@@ -424,8 +424,8 @@ class BurstContext:
     ) -> Any:
         """Execute a bound, validated request (the prepared model looked up again unless given) within
         the service's execution workers, as every other execution: on this thread (which acts for the
-        burst's client) when a worker slot is free or the execution preempts (no hand-off), else queued
-        by priority and waited for.
+        burst's client) when a worker slot is free (no hand-off), else queued by priority (or started
+        at once when it preempts) and waited for.
         """
         if entry is None:
             prepared = self.prepared  # `_entry`, inlined
@@ -437,14 +437,11 @@ class BurstContext:
         if deadline is not None and deadline <= time.monotonic_ns() and self.client.host.prevalidate:
             raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "burst: the deadline had already passed")
         pool, app, priority = self._exec_pool, self.client.app, entry.priority
-        # On this thread when a worker slot is free, or when the execution outranks work running in
-        # every worker (it preempts, as an extra thread would); the listener gives the slot back once
-        # the result is written.
+        # On this thread when a worker slot is free (counted at the execution's priority); the listener
+        # gives the slot back once the result is written. Otherwise queued, or started at once on an
+        # extra thread when it outranks what every worker runs (see execution_calls._inline_slot).
         if pool.try_inline(app, priority):
             self._slot = lambda: pool.end_inline(app, priority)
-        elif pool.try_preempt(app, priority):
-            self._slot = lambda: pool.end_preempt(app, priority)
-        if self._slot is not None:
             return self.executor.execute(hal_request, request.measure, deadline, request.loop_timeout)
         return self._queued(
             self.executor.execute,

@@ -11,8 +11,7 @@ ones), and clients of equal priority share the workers fairly.
 
 When every worker is busy and one of them runs work at a lower priority (of
 any client), new higher-priority work does not wait for a worker: it starts at
-once on an extra thread, or on the thread that received it (`try_preempt`; at
-most `workers` such at a time). The driver pauses the lower-priority execution
+once on an extra thread (at most `workers` such at a time). The driver pauses the lower-priority execution
 at its next checkpoint (it preempts), so the number of executions making
 progress stays within the pool's size. An extra thread that finished its work
 waits a while (`SPARE_IDLE_S`) for the next preempting work, so a stream of
@@ -220,28 +219,6 @@ class WorkerPool:
                 self._mark(owner, priority, -1)
             if self._queued:  # waking idle workers for nothing costs a GIL hand-off each
                 self._cond.notify()
-
-    def try_preempt(self, owner: int, priority: int) -> bool:
-        """Take a preempting slot for the calling thread: when every worker is busy and `priority`
-        outranks work running now, the caller runs its work itself (as an extra thread would, without
-        waking one: the caller has the CPU already). Call `end_preempt(owner, priority)` afterwards."""
-        with self._lock:
-            if (
-                self._stopping
-                or self._busy + self._inline < self.workers
-                or not self._outranks(owner, priority)
-            ):
-                return False
-            self._extra += 1
-            self._mark(owner, priority, 1)
-            return True
-
-    def end_preempt(self, owner: int, priority: int) -> None:
-        with self._cond:
-            self._extra -= 1
-            self._mark(owner, priority, -1)
-            if self._stopping:  # `stop` waits for the preempting works
-                self._cond.notify_all()
 
     def idle(self) -> bool:
         """Whether nothing runs or waits in the pool now (read without the lock: a hint, not a promise)."""
