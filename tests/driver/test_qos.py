@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from driver.variants import SampleAll
-from mlts.hal import qos
+from mlts.hal import qos, switch_interval
 from mlts.hal.enums import ErrorStatus, Priority
 from mlts.hal.errors import HalError
 from tests.driver import cachekit, cfkit
@@ -287,3 +287,25 @@ def test_work_that_fits_but_not_now_is_transient() -> None:
 def test_bad_memory_budget_is_a_one_line_error(text: str) -> None:
     with pytest.raises(ValueError, match=r"^sample-all: option max_memory_mb must be a number"):
         SampleAll(max_memory_mb=text)
+
+
+def test_the_switch_interval_is_short_while_executions_of_two_priorities_run() -> None:
+    before = sys.getswitchinterval()
+    gate = qos.PriorityGate()
+    low = gate.enter(Priority.LOW, client=1)
+    other_low = gate.enter(Priority.LOW, client=2)
+    assert sys.getswitchinterval() == before  # one priority: nothing to hurry
+    high = gate.enter(Priority.HIGH, client=3)
+    assert sys.getswitchinterval() == pytest.approx(min(before, switch_interval.SHORT_S))
+    gate.leave(low)
+    assert sys.getswitchinterval() == pytest.approx(min(before, switch_interval.SHORT_S))
+    gate.leave(other_low)  # HIGH alone now
+    assert sys.getswitchinterval() == before
+    gate.leave(high)
+    disabled = qos.PriorityGate()
+    disabled.enabled = False  # a driver that never preempts hurries nothing either
+    tickets = [disabled.enter(p) for p in (Priority.LOW, Priority.HIGH)]
+    assert sys.getswitchinterval() == before
+    for ticket in tickets:
+        disabled.leave(ticket)
+    assert sys.getswitchinterval() == before
