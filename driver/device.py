@@ -394,8 +394,11 @@ class SamplePreparedModel(PreparedModel):
                     ticket if deadline is None and gate.enabled else qos.checkpoint(deadline, gate, ticket)
                 )
                 t1 = _perf_ns()
+                # A burst's workspace is passed only when there is one: what wraps the plan's methods (a
+                # plugin changing results) sees the calls it always saw.
+                lent = {} if workspace is None else {"workspace": workspace}
                 if checked and op_times is None:  # a static plan has no WHILE: no loop timeout either
-                    shapes = plan.run_into(inputs, checkpoint, write, workspace)
+                    shapes = plan.run_into(inputs, checkpoint, write, **lent)
                 else:
                     shapes = plan.run(
                         inputs,
@@ -405,7 +408,7 @@ class SamplePreparedModel(PreparedModel):
                         checked=checked,
                         predicted=predicted,
                         sink=write,
-                        workspace=workspace,
+                        **lent,
                     )
                 t2 = done[0]
                 if not ticket.paused:
