@@ -1,13 +1,14 @@
 """What keeping tensors in driver buffers (memory domains) saves: LSTM state and partitioned intermediates.
 
-usage: python benchmarks/memory_domains.py [--driver NAME] [--steps N] [--sequences N] [--repeats N]
-       [--runs N] [--skip-lstm] [--skip-partition]
+usage: python benchmarks/memory_domains.py [--driver NAME] [--paths LIST] [--steps N] [--sequences N]
+       [--repeats N] [--runs N] [--skip-lstm] [--skip-partition]
 
 1. asr_float and tts_float step by step on one driver (a private service),
-   the state carried by the client versus kept in driver buffers: median
-   per-step latency of each, the difference, and whether the outputs are bit
-   for bit the same. The two ways alternate `--repeats` times so drift on a
-   busy machine hits both alike; medians are over all their steps.
+   on each execution path (`--paths`, default sync,async,fenced,burst), the
+   state carried by the client versus kept in driver buffers, side by side:
+   median per-step latency of each, the difference, and whether the outputs
+   are bit for bit the same. The two ways alternate `--repeats` times so
+   drift on a busy machine hits both alike; medians are over all their steps.
 2. mobilenet_v2_0.35_128 partitioned across sample-minimal (ADD,
    CONCATENATION, CONV_2D) and sample-float-slow (the rest), each a private
    service: median latency per inference with intermediates through the
@@ -25,7 +26,7 @@ import sys
 import time
 
 
-def _lstm(device, name: str, steps: int, sequences: int, repeats: int) -> str:
+def _lstm(device, name: str, mode: str, steps: int, sequences: int, repeats: int) -> str:
     from mlts.bench import recurrent
     from mlts.bench.state_rows import bit_equal, run_in_driver
     from mlts.convert import convert
@@ -41,7 +42,7 @@ def _lstm(device, name: str, steps: int, sequences: int, repeats: int) -> str:
     client: list[float] = []
     driver: list[float] = []
     equal = True
-    with Session(device, conv.model) as session:
+    with Session(device, conv.model, mode=mode) as session:
         recurrent.run_sequences(session.run, sig, n, seqs[:1], 0.5)  # warm both paths up
         for _ in range(repeats):
             c = recurrent.run_sequences(session.run, sig, n, seqs, 0.0)
@@ -51,8 +52,8 @@ def _lstm(device, name: str, steps: int, sequences: int, repeats: int) -> str:
             equal = equal and bit_equal(c, d, sig.main_output)
     mc, md = statistics.median(client) * 1e3, statistics.median(driver) * 1e3
     return (
-        f"{name:<12} {len(client):>6} {mc:>10.3f} {md:>10.3f} {mc - md:>+9.3f} {100 * (mc - md) / mc:>+7.1f}%"
-        f"  {'yes' if equal else 'NO'}"
+        f"{name:<12} {mode:<7} {len(client):>6} {mc:>10.3f} {md:>10.3f} {mc - md:>+9.3f} "
+        f"{100 * (mc - md) / mc:>+7.1f}%  {'yes' if equal else 'NO'}"
     )
 
 
@@ -109,6 +110,9 @@ def _partition(runs: int, log_dir: str) -> list[str]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--driver", default="sample-all")
+    p.add_argument(
+        "--paths", default="sync,async,fenced,burst", help="execution paths of the LSTM runs, comma separated"
+    )
     p.add_argument("--steps", type=int, default=40, help="steps per sequence (LSTM)")
     p.add_argument("--sequences", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3, help="alternations of client and driver state")
@@ -122,6 +126,12 @@ def main() -> int:
 
     from mlts.hal.errors import HalError
     from mlts.runtime.discovery import discover, open_device
+    from mlts.runtime.execution import EXECUTION_MODES
+
+    paths = [m.strip() for m in a.paths.split(",") if m.strip()]
+    unknown = [m for m in paths if m not in EXECUTION_MODES]
+    if unknown or not paths:
+        p.error(f"--paths {a.paths!r}: choose among {', '.join(EXECUTION_MODES)}")
 
     with tempfile.TemporaryDirectory(prefix="mlts-md-bench-") as log_dir:
         try:
@@ -133,10 +143,12 @@ def main() -> int:
                 try:
                     print(f"LSTM step latency on {a.driver}, state on the client vs in driver buffers")
                     print(
-                        f"{'model':<12} {'steps':>6} {'client ms':>10} {'driver ms':>10} {'saved':>9} {'':>8}  bit-equal"
+                        f"{'model':<12} {'path':<7} {'steps':>6} {'client ms':>10} {'driver ms':>10} "
+                        f"{'saved':>9} {'':>8}  bit-equal"
                     )
                     for name in ("asr_float", "tts_float"):
-                        print(_lstm(device, name, a.steps, a.sequences, a.repeats), flush=True)
+                        for mode in paths:
+                            print(_lstm(device, name, mode, a.steps, a.sequences, a.repeats), flush=True)
                 finally:
                     device.close()
             if not a.skip_partition:

@@ -7,7 +7,17 @@ others; in-process callers (client 0) are bounded by the budget alone.
 A buffer's bytes live in a NumPy array that is replaced, never resized, when
 its size changes, so a reader holding the old array is never disturbed by a
 writer: concurrent reads are safe, concurrent writes leave one of the
-writers' contents and never crash or block.
+writers' contents and never crash or block. A buffer whose size is known at
+allocation gets its array then, and keeps it: an execution reads an input
+buffer's array in place as the operand's value and writes a result into an
+output buffer's array in place, so nothing is copied between successive
+executions (as the NNAPI sample driver binds a buffer's memory as a request
+pool).
+
+Every change that affects how a request may use a buffer (its array replaced,
+its dimensions changed, it became initialised, it was freed) bumps its
+`stamp`; a request bound to the buffer once (`driver.request_io`) is reused
+while the stamps it saw are unchanged.
 """
 
 from __future__ import annotations
@@ -135,6 +145,8 @@ class BufferTracker:
 class SampleBuffer(Buffer):
     """One driver-managed buffer: its operand type, dimensions, roles and bytes."""
 
+    stamp: int = 0
+
     def __init__(self, tracker: BufferTracker, token: int, desc: MemoryDesc, prepared: Sequence[Any]) -> None:
         self.token = token
         self.operand_type = desc.operand.type
@@ -150,8 +162,11 @@ class SampleBuffer(Buffer):
         self._data: np.ndarray | None = None
         self._capacity = 0
         self._closed = False
+        #: Bumped whenever the array, the dimensions, the initialised flag or the liveness change.
+        self.stamp = 0
         if _fully_known(desc.dimensions, self.operand_type):
             self._capacity = size_of(self.operand_type, desc.dimensions)
+            self._data = np.zeros(self._capacity, dtype=np.uint8)  # reserved by the allocation already
 
     # ------------------------------------------------------------ roles and checks
 
@@ -174,6 +189,7 @@ class SampleBuffer(Buffer):
             self._tracker.reserve(nbytes - self._capacity, what, self.owner)
             self._capacity = nbytes
         self._data = np.zeros(nbytes, dtype=np.uint8)
+        self.stamp += 1
 
     # ------------------------------------------------------------ copies
 
@@ -221,13 +237,19 @@ class SampleBuffer(Buffer):
             self._resize(nbytes, "copyFrom")
             assert self._data is not None
             self._data[...] = np.frombuffer(src, dtype=np.uint8)
-            self.dimensions = combined
-            self.initialized = True
+            self._settle(combined)
 
     # ------------------------------------------------------------ executions
 
+    def _settle(self, dims: tuple[int, ...]) -> None:
+        """After a write (lock held): the buffer holds data of `dims`."""
+        if not self.initialized or self.dimensions != dims:
+            self.dimensions = dims
+            self.initialized = True
+            self.stamp += 1
+
     def read(self, dtype: np.dtype, dims: tuple[int, ...]) -> np.ndarray:
-        """A read-only view of the contents as an execution input."""
+        """A read-only view of the contents as an execution input (the buffer's own bytes, no copy)."""
         self._check_open("execution")
         with self._lock:
             data = self._data
@@ -252,16 +274,37 @@ class SampleBuffer(Buffer):
                 f"(allocated for {list(self.initial_dimensions)})",
             )
 
+    def destination(self, dtype: np.dtype) -> tuple[np.ndarray, int] | None:
+        """A writable view of the buffer's array with its current dimensions, and the stamp it is valid
+        for: where an execution writes a result of those dimensions in place. None while the size is
+        not known (the first write sizes the buffer through `write`)."""
+        with self._lock:
+            data, dims, stamp = self._data, self.dimensions, self.stamp
+        if self._closed or data is None or not _fully_known(dims, self.operand_type):
+            return None
+        if data.nbytes != size_of(self.operand_type, dims):
+            return None
+        return data.view(dtype).reshape(dims), stamp
+
+    def written(self, dims: tuple[int, ...]) -> None:
+        """An execution wrote a result of `dims` through `destination`: the buffer holds data."""
+        with self._lock:
+            if not self._closed:
+                self._settle(dims)
+
     def write(self, arr: np.ndarray) -> None:
-        """Store an execution's result; the buffer takes its shape."""
-        self._check_open("execution")
+        """Store an execution's result; the buffer takes its shape (a new array only when the size changes).
+
+        A buffer freed while the execution ran (it was bound before) takes nothing: as in the HAL, the
+        execution completes, and no one can read the buffer any more."""
         raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
         with self._lock:
+            if self._closed:
+                return
             self._resize(raw.nbytes, "execution output")
             assert self._data is not None
             self._data[...] = raw
-            self.dimensions = tuple(int(d) for d in arr.shape)
-            self.initialized = True
+            self._settle(tuple(int(d) for d in arr.shape))
 
     def close(self) -> None:
         with self._lock:
@@ -269,4 +312,5 @@ class SampleBuffer(Buffer):
                 return
             self._closed = True
             self._data = None
+            self.stamp += 1
         self._tracker.remove(self.token, self._capacity, self.owner)

@@ -66,6 +66,8 @@ def referenced_subgraphs(model: Model, sub: Subgraph, op: Operation) -> list[int
 
 
 def condition_value(arr: Any, what: str) -> bool:
+    if arr is None:  # a model input the request left without a value (NNAPI's executor fails it too)
+        raise HalError(ErrorStatus.GENERAL_FAILURE, f"{what} has no value")
     flat = np.asarray(arr).reshape(-1)
     if flat.size != 1:
         raise HalError(ErrorStatus.GENERAL_FAILURE, f"{what} holds {flat.size} values; it must hold one")

@@ -17,8 +17,9 @@ from driver.budget import DEFAULT_EXECUTION_BYTES, MemoryBudget, constant_bytes,
 from driver.buffers import DEFAULT_BUDGET, BufferTracker, SampleBuffer, size_of
 from driver.burst import SampleBurst
 from driver.executor import Plan, prepare_operation
+from driver.idle import MAX_IDLE_MS, IdleWatchdog
 from driver.request_io import CACHED_RESULTS, IoCache, RequestIo
-from mlts.hal import capabilities_file, qos, validate
+from mlts.hal import capabilities_file, qos, validate, vlog
 from mlts.hal import extensions as ext
 from mlts.hal.buffer_use import bind_buffers, validate_memory_desc
 from mlts.hal.enums import (
@@ -53,7 +54,7 @@ log = logging.getLogger("driver.cache")
 caps_log = logging.getLogger("driver.capabilities")
 
 #: The factory options (`--option key=value`) every sample variant accepts.
-OPTION_KEYS = ("capabilities", "max_memory_mb", "buffer_budget", "max_execution_mb")
+OPTION_KEYS = ("capabilities", "max_memory_mb", "buffer_budget", "max_execution_mb", "idle_release_ms")
 
 #: The largest memory budget `max_memory_mb` accepts (1 TiB).
 MAX_MEMORY_MB = 1 << 20
@@ -110,6 +111,8 @@ class SampleDevice(Device):
 
     Executions of one client are ordered by their models' priorities: a running execution pauses at
     its next operation while a higher-priority execution of the same client runs (mlts.hal.qos).
+    Option `idle_release_ms=N` lets a prepared model's kept workspaces and request layouts go once
+    it has run nothing for N ms (driver.idle); 0, the default, keeps them.
     """
 
     variant: Variant
@@ -130,7 +133,14 @@ class SampleDevice(Device):
         )
         self.gate = qos.PriorityGate()
         self.buffers = BufferTracker(_budget(self.name, options.get("buffer_budget")))
+        idle_ms = _idle_option(options.get("idle_release_ms"), self.name)
+        #: Releases what idle prepared models keep between executions (driver.idle); None: kept.
+        self.idle = IdleWatchdog(idle_ms / 1000) if idle_ms else None
         tune_allocator()
+
+    def close(self) -> None:
+        if self.idle is not None:
+            self.idle.close()
 
     def _load_capabilities(self, explicit: str | None) -> tuple[Capabilities, capabilities_file.Source]:
         """The variant's defaults merged with the located capabilities file (read once); logs the source."""
@@ -187,15 +197,31 @@ class SampleDevice(Device):
         _check_deadline_before(deadline, "prepareModel")
         self._check_supported(model)
         held = self._reserve(model, "prepareModel")
+        started = _perf_ns()
         try:
-            plan = Plan(model, extensions=self.variant.extensions)
+            plan = Plan(
+                model, extensions=self.variant.extensions, progress=_abandon_at(deadline, "prepareModel")
+            )
             plan.memory_budget = self.execution_budget
             _check_deadline_after(deadline, "prepareModel")
             if caching:
                 self._save(model_cache[0], data_cache[0], token, plan, priority)
-        except BaseException:
+        except BaseException as e:
             self.budget.release(held)
+            if isinstance(e, HalError):
+                vlog.log("driver", "%s prepareModel failed: %s", self.name, e)
             raise
+        vlog.log(
+            "driver",
+            "%s prepareModel: %d operations in %.3f ms (preference %s, priority %s, deadline %s%s)",
+            self.name,
+            len(model.main.operations),
+            (_perf_ns() - started) / 1e6,
+            ExecutionPreference(preference).name,
+            Priority(priority).name,
+            "none" if deadline is None else f"{(deadline - _now_ns()) / 1e6:.3f} ms ahead",
+            ", cache written" if caching else "",
+        )
         return SamplePreparedModel(model, plan, self, Priority(priority), held)
 
     def _reserve(self, model: Model, what: str) -> int:
@@ -222,8 +248,15 @@ class SampleDevice(Device):
         held = self._reserve(model, "prepareModelFromCache")
         try:
             try:
-                plan = Plan(model, packed, self.variant.extensions)
+                plan = Plan(
+                    model,
+                    packed,
+                    self.variant.extensions,
+                    progress=_abandon_at(deadline, "prepareModelFromCache"),
+                )
             except HalError as e:
+                if e.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT:
+                    raise
                 raise HalError(ErrorStatus.GENERAL_FAILURE, f"compilation cache: {e.message}") from None
             plan.memory_budget = self.execution_budget
             _check_deadline_after(deadline, "prepareModelFromCache")
@@ -317,10 +350,22 @@ class SamplePreparedModel(PreparedModel):
         self._io = IoCache()
         #: The live bursts of this model (driver.burst): each keeps its own workspace and layouts.
         self.bursts: weakref.WeakSet[SampleBurst] = weakref.WeakSet()
+        self._idle = device.idle
+        if self._idle is not None:
+            self._idle.watch(self, self.release_kept)
+
+    def release_kept(self) -> None:
+        """Let go of what is kept for the next execution (free workspaces, request layouts, and those
+        of the model's idle bursts); the next execution makes them again. Executions in flight keep
+        their own."""
+        self.plan.workspaces.drop_free()
+        self._io.clear()
+        for burst in list(self.bursts):
+            burst.release_kept()
 
     def configureExecutionBurst(self, *, polling_us: int | None = None) -> SampleBurst:
         """A burst of this model that keeps a workspace and request layouts of its own for its life
-        (driver.burst)."""
+        (driver.burst; an idle watchdog may let them go meanwhile: `release_kept`)."""
         if self._released:
             raise HalError(
                 ErrorStatus.INVALID_ARGUMENT, "configureExecutionBurst: prepared model was released"
@@ -355,15 +400,16 @@ class SamplePreparedModel(PreparedModel):
         # are written, so none of this execution's own work competes with them for the CPU.
         ticket = gate.enter(self._gate_priority)
         try:
-            # A request object seen before (and naming no driver buffer) was validated then: reuse its layout.
+            # A request object seen before was validated then: reuse its layout while the driver buffers
+            # it names are unchanged (IoCache.get inlined). A burst lends its own layouts and workspace.
             layouts = self._io if kept is None else kept.io
             workspace = None if kept is None else kept.workspace
-            io = layouts.entries.get(id(request))  # IoCache.get inlined
-            if io is not None and io.request is not request:
+            io = layouts.entries.get(id(request))
+            if io is not None and (io.key is not request or (io.bound and not io.fresh())):
                 io = None
             if io is None:
-                request = bind_buffers(request, self, buffers.lookup)
-                validate.validate_request(request, self.model)
+                bound = bind_buffers(request, self, buffers.lookup)
+                validate.validate_request(bound, self.model)
             if loop_timeout_duration is not None:
                 validate.validate_loop_timeout(loop_timeout_duration)
             if deadline is not None:
@@ -372,7 +418,7 @@ class SamplePreparedModel(PreparedModel):
             held = budget.reserve(self._work_bytes, "the execution's working set")
             try:
                 if io is None:
-                    io = RequestIo(self.model, request)
+                    io = RequestIo(self.model, bound, buffers, request, layouts.shapes)
                     layouts.put(io)
                 inputs = io.read_inputs(buffers)
                 # Output buffers too small for shapes known in advance fail here, before any kernel runs.
@@ -381,7 +427,10 @@ class SamplePreparedModel(PreparedModel):
                     io.checked_budget = plan.memory_budget
                 checked = io.static_fits
                 predicted = None if checked else plan.shape_pass(inputs, io.limits)
-                op_times: list[tuple[int, int]] | None = [] if request.measure_operations else None
+                # MLTS_VLOG's cpuexe tag wants every operation's time too (logged, not returned).
+                op_times: list[tuple[int, int]] | None = (
+                    [] if request.measure_operations or "cpuexe" in vlog.enabled else None
+                )
                 done: list[int] = []
 
                 def write(outputs: list[np.ndarray]) -> tuple[OutputShape, ...]:
@@ -419,8 +468,12 @@ class SamplePreparedModel(PreparedModel):
                 budget.release(held)
         finally:
             gate.leave(ticket)
+            if self._idle is not None:
+                self._idle.touch(self)
         measured = measure == _YES
-        if op_times is not None:
+        if vlog.enabled:
+            self._log_execution(t0, t1, t2, request, op_times)
+        if op_times is not None and request.measure_operations:
             timing = Timing((t2 - t1) // 1000, (_perf_ns() - t0) // 1000) if measured else _NOT_MEASURED
             return ExecutionResult(shapes, timing, from_pairs(op_times))
         # Results are immutable: an execution of a cached layout with the output shapes and timing of an
@@ -434,6 +487,32 @@ class SamplePreparedModel(PreparedModel):
                 results.clear()
             results[key] = result
         return result
+
+    def _log_execution(
+        self, t0: int, t1: int, t2: int, request: Request, op_times: list[tuple[int, int]] | None
+    ) -> None:
+        """MLTS_VLOG: the call (tag driver) and each operation with its time (tag cpuexe)."""
+        if vlog.on("driver"):
+            tokens = sum(1 for p in request.pools if type(p) is int)
+            vlog.log(
+                "driver",
+                "%s executeSynchronously: %.3f ms (kernels %.3f ms), %d pools, %d driver buffers",
+                self.device_name,
+                (_perf_ns() - t0) / 1e6,
+                (t2 - t1) / 1e6,
+                len(request.pools) - tokens,
+                tokens,
+            )
+        if op_times is not None and vlog.on("cpuexe"):
+            operations = self.model.main.operations
+            for index, ns in op_times:
+                vlog.log(
+                    "cpuexe",
+                    "operation %d %s: %.3f ms",
+                    index,
+                    _operation_name(operations[index].type, self.model),
+                    ns / 1e6,
+                )
 
     def _record(self, ns: int) -> None:
         with self._lock:
@@ -459,6 +538,8 @@ class SamplePreparedModel(PreparedModel):
             self._io.clear()
             for burst in list(self.bursts):  # what they keep goes with the model
                 burst.close()
+            if self._idle is not None:
+                self._idle.unwatch(self)
             with self._lock:
                 held, self._held = self._held, 0
             self.device.budget.release(held)
@@ -466,10 +547,46 @@ class SamplePreparedModel(PreparedModel):
 
 def _check_deadline_after(deadline: int | None, what: str) -> None:
     """A preparation that ran past its deadline: MISSED_DEADLINE_TRANSIENT (the caller frees what it held)."""
-    if deadline is not None and time.monotonic_ns() > deadline:
+    if deadline is not None and _now_ns() > deadline:
         raise HalError(
             ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"{what}: the deadline passed during preparation"
         )
+
+
+def _abandon_at(deadline: int | None, what: str) -> Callable[[int], None] | None:
+    """The plan's progress check: a preparation still running at its deadline is abandoned before its
+    next operation, MISSED_DEADLINE_TRANSIENT (as the HAL allows: the work stops, what it held is freed)."""
+    if deadline is None:
+        return None
+
+    def check(step: int) -> None:
+        if _now_ns() > deadline:
+            raise HalError(
+                ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                f"{what}: the deadline passed during preparation; abandoned before operation {step}",
+            )
+
+    return check
+
+
+def _now_ns() -> int:
+    """CLOCK_MONOTONIC in ns, the clock of deadlines (one place, so tests can drive it)."""
+    return time.monotonic_ns()
+
+
+def _idle_option(text: str | None, name: str) -> float:
+    """`idle_release_ms` in ms (0: never release); ValueError naming the bad value."""
+    if text is None:
+        return 0.0
+    try:
+        ms = float(text)
+    except (TypeError, ValueError):
+        ms = -1.0
+    if not 0 <= ms <= MAX_IDLE_MS:
+        raise ValueError(
+            f"{name}: option idle_release_ms must be a number of ms in [0, {MAX_IDLE_MS}], got {text!r}"
+        )
+    return ms
 
 
 def _budget(name: str, text: str | None) -> int:

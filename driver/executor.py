@@ -100,7 +100,8 @@ class Plan:
     them; every one of them must be asked for. `self.packed` holds the arrays the plan uses.
     A plan for main builds one plan per referenced subgraph (shared by every IF/WHILE naming it);
     steps are numbered across subgraphs (`step_offset`), which keys the packed arrays and the
-    workspace buffers.
+    workspace buffers. `progress(step number)`, when given, is called before each operation is
+    prepared; it may raise to abandon the preparation (the driver's deadline check).
     """
 
     def __init__(
@@ -111,12 +112,13 @@ class Plan:
         *,
         sub_index: int = -1,
         shared: _Shared | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> None:
         self.model = model
         self.sub_index = sub_index
         top = shared is None
         if shared is None:
-            shared = _Shared(packed, extensions)
+            shared = _Shared(packed, extensions, progress)
         self.packed: PackedArrays = shared.record
         sub = model.subgraph(sub_index)
         self.sub = sub
@@ -154,6 +156,8 @@ class Plan:
             step = Step(
                 s, op.type, no_kernel, op.inputs, op.outputs, release, out_dtypes, out_shapes, declared
             )
+            if shared.progress is not None:
+                shared.progress(base + s)  # may abandon the preparation (a deadline passed)
             step.number = base + s
             step.single = len(op.outputs) == 1
             step.label = operation_label(s, op.type, sub_index, model)
@@ -573,10 +577,14 @@ class _Shared:
     extensions and one plan per subgraph."""
 
     def __init__(
-        self, cached: Mapping[tuple[int, str], np.ndarray] | None, extensions: Sequence[ExtensionSpec]
+        self,
+        cached: Mapping[tuple[int, str], np.ndarray] | None,
+        extensions: Sequence[ExtensionSpec],
+        progress: Callable[[int], None] | None = None,
     ) -> None:
         self.cached = cached
         self.extensions = extensions
+        self.progress = progress  # called with each step's number before it is prepared
         self.record: PackedArrays = {}
         self.plans: dict[int, Plan] = {}
 

@@ -32,7 +32,14 @@ from driver.faulty_busy import busy_execution
 from driver.faulty_conformance import UnvalidatedPreparedModel, has_operation, unstable, unvalidated
 from driver.operands import dtype_of, pool_view
 from mlts.hal import qos
-from mlts.hal.enums import ErrorStatus, ExecutionPreference, MeasureTiming, OperationType, Priority
+from mlts.hal.enums import (
+    ErrorStatus,
+    ExecutionPreference,
+    MeasureTiming,
+    OperandType,
+    OperationType,
+    Priority,
+)
 from mlts.hal.errors import HalError
 from mlts.hal.interface import Buffer, Burst, PreparedModel
 from mlts.hal.types import (
@@ -98,6 +105,9 @@ class FaultPlan:
     error_rate: float = 0.0
     leak_mb: float = 0.0
     output_offset: float = 0.0  # added to every output value (quantized outputs: rounded, in units)
+    signed_offset: int = (
+        0  # units added to every TENSOR_QUANT8_ASYMM_SIGNED output (signed kernels that drift)
+    )
     seed: int = 0
     busy_us: float | None = None  # executions only busy-wait this long, no model work (0: empty ones)
     busy_every: int = 1  # with busy_us: executions 1, N+1, 2N+1, ... busy-wait, the others are empty
@@ -245,6 +255,14 @@ def _wrong_op(key: str, text: str) -> dict[str, Any]:
     return {"wrong_op": int(OperationType[_choice(key, text, [op.name for op in OperationType])])}
 
 
+def _signed_offset(key: str, text: str) -> dict[str, Any]:
+    what = "a whole number between -255 and 255"
+    value = _number(key, text, -255, 255, what)
+    if value != int(value):
+        raise ValueError(f"{key}={text!r} must be {what}")
+    return {"signed_offset": int(value)}
+
+
 def _seed(key: str, text: str) -> dict[str, Any]:
     try:
         return {"seed": int(text)}
@@ -266,6 +284,7 @@ _PARSERS: dict[str, Callable[[str, str], dict[str, Any]]] = {
     "error_rate": _rate("error_rate"),
     "leak_mb": _leak_mb,
     "output_offset": _output_offset,
+    "signed_offset": _signed_offset,
     "seed": _seed,
     "busy_us": _busy_us,
     "busy_every": _busy_every,
@@ -415,12 +434,19 @@ def shift(values: np.ndarray, offset: float) -> None:
 
 
 def spoil_outputs(
-    model: Model, request: Request, result: ExecutionResult, change: Callable[[np.ndarray], None] = spoil
+    model: Model,
+    request: Request,
+    result: ExecutionResult,
+    change: Callable[[np.ndarray], None] = spoil,
+    only_type: int | None = None,
 ) -> None:
-    """Spoil (or otherwise `change`) every output an execution of `model` wrote into the request's pools."""
+    """Spoil (or otherwise `change`) every output an execution of `model` wrote into the request's pools
+    (of operand type `only_type`, when given)."""
     sub = model.main
     for k, (arg, shape) in enumerate(zip(request.outputs, result.output_shapes, strict=True)):
         if arg.has_no_value:
+            continue
+        if only_type is not None and sub.operands[sub.output_indexes[k]].type != only_type:
             continue
         dtype = dtype_of(sub.operands[sub.output_indexes[k]].type)
         count = math.prod(shape.dimensions)
@@ -581,6 +607,15 @@ class FaultyPreparedModel(PreparedModel):
         offset = plan.output_offset
         if offset:
             spoil_outputs(self.inner.model, request, result, lambda values: shift(values, offset))
+        if plan.signed_offset:
+            units = plan.signed_offset
+            spoil_outputs(
+                self.inner.model,
+                request,
+                result,
+                lambda values: shift(values, units),
+                OperandType.TENSOR_QUANT8_ASYMM_SIGNED,
+            )
         if self.always_wrong or self.faults.spoils(point):
             log.warning("injected fault: wrong results at %s", point)
             spoil_outputs(self.inner.model, request, result)

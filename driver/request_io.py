@@ -8,11 +8,15 @@ layouts of a prepared model's last few requests by identity, so a client
 that repeats its request object (a Session, the service's request cache, a
 burst) is not validated and laid out again on every execution.
 
-Only requests that name no driver buffer are cached: a buffer's state (its
-dimensions, whether it holds data, whether it still exists) changes between
-executions, so such a request is bound and validated every time. Pools are
-read through on every use, so a pool closed after caching fails exactly as
-it would uncached.
+A request that names driver buffers is bound to them once as well: an input
+buffer's array is the operand's value as it is (a read-only view), an output
+buffer's array is where the result is written in place (the NNAPI sample
+driver maps a buffer as a request pool the same way). A buffer's state can
+change between executions (freed, resized, written for the first time), so
+such a layout records each buffer's `stamp` and is used only while every
+stamp is the same (`RequestIo.fresh`); otherwise the request is bound and
+validated again. Pools are read through on every use, so a pool closed after
+caching fails exactly as it would uncached.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from mlts.hal.errors import HalError
 from mlts.hal.types import Model, OutputShape, Request
 
 _SHAPE = operator.attrgetter("shape")
+_STAMP = operator.attrgetter("stamp")
 
 #: Request layouts a prepared model keeps (the most recent ones).
 CACHED_REQUESTS = 8
@@ -54,6 +59,12 @@ class RequestIo:
 
     __slots__ = (
         "request",
+        "key",
+        "bound",
+        "stamps",
+        "_in_template",
+        "_settle",
+        "_interned",
         "inputs",
         "outputs",
         "limits",
@@ -67,11 +78,25 @@ class RequestIo:
         "results",
     )
 
-    def __init__(self, model: Model, request: Request) -> None:
+    def __init__(
+        self,
+        model: Model,
+        request: Request,
+        buffers: BufferTracker | None = None,
+        key: Request | None = None,
+        interned: dict[tuple[OutputShape, ...], tuple[OutputShape, ...]] | None = None,
+    ) -> None:
         self.request = request
+        # Equal output shapes of the prepared model's layouts as one tuple (`IoCache.shapes`): a caller
+        # alternating requests (driver buffers swapped every step) gets the very same shapes back.
+        self._interned = interned
+        #: The request object executions name (before `bind_buffers` filled in input dimensions).
+        self.key = request if key is None else key
         sub = model.main
         pools = request.pools
-        self.cacheable = not any(_token(p) is not None for p in pools)
+        has_tokens = any(_token(p) is not None for p in pools)
+        # A request naming driver buffers is cached only when they are bound here (`buffers` given).
+        self.cacheable = not has_tokens or buffers is not None
         self.inputs: list[_Where] = []
         for arg, idx in zip(request.inputs, sub.input_indexes, strict=True):
             operand = sub.operands[idx]
@@ -90,20 +115,91 @@ class RequestIo:
         #: Whether the plan checked everything in advance for these output sizes (set by the driver).
         self.static_fits = False
         self.checked_budget: int | None = None  # the plan's memory budget `static_fits` was worked out for
-        # Every input in a pool and every output present and in a pool (the common case): the reads
-        # and writes as (pool index, offset, dims, dtype), done without looking at the layout again.
-        self._reads: tuple[tuple[int, int, tuple[int, ...], np.dtype], ...] | None = None
-        self._writes: tuple[tuple[int, int, np.dtype], ...] | None = None
-        if all(
+        #: The driver buffers this layout is bound to and their stamps then (see `fresh`).
+        self.bound: tuple[Any, ...] = ()
+        self.stamps: list[int] = []
+        # Inputs from driver buffers: their views, in place; None where the input is read from a pool.
+        self._in_template: list[np.ndarray | None] | None = None
+        # Output buffers that become initialised (or change dimensions) with the first write.
+        self._settle: tuple[tuple[Any, tuple[int, ...]], ...] = ()
+        # Every input in a pool (or a bound driver buffer) and every output present (the common case):
+        # the reads as (input index, pool index, offset, dims, dtype) and the writes as (pool index, offset,
+        # dtype, destination view or None, driver buffer or None), done without looking at the layout again.
+        self._reads: tuple[tuple[int, int, int, tuple[int, ...], np.dtype], ...] | None = None
+        self._writes: (
+            tuple[tuple[int, int, np.dtype, np.ndarray | None, Any, memoryview | None], ...] | None
+        ) = None
+        if has_tokens and buffers is not None:
+            self._bind(buffers)
+        elif all(
             w is not None and w[0] == "pool" and w[3] == w[4].itemsize * _count(w[5]) for w in self.inputs
         ):
-            self._reads = tuple((w[1], w[2], w[5], w[4]) for w in self.inputs)  # type: ignore[index]
-        if self.cacheable and all(w is not None for w in self.outputs):
-            self._writes = tuple((w[1], w[2], w[4]) for w in self.outputs)  # type: ignore[index]
-        self._one_pool = self._reads is not None and all(r[0] == 0 for r in self._reads)
+            self._reads = tuple((k, w[1], w[2], w[5], w[4]) for k, w in enumerate(self.inputs))  # type: ignore[index]
+        if not has_tokens and all(w is not None for w in self.outputs):
+            self._writes = tuple((w[1], w[2], w[4], None, None, None) for w in self.outputs)  # type: ignore[index]
+        self._one_pool = (
+            self._reads is not None and self._in_template is None and all(r[1] == 0 for r in self._reads)
+        )
         #: The driver's ExecutionResults of this layout by (time on device, time in driver): immutable,
         #: so an execution with the same output shapes and timing as an earlier one returns that object.
         self.results: dict[tuple[int, int], Any] = {}
+
+    def _bind(self, buffers: BufferTracker) -> None:
+        """Resolve the driver buffers the (bound, validated) request names: input views and output
+        destinations in their arrays, and the stamps they are valid for."""
+        bound: list[Any] = []
+        stamps: list[int] = []
+        template: list[np.ndarray | None] = []
+        reads = []
+        simple = True
+        for k, w in enumerate(self.inputs):
+            if w is not None and w[0] == "token":
+                buffer = buffers.lookup(w[1])
+                stamps.append(buffer.stamp)  # before the view: a change in between is seen as stale
+                bound.append(buffer)
+                template.append(buffer.read(w[2], w[3]))
+            elif w is not None and w[3] == w[4].itemsize * _count(w[5]):
+                template.append(None)
+                reads.append((k, w[1], w[2], w[5], w[4]))
+            else:
+                simple = False
+                template.append(None)
+        writes: list[tuple[int, int, np.dtype, np.ndarray | None, Any, memoryview | None]] | None = []
+        settle = []
+        for w in self.outputs:
+            if w is None:
+                writes = None
+                continue
+            if w[0] == "pool":
+                if writes is not None:
+                    writes.append((w[1], w[2], w[4], None, None, None))
+                continue
+            buffer = buffers.lookup(w[1])
+            found = buffer.destination(w[2])
+            raw = None
+            if found is None:
+                stamps.append(buffer.stamp)
+                dest = None
+            else:
+                dest, stamp = found
+                stamps.append(stamp)
+                raw = memoryview(dest).cast("B")  # type: ignore[arg-type]  # the bytes, for the small-copy path
+                if not buffer.initialized:
+                    settle.append((buffer, dest.shape))
+            bound.append(buffer)
+            if writes is not None:
+                writes.append((0, 0, w[2], dest, buffer, raw))
+        self.bound, self.stamps = tuple(bound), stamps
+        self._settle = tuple(settle)
+        if simple:
+            self._in_template = template
+            self._reads = tuple(reads)
+        if writes is not None:
+            self._writes = tuple(writes)
+
+    def fresh(self) -> bool:
+        """Every driver buffer the layout is bound to is as it was then (always True without buffers)."""
+        return not self.bound or list(map(_STAMP, self.bound)) == self.stamps
 
     def read_inputs(self, buffers: BufferTracker) -> list[np.ndarray | None]:
         """Zero-copy, read-only views of the inputs (from pools or driver buffers)."""
@@ -115,11 +211,17 @@ class RequestIo:
             # A read-only view of the pool's memory gives a read-only array without a flags update.
             if self._one_pool:
                 buf = pools[0].buffer.toreadonly()
-                for _p, offset, dims, dtype in reads:
+                for _k, _p, offset, dims, dtype in reads:
                     result.append(np.ndarray(dims, dtype, buf, offset))
                 return result
-            for p, offset, dims, dtype in reads:
-                result.append(np.ndarray(dims, dtype, pools[p].buffer.toreadonly(), offset))
+            template = self._in_template
+            if template is None:
+                for _k, p, offset, dims, dtype in reads:
+                    result.append(np.ndarray(dims, dtype, pools[p].buffer.toreadonly(), offset))
+                return result
+            result = template.copy()  # the driver buffers' views, bound in place
+            for k, p, offset, dims, dtype in reads:
+                result[k] = np.ndarray(dims, dtype, pools[p].buffer.toreadonly(), offset)
             return result
         for where in self.inputs:
             if where is None:
@@ -139,15 +241,29 @@ class RequestIo:
         got = (outputs[0].shape,) if len(outputs) == 1 else tuple(map(_SHAPE, outputs))
         shapes = self._shapes
         if shapes is None or shapes[0] != got:
-            shapes = self._shapes = (got, self._check_outputs(outputs, buffers))
+            reported = self._check_outputs(outputs, buffers)
+            interned = self._interned
+            if interned is not None:
+                if len(interned) >= CACHED_RESULTS:
+                    interned.clear()
+                reported = interned.setdefault(reported, reported)
+            shapes = self._shapes = (got, reported)
         elif not self.cacheable:
             self._check_outputs(outputs, buffers)
         pools: tuple[Any, ...] = self.request.pools
         writes = self._writes
         if writes is not None:
-            # The checks above put every result inside its region.
-            for k, (p, offset, dtype) in enumerate(writes):
+            # The checks above put every result inside its region (or made it fit its driver buffer).
+            for k, (p, offset, dtype, dest, buffer, raw) in enumerate(writes):
                 arr = outputs[k]
+                if buffer is not None:
+                    if dest is None or arr.shape != dest.shape:
+                        buffer.write(arr)  # sizes the buffer (or resizes it): bound again next time
+                    elif raw is not None and arr.nbytes <= SMALL_COPY_BYTES:
+                        raw[:] = arr.tobytes()  # in place, in the buffer's own array (as a pool's region)
+                    else:
+                        dest[...] = arr  # in place
+                    continue
                 buf = pools[p].buffer
                 if buf.readonly:
                     raise HalError(ErrorStatus.INVALID_ARGUMENT, f"output {k}: its pool is read-only")
@@ -158,6 +274,8 @@ class RequestIo:
                     buf[offset : offset + n] = arr.tobytes()
                 else:
                     np.ndarray(arr.shape, dtype, buf, offset)[...] = arr
+            for buffer, dims in self._settle:
+                buffer.written(dims)  # first write: initialised now (its stamp changes)
             return shapes[1]
         for k, (where, arr) in enumerate(zip(self.outputs, outputs, strict=True)):
             if where is None:
@@ -223,7 +341,7 @@ def _where(arg: Any, operand: Any, pools: tuple, dims: tuple[int, ...], is_input
 
 
 class IoCache:
-    """The layouts of a prepared model's recent token-free requests, by request identity; thread-safe.
+    """The layouts of a prepared model's recent requests, by request identity; thread-safe.
 
     Entries hold their Request (so its identity stays unique), not views of its pools: a pool closed
     by its owner is unmapped as usual.
@@ -232,18 +350,21 @@ class IoCache:
     def __init__(self, size: int = CACHED_REQUESTS) -> None:
         self.size = size
         self.entries: dict[int, RequestIo] = {}  # id(request) -> layout; read without the lock
+        #: Output shapes reported by the layouts, each equal tuple once (see RequestIo's `interned`).
+        self.shapes: dict[tuple[OutputShape, ...], tuple[OutputShape, ...]] = {}
         self._lock = threading.Lock()
 
     def get(self, request: Request) -> RequestIo | None:
+        """The layout of this very request object while its driver buffers are unchanged, or None."""
         io = self.entries.get(id(request))
-        return io if io is not None and io.request is request else None
+        return io if io is not None and io.key is request and io.fresh() else None
 
     def put(self, io: RequestIo) -> None:
         if not io.cacheable:
             return
         with self._lock:
-            self.entries.pop(id(io.request), None)
-            self.entries[id(io.request)] = io
+            self.entries.pop(id(io.key), None)
+            self.entries[id(io.key)] = io
             while len(self.entries) > self.size:
                 del self.entries[next(iter(self.entries))]
 

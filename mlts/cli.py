@@ -96,6 +96,9 @@ def main(ctx: click.Context, verbose: bool, extensions_allowlist: str | None) ->
     """
     ctx.ensure_object(dict)
     ctx.obj["verbose"] = verbose
+    from mlts.hal import vlog
+
+    vlog.configure_stderr()  # MLTS_VLOG's tags, if any, on stderr (docs/logging.md)
     if extensions_allowlist is not None:
         from mlts.runtime.allowlist import select_file
 

@@ -20,7 +20,7 @@ import ctypes
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -139,7 +139,7 @@ class FusedCell:
     too (the LSTM op's step from x and h); otherwise only the recurrent ones (a sequence's steps,
     whose input parts with the bias are computed for all steps at once)."""
 
-    __slots__ = ("cfg", "w", "panels", "_keep", "_const", "_const_ptr", "_steps")
+    __slots__ = ("cfg", "w", "panels", "_keep", "_const", "_const_ptr")
 
     def __init__(self, cfg: LstmConfig, w: Weights, with_input: bool) -> None:
         self.cfg = cfg
@@ -159,8 +159,6 @@ class FusedCell:
             u, k1, k2, g, cfg.activation, cfg.cell_clip, self.panels.ctypes.data, _ptr(bias), *map(_ptr, peep)
         )
         self._const_ptr = ctypes.addressof(self._const)
-        # id(workspace) -> _StepBuffers of the LSTM op's step in that workspace
-        self._steps: dict[int, _StepBuffers] = {}
 
     def _step_buffers(self, ws: Workspace, batch: int) -> _StepBuffers:
         """The step's outputs in `ws` (the workspace's own output buffers, so that results a run
@@ -172,7 +170,8 @@ class FusedCell:
         bufs = _StepBuffers(
             ws, ws.step, batch, gates, c_new, h_pre, gates.ctypes.data, c_new.ctypes.data, h_pre.ctypes.data
         )
-        self._steps[id(ws)] = bufs
+        # Kept by the workspace (not here): a workspace the driver drops takes its buffers with it.
+        ws.bound[self] = bufs
         return bufs
 
     def step(self, x: np.ndarray, h: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -181,8 +180,8 @@ class FusedCell:
         if ws is None:
             return self._step_alone(x, h, c)
         batch = len(x)
-        bufs = self._steps.get(id(ws))
-        if bufs is None or bufs.ws is not ws or bufs.step != ws.step or bufs.batch != batch:
+        bufs = cast("_StepBuffers | None", ws.bound.get(self))
+        if bufs is None or bufs.step != ws.step or bufs.batch != batch:
             bufs = self._step_buffers(ws, batch)
         # Row strides: a contiguous float32 row-major array's is its width (any with one row).
         if x.dtype != F32 or not x.flags.c_contiguous:

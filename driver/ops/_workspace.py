@@ -160,6 +160,15 @@ class WorkspacePool:
     def release(self, ws: Workspace) -> None:
         self._free.append(ws)
 
+    def drop_free(self) -> int:
+        """Forget the free workspaces (their buffers go with them); in use ones come back as usual."""
+        free, self._free = self._free, []
+        return len(free)
+
+    def __len__(self) -> int:
+        """Free workspaces kept."""
+        return len(self._free)
+
 
 def activate(ws: Workspace) -> Token[Workspace | None]:
     """Make `ws` the workspace of the kernels this thread runs until `deactivate`."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import contextmanager
 
 import click
 
@@ -267,7 +268,8 @@ def input_settings(
 
 
 def qos_options(fn):
-    """--priority, --preference, --deadline-ms and --loop-timeout-ms (mlts.runtime.qos_settings)."""
+    """--priority, --preference, --deadline-ms, --prepare-deadline-ms and --loop-timeout-ms
+    (mlts.runtime.qos_settings)."""
     options = [
         click.option(
             "--priority",
@@ -288,7 +290,16 @@ def qos_options(fn):
             type=click.FloatRange(0, 3_600_000, min_open=True),
             default=None,
             metavar="MS",
-            help="A deadline this far ahead on every prepare and execution (missed: MISSED_DEADLINE_*).",
+            help="A deadline this far ahead on every execution (missed: MISSED_DEADLINE_*); preparation "
+            "has its own, --prepare-deadline-ms.",
+        ),
+        click.option(
+            "--prepare-deadline-ms",
+            type=click.FloatRange(0, 3_600_000, min_open=True),
+            default=None,
+            metavar="MS",
+            help="A deadline this far ahead on every model preparation; the driver may abandon one that "
+            "cannot finish in time (MISSED_DEADLINE_*).",
         ),
         click.option(
             "--loop-timeout-ms",
@@ -303,12 +314,18 @@ def qos_options(fn):
     return fn
 
 
-def qos_settings(priority: str, preference: str, deadline_ms: float | None, loop_timeout_ms: float | None):
+def qos_settings(
+    priority: str,
+    preference: str,
+    deadline_ms: float | None,
+    loop_timeout_ms: float | None,
+    prepare_deadline_ms: float | None = None,
+):
     """The QosSettings of the options; a bad value is a one-line error."""
     from mlts.runtime.qos_settings import QosSettings
 
     try:
-        return QosSettings.from_names(priority, preference, deadline_ms, loop_timeout_ms)
+        return QosSettings.from_names(priority, preference, deadline_ms, loop_timeout_ms, prepare_deadline_ms)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
 
@@ -348,3 +365,31 @@ def distribution(lab_file: str | None, cluster: str | None):
         check_cluster_option(cluster)
         require_engine()
     return (load_lab(lab_file) if lab_file is not None else None), cluster
+
+
+trace_option = click.option(
+    "--trace",
+    "trace_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Write the phases of every preparation and execution (IPC, queueing in the driver service, "
+    "execution) as Chrome-trace / Perfetto JSON to FILE (open it in ui.perfetto.dev or chrome://tracing).",
+)
+
+
+@contextmanager
+def tracing(trace_file: str | None, quiet: bool = False):
+    """Record the run into `trace_file` (mlts.runtime.trace) while the block runs; written even if it fails."""
+    if trace_file is None:
+        yield
+        return
+    from mlts.runtime.trace import TraceWriter
+
+    writer = TraceWriter(trace_file)
+    try:
+        yield
+    finally:
+        events = writer.close()
+        if not quiet:
+            click.echo(f"trace: {trace_file} ({events} events)", err=True)

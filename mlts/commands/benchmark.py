@@ -24,6 +24,8 @@ from mlts.commands._common import (
     qos_options,
     qos_settings,
     seconds,
+    trace_option,
+    tracing,
     user_model_options,
 )
 from mlts.commands._run_end import report_file_options
@@ -244,6 +246,7 @@ def check_out_dir(out: Path, force: bool) -> None:
     "unaffected.",
 )
 @driver_socket_option
+@trace_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results document to stdout (no table).")
 @click.option("--quiet", is_flag=True, help="No progress and no table; errors and the exit status only.")
 @report_file_options
@@ -282,6 +285,7 @@ def benchmark(
     state_in_driver: bool,
     profile: bool,
     driver_sockets: tuple[str, ...],
+    trace_file: str | None,
     as_json: bool,
     quiet: bool,
     summary_file: str | None,
@@ -289,6 +293,7 @@ def benchmark(
     priority: str,
     preference: str,
     deadline_ms: float | None,
+    prepare_deadline_ms: float | None,
     loop_timeout_ms: float | None,
     lab_file: str | None,
     cluster: str | None,
@@ -380,7 +385,7 @@ def benchmark(
         nnapi_reference=nnapi_reference,
         driver_options=capabilities_options(capabilities_files),
         executions=EXECUTION_MODES if execution == "all" else (execution,),
-        qos=qos_settings(priority, preference, deadline_ms, loop_timeout_ms).to_dict(),
+        qos=qos_settings(priority, preference, deadline_ms, loop_timeout_ms, prepare_deadline_ms).to_dict(),
         state_in_driver=state_in_driver,
         profile=profile,
         reference=reference,
@@ -411,7 +416,7 @@ def benchmark(
         stamp_benchmark(doc, {s.name: s.socket for s in specs}, in_process=config.in_process)
 
     try:
-        with interrupt_on_termination():
+        with interrupt_on_termination(), tracing(trace_file, quiet or as_json):
             if lab is not None or cluster is not None:
                 doc = _distributed(
                     sources, specs, config, lab, cluster, burst_polling_us, quiet or as_json, save, settings

@@ -78,6 +78,7 @@ def calibrate(
     priority: str,
     preference: str,
     deadline_ms: float | None,
+    prepare_deadline_ms: float | None,
     loop_timeout_ms: float | None,
 ) -> None:
     """Measure the PerformanceInfo numbers a driver should report from getCapabilities.
@@ -112,7 +113,7 @@ def calibrate(
         workloads += parse_model_arguments(
             model_args, input_settings(input_shapes, input_values, files=False)
         )
-        qos = qos_settings(priority, preference, deadline_ms, loop_timeout_ms).to_dict()
+        qos = qos_settings(priority, preference, deadline_ms, loop_timeout_ms, prepare_deadline_ms).to_dict()
         config = CalibrationConfig(threads=threads, in_process=in_process, relaxed=relaxed, qos=qos)
         config = config.quick() if quick else config
         doc = run_calibration(

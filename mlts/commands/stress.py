@@ -23,6 +23,8 @@ from mlts.commands._common import (
     qos_options,
     qos_settings,
     seconds,
+    trace_option,
+    tracing,
     user_model_options,
 )
 from mlts.commands._run_end import report_file_options
@@ -205,6 +207,7 @@ def format_results(records: list[dict], width: int | None = None) -> list[str]:
     "--out", "out_dir", default=None, type=click.Path(), help="Folder for results.json and report.html."
 )
 @driver_socket_option
+@trace_option
 @click.option("--force", is_flag=True, help="Overwrite results already in --out.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results document to stdout (no table).")
 @click.option("--quiet", is_flag=True, help="No progress and no table.")
@@ -235,6 +238,7 @@ def stress(
     in_process: bool,
     out_dir: str | None,
     driver_sockets: tuple[str, ...],
+    trace_file: str | None,
     force: bool,
     as_json: bool,
     quiet: bool,
@@ -243,6 +247,7 @@ def stress(
     priority: str,
     preference: str,
     deadline_ms: float | None,
+    prepare_deadline_ms: float | None,
     loop_timeout_ms: float | None,
     lab_file: str | None,
     cluster: str | None,
@@ -321,7 +326,7 @@ def stress(
         driver_options=driver_options,
         in_process=in_process,
         execution=execution,
-        qos=qos_settings(priority, preference, deadline_ms, loop_timeout_ms).to_dict(),
+        qos=qos_settings(priority, preference, deadline_ms, loop_timeout_ms, prepare_deadline_ms).to_dict(),
     )
     try:
         modes = modes_of(mode)
@@ -372,14 +377,24 @@ def stress(
         write_report_files(doc, summary_file, junit_file)
 
     try:
-        if lab is not None or cluster is not None:
-            doc = _distributed(
-                modes, chosen, models, config, lab, cluster, plugin_files, progress, quiet or as_json, save
-            )
-        else:
-            doc = run_stress(modes, drivers, models, config, progress, checkpoint=save)
-        save(doc)
-        doc = latest[0]
+        with tracing(trace_file, quiet or as_json):
+            if lab is not None or cluster is not None:
+                doc = _distributed(
+                    modes,
+                    chosen,
+                    models,
+                    config,
+                    lab,
+                    cluster,
+                    plugin_files,
+                    progress,
+                    quiet or as_json,
+                    save,
+                )
+            else:
+                doc = run_stress(modes, drivers, models, config, progress, checkpoint=save)
+            save(doc)
+            doc = latest[0]
     except KeyboardInterrupt as e:
         if not latest:
             raise  # nothing ran yet: nothing to keep

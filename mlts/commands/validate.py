@@ -23,6 +23,8 @@ from mlts.commands._common import (
     input_settings,
     network_options,
     seconds,
+    trace_option,
+    tracing,
     user_model_options,
 )
 
@@ -238,6 +240,7 @@ def _options(items: tuple[str, ...]) -> dict[str, str]:
     "--threads", default=1, show_default=True, type=click.IntRange(1, 256), help="BLAS threads of the driver."
 )
 @distribution_options
+@trace_option
 @click.pass_context
 def validate_cmd(
     ctx: click.Context,
@@ -261,6 +264,7 @@ def validate_cmd(
     threads: int,
     lab_file: str | None,
     cluster: str | None,
+    trace_file: str | None,
 ) -> None:
     """Check that a driver obeys the NN HAL: the VTS/CTS of mlts (docs/validate.md).
 
@@ -350,7 +354,7 @@ def validate_cmd(
         threads=threads,
         log_dir=str(out / "logs"),
     )
-    with target:
+    with tracing(trace_file), target:
         _check_starts(target)
         if replay_file is not None:
             _replay(target, replay_file)

@@ -174,6 +174,11 @@ def _check_control_flow(model: Model, sub: Subgraph, op: Operation, where: str) 
         if not op.inputs:
             raise invalid(f"{where}: no inputs; IF takes a condition, two subgraphs and the branch inputs")
         cond_operand = sub.operands[op.inputs[0]]
+        if cond_operand.lifetime == L.NO_VALUE:
+            raise invalid(
+                f"{where}: input 0 (condition, operand {op.inputs[0]}) is omitted (NO_VALUE); an IF needs "
+                "a condition: it is not an optional input"
+            )
         if cond_operand.type != OperandType.TENSOR_BOOL8 or tuple(cond_operand.dimensions) != (1,):
             raise invalid(
                 f"{where}: input 0 (condition, operand {op.inputs[0]}) is {type_label(cond_operand.type)} "

@@ -9,8 +9,9 @@ from the buffer when the request leaves them open.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import Any
 
 from mlts.hal._validate_common import check_dims, is_int
@@ -186,3 +187,35 @@ def bind_buffers(request: Request, prepared: Any, lookup: Callable[[int], Any]) 
     if not used:
         return request
     return replace(request, inputs=tuple(new_inputs))
+
+
+def bound_state(pools: Sequence[Any], lookup: Callable[[int], Any]) -> tuple[Any, tuple]:
+    """What binding a request on `pools` depends on, for a caller that reuses a bound request.
+
+    Returns the pools with every buffer token replaced by None (compare them by identity) and, for
+    the tokens, the buffer objects and their state (`buffer_state`: what `bind_buffers` reads of
+    them). A request bound once binds to the same result while both are the same: a released and
+    reallocated token is another buffer object; a buffer given new dimensions or initialised since
+    compares unequal. Pools without tokens come back as they are, with ().
+    `lookup(token)` returns the buffer (or raises, as `bind_buffers` would).
+    """
+    buffers = [lookup(pool) for pool in pools if type(pool) is int]
+    if not buffers:
+        return pools, ()
+    return [None if type(pool) is int else pool for pool in pools], buffer_state(buffers)
+
+
+def buffer_state(buffers: Iterable[Any]) -> tuple:
+    """What of `buffers` a bound request depends on, comparable with ==: the buffer objects, and their
+    stamps (`Buffer.stamp`) when every one has a stamp, else their dimensions (tuples, replaced when
+    they change, as `Buffer.dimensions` is) and initialised flags."""
+    held = tuple(buffers)
+    stamps = tuple(map(_STAMP, held))
+    if None not in stamps:
+        return held, stamps
+    return held, tuple(map(_DIMENSIONS, held)), tuple(map(_INITIALIZED, held))
+
+
+_STAMP = attrgetter("stamp")
+_DIMENSIONS = attrgetter("dimensions")
+_INITIALIZED = attrgetter("initialized")

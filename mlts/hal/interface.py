@@ -85,12 +85,17 @@ class Buffer(ABC):
     """A driver-managed buffer (memory domains, HAL 1.3), named in requests by its token.
 
     `dimensions` are the current ones (set by allocation, copyFrom or the last
-    execution that wrote it); `initialized` says whether it holds data.
+    execution that wrote it; a new tuple when they change); `initialized` says
+    whether it holds data. `stamp`, optional, is a number the driver changes
+    whenever the dimensions, the initialised flag or the buffer's liveness
+    change: the service then checks a request it bound before by comparing
+    stamps (mlts.hal.buffer_use.buffer_state); None means no such number.
     """
 
     token: int = 0
     dimensions: tuple[int, ...] = ()
     initialized: bool = False
+    stamp: int | None = None
 
     def copyTo(self, dst: memoryview) -> None:
         """Copy the whole buffer into `dst` (exactly its size); uninitialised is GENERAL_FAILURE."""

@@ -12,6 +12,8 @@ import fcntl
 import mmap
 import os
 import stat
+import threading
+from typing import Any
 
 from mlts.hal import procctl
 from mlts.hal.enums import ErrorStatus
@@ -152,12 +154,14 @@ class SharedMemory:
         """A client's own file mapping (the `mmap_fd` analogue of memory domains' copies); takes `fd`.
 
         Unlike `from_fd` the fd is kept, so the memory can be sent: a service copies such a memory
-        once with pread/pwrite (`read_received`, `write_received`), never through a mapping, so it
-        needs no seals. Execution pools must still be sealed memfds.
+        with pread/pwrite (`read_received`, `write_received`; as a request pool, a `FileMemory`),
+        never through a mapping, so it needs no seals. A file opened read-only is mapped read-only.
         """
         try:
             _check_received(fd, size, 0, what)
-            mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE) if size else None
+            writable = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDWR
+            access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+            mm = mmap.mmap(fd, size, access=access) if size else None
         except BaseException:
             os.close(fd)
             raise
@@ -182,6 +186,120 @@ class SharedMemory:
 
     def __repr__(self) -> str:
         return f"SharedMemory(fd={self.fd}, size={self.size})"
+
+
+class FileMemory(SharedMemory):
+    """A request pool backed by a client's regular file (the HAL's `mmap_fd` memory), as a service holds it.
+
+    NNAPI drivers must accept `mmap_fd` pools. A service cannot safely map such a file itself: unlike
+    a sealed memfd, its owner can truncate it under the mapping, and touching the lost pages would
+    kill the service (SIGBUS). So the service keeps the file's fd and a private copy of the pool:
+    `load()` reads the file into the copy before an execution (a short file is GENERAL_FAILURE),
+    `store(regions)` writes the execution's output regions back after it. A file the client opened
+    read-only gives a read-only pool: it may hold inputs only (an output in it is GENERAL_FAILURE, the
+    status the HAL recommends for memory a driver cannot use).
+    """
+
+    __slots__ = ("file_fd", "writable", "_lock")
+
+    def __init__(self, file_fd: int, size: int, writable: bool) -> None:
+        mm = mmap.mmap(-1, size) if size else None
+        super().__init__(-1, size, mm)
+        if not writable:
+            self._view = self._view.toreadonly()
+        self.file_fd = file_fd
+        self.writable = writable
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_file(cls, fd: int, size: int, what: str = "pool") -> FileMemory:
+        """A pool of the first `size` bytes of the regular file `fd` (checked as `from_fd` does); takes `fd`."""
+        try:
+            _check_received(fd, size, 0, what)
+            mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+            return cls(fd, size, writable=mode == os.O_RDWR)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def load(self) -> None:
+        """Read the file into the pool (before an execution reads it)."""
+        if not self.size or self._map is None:
+            return
+        target = memoryview(self._map).cast("B")
+        with self._lock:
+            done = 0
+            while done < self.size:
+                n = os.preadv(self.file_fd, [target[done:]], done)
+                if n <= 0:
+                    raise HalError(
+                        ErrorStatus.GENERAL_FAILURE,
+                        f"file-backed pool: the file ended after {done} of its {self.size} bytes",
+                    )
+                done += n
+
+    def store(self, regions: list[tuple[int, int]]) -> None:
+        """Write the (offset, length) regions of the pool back to the file (after an execution wrote them)."""
+        view = memoryview(self._map).cast("B") if self._map is not None else memoryview(b"")
+        with self._lock:
+            for offset, length in regions:
+                done = 0
+                while done < length:
+                    n = os.pwrite(self.file_fd, view[offset + done : offset + length], offset + done)
+                    if n <= 0:
+                        raise HalError(ErrorStatus.GENERAL_FAILURE, "file-backed pool: cannot write the file")
+                    done += n
+
+    def close(self) -> None:
+        super().close()
+        if self.file_fd >= 0:
+            os.close(self.file_fd)
+            self.file_fd = -1
+
+    def __repr__(self) -> str:
+        return f"FileMemory(size={self.size}, writable={self.writable})"
+
+
+def receive_pool(fd: int, size: int, what: str = "pool") -> SharedMemory:
+    """A received request pool: a sealed memfd mapped (`from_fd`), or a client's regular file held as a
+    FileMemory (the HAL's `mmap_fd`); takes `fd`."""
+    try:
+        present = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    except OSError:
+        present = -1  # not a memfd: a file whose size nothing guarantees
+    if present < 0 and stat.S_ISREG(os.fstat(fd).st_mode):
+        return FileMemory.from_file(fd, size, what)
+    return SharedMemory.from_fd(fd, size, what=what)
+
+
+def file_pools_in(request: Any) -> list[tuple[FileMemory, list[tuple[int, int]]]]:
+    """Before an execution of `request`: load each FileMemory pool; what to `store` after it succeeds
+    (each writable file pool with the output regions in it). GENERAL_FAILURE for an output in a
+    read-only one."""
+    pending = []
+    for index, pool in enumerate(request.pools):
+        if not isinstance(pool, FileMemory):
+            continue
+        regions = [
+            (a.location.offset, a.location.length)
+            for a in request.outputs
+            if not a.has_no_value and a.location.pool_index == index and a.location.length
+        ]
+        if regions and not pool.writable:
+            raise HalError(
+                ErrorStatus.GENERAL_FAILURE,
+                f"request pool {index} is a file opened read-only; it can hold inputs only, not outputs",
+            )
+        pool.load()
+        if regions:
+            pending.append((pool, regions))
+    return pending
+
+
+def file_pools_out(pending: list[tuple[FileMemory, list[tuple[int, int]]]]) -> None:
+    """After a successful execution: write its outputs back to their files (see `file_pools_in`)."""
+    for pool, regions in pending:
+        pool.store(regions)
 
 
 Memory = HostMemory | SharedMemory

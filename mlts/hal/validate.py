@@ -17,6 +17,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
+from mlts.hal import vlog
 from mlts.hal._validate_common import is_int
 from mlts.hal._validate_graph import (
     MAX_NESTING,
@@ -81,6 +82,15 @@ def validate_model(model: Model, *, allowed_extensions: Collection[str] | None =
     for index, sub in graphs:
         check_operations(model, sub, subgraph_label(index), prefixes)
     check_references(model)
+    if vlog.on("model"):
+        vlog.log(
+            "model",
+            "valid model: %d operations, %d operands, %d referenced subgraphs, %d pools",
+            len(model.main.operations),
+            len(model.main.operands),
+            len(model.referenced),
+            len(model.pools),
+        )
 
 
 def validate_request(request: Request, model: Model, *, allow_unspecified_output: bool = True) -> None:

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 LIVENESS_STEP_S = 0.05
 #: The largest result message a client reads.
 MAX_RESULT_BYTES = 1 << 20
+#: Request messages a burst keeps for resending (the most recent ones).
+RECENT_REQUESTS = 4
 
 _set_seq = msg.U32.pack_into
 
@@ -67,9 +69,10 @@ class RemoteBurst(Burst):
         self._next_slot = 1
         self._closed = False
         self._broken: HalError | None = None
-        # The last request sent (request, measure, deadline, loop timeout, its message): resent with a
-        # new sequence number when the next execution is the same request object on the same pools.
-        self._last: tuple | None = None
+        # The last requests sent (request, measure, deadline, loop timeout, its message), most recent
+        # first: resent with a new sequence number when an execution is the same request object on the
+        # same pools (a few, so requests used in turn, driver buffers swapped every step, are too).
+        self._recent: list[tuple] = []
         self._results = msg.ResultDecoder()
         # Stretches the result window over the expected execution (never in low-power mode).
         self._expected = ExpectedWait(stretch_max_us() if self.polling_us > 0 else 0)
@@ -150,21 +153,28 @@ class RemoteBurst(Burst):
         try:
             if self._closed or self._broken is not None:
                 self._check_usable()
-            last = self._last
-            if (
-                last is not None
-                and last[0] is request
-                and (last[1] is measure or last[1] == measure)
-                and last[2] == deadline
-                and last[3] == loop_timeout_duration
-                and self._still_usable(request.pools)
-            ):
-                payload = last[4]  # the same request again: only its sequence number changes
-            else:
-                self._last = None
+            payload = None
+            for n, last in enumerate(self._recent):
+                if last[0] is request:
+                    if (
+                        (last[1] is measure or last[1] == measure)
+                        and last[2] == deadline
+                        and last[3] == loop_timeout_duration
+                        and self._still_usable(request.pools)
+                    ):
+                        payload = last[4]  # the same request again: only its sequence number changes
+                        if n:
+                            self._recent.insert(0, self._recent.pop(n))
+                    else:
+                        del self._recent[n]
+                    break
+            if payload is None:
                 pools = tuple(self._pool(n, p) for n, p in enumerate(request.pools))
                 payload = bytearray(self._encode(request, pools, measure, deadline, loop_timeout_duration))
-                self._last = (request, measure, deadline, loop_timeout_duration, payload)
+                self._recent = [
+                    (request, measure, deadline, loop_timeout_duration, payload),
+                    *self._recent[: RECENT_REQUESTS - 1],
+                ]
             self._seq = seq = (self._seq + 1) & 0xFFFFFFFF
             _set_seq(payload, 4, seq)  # msg.set_seq, inlined
             limit = self.device.execute_timeout if timeout is None else timeout
@@ -186,6 +196,8 @@ class RemoteBurst(Burst):
         if len(pools) == 1 and type(pools[0]) is SharedMemory:  # the common case: one pool
             return pools[0].fd >= 0 and id(pools[0]) in slots
         for pool in pools:
+            if type(pool) is int:  # a buffer token: nothing to go stale
+                continue
             if isinstance(pool, SharedMemory):
                 if pool.fd < 0 or id(pool) not in slots:
                     return False
@@ -303,7 +315,7 @@ class RemoteBurst(Burst):
         """Let the driver drop its mapping of `memory` (a pool used by this burst); unknown is a no-op."""
         with self._lock:
             entry = self._slots.pop(id(memory), None)
-            self._last = None
+            self._recent = []
             if entry is None or self._closed:
                 return
             try:

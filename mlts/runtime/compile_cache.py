@@ -128,17 +128,20 @@ class CompilationCache:
         model: Model,
         preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
         priority: Priority = Priority.MEDIUM,
+        deadline: int | None = None,
     ) -> tuple[PreparedModel, str]:
-        """The prepared model and how: "hit", "miss", "recompiled" or "uncached" (see the module docstring)."""
+        """The prepared model and how: "hit", "miss", "recompiled" or "uncached" (see the module docstring).
+
+        `deadline` (CLOCK_MONOTONIC ns) goes with every preparation it makes, from the cache or not."""
         self.last_reason = None
         needed = device.getNumberOfCacheFilesNeeded()
         if needed.num_model_cache == 0 and needed.num_data_cache == 0:
-            return device.prepareModel(model, preference, priority), UNCACHED
+            return device.prepareModel(model, preference, priority, deadline), UNCACHED
         token = cache_token(model, device.name, device.getVersionString())
         files = self.files(device.name, token, needed)
         rejected = None
         if files.usable():
-            prepared, rejected = self._from_cache(device, files, token)
+            prepared, rejected = self._from_cache(device, files, token, deadline)
             if prepared is not None:
                 return prepared, HIT
         try:
@@ -146,17 +149,17 @@ class CompilationCache:
             fds = open_files(files.paths, fresh=True)
         except OSError as e:
             self.last_reason = f"cannot use the cache files in {self.directory}: {e}"
-            return device.prepareModel(model, preference, priority), UNCACHED
+            return device.prepareModel(model, preference, priority, deadline), UNCACHED
         try:
             n = len(files.model)
-            prepared = device.prepareModel(model, preference, priority, None, fds[:n], fds[n:], token)
+            prepared = device.prepareModel(model, preference, priority, deadline, fds[:n], fds[n:], token)
         finally:
             close_files(fds)
         self.last_reason = rejected
         return prepared, MISS if rejected is None else RECOMPILED
 
     def _from_cache(
-        self, device: Device, files: CacheFiles, token: bytes
+        self, device: Device, files: CacheFiles, token: bytes, deadline: int | None = None
     ) -> tuple[PreparedModel | None, str]:
         """The model prepared from the files, or None and why the driver (or the file system) refused."""
         try:
@@ -165,9 +168,14 @@ class CompilationCache:
             return None, f"cannot open the cache files: {e}"
         try:
             n = len(files.model)
-            return device.prepareModelFromCache(fds[:n], fds[n:], token), ""
+            return device.prepareModelFromCache(fds[:n], fds[n:], token, deadline), ""
         except HalError as e:
-            if e.status == ErrorStatus.DEVICE_UNAVAILABLE:
+            # A missed deadline is not the cache's fault, and a fresh compile would only miss it too.
+            if e.status in (
+                ErrorStatus.DEVICE_UNAVAILABLE,
+                ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                ErrorStatus.MISSED_DEADLINE_PERSISTENT,
+            ):
                 raise
             return None, str(e)
         finally:

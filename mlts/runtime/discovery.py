@@ -9,6 +9,7 @@ from importlib import metadata
 from pathlib import Path
 
 from mlts.errors import InputError
+from mlts.hal import vlog
 from mlts.hal.interface import Device
 from mlts.hal.loader import device_classes, load_factory, load_file, unfinished_classes, unfinished_message
 from mlts.ipc.net.address import complete, is_network, parse
@@ -176,7 +177,15 @@ def open_device(
     in-process driver shares this process's threads instead, and a shared service has its own.
     """
     if spec.socket is not None:
+        vlog.log("manager", "driver %s: connecting to the shared service at %s", spec.name, spec.socket)
         return RemoteDevice.connect(spec.socket, **timeouts)
+    vlog.log(
+        "manager",
+        "driver %s: %s from %s",
+        spec.name,
+        "made in this process" if in_process else "starting a private service",
+        spec.factory,
+    )
     if in_process:
         factory = load_factory(spec.factory)
         try:

@@ -41,6 +41,16 @@ class DriverState:
             self.close()
             raise
         self._zeros = [np.zeros(shape, np.float32).tobytes() for _, _, shape in self.pairs]
+        # The tokens of each step's reads and writes, made once for each way round (a step alternates).
+        self._tokens = [
+            self._token_maps(a, b) for a, b in ((self._current, self._next), (self._next, self._current))
+        ]
+        self._parity = 0
+
+    def _token_maps(self, read: list[Buffer], written: list[Buffer]) -> tuple[dict[int, int], dict[int, int]]:
+        ins = {i: b.token for (i, _, _), b in zip(self.pairs, read, strict=True)}
+        outs = {o: b.token for (_, o, _), b in zip(self.pairs, written, strict=True)}
+        return ins, outs
 
     def reset(self) -> None:
         """Zero state for a new sequence."""
@@ -49,10 +59,10 @@ class DriverState:
 
     def step(self, feed: Sequence[Any]) -> tuple[list[np.ndarray | None], ExecutionResult]:
         """One step: the state inputs of `feed` are ignored; the state outputs come back as None."""
-        in_tokens = {i: b.token for (i, _, _), b in zip(self.pairs, self._current, strict=True)}
-        out_tokens = {o: b.token for (_, o, _), b in zip(self.pairs, self._next, strict=True)}
+        in_tokens, out_tokens = self._tokens[self._parity]
         outs, result = self.session.run(feed, in_tokens=in_tokens, out_tokens=out_tokens)
         self._current, self._next = self._next, self._current
+        self._parity ^= 1
         return outs, result
 
     def state(self) -> list[np.ndarray]:

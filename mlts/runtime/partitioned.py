@@ -2,9 +2,13 @@
 
 `PartitionedSession` plans the model with `mlts.runtime.partition.plan_partition`,
 prepares every step on its device and runs the steps in order, handing each
-the model inputs and intermediate tensors it reads. A step whose driver fails
-to prepare it (HalError) runs on the CPU path instead; the fallback is
-recorded with its reason.
+the model inputs and intermediate tensors it reads. When a driver fails to
+prepare its step, the whole model runs on the CPU path instead, as NNAPI's
+compilation falls back (CompilationBuilder::finish: the plan becomes one CPU
+step): the steps prepared so far are released and the failure is recorded
+with its reason. As in NNAPI, INVALID_ARGUMENT (a driver calling the request
+itself bad, NNAPI's BAD_DATA) is not recovered from, and neither is a model
+with extension operations, which the CPU path cannot run.
 
 The runtime's CPU path is a Device loaded in this process from a factory
 spec: by default `driver.variants:SampleAll`, the bundled reference driver's
@@ -23,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from mlts.hal import vlog
 from mlts.hal.enums import (
     DTYPE_NAME,
     UINT64_MAX,
@@ -75,7 +80,7 @@ def load_cpu_device(factory: CpuFactory = DEFAULT_CPU_SPEC) -> Device:
 
 @dataclass(frozen=True)
 class Fallback:
-    """Step `step` was planned on `device`, which could not prepare it; it runs on the CPU path."""
+    """Step `step` was planned on `device`, which could not prepare it: the model runs on the CPU path."""
 
     step: int
     device: str
@@ -117,24 +122,26 @@ def total_timing(results: Sequence[ExecutionResult]) -> Timing:
     )
 
 
-def release_after(plan: PartitionPlan) -> list[tuple[int, ...]]:
-    """Per step, the intermediates no later step reads (dropped once the step has run)."""
+def release_after(plan: PartitionPlan, steps: Sequence[Step] | None = None) -> list[tuple[int, ...]]:
+    """Per step (of `plan`, or `steps` run instead), the intermediates no later step reads (dropped once
+    the step has run)."""
+    steps = plan.steps if steps is None else steps
     keep = set(plan.model.main.output_indexes)
     last_reader: dict[int, int] = {}
-    for step in plan.steps:
+    for step in steps:
         for i in step.inputs:
             last_reader[i] = step.index
-    return [
-        tuple(i for i, s in last_reader.items() if s == step.index and i not in keep) for step in plan.steps
-    ]
+    return [tuple(i for i, s in last_reader.items() if s == step.index and i not in keep) for step in steps]
 
 
 class PartitionedSession:
     """A model split across drivers and the CPU path, prepared once; not thread-safe (one run at a time).
 
-    Attributes: `plan` (the PartitionPlan), `step_devices` (where each step actually runs),
-    `prepare_seconds` (per step, fallback included), `fallbacks`, `cpu_device` (None until a
-    step needs the CPU path).
+    Attributes: `plan` (the PartitionPlan), `steps` (what runs: the plan's steps, or after a
+    fallback one CPU step with the whole model), `step_devices` (where each of them runs),
+    `prepare_seconds` (per step; after a fallback the failed attempts included), `fallbacks` (the
+    driver that failed to prepare its step), `whole_model_fallback` (True after a fallback),
+    `cpu_device` (None until a step needs the CPU path).
     """
 
     def __init__(
@@ -165,45 +172,97 @@ class PartitionedSession:
             "mode": mode,
         }
         self._sessions: list[Session] = []
-        self._release = release_after(self.plan)
+        self.steps: tuple[Step, ...] = self.plan.steps
+        self.whole_model_fallback = False
         self._closed = False
         #: Intermediates kept in driver buffers (memory domains); None when not asked for.
         self.buffers: IntermediateBuffers | None = None
         try:
+            started = time.perf_counter()
             for step in self.plan.steps:
-                self._prepare(step)
-            if driver_buffers:
+                if not self._prepare(step):
+                    self._fall_back(time.perf_counter() - started)
+                    break
+            if driver_buffers and not self.whole_model_fallback:
                 self.buffers = allocate_intermediates(self.plan, self._sessions, self.step_devices)
         except BaseException:
             self.close()
             raise
+        self._release = release_after(self.plan, self.steps)
+        vlog.log("compilation", "partitioned: %s", self.summary())
+        # Each step's driver buffer tokens (position -> token) for its inputs and its outputs.
+        self._tokens = [
+            (self.buffers.tokens(step.inputs), self.buffers.tokens(step.outputs))
+            if self.buffers
+            else ({}, {})
+            for step in self.steps
+        ]
 
     # ------------------------------------------------------------ preparation
 
-    def _prepare(self, step: Step) -> None:
-        """Prepare `step` on its device, or on the CPU path when that is its place or its device fails."""
+    def _prepare(self, step: Step) -> bool:
+        """Prepare `step` on its device (or the CPU path when that is its place); False when its driver
+        failed in a way the whole model's CPU fallback recovers from (recorded in `fallbacks`)."""
         start = time.perf_counter()
-        session = self._device_session(step) if step.device != CPU else None
-        if session is None:
+        if step.device == CPU:
             session = self._cpu_session(step)
+        else:
+            found = self._device_session(step)
+            if found is None:
+                return False
+            session = found
         self._sessions.append(session)
-        self.step_devices.append(step.device if session.device is not self.cpu_device else CPU)
+        self.step_devices.append(step.device if step.device != CPU else CPU)
         self.prepare_seconds.append(time.perf_counter() - start)
+        return True
 
     def _device_session(self, step: Step) -> Session | None:
         """A Session of `step` on its planned driver; None (and a recorded fallback) when it fails to prepare."""
         try:
             return Session(self._devices[step.device], step.model, **self._options)
         except HalError as e:
-            used = extensions_used(step.model)
+            used = extensions_used(self.model)
             if used:  # the runtime's CPU path never runs vendor extensions
                 raise HalError(
                     e.status,
-                    f"step {step.index} uses extension {used[0]!r} and failed on {step.device} "
+                    f"step {step.index} failed on {step.device} and the model uses extension {used[0]!r} "
                     f"(extension operations have no CPU fallback): {e.message}",
                 ) from None
+            if e.status == ErrorStatus.INVALID_ARGUMENT:  # NNAPI's BAD_DATA: no fallback
+                raise HalError(
+                    e.status, f"step {step.index} on {step.device} failed to prepare: {e.message}"
+                ) from None
             self.fallbacks.append(Fallback(step.index, step.device, str(e)))
+            vlog.log(
+                "compilation",
+                "step %d failed to prepare on %s (%s): the whole model falls back to the CPU path",
+                step.index,
+                step.device,
+                e,
+            )
             return None
+
+    def _fall_back(self, seconds: float) -> None:
+        """After a driver failed to prepare its step: release what was prepared, and prepare the whole
+        model as one step on the CPU path (NNAPI's compilation fallback)."""
+        sessions, self._sessions = self._sessions, []
+        for session in reversed(sessions):
+            session.close()
+        sub = self.model.main
+        whole = Step(
+            0,
+            CPU,
+            tuple(range(len(sub.operations))),
+            tuple(sub.input_indexes),
+            tuple(sub.output_indexes),
+            self.model,
+        )
+        start = time.perf_counter()
+        self._sessions.append(self._cpu_session(whole))
+        self.steps = (whole,)
+        self.step_devices = [CPU]
+        self.prepare_seconds = [seconds + time.perf_counter() - start]
+        self.whole_model_fallback = True
 
     def _cpu_session(self, step: Step) -> Session:
         if self.cpu_device is None:
@@ -211,9 +270,10 @@ class PartitionedSession:
         try:
             return Session(self.cpu_device, step.model, **self._options)
         except HalError as e:
+            what = "the whole model" if step.model is self.model else f"step {step.index}"
             raise HalError(
                 e.status,
-                f"step {step.index} (operations {list(step.operations)}) cannot be prepared on the "
+                f"{what} (operations {list(step.operations)}) cannot be prepared on the "
                 f"runtime's CPU path: {e.message}",
             ) from None
 
@@ -246,12 +306,10 @@ class PartitionedSession:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "the partitioned session is closed")
         values = self._model_inputs(inputs)
         runs = []
-        for step, session, device, release in zip(
-            self.plan.steps, self._sessions, self.step_devices, self._release, strict=True
+        for step, session, device, release, (in_tokens, out_tokens) in zip(
+            self.steps, self._sessions, self.step_devices, self._release, self._tokens, strict=True
         ):
             start = time.perf_counter()
-            in_tokens = self.buffers.tokens(step.inputs) if self.buffers else {}
-            out_tokens = self.buffers.tokens(step.outputs) if self.buffers else {}
             try:
                 outputs, result = session.run(
                     [None if k in in_tokens else values[i] for k, i in enumerate(step.inputs)],
@@ -275,7 +333,7 @@ class PartitionedSession:
     def ran_on(self) -> tuple[str, ...]:
         """Per operation, where it runs after fallbacks: a driver name or CPU."""
         where = list(self.plan.assignment)
-        for step, device in zip(self.plan.steps, self.step_devices, strict=True):
+        for step, device in zip(self.steps, self.step_devices, strict=True):
             for k in step.operations:
                 where[k] = device
         return tuple(where)
@@ -290,12 +348,21 @@ class PartitionedSession:
         where = self.ran_on()
         for op in doc["operations"]:
             op["ran_on"] = where[op["index"]]
-        for entry, device, seconds in zip(doc["steps"], self.step_devices, self.prepare_seconds, strict=True):
-            entry["ran_on"] = device
-            entry["prepare_ms"] = seconds * 1000.0
+        if self.whole_model_fallback:
+            for entry in doc["steps"]:  # planned, never run: the whole model ran as one CPU step
+                entry["ran_on"] = CPU
+                entry["prepare_ms"] = None
+            doc["whole_model_prepare_ms"] = self.prepare_seconds[0] * 1000.0
+        else:
+            for entry, device, seconds in zip(
+                doc["steps"], self.step_devices, self.prepare_seconds, strict=True
+            ):
+                entry["ran_on"] = device
+                entry["prepare_ms"] = seconds * 1000.0
         doc["ran_on"] = self.coverage()
         doc["driver_buffers"] = self.buffers.describe() if self.buffers is not None else None
         doc["fallbacks"] = [{"step": f.step, "device": f.device, "reason": f.reason} for f in self.fallbacks]
+        doc["whole_model_fallback"] = self.whole_model_fallback
         cpu = self.cpu_factory
         doc["cpu_path"] = cpu if isinstance(cpu, str) else getattr(cpu, "__qualname__", repr(cpu))
         return doc
@@ -305,8 +372,8 @@ class PartitionedSession:
         counts = ", ".join(f"{name} {n}" for name, n in self.coverage().items() if n)
         text = f"{len(self.plan.steps)} steps; operations: {counts}"
         if self.fallbacks:
-            text += "; fallbacks: " + "; ".join(
-                f"step {f.step} {f.device} -> {CPU} ({f.reason})" for f in self.fallbacks
+            text += "; whole model on the CPU path: " + "; ".join(
+                f"step {f.step} failed on {f.device} ({f.reason})" for f in self.fallbacks
             )
         return text
 

@@ -1,7 +1,9 @@
-"""What a tool asks of the driver's quality of service: priority, preference, deadline, loop timeout.
+"""What a tool asks of the driver's quality of service: priority, preference, deadlines, loop timeout.
 
 One record shared by benchmark, stress and calibrate: it becomes a Session's keyword arguments and
-is written into results as plain JSON (names, not numbers).
+is written into results as plain JSON (names, not numbers). As NNAPI's calls take them, preparation
+and execution have deadlines of their own: `prepare_deadline_ms` ahead of every prepareModel,
+`deadline_ms` ahead of every execution.
 """
 
 from __future__ import annotations
@@ -34,14 +36,16 @@ class QosSettings:
     preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER
     deadline_ms: float | None = None
     loop_timeout_ms: float | None = None
+    prepare_deadline_ms: float | None = None
 
     def __post_init__(self) -> None:
         Priority(self.priority)
         ExecutionPreference(self.preference)
-        if self.deadline_ms is not None and not (
-            math.isfinite(self.deadline_ms) and 0 < self.deadline_ms <= MAX_DEADLINE_MS
-        ):
-            raise ValueError(f"deadline {self.deadline_ms} ms outside (0, {MAX_DEADLINE_MS:g}] ms")
+        for what, ms in (("deadline", self.deadline_ms), ("prepare deadline", self.prepare_deadline_ms)):
+            if ms is not None and not (
+                isinstance(ms, (int, float)) and math.isfinite(ms) and 0 < ms <= MAX_DEADLINE_MS
+            ):
+                raise ValueError(f"{what} {ms} ms outside (0, {MAX_DEADLINE_MS:g}] ms")
         if self.loop_timeout_ms is not None and not (
             math.isfinite(self.loop_timeout_ms) and 0 <= self.loop_timeout_ms <= MAX_LOOP_TIMEOUT_MS
         ):
@@ -56,13 +60,20 @@ class QosSettings:
         preference: str = "fast-single-answer",
         deadline_ms: float | None = None,
         loop_timeout_ms: float | None = None,
+        prepare_deadline_ms: float | None = None,
     ) -> QosSettings:
         """From the tools' option values; ValueError naming a bad one."""
         if priority not in PRIORITY_NAMES:
             raise ValueError(f"priority {priority!r} is not one of {', '.join(PRIORITY_NAMES)}")
         if preference not in PREFERENCE_NAMES:
             raise ValueError(f"preference {preference!r} is not one of {', '.join(PREFERENCE_NAMES)}")
-        return cls(PRIORITY_NAMES[priority], PREFERENCE_NAMES[preference], deadline_ms, loop_timeout_ms)
+        return cls(
+            PRIORITY_NAMES[priority],
+            PREFERENCE_NAMES[preference],
+            deadline_ms,
+            loop_timeout_ms,
+            prepare_deadline_ms,
+        )
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any] | None) -> QosSettings:
@@ -73,6 +84,7 @@ class QosSettings:
             str(doc.get("preference", "fast-single-answer")),
             doc.get("deadline_ms"),
             doc.get("loop_timeout_ms"),
+            doc.get("prepare_deadline_ms"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -80,6 +92,7 @@ class QosSettings:
             "priority": _name_of(PRIORITY_NAMES, self.priority),
             "preference": _name_of(PREFERENCE_NAMES, self.preference),
             "deadline_ms": self.deadline_ms,
+            "prepare_deadline_ms": self.prepare_deadline_ms,
             "loop_timeout_ms": self.loop_timeout_ms,
         }
 
@@ -89,5 +102,6 @@ class QosSettings:
             "priority": self.priority,
             "preference": self.preference,
             "deadline_ms": self.deadline_ms,
+            "prepare_deadline_ms": self.prepare_deadline_ms,
             "loop_timeout_ms": self.loop_timeout_ms,
         }

@@ -74,7 +74,13 @@ class RemoteDevice(Device):
         # id(request) -> (request, its pool descriptions, its JSON text); used under the send lock.
         self._request_texts: dict[int, tuple[Request, list[dict[str, Any]], bytes]] = {}
         # id(request) -> (request, its pool references, its compact form); used under the send lock.
-        self._templates: dict[int, tuple[Request, tuple[PoolRef, ...], compact_calls.RequestTemplate]] = {}
+        # id(request) -> (request, its pool references, its compact template, the pools to check on reuse)
+        self._templates: dict[
+            int,
+            tuple[
+                Request, tuple[PoolRef, ...], compact_calls.RequestTemplate, tuple[tuple[Any, PoolRef], ...]
+            ],
+        ] = {}
         #: Whether executions travel as compact calls (the service speaks protocol 1.4 or later).
         self.compact_calls = _speaks_compact(getattr(process, "hello", None))
         self._closed = False
@@ -371,21 +377,35 @@ class RemoteDevice(Device):
             return None
         return tuple(refs)
 
+    def _refs_hold(self, checks: tuple[tuple[Any, PoolRef], ...]) -> bool:
+        """Whether the pools of a cached template (those that are not plain tokens: a token stays what it
+        is) still have the references it was made with: what `_compact_refs` would give them now."""
+        for pool, ref in checks:
+            if isinstance(pool, SharedMemory):
+                entry = self._memories.get(id(pool))
+                if entry is None or entry[1] is not pool or entry[0] != ref.value or pool.fd < 0:
+                    return False
+                self._memories.move_to_end(id(pool))
+            elif pool.device is not self or pool.closed or pool.token != ref.value:  # a RemoteBuffer
+                return False
+        return True
+
     def _compact_template(self, request: Request) -> compact_calls.RequestTemplate | None:
         """The compact form of `request` (made once per request object), or None for the JSON path."""
+        known = self._templates.get(id(request))
+        if known is not None and known[0] is request and self._refs_hold(known[3]):
+            return known[2]
         refs = self._compact_refs(request)
         if refs is None:
             return None
-        known = self._templates.get(id(request))
-        if known is not None and known[0] is request and known[1] == refs:
-            return known[2]
         try:
             made = compact_calls.template(request, refs)
         except (ValueError, OverflowError, struct.error):
             return None  # a field beyond the compact format's range
         if len(self._templates) >= MAX_CACHED_REQUESTS:
             del self._templates[next(iter(self._templates))]
-        self._templates[id(request)] = (request, refs, made)
+        checks = tuple((p, r) for p, r in zip(request.pools, refs, strict=True) if type(p) is not int)
+        self._templates[id(request)] = (request, refs, made, checks)
         return made
 
     def _send_compact(

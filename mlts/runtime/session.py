@@ -9,7 +9,16 @@ from threading import get_ident
 
 import numpy as np
 
-from mlts.hal.enums import DTYPE_NAME, ErrorStatus, ExecutionPreference, MeasureTiming, OperandType, Priority
+from mlts.hal import trace, vlog
+from mlts.hal.enums import (
+    DTYPE_NAME,
+    UINT64_MAX,
+    ErrorStatus,
+    ExecutionPreference,
+    MeasureTiming,
+    OperandType,
+    Priority,
+)
 from mlts.hal.errors import HalError
 from mlts.hal.interface import Burst, Device, PreparedModel
 from mlts.hal.memory import SharedMemory
@@ -24,6 +33,8 @@ from mlts.runtime.retry import DEFAULT_RETRY, RetryPolicy, RetryStats, call_with
 
 #: Every input and output region starts at a multiple of this.
 ALIGNMENT = 64
+#: Layouts naming driver buffers a Session keeps (by their tokens), the most recent ones.
+MAX_TOKEN_LAYOUTS = 8
 _PAGE = 4096
 
 
@@ -77,6 +88,10 @@ class _Layout:
     read_views: list[np.ndarray] = field(default_factory=list)
     #: No driver buffer named: `Session.run` may reuse the layout after checking only the inputs.
     plain: bool = False
+    #: Inputs taken from driver buffers (their arrays are ignored).
+    skip_in: frozenset[int] = frozenset()
+    #: Copies of the token mappings the layout was made for (input index -> token, output index -> token).
+    token_maps: tuple[dict[int, int], dict[int, int]] = ({}, {})
 
 
 class Session:
@@ -87,9 +102,11 @@ class Session:
     With `cache` the model is prepared through that compilation cache; `cache_outcome` then says
     how ("hit", "miss", "recompiled" or "uncached"), else it is None.
 
-    `deadline_ms` gives every prepare and execution a deadline that far ahead; `loop_timeout_ms` is
-    WHILE's loop timeout (the driver's default, 2 s, when None). TRANSIENT errors are retried as
-    `retry` allows; `retry_stats` counts the retries and the errors by status.
+    `deadline_ms` gives every execution a deadline that far ahead and `prepare_deadline_ms` the
+    preparation (the two are separate, as NNAPI's calls take them: a deadline fit for one execution
+    is far too short for a compilation); `loop_timeout_ms` is WHILE's loop timeout (the driver's
+    default, 2 s, when None). TRANSIENT errors are retried as `retry` allows; `retry_stats` counts
+    the retries and the errors by status.
 
     `profile` asks the driver for per-operation times with every execution (`Request.measure_operations`);
     a driver's record is checked against the model (`mlts.hal.operation_times.check_result_times`) and
@@ -111,10 +128,12 @@ class Session:
         loop_timeout_ms: float | None = None,
         retry: RetryPolicy = DEFAULT_RETRY,
         profile: bool = False,
+        prepare_deadline_ms: float | None = None,
     ) -> None:
         self.device = device
         self.profile = profile
         self.deadline_ms = _positive_ms(deadline_ms, "deadline")
+        self.prepare_deadline_ms = _positive_ms(prepare_deadline_ms, "prepare deadline")
         self.loop_timeout_ns = (
             None if loop_timeout_ms is None else int(_loop_timeout_ms(loop_timeout_ms) * 1e6)
         )
@@ -133,6 +152,7 @@ class Session:
         self._out_bytes: list[int | None] = [
             op.byte_size() if op.is_fully_specified else None for op in self._outputs
         ]
+        self._out_key = tuple(self._out_bytes)  # as layouts' keys hold it
         if mode == "fenced" and None in self._out_bytes:
             raise HalError(
                 ErrorStatus.INVALID_ARGUMENT,
@@ -140,25 +160,62 @@ class Session:
             )
         self._pool: SharedMemory | None = None
         self._layout: _Layout | None = None
+        # Layouts of runs naming driver buffers, by their tokens: a caller alternating buffers (the state
+        # of a recurrent model kept in the driver) sends each one's very Request object again.
+        self._token_layouts: dict[tuple, _Layout] = {}
+        # The token mappings callers passed recently and their layouts (see `_token_layout`).
+        self._token_seen: list[tuple[Mapping[int, int], Mapping[int, int], _Layout]] = []
         self._burst: tuple[int, Burst] | None = None  # (thread id, its burst) in mode "burst"
         self.cache_outcome: str | None = None
         self.prepared: PreparedModel | None
+        started = time.perf_counter()
+        start_ns = trace.now_ns()
         if cache is None:
             self.prepared = call_with_retries(
-                lambda: device.prepareModel(model, preference, priority, self._deadline()),
+                lambda: device.prepareModel(model, preference, priority, self._prepare_deadline()),
                 retry,
                 self.retry_stats,
             )
         else:
             self.prepared, self.cache_outcome = call_with_retries(
-                lambda: cache.prepare(device, model, preference, priority), retry, self.retry_stats
+                lambda: cache.prepare(device, model, preference, priority, self._prepare_deadline()),
+                retry,
+                self.retry_stats,
+            )
+        if trace.enabled:
+            trace.span(
+                "prepare",
+                "compilation",
+                start_ns,
+                trace.now_ns(),
+                driver=getattr(device, "name", "driver"),
+                operations=len(model.main.operations),
+                cache=self.cache_outcome,
+            )
+        if vlog.on("compilation"):
+            vlog.log(
+                "compilation",
+                "prepared %d operations on %s in %.3f ms (preference %s, priority %s, deadline %s, cache %s)",
+                len(model.main.operations),
+                getattr(device, "name", "driver"),
+                (time.perf_counter() - started) * 1e3,
+                ExecutionPreference(preference).name,
+                Priority(priority).name,
+                "none" if self.prepare_deadline_ms is None else f"{self.prepare_deadline_ms:g} ms",
+                self.cache_outcome or "not used",
             )
 
     def _deadline(self) -> int | None:
-        """A fresh deadline (CLOCK_MONOTONIC ns) `deadline_ms` from now, or None."""
+        """A fresh execution deadline (CLOCK_MONOTONIC ns) `deadline_ms` from now, or None."""
         if self.deadline_ms is None:
             return None
         return time.monotonic_ns() + int(self.deadline_ms * 1e6)
+
+    def _prepare_deadline(self) -> int | None:
+        """A fresh preparation deadline `prepare_deadline_ms` from now, or None."""
+        if self.prepare_deadline_ms is None:
+            return None
+        return time.monotonic_ns() + int(self.prepare_deadline_ms * 1e6)
 
     def _execute(self, request: Request) -> ExecutionResult:
         assert self.prepared is not None
@@ -229,6 +286,8 @@ class Session:
 
     def _release_pool(self) -> None:
         self._layout = None  # its views point into the pool
+        self._token_layouts.clear()
+        self._token_seen = []
         pool, self._pool = self._pool, None
         if pool is None:
             return
@@ -259,7 +318,15 @@ class Session:
         )
         layout = self._layout
         if layout is None or layout.key != key or layout.pool is not self._pool:
-            layout = self._layout = self._new_layout(key, arrays, in_tokens, out_tokens)
+            tokens = key[1:3]
+            layout = self._token_layouts.get(tokens) if in_tokens or out_tokens else None
+            if layout is None or layout.key != key or layout.pool is not self._pool:
+                layout = self._new_layout(key, arrays, in_tokens, out_tokens)
+                if in_tokens or out_tokens:
+                    if len(self._token_layouts) >= MAX_TOKEN_LAYOUTS:
+                        del self._token_layouts[next(iter(self._token_layouts))]
+                    self._token_layouts[tokens] = layout
+            self._layout = layout
         for arr, view in zip(arrays, layout.in_views, strict=True):
             if view is not None:
                 view[...] = arr
@@ -311,7 +378,10 @@ class Session:
         )
         request = Request(inputs, outputs, tuple(pools), self.profile)
         plain = not in_tokens and not out_tokens
-        return _Layout(key, request, [loc.offset for loc in out_locs], pool, in_views, plain=plain)
+        layout = _Layout(key, request, [loc.offset for loc in out_locs], pool, in_views, plain=plain)
+        layout.skip_in = frozenset(in_tokens)
+        layout.token_maps = (dict(in_tokens), dict(out_tokens))
+        return layout
 
     # ------------------------------------------------------------ running
 
@@ -330,18 +400,39 @@ class Session:
         if self.prepared is None:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "the session is closed")
         layout = self._layout
-        if (
+        if in_tokens or out_tokens:
+            # Driver buffers: the layout made for these tokens, when the other inputs fit it.
+            layout = self._token_layout(in_tokens, out_tokens)
+            if (
+                layout is None
+                or layout.pool is not self._pool
+                or layout.key[3] != self._out_key
+                or layout.key[4] != self.profile
+                or not self._refill(layout, inputs, layout.skip_in)
+            ):
+                layout = self._request(self._check_inputs(inputs, in_tokens), in_tokens, out_tokens)
+            else:
+                self._layout = layout  # refilled: the inputs fit it
+        elif (
             layout is None
             or not layout.plain
-            or in_tokens
-            or out_tokens
             or layout.key[4] != self.profile
             or not self._refill(layout, inputs)
         ):
-            arrays = self._check_inputs(inputs, in_tokens)
-            layout = self._request(arrays, in_tokens, out_tokens)
-        else:
-            arrays = inputs  # type: ignore[assignment]  # checked by _refill: the layout's shapes and dtypes
+            layout = self._request(self._check_inputs(inputs, in_tokens), in_tokens, out_tokens)
+        if trace.enabled or "execution" in vlog.enabled:
+            return self._logged_run(inputs, in_tokens, out_tokens, layout)
+        return self._run_layout(inputs, in_tokens, out_tokens, layout)
+
+    def _run_layout(
+        self,
+        inputs: Sequence[np.ndarray | None],
+        in_tokens: Mapping[int, int],
+        out_tokens: Mapping[int, int],
+        layout: _Layout,
+    ) -> tuple[list[np.ndarray | None], ExecutionResult]:
+        """Execute the request of `layout` (its inputs written); outputs too small for a result whose
+        shape was unknown are laid out again and the execution repeated once."""
         request = layout.request
         try:
             result = self._execute(request)
@@ -357,8 +448,11 @@ class Session:
                 shape = e.output_shapes[k]
                 needed = int(np.prod(shape.dimensions, dtype=np.int64)) * self._out_dtypes[k].itemsize
                 self._out_bytes[k] = max(needed, request.outputs[k].location.length)
+            self._out_key = tuple(self._out_bytes)
             self._layout = None  # laid out for the old output sizes
-            layout = self._request(arrays, in_tokens, out_tokens)
+            self._token_layouts.clear()
+            self._token_seen = []
+            layout = self._request(self._check_inputs(inputs, in_tokens), in_tokens, out_tokens)
             result = self._execute(layout.request)
         times = result.operation_times
         if times is not None:
@@ -373,15 +467,81 @@ class Session:
                 )
         return self._read_outputs(layout, result, out_tokens), result
 
-    def _refill(self, layout: _Layout, inputs: Sequence[np.ndarray | None]) -> bool:
-        """Write `inputs` into a plain layout's input regions if they are arrays of the shapes and
-        dtypes it was made for; False when one is not (the caller then lays all of them out again)."""
+    def _logged_run(
+        self,
+        inputs: Sequence[np.ndarray | None],
+        in_tokens: Mapping[int, int],
+        out_tokens: Mapping[int, int],
+        layout: _Layout,
+    ) -> tuple[list[np.ndarray | None], ExecutionResult]:
+        """`_run_layout` logged (MLTS_VLOG's `execution` tag) and traced (`--trace`): path, time, outcome."""
+        started = time.perf_counter()
+        start_ns = trace.now_ns()
+        name = getattr(self.device, "name", "driver")
+        try:
+            outs, result = self._run_layout(inputs, in_tokens, out_tokens, layout)
+        except HalError as e:
+            ms = (time.perf_counter() - started) * 1e3
+            vlog.log("execution", "%s %s: %s after %.3f ms", name, self.mode, e, ms)
+            trace.span(
+                f"execute/{self.mode}", "execution", start_ns, trace.now_ns(), driver=name, error=str(e)
+            )
+            raise
+        timing = result.timing
+        trace.span(
+            f"execute/{self.mode}",
+            "execution",
+            start_ns,
+            trace.now_ns(),
+            driver=name,
+            driver_buffers=len(in_tokens) + len(out_tokens),
+            time_on_device_us=None if timing.time_on_device == UINT64_MAX else timing.time_on_device,
+            time_in_driver_us=None if timing.time_in_driver == UINT64_MAX else timing.time_in_driver,
+        )
+        if "execution" not in vlog.enabled:
+            return outs, result
+        timing = result.timing
+        vlog.log(
+            "execution",
+            "%s %s: %.3f ms, %d driver buffer(s); output shapes %s; on device %s us, in driver %s us",
+            name,
+            self.mode,
+            (time.perf_counter() - started) * 1e3,
+            len(in_tokens) + len(out_tokens),
+            [list(s.dimensions) for s in result.output_shapes],
+            "-" if timing.time_on_device == UINT64_MAX else timing.time_on_device,
+            "-" if timing.time_in_driver == UINT64_MAX else timing.time_in_driver,
+        )
+        return outs, result
+
+    def _token_layout(self, in_tokens: Mapping[int, int], out_tokens: Mapping[int, int]) -> _Layout | None:
+        """The layout made for these tokens: found by the mappings' identity when the caller passes the
+        same ones again (a DriverState does) and they still hold the same tokens, else by their items."""
+        for seen_in, seen_out, seen in self._token_seen:
+            if seen_in is in_tokens and seen_out is out_tokens:
+                maps = seen.token_maps
+                if maps[0] == in_tokens and maps[1] == out_tokens:
+                    return seen
+                break
+        layout = self._token_layouts.get((tuple(in_tokens.items()), tuple(out_tokens.items())))
+        if layout is not None:
+            self._token_seen = [(in_tokens, out_tokens, layout), *self._token_seen[: MAX_TOKEN_LAYOUTS - 1]]
+        return layout
+
+    def _refill(
+        self, layout: _Layout, inputs: Sequence[np.ndarray | None], skip: frozenset[int] = frozenset()
+    ) -> bool:
+        """Write `inputs` into a layout's input regions if they are arrays of the shapes and dtypes it
+        was made for (inputs in `skip` come from driver buffers and are ignored); False when one is not
+        (the caller then lays all of them out again)."""
         shapes = layout.key[0]
         dtypes = self._in_dtypes
         views = layout.in_views
         if len(inputs) != len(shapes):
             return False
         for k, value in enumerate(inputs):
+            if skip and k in skip:
+                continue
             if type(value) is not np.ndarray or value.shape != shapes[k]:
                 return False
             dtype = value.dtype
@@ -395,22 +555,31 @@ class Session:
     def _read_outputs(
         self, layout: _Layout, result: ExecutionResult, skip: Mapping[int, int] = {}
     ) -> list[np.ndarray | None]:
-        if not skip:
-            # The common case: every output has a view of the shape the driver reports.
-            shapes = result.output_shapes
-            if shapes is layout.read_shapes:  # the very shapes read last time (a repeated result)
+        # The common case: every output read has a view of the shape the driver reports.
+        shapes = result.output_shapes
+        if shapes is layout.read_shapes:  # the very shapes read last time (a repeated result)
+            if not skip:
                 return [view.copy() for view in layout.read_views]
-            views = layout.out_views
-            if len(shapes) == len(views) == len(self._outputs):
-                copies: list[np.ndarray | None] = []
-                for k, shape in enumerate(shapes):
-                    known = views[k]
-                    if not shape.dimensions or known.shape != shape.dimensions:
+            return [None if view is None else view.copy() for view in layout.read_views]
+        views = layout.out_views
+        if len(shapes) == len(self._outputs) and len(views) + len(skip) == len(shapes):
+            copies: list[np.ndarray | None] = []
+            read: list = []
+            for k, shape in enumerate(shapes):
+                known = views.get(k)
+                if known is None:
+                    if k not in skip:
                         break
-                    copies.append(known.copy())
-                else:
-                    layout.read_shapes, layout.read_views = shapes, [views[k] for k in range(len(shapes))]
-                    return copies
+                    copies.append(None)
+                    read.append(None)
+                    continue
+                if not shape.dimensions or known.shape != shape.dimensions:
+                    break
+                copies.append(known.copy())
+                read.append(known)
+            else:
+                layout.read_shapes, layout.read_views = shapes, read
+                return copies
         pool = layout.pool
         request = layout.request
         outputs: list[np.ndarray | None] = []

@@ -45,6 +45,8 @@ from mlts.validate.operations_data import (
 from mlts.validate.operations_exec import NoDriverMemory, PreparedCase, host_request
 from mlts.validate.operations_model import OpModel, assemble, take_apart, to_nchw
 from mlts.validate.operations_refs import REFERENCES, Ctx
+from mlts.validate.operations_signed import CHECK as SIGNED_CHECK
+from mlts.validate.operations_signed import LEFT_OUT, run_pairs
 
 SUITE = "operations"
 T = OperandType
@@ -393,20 +395,24 @@ def _sync_outputs(target: Target, model: Any, v: Variant) -> list[np.ndarray]:
 
 
 def run(target: Target, options: SuiteOptions, emit: Callable[[CaseResult], None]) -> None:
-    """Run the operations suite on `target`, emitting one result per case × check."""
+    """Run the operations suite on `target`, emitting one result per case × check, then the
+    signed-vs-unsigned cases of every operation it claims in both 8-bit types (operations_signed)."""
     items = [c for c in combos() if _selected(c, options)]
     flags = claimed(target, items)
     index = 0
+    pairs: list[tuple[Variant, Combo]] = []
+    claimed_set = {c for c, ok in zip(items, flags, strict=True) if ok}
     for combo, supported in zip(items, flags, strict=True):
         if not supported:
-            emit(
-                CaseResult(
-                    SUITE,
-                    case_name(combo, "", "not claimed"),
-                    "skip",
-                    "the driver does not claim it (getSupportedOperations)",
+            if options.wants(case_name(combo, "", "not claimed")):
+                emit(
+                    CaseResult(
+                        SUITE,
+                        case_name(combo, "", "not claimed"),
+                        "skip",
+                        "the driver does not claim it (getSupportedOperations)",
+                    )
                 )
-            )
             continue
         try:
             vs = list(variants(combo, options.seed))
@@ -423,13 +429,22 @@ def run(target: Target, options: SuiteOptions, emit: Callable[[CaseResult], None
         for v in vs:
             _run_variant(target, v, index, options, emit)
             index += 1
+        signed = Combo(combo.op, T.TENSOR_QUANT8_ASYMM_SIGNED, combo.per_channel)
+        if combo.key == T.TENSOR_QUANT8_ASYMM and signed in claimed_set and combo.op not in LEFT_OUT:
+            pairs.append((vs[0], signed))
+    run_pairs(target, pairs, options, emit, SUITE, lambda c, check: case_name(c, "", check))
 
 
 def _selected(combo: Combo, options: SuiteOptions) -> bool:
-    """Whether --filter selects any case of this combination (whatever the shard: every shard enumerates
-    the same combinations, so quick runs rotate their checks alike)."""
+    """Whether --filter selects any case of this combination (a signed-vs-unsigned case needs both;
+    whatever the shard: every shard enumerates the same combinations, so quick runs rotate their
+    checks alike)."""
     options = options.unsharded()
     if options.filter is None:
         return True
+    if combo.key in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED):
+        signed = Combo(combo.op, T.TENSOR_QUANT8_ASYMM_SIGNED, combo.per_channel)
+        if options.wants(case_name(signed, "", SIGNED_CHECK)):
+            return True
     checks = (*CHECKS, "not claimed")
     return any(options.wants(case_name(combo, label, c)) for label in ("", "nchw", "relaxed") for c in checks)

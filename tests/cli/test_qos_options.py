@@ -21,6 +21,8 @@ from tests.cli.clikit import FAST, tiny_conv_model
         ["--deadline-ms", "0"],
         ["--deadline-ms", "-5"],
         ["--deadline-ms", "1e12"],
+        ["--prepare-deadline-ms", "0"],
+        ["--prepare-deadline-ms", "nan"],
         ["--loop-timeout-ms", "16000"],
         ["--loop-timeout-ms", "nan"],
     ],
@@ -47,11 +49,17 @@ def test_benchmark_records_the_qos_settings_and_retries(tmp_path):
         str(out),
     ]
     args += [*FAST, "--no-compilation", "--priority", "high", "--preference", "low-power"]
-    args += ["--deadline-ms", "60000", "--loop-timeout-ms", "100"]
+    args += ["--deadline-ms", "60000", "--prepare-deadline-ms", "120000", "--loop-timeout-ms", "100"]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     doc = json.loads((out / "results.json").read_text())
-    want = {"priority": "high", "preference": "low-power", "deadline_ms": 60000.0, "loop_timeout_ms": 100.0}
+    want = {
+        "priority": "high",
+        "preference": "low-power",
+        "deadline_ms": 60000.0,
+        "prepare_deadline_ms": 120000.0,
+        "loop_timeout_ms": 100.0,
+    }
     driver_rows = [row for row in doc["results"] if row["backend"].startswith("driver:")]
     assert driver_rows and all(row["qos"] == want for row in driver_rows)
     assert all(row["retries"] == {"retries": 0, "errors": {}, "error_classes": {}} for row in driver_rows)
@@ -64,8 +72,18 @@ def test_benchmark_records_the_qos_settings_and_retries(tmp_path):
 
 
 def test_settings_round_trip_and_reach_the_session():
-    s = QosSettings.from_names("low", "sustained-speed", 12.5, 0)
+    s = QosSettings.from_names("low", "sustained-speed", 12.5, 0, 250)
     assert QosSettings.from_dict(s.to_dict()) == s
-    assert s.session_kwargs() == {"priority": 0, "preference": 2, "deadline_ms": 12.5, "loop_timeout_ms": 0}
+    assert s.session_kwargs() == {
+        "priority": 0,
+        "preference": 2,
+        "deadline_ms": 12.5,
+        "prepare_deadline_ms": 250,
+        "loop_timeout_ms": 0,
+    }
+    # Results written before preparation had its own deadline read back without one.
+    assert QosSettings.from_dict({"deadline_ms": 5.0}).prepare_deadline_ms is None
+    with pytest.raises(ValueError, match="prepare deadline 0 ms outside"):
+        QosSettings.from_names(prepare_deadline_ms=0)
     with pytest.raises(ValueError, match="priority 'x' is not one of low, medium, high"):
         QosSettings.from_names("x")

@@ -283,7 +283,7 @@ def test_every_variant_is_registered_everywhere():
 def test_unknown_and_empty_options_are_one_line_errors():
     with pytest.raises(
         ValueError,
-        match=r"^sample-quant: unknown option 'speed'; known: capabilities, max_memory_mb, buffer_budget, max_execution_mb$",
+        match=r"^sample-quant: unknown option 'speed'; known: capabilities, max_memory_mb, buffer_budget, max_execution_mb, idle_release_ms$",
     ):
         device("sample-quant", speed="fast")
     with pytest.raises(

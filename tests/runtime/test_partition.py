@@ -431,28 +431,53 @@ def test_no_driver_at_all_runs_everything_on_the_cpu_path():
     assert_bitwise_equal(outputs, run_model(model, inputs))
 
 
-def test_a_step_whose_driver_fails_to_prepare_runs_on_the_cpu_path():
+def test_a_driver_failing_to_prepare_its_step_sends_the_whole_model_to_the_cpu_path():
     model = chain_model()
     inputs = chain_inputs()
     devices = three_devices()
-    devices["fast"] = device("fast", first_input_in(*FLOAT_TYPES), caps(float_perf=(0.5, 2.0)), Refusing)
+    devices["quant"] = device("quant", first_input_in(*QUANT_TYPES), caps(quant_perf=(0.9, 0.9)), Refusing)
     with PartitionedSession(model, devices) as session:
         outputs, info = session.run(inputs)
         assert session.plan.coverage() == {"fast": 5, "slow": 0, "quant": 2, CPU: 0}
-        assert session.coverage() == {"fast": 0, "slow": 0, "quant": 2, CPU: 5}
-        assert session.step_devices == [CPU, "quant"]
+        # The step before it had prepared on "fast": released, the whole model is one CPU step.
+        assert session.whole_model_fallback
+        assert session.coverage() == {"fast": 0, "slow": 0, "quant": 0, CPU: 7}
+        assert session.step_devices == [CPU] and len(session.steps) == 1
+        assert session.steps[0].model is model
         assert len(session.fallbacks) == 1
         fallback = session.fallbacks[0]
-        assert (fallback.step, fallback.device) == (0, "fast")
+        assert (fallback.step, fallback.device) == (1, "quant")
         assert fallback.reason == "GENERAL_FAILURE: out of accelerator memory"
-        assert len(session.prepare_seconds) == 2 and all(t >= 0 for t in session.prepare_seconds)
+        assert len(session.prepare_seconds) == 1 and session.prepare_seconds[0] >= 0
         doc = json.loads(json.dumps(session.describe()))
-        assert doc["fallbacks"] == [{"step": 0, "device": "fast", "reason": fallback.reason}]
-        assert [s["ran_on"] for s in doc["steps"]] == [CPU, "quant"]
+        assert doc["fallbacks"] == [{"step": 1, "device": "quant", "reason": fallback.reason}]
+        assert doc["whole_model_fallback"] is True
+        assert [s["ran_on"] for s in doc["steps"]] == [CPU, CPU]
         assert doc["operations"][0]["device"] == "fast" and doc["operations"][0]["ran_on"] == CPU
-        assert "fast -> cpu" in session.summary()
-    assert [r.device for r in info.steps] == [CPU, "quant"]
+        assert doc["driver_buffers"] is None
+        assert "whole model on the CPU path: step 1 failed on quant" in session.summary()
+        again, _ = session.run(inputs)
+    assert [r.device for r in info.steps] == [CPU]
     assert_bitwise_equal(outputs, run_model(model, inputs))
+    assert_bitwise_equal(again, outputs)
+
+
+class RefusingBadData(SampleAll):
+    """A driver that claims support, then calls the model invalid."""
+
+    def prepareModel(self, model, *args, **kwargs):
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, "operand 3 is not what I expected")
+
+
+def test_invalid_argument_from_a_driver_is_not_recovered_from():
+    devices = three_devices()
+    devices["fast"] = device(
+        "fast", first_input_in(*FLOAT_TYPES), caps(float_perf=(0.5, 2.0)), RefusingBadData
+    )
+    with pytest.raises(HalError) as e:
+        PartitionedSession(chain_model(), devices)
+    assert e.value.status == ErrorStatus.INVALID_ARGUMENT
+    assert "step 0 on fast failed to prepare: operand 3" in e.value.message
 
 
 def test_close_releases_every_prepared_model_and_the_cpu_device():

@@ -124,3 +124,53 @@ def test_a_saved_reproducer_replays(wrong_add, tmp_path):
     with Target(discover()["sample-all"], str(tmp_path)) as target:
         again = replay(target, path)
         assert again.outcome == "pass", again.reason
+
+
+# ---------------------------------------------------------------- signed vs unsigned 8-bit
+
+
+def test_signed_conversion_shifts_values_zero_points_and_pad_values():
+    from mlts.validate.operations_model import OpModel
+    from mlts.validate.operations_signed import to_signed
+
+    q = int(T.TENSOR_QUANT8_ASYMM)
+    case = OpModel(
+        int(OperationType.PAD_V2),
+        (
+            Slot("input", q, (1, 2), 0.5, 130),
+            Slot("const", int(T.TENSOR_INT32), (2, 2), value=np.zeros((2, 2), np.int32)),
+            Slot("const", int(T.INT32), (), value=np.array(200, np.int32)),
+        ),
+        (Slot("output", q, (1, 4), 0.5, 130),),
+    )
+    signed, inputs = to_signed(case, [np.array([[0, 255]], np.uint8)])
+    s8 = int(T.TENSOR_QUANT8_ASYMM_SIGNED)
+    assert [s.type for s in signed.inputs] == [s8, int(T.TENSOR_INT32), int(T.INT32)]
+    assert signed.inputs[0].zero_point == 2 and signed.outputs[0].zero_point == 2
+    assert signed.outputs[0].type == s8 and signed.inputs[2].value == 72  # the pad value, in input units
+    np.testing.assert_array_equal(inputs[0], np.array([[-128, 127]], np.int8))
+
+
+_SIGNED = r"^(ADD|RESIZE_BILINEAR|PAD_V2|DEQUANTIZE|ARGMAX)/TENSOR_QUANT8_ASYMM_SIGNED: signed-vs-unsigned"
+
+
+def test_sample_all_agrees_in_both_8bit_types(tmp_path):
+    results = _run("sample-all", tmp_path, _SIGNED)
+    outcome = {r.name: r.outcome for r in results}
+    assert outcome == {
+        f"{op}/TENSOR_QUANT8_ASYMM_SIGNED: signed-vs-unsigned": "pass"
+        for op in ("ADD", "RESIZE_BILINEAR", "PAD_V2", "DEQUANTIZE", "ARGMAX")
+    }, [(r.name, r.outcome, r.reason) for r in results]
+
+
+def test_signed_kernels_that_drift_are_caught(tmp_path):
+    results = _run("sample-faulty", tmp_path, _SIGNED, signed_offset="2")
+    by_name = {r.name: r for r in results}
+    add = by_name["ADD/TENSOR_QUANT8_ASYMM_SIGNED: signed-vs-unsigned"]
+    assert add.outcome == "fail" and "differs from unsigned by 2 units" in add.reason
+    # Outputs that are not quant8 (DEQUANTIZE's float, ARGMAX's int32) are untouched by the fault.
+    assert by_name["DEQUANTIZE/TENSOR_QUANT8_ASYMM_SIGNED: signed-vs-unsigned"].outcome == "pass"
+    assert by_name["ARGMAX/TENSOR_QUANT8_ASYMM_SIGNED: signed-vs-unsigned"].outcome == "pass"
+    # One unit either way is within the CTS tolerance of quantized results.
+    one = _run("sample-faulty", tmp_path, r"^ADD/TENSOR_QUANT8_ASYMM_SIGNED: signed-vs", signed_offset="-1")
+    assert [r.outcome for r in one] == ["pass"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from operator import attrgetter
 from typing import Any
 
 from mlts.hal.enums import ErrorStatus
@@ -23,6 +24,8 @@ from mlts.ipc.service.client import Call, Client, Handler
 from mlts.ipc.service.handles import Kind, Resource
 
 log = logging.getLogger("mlts.ipc.service")
+
+_VALUE = attrgetter("value")
 
 #: At most this many prepared models and roles in one allocation.
 MAX_ALLOCATE_MODELS = 64
@@ -45,6 +48,17 @@ def hold_buffer(client: Client, method: str, token: int) -> Resource:
         if wait > 0:
             time.sleep(wait)
         raise invalid(f"{method}: buffer token {token} is not a live buffer of this client") from None
+
+
+def buffers_of(client: Client, method: str, tokens: list[int]) -> tuple[Any, ...]:
+    """The client's buffers with `tokens`, in order, looked up but not held: an execution names buffers
+    by token and, as in the HAL, the driver keeps alive what an execution it runs has looked up (the
+    sample driver's arrays outlive a release). Another client's token is refused and logged as by
+    `hold_buffer`."""
+    found = client.handles.peek_many(Kind.BUFFER, tokens)
+    if None in found:
+        hold_buffer(client, method, tokens[found.index(None)])  # logs and raises
+    return tuple(map(_VALUE, found))
 
 
 def _roles(call: Call, key: str) -> list[BufferRole]:

@@ -32,16 +32,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mlts.hal import qos, validate
-from mlts.hal.buffer_use import bind_buffers
+from mlts.hal import qos, trace, validate
+from mlts.hal.buffer_use import bind_buffers, bound_state, buffer_state
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.interface import Burst
+from mlts.hal.memory import FileMemory, file_pools_in, file_pools_out
 from mlts.hal.types import Request
 from mlts.ipc import burst_messages as msg
 from mlts.ipc.burst_ring import DEFAULT_POLLING_US, MessageTooLarge, Ring, RingError
 from mlts.ipc.service.args import arg, handle
-from mlts.ipc.service.buffer_calls import hold_buffer
+from mlts.ipc.service.buffer_calls import buffers_of
 from mlts.ipc.service.client import Call, Client, Handler
 from mlts.ipc.service.device_calls import PreparedEntry, close_memory, map_memory
 from mlts.ipc.service.handles import Kind, Resource
@@ -85,6 +86,7 @@ class BurstContext:
         self.results = results
         self.polling_us = polling_us
         self._slots: dict[int, Resource] = {}
+        self._files = False  # a slot holds a client's file (FileMemory): executions read it in, write it back
         # Slots freed or replaced, released by the listener between executions (or when it ends): an
         # execution uses its slots' mappings without holding them, since only the listener releases them.
         self._retired: list[Resource] = []
@@ -128,6 +130,7 @@ class BurstContext:
                 handles.release_bytes(size)  # counted by provide_memories
 
             self._slots[slot] = Resource(memory, close, memory.size)
+            self._files = self._files or isinstance(memory, FileMemory)
             if old is not None:
                 self._forget(old.value)
                 self._retired.append(old)
@@ -292,9 +295,12 @@ class BurstContext:
                 known = self._remember(key, request)
             request = known[0]
             validated = known[1]  # read once: a freed or replaced slot sets it to None
+            if validated is not None and validated[2]:
+                validated = self._hold_bound(request, validated, held)
             if validated is not None:
-                # This message ran before on these mappings (slots only), none freed since it was read:
-                # they stay mapped until this thread releases them, and the Request passed validation.
+                # This message ran before on these mappings, none freed since it was read: they stay
+                # mapped until this thread releases them, and the Request passed validation (its driver
+                # buffers, held now, are as they were when it was bound).
                 result = self._run(request, validated[1])
             else:
                 result = self._execute(request, self._resolve(request, seq, held), known)
@@ -349,13 +355,13 @@ class BurstContext:
         return known
 
     def _resolve(self, request: msg.BurstRequest, seq: int, held: list[Resource]) -> tuple[Any, ...]:
-        """The request's pools in order: a token stays a token (its buffer, this client's only, is held:
+        """The request's pools in order: a token stays a token (its buffer must be this client's:
         another client's is INVALID_ARGUMENT and logged), a slot becomes its cached memory (unknown
         slots are asked for once; a slot's mapping stays until this thread releases it, after the
-        execution, see `_release_retired`). Every buffer held is appended to `held` for the caller to
-        release when the execution ends."""
-        for token in dict.fromkeys(v for k, v in request.pools if k == msg.POOL_TOKEN):
-            held.append(hold_buffer(self.client, "burst", token))
+        execution, see `_release_retired`). Every resource held is appended to `held` for the caller
+        to release when the execution ends."""
+        # The tokens name this client's buffers (looked up, not held: see buffer_calls.buffers_of).
+        buffers_of(self.client, "burst", [v for k, v in request.pools if k == msg.POOL_TOKEN])
         # Asked under this execution's number (a cached request keeps the number of its first run).
         self._fetch_missing(seq, [v for k, v in request.pools if k == msg.POOL_SLOT])
         pools: list[Any] = []
@@ -371,6 +377,14 @@ class BurstContext:
                     )
                 pools.append(resource.value)  # mapped until this thread releases it
         return tuple(pools)
+
+    def _hold_bound(self, request: msg.BurstRequest, validated: Any, held: list[Resource]) -> Any:
+        """`validated` while the driver buffers a validated request names are this client's and as
+        binding found them, else None (the caller binds the request again). Nothing is held: see
+        `buffer_calls.buffers_of`."""
+        if buffer_state(buffers_of(self.client, "burst", validated[3])) != validated[2]:
+            return None
+        return validated
 
     def _fetch_missing(self, seq: int, slots: list[int]) -> None:
         """Ask the client once for the slots not cached, and wait (bounded) for its answer."""
@@ -392,15 +406,21 @@ class BurstContext:
 
     def _execute(self, request: msg.BurstRequest, pools: tuple[Any, ...], known: list[Any]) -> Any:
         entry = self._entry()
-        validated = known[1]  # (pools, Request), read once: a freed slot sets None
-        if validated is not None and (
-            validated[0] is pools
-            or (
-                len(validated[0]) == len(pools)
-                and all(a is b for a, b in zip(validated[0], pools, strict=True))
+        # Buffer tokens: compared as the buffers' state (mlts.hal.buffer_use.bound_state), slots by identity.
+        ident, state = bound_state(pools, self._buffer)
+        validated = known[1]  # (pools, Request, buffer state, tokens), read once: a freed slot sets None
+        if (
+            validated is not None
+            and validated[2] == state
+            and (
+                validated[0] is ident
+                or (
+                    len(validated[0]) == len(ident)
+                    and all(a is b for a, b in zip(validated[0], ident, strict=True))
+                )
             )
         ):
-            # This message ran on these very mappings before and passed validation.
+            # This message ran on these very mappings (and buffers) before and passed validation.
             hal_request = validated[1]
         else:
             hal_request = Request(request.inputs, request.outputs, pools, request.measure_operations)
@@ -408,8 +428,7 @@ class BurstContext:
                 if self.client.host.prevalidate:  # else the driver judges it (as `execution_calls`)
                     hal_request = bind_buffers(hal_request, entry.prepared, self._buffer)
                     validate.validate_request(hal_request, entry.model)
-                if all(kind == msg.POOL_SLOT for kind, _ in request.pools):
-                    self._keep_validated(known, request, pools, hal_request)
+                self._keep_validated(known, request, pools, hal_request, (ident, state))
         return self._run(request, hal_request, entry)
 
     def _entry(self) -> PreparedEntry:
@@ -436,6 +455,29 @@ class BurstContext:
         # A service that does not pre-validate leaves a passed deadline to the driver.
         if deadline is not None and deadline <= time.monotonic_ns() and self.client.host.prevalidate:
             raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "burst: the deadline had already passed")
+        if self._files:  # a client's file among the slots: read in before, outputs written after
+            pending = file_pools_in(hal_request)
+            result = self._execute_now(request, hal_request, entry, deadline)
+            file_pools_out(pending)
+            return result
+        return self._execute_now(request, hal_request, entry, deadline)
+
+    def _execute_now(
+        self, request: msg.BurstRequest, hal_request: Request, entry: PreparedEntry, deadline: int | None
+    ) -> Any:
+        if trace.enabled:
+            started = trace.now_ns()
+            try:
+                return self._execute_in_pool(request, hal_request, entry, deadline)
+            finally:
+                trace.span(
+                    "execute", "service", started, trace.now_ns(), client_pid=self.client.pid, path="burst"
+                )
+        return self._execute_in_pool(request, hal_request, entry, deadline)
+
+    def _execute_in_pool(
+        self, request: msg.BurstRequest, hal_request: Request, entry: PreparedEntry, deadline: int | None
+    ) -> Any:
         pool, app, priority = self._exec_pool, self.client.app, entry.priority
         # On this thread when a worker slot is free (counted at the execution's priority); the listener
         # gives the slot back once the result is written. Otherwise queued, or started at once on an
@@ -450,14 +492,22 @@ class BurstContext:
         )
 
     def _keep_validated(
-        self, known: list[Any], request: msg.BurstRequest, pools: tuple[Any, ...], hal_request: Request
+        self,
+        known: list[Any],
+        request: msg.BurstRequest,
+        pools: tuple[Any, ...],
+        hal_request: Request,
+        bound: tuple[Any, tuple],
     ) -> None:
-        """Remember that `request` passed validation on `pools` unless a slot was freed or replaced
-        meanwhile (under the lock that `_forget` runs under)."""
+        """Remember that `request` passed validation on `pools` (and the buffers' state in `bound`, from
+        `bound_state`) unless a slot was freed or replaced meanwhile (under the lock `_forget` runs under)."""
         with self._cond:
-            resources = [self._slots.get(value) for _, value in request.pools]
-            if all(r is not None and r.value is p for r, p in zip(resources, pools, strict=True)):
-                known[1] = (pools, hal_request)
+            for (kind, value), pool in zip(request.pools, pools, strict=True):
+                resource = self._slots.get(value) if kind == msg.POOL_SLOT else None
+                if kind == msg.POOL_SLOT and (resource is None or resource.value is not pool):
+                    return
+            tokens = [v for k, v in request.pools if k == msg.POOL_TOKEN]
+            known[1] = (bound[0], hal_request, bound[1], tokens)
 
     def _buffer(self, token: int) -> Any:
         """The buffer behind a token of this client (as on the other execution paths)."""

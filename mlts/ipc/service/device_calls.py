@@ -6,11 +6,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlts.hal import codec, nnfile, validate
+from mlts.hal import codec, nnfile, trace, validate
 from mlts.hal.enums import ExecutionPreference, Priority
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.interface import PreparedModel
-from mlts.hal.memory import SEALS_FROZEN, SEALS_POOL, SharedMemory
+from mlts.hal.memory import SEALS_FROZEN, SEALS_POOL, SharedMemory, receive_pool
 from mlts.hal.types import MAX_NUMBER_OF_CACHE_FILES, Model
 from mlts.ipc import wire
 from mlts.ipc.service.args import arg, cache_token, code_value, int_list, opt_ns, type_name
@@ -47,6 +47,8 @@ def map_memory(call: Call, ref: object, what: str, seals: int = SEALS_POOL) -> S
         raise invalid(f"{call.method}: {what} must be an object with 'fd' and 'size', got {type_name(ref)}")
     size = arg(ref, f"{call.method} {what}", "size", int)
     fd = call.take_fd(ref.get("fd"), what)
+    if seals == SEALS_POOL:  # a request pool: a sealed memfd, or a client's file (mmap_fd)
+        return receive_pool(fd, size, what=f"{call.method}: {what}")
     return SharedMemory.from_fd(fd, size, seals=seals, what=f"{call.method}: {what}")
 
 
@@ -190,9 +192,13 @@ def prepare_model(client: Client, call: Call) -> dict[str, Any]:
 
     def work() -> dict[str, Any]:
         model = _decode_model(client, m, memory)
-        prepared = client.host.device.prepareModel(
-            model, preference, priority, deadline, tuple(model_cache), tuple(data_cache), token
-        )
+        started = trace.now_ns()
+        try:
+            prepared = client.host.device.prepareModel(
+                model, preference, priority, deadline, tuple(model_cache), tuple(data_cache), token
+            )
+        finally:
+            trace.span("prepareModel", "service", started, trace.now_ns(), client_pid=client.pid)
         kept[0] = None  # the prepared model keeps the mapping from now on
         # The driver's own word on the priority it honours orders this model's queued executions.
         honoured = int(getattr(prepared, "priority", priority))

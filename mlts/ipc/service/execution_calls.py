@@ -13,17 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mlts.hal import codec, qos, validate
-from mlts.hal.buffer_use import bind_buffers
+from mlts.hal import codec, qos, trace, validate
+from mlts.hal.buffer_use import bind_buffers, bound_state, buffer_state
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError, invalid
-from mlts.hal.memory import SharedMemory
+from mlts.hal.memory import FileMemory, SharedMemory, file_pools_in, file_pools_out
 from mlts.hal.types import ExecutionResult, Request
 from mlts.ipc import compact_calls
 from mlts.ipc.burst_messages import POOL_TOKEN
 from mlts.ipc.service import request_cache
 from mlts.ipc.service.args import arg, enum_value, int_list, opt_ns, pool_token
-from mlts.ipc.service.buffer_calls import hold_buffer
+from mlts.ipc.service.buffer_calls import buffers_of, hold_buffer
 from mlts.ipc.service.client import DEFERRED, Call, Client, Handler
 from mlts.ipc.service.device_calls import PreparedEntry, close_memory, map_memory
 from mlts.ipc.service.handles import HandleTable, Kind, Resource
@@ -43,12 +43,34 @@ class Job:
     transient: list[SharedMemory] = field(default_factory=list)
     client_key: int = 0
     app: int = 0
+    files: bool = False  # a pool is a client's file (FileMemory): read in before, outputs written after
+    admitted_ns: int = 0  # when admission ended (CLOCK_MONOTONIC), while tracing (mlts.hal.trace)
+    client_pid: int = 0
     #: The client's table, and the bytes of `transient` counted against its mapped-memory budget.
     table: HandleTable | None = None
     charged: int = 0
 
     def run(self, deadline: int | None = None) -> ExecutionResult:
-        # The driver tells clients apart by this key (priorities are relative to one client's models).
+        if trace.enabled:
+            started = trace.now_ns()
+            if self.admitted_ns:
+                trace.span("queue", "service", self.admitted_ns, started, client_pid=self.client_pid)
+            try:
+                return self._run_files(deadline)
+            finally:
+                trace.span("execute", "service", started, trace.now_ns(), client_pid=self.client_pid)
+        return self._run_files(deadline)
+
+    def _run_files(self, deadline: int | None) -> ExecutionResult:
+        if self.files:
+            pending = file_pools_in(self.request)
+            result = self._run(deadline)
+            file_pools_out(pending)
+            return result
+        return self._run(deadline)
+
+    def _run(self, deadline: int | None) -> ExecutionResult:
+        # The driver tells clients (and their apps) apart by these keys.
         # The client's reader thread acts for it already (Client.serve): an inline run sets nothing.
         if qos.current_client() == self.client_key:
             result = self.entry.prepared.executeSynchronously(
@@ -95,7 +117,7 @@ def _resolve_pools(client: Client, call: Call, refs: list[dict[str, Any]], job: 
         what = f"request.pools[{n}]"
         if "token" in ref:
             token = pool_token(ref, m, what)
-            job.held.append(hold_buffer(client, m, token))
+            hold_buffer(client, m, token).release()  # this client's buffer (not held: see buffers_of)
             pools.append(token)
             continue
         mem_id = arg(ref, f"{m} {what}", "memory", (int, type(None)), None)
@@ -149,7 +171,10 @@ def admit(client: Client, call: Call) -> Job:
     m = call.method
     compact = call.compact
     if compact is not None:
-        return _admit_compact(client, call, compact)
+        job = _admit_compact(client, call, compact)
+        if trace.enabled:
+            job.admitted_ns, job.client_pid = trace.now_ns(), client.pid
+        return job
     request_doc = arg(call.args, m, "request", dict)
     job = Job(None, None, MeasureTiming.NO, None, None)  # type: ignore[arg-type]
     job.client_key, job.app = client.key, client.app
@@ -180,6 +205,8 @@ def admit(client: Client, call: Call) -> Job:
     except BaseException:
         job.finish()
         raise
+    if trace.enabled:
+        job.admitted_ns, job.client_pid = trace.now_ns(), client.pid
     return job
 
 
@@ -190,9 +217,9 @@ def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> 
     job.client_key, job.app = client.key, client.app
     try:
         pools: list[Any] = []
+        memories: list[Any] = []  # the call's key places the tokens: the memories identify the rest
         for n, (kind, value) in enumerate(c.pools):
             if kind == POOL_TOKEN:
-                job.held.append(hold_buffer(client, m, value))
                 pools.append(value)
                 continue
             try:
@@ -204,6 +231,11 @@ def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> 
                 ) from None
             job.held.append(resource)
             pools.append(resource.value)
+            memories.append(resource.value)
+        bound: tuple[list[Any], tuple] = (pools, ())
+        if len(memories) != len(pools):
+            tokens = [value for kind, value in c.pools if kind == POOL_TOKEN]
+            bound = (memories, buffer_state(buffers_of(client, m, tokens)))
         _admit_request(
             client,
             job,
@@ -213,7 +245,8 @@ def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> 
             c.key,
             pools,
             lambda: Request(c.inputs, c.outputs, tuple(pools), c.measure_operations),
-            all(kind != POOL_TOKEN for kind, _ in c.pools),
+            True,  # memory ids and buffer tokens only
+            bound,
         )
     except BaseException:
         job.finish()
@@ -231,14 +264,23 @@ def _admit_request(
     pools: list[Any],
     build: Callable[[], Request],
     cacheable: bool,
+    bound: tuple[list[Any], tuple] | None = None,
 ) -> None:
-    """The checks both encodings share: the model, the timing arguments, the request."""
+    """The checks both encodings share: the model, the timing arguments, the request.
+
+    `bound`: what identifies the pools, and the state of the buffers they name, when the caller has
+    them (mlts.hal.buffer_use.bound_state)."""
     prepared = client.handles.get(Kind.PREPARED, prepared_handle, m)
     job.held.append(prepared)
     job.entry = prepared.value
     job.measure, job.deadline, job.loop_timeout = timing()
     cache = job.entry.requests
-    known = cache.get(key, pools)
+    # Buffer tokens: the request is reused while the buffers it was bound to are as they were then.
+    ident, state = bound_state(pools, lambda t: _buffer_of(client, m, t)) if bound is None else bound
+    job.files = any(type(p) is FileMemory for p in ident)
+    if state:
+        key = (key, state)
+    known = cache.get(key, ident)
     if known is not None:
         job.request = known
         return
@@ -251,7 +293,7 @@ def _admit_request(
             job.request = bind_buffers(job.request, job.entry.prepared, lambda t: _buffer_of(client, m, t))
             validate.validate_request(job.request, job.entry.model)
         if cacheable:
-            cache.put(key, pools, job.request)
+            cache.put(key, ident, job.request)
 
 
 def _inline_slot(client: Client, priority: int) -> Callable[[], None] | None:

@@ -189,6 +189,10 @@ class HandleTable:
         with self._lock:
             return [r.value for r in self._tables[kind].values()]
 
+    def peek_many(self, kind: Kind, numbers: list[int]) -> list[Resource | None]:
+        """`peek` of each of `numbers` (no reference taken), in order."""
+        return list(map(self._tables[kind].get, numbers))
+
     def peek(self, kind: Kind, number: int) -> Resource | None:
         # One dict read is atomic under the interpreter lock: no table lock on this hot path.
         return self._tables[kind].get(number)

@@ -16,6 +16,7 @@ import stat
 import threading
 from typing import Any
 
+from mlts.hal import trace
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.interface import Device
 from mlts.hal.types import Model
@@ -130,6 +131,7 @@ class ServiceHost:
         self._socket_path: str | None = None
         self._stop = threading.Event()
         self.served = 0
+        trace.name_process(f"driver service {self.name}")  # when tracing (mlts.hal.trace)
 
     def hello(self) -> dict[str, Any]:
         return {

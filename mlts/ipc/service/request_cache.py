@@ -9,9 +9,12 @@ own handle table, as on every call) to the very same mappings reuses the
 record: it is neither decoded nor validated again, and the driver, handed
 the same object, recognises it too.
 
-Only descriptions that name cached memories are kept: a pool that brings an
-fd is a new mapping, and a driver buffer token is checked on every use
-(its state changes). What makes a reuse exactly as safe as a fresh check:
+Only descriptions that name cached memories and driver buffers are kept: a
+pool that brings an fd is a new mapping. A driver buffer's state changes, so
+a request naming buffers is keyed by what binding it read of them as well
+(`mlts.hal.buffer_use.bound_state`: the buffer objects, their dimensions,
+whether they hold data); a freed and reallocated token is another buffer
+and finds nothing. What makes a reuse exactly as safe as a fresh check:
 the prepared model is the client's own (the cache lives in its handle's
 entry); every pool is looked up in the client's handle table first (a freed
 or unknown id fails there, another client's ids are unknown); a replaced
@@ -50,8 +53,8 @@ class RequestCache:
         for n, (d, p, request) in enumerate(entries):
             if len(p) == len(pools) and all(map(is_, p, pools)) and d == doc:
                 self.hits += 1
-                if n:
-                    self._touch(n, entries)
+                if n > 1:  # the two most recent stay put: requests used in turn (driver buffers
+                    self._touch(n, entries)  # swapped every step) would otherwise be moved every time
                 return request
         return None
 
@@ -80,5 +83,6 @@ class RequestCache:
 
 
 def cacheable(descs: list[dict[str, Any]]) -> bool:
-    """Whether a request with these pool descriptions may be cached: every pool a cached memory id."""
-    return all(len(d) == 1 and "memory" in d for d in descs)
+    """Whether a request with these pool descriptions may be cached: every pool a cached memory id or
+    a driver buffer token."""
+    return all(len(d) == 1 and ("memory" in d or "token" in d) for d in descs)
