@@ -138,3 +138,33 @@ def test_a_busy_sample_burst_runs_a_second_execution_as_a_plain_one() -> None:
         t.join(30)
     assert len(done) == 4
     np.testing.assert_array_equal(_out(host), 2 * X)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_idle_watchdog_lets_an_idle_bursts_resources_go() -> None:
+    device = SampleAll(idle_release_ms="50")
+    assert device.idle is not None
+    device.idle.close()  # this test drives the watchdog itself, on a fake clock
+    clock = _Clock()
+    device.idle.clock = clock
+    prepared = device.prepareModel(add_model())
+    request, host = _host_request()
+    burst = prepared.configureExecutionBurst()
+    burst.execute(request)  # an execution of the model: the watchdog's clock starts again
+    assert burst.kept_bytes() > 0 and len(burst.io) == 1
+    clock.now += 0.06
+    assert device.idle.sweep() == 1
+    assert burst.kept_bytes() == 0 and len(burst.io) == 0 and not burst.closed  # let go, still usable
+    burst.execute(request)
+    np.testing.assert_array_equal(_out(host), 2 * X)
+    assert burst.kept_bytes() > 0
+    burst.close()
+    prepared.close()
+    device.close()
