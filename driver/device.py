@@ -8,6 +8,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -445,7 +446,7 @@ class SamplePreparedModel(PreparedModel):
                 t1 = _perf_ns()
                 # A burst's workspace is passed only when there is one: what wraps the plan's methods (a
                 # plugin changing results) sees the calls it always saw.
-                lent = {} if workspace is None else {"workspace": workspace}
+                lent: dict[str, Any] = {} if workspace is None else {"workspace": workspace}
                 if checked and op_times is None:  # a static plan has no WHILE: no loop timeout either
                     shapes = plan.run_into(inputs, checkpoint, write, **lent)
                 else:
