@@ -19,10 +19,15 @@ C-contiguous array of the shape and dtype it was bound for (its address is writt
 otherwise the straight-line function runs the chunk's operations one by one as before. Binding
 itself checks each output against its operand's declared shape and dtype.
 
-Checkpoints: with one, a chunk's calls are cut into pieces of at most MAX_PIECE_MACS multiply-adds
-(about half a millisecond on one core), and the checkpoint is called before each piece with the index
-of its first operation: deadlines and priority preemption are observed between pieces, not between
-the operations inside one. Without one, the whole chunk is a single call.
+Checkpoints: the checkpoint is called before the chunk starts. A checkpoint of mlts.hal.qos (the
+execution's priority ticket, or its deadline check) is then watched by the compiled loop itself
+(`mk_run_calls_watched`): before each call it reads the word holding the highest priority running
+and the clock, and stops when the execution is outranked or its deadline has passed; the checkpoint
+is called with the index of the next call's operation (it waits out the preemption, or raises) and
+the rest of the calls run. So preemption and deadlines take effect between compiled calls, inside a
+chunk, at the cost of one load (and a clock read with a deadline) per call. Any other checkpoint
+is called between pieces of at most MAX_PIECE_MACS multiply-adds (about half a millisecond on one
+core). Without one, the whole chunk is a single call.
 
 MLTS_DRIVER_BIND=0 in the driver's environment turns binding off (to compare the two paths).
 """
@@ -41,6 +46,7 @@ from driver.operands import dtype_of as operand_dtype
 from driver.operation_kernel import kernel_failed
 from driver.ops import _bind
 from driver.ops._workspace import CURRENT, Workspace, address
+from mlts.hal import qos
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 
@@ -61,6 +67,7 @@ _EXTERNAL = -(1 << 50)
 _SPAN = 1 << 32
 _ROW_FLOATS = 2
 _NDARRAY = np.ndarray
+_watch = qos.watch
 
 
 def variables(step: Any) -> tuple[int, ...] | None:
@@ -88,6 +95,7 @@ class _Program:
         "outs",
         "keep",
         "run",
+        "watched",
         "status",
         "status_ptr",
         "owners",
@@ -110,6 +118,7 @@ class _Program:
         self.outs: list[np.ndarray] = []
         self.keep = keep
         self.run: Any = None  # mk_run_calls, of LIB or (for little work) LIB_HELD
+        self.watched: Any = None  # mk_run_calls_watched of LIB (None: runs of little work keep the lock)
         self.status = np.zeros(1, dtype=np.int64)  # a failed call's status
         self.status_ptr = self.status.ctypes.data
         self.owners: list[tuple[Any, _bind.BoundStep]] = []  # per call: its step and what the step bound
@@ -186,6 +195,8 @@ class Chunk:
             failed = run(prog.ints_ptr, prog.floats_ptr, prog.count, prog.status_ptr)
             if failed:
                 self._fail(prog, failed - 1, values)
+        elif prog.watched is not None and (watch := _watch(checkpoint)) is not None:
+            self._run_watched(prog, checkpoint, watch, values)
         else:
             for first, start, count in prog.pieces:
                 checkpoint(first)
@@ -198,6 +209,33 @@ class Chunk:
                     self._fail(prog, start + failed - 1, values)
         ws.step = self.last_number
         return prog.outs
+
+    def _run_watched(
+        self, prog: _Program, checkpoint: Any, watch: tuple[int, int, int], values: Sequence[Any]
+    ) -> None:
+        """Run the calls with the compiled loop watching the priority word and the deadline; whenever
+        it stops, the checkpoint (which waits or raises) is called, and the rest runs."""
+        word, mine, deadline = watch
+        watched, count, owners = prog.watched, prog.count, prog.owners
+        ints_ptr, floats_ptr, status_ptr = prog.ints_ptr, prog.floats_ptr, prog.status_ptr
+        checkpoint(prog.pieces[0][0])
+        start = 0
+        while True:
+            stopped = watched(
+                ints_ptr + start * _ROW_INTS * 8,
+                floats_ptr + start * _ROW_FLOATS * 4,
+                count - start,
+                status_ptr,
+                word,
+                mine,
+                deadline,
+            )
+            if not stopped:
+                return
+            if stopped > 0:
+                self._fail(prog, start + stopped - 1, values)
+            start += -stopped - 1
+            checkpoint(int(owners[start][0].index))
 
     def _fail(self, prog: _Program, call: int, values: Sequence[Any]) -> None:
         """Raise what the failed call's step raises when it runs alone (its kernel's exception, as
@@ -250,6 +288,8 @@ class Chunk:
         prog.pieces, prog.owners, prog.produced = pieces, owners, produced
         lib: Any = native.LIB_HELD if total < HOLD_BELOW_MACS else native.LIB  # loaded: else dead
         prog.run = lib.mk_run_calls
+        if lib is native.LIB:
+            prog.watched = getattr(lib, "mk_run_calls_watched", None)
         prog.outs = [produced[i] for i in self.needed]
         buffer = None
         if scratch.floats:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -14,6 +16,7 @@ from driver import cache
 from driver._malloc import tune_allocator
 from driver.budget import DEFAULT_EXECUTION_BYTES, MemoryBudget, constant_bytes, working_bytes
 from driver.buffers import DEFAULT_BUDGET, BufferTracker, SampleBuffer, size_of
+from driver.burst import SampleBurst
 from driver.executor import Plan, prepare_operation
 from driver.idle import MAX_IDLE_MS, IdleWatchdog
 from driver.request_io import CACHED_RESULTS, IoCache, RequestIo
@@ -348,15 +351,36 @@ class SamplePreparedModel(PreparedModel):
         self._closed = threading.Event()
         self._released = False  # what executions check: `_closed.is_set()` as a plain attribute
         self._io = IoCache()
+        #: The live bursts of this model (driver.burst): each keeps its own workspace and layouts.
+        self.bursts: weakref.WeakSet[SampleBurst] = weakref.WeakSet()
         self._idle = device.idle
         if self._idle is not None:
             self._idle.watch(self, self.release_kept)
 
     def release_kept(self) -> None:
-        """Let go of what is kept for the next execution (free workspaces, request layouts); the next
-        execution makes them again. Executions in flight keep their own."""
+        """Let go of what is kept for the next execution (free workspaces, request layouts, and those
+        of the model's idle bursts); the next execution makes them again. Executions in flight keep
+        their own."""
         self.plan.workspaces.drop_free()
         self._io.clear()
+        for burst in list(self.bursts):
+            burst.release_kept()
+
+    def configureExecutionBurst(self, *, polling_us: int | None = None) -> SampleBurst:
+        """A burst of this model that keeps a workspace and request layouts of its own for its life
+        (driver.burst; an idle watchdog may let them go meanwhile: `release_kept`)."""
+        if self._released:
+            raise HalError(
+                ErrorStatus.INVALID_ARGUMENT, "configureExecutionBurst: prepared model was released"
+            )
+        burst = SampleBurst(self, polling_us)
+        with self._lock:
+            self.bursts.add(burst)
+        return burst
+
+    def burst_closed(self, burst: SampleBurst) -> None:
+        with self._lock:
+            self.bursts.discard(burst)
 
     def executeSynchronously(
         self,
@@ -364,7 +388,11 @@ class SamplePreparedModel(PreparedModel):
         measure: MeasureTiming = MeasureTiming.NO,
         deadline: OptionalTimePoint = None,
         loop_timeout_duration: int | None = None,
+        *,
+        kept: SampleBurst | None = None,
     ) -> ExecutionResult:
+        """Run `request`; `kept`, a burst of this model, lends its own workspace and request layouts
+        (its executions run one at a time: see driver.burst)."""
         t0 = _perf_ns()
         if self._released:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "prepared model was released")
@@ -376,8 +404,10 @@ class SamplePreparedModel(PreparedModel):
         ticket = gate.enter(self._gate_priority)
         try:
             # A request object seen before was validated then: reuse its layout while the driver buffers
-            # it names are unchanged (IoCache.get inlined).
-            io = self._io.entries.get(id(request))
+            # it names are unchanged (IoCache.get inlined). A burst lends its own layouts and workspace.
+            layouts = self._io if kept is None else kept.io
+            workspace = None if kept is None else kept.workspace
+            io = layouts.entries.get(id(request))
             if io is not None and (io.key is not request or (io.bound and not io.fresh())):
                 io = None
             if io is None:
@@ -391,8 +421,8 @@ class SamplePreparedModel(PreparedModel):
             held = budget.reserve(self._work_bytes, "the execution's working set")
             try:
                 if io is None:
-                    io = RequestIo(self.model, bound, buffers, request, self._io.shapes)
-                    self._io.put(io)
+                    io = RequestIo(self.model, bound, buffers, request, layouts.shapes)
+                    layouts.put(io)
                 inputs = io.read_inputs(buffers)
                 # Output buffers too small for shapes known in advance fail here, before any kernel runs.
                 if io.checked_budget != plan.memory_budget:
@@ -416,8 +446,11 @@ class SamplePreparedModel(PreparedModel):
                     ticket if deadline is None and gate.enabled else qos.checkpoint(deadline, gate, ticket)
                 )
                 t1 = _perf_ns()
+                # A burst's workspace is passed only when there is one: what wraps the plan's methods (a
+                # plugin changing results) sees the calls it always saw.
+                lent: dict[str, Any] = {} if workspace is None else {"workspace": workspace}
                 if checked and op_times is None:  # a static plan has no WHILE: no loop timeout either
-                    shapes = plan.run_into(inputs, checkpoint, write)
+                    shapes = plan.run_into(inputs, checkpoint, write, **lent)
                 else:
                     shapes = plan.run(
                         inputs,
@@ -427,6 +460,7 @@ class SamplePreparedModel(PreparedModel):
                         checked=checked,
                         predicted=predicted,
                         sink=write,
+                        **lent,
                     )
                 t2 = done[0]
                 if not ticket.paused:
@@ -505,6 +539,8 @@ class SamplePreparedModel(PreparedModel):
             self._released = True
             self._closed.set()
             self._io.clear()
+            for burst in list(self.bursts):  # what they keep goes with the model
+                burst.close()
             if self._idle is not None:
                 self._idle.unwatch(self)
             with self._lock:

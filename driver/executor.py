@@ -49,7 +49,7 @@ from driver.operation_kernel import (  # noqa: F401  (the plan's public helpers,
 )
 from driver.ops._base import PackedArrays, packing_step
 from driver.ops._workspace import CURRENT as _CURRENT
-from driver.ops._workspace import WorkspacePool, current
+from driver.ops._workspace import Workspace, WorkspacePool, current
 from driver.straight_line import StraightRun, compile_steps
 from mlts.hal.enums import ErrorStatus, OperandLifeTime
 from mlts.hal.errors import HalError
@@ -284,6 +284,7 @@ class Plan:
         checked: bool = False,
         predicted: list[list[shapes.Shape] | None] | None = None,
         sink: Callable[[list[np.ndarray]], Any] | None = None,
+        workspace: Workspace | None = None,
     ) -> Any:
         """Run the plan on the model inputs (in input_indexes order); returns the outputs.
 
@@ -301,12 +302,14 @@ class Plan:
         held, `predicted` when it ran `shape_pass(inputs, output_limits)` itself (its result).
         With `sink`, the run returns `sink(outputs)`, called while the workspace is still held, so
         results that live in it are read in place (the driver copies them to the request's pools).
+        With `workspace`, the run uses that one (a burst's own, kept for its life: its caller runs one
+        execution on it at a time) instead of one of the plan's pool.
         """
         timeout = LOOP_TIMEOUT_DEFAULT_NS if loop_timeout_ns is None else loop_timeout_ns
         fast = checked or self._static_fits(output_limits)
         if not fast and predicted is None:
             predicted = self.shape_pass(inputs, output_limits)
-        ws = self.workspaces.acquire()
+        ws = self.workspaces.acquire() if workspace is None else workspace
         token = _CURRENT.set(ws)
         try:
             if fast and not self._control:  # a static plan never has IF or WHILE steps
@@ -324,22 +327,29 @@ class Plan:
         finally:
             _CURRENT.reset(token)
             ws.step = -1
-            self.workspaces.release(ws)
+            if workspace is None:
+                self.workspaces.release(ws)
 
     def run_into(
-        self, inputs: Sequence[np.ndarray | None], checkpoint: Checkpoint | None, sink: Callable[[list], Any]
+        self,
+        inputs: Sequence[np.ndarray | None],
+        checkpoint: Checkpoint | None,
+        sink: Callable[[list], Any],
+        workspace: Workspace | None = None,
     ) -> Any:
-        """`run(inputs, checkpoint, checked=True, sink=sink)` without the options: the repeated execution
-        of a static plan whose sizes the caller found checked (`static_fits`)."""
+        """`run(inputs, checkpoint, checked=True, sink=sink, workspace=workspace)` without the other
+        options: the repeated execution of a static plan whose sizes the caller found checked
+        (`static_fits`)."""
         workspaces = self.workspaces
-        ws = workspaces.acquire()
+        ws = workspaces.acquire() if workspace is None else workspace
         token = _CURRENT.set(ws)
         try:
             return sink(self._run_checked(inputs, checkpoint, ws))
         finally:
             _CURRENT.reset(token)
             ws.step = -1
-            workspaces.release(ws)
+            if workspace is None:
+                workspaces.release(ws)
 
     def static_fits(self, output_limits: Sequence[int | None] | None) -> bool:
         """True when every size of a run with these output buffers is checked already (a static plan

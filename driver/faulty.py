@@ -26,10 +26,12 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from driver.burst import SampleBurst
 from driver.device import SampleDevice, SamplePreparedModel, Variant
 from driver.faulty_busy import busy_execution
 from driver.faulty_conformance import UnvalidatedPreparedModel, has_operation, unstable, unvalidated
 from driver.operands import dtype_of, pool_view
+from mlts.hal import qos
 from mlts.hal.enums import (
     ErrorStatus,
     ExecutionPreference,
@@ -39,7 +41,7 @@ from mlts.hal.enums import (
     Priority,
 )
 from mlts.hal.errors import HalError
-from mlts.hal.interface import Buffer, PreparedModel
+from mlts.hal.interface import Buffer, Burst, PreparedModel
 from mlts.hal.types import (
     BufferDesc,
     BufferRole,
@@ -56,10 +58,18 @@ log = logging.getLogger("driver.faulty")
 
 ENV_VAR = "MLTS_FAULT"
 #: The HAL methods whose calls are counted (1-based, per process) and may carry a fault.
-COUNTED_METHODS = ("getSupportedOperations", "prepareModel", "prepareModelFromCache", "executeSynchronously")
+COUNTED_METHODS = (
+    "getSupportedOperations",
+    "prepareModel",
+    "prepareModelFromCache",
+    "executeSynchronously",
+    "configureExecutionBurst",
+)
 #: The calls whose results `wrong` may spoil: one execution, or every execution of one prepared model.
 WRONG_METHODS = ("prepareModel", "prepareModelFromCache", "executeSynchronously")
 CRASH_KINDS = ("segv", "abort", "exit")
+#: The driver options that break its priority handling (flags, 0 or 1; see SampleFaulty).
+PRIORITY_FAULTS = ("ignore_priority", "no_preemption", "client_priority")
 #: The status a `crash=exit` driver exits with.
 EXIT_STATUS = 3
 _MIB = 1 << 20
@@ -108,6 +118,7 @@ class FaultPlan:
     unstable_capabilities: bool = False
     ignore_deadlines: bool = False
     token_cache: bool = False
+    burst_error: ErrorStatus | None = None  # executions through the driver's burst object fail so
     # A driver whose compiler shares the device with its executions: while a compilation runs, every
     # execution takes this many milliseconds longer.
     compile_contention_ms: float = 0.0
@@ -199,6 +210,11 @@ def _error(key: str, text: str) -> dict[str, Any]:
     return {"error": ErrorStatus[_choice(key, text, names)]}
 
 
+def _burst_error(key: str, text: str) -> dict[str, Any]:
+    names = [s.name for s in ErrorStatus if s != ErrorStatus.NONE]
+    return {"burst_error": ErrorStatus[_choice(key, text, names)]}
+
+
 def _error_at(key: str, text: str) -> dict[str, Any]:
     return {"error_at": _call_point(key, text)}
 
@@ -278,6 +294,7 @@ _PARSERS: dict[str, Callable[[str, str], dict[str, Any]]] = {
     "unstable_capabilities": _flag("unstable_capabilities"),
     "ignore_deadlines": _flag("ignore_deadlines"),
     "token_cache": _flag("token_cache"),
+    "burst_error": _burst_error,
     "compile_contention_ms": _compile_contention_ms,
 }
 OPTION_KEYS = tuple(_PARSERS)
@@ -507,6 +524,45 @@ class Compilations:
         return self._count > 0
 
 
+class FaultyBurst(Burst):
+    """The sample driver's burst of a faulty model: its executions go through the fault injector (and,
+    with `burst_error=STATUS`, fail with STATUS: proof that an execution came through the burst object
+    the driver made, not through the model)."""
+
+    def __init__(self, model: FaultyPreparedModel, inner: SampleBurst) -> None:
+        self.model = model
+        self.inner = inner
+
+    @property
+    def closed(self) -> bool:
+        return self.inner.closed
+
+    def execute(
+        self,
+        request: Request,
+        measure: MeasureTiming = MeasureTiming.NO,
+        deadline: OptionalTimePoint = None,
+        loop_timeout_duration: int | None = None,
+    ) -> ExecutionResult:
+        status = self.model.faults.plan.burst_error
+        if status is not None:
+            log.warning("injected fault: burst_error=%s", status.name)
+            raise HalError(
+                status, f"injected fault: {status.name} for an execution through the driver's burst"
+            )
+        if self.inner.closed:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, "burst: the burst was released")
+        return self.model.executeSynchronously(
+            request, measure, deadline, loop_timeout_duration, kept=self.inner
+        )
+
+    def freeMemory(self, memory: object) -> None:
+        self.inner.freeMemory(memory)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 class FaultyPreparedModel(PreparedModel):
     """A sample prepared model whose executions go through the fault injector."""
 
@@ -529,6 +585,8 @@ class FaultyPreparedModel(PreparedModel):
         measure: MeasureTiming = MeasureTiming.NO,
         deadline: OptionalTimePoint = None,
         loop_timeout_duration: int | None = None,
+        *,
+        kept: SampleBurst | None = None,
     ) -> ExecutionResult:
         point = self.faults.enter("executeSynchronously")
         plan = self.faults.plan
@@ -540,7 +598,9 @@ class FaultyPreparedModel(PreparedModel):
             busy = plan.busy_us if (point.n - 1) % plan.busy_every == 0 else 0.0
             return busy_execution(self.inner.model, busy, measure, request)
         try:
-            result = self.inner.executeSynchronously(request, measure, deadline, loop_timeout_duration)
+            result = self.inner.executeSynchronously(
+                request, measure, deadline, loop_timeout_duration, kept=kept
+            )
         except HalError as e:
             if plan.skip_validation and e.status == ErrorStatus.INVALID_ARGUMENT:
                 raise unvalidated(e) from None
@@ -562,6 +622,11 @@ class FaultyPreparedModel(PreparedModel):
             spoil_outputs(self.inner.model, request, result)
         return result
 
+    def configureExecutionBurst(self, *, polling_us: int | None = None) -> FaultyBurst:
+        """The sample driver's burst (counted: `crash_at`, `hang`, `error_at` may name it)."""
+        self.faults.enter("configureExecutionBurst")
+        return FaultyBurst(self, self.inner.configureExecutionBurst(polling_us=polling_us))
+
     def close(self) -> None:
         self.inner.close()
 
@@ -573,21 +638,28 @@ class SampleFaulty(SampleDevice):
 
     def __init__(self, **options: str) -> None:
         """Fault options (or MLTS_FAULT), plus the sample variants' `capabilities=PATH` and
-        `max_memory_mb=N`, and `ignore_priority=1`: a driver that runs every model at MEDIUM, never
-        preempting (what priority-stress must catch)."""
-        own = ("capabilities", "max_memory_mb", "ignore_priority")
+        `max_memory_mb=N`, and the priority faults: `ignore_priority=1`, a driver that runs every model
+        at MEDIUM, never preempting (what priority-stress must catch); `no_preemption=1`, one that
+        reports its models' priorities (so executions queue in priority order) but never pauses a
+        running execution; `client_priority=1`, one that preempts only the same client's executions,
+        ignoring other clients' priorities (what mlts validate's behaviour suite must catch)."""
+        own = ("capabilities", "max_memory_mb", *PRIORITY_FAULTS)
         faults = {k: v for k, v in options.items() if k not in own}
         self.faults = FaultInjector(plan_from(faults))
-        ignore = options.get("ignore_priority", "0")
-        if ignore not in ("0", "1"):
-            raise ValueError(f"sample-faulty: option ignore_priority must be 0 or 1, got {ignore!r}")
+        flags = {}
+        for key in PRIORITY_FAULTS:
+            flags[key] = options.get(key, "0")
+            if flags[key] not in ("0", "1"):
+                raise ValueError(f"sample-faulty: option {key} must be 0 or 1, got {flags[key]!r}")
         super().__init__(**{k: v for k, v in options.items() if k in own[:2]})
-        self.ignore_priority = ignore == "1"
+        self.ignore_priority = flags["ignore_priority"] == "1"
         self._unstable: Capabilities | None = None
         self._by_token: dict[bytes, SamplePreparedModel] = {}
         self._token_lock = threading.Lock()
         self.compilations = Compilations()  # preparations in progress (compile_contention_ms)
-        if self.ignore_priority:
+        if flags["client_priority"] == "1":
+            self.gate = qos.PriorityGate(qos.SCOPE_CLIENT)
+        if self.ignore_priority or flags["no_preemption"] == "1":
             self.gate.enabled = False
         log.info("%s: %s", self.name, self.faults.plan.describe())
 

@@ -59,6 +59,7 @@ _SIGNATURES: dict[str, list] = {
     "mk_gemm_packed_requant_f32": [_P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
     "mk_gemm_packed_requant_q8": [_P, _I, _I, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
     "mk_run_calls": [_P, _P, _L, _P],
+    "mk_run_calls_watched": [_P, _P, _L, _P, _P, _L, _L],
     "mk_add_f32": [_P, _P, _P, _L],
     "mk_tanh_f32": [_P, _P, _L],
     "mk_logistic_f32": [_P, _P, _L],
@@ -88,6 +89,7 @@ _RESTYPES = {
     "mk_pool_stats": ctypes.c_int,
     "mk_split": ctypes.c_int,
     "mk_run_calls": ctypes.c_int64,
+    "mk_run_calls_watched": ctypes.c_int64,
     "mk_call_ints": ctypes.c_int,
 }
 

@@ -1845,3 +1845,27 @@ int64_t mk_run_calls(const int64_t *ints, const float *floats, int64_t n, int64_
     }
     return 0;
 }
+
+/* mk_run_calls, watching for a reason to stop between calls (preemption inside a bound run): before
+ * each call after the first it stops when *word, the highest priority running (mlts.hal.qos), exceeds
+ * mine, or when CLOCK_MONOTONIC has passed deadline_ns (when >= 0). word may be NULL. One load per
+ * call, and a clock read when there is a deadline. Returns 0 when every call ran, i + 1 when call i
+ * failed (as mk_run_calls), -(i + 1) when it stopped before call i (i >= 1; calls 0 .. i-1 ran): the
+ * caller waits at its checkpoint, then runs calls i .. n-1. */
+int64_t mk_run_calls_watched(const int64_t *ints, const float *floats, int64_t n, int64_t *status,
+                             const volatile int64_t *word, int64_t mine, int64_t deadline_ns) {
+    *status = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i > 0) {
+            if (word != NULL && *word > mine) return -(i + 1);
+            if (deadline_ns >= 0) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                if ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec > deadline_ns) return -(i + 1);
+            }
+        }
+        int64_t failed = mk_run_calls(ints + i * MK_CALL_INTS, floats + i * MK_CALL_FLOATS, 1, status);
+        if (failed) return i + 1;
+    }
+    return 0;
+}

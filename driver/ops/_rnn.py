@@ -1,7 +1,9 @@
 """The basic RNN cell shared by RNN, UNIDIRECTIONAL_SEQUENCE_RNN and BIDIRECTIONAL_SEQUENCE_RNN.
 
-One step, for a batch: h' = act(x·W^T + aux·W_aux^T + h·R^T + b), with `act` the fused activation
-(NONE, RELU, RELU1, RELU6). TENSOR_FLOAT16 operands are computed in float32 and rounded at the end
+One step, for a batch: h' = act(x·W^T + aux·W_aux^T + h·R^T + b), with `act` the activation by
+TFLite's codes, as the reference implementation's activation functor takes them: 0 NONE, 1 RELU,
+2 RELU1, 3 RELU6, 4 TANH, 6 SIGMOID (TFLite's RNN layers default to TANH, which its NNAPI delegate
+passes on). TENSOR_FLOAT16 operands are computed in float32 and rounded at the end
 of every step (the state that feeds the next step is the float16 value, as in NNAPI's kernel).
 """
 
@@ -12,8 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from driver.ops._activation import apply_activation, parse_activation
+from driver.ops._activation import relu1
 from driver.ops._base import ArgInfo, expect_type
+from driver.ops._lstm_cell import ACTIVATIONS as _LSTM_ACTIVATIONS
+from driver.ops._params import int_param
 from driver.ops._typed import FLOAT_TENSORS, op_failed
 from mlts.hal.enums import OperandType
 from mlts.hal.errors import invalid
@@ -31,8 +35,18 @@ def float_type(name: str, ins: Sequence[ArgInfo], tensors: Sequence[int], outs: 
     return first.type
 
 
+# The recurrent activations by code: the LSTMs' (0 NONE, 1 RELU, 3 RELU6, 4 TANH, 6 SIGMOID) and the
+# FuseCode RELU1 (2) the RNN's documentation names.
+ACTIVATIONS = {**_LSTM_ACTIVATIONS, 2: relu1}
+ACTIVATION_LABELS = "0 (none), 1 (relu), 2 (relu1), 3 (relu6), 4 (tanh), 6 (sigmoid)"
+
+
 def activation(name: str, ins: Sequence[ArgInfo], index: int) -> int:
-    return parse_activation(name, ins, index)
+    """The constant recurrent activation code at input `index`."""
+    code = int_param(name, "fused activation", ins, index)
+    if code not in ACTIVATIONS:
+        raise invalid(f"{name}: fused activation is {code}, expected one of {ACTIVATION_LABELS}")
+    return code
 
 
 def step(
@@ -51,7 +65,7 @@ def step(
         y += aux.astype(np.float32) @ w_aux.astype(np.float32).T
     y += h.astype(np.float32) @ r.astype(np.float32).T
     y += b.astype(np.float32)
-    return apply_activation(act, y)
+    return np.asarray(ACTIVATIONS[act](y), np.float32)
 
 
 def check_shape(name: str, what: str, arr: Any, expected: tuple[int, ...]) -> None:

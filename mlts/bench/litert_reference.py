@@ -4,8 +4,10 @@ MLTS's accuracy and latency baseline is TFLite's CPU kernels; LiteRT is TFLite's
 package. It runs with TFLite's builtin kernels and without the default XNNPACK delegate
 (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES): the integer results are those of TFLite's own
 8-bit kernels, which NNAPI's quantized operations are specified after, and the thread count is the
-run's. Inputs and outputs follow the converter's plan (mlts.convert.tflite.IoPlan): the model's
-inputs then the state (variable) tensors it converted to inputs, set before each call, and the
+run's. Inputs and outputs follow the converter's plan (mlts.convert.tflite.IoPlan): inputs the
+conversion gave new shapes (their dynamic dimensions) are resized first (resize_tensor_input, strict;
+a signature's runner resizes to the inputs it is fed), then the model's inputs and the state (variable)
+tensors it converted to inputs are set before each call, and the
 model's outputs then the state tensors' next values, read after it. Every call starts from the
 state it is given, as the converted model does.
 
@@ -72,6 +74,10 @@ class LiteRtReference:
                 num_threads=threads,
                 experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
             )
+            if plan.subgraph == 0:
+                for index, shape in getattr(plan, "resized", ()):
+                    # The inputs the conversion was given shapes for (their dynamic dimensions only).
+                    self.interpreter.resize_tensor_input(index, list(shape), strict=True)
             self.interpreter.allocate_tensors()
             self._runner = None
             if plan.subgraph != 0:

@@ -25,6 +25,8 @@ class PeakWatch:
 
     pid: int
     windowed: bool = False
+    #: The peak before the last `restart()` (MiB), kept so `peak_mb()` still covers the whole stretch.
+    earlier_mb: float | None = None
 
     def start(self) -> None:
         try:
@@ -34,11 +36,28 @@ class PeakWatch:
         except OSError:
             self.windowed = False
 
+    def restart(self) -> None:
+        """Reset the mark within the stretch (the peak so far is kept): `peak_since_restart_mb()` then
+        reads the peak of what follows, `peak_mb()` still the whole stretch's."""
+        peak = self.peak_mb()
+        self.start()
+        self.earlier_mb = peak
+
+    def peak_since_restart_mb(self) -> float | None:
+        """The peak since `restart()` (since the start, without one); None where the mark cannot be reset."""
+        if not self.windowed:
+            return None
+        kib = _vm_hwm_kib(self.pid)
+        return None if kib is None else round(kib / 1024.0, 2)
+
     def peak_mb(self) -> float | None:
         kib = _vm_hwm_kib(self.pid)
         if kib is None and self.pid == os.getpid():
             kib = _rusage_kib()
-        return None if kib is None else round(kib / 1024.0, 2)
+        mb = None if kib is None else round(kib / 1024.0, 2)
+        if self.earlier_mb is not None and (mb is None or self.earlier_mb > mb):
+            return self.earlier_mb
+        return mb
 
     @property
     def method(self) -> str:

@@ -32,6 +32,7 @@ from mlts.bench.backends import (  # noqa: F401  (BenchmarkConfig and the row he
     model_backends,
     timed_fields,
 )
+from mlts.bench.driver_quality import DriverQualityProbe
 from mlts.bench.memory import driver_pid
 from mlts.bench.ort_exactness import probe as ort_probe
 from mlts.bench.overhead import harness_overhead
@@ -41,7 +42,7 @@ from mlts.bench.speech_runner import benchmark_recurrent
 from mlts.bench.timing import Timed
 from mlts.convert.errors import ConversionError
 from mlts.hal.errors import HalError
-from mlts.records import SCHEMA_VERSION, BenchmarkRow, Violation
+from mlts.records import SCHEMA_VERSION, BenchmarkRow, DriverQuality, Violation
 from mlts.records.environment import environment
 from mlts.runtime.execution import ExecutionMode
 
@@ -278,12 +279,20 @@ def _run_driver(work, backend: Backend, config: BenchmarkConfig, progress: Progr
     return _run_one_driver(work, backend, config, progress)
 
 
-def _timed_session(work, session, label: str, config: BenchmarkConfig, progress: Progress):
+def _timed_session(
+    work,
+    session,
+    label: str,
+    config: BenchmarkConfig,
+    progress: Progress,
+    quality: DriverQualityProbe | None = None,
+):
     """Warm-up and timed run, then the accuracy pass: (Timed, timed results, outputs).
 
     The calls cycle through the inputs from the first, the timed ones going on where the warm-up
     stopped. The accuracy pass scores the outputs of the first call on each input and runs only the
-    inputs no warm-up or timed call reached.
+    inputs no warm-up or timed call reached. With `quality`, the first execution, the driver's CPU
+    over the timed run and the cost of MeasureTiming are measured too (mlts.bench.driver_quality).
     """
     results: list = []
     feeds = work.feeds
@@ -296,7 +305,14 @@ def _timed_session(work, session, label: str, config: BenchmarkConfig, progress:
         first.setdefault(k, outputs)
 
     progress.phase(work.name, label, "warm-up and timing")
-    timed = config.control.run(call)
+    if quality is None:
+        timed = config.control.run(call)
+    else:
+        timed = config.control.run(quality.wrap(call))
+        quality.timed(timed.iterations)
+        progress.phase(work.name, label, "latency with and without MeasureTiming")
+        median = sorted(timed.samples)[len(timed.samples) // 2] if timed.samples else 0.0
+        quality.timing_cost(session, feeds, median, config.duration_s)
     progress.phase(work.name, label, f"accuracy over {len(feeds)} inputs ({len(first)} from the timed calls)")
     outputs = [first[k] if k in first else session.run(f)[0] for k, f in enumerate(feeds)]
     return timed, results[len(results) - timed.iterations :], outputs
@@ -310,8 +326,10 @@ def _run_one_driver(work, backend: Backend, config: BenchmarkConfig, progress: P
     progress.phase(work.name, label, "prepare")
     session = backend.open_session(work.model, config)
     extra = {}
+    quality = DriverQualityProbe(watch, driver_pid(backend.device))
+    quality.prepared()
     try:
-        timed, results, outputs = _timed_session(work, session, label, config, progress)
+        timed, results, outputs = _timed_session(work, session, label, config, progress, quality)
         overhead = harness_overhead(backend.device)  # on the connection the timed calls used
         if config.profile:
             from mlts.bench.profile_runs import profile_driver
@@ -334,8 +352,18 @@ def _run_one_driver(work, backend: Backend, config: BenchmarkConfig, progress: P
         memory_mb=watch.result(),
         retries=retries,
         harness_overhead=overhead,
+        driver_quality=DriverQuality.from_json(quality.to_json(_median_ms(timed.samples)), "driver_quality"),
         **extra,
     )
+
+
+def _median_ms(samples: tuple[float, ...]) -> float | None:
+    if not samples:
+        return None
+    ordered = sorted(samples)
+    n = len(ordered)
+    middle = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    return middle * 1000.0
 
 
 def _run_partitioned(work, backend: Backend, config: BenchmarkConfig, progress: Progress) -> BenchmarkRow:

@@ -21,6 +21,8 @@ class ModelSource:
     zoo_name: str | None = None
     twin: Path | None = None  # the same model in the other format (--reference both): an ONNX file
     user: Any = None  # a user's file: its mlts.bench.user_model.UserModel (inputs resolved)
+    #: A .tflite file: (input name, shape) for the inputs --input-shape names (their dynamic dimensions).
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     @property
     def is_nnm(self) -> bool:
@@ -82,6 +84,8 @@ def select_models(
             )
         sources += [ModelSource(n, None, n) for n in chosen]
     user_files = []  # ONNX and .nnm files: their inputs are resolved with the input options
+    settings = settings or InputSettings()
+    tflite_names: set[str] = set()
     for f in model_files:
         if f.startswith("real:") and not Path(f).exists():
             from mlts.models.real_tflite import find
@@ -93,11 +97,34 @@ def select_models(
             raise ModelSelectionError(f"{f}: no such model file")
         from mlts.convert.formats import is_tflite_source
 
-        if is_tflite_source(p):  # a TFLite model's shapes are the file's (docs/tflite.md)
-            sources.append(ModelSource(p.stem, p))
+        if is_tflite_source(p):  # --input-shape sizes its dynamic dimensions (docs/tflite.md)
+            inputs = _tflite_input_names(p)
+            tflite_names |= inputs
+            fixed = sorted(inputs & set(settings.values))
+            if fixed:
+                raise ModelSelectionError(
+                    f"--input-value {fixed[0]}: input '{fixed[0]}' of {f} is a TFLite model's input; only ONNX "
+                    "model inputs can be fixed to a value"
+                )
+            shapes = tuple((n, tuple(d)) for n, d in settings.shapes.items() if n in inputs)
+            sources.append(ModelSource(p.stem, p, input_shapes=shapes))
         else:
             user_files.append(f)
-    settings = settings or InputSettings()
-    for (user, _), f in zip(resolve_all(user_files, settings), user_files, strict=True):
+    for (user, _), f in zip(
+        resolve_all(user_files, settings, also_named=frozenset(tflite_names)), user_files, strict=True
+    ):
         sources.append(ModelSource(Path(f).stem, Path(f), user=user))
     return sources
+
+
+def _tflite_input_names(path: Path) -> set[str]:
+    """The input names of a .tflite file's main subgraph (none when it cannot be read: the run reports that)."""
+    from mlts.convert.errors import ConversionError
+    from mlts.convert.tflite import load_tflite
+
+    try:
+        model = load_tflite(path)
+    except ConversionError:
+        return set()
+    sg = model.subgraphs[0]
+    return {sg.tensors[i].name for i in sg.inputs}

@@ -76,7 +76,9 @@ def prepare_tflite_workload(
     from mlts.hal.extensions import extensions_used
 
     progress.phase(source.name, "-", "convert (TFLite)")
-    conv, plan = convert_tflite_plan(model, extensions=extensions)
+    conv, plan = convert_tflite_plan(
+        model, extensions=extensions, input_shapes=dict(source.input_shapes) or None
+    )
     quantized = bool(conv.outputs) and all(t.dtype in ("uint8", "int8") for t in conv.outputs)
     progress.phase(source.name, "-", "LiteRT reference outputs")
     reference = LiteRtReference(model.data, config.threads, plan)

@@ -331,10 +331,13 @@ def _refuse_all_zero(files: InputFiles, fed: Sequence[GraphInput], folder: str) 
             )
 
 
-def resolve_all(paths: Sequence[str | Path], settings: InputSettings) -> list[tuple[UserModel, Any]]:
+def resolve_all(
+    paths: Sequence[str | Path], settings: InputSettings, also_named: frozenset[str] = frozenset()
+) -> list[tuple[UserModel, Any]]:
     """resolve() of every file; a name in the options or a file in --inputs DIR that none of them has is
     an error that lists their inputs (checked before any file's inputs are resolved). A file that cannot
-    be loaded is no error here: its UserModel says why (`unreadable`), for the run to report."""
+    be loaded is no error here: its UserModel says why (`unreadable`), for the run to report.
+    `also_named`: input names of the run's other (TFLite) files, which --input-shape may name too."""
     found = input_files.scan(settings.inputs_dir) if settings.inputs_dir is not None else None
     loaded, unreadable = [], {}
     for p in paths:
@@ -345,7 +348,7 @@ def resolve_all(paths: Sequence[str | Path], settings: InputSettings) -> list[tu
     every = {i.name for _, (_, inputs, _) in loaded for i in inputs}
     for option, names in (("--input-shape", settings.shapes), ("--input-value", settings.values)):
         for name in names:
-            if name not in every:
+            if name not in every and not (option == "--input-shape" and name in also_named):
                 listed = "; ".join(
                     f"{p.name}: {', '.join(repr(i.name) for i in inputs) or 'none'}"
                     for p, (_, inputs, _) in loaded

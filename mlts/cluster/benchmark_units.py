@@ -41,7 +41,14 @@ def source_json(source: Any) -> dict[str, Any]:
     """A ModelSource as JSON; a user's file by its absolute path (the workers must see the same path)."""
     path = None if source.path is None else str(Path(source.path).resolve())
     twin = None if source.twin is None else str(Path(source.twin).resolve())
-    return {"name": source.name, "path": path, "zoo_name": source.zoo_name, "twin": twin}
+    shapes = [[name, list(shape)] for name, shape in getattr(source, "input_shapes", ())]
+    return {
+        "name": source.name,
+        "path": path,
+        "zoo_name": source.zoo_name,
+        "twin": twin,
+        "input_shapes": shapes,
+    }
 
 
 def user_models_json(sources: Sequence[Any], settings: Any) -> dict[str, Any] | None:
@@ -130,7 +137,8 @@ def run(payload: dict[str, Any], scratch: str) -> dict[str, Any]:
     else:
         twin = None if src.get("twin") is None else Path(src["twin"])
         path = None if src["path"] is None else Path(src["path"])
-        source = ModelSource(src["name"], path, src["zoo_name"], twin=twin)
+        shapes = tuple((name, tuple(shape)) for name, shape in src.get("input_shapes") or ())
+        source = ModelSource(src["name"], path, src["zoo_name"], twin=twin, input_shapes=shapes)
     doc = run_benchmark([source], [target.spec(config.plugin_files)], config, Silent())
     return stamp_benchmark(
         doc, {target.driver: target.socket}, in_process=config.in_process, device=target.device

@@ -17,7 +17,7 @@ from mlts.cluster.targets import DriverTarget
 from mlts.cluster.units import Unit, UnitOutcome, absolute, scratch_out
 
 #: Modes that measure latency: they run on a quiet worker.
-TIMING_MODES = frozenset({"performance-degradation-stress", "priority-stress"})
+TIMING_MODES = frozenset({"performance-degradation-stress", "priority-stress", "priority-stress-two-clients"})
 #: Modes with one test per model (a unit each).
 PER_MODEL_MODES = frozenset({"inference-stress", "model-loading-stress"})
 

@@ -189,8 +189,8 @@ def driver_socket_option(fn):
 
 #: --help of the user model options, shared by every command that takes --model.
 INPUT_SHAPE_HELP = (
-    "The whole shape of input NAME of your --model files, fixing its symbolic dimensions (e.g. "
-    "image=1,3,640,640); repeatable, one per input."
+    "The whole shape of input NAME of your --model files, fixing its symbolic dimensions (ONNX) or the -1 "
+    "dimensions of its shape signature (TFLite) (e.g. image=1,3,640,640); repeatable, one per input."
 )
 INPUT_VALUE_HELP = (
     "A fixed value for input NAME of your --model files (e.g. a sample rate: sample_rate=16000, or "

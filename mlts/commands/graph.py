@@ -87,8 +87,8 @@ def tflite_ops_lines() -> list[str]:
     multiple=True,
     metavar="NAME=D1,D2,...",
     callback=lambda _ctx, _param, specs: parse_input_shapes(specs),
-    help="The whole shape of input NAME, fixing its symbolic dimensions (e.g. a time axis: "
-    "features=50,1,320); repeatable, one per input.",
+    help="The whole shape of input NAME, fixing its symbolic dimensions (ONNX) or the -1 dimensions of "
+    "its shape signature (TFLite) (e.g. a time axis: features=50,1,320); repeatable, one per input.",
 )
 @click.option(
     "--input-value",
@@ -143,7 +143,8 @@ def convert_cmd(
     configuration rather than data (a sample rate) can be fixed with
     --input-value, and the model computes with that value. TFLite: operators
     map as TFLite's NNAPI delegate maps them (docs/tflite.md), with the
-    file's shapes; --signature picks a signature's subgraph.
+    file's shapes or, for inputs whose shape signature has -1 dimensions,
+    those --input-shape gives; --signature picks a signature's subgraph.
     """
     from mlts.convert import convert
     from mlts.hal import nnfile

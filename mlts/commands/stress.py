@@ -254,7 +254,7 @@ def stress(
     """Run stress MODE (or `all`) on every matching driver; each test in its own supervised process.
 
     \b
-    Modes (`all` runs every one but priority-stress):
+    Modes (`all` runs every one but the priority-stress ones):
       inference-stress                      execute each model in a loop
       model-loading-stress                  compile each model in a loop
       parallel-inference-stress             --threads threads execute at once
@@ -267,11 +267,14 @@ def stress(
       inference-random-stress               run random graphs, results checked
       performance-degradation-stress        latency alone vs while another client compiles
       priority-stress                       HIGH against LOW priority models on one service
+      priority-stress-two-clients           the same, the LOW load from another client process
 
     priority-stress (not part of `all`: it measures latency) times model A
     (the first matching model) at HIGH alone, then against --threads threads
     running model B (the last) at LOW on one shared service, then both at
-    MEDIUM; FAILURE when priorities make no difference.
+    MEDIUM; FAILURE when priorities make no difference. In
+    priority-stress-two-clients those threads run in another process, a
+    client of its own: one client's HIGH must preempt another's LOW.
 
     Outcomes: SUCCESS; FAILURE (the driver could not compile or run, returned a
     wrong result, or its process died: the reason says which call); HANG (no
@@ -345,7 +348,7 @@ def stress(
     for s in sources:
         if s.user is not None and s.user.unreadable:
             raise BadInput(s.user.unreadable)
-    models = [s.name if s.user is None else str(s.path) for s in sources]
+    models = [s.name if s.path is None else str(s.path) for s in sources]  # a file by its path
     config = replace(config, user_models={str(s.path): user_model_spec(s.user) for s in sources if s.user})
 
     def progress(message: str) -> None:

@@ -54,14 +54,14 @@ def convert(
 ):
     """Convert an ONNX or TFLite model to an NN HAL model (see convert_tflite and mlts.convert.converter.convert).
 
-    `signature` applies to TFLite models only; `input_shapes` and the other ONNX options only to
-    ONNX models (a TFLite model's shapes are the file's).
+    `signature` applies to TFLite models only; `input_shapes` to both (for a TFLite model, only to
+    inputs whose shape signature has dynamic dimensions); the other ONNX options only to ONNX models.
     """
     if is_tflite_source(model):
         from mlts.convert.tflite import convert_tflite
 
-        _refuse_onnx_options(input_shapes, onnx_options)
-        return convert_tflite(model, signature=signature, extensions=extensions)
+        _refuse_onnx_options(onnx_options)
+        return convert_tflite(model, signature=signature, extensions=extensions, input_shapes=input_shapes)
     if signature is not None:
         raise ConversionError(f"a signature ({signature!r}) applies to TFLite models; this is an ONNX model")
     from mlts.convert.converter import convert as convert_onnx
@@ -75,12 +75,7 @@ def convert(
 _NEUTRAL = {"batch_size": 1, "keep_io_layout": True}
 
 
-def _refuse_onnx_options(input_shapes, options: dict[str, Any]) -> None:
-    if input_shapes:
-        raise ConversionError(
-            "input shapes apply to ONNX models: a TFLite model is converted with the shapes its file gives "
-            f"(given for {', '.join(sorted(input_shapes))})"
-        )
+def _refuse_onnx_options(options: dict[str, Any]) -> None:
     for key, value in options.items():
         if value is None or (key in _NEUTRAL and value == _NEUTRAL[key]):
             continue

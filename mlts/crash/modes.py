@@ -22,7 +22,7 @@ import numpy as np
 
 from mlts.crash.context import StressContext
 from mlts.crash.outcome import StressFailure
-from mlts.crash.priority_mode import priority_stress
+from mlts.crash.priority_mode import priority_stress, priority_stress_two_clients
 from mlts.hal.errors import HalError
 from mlts.records.tolerance import STRESS_NETWORK
 
@@ -453,4 +453,5 @@ CHILD_MODES: dict[str, Callable[[StressContext], dict[str, Any]]] = {
     "random-load": random_load,
     "random-inference": random_inference,
     "priority": priority_stress,
+    "priority-two-clients": priority_stress_two_clients,
 }

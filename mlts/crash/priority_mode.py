@@ -1,8 +1,11 @@
 """priority-stress: does the driver's priority scheduling protect a HIGH model from a LOW load?
 
-One client (one connection to the shared service, since priorities are relative to one client's
-models) times model A in three phases: A at HIGH alone; A at HIGH while T threads run model B at
-LOW flat out; A at MEDIUM while the T threads run B at MEDIUM. It reports A's median and p90 in each.
+A client of the shared service times model A in three phases: A at HIGH alone; A at HIGH while T
+threads run model B at LOW flat out; A at MEDIUM while the T threads run B at MEDIUM. It reports A's
+median and p90 in each. In `priority-stress` the load runs on the timing client's own connection;
+in `priority-stress-two-clients` it runs in another client: a second process with a connection of
+its own (`mlts.crash.priority_load`), so the driver must let one client's HIGH execution preempt
+another client's LOW work.
 FAILURE when priorities make no difference: A's median under the LOW load is not clearly below its
 median under the equal-priority load (less than `min_gain`, 30% by default, better). The goal,
 A's median under the LOW load within 1.5x of alone, is reported (`within_goal`), not enforced: on a
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -44,7 +48,70 @@ def _stats(samples: list[float]) -> dict[str, float]:
     }
 
 
+class ThreadLoad:
+    """Model B run flat out by threads of this client (its own sessions, on this connection)."""
+
+    def __init__(self, ctx: StressContext, b_name: str, low: list[Any], medium: list[Any], inputs) -> None:
+        self.ctx, self.b_name, self.inputs = ctx, b_name, inputs
+        self.sessions = {"low": low, "medium": medium}
+        self._stop = threading.Event()
+        self._workers: list[threading.Thread] = []
+        self._errors: list[BaseException] = []
+
+    def start_load(self, which: str) -> None:
+        self._stop.clear()
+        self._errors.clear()
+
+        def run_b(b) -> None:
+            try:
+                while not self._stop.is_set():
+                    b.run(self.inputs)
+            except BaseException as e:  # noqa: BLE001
+                self._errors.append(e)
+
+        self._workers = [threading.Thread(target=run_b, args=(b,), daemon=True) for b in self.sessions[which]]
+        for w in self._workers:
+            w.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for w in self._workers:
+            w.join(30)
+        if self._errors:
+            e = self._errors[0]
+            raise (self.ctx.failure(e, f"execution of {self.b_name}") if isinstance(e, HalError) else e)
+
+    def close(self) -> None:
+        self._stop.set()
+
+
 def priority_stress(ctx: StressContext) -> dict[str, Any]:
+    """The one-client form: B's load on the timing client's own connection."""
+    b_name = list(ctx.spec["models"])[-1]
+    threads = max(1, int(ctx.spec.get("threads", 2)))
+
+    def make_load(device, session: Callable[..., Any]) -> ThreadLoad:
+        b_model = ctx.model(b_name)
+        low = [session(b_model, Priority.LOW, b_name) for _ in range(threads)]
+        medium = [session(b_model, Priority.MEDIUM, b_name) for _ in range(threads)]
+        return ThreadLoad(ctx, b_name, low, medium, ctx.inputs(b_model, ctx.seed + 1))
+
+    return _priority_phases(ctx, make_load, "one client")
+
+
+def priority_stress_two_clients(ctx: StressContext) -> dict[str, Any]:
+    """The two-client form: B's load in another process, a client of the same service."""
+    from mlts.crash.priority_load import ProcessLoad
+
+    b_name = list(ctx.spec["models"])[-1]
+
+    def make_load(device, session: Callable[..., Any]) -> ProcessLoad:
+        return ProcessLoad.launch(ctx, b_name)
+
+    return _priority_phases(ctx, make_load, "two clients")
+
+
+def _priority_phases(ctx: StressContext, make_load: Callable[..., Any], form: str) -> dict[str, Any]:
     from mlts.runtime.session import Session
 
     names = list(ctx.spec["models"])
@@ -53,8 +120,8 @@ def priority_stress(ctx: StressContext) -> dict[str, Any]:
     min_gain = float(ctx.params.get("min_gain", MIN_GAIN))
     qos = ctx.qos  # the run's QoS; each session's priority is its own
     device = ctx.open_device()
-    a_model, b_model = ctx.model(a_name), ctx.model(b_name)
-    a_inputs, b_inputs = ctx.inputs(a_model, ctx.seed), ctx.inputs(b_model, ctx.seed + 1)
+    a_model = ctx.model(a_name)
+    a_inputs = ctx.inputs(a_model, ctx.seed)
     sessions: list[Any] = []
 
     def session(model, priority: Priority, what: str):
@@ -67,65 +134,50 @@ def priority_stress(ctx: StressContext) -> dict[str, Any]:
 
     a_high = session(a_model, Priority.HIGH, a_name)
     a_medium = session(a_model, Priority.MEDIUM, a_name)
-    b_low = [session(b_model, Priority.LOW, b_name) for _ in range(threads)]
-    b_medium = [session(b_model, Priority.MEDIUM, b_name) for _ in range(threads)]
-    ctx.ready()
-    rounds = max(1, int(ctx.params.get("rounds", ROUNDS)))
-    phase = ctx.duration_s / 3 / rounds  # one phase of one round
-    least = -(-MIN_CALLS // rounds)
-
-    def timed(s, seconds: float) -> list[float]:
-        s.run(a_inputs)  # warm-up call
-        samples: list[float] = []
-        end = time.monotonic() + seconds
-        while time.monotonic() < end or len(samples) < least:
-            t0 = time.perf_counter()
-            s.run(a_inputs)
-            samples.append(time.perf_counter() - t0)
-            ctx.progress()
-        return samples
-
-    def under_load(s, load: list[Any]) -> list[float]:
-        stop = threading.Event()
-        errors: list[BaseException] = []
-
-        def run_b(b) -> None:
-            try:
-                while not stop.is_set():
-                    b.run(b_inputs)
-            except BaseException as e:  # noqa: BLE001
-                errors.append(e)
-
-        workers = [threading.Thread(target=run_b, args=(b,), daemon=True) for b in load]
-        for w in workers:
-            w.start()
-        try:
-            time.sleep(min(0.2, phase / 5))  # the load is running before A is timed
-            return timed(s, phase)
-        finally:
-            stop.set()
-            for w in workers:
-                w.join(30)
-            if errors:
-                e = errors[0]
-                raise (ctx.failure(e, f"execution of {b_name}") if isinstance(e, HalError) else e)
-
-    alone: list[float] = []
-    with_priorities: list[float] = []
-    without: list[float] = []
+    load = make_load(device, session)
     try:
-        for _ in range(rounds):
-            alone += timed(a_high, phase)
-            with_priorities += under_load(a_high, b_low)
-            without += under_load(a_medium, b_medium)
-    except HalError as e:
-        raise ctx.failure(e, f"execution of {a_name}") from None
+        ctx.ready()
+        rounds = max(1, int(ctx.params.get("rounds", ROUNDS)))
+        phase = ctx.duration_s / 3 / rounds  # one phase of one round
+        least = -(-MIN_CALLS // rounds)
+
+        def timed(s, seconds: float) -> list[float]:
+            s.run(a_inputs)  # warm-up call
+            samples: list[float] = []
+            end = time.monotonic() + seconds
+            while time.monotonic() < end or len(samples) < least:
+                t0 = time.perf_counter()
+                s.run(a_inputs)
+                samples.append(time.perf_counter() - t0)
+                ctx.progress()
+            return samples
+
+        def under_load(s, which: str) -> list[float]:
+            load.start_load(which)
+            try:
+                time.sleep(min(0.2, phase / 5))  # the load is running before A is timed
+                return timed(s, phase)
+            finally:
+                load.stop()
+
+        alone: list[float] = []
+        with_priorities: list[float] = []
+        without: list[float] = []
+        try:
+            for _ in range(rounds):
+                alone += timed(a_high, phase)
+                with_priorities += under_load(a_high, "low")
+                without += under_load(a_medium, "medium")
+        except HalError as e:
+            raise ctx.failure(e, f"execution of {a_name}") from None
     finally:
+        load.close()
         for s in sessions:
             s.close()
     details: dict[str, Any] = {
         "model_a": a_name,
         "model_b": b_name,
+        "form": form,
         "threads": threads,
         "rounds": rounds,
         "a_high_alone": _stats(alone),

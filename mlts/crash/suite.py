@@ -42,12 +42,13 @@ MODES = (
     "inference-random-stress",
     "performance-degradation-stress",
     "priority-stress",
+    "priority-stress-two-clients",
 )
 
 
-#: What `all` runs: every mode but priority-stress, which measures latency (a benchmark's job: run it
-#: by name, on a quiet machine).
-ALL_MODES = tuple(m for m in MODES if m != "priority-stress")
+#: What `all` runs: every mode but the priority-stress ones, which measure latency (a benchmark's job:
+#: run them by name, on a quiet machine).
+ALL_MODES = tuple(m for m in MODES if not m.startswith("priority-stress"))
 
 
 class StressConfigError(InputError):
@@ -423,6 +424,7 @@ _RUNNERS = {
         _one("degradation", limit_percent="degradation_limit")
     ),
     "priority-stress": _on_shared_service(_one("priority")),
+    "priority-stress-two-clients": _on_shared_service(_one("priority-two-clients")),
 }
 
 

@@ -31,7 +31,13 @@ from mlts.hal.types import (
 
 
 class Burst(ABC):
-    """A burst object: executions of one prepared model that reuse memory mappings (HAL 1.2)."""
+    """A burst object: executions of one prepared model that reuse memory mappings (HAL 1.2).
+
+    A driver's own (returned by its `PreparedModel.configureExecutionBurst`) may keep resources for
+    the burst's life (seed 003: clocks, buffers, layouts); the service runs the burst's executions
+    through `execute` one at a time, passes each memory slot the client frees (or replaces) to
+    `freeMemory` before unmapping it, and calls `close` when the burst is released or its client goes.
+    """
 
     def execute(
         self,
@@ -43,10 +49,11 @@ class Burst(ABC):
         raise not_implemented("Burst.execute")
 
     def freeMemory(self, memory: object) -> None:
+        """Forget what the burst keeps of `memory` (a pool of its requests): it is about to be unmapped."""
         raise not_implemented("Burst.freeMemory")
 
     def close(self) -> None:
-        """Release the burst; idempotent."""
+        """Release the burst and what it keeps; idempotent."""
 
     def __enter__(self) -> Burst:
         return self
@@ -159,7 +166,9 @@ class PreparedModel(ABC):
         )
 
     def configureExecutionBurst(self, *, polling_us: int | None = None) -> Burst:
-        """A burst of this model; the default runs each of its executions synchronously.
+        """A burst of this model (HAL 1.2's configureExecutionBurst): the service calls it for every
+        burst a client creates, so the driver learns of each and may return its own burst object
+        (keeping resources for the burst's life); the default runs each execution synchronously.
 
         `polling_us` is how long a waiting side polls before it blocks (0: low-power mode).
         """

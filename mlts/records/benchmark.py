@@ -78,6 +78,48 @@ class DriverTiming(j.Record):
 
 
 @dataclass(frozen=True)
+class DriverQuality(j.Record):
+    """A driver row's quality figures (mlts.bench.driver_quality): its first execution against the
+    steady median, latency with MeasureTiming YES and NO, the driver process's CPU time per execution
+    and its resident memory after preparation and at peak while executing; null where not measured."""
+
+    first_execution_ms: float | None = j.value(j.nullable(j.number), default=None)
+    steady_median_ms: float | None = j.value(j.nullable(j.number), default=None)
+    timing_on_median_ms: float | None = j.value(j.nullable(j.number), default=None)
+    timing_off_median_ms: float | None = j.value(j.nullable(j.number), default=None)
+    timing_pairs: int | None = j.value(j.nullable(j.count), default=None)
+    driver_cpu_ms_per_execution: float | None = j.value(j.nullable(j.number), default=None)
+    driver_cpu_share: float | None = j.value(j.nullable(j.number), default=None)
+    driver_cpu_executions: int | None = j.value(j.nullable(j.count), default=None)
+    driver_rss_after_prepare_mb: float | None = j.value(j.nullable(j.number), default=None)
+    driver_rss_peak_execution_mb: float | None = j.value(j.nullable(j.number), default=None)
+    method: str | None = j.value(j.nullable(j.text), default=None, omit=True)
+    extra: dict = j.extra()
+
+    @property
+    def first_vs_steady(self) -> float | None:
+        """The first execution's time over the steady median (1.0: no first-call cost)."""
+        if self.first_execution_ms is None or not self.steady_median_ms:
+            return None
+        return self.first_execution_ms / self.steady_median_ms
+
+    @property
+    def timing_overhead_ms(self) -> float | None:
+        """What measuring the Timing costs per execution: the YES median minus the NO one (may be < 0)."""
+        if self.timing_on_median_ms is None or self.timing_off_median_ms is None:
+            return None
+        return self.timing_on_median_ms - self.timing_off_median_ms
+
+    @property
+    def timing_overhead(self) -> float | None:
+        """That cost relative to the NO median (0.05: 5% slower with timing)."""
+        cost = self.timing_overhead_ms
+        if cost is None or not self.timing_off_median_ms:
+            return None
+        return cost / self.timing_off_median_ms
+
+
+@dataclass(frozen=True)
 class Retries(j.Record):
     """TRANSIENT errors retried by the runtime, and every error status seen, by name and by class."""
 
@@ -272,6 +314,9 @@ class BenchmarkRow(j.Record):
     reference_unavailable: str | None = j.value(j.text, default=None, omit=True)
     extensions: tuple[str, ...] | None = j.value(j.texts, default=None, omit=True)
     harness_overhead: dict | None = j.value(j.nullable(j.obj), default=None, omit=True)
+    driver_quality: DriverQuality | None = j.value(
+        j.nullable(j.record_check(DriverQuality)), default=None, omit=True
+    )
     profile: dict | None = j.value(j.obj, default=None, omit=True)
     selection: str | None = j.value(j.text, default=None, omit=True)
     partition: dict | None = j.value(j.obj, default=None, omit=True)

@@ -39,6 +39,7 @@ from typing import Any
 
 from mlts.records import BenchmarkRow, ResultsDocument, Stats
 from mlts.records.benchmark import TOPK
+from mlts.report.driver_quality import quality_changes, quality_lines
 from mlts.report.schema import ResultsSchemaError
 
 DEFAULT_THRESHOLD = 0.05
@@ -280,6 +281,7 @@ def compare_row(
         "latency": latency,
         "accuracy": accuracy,
         "new_validation_errors": new_errors,
+        "driver_quality": quality_changes(old, new) if both_ok else {},
     }
     row["regressions"] = _regressions(row, new)
     return row
@@ -475,6 +477,7 @@ def format_comparison(cmp: dict) -> list[str]:
     lines += warning_lines(cmp)
     lines += _latency_table(cmp["rows"])
     lines += _accuracy_lines(cmp["rows"])
+    lines += quality_lines(cmp["rows"])
     if cmp.get("reference_changes"):
         lines += ["", "reference backend changed (information: the machine or onnxruntime, not the driver):"]
         lines += [f"  {r}" for r in cmp["reference_changes"]]

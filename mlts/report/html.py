@@ -42,6 +42,7 @@ from mlts.report._html_sections import (
 )
 from mlts.report._html_tables import compare_medians, family_tables
 from mlts.report._html_templates import template
+from mlts.report.driver_quality import quality_view
 from mlts.report.lab_section import device_rows, lab_view
 from mlts.report.profile_section import profile_rows
 from mlts.report.validate_section import validate_page, validate_view, write_validate_page
@@ -117,6 +118,7 @@ def build_view(doc: Mapping | ResultsDocument) -> dict[str, Any]:
         "compilation": compilation_section(records),
         "timing": driver_timing_section(records),
         "memory": memory_section(records),
+        "driver_quality": quality_view(records),
         "stress": stress_section(stress),
         "capabilities": capabilities_section(data.get("capabilities")),
         "profiles": profile_rows(rows),
@@ -159,6 +161,8 @@ def _contents(view: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     out += [(anchor, label) for key, anchor, label in optional if view[key]]
     if view["memory"]["rows"]:
         out.append(("memory", "Memory"))
+    if view["driver_quality"]["rows"]:
+        out.append(("driver-quality", "Driver quality"))
     if view["stress"]:
         out.append(("stress", "Stress"))
     out.append(("setup", "Setup"))

@@ -48,7 +48,9 @@ EXECUTION_MODES: tuple[ExecutionMode, ...] = tuple(ExecutionMode)
 DEFAULT_MODE = ExecutionMode.SYNC
 # The members as module constants: `execute` compares against them on every call.
 _SYNC, _ASYNC, _FENCED, _BURST = EXECUTION_MODES
-#: How long a fenced execution's fence is waited for before the driver counts as hung.
+#: How long a fenced execution's fence is waited for before the driver counts as hung, unless the
+#: prepared model's device says how long an execution may take (`execute_timeout`: a remote driver's
+#: call timeout, `--call-timeout` of `mlts validate`).
 FENCE_WAIT_S = 60.0
 
 _local = threading.local()
@@ -84,6 +86,13 @@ def forget_memory(prepared: PreparedModel | None, memory: object) -> None:
         burst.freeMemory(memory)
 
 
+def fence_wait_s(prepared: PreparedModel) -> float:
+    """How long to wait for a fenced execution of `prepared` before its driver counts as hung: its
+    device's execution timeout when it has one (every other path waits that long), else FENCE_WAIT_S."""
+    limit = getattr(getattr(prepared, "device", None), "execute_timeout", None)
+    return float(limit) if isinstance(limit, (int, float)) and limit > 0 else FENCE_WAIT_S
+
+
 def execute(
     prepared: PreparedModel,
     request: Request,
@@ -103,11 +112,12 @@ def execute(
         return prepared.execute(request, measure, deadline, loop_timeout).result()
     if mode == _FENCED:
         fence, callback = prepared.executeFenced(request, (), measure, deadline, loop_timeout)
+        wait_s = fence_wait_s(prepared)
         try:
-            if not fence.wait(FENCE_WAIT_S):
+            if not fence.wait(wait_s):
                 hung = HalError(
                     ErrorStatus.MISSED_DEADLINE_TRANSIENT,
-                    f"the fenced execution did not signal its fence within {FENCE_WAIT_S:g} s",
+                    f"the fenced execution did not signal its fence within {wait_s:g} s",
                 )
                 hung.retryable = False  # type: ignore[attr-defined]  # a hung driver: retrying waits again
                 raise hung

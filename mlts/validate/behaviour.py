@@ -7,9 +7,13 @@
 - deadlines on prepare and on every path: one already passed gives
   MISSED_DEADLINE_*, one that passes during a long execution stops it with
   MISSED_DEADLINE_* (or the execution ends before it), a WHILE loop timeout
-  stops the loop, a generous deadline changes nothing;
-- priorities: every priority prepares and gives the same results; a HIGH
-  execution queued behind LOW ones of the same client overtakes them;
+  stops the loop, a generous deadline changes nothing; asked of the driver
+  itself (a client of a service that does not pre-validate, when there is
+  one), on the fenced and burst paths too;
+- priorities: every priority prepares and gives the same results; a bad one
+  is refused by the driver itself; a HIGH execution launched while LOW ones
+  of the same client run finishes first (they must be paused: starting it
+  before the queued ones is not enough), and so does one of another client;
 - compilation cache, extensions and cross-client isolation:
   `behaviour_isolation`;
 - the service under hostile clients (unsealed burst rings, a client that does
@@ -167,7 +171,7 @@ def _expect_missed(what: str, call: Callable[[], object]) -> str | None:
 
 def case_deadline_prepare(target: Target) -> Outcome:
     model, _ = simple_case()
-    device = target.device()
+    device = _unjudged(target)
     skip = unclaimed(device, model, "the float32 ADD of this case")
     if skip:
         return skip
@@ -184,10 +188,11 @@ def case_deadline_prepare(target: Target) -> Outcome:
 
 def case_deadline_execute(target: Target, mode: ExecutionMode) -> Outcome:
     model, request = simple_case()
-    skip = unclaimed(target.device(), model, "the float32 ADD of this case")
+    device = _unjudged(target)  # the driver's own answer to a passed deadline, on every path
+    skip = unclaimed(device, model, "the float32 ADD of this case")
     if skip:
         return skip
-    prepared = target.device().prepareModel(model)
+    prepared = device.prepareModel(model)
     try:
         past = deadlines.after_ms(-1)
         result = _expect_missed(
@@ -262,17 +267,101 @@ def case_priorities_accepted(target: Target) -> Outcome:
     return None
 
 
-#: How long each execution of the priority-order case should take, and its largest WHILE count.
-PRIORITY_EXECUTION_S = 0.1
+#: How long each LOW execution of the priority cases should take (long beside the time their launches
+#: take on a loaded machine, while LOW executions already run), and the largest WHILE count.
+PRIORITY_EXECUTION_S = 0.25
 PRIORITY_MAX_COUNT = 1_000_000
+#: The HIGH execution counts this many times as far as a LOW one: it can finish first only if the LOW
+#: executions running beside it are paused, whatever the machine's scheduling.
+HIGH_WORK = 2
+
+
+def case_priority_refused(target: Target) -> Outcome:
+    """A priority that is none of LOW, MEDIUM, HIGH must be refused (INVALID_ARGUMENT) by the driver."""
+    model, _ = simple_case()
+    device = _unjudged(target)
+    skip = unclaimed(device, model, "the float32 ADD of this case")
+    if skip:
+        return skip
+    for bad in (3, -1):
+        try:
+            device.prepareModel(model, priority=bad).close()
+        except HalError as e:
+            if e.status != ErrorStatus.INVALID_ARGUMENT:
+                return (
+                    f"prepareModel with priority {bad} answered {e.status.name} ({e.message}), "
+                    "not INVALID_ARGUMENT"
+                )
+            continue
+        return f"prepareModel with priority {bad} succeeded; priorities are LOW 0, MEDIUM 1, HIGH 2"
+    return None
+
+
+def _unjudged(target: Target) -> Any:
+    """A client whose service hands the driver deadlines and priorities unjudged (`--no-prevalidate`)
+    when the target has one, so the driver's own handling answers; else the normal client."""
+    return target.raw_device() if target.raw_available else target.device()
+
+
+def _count_for(prepared: Any, model: Model) -> int:
+    """The WHILE count that makes one execution of `model` take about PRIORITY_EXECUTION_S."""
+    probe = 1500
+    start = time.perf_counter()
+    prepared.executeSynchronously(counting_request(model, probe), loop_timeout_duration=15_000_000_000)
+    took = time.perf_counter() - start
+    return int(min(max(probe * PRIORITY_EXECUTION_S / max(took, 1e-6), probe), PRIORITY_MAX_COUNT))
+
+
+def _high_finishes_first(low: Any, high: Any, model: Model, n_low: int, who: str) -> Outcome:
+    """Launch `n_low` LOW executions, then one HIGH execution of twice their work; None when HIGH
+    finished first. The launches are asynchronous, LOW ones first: each returns once the service holds
+    the execution, so the LOW ones are running (or queued) before HIGH arrives, whatever the load.
+    Each waits for a driver answer as long as the device's call timeout."""
+    finished: list[tuple[float, str]] = []
+    lock = threading.Lock()
+    errors: list[str] = []
+
+    def wait(callback: Any, label: str) -> None:
+        # One waiting thread per execution, so every connection is read as its completions arrive
+        # (the clients may be two connections): the time each result came back orders them.
+        try:
+            callback.result()
+        except HalError as e:
+            errors.append(f"{label}: {e.status.name}: {e.message}")
+        with lock:
+            finished.append((time.monotonic(), label))
+
+    limit = _count_for(low, model)
+    launched = [
+        (low.execute(counting_request(model, limit), loop_timeout_duration=15_000_000_000), f"low{i}")
+        for i in range(n_low)
+    ]
+    launched.append(
+        (
+            high.execute(counting_request(model, limit * HIGH_WORK), loop_timeout_duration=15_000_000_000),
+            "high",
+        )
+    )
+    waiters = [threading.Thread(target=wait, args=pair, daemon=True) for pair in launched]
+    for waiter in waiters:
+        waiter.start()
+    for waiter in waiters:
+        waiter.join()
+    if errors:
+        return "executions failed: " + "; ".join(errors[:3])
+    order = [label for _, label in sorted(finished)]
+    rank = order.index("high")
+    if rank:
+        return (
+            f"the HIGH execution ({HIGH_WORK}x the work of each LOW one) finished "
+            f"{rank + 1}th of {n_low + 1}, after {rank} LOW execution(s) of {who} launched before it: "
+            "the LOW executions running were not paused (queueing HIGH first is not enough)"
+        )
+    return None
 
 
 def case_priority_order(target: Target) -> Outcome:
-    """A HIGH execution queued behind LOW executions of the same client must not finish last.
-
-    The executions are launched asynchronously, LOW ones first: each launch returns once the service
-    holds the execution, so all of them are queued before the HIGH one whatever the machine's load.
-    """
+    """A HIGH execution launched while LOW executions of the same client run must finish first."""
     model = while_model()
     device = target.device()
     skip = unclaimed(device, model, "the counting loop of this case")
@@ -280,51 +369,30 @@ def case_priority_order(target: Target) -> Outcome:
         return skip
     low = device.prepareModel(model, priority=Priority.LOW)
     high = device.prepareModel(model, priority=Priority.HIGH)
-    n_low = 6
-    finished: list[str] = []
-    lock = threading.Lock()
-    errors: list[str] = []
-
-    def record(label: str) -> Callable[[Any], None]:
-        # Called by whichever thread reads the completion, in the order the service's messages arrive
-        # on the connection: the order the executions finished, whatever the waiting threads' scheduling.
-        def listener(callback: Any) -> None:
-            with lock:
-                finished.append(label)
-
-        return listener
-
     try:
-        # Each execution long enough (about 0.1 s) that launching the others, slow on a loaded machine,
-        # cannot outlast the queue: a fast driver would otherwise finish every LOW before HIGH arrives.
-        probe = 1500
-        start = time.perf_counter()
-        low.executeSynchronously(counting_request(model, probe), loop_timeout_duration=15_000_000_000)
-        took = time.perf_counter() - start
-        limit = int(min(max(probe * PRIORITY_EXECUTION_S / max(took, 1e-6), probe), PRIORITY_MAX_COUNT))
-        launched = [
-            (low.execute(counting_request(model, limit), loop_timeout_duration=15_000_000_000), f"low{i}")
-            for i in range(n_low)
-        ]
-        launched.append(
-            (high.execute(counting_request(model, limit), loop_timeout_duration=15_000_000_000), "high")
-        )
-        for callback, label in launched:
-            callback.on_done(record(label))
-        for callback, label in launched:
-            try:
-                callback.result()
-            except HalError as e:
-                errors.append(f"{label}: {e.status.name}: {e.message}")
+        # Two more than the service's workers usually are: some LOW executions queued, some running.
+        return _high_finishes_first(low, high, model, 4, "the same client")
     finally:
         low.close()
         high.close()
-    if errors:
-        return "executions failed: " + "; ".join(errors[:3])
-    rank = finished.index("high")
-    if rank >= n_low:
-        return f"the HIGH execution finished last of {n_low + 1}, behind every LOW one queued before it"
-    return None
+
+
+def case_priority_across_clients(target: Target) -> Outcome:
+    """A HIGH execution of one client, launched while LOW executions of another client run, must finish
+    first: a driver's priorities are not confined to the client that set them (seed 002: higher
+    priorities may preempt lower ones)."""
+    model = while_model()
+    skip = unclaimed(target.device(), model, "the counting loop of this case")
+    if skip:
+        return skip
+    one, two = target.new_client(), target.new_client()
+    try:
+        low = one.prepareModel(model, priority=Priority.LOW)
+        high = two.prepareModel(model, priority=Priority.HIGH)
+        return _high_finishes_first(low, high, model, 2, "another client")
+    finally:
+        one.close()
+        two.close()
 
 
 def run(target: Target, options: SuiteOptions, emit: Emit) -> None:
@@ -333,7 +401,9 @@ def run(target: Target, options: SuiteOptions, emit: Emit) -> None:
         ("deadline: prepareModel", lambda: case_deadline_prepare(target)),
         ("deadline: WHILE loop timeout", lambda: case_loop_timeout(target)),
         ("priority: every priority accepted", lambda: case_priorities_accepted(target)),
+        ("priority: a bad one refused by the driver", lambda: case_priority_refused(target)),
         ("priority: HIGH overtakes queued LOW", lambda: case_priority_order(target)),
+        ("priority: another client's HIGH preempts LOW", lambda: case_priority_across_clients(target)),
     ]
     for mode in target.paths:
         cases += [

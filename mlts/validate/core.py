@@ -27,7 +27,7 @@ from mlts.records.validate import FAILING, CaseResult
 from mlts.records.validate import OUTCOMES as OUTCOMES  # re-exported: the suites import it from here
 from mlts.runtime.discovery import DriverSpec, thread_env
 from mlts.runtime.execution import EXECUTION_MODES, ExecutionMode
-from mlts.runtime.process import DriverProcess
+from mlts.runtime.process import DEFAULT_START_TIMEOUT, DriverProcess
 from mlts.runtime.remote import RemoteDevice
 
 #: Suite name -> module that implements it (imported on first use).
@@ -46,6 +46,9 @@ DEFAULT_CALL_TIMEOUT = 20.0
 MAX_START_FAILURES = 3
 #: The service option that hands models and requests to the driver without checking them first.
 NO_PREVALIDATE = "--no-prevalidate"
+#: The kind of client whose service measures the driver's coverage (and does not pre-validate).
+COVERAGE = "raw-coverage"
+COVERAGE_START_TIMEOUT = 180.0
 #: A case's body (see `run_case`): None (pass), a failure reason (fail), or (outcome, reason).
 CaseBody = Callable[[], tuple[str, str] | str | None]
 
@@ -174,7 +177,7 @@ class Target:
     def _start(self, kind: str) -> RemoteDevice:
         if self.spec.socket is not None:
             return RemoteDevice.connect(self.spec.socket, **self._timeouts())
-        service_args = [NO_PREVALIDATE] if kind == "raw" else []
+        service_args = {"raw": [NO_PREVALIDATE], COVERAGE: [NO_PREVALIDATE, "--coverage"]}.get(kind, [])
         process = DriverProcess.start(
             self.spec.factory,
             options=self.options,
@@ -182,6 +185,8 @@ class Target:
             log_path=self._log_path(kind),
             service_args=service_args,
             env=thread_env(self.threads),
+            # Instrumenting the driver's modules takes a while (atheris rewrites every function).
+            start_timeout=COVERAGE_START_TIMEOUT if kind == COVERAGE else DEFAULT_START_TIMEOUT,
         )
         return RemoteDevice(process, **self._timeouts())
 
@@ -199,13 +204,27 @@ class Target:
         """A connected client of the driver (service pre-validation on); reopened if the driver died."""
         return self._get("checked")
 
-    def opened(self, raw: bool = False) -> RemoteDevice | None:
-        """The client `raw_device()` (or `device()`) gave, as it is now (dead or not); None before one."""
-        return self._devices.get("raw" if raw else "checked")
+    def opened(self, kind: str) -> RemoteDevice | None:
+        """The client of `kind` ("checked": `device()`, "raw": `raw_device()`, COVERAGE) as it is now,
+        dead or not; None before one was opened."""
+        return self._devices.get(kind)
 
     def raw_device(self) -> RemoteDevice:
         """A client whose service passes decoded but unchecked models and requests to the driver."""
         return self._get("raw")
+
+    @property
+    def coverage_available(self) -> bool:
+        """Whether the driver's coverage can be measured: atheris is installed and this target starts
+        the driver's service itself."""
+        from mlts.ipc.service.coverage import available
+
+        return self.spec.socket is None and available()
+
+    def coverage_device(self) -> RemoteDevice | None:
+        """A raw client of a service that measures the driver's coverage (`--coverage`, for coverage-
+        guided fuzzing), or None when there can be none (`coverage_available`)."""
+        return self._get(COVERAGE) if self.coverage_available else None
 
     def new_client(self, raw: bool = False) -> RemoteDevice:
         """Another client of the same service as `device()` (for cross-client isolation tests).

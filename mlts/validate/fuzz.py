@@ -9,7 +9,12 @@ For each decoder target (`fuzz_targets`) two campaigns run from the same seeds:
   child process, `fuzz_atheris`), else seeded random mutation; thousands of inputs a second;
 - against the driver's service (one that does not pre-validate): crash (the service dies),
   hang (no answer within the call timeout) and wrong answer (an input the reference
-  validator refuses is accepted) are findings.
+  validator refuses is accepted) are findings. Models, requests and burst rings reach the
+  driver itself: where atheris is installed (and the driver is not someone else's service)
+  that campaign is coverage-guided by the driver's own coverage, measured inside the
+  service process (`mlts.ipc.service.coverage`, `--coverage`): after each input the
+  service says how many new features of the driver it reached, and inputs that reached
+  some are kept and mutated further; else it is seeded random mutation.
 
 Budget: `--fuzz-cases N` inputs or `--fuzz-seconds S` in all, split evenly over the targets
 --filter selects, then 80% in-process and 20% on the service when both of a target's
@@ -29,7 +34,7 @@ from collections.abc import Callable
 from mlts.hal import codec, nnfile
 from mlts.hal.memory import HostMemory
 from mlts.validate import fuzz_atheris, fuzz_targets, reproducer
-from mlts.validate.core import CaseResult, SuiteOptions, Target
+from mlts.validate.core import COVERAGE, CaseResult, SuiteOptions, Target
 from mlts.validate.fuzz_clients import ClientTarget
 from mlts.validate.fuzz_targets import Finding, ServiceContext
 from mlts.validate.fuzz_targets import Target as FuzzTarget
@@ -48,6 +53,10 @@ MINIMISE_SERVICE_TRIES = 40
 #: atheris (a child process that takes seconds to start) runs campaigns at least this big.
 ATHERIS_MIN_CASES = 5000
 ATHERIS_MIN_SECONDS = 10.0
+#: The targets whose service campaign sends its inputs to the driver (coverage can guide them).
+DRIVER_TARGETS = ("models", "requests", "rings")
+#: Share of a coverage-guided campaign's inputs mutated from the kept ones (the rest from the seeds).
+KEPT_SHARE = 0.5
 
 
 class Budget:
@@ -88,7 +97,10 @@ def run(target: Target, options: SuiteOptions, emit: Callable[[CaseResult], None
     plan = [(n, engines) for n, engines in plan if engines]
     # Budgets and seeds come from the whole suite's plan, so a shard's campaigns are the same ones.
     cases, seconds = _budgets(options, max(1, len(plan)))  # per target
-    ctx = ServiceContext(target, min(target.call_timeout, 10.0))
+    timeout = min(target.call_timeout, 10.0)
+    ctx = ServiceContext(target, timeout)
+    # The driver's own coverage guides its campaigns where it can be measured (atheris installed).
+    guided = ServiceContext(target, timeout, COVERAGE) if target.coverage_available else None
     for k, (name, all_engines) in enumerate(plan):
         engines = [e for e in all_engines if options.wants(f"{name}/{e}")]
         if not engines:
@@ -109,6 +121,8 @@ def run(target: Target, options: SuiteOptions, emit: Callable[[CaseResult], None
             n_seconds = None if seconds is None else seconds * share[engine]
             if engine == "in-process":
                 _in_process(target, fuzz_target, Budget(n_cases, n_seconds), seed, emit)
+            elif guided is not None and name in DRIVER_TARGETS:
+                _guided(target, guided, fuzz_target, Budget(n_cases, n_seconds), seed, emit)
             else:
                 _service(target, ctx, fuzz_target, Budget(n_cases, n_seconds), seed, emit)
 
@@ -201,6 +215,55 @@ def _service(
         MINIMISE_SERVICE_TRIES,
         emit,
         _summary(n, budget, "driver service, no pre-validation", len(findings)),
+        budget,
+    )
+
+
+def _guided(
+    target: Target, ctx: ServiceContext, t: FuzzTarget, budget: Budget, seed: int, emit: Callable
+) -> None:
+    """The service campaign guided by the driver's coverage: each input's new features (the service's
+    `coverageReport`) decide whether it is kept, and kept inputs are mutated further."""
+    name = f"{t.name}/service"
+    rng = random.Random(seed ^ 0x5EED)
+    findings: dict[str, Finding] = {}
+    kept: list[bytes] = []
+    n = 0
+    features = 0
+    restarts = target.restarts
+    ctx.features()  # the service starts (and instruments the driver) before the first input counts
+    budget.start = time.monotonic()
+    while budget.more():
+        data = t.mutate_from(rng, rng.choice(kept)) if kept and rng.random() < KEPT_SHARE else t.mutate(rng)
+        found = _service_once(target, ctx, t, data)
+        n += 1
+        budget.done += 1
+        if found is not None and found.key not in findings:
+            findings[found.key] = found
+        if target.restarts != restarts:  # a new driver process: its coverage starts again
+            restarts = target.restarts
+            ctx.features()
+            continue
+        report = ctx.features()
+        if report is not None:
+            features = max(features, report[0])
+            if report[1] > 0:
+                kept.append(data)
+    _close_campaign(
+        target,
+        t,
+        name,
+        list(findings.values()),
+        lambda d: _service_once(target, ctx, t, d),
+        MINIMISE_SERVICE_TRIES,
+        emit,
+        _summary(
+            n,
+            budget,
+            f"driver service, no pre-validation, coverage-guided: {features} driver features, "
+            f"{len(kept)} inputs kept",
+            len(findings),
+        ),
         budget,
     )
 

@@ -90,6 +90,11 @@ class Target:
     def mutate(self, rng: random.Random) -> bytes:
         return mutate_bytes(rng, rng.choice(self.seeds), self.seeds)
 
+    def mutate_from(self, rng: random.Random, data: bytes) -> bytes:
+        """A mutant of `data` (an input that reached new coverage of the driver, for coverage-guided
+        fuzzing); by default a byte mutation, splicing from the seeds."""
+        return mutate_bytes(rng, data, self.seeds)
+
     def check(self, data: bytes) -> None:
         raise NotImplementedError
 
@@ -128,6 +133,13 @@ class ModelTarget(Target):
             return seeds.nnm_bytes(mutate_doc(rng, s.doc), s.blobs)
         data = mutate_bytes(rng, rng.choice(self.seeds), self.seeds)
         return seeds.fix_checksum(data) if rng.random() < 0.7 else data
+
+    def mutate_from(self, rng: random.Random, data: bytes) -> bytes:
+        """A structure mutation of `data`'s model document when it reads (checksums fixed), else bytes."""
+        parsed = seeds.parse_nnm(data)
+        if parsed is not None and rng.random() < 0.75:
+            return seeds.nnm_bytes(mutate_doc(rng, parsed[0]), parsed[1])
+        return seeds.fix_checksum(mutate_bytes(rng, data, self.seeds))
 
     def check(self, data: bytes) -> None:
         validate.validate_model(decode_model(data))
@@ -194,6 +206,14 @@ class RequestTarget(Target):
         if rng.random() < 0.85:
             return json.dumps(mutate_doc(rng, self.doc)).encode()
         return mutate_bytes(rng, self.seeds[0])
+
+    def mutate_from(self, rng: random.Random, data: bytes) -> bytes:
+        """A structure mutation of `data`'s request document when it is JSON, else bytes."""
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            return mutate_bytes(rng, data, self.seeds)
+        return json.dumps(mutate_doc(rng, doc)).encode()
 
     def _pools(self, doc: Any) -> list[HostMemory]:
         descs = codec.request_pool_descs(doc)
@@ -351,6 +371,12 @@ class RingTarget(Target):
             )
         return head + base[used:]
 
+    def mutate_from(self, rng: random.Random, data: bytes) -> bytes:
+        """`data`'s header and messages mutated, its size kept."""
+        used = HEADER_BYTES + 256
+        head = (mutate_bytes(rng, data[:used]) + bytes(used))[:used]
+        return head + data[used:]
+
     def check(self, data: bytes) -> None:
         capacity = len(data) - HEADER_BYTES
         if not MIN_CAPACITY <= capacity <= MAX_CAPACITY:
@@ -403,18 +429,38 @@ def _answered(burst: RemoteBurst, device: Any, timeout: float) -> bool:
 
 
 class ServiceContext:
-    """The driver service a fuzz run talks to: a raw client, its prepared models, a shared service for frames."""
+    """The driver service a fuzz run talks to: a raw client, its prepared models, a shared service for frames.
 
-    def __init__(self, target: core.Target, timeout: float) -> None:
+    `kind` names the client (mlts.validate.core.Target): "raw", or core.COVERAGE for a service that
+    measures the driver's coverage (`features()` reads it)."""
+
+    def __init__(self, target: core.Target, timeout: float, kind: str = "raw") -> None:
         self.target = target
         self.timeout = timeout
+        self.kind = kind
         #: id(model) -> (the model, the client it was prepared on, the prepared model). The entry keeps the
         #: model alive, so its id cannot be reused by another model while the entry exists.
         self._prepared: dict[int, tuple[Model, RemoteDevice, RemotePreparedModel]] = {}
 
     @property
     def device(self) -> RemoteDevice:
+        if self.kind == core.COVERAGE:
+            device = self.target.coverage_device()
+            assert device is not None  # a coverage context is made only where there can be one
+            return device
         return self.target.raw_device()
+
+    def features(self) -> tuple[int, int] | None:
+        """(features the driver has reached, how many since the last call), or None when the service
+        does not measure coverage or gives no answer."""
+        if self.kind != core.COVERAGE:
+            return None
+        try:
+            report = self.device.call("coverageReport", {}, timeout=self.timeout)
+        except HalError:
+            return None
+        total, new = report.get("features"), report.get("new")
+        return (total, new) if type(total) is int and type(new) is int else None
 
     def prepared(self, model: Model) -> int:
         """The service's handle of `model` prepared on the current raw client (prepared once per client)."""
@@ -430,7 +476,7 @@ class ServiceContext:
 
     def judge(self, error: HalError, data: bytes, method: str) -> Finding | None:
         """A refusal is fine; a dead or silent driver is a finding."""
-        device = self.target.opened(raw=True)
+        device = self.target.opened(self.kind)
         if "no reply within" in error.message:
             return Finding("hang", f"{method}: {error.message}"[:400], data, f"hang:{method}")
         if (device is not None and device.driver_died) or error.status == ErrorStatus.DEVICE_UNAVAILABLE:

@@ -1,7 +1,8 @@
 """The `model` suite: the driver on the user's own models (`mlts validate --model FILE`).
 
-Per model file (ONNX, converted with the --input-shape and --input-value given, or an .nnm file),
-on seeded inputs of the kinds its inputs are (mlts.bench.inputs):
+Per model file (ONNX, converted with the --input-shape and --input-value given; a .tflite file,
+converted as TFLite's NNAPI delegate maps it, with LiteRT as its reference; or an .nnm file), on
+seeded inputs of the kinds its inputs are (mlts.bench.inputs):
 
 - supported: getSupportedOperations answers once per operation; a model the driver does not
   support wholly is a "skip" naming the operations (the other cases of the model are not run);
@@ -9,9 +10,10 @@ on seeded inputs of the kinds its inputs are (mlts.bench.inputs):
 - one case per execution path: every input runs, and each output is judged as the benchmark's
   whole-network verdict judges it: its largest error against the float64 golden outputs at most
   k x onnxruntime's own plus the float32 floor (8-bit outputs: RMS deviation from onnxruntime at
-  most one unit). Without a golden reference (onnx.reference cannot run the model, an .nnm file)
-  the paths after the first must agree with the first within the float32 floor, and the first
-  is a "skip" saying there is nothing to judge it against.
+  most one unit; of a .tflite model: from LiteRT's integer kernels). Without a golden reference
+  (onnx.reference cannot run the model, a float .tflite or an .nnm file) the paths after the first
+  must agree with the first within the float32 floor, and the first is a "skip" saying there is
+  nothing to judge it against (for a .tflite model, with its largest difference from LiteRT).
 
 A failing path case saves a reproducer (the model, the request of the input that failed, the
 expected outputs with the limit as atol) that `mlts validate --replay` runs again.
@@ -50,7 +52,8 @@ class ModelWork:
     quantized: bool
     scales: tuple[float, ...]
     feeds: list[list[np.ndarray]]
-    expected: list[list[np.ndarray]] | None = None  # onnxruntime's outputs
+    expected: list[list[np.ndarray]] | None = None  # the CPU reference's: onnxruntime's (LiteRT's)
+    reference: str = "onnxruntime"  # which CPU reference `expected` comes from
     golden: list[list[np.ndarray]] | None = None  # the float64 reference's outputs
     limits: tuple[float, ...] = ()  # per output: the largest error against golden a driver may have
 
@@ -106,6 +109,30 @@ def prepare_work(path: str, user: UserModel, loaded: Any, count: int, seed: int)
     return work
 
 
+def prepare_tflite_work(path: str, count: int, seed: int, shapes: dict | None = None) -> ModelWork:
+    """Convert a .tflite model as TFLite's NNAPI delegate maps it; LiteRT's outputs are the reference."""
+    from mlts.bench.inputs import make_inputs
+    from mlts.bench.litert_reference import LiteRtReference
+    from mlts.convert.tflite import convert_tflite_plan, load_tflite
+
+    model = load_tflite(path)
+    conv, plan = convert_tflite_plan(model, input_shapes=shapes or None)
+    specs = [(tuple(t.shape), t.dtype, t.scale, t.zero_point) for t in conv.inputs]
+    quantized = bool(conv.outputs) and all(t.dtype in ("uint8", "int8") for t in conv.outputs)
+    work = ModelWork(
+        Path(path).name,
+        conv.model,
+        tuple(t.name for t in conv.outputs),
+        quantized,
+        tuple(t.scale for t in conv.outputs),
+        make_inputs(specs, count, seed=seed),
+        reference="LiteRT",
+    )
+    reference = LiteRtReference(model.data, 1, plan)
+    work.expected = [reference.run(f) for f in work.feeds]
+    return work
+
+
 def _references(work: ModelWork, proto: Any, conv: Any, user: UserModel) -> None:
     """onnxruntime's and (float models) the float64 golden outputs, and each output's error limit."""
     from mlts.bench.reference import OnnxRuntimeReference
@@ -158,7 +185,7 @@ def judge(
                 rms = float(np.sqrt(np.mean(units.astype(np.float64) ** 2))) if units.size else 0.0
                 if rms > WHOLE_NETWORK_QUANT8.rms_units:
                     return (
-                        f"input {i}, output '{name}': RMS deviation from onnxruntime {rms:.3g} units is above "
+                        f"input {i}, output '{name}': RMS deviation from {work.reference} {rms:.3g} units is above "
                         f"{WHOLE_NETWORK_QUANT8.rms_units:g}"
                     )
             elif agree is not None:
@@ -191,9 +218,14 @@ def _run_model(
     state: dict[str, Any] = {}
 
     def load() -> tuple[str, str] | None:
+        from mlts.convert.formats import is_tflite_source
+
         try:
-            user, loaded = resolve(path, settings)
-            state["work"] = prepare_work(path, user, loaded, count, options.seed)
+            if is_tflite_source(path):
+                state["work"] = prepare_tflite_work(path, count, options.seed, dict(settings.shapes))
+            else:
+                user, loaded = resolve(path, settings)
+                state["work"] = prepare_work(path, user, loaded, count, options.seed)
         except (ValueError, OSError) as e:  # the user's model, not the driver, is at fault
             return "skip", f"cannot use the model: {' '.join(str(e).split())}"
         return None
@@ -261,6 +293,16 @@ def _run_path(
         if problem is not None:
             return problem
         if work.golden is None and not work.quantized and agree is None:
+            if work.expected is not None:  # a float .tflite model: LiteRT's outputs, for information
+                apart = max(
+                    _max_diff(o, e) for outs, exp in zip(outputs, work.expected, strict=True)
+                    for o, e in zip(outs, exp, strict=True)
+                )  # fmt: skip
+                return (
+                    "skip",
+                    f"no float64 reference of a .tflite model (max|driver - {work.reference}| is {apart:.3g}, "
+                    "for information): the other paths are checked against this one",
+                )
             return (
                 "skip",
                 "no float64 reference (onnx.reference cannot run the model, or an .nnm file): the other paths are checked against this one",

@@ -21,10 +21,10 @@ pytest.importorskip("ai_edge_litert.interpreter", reason="LiteRT (ai-edge-litert
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _relu_tflite(path: Path) -> Path:
+def _relu_tflite(path: Path, shape_signature=None) -> Path:
     m = TflModel()
     g = m.subgraph("main")
-    x = g.tensor([1, 4, 4, 3], name="image")
+    x = g.tensor([1, 4, 4, 3], name="image", shape_signature=shape_signature)
     k = g.tensor([3], data=np.array([0.5, -0.25, 1.0], np.float32))
     t = g.tensor([1, 4, 4, 3])
     y = g.tensor([1, 4, 4, 3], name="out")
@@ -137,7 +137,37 @@ def test_convert_command_writes_a_tflite_model_as_nnm(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "wrote" in proc.stdout and (tmp_path / "net.nnm").stat().st_size > 0
     proc = _mlts("convert", str(model), "-o", str(tmp_path / "x.nnm"), "--input-shape", "image=1,8,8,3")
-    assert proc.returncode == 2 and "input shapes apply to ONNX models" in proc.stderr
+    assert proc.returncode == 2 and "input 'image' has dimension 1 fixed to 4 by the file" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.nnm").exists()
+    dynamic = _relu_tflite(tmp_path / "dyn.tflite", shape_signature=(-1, -1, -1, 3))
+    proc = _mlts("convert", str(dynamic), "-o", str(tmp_path / "d.nnm"), "--input-shape", "image=2,8,6,3")
+    assert proc.returncode == 0, proc.stderr
+    assert "converted with the given shape [2, 8, 6, 3]" in proc.stdout
+
+
+def test_select_models_gives_a_tflite_source_its_input_shapes(tmp_path) -> None:
+    from mlts.bench.sources import ModelSelectionError, select_models
+    from mlts.bench.user_model import InputSettings
+
+    dynamic = _relu_tflite(tmp_path / "dyn.tflite", shape_signature=(-1, -1, -1, 3))
+    (source,) = select_models(None, (str(dynamic),), InputSettings({"image": (2, 5, 5, 3)}))
+    assert source.input_shapes == (("image", (2, 5, 5, 3)),)
+    with pytest.raises(ModelSelectionError, match=r"--input-value image: input 'image' of .* is a TFLite"):
+        select_models(None, (str(dynamic),), InputSettings({}, {"image": np.zeros(1)}))
+
+
+def test_benchmark_runs_a_tflite_model_at_the_input_shape_given(tmp_path) -> None:
+    model = _relu_tflite(tmp_path / "net.tflite", shape_signature=(-1, -1, -1, 3))
+    out = tmp_path / "out"
+    proc = _mlts(
+        "benchmark", "--model", str(model), "--input-shape", "image=2,5,3,3", "--drivers", "^sample-all$",
+        "--no-compilation", "--warmup", "0", "--duration", "0", "--iterations", "1", "--images", "1",
+        "--out", str(out), "--quiet",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["backend"]: r for r in json.loads((out / "results.json").read_text())["results"]}
+    assert rows["driver:sample-all"]["status"] == "ok"
+    assert rows["driver:sample-all"]["accuracy"]["vs_reference"]["max_abs_error"] <= 1e-6
 
 
 def test_calibrate_infers_the_operand_type_of_a_tflite_model(tmp_path) -> None:
@@ -153,3 +183,30 @@ def test_calibrate_infers_the_operand_type_of_a_tflite_model(tmp_path) -> None:
     assert reference.backend == "cpu:litert"
     x = np.ones([1, 4, 4, 3], np.float32)
     np.testing.assert_allclose(reference.run([x])[0], np.maximum(x + [0.5, -0.25, 1.0], 0))
+
+
+def test_validate_model_suite_runs_a_tflite_model_against_litert(tmp_path) -> None:
+    model = _relu_tflite(tmp_path / "relu.tflite")
+    out = tmp_path / "v"
+    r = _mlts(
+        "validate", "--driver", "sample-all", "--suite", "model", "--model", str(model), "--out", str(out)
+    )
+    assert r.returncode == 0, r.stderr + r.stdout
+    cases = json.loads((out / "results.json").read_text())["validate"]["cases"]
+    by_name = {c["name"]: c for c in cases}
+    assert by_name["relu.tflite: load and convert"]["outcome"] == "pass"
+    # The first path has no float64 reference; it says how far it is from LiteRT (exact here: ADD, RELU).
+    first = next(c for c in cases if c["name"].startswith("relu.tflite [") and c["outcome"] == "skip")
+    assert "max|driver - LiteRT| is 0," in first["reason"]
+
+
+def test_stress_takes_a_tflite_model_file(tmp_path) -> None:
+    model = _relu_tflite(tmp_path / "relu.tflite")
+    out = tmp_path / "s"
+    r = _mlts(
+        "stress", "inference-stress", "--model", str(model), "--drivers", "^sample-all$",
+        "--duration", "1", "--out", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    (row,) = json.loads((out / "results.json").read_text())["results"]
+    assert row["outcome"] == "SUCCESS" and row["model"].endswith("relu.tflite")

@@ -29,7 +29,7 @@ QUICK = ["--duration", "0.6", "--grace", "4", "--models", MODEL]
 
 def _our_processes() -> list[str]:
     """This test run's stress children and driver services (zombies excluded), never other users'."""
-    return our_processes("mlts.crash.child", "mlts.ipc.service")
+    return our_processes("mlts.crash.child", "mlts.crash.priority_load", "mlts.ipc.service")
 
 
 @pytest.fixture(autouse=True)
@@ -346,4 +346,26 @@ def test_priority_stress_fails_a_driver_that_ignores_priorities():
     assert r["outcome"] == "FAILURE" and "priorities made no difference" in r["reason"], r
     for phase in ("a_high_alone", "a_high_vs_b_low", "a_medium_vs_b_medium"):
         assert r["details"][phase]["median_ms"] > 0 and r["details"][phase]["p90_ms"] > 0
+    assert r["details"]["handles_left_by_finished_clients"] == 0
+
+
+def test_the_two_client_priority_stress_runs_its_load_in_another_client():
+    _, doc = stress(
+        "priority-stress-two-clients",
+        "--drivers",
+        "^sample-faulty$",
+        "--driver-option",
+        "ignore_priority=1",
+        "--duration",
+        "3",
+        "--grace",
+        "10",
+        "--models",
+        MODEL,
+    )
+    (r,) = doc["results"]
+    assert r["outcome"] == "FAILURE" and "priorities made no difference" in r["reason"], r
+    assert r["details"]["form"] == "two clients"
+    for phase in ("a_high_alone", "a_high_vs_b_low", "a_medium_vs_b_medium"):
+        assert r["details"][phase]["calls"] >= 5
     assert r["details"]["handles_left_by_finished_clients"] == 0

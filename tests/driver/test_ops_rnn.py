@@ -22,6 +22,8 @@ ACTS = {
     1: lambda v: np.maximum(v, 0),
     2: lambda v: np.clip(v, -1, 1),
     3: lambda v: np.clip(v, 0, 6),
+    4: np.tanh,
+    6: lambda v: 1 / (1 + np.exp(-v)),
 }
 SCALAR_TOL = {T.TENSOR_FLOAT32: (1e-5, 1e-5), T.TENSOR_FLOAT16: (5 * 2.0**-10, 5 * 2.0**-10)}
 
@@ -52,7 +54,7 @@ def _cell(rng, dt, units, size, batch):
 
 
 @pytest.mark.parametrize("type_", FLOATS)
-@pytest.mark.parametrize("act", [0, 1, 2, 3])
+@pytest.mark.parametrize("act", [0, 1, 2, 3, 4, 6])
 @pytest.mark.parametrize("const", [False, True])
 def test_rnn_step(type_: T, act: int, const: bool) -> None:
     dt = np.float16 if type_ == T.TENSOR_FLOAT16 else np.float32

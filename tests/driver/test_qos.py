@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import threading
 import time
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from driver.variants import SampleAll
-from mlts.hal import qos
+from mlts.hal import qos, switch_interval
 from mlts.hal.enums import ErrorStatus, Priority
 from mlts.hal.errors import HalError
 from tests.driver import cachekit, cfkit
@@ -38,9 +39,9 @@ def _while_args(limit: float):
 # ------------------------------------------------------------ priority
 
 
-def _low_then_high(high_client: int) -> tuple[SampleAll, dict[str, float]]:
+def _low_then_high(high_client: int, device: SampleAll | None = None) -> tuple[SampleAll, dict[str, float]]:
     """A LOW execution (an endless loop ended by its 1.5 s loop timeout) runs; HIGH is submitted meanwhile."""
-    device = SampleAll()
+    device = device or SampleAll()
     low = device.prepareModel(cfkit.endless_model(), priority=Priority.LOW)
     high = device.prepareModel(cfkit.while_model(), priority=Priority.HIGH)
     done: dict[str, float] = {}
@@ -74,30 +75,102 @@ def test_high_execution_preempts_a_running_low_one_of_its_client() -> None:
     assert device.gate.pauses >= 1  # the LOW execution waited at a checkpoint
 
 
-def test_another_clients_priority_does_not_pause_an_execution() -> None:
+def test_another_clients_high_execution_preempts_a_running_low_one() -> None:
     device, done = _low_then_high(high_client=2)
+    assert done["high"] < done["low"]
+    assert device.gate.pauses >= 1
+
+
+def test_a_gate_scoped_to_each_client_leaves_other_clients_running() -> None:
+    device = SampleAll()
+    device.gate = qos.PriorityGate(qos.SCOPE_CLIENT)
+    device, done = _low_then_high(high_client=2, device=device)
     assert done["high"] < done["low"]
     assert device.gate.pauses == 0
 
 
-def test_gate_pauses_only_lower_priorities_of_the_same_client() -> None:
+def test_gate_pauses_lower_priorities_of_every_client_and_not_equal_ones() -> None:
     gate = qos.PriorityGate()
     low = gate.enter(Priority.LOW, client=1)
     medium = gate.enter(Priority.MEDIUM, client=1)
     other = gate.enter(Priority.LOW, client=2)
     high = gate.enter(Priority.HIGH, client=1)
+    peer = gate.enter(Priority.HIGH, client=3)  # equal priorities never pause each other
     deadline = time.monotonic_ns() + 20_000_000
-    for ticket in (low, medium):
+    for ticket in (low, medium, other):
         with pytest.raises(HalError) as info:
             gate.wait_turn(ticket, deadline, 3)
         assert info.value.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT
         assert "higher-priority execution" in info.value.message
-    gate.wait_turn(other, deadline, 3)  # client 2 is not held up by client 1's HIGH
     gate.wait_turn(high, deadline, 3)
+    gate.wait_turn(peer, deadline, 3)
     gate.leave(high)
+    gate.leave(peer)
     gate.leave(medium)
     gate.wait_turn(low, time.monotonic_ns() - 1, 3)  # resumes: nothing outranks it now
-    assert gate.pauses == 2
+    gate.wait_turn(other, time.monotonic_ns() - 1, 3)
+    assert gate.pauses == 3
+
+
+def test_a_client_scoped_gate_pauses_only_the_same_clients_lower_priorities() -> None:
+    gate = qos.PriorityGate(qos.SCOPE_CLIENT)
+    low = gate.enter(Priority.LOW, client=1)
+    other = gate.enter(Priority.LOW, client=2)
+    high = gate.enter(Priority.HIGH, client=1)
+    deadline = time.monotonic_ns() + 20_000_000
+    with pytest.raises(HalError):
+        gate.wait_turn(low, deadline, 3)
+    gate.wait_turn(other, deadline, 3)  # client 2 is not held up by client 1's HIGH
+    gate.leave(high)
+    gate.leave(low)
+    gate.leave(other)
+    assert gate.running_count() == 0 and gate.pauses == 1
+    with pytest.raises(ValueError, match="scope"):
+        qos.PriorityGate("app")
+
+
+def _word(ticket: qos.Ticket) -> int:
+    return ctypes.c_int64.from_address(ticket.word_address).value
+
+
+def test_each_tickets_word_holds_the_highest_priority_running_in_its_scope() -> None:
+    gate = qos.PriorityGate()
+    low = gate.enter(Priority.LOW, client=1)
+    assert _word(low) == Priority.LOW
+    high = gate.enter(Priority.HIGH, client=2)
+    assert high.word_address == low.word_address and _word(low) == Priority.HIGH
+    assert qos.watch(low) == (low.word_address, int(Priority.LOW), -1)
+    gate.leave(high)
+    assert _word(low) == Priority.LOW
+    gate.leave(low)
+    assert ctypes.c_int64.from_address(low.word_address).value == qos.NOTHING_RUNNING
+    scoped = qos.PriorityGate(qos.SCOPE_CLIENT)
+    a, b = scoped.enter(Priority.LOW, client=1), scoped.enter(Priority.HIGH, client=2)
+    assert a.word_address != b.word_address and (_word(a), _word(b)) == (Priority.LOW, Priority.HIGH)
+    scoped.leave(a)
+    scoped.leave(b)
+
+
+def test_what_compiled_code_may_watch_of_each_checkpoint() -> None:
+    gate = qos.PriorityGate()
+    ticket = gate.enter(Priority.MEDIUM)
+    check = qos.checkpoint(12345, gate, ticket)
+    assert qos.watch(check) == (ticket.word_address, int(Priority.MEDIUM), 12345)
+    assert qos.watch(qos.checkpoint(7, None, None)) == (0, 0, 7)
+    assert qos.watch(lambda index: None) is None  # not a checkpoint of mlts.hal.qos: called instead
+    gate.enabled = False
+    assert qos.watch(ticket) is None
+    assert qos.watch(qos.checkpoint(9, gate, ticket)) == (0, 0, 9)
+    gate.leave(ticket)
+
+
+def test_the_service_names_both_the_connection_and_the_app() -> None:
+    assert (qos.current_client(), qos.current_app()) == (0, 0)
+    with qos.serving_client(4, 2):
+        assert (qos.current_client(), qos.current_app()) == (4, 2)
+        with qos.serving_client(5):
+            assert (qos.current_client(), qos.current_app()) == (5, 5)
+    assert (qos.current_client(), qos.current_app()) == (0, 0)
 
 
 def test_a_held_ticket_keeps_lower_ones_paused_until_the_block_ends() -> None:
@@ -214,3 +287,25 @@ def test_work_that_fits_but_not_now_is_transient() -> None:
 def test_bad_memory_budget_is_a_one_line_error(text: str) -> None:
     with pytest.raises(ValueError, match=r"^sample-all: option max_memory_mb must be a number"):
         SampleAll(max_memory_mb=text)
+
+
+def test_the_switch_interval_is_short_while_executions_of_two_priorities_run() -> None:
+    before = sys.getswitchinterval()
+    gate = qos.PriorityGate()
+    low = gate.enter(Priority.LOW, client=1)
+    other_low = gate.enter(Priority.LOW, client=2)
+    assert sys.getswitchinterval() == before  # one priority: nothing to hurry
+    high = gate.enter(Priority.HIGH, client=3)
+    assert sys.getswitchinterval() == pytest.approx(min(before, switch_interval.SHORT_S))
+    gate.leave(low)
+    assert sys.getswitchinterval() == pytest.approx(min(before, switch_interval.SHORT_S))
+    gate.leave(other_low)  # HIGH alone now
+    assert sys.getswitchinterval() == before
+    gate.leave(high)
+    disabled = qos.PriorityGate()
+    disabled.enabled = False  # a driver that never preempts hurries nothing either
+    tickets = [disabled.enter(p) for p in (Priority.LOW, Priority.HIGH)]
+    assert sys.getswitchinterval() == before
+    for ticket in tickets:
+        disabled.leave(ticket)
+    assert sys.getswitchinterval() == before

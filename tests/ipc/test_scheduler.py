@@ -1,4 +1,5 @@
-"""The service's worker pool: per-client priority order, clients in turn, preempting work started at once."""
+"""The service's worker pool: priority order over every client, clients of one priority in turn, preempting
+work started at once."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def _blocker(started: threading.Event, release: threading.Event):
     return work
 
 
-def test_priority_orders_one_clients_queue_and_clients_take_turns():
+def test_priority_orders_every_queue_and_clients_of_one_priority_take_turns():
     pool = WorkerPool("t", 1)
     started, release = threading.Event(), threading.Event()
     order: list[str] = []
@@ -32,22 +33,25 @@ def test_priority_orders_one_clients_queue_and_clients_take_turns():
     try:
         pool.submit(_blocker(started, release), priority=2, owner=9)
         assert started.wait(5)
-        # Client 1 queues LOW, MEDIUM, HIGH; client 2 queues one LOW after them.
+        # Client 1 queues LOW, MEDIUM, HIGH; client 2 LOW, HIGH, MEDIUM; client 3 one HIGH.
         pool.submit(note("1-low"), 0, owner=1)
         pool.submit(note("1-medium"), 1, owner=1)
         pool.submit(note("1-high"), 2, owner=1)
         pool.submit(note("2-low"), 0, owner=2)
+        pool.submit(note("2-high"), 2, owner=2)
+        pool.submit(note("2-medium"), 1, owner=2)
+        pool.submit(note("3-high"), 2, owner=3)
         release.set()
-        for _ in range(4):
+        for _ in range(7):
             assert done.acquire(timeout=5)
-        # Client 1's HIGH first among its own; client 2's LOW is not starved by client 1's priorities.
-        assert order == ["1-high", "2-low", "1-medium", "1-low"]
+        # Every HIGH first, the clients in turn; then every MEDIUM in turn; then the LOWs in turn.
+        assert order == ["1-high", "2-high", "3-high", "1-medium", "2-medium", "1-low", "2-low"]
     finally:
         release.set()
         assert pool.stop(5)
 
 
-def test_higher_priority_work_of_the_same_client_starts_while_workers_are_busy():
+def test_higher_priority_work_of_any_client_starts_while_workers_are_busy():
     pool = WorkerPool("t", 1)
     started, release = threading.Event(), threading.Event()
     ran = threading.Event()
@@ -56,11 +60,17 @@ def test_higher_priority_work_of_the_same_client_starts_while_workers_are_busy()
         assert started.wait(5)
         pool.submit(ran.set, priority=2, owner=1)  # preempts: runs though the only worker is busy
         assert ran.wait(5)
+        end = time.monotonic() + 5
+        while pool._extra and time.monotonic() < end:  # the preempting thread is idle again
+            time.sleep(0.001)
         other = threading.Event()
-        pool.submit(other.set, priority=2, owner=2)  # another client's HIGH waits for a worker
-        assert not other.wait(0.2)
-        release.set()
+        pool.submit(other.set, priority=2, owner=2)  # another client's HIGH preempts as well
         assert other.wait(5)
+        same = threading.Event()
+        pool.submit(same.set, priority=0, owner=2)  # equal priority: waits for the worker
+        assert not same.wait(0.2)
+        release.set()
+        assert same.wait(5)
     finally:
         release.set()
         assert pool.stop(5)
@@ -93,3 +103,19 @@ def test_a_finished_preempting_thread_takes_the_next_preempting_work():
         assert pool.stop(5)
     threads[0].join(5)
     assert not threads[0].is_alive()  # an idle preempting thread ends when the pool stops
+
+
+def test_inline_work_counts_at_its_priority_and_higher_work_preempts_it():
+    pool = WorkerPool("t", 1)
+    try:
+        assert pool.try_inline(owner=1, priority=0)  # a LOW execution on a reader's thread
+        ran = threading.Event()
+        pool.submit(ran.set, priority=2, owner=2)  # another client's HIGH: an extra thread at once
+        assert ran.wait(5)
+        end = time.monotonic() + 5
+        while pool._extra and time.monotonic() < end:
+            time.sleep(0.001)
+        pool.end_inline(owner=1, priority=0)
+        assert pool._extra == 0 and not pool._running and pool.idle()
+    finally:
+        assert pool.stop(5)

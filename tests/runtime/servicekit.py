@@ -8,6 +8,7 @@ import numpy as np
 from mlts.hal.memory import SharedMemory
 from mlts.hal.types import DataLocation, Request, RequestArgument
 from mlts.runtime import session
+from tests.driver import cfkit
 
 
 def _pool(a: np.ndarray, b: np.ndarray) -> SharedMemory:
@@ -31,6 +32,22 @@ def _request(pool, out_offset: int = 128, shape=(2, 3)) -> Request:
 
 def _out(pool, offset: int = 128) -> np.ndarray:
     return np.frombuffer(pool.buffer, np.float32, 6, offset).reshape(2, 3).copy()
+
+
+LONG_ARGS = [
+    np.full(3, 1e-38, np.float32),
+    np.array([0], np.float32),
+    np.array([1e38], np.float32),
+    np.zeros(3, np.float32),
+]
+
+
+def shared_request(arrays: list[np.ndarray], out_bytes: list[int]) -> tuple[Request, SharedMemory]:
+    """cfkit.request's layout in a shared memory pool (what crosses to the service)."""
+    host, buf, _ = cfkit.request(arrays, out_bytes)
+    pool = SharedMemory.create(len(buf))
+    pool.buffer[:] = buf
+    return Request(host.inputs, host.outputs, (pool,)), pool
 
 
 def release_while_waiting(monkeypatch, release) -> list[float]:

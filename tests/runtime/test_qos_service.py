@@ -11,28 +11,12 @@ import pytest
 
 from mlts.hal.enums import ErrorStatus, MeasureTiming, Priority
 from mlts.hal.errors import HalError
-from mlts.hal.memory import SharedMemory
-from mlts.hal.types import Request
 from mlts.runtime.execution import execute
 from mlts.runtime.retry import NO_RETRY, RetryPolicy, RetryStats, call_with_retries, error_class
 from mlts.runtime.shared import SharedService
 from tests.driver import cfkit
-from tests.runtime.servicekit import release_while_waiting
-
-LONG_ARGS = [
-    np.full(3, 1e-38, np.float32),
-    np.array([0], np.float32),
-    np.array([1e38], np.float32),
-    np.zeros(3, np.float32),
-]
-
-
-def _shared_request(arrays: list[np.ndarray], out_bytes: list[int]) -> tuple[Request, SharedMemory]:
-    """cfkit.request's layout in a shared memory pool (what crosses to the service)."""
-    host, buf, _ = cfkit.request(arrays, out_bytes)
-    pool = SharedMemory.create(len(buf))
-    pool.buffer[:] = buf
-    return Request(host.inputs, host.outputs, (pool,)), pool
+from tests.runtime.servicekit import LONG_ARGS, release_while_waiting
+from tests.runtime.servicekit import shared_request as _shared_request
 
 
 @pytest.fixture(scope="module")

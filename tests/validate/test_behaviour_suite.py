@@ -22,7 +22,12 @@ def test_sample_all_passes(make_target):
         ({"ignore_deadlines": "1"}, "deadline: passed [sync]"),
         ({"ignore_deadlines": "1"}, "deadline: prepareModel"),
         ({"token_cache": "1"}, "cache: token of another client"),
+        ({"ignore_deadlines": "1"}, "deadline: passed [fenced]"),
+        ({"ignore_deadlines": "1"}, "deadline: passed [burst]"),
         ({"ignore_priority": "1"}, "priority: HIGH overtakes queued LOW"),
+        ({"ignore_priority": "1"}, "priority: a bad one refused by the driver"),
+        ({"no_preemption": "1"}, "priority: HIGH overtakes queued LOW"),
+        ({"client_priority": "1"}, "priority: another client's HIGH preempts LOW"),
     ],
 )
 def test_fault_is_caught(make_target, option, case):

@@ -9,6 +9,7 @@ import pytest
 
 from mlts.hal import nnfile
 from mlts.hal.memory import SharedMemory
+from mlts.ipc.service import coverage
 from mlts.runtime.discovery import discover
 from mlts.runtime.remote import RemoteDevice
 from mlts.validate import fuzz, fuzz_atheris, fuzz_seeds, fuzz_targets, reproducer
@@ -132,7 +133,12 @@ def accepted_invalid(tmp_path_factory):
     out = tmp_path_factory.mktemp("skip-validation")
     results: list = []
     spec = discover()["sample-faulty"]
-    with Target(spec, str(out), options={"skip_validation": "1"}) as target:
+    # Seeded mutation: what is tested is the wrong answer, not coverage (which needs a slower service).
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        Target(spec, str(out), options={"skip_validation": "1"}) as target,
+    ):
+        patch.setattr(coverage, "available", lambda: False)
         opts = SuiteOptions(quick=True, fuzz_cases=100, seed=4, filter="^models/service")
         fuzz.run(target, opts, results.append)
     return results

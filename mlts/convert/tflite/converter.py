@@ -4,8 +4,10 @@ One pass over the subgraph's operators in their stored order (TFLite stores them
 order), each mapped by its registered function the way TFLite's NNAPI delegate maps it (see
 registry.py and docs/tflite.md). A builtin without a mapping, an operator version above the one the
 delegate accepts, or an option it would not map is refused in one line naming the operator, its
-index, the subgraph and the reason; custom operators are refused, and TFLite's GELU maps to the
-bundled vendor extension when a target driver declares it.
+index, the subgraph and the reason (and the feature level the delegate would need, where it maps
+the builtin above NNAPI 1.3); custom operators are refused, and TFLite's GELU maps to the bundled
+vendor extension when a target driver declares it. Input shapes given for the dynamic (-1)
+dimensions of the inputs' shape signatures resize the subgraph first (mlts.convert.tflite.shapes).
 
 Before the pass, constant FLOAT16 weights behind DEQUANTIZE become float32 constants and constant
 sparse tensors behind DENSIFY become dense constants, so the operators reading them see plain
@@ -17,7 +19,7 @@ the caller feeds the state in (zeros at the start) and reads the next state back
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +31,8 @@ from mlts.convert.tflite import schema
 from mlts.convert.tflite.context import PLAIN, Graph, Refusal, Session
 from mlts.convert.tflite.model import Operator, TfliteModel
 from mlts.convert.tflite.reader import read_bytes, read_file
-from mlts.convert.tflite.registry import lookup
+from mlts.convert.tflite.registry import LATER, lookup, needs_level
+from mlts.convert.tflite.shapes import resize_inputs
 from mlts.hal.enums import OperandType, OperationType
 from mlts.hal.types import Model
 
@@ -70,29 +73,43 @@ class IoPlan:
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
     state_inputs: int = 0  # the last this many inputs are state (variable) tensors
+    #: (input tensor, new shape) of the inputs given shapes other than the file's (input_shapes):
+    #: a reference resizes them first (LiteRT's resize_tensor_input).
+    resized: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
     def all_tensors(self) -> set[int]:
         return set(self.inputs) | set(self.outputs)
 
 
 def convert_tflite(
-    source: TflSource, *, signature: str | None = None, extensions: Iterable[str] = ()
+    source: TflSource,
+    *,
+    signature: str | None = None,
+    extensions: Iterable[str] = (),
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> Conversion:
     """Convert a TFLite model (path, bytes or TfliteModel) to an NN HAL model.
 
     The main subgraph is subgraph 0 with its inputs and outputs, or with `signature` the subgraph
     that signature names, with the signature's inputs and outputs in its order and under its names.
-    `extensions`: the vendor extensions the target driver declares. Raises ConversionError.
+    `extensions`: the vendor extensions the target driver declares. `input_shapes`: whole shapes for
+    inputs (by name) whose shape signature has dynamic (-1) dimensions; the shapes that depend on
+    them are recomputed (mlts.convert.tflite.shapes). Raises ConversionError.
     """
-    return convert_tflite_plan(source, signature=signature, extensions=extensions)[0]
+    return convert_tflite_plan(source, signature=signature, extensions=extensions, input_shapes=input_shapes)[
+        0
+    ]
 
 
 def convert_tflite_plan(
-    source: TflSource, *, signature: str | None = None, extensions: Iterable[str] = ()
+    source: TflSource,
+    *,
+    signature: str | None = None,
+    extensions: Iterable[str] = (),
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> tuple[Conversion, IoPlan]:
     """convert_tflite and the IoPlan that says which TFLite tensor each NN input and output holds."""
     model = load_tflite(source)
-    session = Session(model, frozenset(extensions))
     if signature is not None:
         sig = model.signature(signature)
         sg = model.subgraphs[sig.subgraph]
@@ -102,6 +119,11 @@ def convert_tflite_plan(
         sg = model.subgraphs[0]
         inputs = [(sg.tensors[i].name, i) for i in sg.inputs]
         outputs = [(sg.tensors[i].name, i) for i in sg.outputs]
+    resized: dict[int, tuple[int, ...]] = {}
+    if input_shapes:
+        model, resized = resize_inputs(model, sg.index, inputs, input_shapes)
+        sg = model.subgraphs[sg.index]
+    session = Session(model, frozenset(extensions))
     if not outputs:
         raise ConversionError(f"{model.label}: {sg.label()} has no outputs")
     session.stack.append(sg.index)
@@ -110,7 +132,7 @@ def convert_tflite_plan(
     _run(g, state=True)
     out_infos = _mark_outputs(g, outputs)
     state_in, state_out = _state_io(g)
-    notes = _notes(session) + _io_notes(g, state_in)
+    notes = _notes(session) + _io_notes(g, state_in, resized)
     dropped = g.builder.prune()
     if dropped:
         notes.append(f"removed {dropped} operations whose results nothing reads")
@@ -134,6 +156,7 @@ def convert_tflite_plan(
         tuple(t.name for t in conv.inputs),
         tuple(t.name for t in conv.outputs),
         len(g.state_inputs),
+        tuple(sorted(resized.items())),
     )
     return conv, plan
 
@@ -194,7 +217,7 @@ def _add_inputs(g: Graph, inputs: Sequence[tuple[str, int]]) -> list[TensorInfo]
             kind, scale, zp, extra = g.operand_type(t)
         except Refusal as e:
             raise ConversionError(f"{g.model.label}: input '{name}': {e}") from None
-        if extra is not None or kind == OperandType.TENSOR_QUANT16_SYMM:
+        if extra is not None:
             raise ConversionError(
                 f"{g.model.label}: input '{name}' ({t.describe()}) cannot be an NN model input"
             )
@@ -337,9 +360,15 @@ def _dispatch(g: Graph, op: Operator) -> None:
         return
     mapping = lookup(op.code.name)
     if mapping is None:
+        later = LATER.get(op.code.name)
+        if later is not None:
+            raise ConversionError(
+                f"{model.label}: {where}: "
+                + needs_level(later.feature_level, f"NNAPI's {later.nnapi} operation")
+            )
         raise ConversionError(
-            f"{model.label}: {where}: TFLite's NNAPI delegate maps no NNAPI operation for it "
-            "(docs/tflite.md lists the builtins the importer maps)"
+            f"{model.label}: {where}: TFLite's NNAPI delegate maps no NNAPI operation for it at any "
+            "feature level (docs/tflite.md lists the builtins the importer maps)"
         )
     if mapping.max_version is not None and op.code.version > mapping.max_version:
         raise ConversionError(
@@ -376,13 +405,18 @@ def _notes(session: Session) -> list[str]:
     return [text.format(c[key]) for key, text in texts.items() if c[key]]
 
 
-def _io_notes(g: Graph, state_in: list[TensorInfo]) -> list[str]:
+def _io_notes(g: Graph, state_in: list[TensorInfo], resized: Mapping[int, tuple[int, ...]]) -> list[str]:
     notes = []
     for name, t in ((t.name, t) for t in (g.tensor(i) for i in g.sg.inputs)):
-        if t.shape_signature is not None and any(d < 0 for d in t.shape_signature):
+        if t.index in resized:
+            notes.append(
+                f"input '{name}' converted with the given shape {list(t.shape)} (shape signature "
+                f"{list(t.shape_signature or t.shape)}); the shapes that follow from it were recomputed"
+            )
+        elif t.shape_signature is not None and any(d < 0 for d in t.shape_signature):
             notes.append(
                 f"input '{name}' has dynamic dimensions {list(t.shape_signature)}; converted with the file's "
-                f"shape {list(t.shape)}"
+                f"shape {list(t.shape)} (give another with --input-shape {name}=...)"
             )
     for info in state_in:
         notes.append(

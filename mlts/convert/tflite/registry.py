@@ -67,6 +67,47 @@ def lookup(builtin: str) -> Mapping | None:
     return _TABLE.get(builtin)
 
 
+#: The NNAPI feature levels past the importer's (4: NNAPI 1.3, Android 11): (level, Android release).
+FEATURE_LEVELS = {5: "Android 12", 6: "Android 13", 7: "Android 14", 8: "Android 15"}
+#: The importer's target: NNAPI feature level 4 (NNAPI 1.3, Android 11, API 30), the sample driver's HAL.
+TARGET_FEATURE_LEVEL = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Later:
+    """A builtin TFLite's NNAPI delegate maps only from a feature level above the importer's."""
+
+    builtin: str
+    feature_level: int
+    nnapi: str
+
+
+#: Builtins the delegate maps only at a feature level above 4 (its Validate's
+#: ExpectMinAndroidSdkVersion(kNNAPIRuntimeFeatureLevelN)): refused, naming the level.
+LATER: dict[str, Later] = {
+    later.builtin: later
+    for later in (
+        Later("BATCH_MATMUL", 6, "BATCH_MATMUL"),
+        Later("MIRROR_PAD", 7, "MIRROR_PAD"),
+        Later("REVERSE_V2", 7, "REVERSE"),
+    )
+}
+
+
+def feature_level_text(level: int) -> str:
+    """'NNAPI feature level 6 (Android 13)' for a level above the importer's."""
+    release = FEATURE_LEVELS.get(level)
+    return f"NNAPI feature level {level}" + (f" ({release})" if release else "")
+
+
+def needs_level(level: int, what: str) -> str:
+    """The reason of a refusal for a form the delegate maps only from feature level `level`."""
+    return (
+        f"{what}: TFLite's NNAPI delegate maps it from {feature_level_text(level)} on; the importer "
+        f"targets feature level {TARGET_FEATURE_LEVEL} (NNAPI 1.3)"
+    )
+
+
 def mappings() -> list[Mapping]:
     """Every mapped builtin, sorted by name."""
     import mlts.convert.tflite.ops  # noqa: F401  (registers every mapping)

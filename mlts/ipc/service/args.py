@@ -63,6 +63,16 @@ def enum_value(enum: type[IntEnum], method: str, key: str, value: int) -> Any:
         raise invalid(f"{method}: {key}={value} is not a valid {enum.__name__} ({valid})") from None
 
 
+def code_value(enum: type[IntEnum], method: str, key: str, value: int, checked: bool) -> Any:
+    """`enum_value` when the service judges such codes (`checked`); else any int32 as it came (a service
+    that does not pre-validate leaves the code to the driver: only what the wire can carry is checked)."""
+    if checked:
+        return enum_value(enum, method, key, value)
+    if not -(2**31) <= value < 2**31:
+        raise invalid(f"{method}: {key}={value} is not an int32")
+    return value
+
+
 def opt_ns(args: Mapping[str, Any], method: str, key: str) -> int | None:
     """An optional nanosecond count (a deadline or a duration)."""
     value = args.get(key)

@@ -32,7 +32,8 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterator
+
+from mlts.hal.switch_interval import SHORT_SWITCH_INTERVAL
 
 log = logging.getLogger("mlts.ipc.service")
 
@@ -58,38 +59,6 @@ def lower_this_thread(steps: int) -> int | None:
         log.debug("cannot lower the priority of thread %d: %s", tid, e)
         return None
     return value
-
-
-class _ShortSwitchInterval:
-    """The process's switch interval, shortened while at least one holder is inside."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._inside = 0
-        self._saved = 0.0
-
-    @contextlib.contextmanager
-    def held(self, interval_s: float) -> Iterator[None]:
-        with self._lock:
-            if self._inside == 0:
-                self._saved = sys.getswitchinterval()
-                if interval_s < self._saved:
-                    sys.setswitchinterval(interval_s)
-            self._inside += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._inside -= 1
-                if self._inside == 0:
-                    sys.setswitchinterval(self._saved)
-
-    def active(self) -> bool:
-        return self._inside > 0
-
-
-#: One per process: the switch interval is the interpreter's.
-SHORT_SWITCH_INTERVAL = _ShortSwitchInterval()
 
 
 class Background:

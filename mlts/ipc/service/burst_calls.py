@@ -1,14 +1,21 @@
 """Bursts: configureExecutionBurst and its memory cache, and the listener thread that serves each burst.
 
 A burst is a prepared model plus two rings the client created (requests in,
-results out), each with an eventfd. Its listener thread reads a request,
+results out), each with an eventfd. Configuring one calls the prepared model's
+`configureExecutionBurst` (HAL 1.2's, within the client's identity), so the
+driver learns of every burst and may keep resources for its life; the burst
+object it returns executes the burst's requests (the default, any model's
+`SynchronousBurst`, runs each through executeSynchronously, so every Device
+gets bursts). Its listener thread reads a request,
 resolves the memory slots it names (an unknown slot is asked for with a
 getMemories message on the result ring, and the client answers over the
 socket with `burstProvideMemories`) and the driver buffer tokens it names
 (checked against the client's handle table and held for the execution, as
-on every other execution path), executes through the prepared model's
-executeSynchronously (so every Device gets bursts) within the service's
-execution workers and their priority order, and writes the result.
+on every other execution path), executes through the driver's burst object
+within the service's execution workers and their priority order, and writes
+the result. A slot freed or replaced is passed to the driver's `freeMemory`
+before its mapping goes; the driver's burst is closed when the burst ends
+(released, or its client gone).
 Mapped slots stay cached until `burstFreeMemory` or the burst's release; the
 listener itself releases a freed slot's mapping, between executions, so an
 execution uses its slots without taking and giving back a reference each time.
@@ -17,6 +24,7 @@ Anything inconsistent in the rings ends that burst only.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -24,11 +32,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mlts.hal import qos, trace, validate
+from mlts.hal import deadlines, qos, trace, validate
 from mlts.hal.buffer_use import bind_buffers, bound_state, buffer_state
 from mlts.hal.deadlines import TimePoint
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
+from mlts.hal.interface import Burst
 from mlts.hal.memory import FileMemory, file_pools_in, file_pools_out
 from mlts.hal.types import Request
 from mlts.ipc import burst_messages as msg
@@ -67,8 +76,11 @@ class BurstContext:
         requests: Ring,
         results: Ring,
         polling_us: int,
+        executor: Burst,
     ) -> None:
         self.client = client
+        #: The driver's burst object (`PreparedModel.configureExecutionBurst`): it runs the executions.
+        self.executor = executor
         self.prepared_number = prepared_number
         self.prepared: Resource | None = prepared
         self.requests = requests
@@ -89,7 +101,8 @@ class BurstContext:
         self._encoder = msg.ResultEncoder()
         self._handles = client.handles
         self._exec_pool = client.host.exec_pool
-        self._inline = False  # this thread holds a worker slot of `_exec_pool` (see `_run`)
+        # Gives back the worker (or preempting) slot of `_exec_pool` this thread holds (see `_run`).
+        self._slot: Callable[[], None] | None = None
         self.executions = 0
         self.thread = threading.Thread(target=self._listen, name="burst", daemon=True)
 
@@ -155,11 +168,26 @@ class BurstContext:
             self.requests.signal()
 
     def _release_retired(self) -> None:
-        """Release the slots freed or replaced since the last call (on the listener's thread)."""
+        """Release the slots freed or replaced since the last call (on the listener's thread), each told
+        to the driver's burst first (it may drop what it keeps of the memory)."""
         with self._cond:
             retired, self._retired = self._retired, []
         for resource in retired:
+            self._tell_driver("freeMemory", functools.partial(self.executor.freeMemory, resource.value))
             resource.release()
+
+    def _tell_driver(self, what: str, call: Callable[[], None]) -> None:
+        """A call of the driver's burst object that may not end the burst: a failure is logged."""
+        try:
+            call()
+        except Exception as e:
+            log.warning(
+                "burst of client %s: the driver's %s raised %s: %s",
+                self.client.peer.describe(),
+                what,
+                type(e).__name__,
+                e,
+            )
 
     def cached(self) -> int:
         with self._cond:
@@ -185,6 +213,8 @@ class BurstContext:
             slots, self._slots = [*self._slots.values(), *self._retired], {}
             self._retired = []
             prepared, self.prepared = self.prepared, None
+        if prepared is not None:  # the driver's burst ends first: nothing of it runs past here
+            self._tell_driver("close", self.executor.close)
         for resource in slots:
             resource.release()
         if prepared is not None:
@@ -210,7 +240,7 @@ class BurstContext:
         try:
             # Executions run on this thread act for the burst's client (queued ones say so themselves);
             # the priority ticket of each is left once its result is written, as on the other paths.
-            with qos.serving_client(self.client.key), qos.holding_tickets() as held:
+            with qos.serving_client(self.client.key, self.client.app), qos.holding_tickets() as held:
                 polling = self.polling_us
                 while not self._stopping:
                     if not requests.wait(None, polling, self.results):
@@ -309,9 +339,10 @@ class BurstContext:
     def _replied(self, held: list[Callable[[], None]]) -> None:
         """After `_serve` (its result is on its way): give back the worker slot the execution ran in and
         the priority tickets it left meanwhile (`held`, from `qos.holding_tickets`)."""
-        if self._inline:
-            self._inline = False
-            self._exec_pool.end_inline()
+        slot = self._slot
+        if slot is not None:
+            self._slot = None
+            slot()
         if held:
             qos.leave_held(held)
 
@@ -395,8 +426,8 @@ class BurstContext:
         else:
             hal_request = Request(request.inputs, request.outputs, pools, request.measure_operations)
             if entry.model is not None:
-                hal_request = bind_buffers(hal_request, entry.prepared, self._buffer)
-                if self.client.host.prevalidate:
+                if self.client.host.prevalidate:  # else the driver judges it (as `execution_calls`)
+                    hal_request = bind_buffers(hal_request, entry.prepared, self._buffer)
                     validate.validate_request(hal_request, entry.model)
                 self._keep_validated(known, request, pools, hal_request, (ident, state))
         return self._run(request, hal_request, entry)
@@ -413,14 +444,18 @@ class BurstContext:
     ) -> Any:
         """Execute a bound, validated request (the prepared model looked up again unless given) within
         the service's execution workers, as every other execution: on this thread (which acts for the
-        burst's client) when a worker slot is free (no hand-off), else queued by priority and waited for.
+        burst's client) when a worker slot is free (no hand-off), else queued by priority (or started
+        at once when it preempts) and waited for.
         """
         if entry is None:
             prepared = self.prepared  # `_entry`, inlined
             if prepared is None or self._handles.peek(_PREPARED, self.prepared_number) is not prepared:
                 raise invalid(f"burst: prepared model {self.prepared_number} was released")
             entry = prepared.value
-        deadline = request.deadline  # checked by the driver, as on every other path
+        deadline = request.deadline
+        # A service that does not pre-validate leaves a passed deadline to the driver.
+        if self.client.host.prevalidate:
+            deadlines.check_before(deadline, "burst")
         if self._files:  # a client's file among the slots: read in before, outputs written after
             pending = file_pools_in(hal_request)
             result = self._execute_now(request, hal_request, entry, deadline)
@@ -452,13 +487,15 @@ class BurstContext:
         entry: PreparedEntry,
         deadline: TimePoint | None,
     ) -> Any:
-        if self._exec_pool.try_inline():
-            self._inline = True  # the listener gives the slot back once the result is written
-            return entry.prepared.executeSynchronously(
-                hal_request, request.measure, deadline, request.loop_timeout
-            )
+        pool, app, priority = self._exec_pool, self.client.app, entry.priority
+        # On this thread when a worker slot is free (counted at the execution's priority); the listener
+        # gives the slot back once the result is written. Otherwise queued, or started at once on an
+        # extra thread when it outranks what every worker runs (see execution_calls._inline_slot).
+        if pool.try_inline(app, priority):
+            self._slot = lambda: pool.end_inline(app, priority)
+            return self.executor.execute(hal_request, request.measure, deadline, request.loop_timeout)
         return self._queued(
-            entry.prepared.executeSynchronously,
+            self.executor.execute,
             (hal_request, request.measure, deadline, request.loop_timeout),
             entry.priority,
         )
@@ -493,12 +530,12 @@ class BurstContext:
         pool = self._exec_pool
         done = threading.Event()
         outcome: list[Any] = []
-        client = self.client.key
+        client, app = self.client.key, self.client.app
 
         def work() -> None:
             try:
-                # As on every execution path: the driver tells clients apart by this key.
-                with qos.serving_client(client):
+                # As on every execution path: the driver tells clients apart by these keys.
+                with qos.serving_client(client, app):
                     outcome.append((True, run(*args)))
             except BaseException as e:
                 outcome.append((False, e))
@@ -506,7 +543,7 @@ class BurstContext:
                 done.set()
 
         try:
-            pool.submit(work, priority, client)  # clients take turns, as for other executions
+            pool.submit(work, priority, app)  # apps take turns, as for other executions
         except RuntimeError:
             raise HalError(ErrorStatus.DEVICE_UNAVAILABLE, "burst: the service is stopping") from None
         done.wait()
@@ -548,12 +585,25 @@ def configure_execution_burst(client: Client, call: Call) -> dict[str, Any]:
     client.handles.check_room(Kind.BURST, m)
     prepared = client.handles.get(Kind.PREPARED, number, m)
     rings: list[Ring] = []
+    executor: Burst | None = None
     try:
         rings.append(_ring(call, "request_ring"))
         rings.append(_ring(call, "result_ring"))
-        context = BurstContext(client, number, prepared, rings[0], rings[1], polling_us)
+        # The driver learns of the burst (this thread acts for the client) and gives its burst object.
+        executor = prepared.value.prepared.configureExecutionBurst(polling_us=polling_us)
+        if not isinstance(executor, Burst):
+            raise HalError(
+                ErrorStatus.GENERAL_FAILURE,
+                f"{m}: the driver returned a {type(executor).__name__}, not an mlts.hal.interface.Burst",
+            )
+        context = BurstContext(client, number, prepared, rings[0], rings[1], polling_us, executor)
         burst = client.handles.add(Kind.BURST, Resource(context, context.stop), m)
     except BaseException:
+        if isinstance(executor, Burst):
+            try:
+                executor.close()
+            except Exception as e:  # the burst is refused anyway
+                log.warning("%s: closing the driver's burst raised %s: %s", m, type(e).__name__, e)
         prepared.release()
         for ring in rings:
             ring.close()

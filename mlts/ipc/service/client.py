@@ -85,6 +85,8 @@ class Client:
         #: When the client last sent anything or its last call ended (time.monotonic()): the idle clock.
         self.last_activity = time.monotonic()
         self.key = next(_KEYS)  # tells this connection apart from another of the same pid
+        #: The program behind the connection (mlts.ipc.service.apps): the scheduler serves apps in turn.
+        self.app = host.apps.join(self.peer)
         self.handles = HandleTable(host.limits)
         self._lock = threading.Lock()
         self._in_flight = 0
@@ -103,7 +105,7 @@ class Client:
         cProfile and writes its statistics to PREFIX.PID.KEY when the client hangs up.
         """
         # Everything this thread runs (checks, inline executions) acts for this client.
-        with qos.serving_client(self.key):
+        with qos.serving_client(self.key, self.app):
             run_profiled(str(self.key), self._serve)
 
     def _serve(self) -> None:
@@ -330,7 +332,7 @@ class Client:
                 self.conn.send_compact(body)
 
         try:
-            pool.submit(run, priority, self.key)
+            pool.submit(run, priority, self.app)
         except RuntimeError:
             if cleanup is not None:
                 cleanup()
@@ -341,6 +343,8 @@ class Client:
 
     def close(self) -> None:
         """Release everything the client holds (calls still running release theirs when they end)."""
+        if not self.closed.is_set():
+            self.host.apps.leave(self.peer)
         self.closed.set()
         self.host.fences.cancel(self, HalError(ErrorStatus.DEVICE_UNAVAILABLE, "the client disconnected"))
         self.handles.close_all()
@@ -349,6 +353,7 @@ class Client:
         return {
             "pid": self.pid,
             "uid": self.uid,
+            "app": self.app,
             "handles": self.handles.counts(),
             "in_flight": self.in_flight,
             "mapped_bytes": self.handles.mapped_bytes,

@@ -13,7 +13,7 @@ from mlts.hal.interface import PreparedModel
 from mlts.hal.memory import SEALS_FROZEN, SEALS_POOL, SharedMemory, receive_pool
 from mlts.hal.types import MAX_NUMBER_OF_CACHE_FILES, Model
 from mlts.ipc import wire
-from mlts.ipc.service.args import arg, cache_token, enum_value, int_list, opt_deadline, type_name
+from mlts.ipc.service.args import arg, cache_token, code_value, int_list, opt_deadline, type_name
 from mlts.ipc.service.client import Call, Client, Handler
 from mlts.ipc.service.handles import Kind, Resource
 from mlts.ipc.service.request_cache import RequestCache
@@ -174,8 +174,12 @@ def service_status(client: Client, call: Call) -> dict[str, Any]:
 def prepare_model(client: Client, call: Call) -> dict[str, Any]:
     m = call.method
     client.handles.check_room(Kind.PREPARED, m)
-    preference = enum_value(ExecutionPreference, m, "preference", arg(call.args, m, "preference", int, 1))
-    priority = enum_value(Priority, m, "priority", arg(call.args, m, "priority", int, 1))
+    # Without pre-validation the codes reach the driver as they came (its own checks answer).
+    checked = client.host.prevalidate
+    preference = code_value(
+        ExecutionPreference, m, "preference", arg(call.args, m, "preference", int, 1), checked
+    )
+    priority = code_value(Priority, m, "priority", arg(call.args, m, "priority", int, 1), checked)
     deadline = opt_deadline(call.args, m, "deadline")
     token = cache_token(call.args, m)
     model_cache, data_cache = _cache_fds(call)

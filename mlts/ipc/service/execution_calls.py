@@ -28,7 +28,7 @@ from mlts.ipc.service.buffer_calls import buffers_of, hold_buffer
 from mlts.ipc.service.client import DEFERRED, Call, Client, Handler
 from mlts.ipc.service.device_calls import PreparedEntry, close_memory, map_memory
 from mlts.ipc.service.handles import HandleTable, Kind, Resource
-from mlts.ipc.service.transport import error_dict
+from mlts.ipc.service.transport import error_dict, ok_reply
 
 
 @dataclass
@@ -43,6 +43,7 @@ class Job:
     held: list[Resource] = field(default_factory=list)
     transient: list[SharedMemory] = field(default_factory=list)
     client_key: int = 0
+    app: int = 0
     files: bool = False  # a pool is a client's file (FileMemory): read in before, outputs written after
     admitted_ns: int = 0  # when admission ended (CLOCK_MONOTONIC), while tracing (mlts.hal.trace)
     client_pid: int = 0
@@ -70,14 +71,14 @@ class Job:
         return self._run(deadline)
 
     def _run(self, deadline: TimePoint | None) -> ExecutionResult:
-        # The driver tells clients apart by this key (priorities are relative to one client's models).
+        # The driver tells clients (and their apps) apart by these keys.
         # The client's reader thread acts for it already (Client.serve): an inline run sets nothing.
         if qos.current_client() == self.client_key:
             result = self.entry.prepared.executeSynchronously(
                 self.request, self.measure, self.deadline if deadline is None else deadline, self.loop_timeout
             )
         else:
-            with qos.serving_client(self.client_key):
+            with qos.serving_client(self.client_key, self.app):
                 result = self.entry.prepared.executeSynchronously(
                     self.request,
                     self.measure,
@@ -176,7 +177,8 @@ def admit(client: Client, call: Call) -> Job:
             job.admitted_ns, job.client_pid = trace.now_ns(), client.pid
         return job
     request_doc = arg(call.args, m, "request", dict)
-    job = Job(None, None, MeasureTiming.NO, None, None, client_key=client.key)  # type: ignore[arg-type]
+    job = Job(None, None, MeasureTiming.NO, None, None)  # type: ignore[arg-type]
+    job.client_key, job.app = client.key, client.app
     try:
         descs = codec.request_pool_descs(request_doc)
         pools = _resolve_pools(client, call, descs, job)
@@ -212,7 +214,8 @@ def admit(client: Client, call: Call) -> Job:
 def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> Job:
     """`admit` for a compact call (protocol 1.4): its pools are memory ids and buffer tokens."""
     m = call.method
-    job = Job(None, None, MeasureTiming.NO, None, None, client_key=client.key)  # type: ignore[arg-type]
+    job = Job(None, None, MeasureTiming.NO, None, None)  # type: ignore[arg-type]
+    job.client_key, job.app = client.key, client.app
     try:
         pools: list[Any] = []
         memories: list[Any] = []  # the call's key places the tokens: the memories identify the rest
@@ -284,23 +287,37 @@ def _admit_request(
         return
     job.request = build()
     if job.entry.model is not None:
-        job.request = bind_buffers(job.request, job.entry.prepared, lambda t: _buffer_of(client, m, t))
+        # A service that does not pre-validate hands the driver the request as it came: its driver
+        # buffers' roles, dimensions and contents are the driver's to judge (they are this client's
+        # buffers: `hold_buffer` made sure).
         if client.host.prevalidate:
+            job.request = bind_buffers(job.request, job.entry.prepared, lambda t: _buffer_of(client, m, t))
             validate.validate_request(job.request, job.entry.model)
         if cacheable:
             cache.put(key, ident, job.request)
 
 
-def _can_run_inline(client: Client) -> bool:
+def _inline_slot(client: Client, priority: int) -> Callable[[], None] | None:
     """A lone synchronous call on an idle service may run on the reader's thread (saving a thread
-    hand-off); with other calls of this client in flight or waiting on the socket it goes to the pool,
-    so they can run beside it. True means a pool slot was taken: release it with `end_inline()`.
+    hand-off), counted in the pool at its priority (so higher-priority work preempts it). With other
+    calls of this client in flight or waiting on the socket it goes to the pool, so they can run beside
+    it. Returns what gives the slot back, or None (no slot taken).
+
+    Work that outranks what every worker runs goes to the pool too, which starts it at once on an
+    extra thread: run on the reader's thread, it would make the reader a busy thread, and on a CPU kept
+    busy by the executions it preempts the scheduler then wakes the reader late for the next call
+    (measured: HIGH latency under a LOW load twice as long).
 
     Asynchronous and fenced executions always go to the pool: their launches must be answered at once,
     one after the other, however long each execution takes."""
     # Only this thread (the reader) adds calls in flight: a stale count is a higher one, so reading it
     # without the lock errs towards the pool.
-    return client.in_flight_now == 1 and not client.conn.pending() and client.host.exec_pool.try_inline()
+    if client.in_flight_now != 1 or client.conn.pending():
+        return None
+    pool, app = client.host.exec_pool, client.app
+    if pool.try_inline(app, priority):
+        return lambda: pool.end_inline(app, priority)
+    return None
 
 
 # ------------------------------------------------------------ synchronous
@@ -308,19 +325,26 @@ def _can_run_inline(client: Client) -> bool:
 
 def execute_synchronously(client: Client, call: Call) -> dict[str, Any]:
     job = admit(client, call)
-    pool = client.host.exec_pool
     compact = call.compact is not None
-    if _can_run_inline(client):
-        try:
-            result = job.run()
-        finally:
-            pool.end_inline()
-            job.finish()
-        if not compact:
-            return codec.execution_result_to_dict(result)
-        client.end()
-        client.conn.send_compact(compact_calls.result_answer(compact_calls.RESULT, call.id or 0, result))
-        return DEFERRED
+    slot = _inline_slot(client, job.entry.priority)
+    if slot is not None:
+        # As on the pool's threads (Client.defer): the driver's priority ticket is left once the reply
+        # is sent, so the executions this one outranks stay paused until the answer is on its way.
+        with qos.holding_tickets():
+            try:
+                result = job.run()
+            finally:
+                slot()
+                job.finish()
+            if compact:
+                answer = compact_calls.result_answer(compact_calls.RESULT, call.id or 0, result)
+                client.end()
+                client.conn.send_compact(answer)
+                return DEFERRED
+            reply = ok_reply(call.id or 0, codec.execution_result_to_dict(result))
+            client.end()
+            client.conn.send(reply)
+            return DEFERRED
     if compact:
         return client.defer(
             client.host.exec_pool,
@@ -384,7 +408,7 @@ def execute(client: Client, call: Call) -> dict[str, Any]:
     else:
         client.conn.send({"kind": "reply", "id": msg_id, "ok": True, "result": {}})
     try:
-        client.host.exec_pool.submit(run, job.entry.priority, client.key)
+        client.host.exec_pool.submit(run, job.entry.priority, client.app)
     except RuntimeError:
         job.finish()
         client.end()

@@ -138,21 +138,22 @@ def execute_fenced(client: Client, call: Call) -> dict[str, Any]:
         )
     host = client.host
     now_ns = time.monotonic_ns()
-    if deadlines.has_passed(job.deadline, now_ns):  # before waiting for the fences, as NNAPI's driver
+    # A service that does not pre-validate leaves deadlines to the driver: a passed one reaches it as
+    # on the other paths, and the fences are waited for up to the service's limit alone.
+    judged = job.deadline if host.prevalidate else None
+    if deadlines.has_passed(judged, now_ns):  # before waiting for the fences, as NNAPI's driver
         fail = HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, f"{m}: the deadline had already passed")
     else:
         fail = None
     # Waiting ends at the deadline, or after the service's longest fence wait.
     limit = time.monotonic() + host.fence_wait_limit
-    wait_until = (
-        limit if job.deadline is None else min(limit, time.monotonic() + (job.deadline - now_ns) / 1e9)
-    )
+    wait_until = limit if judged is None else min(limit, time.monotonic() + (judged - now_ns) / 1e9)
     expired = HalError(
         ErrorStatus.MISSED_DEADLINE_TRANSIENT,
         f"{m}: the input fences were not all signalled "
         + (
             "before the deadline"
-            if job.deadline is not None and wait_until < limit
+            if judged is not None and wait_until < limit
             else f"within {host.fence_wait_limit:g} s"
         ),
     )
@@ -201,7 +202,7 @@ def execute_fenced(client: Client, call: Call) -> dict[str, Any]:
             return
         fenced_ns = time.monotonic_ns()
         try:
-            host.exec_pool.submit(lambda: run(fenced_ns), job.entry.priority, client.key)
+            host.exec_pool.submit(lambda: run(fenced_ns), job.entry.priority, client.app)
         except RuntimeError:
             finish(None, None, HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"{m}: the service is stopping"))
 

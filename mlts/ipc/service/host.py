@@ -31,8 +31,10 @@ from mlts.ipc.service import (
     fenced_calls,
 )
 from mlts.ipc.service.allowlist_policy import AllowlistPolicy
+from mlts.ipc.service.apps import AppRegistry
 from mlts.ipc.service.background import PREPARE_NICE, Background
 from mlts.ipc.service.client import Client, Handler
+from mlts.ipc.service.coverage import DriverCoverage, coverage_report
 from mlts.ipc.service.fence_watcher import FenceWatcher
 from mlts.ipc.service.handles import Limits
 from mlts.ipc.service.memory_trim import Trimmer
@@ -79,6 +81,7 @@ class ServiceHost:
         prevalidate: bool = True,
         allowlist: AllowlistPolicy | None = None,
         prepare_nice: int = PREPARE_NICE,
+        coverage: DriverCoverage | None = None,
     ) -> None:
         self.device = device
         #: False: models and requests reach the Device decoded (sizes and types checked) but not
@@ -101,6 +104,8 @@ class ServiceHost:
         #: Which clients may use which extensions (enforced unless the service does not pre-validate).
         self.allowlist = allowlist if allowlist is not None else AllowlistPolicy()
         self.shared = shared
+        #: Which program each client is (connections of one program are one app).
+        self.apps = AppRegistry()
         self.handlers: dict[str, Handler] = {
             **device_calls.HANDLERS,
             **execution_calls.HANDLERS,
@@ -110,6 +115,10 @@ class ServiceHost:
         }
         #: Serves a compact frame (protocol 1.4) of a client.
         self.dispatch_compact = compact_dispatch.dispatch_compact
+        #: The driver's coverage when the service instruments it (`--coverage`: fuzzing the driver).
+        self.coverage = coverage
+        if coverage is not None:
+            self.handlers["coverageReport"] = coverage_report
         self.exec_pool = WorkerPool("execute", workers)
         # Preparations run below executions (lower priority, short switch interval), as an accelerator
         # driver's compiler never slows its executions: mlts.ipc.service.background.
@@ -134,6 +143,7 @@ class ServiceHost:
             "workers": self.exec_pool.workers,
             "prevalidate": self.prevalidate,
             "idle_timeout": self.idle_timeout,
+            "coverage": self.coverage is not None,
         }
 
     def allowlist_check(self, client: Client, model: Model, method: str) -> None:

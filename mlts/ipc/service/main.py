@@ -17,6 +17,7 @@ from mlts.hal.interface import Device
 from mlts.hal.loader import load_factory
 from mlts.ipc.extension_allowlist import AllowlistError
 from mlts.ipc.net.listener import NetListener, listen_config
+from mlts.ipc.service import coverage as driver_coverage
 from mlts.ipc.service.allowlist_policy import AllowlistPolicy
 from mlts.ipc.service.background import MAX_NICE, PREPARE_NICE
 from mlts.ipc.service.handles import Limits
@@ -176,6 +177,12 @@ def parser() -> argparse.ArgumentParser:
         help="pass decoded models and requests to the driver without validating them first "
         "(tests the driver's own validation; decoding still checks every size and type)",
     )
+    p.add_argument(
+        "--coverage",
+        action="store_true",
+        help="instrument the driver's code and answer coverageReport (coverage-guided fuzzing of the "
+        "driver; needs atheris, the fuzz extra; the driver runs several times slower)",
+    )
     defaults = Limits()
     p.add_argument("--max-prepared", type=_positive_int, default=defaults.max_prepared, help="per client")
     p.add_argument("--max-memories", type=_positive_int, default=defaults.max_memories, help="per client")
@@ -238,6 +245,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AllowlistError as e:
         log.error("%s", e)
         return 2
+    coverage = None
+    if args.coverage:
+        try:
+            coverage = driver_coverage.install(args.factory)
+        except ImportError as e:
+            log.error("--coverage needs atheris (pip install 'mlts[fuzz]'): %s", e)
+            return 2
     try:
         net_configs = [
             listen_config(
@@ -257,6 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = parse_options(args.option)
         started = time.monotonic()
         device = make_device(args.factory, options)
+        if coverage is not None:
+            driver_coverage.instrument_loaded(coverage, device)
         log.info(
             "driver %r created from %s in %.3f s (open-file limit %d)",
             label,
@@ -297,6 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prevalidate=args.prevalidate,
         prepare_nice=args.prepare_nice,
         allowlist=allowlist,
+        coverage=coverage,
     )
     log.info(
         "%d execution workers, %d preparation workers (%d nice steps below)",

@@ -1,21 +1,21 @@
 """A bounded pool of worker threads that runs queued work, highest priority first.
 
 The service has one pool for executions and one for preparations, so a long
-compile never delays executions. Priorities are relative to one client's
-work (as NNAPI's are to one client's models): each client has its own queue,
-ordered by (priority, arrival), and a free worker serves the clients in turn,
-taking the first work of the next client's queue. So a client's HIGH work
-starts before its own queued LOW/MEDIUM work, and no client's priorities can
-starve another client.
+compile never delays executions. Each client (an owner: the service passes the
+client's app, so connections of one program share a queue) has its own queue,
+ordered by (priority, arrival). A free worker takes the highest-priority work
+at the head of any queue; among clients whose first work has that priority,
+the clients take turns. So HIGH work of any client starts before LOW/MEDIUM
+work waiting anywhere (seed 002: higher priorities may preempt or starve lower
+ones), and clients of equal priority share the workers fairly.
 
-When every worker is busy and one of them runs work of the same client at a
-lower priority, new higher-priority work does not wait for a worker: it
-starts at once on an extra thread (at most `workers` such at a time). The
-driver pauses the lower-priority execution at its next operation (it
-preempts), so the number of executions making progress stays within the
-pool's size. An extra thread that finished its work waits a while
-(`SPARE_IDLE_S`) for the next preempting work, so a stream of high-priority
-calls does not start a thread for each.
+When every worker is busy and one of them runs work at a lower priority (of
+any client), new higher-priority work does not wait for a worker: it starts at
+once on an extra thread (at most `workers` such at a time). The driver pauses the lower-priority execution
+at its next checkpoint (it preempts), so the number of executions making
+progress stays within the pool's size. An extra thread that finished its work
+waits a while (`SPARE_IDLE_S`) for the next preempting work, so a stream of
+high-priority calls does not start a thread for each.
 
 A pool made with a `Background` (the preparation pool) runs below the
 executions: its threads lower their own scheduling priority and its work runs
@@ -73,8 +73,8 @@ class WorkerPool:
             t.start()
 
     def submit(self, work: Callable[[], None], priority: int = 1, owner: int = 0) -> None:
-        """Queue `work` of client `owner`; among that client's work higher `priority` starts first,
-        equal priorities in arrival order; clients take turns."""
+        """Queue `work` of client `owner`: higher `priority` starts first, whoever queued it; equal
+        priorities in arrival order within a client, the clients taking turns."""
         with self._cond:
             if self._stopping:
                 raise RuntimeError(f"{self.name} is stopping")
@@ -102,22 +102,31 @@ class WorkerPool:
             self._cond.notify()
 
     def _take(self) -> tuple[Callable[[], None], int, int]:
-        """The next work: the first of the next client's queue (call with the lock held, work queued)."""
-        owner = self._turns.popleft()
-        queue = self._queues[owner]
+        """The next work: the highest priority first; among the clients whose first work has it, the
+        first in turn, who then goes last (call with the lock held, work queued)."""
+        turns, queues = self._turns, self._queues
+        owner = turns[0]
+        if len(turns) > 1:
+            best = queues[owner][0][0]  # -priority of the head
+            for other in turns:
+                head = queues[other][0][0]
+                if head < best:
+                    best, owner = head, other
+        turns.remove(owner)
+        queue = queues[owner]
         _, _, item = heapq.heappop(queue)
         if queue:
-            self._turns.append(owner)
+            turns.append(owner)
         else:
-            del self._queues[owner]
+            del queues[owner]
         self._queued -= 1
         return item
 
     def _outranks(self, owner: int, priority: int) -> bool:
-        """Running work of `owner` at a lower priority, and room for one more preempting thread."""
+        """Running work at a lower priority (of any client), and room for one more preempting thread."""
         if self._extra >= self.workers:
             return False
-        return any(o == owner and p < priority for (o, p) in self._running)
+        return any(p < priority for (_, p) in self._running)
 
     def _mark(self, owner: int, priority: int, delta: int) -> None:
         key = (owner, priority)
@@ -185,11 +194,12 @@ class WorkerPool:
                     if self._queued or self._stopping:
                         self._cond.notify()
 
-    def try_inline(self) -> bool:
+    def try_inline(self, owner: int = 0, priority: int | None = None) -> bool:
         """Take a worker slot for the calling thread when the pool is idle (nothing queued, a slot free).
 
         Running work on the thread that received it saves two thread hand-offs; the slot keeps the
-        number of works running at once within `workers`. Call `end_inline()` afterwards.
+        number of works running at once within `workers`. With `priority`, the work counts as running
+        at it (higher-priority work then preempts it). Call `end_inline(owner, priority)` afterwards.
         """
         lock = self._lock
         lock.acquire()  # not `with`: every inline execution passes here, and nothing below raises
@@ -197,12 +207,16 @@ class WorkerPool:
             lock.release()
             return False
         self._inline += 1
+        if priority is not None:
+            self._mark(owner, priority, 1)
         lock.release()
         return True
 
-    def end_inline(self) -> None:
+    def end_inline(self, owner: int = 0, priority: int | None = None) -> None:
         with self._lock:
             self._inline -= 1
+            if priority is not None:
+                self._mark(owner, priority, -1)
             if self._queued:  # waking idle workers for nothing costs a GIL hand-off each
                 self._cond.notify()
 

@@ -62,6 +62,7 @@ class _Op:
     custom: str | None = None
     custom_options: bytes = b""
     version: int = 1
+    intermediates: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -126,10 +127,23 @@ class TflSubgraph:
         *,
         version: int = 1,
         custom: str | None = None,
+        intermediates=(),
         **options,
     ) -> None:
         code = schema.builtin_codes()["CUSTOM" if custom else builtin]
-        self.ops.append(_Op(code, list(inputs), list(outputs), options_name, options, custom, b"", version))
+        self.ops.append(
+            _Op(
+                code,
+                list(inputs),
+                list(outputs),
+                options_name,
+                options,
+                custom,
+                b"",
+                version,
+                list(intermediates),
+            )
+        )
 
     def io(self, inputs, outputs) -> None:
         self.inputs, self.outputs = list(inputs), list(outputs)
@@ -286,6 +300,9 @@ class TflModel:
         ins = b.CreateNumpyVector(np.asarray(op.inputs, dtype=np.int32))
         outs = b.CreateNumpyVector(np.asarray(op.outputs, dtype=np.int32))
         custom = b.CreateNumpyVector(np.frombuffer(op.custom_options, np.uint8)) if op.custom else None
+        inter = (
+            b.CreateNumpyVector(np.asarray(op.intermediates, dtype=np.int32)) if op.intermediates else None
+        )
         tflite.OperatorStart(b)
         tflite.OperatorAddOpcodeIndex(b, codes[(op.code, op.custom, op.version)])
         tflite.OperatorAddInputs(b, ins)
@@ -296,6 +313,8 @@ class TflModel:
             getattr(tflite, f"OperatorAdd{union}")(b, off)
         if custom is not None:
             tflite.OperatorAddCustomOptions(b, custom)
+        if inter is not None:
+            tflite.OperatorAddIntermediates(b, inter)
         return tflite.OperatorEnd(b)
 
     def _options(self, b, name: str, values: dict[str, Any]):

@@ -120,9 +120,130 @@ def test_default_is_the_main_subgraph_with_its_tensor_names() -> None:
 
 REFUSALS = {
     "unmapped_builtin": (
-        ("SQUARED_DIFFERENCE", [dict(shape=[4]), dict(shape=[4])], [dict(shape=[4])]),
+        ("SQUARE", [dict(shape=[4])], [dict(shape=[4])]),
         {},
-        r"SQUARED_DIFFERENCE \(operator #0 of subgraph 0 'main'\): TFLite's NNAPI delegate maps no NNAPI operation",
+        r"SQUARE \(operator #0 of subgraph 0 'main'\): TFLite's NNAPI delegate maps no NNAPI operation for it "
+        r"at any feature level",
+    ),
+    "batch_matmul_needs_feature_level_6": (
+        (
+            "BATCH_MATMUL",
+            [dict(shape=[2, 3]), dict(shape=[3, 4])],
+            [dict(shape=[2, 4])],
+            "BatchMatMulOptions",
+        ),
+        {},
+        r"BATCH_MATMUL .*maps it from NNAPI feature level 6 \(Android 13\) on; the importer targets feature "
+        r"level 4 \(NNAPI 1.3\)",
+    ),
+    "mirror_pad_needs_feature_level_7": (
+        (
+            "MIRROR_PAD",
+            [dict(shape=[3, 3]), dict(shape=[2, 2], dtype="int32", data=np.ones([2, 2]))],
+            [dict(shape=[5, 5])],
+            "MirrorPadOptions",
+        ),
+        {},
+        r"MIRROR_PAD .*NNAPI's MIRROR_PAD operation: TFLite's NNAPI delegate maps it from NNAPI feature level 7",
+    ),
+    "reverse_v2_needs_feature_level_7": (
+        (
+            "REVERSE_V2",
+            [dict(shape=[3, 3]), dict(shape=[1], dtype="int32", data=np.zeros(1))],
+            [dict(shape=[3, 3])],
+        ),
+        {},
+        r"REVERSE_V2 .*NNAPI's REVERSE operation: TFLite's NNAPI delegate maps it from NNAPI feature level 7",
+    ),
+    "rsqrt_int8_needs_feature_level_7": (
+        (
+            "RSQRT",
+            [dict(shape=[4], dtype="int8", scale=0.1, zero_point=0)],
+            [dict(shape=[4], dtype="int8", scale=0.1)],
+        ),
+        {},
+        r"RSQRT .*its input is INT8 \(8-bit RSQRT\): TFLite's NNAPI delegate maps it from NNAPI feature level 7",
+    ),
+    "pack_last_axis_needs_feature_level_6": (
+        ("PACK", [dict(shape=[2, 3]), dict(shape=[2, 3])], [dict(shape=[2, 3, 2])], "PackOptions"),
+        {"axis": 2, "values_count": 2},
+        r"PACK .*packs along a new last dimension \(NNAPI's PACK\): .*feature level 6",
+    ),
+    "add_rank_5": (
+        (
+            "ADD",
+            [dict(shape=[1, 1, 2, 2, 2]), dict(shape=[1, 1, 2, 2, 2])],
+            [dict(shape=[1, 1, 2, 2, 2])],
+            "AddOptions",
+        ),
+        {},
+        r"ADD .*an input has rank above 4; the NNAPI delegate maps ADD for ranks <= 4",
+    ),
+    "mean_rank_5": (
+        (
+            "MEAN",
+            [dict(shape=[1, 2, 2, 2, 2]), dict(shape=[1], dtype="int32", data=np.array([1]))],
+            [dict(shape=[1, 2, 2, 2])],
+            "ReducerOptions",
+        ),
+        {},
+        r"MEAN .*its input has rank above 4",
+    ),
+    "split_v_zero_size": (
+        (
+            "SPLIT_V",
+            [
+                dict(shape=[2, 4]),
+                dict(shape=[3], dtype="int32", data=np.array([2, 0, 2])),
+                dict(shape=[1], dtype="int32", data=np.array([1])),
+            ],
+            [dict(shape=[2, 2]), dict(shape=[2, 0]), dict(shape=[2, 2])],
+            "SplitVOptions",
+        ),
+        {"num_splits": 3},
+        r"SPLIT_V .*include 0; the NNAPI delegate maps non-zero split sizes only",
+    ),
+    "split_v_run_time_sizes": (
+        (
+            "SPLIT_V",
+            [
+                dict(shape=[2, 4]),
+                dict(shape=[2], dtype="int32"),
+                dict(shape=[1], dtype="int32", data=np.array([1])),
+            ],
+            [dict(shape=[2, 2]), dict(shape=[2, 2])],
+            "SplitVOptions",
+        ),
+        {"num_splits": 2},
+        r"SPLIT_V .*its size_splits \(input 1, .*\) is computed at run time; NNAPI takes it as a constant",
+    ),
+    "unpack_last_axis": (
+        ("UNPACK", [dict(shape=[2, 3])], [dict(shape=[2])] * 3, "UnpackOptions"),
+        {"num": 3, "axis": 1},
+        r"UNPACK .*unpacks along the last dimension, which the NNAPI delegate does not map",
+    ),
+    "dilated_grouped_conv": (
+        (
+            "CONV_2D",
+            [
+                dict(shape=[1, 5, 5, 4]),
+                dict(shape=[4, 3, 3, 2], data=np.ones([4, 3, 3, 2])),
+                dict(shape=[4], data=np.zeros(4)),
+            ],
+            [dict(shape=[1, 5, 5, 4])],
+            "Conv2DOptions",
+        ),
+        {"padding": 0, "stride_w": 1, "stride_h": 1, "dilation_w_factor": 2, "dilation_h_factor": 2},
+        r"CONV_2D .*a dilated grouped convolution: NNAPI's GROUPED_CONV_2D has no dilation",
+    ),
+    "squared_difference_rank_5": (
+        (
+            "SQUARED_DIFFERENCE",
+            [dict(shape=[1, 1, 1, 2, 2]), dict(shape=[1, 1, 1, 2, 2])],
+            [dict(shape=[1, 1, 1, 2, 2])],
+        ),
+        {},
+        r"SQUARED_DIFFERENCE .*an input has rank above 4",
     ),
     "version_above_the_delegate": (
         ("ADD", [dict(shape=[4]), dict(shape=[4])], [dict(shape=[4])], "AddOptions"),
@@ -196,7 +317,7 @@ REFUSALS = {
             [dict(shape=[6], dtype="int32")],
         ),
         {},
-        r"RESHAPE .*its input is INT32",
+        r"RESHAPE .*its input is INT32: TFLite's NNAPI delegate maps it from NNAPI feature level 6",
     ),
     "gelu_without_extension": (
         ("GELU", [dict(shape=[4])], [dict(shape=[4])], "GeluOptions"),

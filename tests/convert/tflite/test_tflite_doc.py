@@ -26,9 +26,11 @@ def test_tflite_doc_is_up_to_date() -> None:
 def test_table_lists_every_mapping_and_the_refused_builtins() -> None:
     gen = _generator()
     lines = gen.table()
-    assert "| CONV_2D | CONV_2D | 1-3 |" in "\n".join(lines)
+    assert "| CONV_2D | CONV_2D, GROUPED_CONV_2D | 1-5 |" in "\n".join(lines)
+    assert "| SQUARED_DIFFERENCE | SUB, MUL | 1-2 |" in "\n".join(lines)
     assert any(line.startswith("| WHILE | WHILE | any |") for line in lines)
-    assert "CALL_ONCE" in lines[-1] and "SQUARED_DIFFERENCE" in lines[-1]
+    assert "CALL_ONCE" in lines[-1] and "SQUARE," in lines[-1] and "SQUARED_DIFFERENCE" not in lines[-1]
+    assert "MIRROR_PAD (NNAPI's MIRROR_PAD, NNAPI feature level 7 (Android 14))" in lines[-1]
     from mlts.convert.tflite.registry import mappings
 
     for m in mappings():

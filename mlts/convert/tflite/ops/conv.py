@@ -1,10 +1,13 @@
 """Convolutions and FULLY_CONNECTED, in NHWC as TFLite and NNAPI both lay them out.
 
 CONV_2D: input, filter [out, h, w, in], bias, implicit padding (TFLite's SAME/VALID are NNAPI's),
-stride w/h, fused activation, and (only when a dilation is not 1) layout NHWC and the dilations.
+stride w/h, fused activation, and (only when a dilation is not 1) layout NHWC and the dilations. A
+filter reading fewer channels than the input has (grouped convolution) becomes GROUPED_CONV_2D with
+num_groups = input channels / filter channels after the strides, and the NHWC layout flag NNAPI
+requires there (the delegate leaves it out); no dilation (NNAPI's GROUPED_CONV_2D has none).
 DEPTHWISE_CONV_2D adds the depth multiplier. TRANSPOSE_CONV becomes TRANSPOSE_CONV_2D with its
-inputs reordered (input, filter, bias, output shape), a zero bias when the file has none, and int8
-filters always per channel (the delegate's NN_TENSOR_FLAG_FORCE_PER_CHANNEL). FULLY_CONNECTED gets a
+inputs reordered (input, filter, bias, output shape), a zero bias when the file has none, int8
+filters always per channel (the delegate's NN_TENSOR_FLAG_FORCE_PER_CHANNEL) and the fused activation. FULLY_CONNECTED gets a
 zero bias when it has none (float zeros, or INT32 zeros of scale input x weights scale) and, with
 keep_num_dims, a RESHAPE to the output's dimensions.
 
@@ -95,7 +98,10 @@ def _check_bias(g: Graph, op: Operator, what: str) -> None:
 
 
 @register(
-    "CONV_2D", nnapi="CONV_2D", max_version=3, note="bias required; dilation; hybrid weights dequantized"
+    "CONV_2D",
+    nnapi=("CONV_2D", "GROUPED_CONV_2D"),
+    max_version=5,
+    note="bias required; dilation; hybrid weights dequantized; grouped: GROUPED_CONV_2D",
 )
 def conv_2d(g: Graph, op: Operator) -> None:
     code = type_of(g, 0)
@@ -107,14 +113,29 @@ def conv_2d(g: Graph, op: Operator) -> None:
     x, w = g.tensor(g.input(0)), g.tensor(g.input(1))
     if len(x.shape) != 4 or len(w.shape) != 4:
         raise g.refuse("its input and filter must be rank 4 (NHWC, OHWI)")
-    if w.shape[3] != x.shape[3]:
-        raise g.refuse(
-            f"its filter reads {w.shape[3]} channels of a {x.shape[3]}-channel input (grouped convolution), "
-            "which the NNAPI delegate does not map"
-        )
     inputs = [g.operand(g.input(0)), _weights(g, 1, code), _bias(g, 2, code)]
-    params = [g.int32(padding(g)), *_strides(g), g.int32(activation(g)), *_dilations(g)]
-    g.emit(Op.CONV_2D, inputs + params, [g.new_operand(g.output(0))])
+    act = g.int32(activation(g))
+    if w.shape[3] == x.shape[3]:
+        params = [g.int32(padding(g)), *_strides(g), act, *_dilations(g)]
+        g.emit(Op.CONV_2D, inputs + params, [g.new_operand(g.output(0))])
+        return
+    # A filter that reads fewer channels than the input has: grouped convolution, which the delegate
+    # maps to GROUPED_CONV_2D with num_groups = input channels / filter channels after the strides.
+    # The delegate leaves out the data layout flag, which NNAPI's GROUPED_CONV_2D requires (input 8;
+    # NNAPI's validation would refuse its operation): the importer passes NHWC (false).
+    if w.shape[3] == 0 or x.shape[3] % w.shape[3] or w.shape[0] % (x.shape[3] // w.shape[3]):
+        raise g.refuse(
+            f"its filter reads {w.shape[3]} channels of a {x.shape[3]}-channel input and gives {w.shape[0]}: "
+            "no whole number of groups"
+        )
+    if _dilations(g):
+        raise g.refuse(
+            "a dilated grouped convolution: NNAPI's GROUPED_CONV_2D has no dilation (the delegate would build "
+            "an invalid operation)"
+        )
+    groups = g.int32(x.shape[3] // w.shape[3])
+    params = [g.int32(padding(g)), *_strides(g), groups, act, g.bool(False)]
+    g.emit(Op.GROUPED_CONV_2D, inputs + params, [g.new_operand(g.output(0))])
 
 
 @register(
@@ -153,8 +174,8 @@ def depthwise_conv_2d(g: Graph, op: Operator) -> None:
 @register(
     "TRANSPOSE_CONV",
     nnapi="TRANSPOSE_CONV_2D",
-    max_version=3,
-    note="inputs reordered; zero bias added when absent; int8 filters per channel; no fused activation",
+    max_version=4,
+    note="inputs reordered; zero bias added when absent; int8 filters per channel; fused activation",
 )
 def transpose_conv(g: Graph, op: Operator) -> None:
     shape_index, w_index, x_index = g.input(0), g.input(1), g.input(2)
@@ -165,7 +186,7 @@ def transpose_conv(g: Graph, op: Operator) -> None:
         )
     if g.value(shape_index) is None or g.value(w_index) is None:
         raise g.refuse("its output shape or filter is computed at run time (dynamically-sized tensors)")
-    activation(g, allow=False)  # the delegate passes FUSED_NONE: an activation would be dropped
+    act = activation(g)
     out_shape = g.ints(0, "output shape")
     if len(out_shape) != 4:
         raise g.refuse(f"its output shape {out_shape} is not rank 4")
@@ -184,7 +205,7 @@ def transpose_conv(g: Graph, op: Operator) -> None:
             scale = 0.0 if flavour == PER_CHANNEL else float(np.float32(sx) * np.float32(sw or 1.0))
             bias = g.builder.add_constant(np.zeros(out_shape[3], np.int32), T.TENSOR_INT32, scale, 0)
     inputs = [g.operand(x_index), weights, bias, g.operand(shape_index)]
-    params = [g.int32(padding(g)), *_strides(g), g.int32(0), g.bool(False)]
+    params = [g.int32(padding(g)), *_strides(g), g.int32(act), g.bool(False)]
     g.emit(Op.TRANSPOSE_CONV_2D, inputs + params, [g.new_operand(g.output(0))])
 
 

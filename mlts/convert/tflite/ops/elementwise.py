@@ -28,33 +28,84 @@ from mlts.hal.enums import OperandType, OperationType
 Op = OperationType
 
 
+def _ranks_at_most_4(g: Graph, name: str) -> None:
+    for k in (0, 1):
+        if rank(g, g.input(k)) > 4:
+            raise g.refuse(f"an input has rank above 4; the NNAPI delegate maps {name} for ranks <= 4")
+
+
 def _arith(g: Graph, op_type: OperationType, allowed=FLOAT_QUANT8_INT32) -> None:
+    _ranks_at_most_4(g, op_type.name)
     code = expect_type(g, 0, allowed)
     act = activation(g, allow=code != schema.INT32)
     emit_simple(g, op_type, [0, 1], [g.int32(act)])
 
 
-@register("ADD", nnapi="ADD", max_version=2, note="fused activation; INT32 without one")
+@register("ADD", nnapi="ADD", max_version=2, note="fused activation; INT32 without one; ranks <= 4")
 def add(g: Graph, op: Operator) -> None:
     _arith(g, Op.ADD)
 
 
-@register("MUL", nnapi="MUL", max_version=3, note="fused activation; INT32 without one")
+@register("MUL", nnapi="MUL", max_version=3, note="fused activation; INT32 without one; ranks <= 4")
 def mul(g: Graph, op: Operator) -> None:
     _arith(g, Op.MUL)
 
 
 @register("SUB", nnapi="SUB", max_version=3, note="fused activation; INT32 without one; ranks <= 4")
 def sub(g: Graph, op: Operator) -> None:
-    for k in (0, 1):
-        if rank(g, g.input(k)) > 4:
-            raise g.refuse("an input has rank above 4; the NNAPI delegate maps SUB for ranks <= 4")
     _arith(g, Op.SUB)
 
 
-@register("DIV", nnapi="DIV", max_version=1, note="FLOAT32 only, as the delegate")
+@register("DIV", nnapi="DIV", max_version=1, note="FLOAT32 only, as the delegate; ranks <= 4")
 def div(g: Graph, op: Operator) -> None:
     _arith(g, Op.DIV, allowed=FLOAT)
+
+
+#: NNAPI's operand type of SQUARED_DIFFERENCE's intermediate difference, by the inputs' type.
+_DIFF_TYPE = {
+    schema.FLOAT32: OperandType.TENSOR_FLOAT32,
+    schema.INT32: OperandType.TENSOR_INT32,
+    schema.UINT8: OperandType.TENSOR_QUANT8_ASYMM,
+    schema.INT8: OperandType.TENSOR_QUANT8_ASYMM_SIGNED,
+}
+
+
+def difference_quantization(g: Graph, code: int, out_index: int) -> tuple[float, int]:
+    """(scale, zero point) of the difference the delegate gives an 8-bit SQUARED_DIFFERENCE.
+
+    The output's range is [0, max_output] and output = diff^2, so the difference spans
+    [-sqrt(max_output), sqrt(max_output)]: codes [1, 255] around zero point 128 for uint8, [-127, 127]
+    around 0 for int8, scale 2 * sqrt(max_output) / 254. Computed in float32, as the delegate does.
+    """
+    q = g.tensor(out_index).quant
+    scale = np.float32(q.scale if q else 0.0)
+    zp = q.zero_point if q else 0
+    top, diff_zp = (255, 128) if code == schema.UINT8 else (127, 0)
+    max_output = np.float32(np.float32(top - zp) * scale)
+    diff_scale = np.float32(np.float32(2.0) * np.sqrt(max_output, dtype=np.float32) / np.float32(254.0))
+    if not np.isfinite(diff_scale) or diff_scale <= 0:
+        raise g.refuse(
+            f"its output (scale {float(scale)}, zero point {zp}) has no positive range, so the difference the "
+            "delegate computes would have scale 0, which NNAPI refuses"
+        )
+    return float(diff_scale), diff_zp
+
+
+@register(
+    "SQUARED_DIFFERENCE",
+    nnapi=("SUB", "MUL"),
+    max_version=2,
+    note="SUB then MUL (the delegate's lowering); 8-bit: the difference requantized first",
+)
+def squared_difference(g: Graph, op: Operator) -> None:
+    _ranks_at_most_4(g, "SQUARED_DIFFERENCE")
+    code = expect_type(g, 0, FLOAT_QUANT8_INT32)
+    out = g.output(0)
+    scale, zp = difference_quantization(g, code, out) if code in (schema.UINT8, schema.INT8) else (0.0, 0)
+    diff = g.temp(_DIFF_TYPE[code], g.shape(out), scale, zp)
+    none = g.int32(0)
+    g.emit(Op.SUB, [g.operand(g.input(0)), g.operand(g.input(1)), none], [diff])
+    g.emit(Op.MUL, [diff, diff, none], [g.new_operand(out)])
 
 
 @register("MAXIMUM", "MINIMUM", nnapi=("MAXIMUM", "MINIMUM"), max_version=3)

@@ -7,8 +7,9 @@ model output (`NAME:next`), as the delegate adds it: NNAPI's LSTM outputs are th
 the output state, the cell state and the output; RNN's and SVDF's the state and the output. The
 sequence operators (UNIDIRECTIONAL_SEQUENCE_LSTM/RNN, BIDIRECTIONAL_SEQUENCE_LSTM) give only their
 outputs, as the delegate maps them. Recurrent activations are NNAPI's recurrent codes (NONE, RELU,
-RELU6, TANH, SIGMOID). A float LSTM with 8-bit weights ("hybrid") DEQUANTIZEs them first; the 8-bit
-LSTM kernels (QUANTIZED_LSTM, QUANTIZED_16BIT_LSTM) are not mapped by the importer.
+RELU6, TANH, SIGMOID). A float LSTM with 8-bit weights ("hybrid") DEQUANTIZEs them first; the int8
+LSTM and the basic (uint8) LSTM kernel are NNAPI's QUANTIZED_LSTM and QUANTIZED_16BIT_LSTM
+(mlts.convert.tflite.ops.quantized_lstm).
 
 SVDF's state has TFLite's shape but NNAPI's meaning: TFLite shifts the memory before it writes the
 newest activation, NNAPI after, so NNAPI's state is TFLite's shifted one slot towards the oldest
@@ -24,6 +25,7 @@ from mlts.convert.tflite import schema
 from mlts.convert.tflite.context import SYMM, Graph
 from mlts.convert.tflite.model import Operator
 from mlts.convert.tflite.ops._common import QUANT8, expect_type
+from mlts.convert.tflite.ops.quantized_lstm import basic_lstm, integer_lstm
 from mlts.convert.tflite.registry import register
 from mlts.hal.enums import OperandType, OperationType
 
@@ -121,7 +123,10 @@ def _lstm_common(g: Graph, op: Operator, what: str) -> bool:
         )
     x = g.tensor(g.input(0))
     if x.type == schema.INT8:
-        raise g.refuse(f"a fully quantized {what} (NNAPI's QUANTIZED_LSTM) is not mapped by the importer")
+        raise g.refuse(
+            f"a fully quantized (int8) {what}: TFLite's NNAPI delegate maps NNAPI's QUANTIZED_LSTM for the LSTM "
+            "operator only"
+        )
     expect_type(g, 0, (schema.FLOAT32,))
     weights = g.tensor(g.input(4))
     return weights.type in QUANT8
@@ -142,13 +147,18 @@ def _scratch_units(g: Graph) -> int:
 
 @register(
     "LSTM",
-    nnapi="LSTM",
+    nnapi=("LSTM", "QUANTIZED_LSTM", "QUANTIZED_16BIT_LSTM"),
     max_version=3,
-    note="full kernel, float (hybrid weights dequantized); next states are extra model outputs",
+    note="full kernel: float (hybrid weights dequantized) LSTM, int8 QUANTIZED_LSTM with the 5 intermediates' "
+    "scales; basic kernel: QUANTIZED_16BIT_LSTM; next states are extra model outputs",
 )
 def lstm(g: Graph, op: Operator) -> None:
     if len(op.inputs) == 5:
-        raise g.refuse("the basic LSTM kernel (NNAPI's QUANTIZED_16BIT_LSTM) is not mapped by the importer")
+        basic_lstm(g, op)
+        return
+    if len(op.inputs) in (20, 24) and g.tensor(g.input(0)).type == schema.INT8:
+        integer_lstm(g, op)
+        return
     hybrid = _lstm_common(g, op, "LSTM")
     out_state, cell_state = _check_state(g, 18), _check_state(g, 19)
     inputs = [g.operand(g.input(0))] + [_input(g, k, hybrid) for k in range(1, 18)]

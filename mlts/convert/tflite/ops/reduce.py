@@ -1,11 +1,15 @@
 """Reductions, arg-max/min and top-k.
 
-MEAN takes keep_dims as an INT32 scalar and requires the same quantization in and out (NNAPI's
-8-bit MEAN does not requantize); REDUCE_* take keep_dims as a BOOL scalar. A rank-0 axis is a [1]
+MEAN takes keep_dims as an INT32 scalar; NNAPI's 8-bit MEAN keeps its input's quantization, so an
+output quantized differently gets the delegate's requantization: MEAN into the input's scale and zero
+point, then ADD of a one-element zero (scale 1) into the output's. That rounds twice where TFLite's
+MEAN rounds once: up to one unit apart. REDUCE_* take keep_dims as a BOOL scalar. A rank-0 axis is a [1]
 axes tensor. ARG_MAX/ARG_MIN and TOPK_V2 take their axis or k as a constant scalar.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from mlts.convert.tflite import schema
 from mlts.convert.tflite.context import Graph
@@ -19,7 +23,7 @@ from mlts.convert.tflite.ops._common import (
     rank,
 )
 from mlts.convert.tflite.registry import register
-from mlts.hal.enums import OperationType
+from mlts.hal.enums import OperandType, OperationType
 
 Op = OperationType
 
@@ -29,19 +33,33 @@ def _scalar_output_check(g: Graph, name: str) -> None:
         raise g.refuse(f"it reduces to a scalar, which NNAPI's {name} cannot give")
 
 
-@register("MEAN", nnapi="MEAN", max_version=2, note="same quantization in and out")
+@register(
+    "MEAN",
+    nnapi=("MEAN", "ADD"),
+    max_version=2,
+    note="rank <= 4; output quantized differently: MEAN then an ADD of 0 that requantizes",
+)
 def mean(g: Graph, op: Operator) -> None:
-    expect_type(g, 0, FLOAT_OR_QUANT8)
+    code = expect_type(g, 0, FLOAT_OR_QUANT8)
     _scalar_output_check(g, "MEAN")
+    if rank(g, g.input(0)) > 4:
+        raise g.refuse("its input has rank above 4; the NNAPI delegate maps MEAN for ranks <= 4")
     qi, qo = g.tensor(g.input(0)).quant, g.tensor(g.output(0)).quant
     pi = (qi.scale, qi.zero_point) if qi else (0.0, 0)
     po = (qo.scale, qo.zero_point) if qo else (0.0, 0)
-    if pi != po:
-        raise g.refuse(
-            f"its input (scale {pi[0]}, zero point {pi[1]}) and output (scale {po[0]}, zero point {po[1]}) are "
-            "quantized differently; NNAPI's MEAN keeps the input's quantization"
-        )
-    emit_simple(g, Op.MEAN, [0, 1], [g.int32(1 if g.option("keep_dims", False) else 0)])
+    keep = g.int32(1 if g.option("keep_dims", False) else 0)
+    if pi == po or code == schema.FLOAT32:
+        emit_simple(g, Op.MEAN, [0, 1], [keep])
+        return
+    # The delegate's AppendRequantize: MEAN keeps the input's quantization, then ADD of a one-element
+    # zero (scale 1, zero point 0) rescales into the output's.
+    kind, scale, zp, _ = g.operand_type(g.tensor(g.input(0)))
+    out = g.output(0)
+    tmp = g.temp(kind, g.shape(out), scale, zp)
+    g.emit(Op.MEAN, [g.operand(g.input(0)), g.operand(g.input(1)), keep], [tmp])
+    dtype = np.uint8 if kind == OperandType.TENSOR_QUANT8_ASYMM else np.int8
+    zero = g.builder.add_constant(np.zeros(1, dtype), kind, 1.0, 0)
+    g.emit(Op.ADD, [tmp, zero, g.int32(0)], [g.new_operand(out)])
 
 
 _REDUCE = {

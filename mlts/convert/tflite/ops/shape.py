@@ -18,8 +18,9 @@ from mlts.convert.tflite.ops._common import (
     emit_simple,
     expect_type,
     rank,
+    type_of,
 )
-from mlts.convert.tflite.registry import register
+from mlts.convert.tflite.registry import needs_level, register
 from mlts.hal.enums import OperandType, OperationType
 
 Op = OperationType
@@ -32,9 +33,16 @@ def _axis(g: Graph, axis: int, n: int, what: str = "axis") -> int:
     return axis % n
 
 
-@register("RESHAPE", nnapi="RESHAPE", max_version=1, note="constant shape (input or new_shape option)")
+@register(
+    "RESHAPE", nnapi="RESHAPE", max_version=1, note="constant shape (input or new_shape option); ranks <= 4"
+)
 def reshape(g: Graph, op: Operator) -> None:
+    if type_of(g, 0) == schema.INT32:
+        raise g.refuse(needs_level(6, "its input is INT32"))
     expect_type(g, 0, FLOAT_OR_QUANT8)
+    for what, index in (("input", g.input(0)), ("output", g.output(0))):
+        if rank(g, index) > 4:
+            raise g.refuse(f"its {what} has rank above 4; the NNAPI delegate maps RESHAPE for ranks <= 4")
     if g.has_input(1):
         if g.tensor(g.input(1)).type != schema.INT32:
             raise g.refuse("its shape tensor is not INT32")
@@ -92,12 +100,14 @@ def concatenation(g: Graph, op: Operator) -> None:
 
 @register("PACK", nnapi=("CONCATENATION", "RESHAPE"), max_version=2, note="any axis but the last")
 def pack(g: Graph, op: Operator) -> None:
+    if type_of(g, 0) in (schema.UINT8, schema.INT32):
+        raise g.refuse(needs_level(6, f"its input is {schema.type_name(type_of(g, 0))} (NNAPI's PACK)"))
     expect_type(g, 0, (schema.FLOAT32, schema.INT8))
     first = g.tensor(g.input(0))
     n = len(first.shape)
     axis = int(g.option("axis", 0))
     if axis in (-1, n):
-        raise g.refuse("it packs along a new last dimension, which the NNAPI delegate does not map")
+        raise g.refuse(needs_level(6, "it packs along a new last dimension (NNAPI's PACK)"))
     axis = _axis(g, axis, n + 1)
     inputs = [i for i in op.inputs if i >= 0]
     for i in inputs:
@@ -141,7 +151,7 @@ def slice_(g: Graph, op: Operator) -> None:
     note="begin, end and shrink-axis masks; ellipsis and new-axis masks refused",
 )
 def strided_slice(g: Graph, op: Operator) -> None:
-    expect_type(g, 0, _MOVING)
+    expect_type(g, 0, FLOAT_OR_QUANT8)
     for name in ("ellipsis_mask", "new_axis_mask"):
         if int(g.option(name, 0) or 0):
             raise g.refuse(
@@ -178,3 +188,77 @@ def fill(g: Graph, op: Operator) -> None:
     else:
         raise g.refuse(f"its value is {schema.type_name(code)}; NNAPI fills FLOAT32 or INT32")
     g.emit(Op.FILL, [g.int32_vector(dims), scalar], [g.new_operand(g.output(0))])
+
+
+def _split_sizes(g: Graph, sizes: list[int], total: int) -> list[int]:
+    """SPLIT_V's sizes with the one -1 resolved (ComputeSplitVUnknownSplitSize), every size > 0."""
+    unknown = [k for k, v in enumerate(sizes) if v == -1]
+    if len(unknown) > 1 or any(v < -1 for v in sizes):
+        raise g.refuse(f"its size_splits {sizes} hold more than one -1 or a negative size")
+    known = sum(v for v in sizes if v != -1)
+    resolved = [total - known if v == -1 else v for v in sizes]
+    if any(v == 0 for v in resolved):
+        raise g.refuse(
+            f"its split sizes {resolved} include 0; the NNAPI delegate maps non-zero split sizes only"
+        )
+    if any(v < 0 for v in resolved) or sum(resolved) != total:
+        raise g.refuse(f"its split sizes {resolved} do not add up to the axis's {total}")
+    return resolved
+
+
+@register(
+    "SPLIT_V",
+    nnapi="SLICE",
+    max_version=2,
+    note="one SLICE per output (the delegate's lowering); constant INT32 size_splits and axis",
+)
+def split_v(g: Graph, op: Operator) -> None:
+    expect_type(g, 0, FLOAT_QUANT8_INT32)
+    x = g.tensor(g.input(0))
+    splits, axis_t = g.tensor(g.input(1)), g.tensor(g.input(2))
+    if splits.type != schema.INT32 or len(splits.shape) != 1:
+        raise g.refuse("its size_splits are not a constant INT32 vector")
+    if axis_t.type != schema.INT32:
+        raise g.refuse("its axis is not an INT32 constant")
+    sizes = g.ints(1, "size_splits")
+    n = max(len(x.shape), 1)
+    axis = _axis(g, g.ints(2, "axis")[0], n)
+    if len(sizes) != len(op.outputs):
+        raise g.refuse(f"it has {len(sizes)} split sizes but {len(op.outputs)} outputs")
+    shape = list(g.shape(g.input(0)))
+    begin = 0
+    for k, size in enumerate(_split_sizes(g, sizes, shape[axis])):
+        starts = [begin if d == axis else 0 for d in range(len(shape))]
+        lengths = [size if d == axis else shape[d] for d in range(len(shape))]
+        inputs = [g.operand(g.input(0)), g.int32_vector(starts), g.int32_vector(lengths)]
+        g.emit(Op.SLICE, inputs, [g.new_operand(g.output(k))])
+        begin += size
+
+
+@register(
+    "UNPACK",
+    nnapi=("RESHAPE", "SPLIT"),
+    max_version=2,
+    note="RESHAPE then SPLIT (the delegate's lowering); ranks 2-4, any axis but the last",
+)
+def unpack(g: Graph, op: Operator) -> None:
+    expect_type(g, 0, FLOAT_OR_QUANT8)
+    x = g.tensor(g.input(0))
+    n = len(x.shape)
+    if not 1 < n <= 4:
+        raise g.refuse(f"its input has rank {n}; the NNAPI delegate maps UNPACK for ranks 2 to 4")
+    axis = int(g.option("axis", 0))
+    if axis in (-1, n - 1):
+        raise g.refuse("it unpacks along the last dimension, which the NNAPI delegate does not map")
+    axis = _axis(g, axis, n)
+    count = int(g.option("num", 0))
+    if count != x.shape[axis] or count != len(op.outputs):
+        raise g.refuse(
+            f"num {count} does not match the axis's {x.shape[axis]} values and its {len(op.outputs)} outputs"
+        )
+    merged = [*x.shape[:axis], x.shape[axis] * x.shape[axis + 1], *x.shape[axis + 2 :]]
+    kind, scale, zp, _ = g.operand_type(x)
+    tmp = g.temp(kind, merged, scale, zp)
+    g.emit(Op.RESHAPE, [g.operand(g.input(0)), g.int32_vector(merged)], [tmp])
+    outs = [g.new_operand(i) for i in op.outputs]
+    g.emit(Op.SPLIT, [tmp, g.int32(axis), g.int32(count)], outs)
