@@ -83,7 +83,8 @@ def test_a_request_with_100000_pools_is_refused_before_any_is_made(tmp_path):
     huge = {"inputs": [], "outputs": [], "pools": [{"size": 200 << 20, "data": None}] * 2}
     with pytest.raises(ReproducerError, match="bytes in all"):
         request_from_doc(huge)
-    assert len(os.listdir("/proc/self/fd")) == fds_before
+    # Nothing was opened and kept (a descriptor another thread closes meanwhile only lowers the count).
+    assert len(os.listdir("/proc/self/fd")) <= fds_before
 
 
 def test_a_fifo_is_refused_at_once(tmp_path):
