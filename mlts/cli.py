@@ -105,7 +105,7 @@ def main(ctx: click.Context, verbose: bool, extensions_allowlist: str | None) ->
         try:
             select_file(extensions_allowlist)
         except ValueError as e:
-            raise click.ClickException(str(e)) from None
+            raise OneLineError(str(e), EXIT_BAD_INPUT) from None  # a bad file is bad input
 
 
 from mlts.commands import benchmark as _benchmark  # noqa: E402

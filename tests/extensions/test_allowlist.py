@@ -113,7 +113,7 @@ def test_cli_refuses_a_malformed_allowlist_in_one_line(tmp_path) -> None:
     bad = tmp_path / "bad"
     bad.write_text("mlts not_reverse_domain\n")
     r = CliRunner().invoke(main, ["--extensions-allowlist", str(bad), "models", "--json"])
-    assert r.exit_code != 0
+    assert r.exit_code == 2  # bad input
     assert f"{bad}:1:" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(main, ["--extensions-allowlist", str(tmp_path / "missing"), "models", "--json"])
-    assert r.exit_code != 0 and "missing" in r.output
+    assert r.exit_code == 2 and "missing" in r.output
