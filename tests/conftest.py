@@ -27,6 +27,13 @@ def _model_cache(tmp_path_factory):
     person running the tests cannot change what drivers report.
     """
     if "MLTS_CACHE_DIR" not in os.environ:
-        os.environ["MLTS_CACHE_DIR"] = str(tmp_path_factory.mktemp("mlts-cache"))
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            # Workers of one run (pytest -n N) share one cache: the zoo's builds take a lock, so a
+            # model is built once, by the first worker that needs it (tests/models/test_zoo.py).
+            shared = tmp_path_factory.getbasetemp().parent / "mlts-cache"
+            shared.mkdir(exist_ok=True)
+            os.environ["MLTS_CACHE_DIR"] = str(shared)
+        else:
+            os.environ["MLTS_CACHE_DIR"] = str(tmp_path_factory.mktemp("mlts-cache"))
     os.environ["MLTS_CONFIG_DIR"] = str(tmp_path_factory.mktemp("mlts-config"))
     yield

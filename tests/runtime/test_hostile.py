@@ -213,7 +213,7 @@ def test_too_many_fds_keeps_the_connection(service):
 @pytest.mark.parametrize(
     "data, text",
     [
-        (os.urandom(7) + b"\x00" * 40, "bad magic"),
+        (bytes.fromhex("5b17c3e0a9d24f") + b"\x00" * 40, "bad magic"),
         (_raw((b"ABCD", 1, 0)), "bad magic"),
         (_raw((b"MLTW", 7, 0)), "version 7.0 is not supported"),
         (_raw(header_len=2**31), "header_len 2147483648 exceeds"),
