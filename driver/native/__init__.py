@@ -52,6 +52,7 @@ _SIGNATURES: dict[str, list] = {
     "mk_set_spin": [_I],
     "mk_pool_backoffs": [],
     "mk_pool_stats": [_P],
+    "mk_pool_rest": [],
     "mk_set_split": [_I],
     "mk_split": [],
     "mk_pack_b_f32": [_P, _L, _L, _P],
@@ -247,19 +248,39 @@ def pool_backoffs() -> int:
 
 
 #: What mk_pool_stats counts, in its order.
-POOL_STATS = ("jobs", "worker_tasks", "wakes", "wait_ns", "preempted", "crowded")
+POOL_STATS = (
+    "jobs",
+    "worker_tasks",
+    "wakes",
+    "wait_ns",
+    "preempted",
+    "crowded",
+    "late",
+    "kept",
+    "rests",
+)
 
 
 def pool_stats() -> dict[str, int]:
     """The kernels' pool counters since the process started: jobs handed to the pool, tasks its
     workers ran, wake-ups of sleeping workers, nanoseconds callers waited for a worker's task, and
     times a spinning worker found itself descheduled or the machine crowded (more threads running
-    than CPUs) (empty without the compiled kernels)."""
+    than CPUs); then times a worker joined a job and found no task left (a wake-up or spin that gained
+    nothing), short jobs that ran on the caller because every worker slept, and the times `rest()`
+    sent idle workers to sleep (empty without the compiled kernels)."""
     if LIB is None:
         return {}
-    buf = (ctypes.c_int64 * 8)()
+    buf = (ctypes.c_int64 * 32)()
     count = int(LIB.mk_pool_stats(ctypes.addressof(buf)))
     return {name: int(buf[i]) for i, name in enumerate(POOL_STATS[:count])}
+
+
+def rest() -> None:
+    """An execution ended: the pool's idle workers sleep now instead of spinning out their window, so
+    that they take no core from the threads that return the results and read the next request. The
+    next job large enough to wake them does; shorter ones run on the caller's thread."""
+    if LIB is not None:
+        LIB.mk_pool_rest()
 
 
 def set_split(shift: int) -> None:

@@ -88,10 +88,14 @@ typedef void (*task_fn)(void *ctx, int64_t t);
 #define CLOSED 0xffffffffu
 
 static struct {
-    _Atomic uint64_t state;  /* generation << 32 | next task, CLOSED between jobs */
-    _Atomic uint32_t gen;    /* the futex word: generation of the latest job */
-    _Atomic int64_t done;    /* tasks of the current job finished */
+    /* What idle workers read while they spin, on a cache line of its own: the claims and completions
+     * of a job (state, done) write their line once per task, which would otherwise pull the spinning
+     * workers' line away from them each time (false sharing). */
+    _Alignas(64) _Atomic uint32_t gen; /* the futex word: generation of the latest job */
     _Atomic int sleepers;    /* workers asleep (or about to be) on gen */
+    _Atomic uint64_t rest;   /* 1 << 32 | the generation after which idle workers sleep at once */
+    _Alignas(64) _Atomic uint64_t state; /* generation << 32 | next task, CLOSED between jobs */
+    _Atomic int64_t done;    /* tasks of the current job finished */
     atomic_flag busy;        /* a caller owns the pool */
     _Atomic(task_fn) fn;
     _Atomic(void *) ctx;
@@ -120,8 +124,14 @@ static _Atomic int64_t g_backoff_until = 0;
 static _Atomic int64_t g_backoffs = 0;
 /* Counters of the pool since the process started (mk_pool_stats): jobs handed to the pool, tasks
  * workers ran, futex wake-ups of sleeping workers, nanoseconds callers waited for workers' tasks,
- * times a spinning worker found itself descheduled, times the machine was found crowded. */
-enum { ST_JOBS, ST_WORKER_TASKS, ST_WAKES, ST_WAIT_NS, ST_PREEMPTED, ST_CROWDED, ST_COUNT };
+ * times a spinning worker found itself descheduled, times the machine was found crowded; then times
+ * a worker joined a job and found no task left (a wake-up or a spin that gained nothing), jobs short
+ * enough to be split over spinning workers only that ran on the caller because every worker slept,
+ * and the times mk_pool_rest sent spinning workers to sleep. */
+enum {
+    ST_JOBS, ST_WORKER_TASKS, ST_WAKES, ST_WAIT_NS, ST_PREEMPTED, ST_CROWDED, ST_LATE, ST_KEPT, ST_RESTS,
+    ST_COUNT
+};
 static _Atomic int64_t g_stat[ST_COUNT];
 
 /* Copies the ST_COUNT counters into out; returns ST_COUNT. */
@@ -150,24 +160,35 @@ static inline int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* Claim and run tasks of job `gen` until none is left (or a newer job replaced it); how many. */
+/* Claim and run tasks of job `gen` until none is left (or a newer job replaced it); how many.
+ *
+ * Tasks are claimed in runs (guided): each claim takes 1 / (2 x threads of the job) of the tasks not
+ * yet claimed, at least one. A claim and its completion are two writes to a cache line both threads
+ * use, about as long as a short task (a row of a small depthwise layer, a fraction of a
+ * microsecond), so claiming tasks one at a time cost a small job much of what splitting it saved;
+ * runs keep the claims to a dozen or so per job on two threads (64 tasks: 16, 12, 9, 7, 5, 4, 3, ...)
+ * and give each thread contiguous rows or panels, while the last claims are still single tasks, so a
+ * thread that joins late or runs slowly holds the others up by one short task at the end. */
 static int64_t pool_run(uint32_t gen) {
-    for (int64_t ran = 0;; ran++) {
+    int64_t ran = 0;
+    for (;;) {
         uint64_t s = atomic_load_explicit(&g_pool.state, memory_order_acquire);
         if ((uint32_t)(s >> 32) != gen) return ran;
         uint32_t next = (uint32_t)s;
         /* Acquire: a field written for a newer job orders that job's CLOSED before the CAS below,
          * which then fails. */
-        if (next == CLOSED || (int64_t)next >= atomic_load_explicit(&g_pool.ntasks, memory_order_acquire)) return ran;
+        int64_t ntasks = atomic_load_explicit(&g_pool.ntasks, memory_order_acquire);
+        if (next == CLOSED || (int64_t)next >= ntasks) return ran;
+        int64_t share = 2 * (int64_t)(atomic_load_explicit(&g_pool.helpers, memory_order_relaxed) + 1);
+        int64_t take = (ntasks - next + share - 1) / share;
         task_fn fn = atomic_load_explicit(&g_pool.fn, memory_order_acquire);
         void *ctx = atomic_load_explicit(&g_pool.ctx, memory_order_acquire);
-        if (!atomic_compare_exchange_weak_explicit(&g_pool.state, &s, s + 1, memory_order_acq_rel,
-                                                   memory_order_acquire)) {
-            ran--;
+        if (!atomic_compare_exchange_weak_explicit(&g_pool.state, &s, s + (uint64_t)take, memory_order_acq_rel,
+                                                   memory_order_acquire))
             continue;
-        }
-        fn(ctx, next);
-        atomic_fetch_add_explicit(&g_pool.done, 1, memory_order_release);
+        for (int64_t t = next; t < (int64_t)next + take; t++) fn(ctx, t);
+        atomic_fetch_add_explicit(&g_pool.done, take, memory_order_release);
+        ran += take;
     }
 }
 
@@ -224,7 +245,9 @@ static void *pool_worker(void *arg) {
             }
             last = t;
             int64_t window = atomic_load_explicit(&g_spin_ns, memory_order_relaxed);
-            if (t < atomic_load_explicit(&g_nospin_until, memory_order_relaxed)) window = 0;
+            if (t < atomic_load_explicit(&g_nospin_until, memory_order_relaxed) ||
+                atomic_load_explicit(&g_pool.rest, memory_order_relaxed) == (1ull << 32 | seen))
+                window = 0;
             if (t - start >= window) {
                 atomic_fetch_add(&g_pool.sleepers, 1);
                 syscall(SYS_futex, &g_pool.gen, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
@@ -233,8 +256,10 @@ static void *pool_worker(void *arg) {
             }
         }
         seen = g;
-        if (id < atomic_load_explicit(&g_pool.helpers, memory_order_relaxed))
-            atomic_fetch_add_explicit(&g_stat[ST_WORKER_TASKS], pool_run(g), memory_order_relaxed);
+        if (id < atomic_load_explicit(&g_pool.helpers, memory_order_relaxed)) {
+            int64_t ran = pool_run(g);
+            atomic_fetch_add_explicit(&g_stat[ran ? ST_WORKER_TASKS : ST_LATE], ran ? ran : 1, memory_order_relaxed);
+        }
     }
     return NULL;
 }
@@ -251,7 +276,7 @@ static int pool_start(int n) {
         int failed = pthread_create(&t, &attr, pool_worker, (void *)(intptr_t)g_pool.workers);
         pthread_attr_destroy(&attr);
         if (failed) break;
-        g_pool.workers++;
+        __atomic_store_n(&g_pool.workers, g_pool.workers + 1, __ATOMIC_RELAXED);
     }
     int have = g_pool.workers;
     pthread_mutex_unlock(&g_pool.start);
@@ -275,6 +300,7 @@ static void parallel_for_job(int nt, int64_t ntasks, task_fn fn, void *ctx, int 
              * idle workers sleep at once) it would only compete for the caller's core. */
             int awake = have - atomic_load(&g_pool.sleepers);
             if (awake < helpers) helpers = awake;
+            if (helpers <= 0) atomic_fetch_add_explicit(&g_stat[ST_KEPT], 1, memory_order_relaxed);
         }
         if (helpers > 0) {
             uint32_t gen = atomic_load_explicit(&g_pool.gen, memory_order_relaxed) + 1;
@@ -333,6 +359,26 @@ static void parallel_rows(int64_t work, int64_t base, int64_t rows, task_fn fn, 
 
 /* parallel_for for the other kernel files built into this library (qgemm_kernels.c). */
 void mk_parallel_for(int nt, int64_t ntasks, task_fn fn, void *ctx) { parallel_for(nt, ntasks, fn, ctx); }
+
+/* fn(ctx, t) for t in [0, ntasks) over up to nt threads; sleeping workers are woken only when `wake`,
+ * else only workers already spinning help (lstm_kernels.c). */
+void mk_parallel_for_job(int nt, int64_t ntasks, task_fn fn, void *ctx, int wake) {
+    parallel_for_job(nt, ntasks, fn, ctx, wake);
+}
+
+/* Jobs below base >> split of work run on the caller's thread (lstm_kernels.c's rule is the pool's). */
+int64_t mk_split_work(int64_t base) { return base >> g_split; }
+
+/* The caller's execution ended: idle workers sleep now instead of spinning out their window, so they
+ * take no CPU from the threads that return its results and read the next request (the service's
+ * reader, the client). The next job that may wake them does; a shorter one runs on the caller. */
+void mk_pool_rest(void) {
+    if (!__atomic_load_n(&g_pool.workers, __ATOMIC_RELAXED)) return;
+    uint64_t rest = 1ull << 32 | atomic_load_explicit(&g_pool.gen, memory_order_acquire);
+    if (atomic_load_explicit(&g_pool.rest, memory_order_relaxed) == rest) return;
+    atomic_store_explicit(&g_pool.rest, rest, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g_stat[ST_RESTS], 1, memory_order_relaxed);
+}
 
 static inline float clampf(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
 

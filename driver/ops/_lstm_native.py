@@ -29,7 +29,7 @@ from driver.ops._lstm_cell import LstmConfig, Weights, project
 from driver.ops._workspace import CURRENT, Workspace, output, scratch
 
 F32 = np.float32
-ABI = 3
+ABI = 4
 SOURCE = Path(native.__file__).with_name("lstm_kernels.c")
 
 _P, _L = ctypes.c_void_p, ctypes.c_int64
@@ -51,10 +51,8 @@ class _Const(ctypes.Structure):
         ("peep_i", _P),
         ("peep_f", _P),
         ("peep_o", _P),
-        # written by the kernel: the running cost of large steps alone and split, their count
-        ("cost_alone", _L),
-        ("cost_split", _L),
-        ("calls", _L),
+        # written by the kernel: how many steps were offered to the kernels' pool
+        ("offered", _L),
     ]
 
 
