@@ -5,13 +5,13 @@ install still succeeds and `LIB` is None, so every kernel runs its NumPy path. A
 source hash differs from kernels.c beside it is stale and not used. `MLTS_DRIVER_NATIVE=0` turns
 the compiled kernels off (to compare both paths).
 
-The kernels split large operations over `threads()` threads of their own pool: MLTS_DRIVER_THREADS,
-else OMP_NUM_THREADS, else OPENBLAS_NUM_THREADS (what the runtime sets for a driver process started
-with a thread count), else the CPUs this process may use. An idle pool thread spins for
-MLTS_DRIVER_SPIN_US microseconds (default 100: about the gap between two operations of a model)
-before it sleeps, so consecutive operations hand out work without a wake-up; 0 sleeps at once.
-Operations from about 50 us of work wake sleeping workers; shorter ones down to 1/2**MLTS_DRIVER_SPLIT
-of that (default 3: about 6 us) are split over workers already spinning only.
+The kernels split large operations over `threads()` threads of their own pool: OMP_NUM_THREADS,
+else OPENBLAS_NUM_THREADS (what the runtime sets for a driver process started with a thread count),
+else the CPUs this process may use. The pool's rules are fixed (docs/tuning.md, "Kernel pool"): an
+idle pool thread spins for 100 us (about the gap between two operations of a model) before it
+sleeps, and sleeps at once after `rest()` (an execution ended); operations from about 50 us of work
+wake sleeping workers, shorter ones down to 1/8 of that are split over workers already spinning
+only. `set_spin` and `set_split` change them for tests and experiments.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ _SET_THREADS_NAMES = (
 
 
 def _thread_count() -> int:
-    for var in ("MLTS_DRIVER_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         value = os.environ.get(var, "").strip()
         if value.isdigit() and int(value) > 0:
             return int(value)
@@ -117,16 +117,6 @@ def _thread_count() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-def _spin_us() -> int:
-    value = os.environ.get("MLTS_DRIVER_SPIN_US", "").strip()
-    return int(value) if value.isdigit() else DEFAULT_SPIN_US
-
-
-def _split_shift() -> int | None:
-    value = os.environ.get("MLTS_DRIVER_SPLIT", "").strip()
-    return int(value) if value.isdigit() else None
 
 
 def source_digest(source: Path) -> str:
@@ -172,10 +162,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         fn.argtypes = argtypes
         fn.restype = _RESTYPES.get(name, ctypes.c_int if name in _RETURNS_STATUS else None)
     lib.mk_set_threads(_thread_count())
-    lib.mk_set_spin(_spin_us())
-    split = _split_shift()
-    if split is not None:
-        lib.mk_set_split(split)
+    lib.mk_set_spin(DEFAULT_SPIN_US)
     _adopt_blas(lib)
     return lib, ""
 
@@ -288,6 +275,17 @@ def set_split(shift: int) -> None:
     spinning workers only; 0: only work that may wake them is split."""
     if LIB is not None:
         LIB.mk_set_split(int(shift))
+
+
+def set_spin(us: int) -> None:
+    """How long an idle worker spins before it sleeps, in µs (default 100; 0: sleeps at once)."""
+    if LIB is not None:
+        LIB.mk_set_spin(int(us))
+
+
+def spin() -> int:
+    """The idle workers' spin window in µs (0 without the compiled kernels)."""
+    return int(LIB.mk_spin()) if LIB is not None else 0
 
 
 def set_threads(n: int) -> None:

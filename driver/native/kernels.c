@@ -70,16 +70,17 @@ int mk_openmp(void) { return 0; }
  *
  * One pool for every kernel (BLAS's own threads are off, see driver/native/__init__.py). A job is
  * `ntasks` calls fn(ctx, t); the calling thread publishes it, wakes sleeping workers and claims
- * tasks itself, one at a time from a shared counter; it then waits only for the tasks a worker
+ * tasks itself, in runs from a shared counter (pool_run); it then waits only for the tasks a worker
  * has claimed and not finished. A worker that is descheduled when the job is published (a busy
  * machine) finds no task left when it runs and holds up nothing: the caller never waits for a
  * worker to arrive, only for a task in progress. An idle worker spins for a bounded window
  * (mk_set_spin, about the gap between two operations of a model) so that the next operation's
- * job starts without a wake-up, then sleeps on a futex until the next job.
+ * job starts without a wake-up, then sleeps on a futex until the next job; when the execution has
+ * ended (mk_pool_rest) it sleeps at once.
  *
  * The job's state word holds its generation (high 32 bits) and the next unclaimed task (low 32);
- * a worker claims task i of generation g by compare-and-swap from (g, i) to (g, i + 1), so a late
- * worker can never claim a task of a newer job with an older job's view. Between jobs the word is
+ * a worker claims tasks i .. i + n - 1 of generation g by compare-and-swap from (g, i) to (g, i + n),
+ * so a late worker can never claim a task of a newer job with an older job's view. Between jobs the word is
  * CLOSED (no task claimable) while the caller writes the next job's fields. */
 
 typedef void (*task_fn)(void *ctx, int64_t t);
@@ -183,8 +184,8 @@ static int64_t pool_run(uint32_t gen) {
         int64_t take = (ntasks - next + share - 1) / share;
         task_fn fn = atomic_load_explicit(&g_pool.fn, memory_order_acquire);
         void *ctx = atomic_load_explicit(&g_pool.ctx, memory_order_acquire);
-        if (!atomic_compare_exchange_weak_explicit(&g_pool.state, &s, s + (uint64_t)take, memory_order_acq_rel,
-                                                   memory_order_acquire))
+        if (!atomic_compare_exchange_weak_explicit(&g_pool.state, &s, s + (uint64_t)take,
+                                                   memory_order_acq_rel, memory_order_acquire))
             continue;
         for (int64_t t = next; t < (int64_t)next + take; t++) fn(ctx, t);
         atomic_fetch_add_explicit(&g_pool.done, take, memory_order_release);
@@ -258,7 +259,10 @@ static void *pool_worker(void *arg) {
         seen = g;
         if (id < atomic_load_explicit(&g_pool.helpers, memory_order_relaxed)) {
             int64_t ran = pool_run(g);
-            atomic_fetch_add_explicit(&g_stat[ran ? ST_WORKER_TASKS : ST_LATE], ran ? ran : 1, memory_order_relaxed);
+            if (ran)
+                atomic_fetch_add_explicit(&g_stat[ST_WORKER_TASKS], ran, memory_order_relaxed);
+            else
+                atomic_fetch_add_explicit(&g_stat[ST_LATE], 1, memory_order_relaxed);
         }
     }
     return NULL;
