@@ -80,8 +80,8 @@ int mk_openmp(void) { return 0; }
  *
  * The job's state word holds its generation (high 32 bits) and the next unclaimed task (low 32);
  * a worker claims tasks i .. i + n - 1 of generation g by compare-and-swap from (g, i) to (g, i + n),
- * so a late worker can never claim a task of a newer job with an older job's view. Between jobs the word is
- * CLOSED (no task claimable) while the caller writes the next job's fields. */
+ * so a late worker can never claim a task of a newer job with an older job's view. Between jobs the
+ * word is CLOSED (no task claimable) while the caller writes the next job's fields. */
 
 typedef void (*task_fn)(void *ctx, int64_t t);
 
@@ -90,8 +90,8 @@ typedef void (*task_fn)(void *ctx, int64_t t);
 
 static struct {
     /* What idle workers read while they spin, on a cache line of its own: the claims and completions
-     * of a job (state, done) write their line once per task, which would otherwise pull the spinning
-     * workers' line away from them each time (false sharing). */
+     * of a job (state, done) write their line at every claim, which would otherwise pull the line the
+     * spinning workers read away from them each time (false sharing). */
     _Alignas(64) _Atomic uint32_t gen; /* the futex word: generation of the latest job */
     _Atomic int sleepers;    /* workers asleep (or about to be) on gen */
     _Atomic uint64_t rest;   /* 1 << 32 | the generation after which idle workers sleep at once */
@@ -128,7 +128,7 @@ static _Atomic int64_t g_backoffs = 0;
  * times a spinning worker found itself descheduled, times the machine was found crowded; then times
  * a worker joined a job and found no task left (a wake-up or a spin that gained nothing), jobs short
  * enough to be split over spinning workers only that ran on the caller because every worker slept,
- * and the times mk_pool_rest sent spinning workers to sleep. */
+ * and the times mk_pool_rest told the idle workers to sleep. */
 enum {
     ST_JOBS, ST_WORKER_TASKS, ST_WAKES, ST_WAIT_NS, ST_PREEMPTED, ST_CROWDED, ST_LATE, ST_KEPT, ST_RESTS,
     ST_COUNT
