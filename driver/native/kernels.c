@@ -743,6 +743,14 @@ static void fewrows_task(void *ctx, int64_t t) {
     if (e->rq) requant_block(j->c, j->n, 0, j->m, c0, c1, e->rq, e->qout);
 }
 
+/* Weights (bytes) of a GEMM on fewer than four rows, which streams them once, from which it is split
+ * over spinning workers, and from which it wakes sleeping ones: about PARALLEL_WORK's 50 us of
+ * streaming (MobileNet's 4 MB classifiers took about 50 us split over two threads, in process on a
+ * busy 2-core machine). A wake-up costs the caller a system call and the worker tens of
+ * microseconds before it runs, as long as streaming all of a 512 KB matrix. */
+#define FEWROWS_SPLIT_BYTES (512 << 10)
+#define FEWROWS_WAKE_BYTES (2 << 20)
+
 /* Bytes of c a single-threaded BLAS call writes before its epilogue runs (about L2). */
 #define EPILOGUE_CHUNK (256 << 10)
 
@@ -773,17 +781,19 @@ static int gemm_epilogue(const float *a, const float *b, float *c, int64_t m, in
         return 0;
     }
     if (m < 4 && n >= 8) {
-        /* Streaming b is the cost: split its columns over the threads from 512 KB of it (each
-         * element of c is summed in the same order whatever the split). */
+        /* Streaming b is the cost: split its columns over the threads from FEWROWS_SPLIT_BYTES of it,
+         * waking sleeping workers from FEWROWS_WAKE_BYTES (each element of c is summed in the same
+         * order whatever the split). */
         int nt = g_threads;
-        if (nt <= 1 || k * n * (int64_t)sizeof(float) < (512 << 10)) {
+        int64_t bytes = k * n * (int64_t)sizeof(float);
+        if (nt <= 1 || bytes < FEWROWS_SPLIT_BYTES) {
             gemm_fewrows(a, b, c, n, m, n, k, e);
             return 0;
         }
         int64_t width = (n + 4 * nt - 1) / (4 * nt);
         width = width < 64 ? 64 : (width + 15) / 16 * 16;
         fewrows_job job = {a, b, c, m, n, k, width, e};
-        parallel_for(nt, (n + width - 1) / width, fewrows_task, &job);
+        parallel_for_job(nt, (n + width - 1) / width, fewrows_task, &job, bytes >= FEWROWS_WAKE_BYTES);
         return 0;
     }
     if (!g_sgemm) return -1;

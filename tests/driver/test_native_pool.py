@@ -403,3 +403,39 @@ def test_rest_sends_spinning_workers_to_sleep():
         assert time.process_time() - cpu < 0.05
     finally:
         native.LIB.mk_set_spin(spin)
+
+
+@needs_native
+def test_a_one_row_product_wakes_a_worker_only_for_large_weights(rng):
+    """A GEMM on one row streams its weights once: with every worker asleep, 1 MB of weights is not
+    worth a wake-up (it runs on the caller, counted as kept), 4 MB is (unless a stalled worker
+    turned splitting off for a while); both give the one-thread result."""
+    import time
+
+    def product(k: int, n: int) -> tuple[np.ndarray, dict[str, int]]:
+        a, b, bias = rand(rng, 1, k), rand(rng, k, n), rand(rng, n)
+        out = np.empty((1, n), np.float32)
+
+        def run() -> np.ndarray:
+            native.LIB.mk_gemm_bias_act_f32(
+                a.ctypes.data, b.ctypes.data, out.ctypes.data, 1, n, k, bias.ctypes.data, -9.0, 9.0
+            )
+            return out.copy()
+
+        one = _with_threads(1, run)
+        native.rest()
+        time.sleep(0.01)  # every idle worker asleep
+        before = native.pool_stats()
+        two = _with_threads(2, run)
+        after = native.pool_stats()
+        np.testing.assert_array_equal(two, one)
+        return two, {key: after[key] - before[key] for key in before}
+
+    _with_threads(2, lambda: product(1024, 1024))  # the workers exist
+    backoffs = native.pool_backoffs()
+    time.sleep(0.11)  # past a back-off an earlier stall may have started (100 ms)
+    _, small = product(512, 512)
+    assert small["jobs"] == 0 and small["wakes"] == 0
+    assert small["kept"] == 1 or native.pool_backoffs() > backoffs
+    _, large = product(1024, 1024)
+    assert large["jobs"] == 1 or native.pool_backoffs() > backoffs
