@@ -295,6 +295,13 @@ static void parallel_for_job(int nt, int64_t ntasks, task_fn fn, void *ctx, int 
     int helpers = nt - 1;
     int64_t backoff = atomic_load_explicit(&g_backoff_until, memory_order_relaxed);
     if (backoff && now_ns() < backoff) helpers = 0;
+    if (helpers > 0 && !wake &&
+        __atomic_load_n(&g_pool.workers, __ATOMIC_RELAXED) - atomic_load(&g_pool.sleepers) <= 0) {
+        /* A short job and every worker asleep (or none started): the caller's alone, at the cost of
+         * two loads (the check below, under the pool's flag, decides when some worker is awake). */
+        atomic_fetch_add_explicit(&g_stat[ST_KEPT], 1, memory_order_relaxed);
+        helpers = 0;
+    }
     if (helpers > 0 && ntasks < (int64_t)CLOSED && !atomic_flag_test_and_set(&g_pool.busy)) {
         int have = pool_start(helpers);
         if (have < helpers) helpers = have;
@@ -744,10 +751,11 @@ static void fewrows_task(void *ctx, int64_t t) {
 }
 
 /* Weights (bytes) of a GEMM on fewer than four rows, which streams them once, from which it is split
- * over spinning workers, and from which it wakes sleeping ones: about PARALLEL_WORK's 50 us of
- * streaming (MobileNet's 4 MB classifiers took about 50 us split over two threads, in process on a
- * busy 2-core machine). A wake-up costs the caller a system call and the worker tens of
- * microseconds before it runs, as long as streaming all of a 512 KB matrix. */
+ * over spinning workers, and from which it wakes sleeping ones: a wake-up costs the caller a system
+ * call and the worker tens of microseconds before it runs, about as long as streaming 1 MB, so only
+ * a stream of PARALLEL_WORK's size (about 50 us) pays for one. MobileNet v1 0.25's 1 MB classifier
+ * woke a worker on every execution (which then spun out its window after the model's last split
+ * operation); MobileNet 1.0 and v2's 4-5 MB classifiers still do. */
 #define FEWROWS_SPLIT_BYTES (512 << 10)
 #define FEWROWS_WAKE_BYTES (2 << 20)
 
