@@ -5,13 +5,13 @@ install still succeeds and `LIB` is None, so every kernel runs its NumPy path. A
 source hash differs from kernels.c beside it is stale and not used. `MLTS_DRIVER_NATIVE=0` turns
 the compiled kernels off (to compare both paths).
 
-The kernels split large operations over `threads()` threads of their own pool: MLTS_DRIVER_THREADS,
-else OMP_NUM_THREADS, else OPENBLAS_NUM_THREADS (what the runtime sets for a driver process started
-with a thread count), else the CPUs this process may use. An idle pool thread spins for
-MLTS_DRIVER_SPIN_US microseconds (default 100: about the gap between two operations of a model)
-before it sleeps, so consecutive operations hand out work without a wake-up; 0 sleeps at once.
-Operations from about 50 us of work wake sleeping workers; shorter ones down to 1/2**MLTS_DRIVER_SPLIT
-of that (default 3: about 6 us) are split over workers already spinning only.
+The kernels split large operations over `threads()` threads of their own pool: OMP_NUM_THREADS,
+else OPENBLAS_NUM_THREADS (what the runtime sets for a driver process started with a thread count),
+else the CPUs this process may use. The pool's rules are fixed (docs/tuning.md, "Kernel pool"): an
+idle pool thread spins for 100 us (about the gap between two operations of a model) before it
+sleeps, and sleeps at once after `rest()` (an execution ended); operations from about 50 us of work
+wake sleeping workers, shorter ones down to 1/8 of that are split over workers already spinning
+only. `set_spin` and `set_split` change them for tests and experiments.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ _SIGNATURES: dict[str, list] = {
     "mk_set_spin": [_I],
     "mk_pool_backoffs": [],
     "mk_pool_stats": [_P],
+    "mk_pool_rest": [],
     "mk_set_split": [_I],
     "mk_split": [],
     "mk_pack_b_f32": [_P, _L, _L, _P],
@@ -108,7 +109,7 @@ _SET_THREADS_NAMES = (
 
 
 def _thread_count() -> int:
-    for var in ("MLTS_DRIVER_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         value = os.environ.get(var, "").strip()
         if value.isdigit() and int(value) > 0:
             return int(value)
@@ -116,16 +117,6 @@ def _thread_count() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-def _spin_us() -> int:
-    value = os.environ.get("MLTS_DRIVER_SPIN_US", "").strip()
-    return int(value) if value.isdigit() else DEFAULT_SPIN_US
-
-
-def _split_shift() -> int | None:
-    value = os.environ.get("MLTS_DRIVER_SPLIT", "").strip()
-    return int(value) if value.isdigit() else None
 
 
 def source_digest(source: Path) -> str:
@@ -171,10 +162,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         fn.argtypes = argtypes
         fn.restype = _RESTYPES.get(name, ctypes.c_int if name in _RETURNS_STATUS else None)
     lib.mk_set_threads(_thread_count())
-    lib.mk_set_spin(_spin_us())
-    split = _split_shift()
-    if split is not None:
-        lib.mk_set_split(split)
+    lib.mk_set_spin(DEFAULT_SPIN_US)
     _adopt_blas(lib)
     return lib, ""
 
@@ -247,19 +235,39 @@ def pool_backoffs() -> int:
 
 
 #: What mk_pool_stats counts, in its order.
-POOL_STATS = ("jobs", "worker_tasks", "wakes", "wait_ns", "preempted", "crowded")
+POOL_STATS = (
+    "jobs",
+    "worker_tasks",
+    "wakes",
+    "wait_ns",
+    "preempted",
+    "crowded",
+    "late",
+    "kept",
+    "rests",
+)
 
 
 def pool_stats() -> dict[str, int]:
     """The kernels' pool counters since the process started: jobs handed to the pool, tasks its
     workers ran, wake-ups of sleeping workers, nanoseconds callers waited for a worker's task, and
     times a spinning worker found itself descheduled or the machine crowded (more threads running
-    than CPUs) (empty without the compiled kernels)."""
+    than CPUs); then times a worker joined a job and found no task left (a wake-up or spin that gained
+    nothing), short jobs that ran on the caller because every worker slept, and the times `rest()`
+    sent idle workers to sleep (empty without the compiled kernels)."""
     if LIB is None:
         return {}
-    buf = (ctypes.c_int64 * 8)()
+    buf = (ctypes.c_int64 * 32)()
     count = int(LIB.mk_pool_stats(ctypes.addressof(buf)))
     return {name: int(buf[i]) for i, name in enumerate(POOL_STATS[:count])}
+
+
+def rest() -> None:
+    """An execution ended: the pool's idle workers sleep now instead of spinning out their window, so
+    that they take no core from the threads that return the results and read the next request. The
+    next job large enough to wake them does; shorter ones run on the caller's thread."""
+    if LIB is not None:
+        LIB.mk_pool_rest()
 
 
 def set_split(shift: int) -> None:
@@ -267,6 +275,17 @@ def set_split(shift: int) -> None:
     spinning workers only; 0: only work that may wake them is split."""
     if LIB is not None:
         LIB.mk_set_split(int(shift))
+
+
+def set_spin(us: int) -> None:
+    """How long an idle worker spins before it sleeps, in µs (default 100; 0: sleeps at once)."""
+    if LIB is not None:
+        LIB.mk_set_spin(int(us))
+
+
+def spin() -> int:
+    """The idle workers' spin window in µs (0 without the compiled kernels)."""
+    return int(LIB.mk_spin()) if LIB is not None else 0
 
 
 def set_threads(n: int) -> None:

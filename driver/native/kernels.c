@@ -70,17 +70,18 @@ int mk_openmp(void) { return 0; }
  *
  * One pool for every kernel (BLAS's own threads are off, see driver/native/__init__.py). A job is
  * `ntasks` calls fn(ctx, t); the calling thread publishes it, wakes sleeping workers and claims
- * tasks itself, one at a time from a shared counter; it then waits only for the tasks a worker
+ * tasks itself, in runs from a shared counter (pool_run); it then waits only for the tasks a worker
  * has claimed and not finished. A worker that is descheduled when the job is published (a busy
  * machine) finds no task left when it runs and holds up nothing: the caller never waits for a
  * worker to arrive, only for a task in progress. An idle worker spins for a bounded window
  * (mk_set_spin, about the gap between two operations of a model) so that the next operation's
- * job starts without a wake-up, then sleeps on a futex until the next job.
+ * job starts without a wake-up, then sleeps on a futex until the next job; when the execution has
+ * ended (mk_pool_rest) it sleeps at once.
  *
  * The job's state word holds its generation (high 32 bits) and the next unclaimed task (low 32);
- * a worker claims task i of generation g by compare-and-swap from (g, i) to (g, i + 1), so a late
- * worker can never claim a task of a newer job with an older job's view. Between jobs the word is
- * CLOSED (no task claimable) while the caller writes the next job's fields. */
+ * a worker claims tasks i .. i + n - 1 of generation g by compare-and-swap from (g, i) to (g, i + n),
+ * so a late worker can never claim a task of a newer job with an older job's view. Between jobs the
+ * word is CLOSED (no task claimable) while the caller writes the next job's fields. */
 
 typedef void (*task_fn)(void *ctx, int64_t t);
 
@@ -88,10 +89,14 @@ typedef void (*task_fn)(void *ctx, int64_t t);
 #define CLOSED 0xffffffffu
 
 static struct {
-    _Atomic uint64_t state;  /* generation << 32 | next task, CLOSED between jobs */
-    _Atomic uint32_t gen;    /* the futex word: generation of the latest job */
-    _Atomic int64_t done;    /* tasks of the current job finished */
+    /* What idle workers read while they spin, on a cache line of its own: the claims and completions
+     * of a job (state, done) write their line at every claim, which would otherwise pull the line the
+     * spinning workers read away from them each time (false sharing). */
+    _Alignas(64) _Atomic uint32_t gen; /* the futex word: generation of the latest job */
     _Atomic int sleepers;    /* workers asleep (or about to be) on gen */
+    _Atomic uint64_t rest;   /* 1 << 32 | the generation after which idle workers sleep at once */
+    _Alignas(64) _Atomic uint64_t state; /* generation << 32 | next task, CLOSED between jobs */
+    _Atomic int64_t done;    /* tasks of the current job finished */
     atomic_flag busy;        /* a caller owns the pool */
     _Atomic(task_fn) fn;
     _Atomic(void *) ctx;
@@ -120,8 +125,14 @@ static _Atomic int64_t g_backoff_until = 0;
 static _Atomic int64_t g_backoffs = 0;
 /* Counters of the pool since the process started (mk_pool_stats): jobs handed to the pool, tasks
  * workers ran, futex wake-ups of sleeping workers, nanoseconds callers waited for workers' tasks,
- * times a spinning worker found itself descheduled, times the machine was found crowded. */
-enum { ST_JOBS, ST_WORKER_TASKS, ST_WAKES, ST_WAIT_NS, ST_PREEMPTED, ST_CROWDED, ST_COUNT };
+ * times a spinning worker found itself descheduled, times the machine was found crowded; then times
+ * a worker joined a job and found no task left (a wake-up or a spin that gained nothing), jobs short
+ * enough to be split over spinning workers only that ran on the caller because every worker slept,
+ * and the times mk_pool_rest told the idle workers to sleep. */
+enum {
+    ST_JOBS, ST_WORKER_TASKS, ST_WAKES, ST_WAIT_NS, ST_PREEMPTED, ST_CROWDED, ST_LATE, ST_KEPT, ST_RESTS,
+    ST_COUNT
+};
 static _Atomic int64_t g_stat[ST_COUNT];
 
 /* Copies the ST_COUNT counters into out; returns ST_COUNT. */
@@ -150,24 +161,35 @@ static inline int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* Claim and run tasks of job `gen` until none is left (or a newer job replaced it); how many. */
+/* Claim and run tasks of job `gen` until none is left (or a newer job replaced it); how many.
+ *
+ * Tasks are claimed in runs (guided): each claim takes 1 / (2 x threads of the job) of the tasks not
+ * yet claimed, at least one. A claim and its completion are two writes to a cache line both threads
+ * use, about as long as a short task (a row of a small depthwise layer, a fraction of a
+ * microsecond), so claiming tasks one at a time cost a small job much of what splitting it saved;
+ * runs keep the claims to a dozen or so per job on two threads (64 tasks: 16, 12, 9, 7, 5, 4, 3, ...)
+ * and give each thread contiguous rows or panels, while the last claims are still single tasks, so a
+ * thread that joins late or runs slowly holds the others up by one short task at the end. */
 static int64_t pool_run(uint32_t gen) {
-    for (int64_t ran = 0;; ran++) {
+    int64_t ran = 0;
+    for (;;) {
         uint64_t s = atomic_load_explicit(&g_pool.state, memory_order_acquire);
         if ((uint32_t)(s >> 32) != gen) return ran;
         uint32_t next = (uint32_t)s;
         /* Acquire: a field written for a newer job orders that job's CLOSED before the CAS below,
          * which then fails. */
-        if (next == CLOSED || (int64_t)next >= atomic_load_explicit(&g_pool.ntasks, memory_order_acquire)) return ran;
+        int64_t ntasks = atomic_load_explicit(&g_pool.ntasks, memory_order_acquire);
+        if (next == CLOSED || (int64_t)next >= ntasks) return ran;
+        int64_t share = 2 * (int64_t)(atomic_load_explicit(&g_pool.helpers, memory_order_relaxed) + 1);
+        int64_t take = (ntasks - next + share - 1) / share;
         task_fn fn = atomic_load_explicit(&g_pool.fn, memory_order_acquire);
         void *ctx = atomic_load_explicit(&g_pool.ctx, memory_order_acquire);
-        if (!atomic_compare_exchange_weak_explicit(&g_pool.state, &s, s + 1, memory_order_acq_rel,
-                                                   memory_order_acquire)) {
-            ran--;
+        if (!atomic_compare_exchange_weak_explicit(&g_pool.state, &s, s + (uint64_t)take,
+                                                   memory_order_acq_rel, memory_order_acquire))
             continue;
-        }
-        fn(ctx, next);
-        atomic_fetch_add_explicit(&g_pool.done, 1, memory_order_release);
+        for (int64_t t = next; t < (int64_t)next + take; t++) fn(ctx, t);
+        atomic_fetch_add_explicit(&g_pool.done, take, memory_order_release);
+        ran += take;
     }
 }
 
@@ -224,7 +246,9 @@ static void *pool_worker(void *arg) {
             }
             last = t;
             int64_t window = atomic_load_explicit(&g_spin_ns, memory_order_relaxed);
-            if (t < atomic_load_explicit(&g_nospin_until, memory_order_relaxed)) window = 0;
+            if (t < atomic_load_explicit(&g_nospin_until, memory_order_relaxed) ||
+                atomic_load_explicit(&g_pool.rest, memory_order_relaxed) == (1ull << 32 | seen))
+                window = 0;
             if (t - start >= window) {
                 atomic_fetch_add(&g_pool.sleepers, 1);
                 syscall(SYS_futex, &g_pool.gen, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
@@ -233,8 +257,13 @@ static void *pool_worker(void *arg) {
             }
         }
         seen = g;
-        if (id < atomic_load_explicit(&g_pool.helpers, memory_order_relaxed))
-            atomic_fetch_add_explicit(&g_stat[ST_WORKER_TASKS], pool_run(g), memory_order_relaxed);
+        if (id < atomic_load_explicit(&g_pool.helpers, memory_order_relaxed)) {
+            int64_t ran = pool_run(g);
+            if (ran)
+                atomic_fetch_add_explicit(&g_stat[ST_WORKER_TASKS], ran, memory_order_relaxed);
+            else
+                atomic_fetch_add_explicit(&g_stat[ST_LATE], 1, memory_order_relaxed);
+        }
     }
     return NULL;
 }
@@ -251,7 +280,7 @@ static int pool_start(int n) {
         int failed = pthread_create(&t, &attr, pool_worker, (void *)(intptr_t)g_pool.workers);
         pthread_attr_destroy(&attr);
         if (failed) break;
-        g_pool.workers++;
+        __atomic_store_n(&g_pool.workers, g_pool.workers + 1, __ATOMIC_RELAXED);
     }
     int have = g_pool.workers;
     pthread_mutex_unlock(&g_pool.start);
@@ -266,6 +295,13 @@ static void parallel_for_job(int nt, int64_t ntasks, task_fn fn, void *ctx, int 
     int helpers = nt - 1;
     int64_t backoff = atomic_load_explicit(&g_backoff_until, memory_order_relaxed);
     if (backoff && now_ns() < backoff) helpers = 0;
+    if (helpers > 0 && !wake &&
+        __atomic_load_n(&g_pool.workers, __ATOMIC_RELAXED) - atomic_load(&g_pool.sleepers) <= 0) {
+        /* A short job and every worker asleep (or none started): the caller's alone, at the cost of
+         * two loads (the check below, under the pool's flag, decides when some worker is awake). */
+        atomic_fetch_add_explicit(&g_stat[ST_KEPT], 1, memory_order_relaxed);
+        helpers = 0;
+    }
     if (helpers > 0 && ntasks < (int64_t)CLOSED && !atomic_flag_test_and_set(&g_pool.busy)) {
         int have = pool_start(helpers);
         if (have < helpers) helpers = have;
@@ -275,6 +311,7 @@ static void parallel_for_job(int nt, int64_t ntasks, task_fn fn, void *ctx, int 
              * idle workers sleep at once) it would only compete for the caller's core. */
             int awake = have - atomic_load(&g_pool.sleepers);
             if (awake < helpers) helpers = awake;
+            if (helpers <= 0) atomic_fetch_add_explicit(&g_stat[ST_KEPT], 1, memory_order_relaxed);
         }
         if (helpers > 0) {
             uint32_t gen = atomic_load_explicit(&g_pool.gen, memory_order_relaxed) + 1;
@@ -333,6 +370,26 @@ static void parallel_rows(int64_t work, int64_t base, int64_t rows, task_fn fn, 
 
 /* parallel_for for the other kernel files built into this library (qgemm_kernels.c). */
 void mk_parallel_for(int nt, int64_t ntasks, task_fn fn, void *ctx) { parallel_for(nt, ntasks, fn, ctx); }
+
+/* fn(ctx, t) for t in [0, ntasks) over up to nt threads; sleeping workers are woken only when `wake`,
+ * else only workers already spinning help (lstm_kernels.c). */
+void mk_parallel_for_job(int nt, int64_t ntasks, task_fn fn, void *ctx, int wake) {
+    parallel_for_job(nt, ntasks, fn, ctx, wake);
+}
+
+/* Jobs below base >> split of work run on the caller's thread (lstm_kernels.c's rule is the pool's). */
+int64_t mk_split_work(int64_t base) { return base >> g_split; }
+
+/* The caller's execution ended: idle workers sleep now instead of spinning out their window, so they
+ * take no CPU from the threads that return its results and read the next request (the service's
+ * reader, the client). The next job that may wake them does; a shorter one runs on the caller. */
+void mk_pool_rest(void) {
+    if (!__atomic_load_n(&g_pool.workers, __ATOMIC_RELAXED)) return;
+    uint64_t rest = 1ull << 32 | atomic_load_explicit(&g_pool.gen, memory_order_acquire);
+    if (atomic_load_explicit(&g_pool.rest, memory_order_relaxed) == rest) return;
+    atomic_store_explicit(&g_pool.rest, rest, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g_stat[ST_RESTS], 1, memory_order_relaxed);
+}
 
 static inline float clampf(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
@@ -693,6 +750,15 @@ static void fewrows_task(void *ctx, int64_t t) {
     if (e->rq) requant_block(j->c, j->n, 0, j->m, c0, c1, e->rq, e->qout);
 }
 
+/* Weights (bytes) of a GEMM on fewer than four rows, which streams them once, from which it is split
+ * over spinning workers, and from which it wakes sleeping ones: a wake-up costs the caller a system
+ * call and the worker tens of microseconds before it runs, about as long as streaming 1 MB, so only
+ * a stream of PARALLEL_WORK's size (about 50 us) pays for one. MobileNet v1 0.25's 1 MB classifier
+ * woke a worker on every execution (which then spun out its window after the model's last split
+ * operation); MobileNet 1.0 and v2's 4-5 MB classifiers still do. */
+#define FEWROWS_SPLIT_BYTES (512 << 10)
+#define FEWROWS_WAKE_BYTES (2 << 20)
+
 /* Bytes of c a single-threaded BLAS call writes before its epilogue runs (about L2). */
 #define EPILOGUE_CHUNK (256 << 10)
 
@@ -723,17 +789,19 @@ static int gemm_epilogue(const float *a, const float *b, float *c, int64_t m, in
         return 0;
     }
     if (m < 4 && n >= 8) {
-        /* Streaming b is the cost: split its columns over the threads from 512 KB of it (each
-         * element of c is summed in the same order whatever the split). */
+        /* Streaming b is the cost: split its columns over the threads from FEWROWS_SPLIT_BYTES of it,
+         * waking sleeping workers from FEWROWS_WAKE_BYTES (each element of c is summed in the same
+         * order whatever the split). */
         int nt = g_threads;
-        if (nt <= 1 || k * n * (int64_t)sizeof(float) < (512 << 10)) {
+        int64_t bytes = k * n * (int64_t)sizeof(float);
+        if (nt <= 1 || bytes < FEWROWS_SPLIT_BYTES) {
             gemm_fewrows(a, b, c, n, m, n, k, e);
             return 0;
         }
         int64_t width = (n + 4 * nt - 1) / (4 * nt);
         width = width < 64 ? 64 : (width + 15) / 16 * 16;
         fewrows_job job = {a, b, c, m, n, k, width, e};
-        parallel_for(nt, (n + width - 1) / width, fewrows_task, &job);
+        parallel_for_job(nt, (n + width - 1) / width, fewrows_task, &job, bytes >= FEWROWS_WAKE_BYTES);
         return 0;
     }
     if (!g_sgemm) return -1;

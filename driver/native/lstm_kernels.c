@@ -7,10 +7,9 @@
  * CIFG), i.e. [panels][k][gates * 8], units padded with zeros to a multiple of eight. One pass
  * over a panel gives the pre-activations of all gates of eight units in registers, so the cell
  * update for those units follows at once: the weights are read once per step and nothing else is
- * stored in between. A large enough step may be split by chunks of panels over kernels.c's thread
- * pool (mk_parallel_for: the caller takes chunks too and never waits for a worker that has not
- * started) when that is measured to be faster. Every chunk writes disjoint units, so results do
- * not depend on the thread count.
+ * stored in between. A large enough step is split by panels over kernels.c's thread pool, under
+ * the pool's own rule (below), which deals them out in contiguous runs. Every run writes disjoint units, so results do not
+ * depend on the thread count.
  *
  * The exponential, tanh and sigmoid are vmath.h's (Cephes' expf and tanhf polynomials, shared with
  * kernels.c's TANH and LOGISTIC); they differ from NumPy's by a few ulp.
@@ -18,28 +17,26 @@
 
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
 
 #ifndef MK_LSTM_SOURCE_HASH
 #define MK_LSTM_SOURCE_HASH "unknown"
 #endif
 
 /* Bumped whenever mk_lstm_cell_f32's arguments or lstm_const_t change. */
-#define LSTM_ABI 3
+#define LSTM_ABI 4
 
-/* Multiply-adds per step from which the cell may be split over the kernels' threads: asr_float's
- * 384-unit steps (1.2 M; on-device step 0.41-0.49 -> 0.27-0.32 ms at 2 threads, burst, 4 A/B runs at
- * load 0.8-2.6), not tts_float's 256-unit ones (0.5 M: its burst wall time rose, the worker's spin
- * after the last split step competing with the call's return on 2 cores). Whether a step this large
- * is split is measured, see "split or not" below. */
+/* Multiply-adds per step from which the cell wakes the pool's sleeping workers: asr_float's 384-unit
+ * steps (1.2 M; on-device step 0.41-0.49 -> 0.27-0.32 ms at 2 threads, burst, 4 A/B runs at load
+ * 0.8-2.6), not tts_float's 256-unit ones (0.5 M: the wake-up and the worker's spin after it cost
+ * more than half the step gives). Steps down to the pool's split size of this (1/8: 128 K) go to
+ * workers already spinning only, as every other kernel's short jobs do. */
 #define LSTM_PARALLEL_WORK (1 << 20)
-
-/* Panels per task of the pool: 16 units, a few microseconds of a 384-unit step. */
-#define PANELS_PER_TASK 2
 
 /* kernels.c's thread count and pool; weak, so that this file still loads (on one thread) without. */
 int mk_threads(void) __attribute__((weak));
-void mk_parallel_for(int nt, int64_t ntasks, void (*fn)(void *ctx, int64_t t), void *ctx) __attribute__((weak));
+void mk_parallel_for_job(int nt, int64_t ntasks, void (*fn)(void *ctx, int64_t t), void *ctx, int wake)
+    __attribute__((weak));
+int64_t mk_split_work(int64_t base) __attribute__((weak));
 
 typedef float lv8f __attribute__((vector_size(32)));
 typedef int32_t lv8i __attribute__((vector_size(32)));
@@ -120,9 +117,9 @@ typedef struct {
     int64_t gates, act;
     double cell_clip;
     const float *w, *bias, *peep_i, *peep_f, *peep_o;
-    /* Written by the kernel (relaxed atomics; zero at prepare): the running cost of this LSTM's
-     * large steps alone and split (ns per multiply-add, times 65536), and how many it ran. */
-    int64_t cost_alone, cost_split, calls;
+    /* Written by the kernel (a relaxed atomic; zero at prepare): how many steps of this LSTM were
+     * offered to the pool (split when a worker was there to help). */
+    int64_t offered;
 } lstm_const_t;
 
 typedef struct {
@@ -176,56 +173,8 @@ static void cell_panel(const lstm_job_t *j, int64_t p) {
     }
 }
 
-/* Task t of the pool: panels PANELS_PER_TASK * t .. (at most) PANELS_PER_TASK * (t + 1) - 1. */
-static void cell_task(void *ctx, int64_t t) {
-    const lstm_job_t *j = ctx;
-    const int64_t panels = (j->cst->units + 7) / 8;
-    int64_t p1 = (t + 1) * PANELS_PER_TASK;
-    if (p1 > panels) p1 = panels;
-    for (int64_t p = t * PANELS_PER_TASK; p < p1; p++) cell_panel(j, p);
-}
-
-/* ------------------------------------------------------------ split or not
- *
- * Splitting a step pays when the second core is idle (about half the step; the pool's worker still
- * spins from the previous operation or costs one wake-up) and loses on a busy machine, where the
- * woken worker only pushes another process onto the caller's core (measured in-process on 2 cores
- * at load 2: the speech models' steps 15-20% slower split). So each LSTM keeps the running cost of
- * its large steps both ways (a moving average, weight 1/8, of time per multiply-add; a sample counts
- * for at most twice the average, so one preempted step does not decide) and splits while that is
- * the cheaper. To follow the machine's load, every LSTM runs its large steps the other way during
- * the first PROBE_WINDOW_NS of every PROBE_PERIOD_NS of the clock: all at once, so that a probe of
- * splitting sees the worker spinning from the previous layer's step as it would if every layer
- * split (a lone split step would pay the wake-up each time and never look worth it). The first
- * large step is split, the second runs alone. */
-
-#define PROBE_PERIOD_NS 64000000
-#define PROBE_WINDOW_NS 2000000
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void run_measured(const lstm_job_t *job, int64_t tasks, int64_t work, int nt) {
-    lstm_const_t *m = (lstm_const_t *)job->cst; /* only its cost fields are written */
-    const int64_t alone = __atomic_load_n(&m->cost_alone, __ATOMIC_RELAXED);
-    const int64_t split = __atomic_load_n(&m->cost_split, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&m->calls, 1, __ATOMIC_RELAXED);
-    const int64_t t0 = now_ns();
-    int use_split = !split ? 1 : (!alone ? 0 : split <= alone);
-    if (split && alone && t0 % PROBE_PERIOD_NS < PROBE_WINDOW_NS) use_split = !use_split;
-    if (use_split)
-        mk_parallel_for(nt, tasks, cell_task, (void *)job);
-    else
-        for (int64_t t = 0; t < tasks; t++) cell_task((void *)job, t);
-    int64_t cost = (now_ns() - t0) * 65536 / work + 1;
-    int64_t *avg = use_split ? &m->cost_split : &m->cost_alone;
-    const int64_t old = use_split ? split : alone;
-    if (old && cost > 2 * old) cost = 2 * old;
-    __atomic_store_n(avg, old ? old + (cost - old) / 8 : cost, __ATOMIC_RELAXED);
-}
+/* Task t of the pool: panel t (the pool claims them in contiguous runs). */
+static void cell_task(void *ctx, int64_t t) { cell_panel(ctx, t); }
 
 /* One LSTM step for `batch` rows (see _lstm_cell for the formulas; no layer norm, no projection):
  *
@@ -241,14 +190,14 @@ static void run_measured(const lstm_job_t *job, int64_t tasks, int64_t work, int
 void mk_lstm_cell_f32(const lstm_const_t *cst, int64_t batch, const float *a1, int64_t lda1, const float *a2,
                       int64_t lda2, const float *add, int64_t ldadd, const float *c_in, float *c_out,
                       float *h_out, float *gates_out) {
-    const lstm_job_t job = {cst, batch, lda1, lda2, ldadd, a1, a2, add, c_in, c_out, h_out, gates_out};
+    lstm_job_t job = {cst, batch, lda1, lda2, ldadd, a1, a2, add, c_in, c_out, h_out, gates_out};
     const int64_t panels = (cst->units + 7) / 8;
-    const int64_t tasks = (panels + PANELS_PER_TASK - 1) / PANELS_PER_TASK;
     const int64_t work = batch * (cst->k1 + cst->k2) * cst->units * cst->gates;
-    int nt = mk_threads && mk_parallel_for ? mk_threads() : 1;
-    if (nt > 1 && tasks >= 2 && work >= LSTM_PARALLEL_WORK) {
-        run_measured(&job, tasks, work, nt);
+    int nt = mk_threads && mk_parallel_for_job && mk_split_work ? mk_threads() : 1;
+    if (nt > 1 && panels >= 2 && work >= mk_split_work(LSTM_PARALLEL_WORK)) {
+        __atomic_fetch_add(&((lstm_const_t *)cst)->offered, 1, __ATOMIC_RELAXED); /* only this field */
+        mk_parallel_for_job(nt, panels, cell_task, &job, work >= LSTM_PARALLEL_WORK);
         return;
     }
-    for (int64_t t = 0; t < tasks; t++) cell_task((void *)&job, t);
+    for (int64_t p = 0; p < panels; p++) cell_panel(&job, p);
 }

@@ -9,15 +9,14 @@ those units' whole cell update. The projection, when present, follows in NumPy
 (`_lstm_cell.project`).
 
 The kernel's sigmoid and tanh are polynomial (Cephes); results agree with the NumPy path to a few
-float32 ulp, not bit for bit. MLTS_DRIVER_FUSED_LSTM=0 in the driver's environment turns the fused
-cell off (to compare the two paths); MLTS_DRIVER_NATIVE=0 turns it off with every compiled kernel.
+float32 ulp, not bit for bit. MLTS_DRIVER_NATIVE=0 turns it off with every compiled kernel (the
+tests compare the two paths by patching this module).
 Every buffer a call writes is its own (new, or the execution's workspace), so concurrent
 executions of one prepared model share only the constant panels."""
 
 from __future__ import annotations
 
 import ctypes
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, cast
@@ -29,7 +28,7 @@ from driver.ops._lstm_cell import LstmConfig, Weights, project
 from driver.ops._workspace import CURRENT, Workspace, output, scratch
 
 F32 = np.float32
-ABI = 3
+ABI = 4
 SOURCE = Path(native.__file__).with_name("lstm_kernels.c")
 
 _P, _L = ctypes.c_void_p, ctypes.c_int64
@@ -51,10 +50,8 @@ class _Const(ctypes.Structure):
         ("peep_i", _P),
         ("peep_f", _P),
         ("peep_o", _P),
-        # written by the kernel: the running cost of large steps alone and split, their count
-        ("cost_alone", _L),
-        ("cost_split", _L),
-        ("calls", _L),
+        # written by the kernel: how many steps were offered to the kernels' pool
+        ("offered", _L),
     ]
 
 
@@ -62,8 +59,6 @@ def _load() -> Any:
     """mk_lstm_cell_f32, or None when the library is missing, was built from another lstm_kernels.c
     or has another ABI."""
     lib = native.LIB
-    if os.environ.get("MLTS_DRIVER_FUSED_LSTM", "1") == "0":
-        return None
     if lib is None or not hasattr(lib, "mk_lstm_cell_f32"):
         return None
     lib.mk_lstm_source_hash.restype = ctypes.c_char_p

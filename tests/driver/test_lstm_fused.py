@@ -221,10 +221,9 @@ def test_steps_split_over_two_threads_equal_one_thread_and_numpy(sizes, options,
         close(g, w.astype(np.float64))
 
 
-def test_large_steps_are_timed_both_ways(two_threads):
-    """On two threads the first large step is split and the second runs alone, each timed; on one
-    thread nothing is timed; a step below the split size is never timed."""
-    case = make_case(np.random.default_rng(13), *LARGE)
+def _offered_steps(case: Case) -> tuple[int, dict[str, int]]:
+    """Runs one LSTM step of `case` once; how many steps its cell offered to the kernels' pool, and
+    the pool's counters around that step."""
     cells: list[_lstm_native.FusedCell] = []
     real = _lstm_native.fused_cell
 
@@ -236,22 +235,35 @@ def test_large_steps_are_timed_both_ways(two_threads):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_lstm_native, "fused_cell", keep)
         run, args = prepare(Op.LSTM, lstm_inputs(case, case.x[0], case.h0, case.c0), 4)
-    const = cells[0]._const
+    before = native.pool_stats()
     run(args)
-    assert (const.calls, const.cost_alone) == (1, 0) and const.cost_split > 0
-    run(args)
-    assert const.calls == 2 and const.cost_alone > 0
-    native.set_threads(1)
-    run(args)
-    assert const.calls == 2
+    after = native.pool_stats()
+    return cells[0]._const.offered, {k: after[k] - before[k] for k in before}
+
+
+def test_steps_go_to_the_pool_by_its_fixed_rule(two_threads):
+    """No step is timed or compared: on two threads a step from 2**20 multiply-adds is handed to the
+    pool (which wakes a sleeping worker for it), one from the pool's split size (2**17) only to
+    workers already spinning (none after `native.rest()`: it runs on the caller), a smaller one never;
+    on one thread none is offered."""
+    import time
+
+    offered, stats = _offered_steps(make_case(np.random.default_rng(13), *LARGE))
+    assert offered == 1
+    assert stats["jobs"] == 1 or native.pool_backoffs() > 0  # a stalled worker turns splitting off a while
+    # 2 x (128 + 128) x 128 x 4 = 2**18 multiply-adds: split only over spinning workers.
+    medium = make_case(np.random.default_rng(14), 128, 128, 2, 1)
+    native.rest()
+    time.sleep(0.01)  # every idle worker is asleep now (rest: no spin window)
+    offered, stats = _offered_steps(medium)
+    assert offered == 1 and stats["jobs"] == 0 and stats["wakes"] == 0
+    assert stats["kept"] == 1 or native.pool_backoffs() > 0  # (in a back-off nothing is offered)
     small = make_case(np.random.default_rng(13), 8, 16, 1, 1)
-    native.set_threads(2)
-    cells.clear()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_lstm_native, "fused_cell", keep)
-        run, args = prepare(Op.LSTM, lstm_inputs(small, small.x[0], small.h0, small.c0), 4)
-    run(args)
-    assert cells[0]._const.calls == 0
+    offered, stats = _offered_steps(small)
+    assert offered == 0 and stats["kept"] == 0
+    native.set_threads(1)
+    offered, stats = _offered_steps(make_case(np.random.default_rng(13), *LARGE))
+    assert offered == 0 and stats["jobs"] == 0
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -9,6 +9,7 @@ requantization must then equal the separate pass), and two callers using the poo
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import numpy as np
@@ -314,3 +315,127 @@ def test_short_jobs_split_over_spinning_workers_give_the_same_bits(rng):
     assert all(after[k] >= before[k] for k in before)
     # The large GEMM wakes the workers (unless a stalled worker turned splitting off for a while).
     assert after["jobs"] > before["jobs"] or native.pool_backoffs() > backoffs
+
+
+def _task_log_library():
+    """The kernels' library through a handle of its own, with mk_parallel_for typed to take a ctypes
+    callback as its task (so a test sees which tasks ran, on which thread)."""
+    import ctypes
+
+    lib = ctypes.CDLL(native.LIB._name)
+    task = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
+    lib.mk_parallel_for.argtypes = [ctypes.c_int, ctypes.c_int64, task, ctypes.c_void_p]
+    lib.mk_parallel_for.restype = None
+    return lib, task
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("ntasks", [1, 2, 3, 7, 64, 1000])
+def test_every_task_runs_once_when_claimed_in_runs(threads, ntasks):
+    """The pool claims tasks in guided runs (a share of what is left per claim): every task of a job
+    runs exactly once, whatever the thread count and the number of tasks."""
+    import time
+
+    lib, task = _task_log_library()
+    ran: list[int] = []
+    lock = threading.Lock()
+
+    def one(_ctx, t):
+        time.sleep(0)  # long enough for a spinning worker to join
+        with lock:
+            ran.append(t)
+
+    callback = task(one)
+    spin = native.LIB.mk_spin()
+    native.LIB.mk_set_spin(100_000)
+    try:
+        for _ in range(3):
+            ran.clear()
+            lib.mk_parallel_for(threads, ntasks, callback, None)
+            assert sorted(ran) == list(range(ntasks))
+    finally:
+        native.LIB.mk_set_spin(spin)
+
+
+@needs_native
+def test_claims_are_runs_not_single_tasks():
+    """With two threads a job of 64 tasks takes a dozen or so claims (16, 12, 9, ...), not 64: the
+    tasks one thread runs come in contiguous runs, the first of them a quarter of the job."""
+    lib, task = _task_log_library()
+    order: list[tuple[int, int]] = []
+
+    def one(_ctx, t):
+        order.append((threading.get_native_id(), t))  # appends are atomic under the interpreter lock
+
+    callback = task(one)
+    lib.mk_parallel_for(2, 64, callback, None)
+    assert sorted(t for _, t in order) == list(range(64))
+    by_thread: dict[int, list[int]] = {}
+    for tid, t in order:
+        by_thread.setdefault(tid, []).append(t)
+    runs = sum(1 + sum(1 for a, b in itertools.pairwise(ts) if b != a + 1) for ts in by_thread.values())
+    assert runs <= 14
+    first = next(tid for tid, t in order if t == 0)
+    assert by_thread[first][:16] == list(range(16))
+
+
+@needs_native
+def test_rest_sends_spinning_workers_to_sleep():
+    """`native.rest()` (an execution ended) makes idle workers sleep at once: with a 10 s spin window
+    the process then uses no CPU while it waits, and the counters count the rest."""
+    import time
+
+    m, k, n = 196, 256, 256
+    a, bias = np.ones((m, k), np.float32), np.zeros(n, np.float32)
+    w = _fast.GemmWeights(np.ones((k, n), np.float32))
+    spin = native.LIB.mk_spin()
+    native.LIB.mk_set_spin(10_000_000)
+    try:
+        before = native.pool_stats()["rests"]
+        _with_threads(2, lambda: _packed_gemm(a, w, bias, -1.0, 1.0))  # the workers ran, now spin
+        native.rest()
+        native.rest()  # nothing new to rest after: counted once
+        assert native.pool_stats()["rests"] == before + 1
+        time.sleep(0.01)
+        cpu = time.process_time()
+        time.sleep(0.3)
+        assert time.process_time() - cpu < 0.05
+    finally:
+        native.LIB.mk_set_spin(spin)
+
+
+@needs_native
+def test_a_one_row_product_wakes_a_worker_only_for_large_weights(rng):
+    """A GEMM on one row streams its weights once: with every worker asleep, 1 MB of weights is not
+    worth a wake-up (it runs on the caller, counted as kept), 4 MB is (unless a stalled worker
+    turned splitting off for a while); both give the one-thread result."""
+    import time
+
+    def product(k: int, n: int) -> tuple[np.ndarray, dict[str, int]]:
+        a, b, bias = rand(rng, 1, k), rand(rng, k, n), rand(rng, n)
+        out = np.empty((1, n), np.float32)
+
+        def run() -> np.ndarray:
+            native.LIB.mk_gemm_bias_act_f32(
+                a.ctypes.data, b.ctypes.data, out.ctypes.data, 1, n, k, bias.ctypes.data, -9.0, 9.0
+            )
+            return out.copy()
+
+        one = _with_threads(1, run)
+        native.rest()
+        time.sleep(0.01)  # every idle worker asleep
+        before = native.pool_stats()
+        two = _with_threads(2, run)
+        after = native.pool_stats()
+        np.testing.assert_array_equal(two, one)
+        return two, {key: after[key] - before[key] for key in before}
+
+    _with_threads(2, lambda: product(1024, 1024))  # the workers exist
+    backoffs = native.pool_backoffs()
+    time.sleep(0.11)  # past a back-off an earlier stall may have started (100 ms)
+    _, small = product(512, 512)
+    assert small["jobs"] == 0 and small["wakes"] == 0
+    assert small["kept"] == 1 or native.pool_backoffs() > backoffs
+    _, large = product(1024, 1024)
+    assert large["jobs"] == 1 or native.pool_backoffs() > backoffs

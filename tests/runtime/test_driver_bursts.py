@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from driver import native
 from driver.burst import SampleBurst
 from driver.variants import SampleAll
 from mlts.hal.enums import ErrorStatus
@@ -168,3 +169,42 @@ def test_the_idle_watchdog_lets_an_idle_bursts_resources_go() -> None:
     burst.close()
     prepared.close()
     device.close()
+
+
+@pytest.mark.skipif(not native.available(), reason=f"compiled kernels: {native.WHY_NOT}")
+def test_a_burst_execution_sends_the_kernels_idle_workers_to_sleep() -> None:
+    """After each execution of the sample driver's burst the kernels' idle workers sleep at once
+    (`native.rest()`) instead of spinning on a core while the result goes back: with a 10 s spin
+    window, a worker spinning after a split job uses no CPU once a burst execution has ended."""
+    import time
+
+    from driver.ops import _fast
+
+    a, bias = np.ones((196, 256), np.float32), np.zeros(256, np.float32)
+    w = _fast.GemmWeights(np.ones((256, 256), np.float32))
+    out = np.empty((196, 256), np.float32)
+    prepared = SampleAll().prepareModel(add_model())
+    pool = _pool(X, X)
+    threads, spin = native.threads(), native.spin()
+    backoffs = native.pool_backoffs()
+    time.sleep(0.11)  # past a back-off an earlier stall may have started (100 ms)
+    native.set_threads(2)
+    native.set_spin(10_000_000)
+    try:
+        with prepared.configureExecutionBurst(polling_us=0) as burst:
+            burst.execute(_request(pool))
+            native.LIB.mk_gemm_packed_bias_act_f32(
+                a.ctypes.data, w.panels_ptr, out.ctypes.data, 196, 256, 256, bias.ctypes.data, -1.0, 1.0
+            )  # a job the workers take part in; they spin after it
+            rests = native.pool_stats()["rests"]
+            burst.execute(_request(pool))
+            # (a worker that stalled the job turns splitting off: no job, nothing to rest after)
+            assert native.pool_stats()["rests"] == rests + 1 or native.pool_backoffs() > backoffs
+            np.testing.assert_array_equal(_out(pool), 2 * X)
+            time.sleep(0.01)
+            cpu = time.process_time()
+            time.sleep(0.3)
+            assert time.process_time() - cpu < 0.05
+    finally:
+        native.set_spin(spin)
+        native.set_threads(threads)
