@@ -12,6 +12,7 @@ import pytest
 from driver import native
 from driver.bound_steps import Chunk
 from driver.executor import Plan
+from driver.native import layout
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 from tests.driver import bindkit
@@ -215,7 +216,8 @@ def test_a_failed_bound_call_is_reported_as_its_step_reports_it() -> None:
     (ws,) = plan.workspaces._free
     (prog,) = ws.bound.values()
     row = next(r for r in range(prog.count) if prog.ints[r, 0] == _bind.CALL_QGEMM_REQUANT)
-    prog.ints[row, 9] = 1 << 40  # K beyond what the integer GEMM takes: it refuses (status -2)
+    k_word = layout.CallQgemmRequant.k.offset // 8  # the call's K (mk_call_qgemm_requant_t)
+    prog.ints[row, k_word] = 1 << 40  # K beyond what the integer GEMM takes: it refuses (status -2)
     with pytest.raises(HalError) as info:
         plan.run(xs, checked=True)
     step = prog.owners[row][0]
