@@ -302,7 +302,7 @@ def pool_backoffs() -> int:
 
 
 #: What mk_pool_stats counts (the fields of layout.PoolStats, mk_pool_stats_t).
-POOL_STATS: tuple[str, ...] = tuple(field[0] for field in layout.PoolStats._fields_)
+POOL_STATS: tuple[str, ...] = layout.POOL_STATS
 
 
 def pool_stats() -> dict[str, int]:

@@ -81,24 +81,25 @@ class Geom(ctypes.Structure):
     ]
 
 
+#: The fields of PoolStats (mk_pool_stats_t), in their order.
+POOL_STATS: tuple[str, ...] = (
+    "jobs",
+    "worker_tasks",
+    "wakes",
+    "wait_ns",
+    "preempted",
+    "crowded",
+    "late",
+    "kept",
+    "rests",
+)
+
+
 class PoolStats(ctypes.Structure):
     """The kernels' pool counters (mk_pool_stats; driver.native.pool_stats describes them)."""
 
     C_NAME = "mk_pool_stats_t"
-    _fields_ = [
-        (name, _L)
-        for name in (
-            "jobs",
-            "worker_tasks",
-            "wakes",
-            "wait_ns",
-            "preempted",
-            "crowded",
-            "late",
-            "kept",
-            "rests",
-        )
-    ]
+    _fields_ = [(name, _L) for name in POOL_STATS]
 
 
 class LstmConst(ctypes.Structure):
