@@ -210,6 +210,27 @@ class Chunk:
         ws.step = self.last_number
         return prog.outs
 
+    def bind_into(self, ws: Workspace) -> bool:
+        """Bind the chunk for `ws` now (what its first run there would do: its steps' output buffers
+        and its scratch allocated in `ws`); a preparation's call (driver.executor.Plan.warm). True when
+        `ws` holds the chunk bound; False when it cannot be (the chunk is then dead, as its first run
+        would have found)."""
+        if self.dead:
+            return False
+        if self in ws.bound:
+            return True
+        token = CURRENT.set(ws)
+        try:
+            prog = self._bind(ws)
+        finally:
+            CURRENT.reset(token)
+            ws.step = -1
+        if prog is None:
+            self.dead = True
+            return False
+        ws.bound[self] = prog
+        return True
+
     def _run_watched(
         self, prog: _Program, checkpoint: Any, watch: tuple[int, int, int], values: Sequence[Any]
     ) -> None:

@@ -206,6 +206,7 @@ class SampleDevice(Device):
                 model, extensions=self.variant.extensions, progress=_abandon_at(deadline, "prepareModel")
             )
             plan.memory_budget = self.execution_budget
+            plan.warm()  # the first execution's allocations and binding, done now (Plan.warm)
             _check_deadline_after(deadline, "prepareModel")
             if caching:
                 self._save(model_cache[0], data_cache[0], token, plan, priority)
@@ -262,6 +263,7 @@ class SampleDevice(Device):
                     raise
                 raise HalError(ErrorStatus.GENERAL_FAILURE, f"compilation cache: {e.message}") from None
             plan.memory_budget = self.execution_budget
+            plan.warm()
             _check_deadline_after(deadline, "prepareModelFromCache")
         except BaseException:
             self.budget.release(held)

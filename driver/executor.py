@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from driver import control_flow, shapes
+from driver.bound_steps import Chunk
 from driver.budget import ExecutionMemory
 from driver.control_flow import CONTROL_FLOW, referenced_subgraphs
 from driver.operands import constant_value, dtype_of
@@ -175,8 +176,9 @@ class Plan:
                     step.direct = getattr(step.run, "direct", step.run)
             self.steps.append(step)
         self._control = any(st.control is not None for st in self.steps)
-        self._straight: StraightRun | None = None  # compiled on the first checked run
+        self._straight: StraightRun | None = None  # compiled by `warm` or the first checked run
         self._straight_tried = False
+        self._chunks: list[Chunk] = []  # the straight-line function's bound runs (driver.bound_steps)
         self.memory_budget = shapes.DEFAULT_MEMORY_BUDGET
         self._output_of = {idx: k for k, idx in enumerate(self.output_indexes)}
         self._declared_outputs = tuple(tuple(sub.operands[i].dimensions) for i in self.output_indexes)
@@ -526,15 +528,57 @@ class Plan:
                 values[idx] = None
         return list(map(get, self.output_indexes))
 
+    def warm(self, ws: Workspace | None = None) -> bool:
+        """Do now, at preparation, what the first execution of a static plan would do: compile its
+        straight-line function, bind its runs of compiled calls into a workspace (their output
+        buffers and scratch allocated there) and write that workspace's buffers once, so their pages
+        are resident. `ws` None: a new workspace, put in the plan's pool for the first execution
+        (a burst passes its own). Results do not change: every buffer is written by the run that
+        reads it, as in any later execution.
+
+        Nothing is done (False) for a plan whose sizes are not all fixed by the model, with IF or
+        WHILE, or over its memory budget: its executions allocate on first use as they check sizes.
+        Steps outside the bound runs allocate their outputs on first use as before.
+        """
+        if self._control or not self._static_fits(None):
+            return False
+        if self._straight is None and not self._straight_tried:
+            self._compile_straight()
+        if self._straight is None:
+            return False
+        if not self._chunks:
+            return True  # nothing to bind: the steps allocate their own outputs on first use
+        pooled = ws is None
+        if ws is None:
+            ws = self.workspaces.acquire()
+        try:
+            for chunk in self._chunks:
+                try:
+                    chunk.bind_into(ws)
+                except Exception:  # noqa: BLE001  (the first run binds again and reports it as before)
+                    continue
+            ws.touch()
+        finally:
+            if pooled:
+                self.workspaces.release(ws)
+        return True
+
     def _compile_straight(self) -> StraightRun | None:
         """The steps as one compiled function (driver.straight_line), made on the first checked run;
         None for a plan too long to be worth compiling (the loop runs it)."""
         straight = None
         if len(self.steps) <= MAX_STRAIGHT_STEPS:
             try:
+                chunks: list[Chunk] = []
                 straight = compile_steps(
-                    self.steps, self.input_indexes, self.output_indexes, self._template, self.sub.operands
+                    self.steps,
+                    self.input_indexes,
+                    self.output_indexes,
+                    self._template,
+                    self.sub.operands,
+                    chunks_found=chunks,
                 )
+                self._chunks = chunks
             except (SyntaxError, RecursionError, MemoryError, ValueError):
                 straight = None  # a function Python will not compile: the loop runs the plan as well
         self._straight = straight
