@@ -210,6 +210,7 @@ class SampleDevice(Device):
             _check_deadline_after(deadline, "prepareModel")
             if caching:
                 self._save(model_cache[0], data_cache[0], token, plan, priority)
+            plan.release_packed()  # no copy of the weights beyond what the kernels read
         except BaseException as e:
             self.budget.release(held)
             if isinstance(e, HalError):

@@ -97,7 +97,8 @@ class Plan:
     """A validated model (or one of its referenced subgraphs) compiled for the NumPy executor.
 
     `packed` (from the compilation cache) gives every operation's packed arrays instead of computing
-    them; every one of them must be asked for. `self.packed` holds the arrays the plan uses.
+    them; every one of them must be asked for. `self.packed` holds the arrays the plan uses until
+    `release_packed` (the driver's call once a preparation has written its cache).
     A plan for main builds one plan per referenced subgraph (shared by every IF/WHILE naming it);
     steps are numbered across subgraphs (`step_offset`), which keys the packed arrays and the
     workspace buffers. `progress(step number)`, when given, is called before each operation is
@@ -120,6 +121,7 @@ class Plan:
         if shared is None:
             shared = _Shared(packed, extensions, progress)
         self.packed: PackedArrays = shared.record
+        self._packed_names: tuple[tuple[int, str], ...] | None = None  # set by `release_packed`
         sub = model.subgraph(sub_index)
         self.sub = sub
         self.workspaces = WorkspacePool()
@@ -527,6 +529,19 @@ class Plan:
             for idx in step.release:
                 values[idx] = None
         return list(map(get, self.output_indexes))
+
+    @property
+    def packed_names(self) -> tuple[tuple[int, str], ...]:
+        """The (step number, name) of every array the kernels packed, also after `release_packed`."""
+        return tuple(self.packed) if self._packed_names is None else self._packed_names
+
+    def release_packed(self) -> None:
+        """Let go of the packed arrays once preparation is over (the compilation cache, which stores
+        them, is written): what the kernels read they hold themselves (GEMM weights as their panels
+        only, driver.ops._fast.GemmWeights), so a matrix only the record still held is freed.
+        `packed_names` still lists them."""
+        self._packed_names = self.packed_names
+        self.packed.clear()
 
     def warm(self, ws: Workspace | None = None) -> bool:
         """Do now, at preparation, what the first execution of a static plan would do: compile its
