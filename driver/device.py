@@ -202,15 +202,21 @@ class SampleDevice(Device):
         held = self._reserve(model, "prepareModel")
         started = _perf_ns()
         try:
+            # The packed arrays are kept only for the cache; otherwise each goes once its kernel has
+            # made what it reads (no copy of the weights beyond the model's and the kernels' own).
             plan = Plan(
-                model, extensions=self.variant.extensions, progress=_abandon_at(deadline, "prepareModel")
+                model,
+                extensions=self.variant.extensions,
+                progress=_abandon_at(deadline, "prepareModel"),
+                keep_packed=caching,
             )
             plan.memory_budget = self.execution_budget
-            plan.warm()  # the first execution's allocations and binding, done now (Plan.warm)
             _check_deadline_after(deadline, "prepareModel")
             if caching:
                 self._save(model_cache[0], data_cache[0], token, plan, priority)
-            plan.release_packed()  # no copy of the weights beyond what the kernels read
+                plan.release_packed()
+            plan.warm()  # the first execution's allocations and binding, done now (Plan.warm)
+            _check_deadline_after(deadline, "prepareModel")
         except BaseException as e:
             self.budget.release(held)
             if isinstance(e, HalError):

@@ -98,7 +98,9 @@ class Plan:
 
     `packed` (from the compilation cache) gives every operation's packed arrays instead of computing
     them; every one of them must be asked for. `self.packed` holds the arrays the plan uses until
-    `release_packed` (the driver's call once a preparation has written its cache).
+    `release_packed` (the driver's call once a preparation has written its cache); with
+    `keep_packed=False` (no cache will be written) it never holds them, so each matrix a kernel packs
+    and lets go of is freed at once, and `packed_names` lists them.
     A plan for main builds one plan per referenced subgraph (shared by every IF/WHILE naming it);
     steps are numbered across subgraphs (`step_offset`), which keys the packed arrays and the
     workspace buffers. `progress(step number)`, when given, is called before each operation is
@@ -114,12 +116,15 @@ class Plan:
         sub_index: int = -1,
         shared: _Shared | None = None,
         progress: Callable[[int], None] | None = None,
+        keep_packed: bool = True,
     ) -> None:
         self.model = model
         self.sub_index = sub_index
         top = shared is None
         if shared is None:
             shared = _Shared(packed, extensions, progress)
+            if not keep_packed:
+                shared.record = _NamesOnly()
         self.packed: PackedArrays = shared.record
         self._packed_names: tuple[tuple[int, str], ...] | None = None  # set by `release_packed`
         sub = model.subgraph(sub_index)
@@ -185,8 +190,10 @@ class Plan:
         self._output_of = {idx: k for k, idx in enumerate(self.output_indexes)}
         self._declared_outputs = tuple(tuple(sub.operands[i].dimensions) for i in self.output_indexes)
         self._static_sizes(sub)
+        if top and not keep_packed:
+            self.release_packed()
         if top and packed is not None:
-            unused = sorted(set(packed) - set(self.packed))
+            unused = sorted(set(packed) - set(self.packed_names))
             if unused:
                 step_no, name = unused[0]
                 raise HalError(
@@ -628,6 +635,19 @@ class Plan:
             for idx, shape, dtype in zip(step.outputs, out, step.out_dtypes, strict=True):
                 budget.check(step.label, idx, shape, dtype, live)
             budget.raise_if_short()
+
+
+#: What a `_NamesOnly` record holds for every packed array.
+_NOT_KEPT = np.empty(0, dtype=np.uint8)
+_NOT_KEPT.flags.writeable = False
+
+
+class _NamesOnly(dict):
+    """The record of packed arrays of a plan that keeps none (`keep_packed=False`): each name is kept
+    (an operation asking for one twice is still caught), with an empty placeholder for its array."""
+
+    def __setitem__(self, key: tuple[int, str], value: np.ndarray) -> None:
+        super().__setitem__(key, _NOT_KEPT)
 
 
 class _Shared:

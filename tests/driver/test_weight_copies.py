@@ -83,3 +83,11 @@ def test_prepare_model_keeps_no_record_of_packed_arrays() -> None:
         assert prepared.plan.packed == {} and len(prepared.plan.packed_names) == 2  # the two CONV_2D filters
     finally:
         prepared.close()
+
+
+def test_a_plan_that_keeps_no_packed_arrays_lists_their_names_and_runs_the_same() -> None:
+    kept, lean = Plan(_model()), Plan(_model(), keep_packed=False)
+    assert lean.packed == {} and lean.packed_names == kept.packed_names and len(kept.packed_names) > 0
+    for x in _inputs(2):
+        for g, w in zip(lean.run([x], checked=True), kept.run([x], checked=True), strict=True):
+            assert g.tobytes() == w.tobytes()
