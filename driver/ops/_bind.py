@@ -143,7 +143,7 @@ def bind_fc_f32(
     count = int(np.prod(shape, dtype=np.int64))
     if len(shape) < 2 or size <= 0 or count % size or not isinstance(w, GemmWeights):
         return None
-    rows, units = count // size, w.array.shape[1]
+    rows, units = count // size, w.n
     if w.panels_ptr and rows >= 4:
         kind, wp = CALL_GEMM_PACKED_BIAS_ACT_F32, w.panels_ptr
     elif 0 < rows < 4 and units >= 8 and HAS_GEMM:
