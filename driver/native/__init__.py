@@ -88,6 +88,8 @@ SIGNATURES: dict[str, list] = {
     "mk_softmax_f32": [_P, _P, _L, _L, _F],
     "mk_lstm_cell_f32": [_P, _L, _P, _L, _P, _L, _P, _L, _P, _P, _P, _P],
     "mk_qgemm_available": [],
+    "mk_qgemm_row_stride": [_L],
+    "mk_qgemm_packed_bytes": [_L, _L],
     "mk_qgemm_pack": [_P, _L, _L, _P],
     "mk_qgemm_requant": [_P, _L, _I, _P, _P, ctypes.c_int32, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
     "mk_qim2col": [_P, _P, _I, _L, _P],
@@ -125,6 +127,8 @@ _RESTYPES = {
     "mk_run_calls": _L,
     "mk_run_calls_watched": _L,
     "mk_qgemm_available": _I,
+    "mk_qgemm_row_stride": _L,
+    "mk_qgemm_packed_bytes": _L,
 }
 
 
@@ -360,7 +364,7 @@ def describe() -> str:
 
 
 def has_qgemm() -> bool:
-    """True when the library holds the 8-bit VNNI GEMM (built for a processor with AVX512-VNNI)."""
+    """True when the library holds the 8-bit integer GEMM (built for a processor with AVX512-VNNI or AVX2)."""
     return LIB is not None and LIB.mk_qgemm_available() == 1
 
 

@@ -21,7 +21,7 @@ _I32 = ctypes.c_int32
 _F = ctypes.c_float
 
 #: The interface's one ABI number (MK_ABI): the library's mk_abi() must return it.
-ABI = 7
+ABI = 8
 
 # Bound-call kinds (enum mk_call_kind).
 CALL_IM2COL_F32 = 1
@@ -44,7 +44,7 @@ CALL_FLOATS = 2
 
 #: The most channels mk_depthwise_q8 takes (its per-thread accumulators live on the stack).
 MAX_DW_CHANNELS = 4096
-#: The largest K of the 8-bit VNNI GEMM (K * 255 * 255 < 2^31).
+#: The largest K of the 8-bit integer GEMM (K * 255 * 255 < 2^31).
 QGEMM_MAX_K = 33025
 
 #: The C constants (mk_constant) and their values here.

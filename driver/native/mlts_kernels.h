@@ -6,7 +6,7 @@
  *
  * One library is built from kernels.c (the thread pool, GEMMs, convolutions, elementwise kernels and
  * the bound-call interpreter), lstm_kernels.c (the fused LSTM cell) and qgemm_kernels.c (the 8-bit
- * VNNI GEMM); they reach each other through the declarations here, never through weak symbols.
+ * integer GEMM); they reach each other through the declarations here, never through weak symbols.
  *
  * Bump MK_ABI whenever a declaration here changes meaning: an exported function's arguments or
  * result, a structure's fields, a bound-call kind's arguments, a constant of mk_constant.
@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#define MK_ABI 7
+#define MK_ABI 8
 
 /* Pointers travel as int64 words in bound calls and as 8-byte fields in the structures below. */
 _Static_assert(sizeof(void *) == 8, "the kernels' structures assume 64-bit pointers");
@@ -319,16 +319,21 @@ void mk_lstm_cell_f32(const mk_lstm_const_t *cst, int64_t batch, const float *a1
                       int64_t lda2, const float *add, int64_t ldadd, const float *c_in, float *c_out, float *h_out,
                       float *gates_out);
 
-/* ------------------------------------------------------------ the 8-bit VNNI GEMM (qgemm_kernels.c) */
+/* ------------------------------------------------------------ the 8-bit integer GEMM (qgemm_kernels.c) */
 
 /* The largest K of mk_qgemm_requant: K * 255 * 255 < 2^31. */
 #define MK_QGEMM_MAX_K 33025
 
-/* 1 when built for a processor with AVX512-VNNI; otherwise nothing else of qgemm_kernels.c may be
- * called (mk_qgemm_requant returns -2). */
+/* 1 when built for a processor with AVX512-VNNI or AVX2; otherwise nothing else of qgemm_kernels.c
+ * may be called (mk_qgemm_requant returns -2). The packed layout and the input rows' stride depend
+ * on the variant compiled: callers size them with mk_qgemm_packed_bytes and mk_qgemm_row_stride. */
 int mk_qgemm_available(void);
-void mk_qgemm_pack(const int8_t *w, int64_t k, int64_t n, int8_t *bp);
-int mk_qgemm_requant(const void *a, int64_t lda, int a_signed, const int8_t *bp, const int32_t *colc, int32_t zw,
+/* The smallest lda of mk_qgemm_requant for sums of k products (k, or k rounded up to a multiple of 4). */
+int64_t mk_qgemm_row_stride(int64_t k);
+/* The bytes mk_qgemm_pack writes for weights [k, n]. */
+int64_t mk_qgemm_packed_bytes(int64_t k, int64_t n);
+void mk_qgemm_pack(const int8_t *w, int64_t k, int64_t n, void *bp);
+int mk_qgemm_requant(const void *a, int64_t lda, int a_signed, const void *bp, const int32_t *colc, int32_t zw,
                      int64_t m, int64_t n, int64_t k, const int64_t *bias, const int64_t *mult, const int64_t *left,
                      const int64_t *right, int64_t zp, int64_t lo, int64_t hi, int is_signed, void *out);
 void mk_qim2col(const void *x, const mk_geom_t *geom, int pad, int64_t lda, void *cols);

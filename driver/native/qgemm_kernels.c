@@ -1,24 +1,33 @@
-/* The exact 8-bit GEMM of quantized CONV_2D and FULLY_CONNECTED on AVX512-VNNI (vpdpbusd: four
- * u8 x s8 products summed into each int32 lane), called through ctypes from driver/ops/_qgemm.py
- * and built into the same library as kernels.c, whose thread pool it uses.
+/* The exact 8-bit GEMM of quantized CONV_2D and FULLY_CONNECTED, called through ctypes from
+ * driver/ops/_qgemm.py and built into the same library as kernels.c, whose thread pool it uses. Two
+ * variants, chosen at compile time (-march=native): AVX512-VNNI (vpdpbusd: four u8 x s8 products
+ * summed into each int32 lane) and, without VNNI, AVX2 (the bytes widened to 16 bits and vpmaddwd:
+ * two s16 x s16 products summed into each int32 lane, exact, unlike vpmaddubsw which saturates).
  *
- * Arithmetic. Activations a (8-bit, [m, lda], the raw input bytes; a signed input is read as
- * a ^ 0x80 = a + 128, an unsigned one as is) with zero point zx (+128 for a signed input), and
+ * Arithmetic (both variants). Activations a (8-bit, [m, lda], the raw input bytes; a signed input is
+ * read as a ^ 0x80 = a + 128, an unsigned one as is) with zero point zx (+128 for a signed input), and
  * constant weights w' (s8, chosen at prepare so that w' - zw = w - zp_w exactly, see _qgemm.py).
  * For output (r, c):
  *
  *     sum_k (a_rk - zx)(w'_kc - zw) = sum_k a_rk w'_kc - zw * rowsum_r - zx * colsum_c + K zx zw
  *
  * The column terms (-zx colsum_c + K zx zw) are folded into colc[c] at prepare. Every term is
- * computed modulo 2^32 (vpdpbusd wraps, the rest is unsigned arithmetic); the left-hand side is an
- * integer of magnitude at most K * 255 * 255, which is below 2^31 for K <= QGEMM_MAX_K = 33025,
- * so the int32 result modulo 2^32 is the exact sum. The int32 bias is then added in int64 and the
- * sum requantized exactly as kernels.c does (mbqm, or its 32-bit form when the total provably
- * fits int32), so the outputs are bit-identical to the float path's.
+ * computed modulo 2^32 (vpdpbusd and vpaddd wrap; a vpmaddwd pair sum is at most 2 * 255 * 128 in
+ * magnitude and never wraps; the rest is unsigned arithmetic); the left-hand side is an integer of
+ * magnitude at most K * 255 * 255, which is below 2^31 for K <= QGEMM_MAX_K = 33025, so the int32
+ * result modulo 2^32 is the exact sum. The int32 bias is then added in int64 and the sum requantized
+ * exactly as kernels.c does (mbqm, or its 32-bit form when the total provably fits int32), so the
+ * outputs are bit-identical to the float path's.
  *
- * Packed weights: panels of 16 columns, [panels][ceil(K/4)][16][4] bytes (column j of the panel,
- * k = 4q + r), zeros past K and past n. Without VNNI at compile time mk_qgemm_available() is 0 and
- * nothing else here is called.
+ * Packed weights (mk_qgemm_packed_bytes gives the size, mk_qgemm_row_stride the input rows' stride):
+ * - VNNI: panels of 16 columns, [panels][ceil(K/4)][16][4] bytes (column j of the panel, k = 4q + r);
+ *   input rows are read 4 bytes at a time, so the stride is K rounded up to a multiple of 4 (the
+ *   bytes past K meet zero weights).
+ * - AVX2: panels of 8 columns, [panels][ceil(K/2)][8][2] int16 (k = 2q + r); each block of input rows
+ *   is first widened to int16 (a ^ flip, zero-extended) in chunks of QKC along K, so rows need no
+ *   padding (stride K).
+ * Zeros past K and past n in both. Without VNNI or AVX2 at compile time mk_qgemm_available() is 0
+ * and nothing else here is called.
  */
 
 #include <stdint.h>
@@ -27,37 +36,75 @@
 
 #include "mlts_kernels.h"
 #include "requant.h"
-#ifdef __AVX512VNNI__
+#if defined(__AVX512VNNI__)
+#define QGEMM_VNNI 1
+#elif defined(__AVX2__)
+#define QGEMM_AVX2 1
+#endif
+#if defined(QGEMM_VNNI) || defined(QGEMM_AVX2)
+#define QGEMM_ON 1
 #include <immintrin.h>
 #endif
 
 #define QGEMM_MAX_K MK_QGEMM_MAX_K /* K * 255 * 255 < 2^31 */
+#ifdef QGEMM_AVX2
+#define QPANEL 8                   /* columns per panel */
+#define QKG 2                      /* k values per 32-bit lane (vpmaddwd pairs) */
+#define QUNIT 2                    /* bytes per packed weight (int16) */
+#define NR_PANELS 2                /* panels per register block: 16 columns, 12 accumulators */
+#else
 #define QPANEL 16
-#define NR_PANELS 4                /* panels per register block: 64 columns */
-#define MR 6                       /* rows per register block: 24 accumulators */
+#define QKG 4                      /* vpdpbusd quads */
+#define QUNIT 1
+#define NR_PANELS 4                /* panels per register block: 64 columns, 24 accumulators */
+#endif
+#define GROUP_COLS 64              /* columns of one task */
+#define MR 6                       /* rows per register block */
 #define ROWS_PER_TASK 48           /* rows of one task (a multiple of MR) */
+#define QKC 1024                   /* AVX2: k values widened to int16 at a time (even) */
 #define PARALLEL_QGEMM (1 << 23)   /* multiply-adds below which the GEMM stays on one thread */
 
 
-#ifdef __AVX512VNNI__
+#ifdef QGEMM_ON
 int mk_qgemm_available(void) { return 1; }
 #else
 int mk_qgemm_available(void) { return 0; }
 #endif
 
-/* w' [k, n] (s8, row-major) into the panel layout above (bp holds ceil(n/16) * ceil(k/4) * 64 bytes). */
-void mk_qgemm_pack(const int8_t *w, int64_t k, int64_t n, int8_t *bp) {
-    int64_t kq = (k + 3) / 4, panels = (n + QPANEL - 1) / QPANEL;
-    memset(bp, 0, (size_t)(panels * kq * 64));
+/* The bytes per input row mk_qgemm_requant reads for sums of k products (its smallest lda). */
+int64_t mk_qgemm_row_stride(int64_t k) {
+#ifdef QGEMM_AVX2
+    return k;
+#else
+    return (k + QKG - 1) / QKG * QKG;
+#endif
+}
+
+/* The bytes of mk_qgemm_pack's output for weights [k, n]. */
+int64_t mk_qgemm_packed_bytes(int64_t k, int64_t n) {
+    return (n + QPANEL - 1) / QPANEL * ((k + QKG - 1) / QKG) * QPANEL * QKG * QUNIT;
+}
+
+/* w' [k, n] (s8, row-major) into the panel layout above (bp holds mk_qgemm_packed_bytes(k, n) bytes). */
+void mk_qgemm_pack(const int8_t *w, int64_t k, int64_t n, void *bp) {
+    int64_t kq = (k + QKG - 1) / QKG;
+    memset(bp, 0, (size_t)mk_qgemm_packed_bytes(k, n));
     for (int64_t kk = 0; kk < k; kk++)
-        for (int64_t c = 0; c < n; c++) bp[((c / QPANEL) * kq + kk / 4) * 64 + (c % QPANEL) * 4 + kk % 4] = w[kk * n + c];
+        for (int64_t c = 0; c < n; c++) {
+            int64_t i = ((c / QPANEL) * kq + kk / QKG) * (QPANEL * QKG) + (c % QPANEL) * QKG + kk % QKG;
+#ifdef QGEMM_AVX2
+            ((int16_t *)bp)[i] = w[kk * n + c];
+#else
+            ((int8_t *)bp)[i] = w[kk * n + c];
+#endif
+        }
 }
 
 typedef struct {
     const uint8_t *a;
     int64_t lda, m, n, k;
     uint32_t flip;
-    const int8_t *bp;
+    const void *bp;
     const int32_t *colc;
     int32_t zw;
     const int64_t *bias, *mult, *left, *right;
@@ -74,12 +121,14 @@ typedef struct {
 /* Row r's centred sums acc[0 .. nc) of columns c0.. (int32 modulo 2^32) plus the bias, requantized. */
 static void epilogue_row(const qjob *j, const int32_t *acc, int64_t r, int64_t c0, int nc, uint32_t rowterm) {
     int64_t base = r * j->n + c0;
-#ifdef __AVX512VNNI__
-    if (j->narrow) { /* the 32-bit form below, 16 lanes at a time */
+    if (j->narrow) {
+        int i = 0;
+#ifdef QGEMM_VNNI
+        /* the 32-bit form below, 16 lanes at a time */
         const __m512i rt = _mm512_set1_epi32((int)rowterm), round = _mm512_set1_epi64((int64_t)1 << 30);
         const __m512i lo = _mm512_set1_epi32(j->lo - j->zp), hi = _mm512_set1_epi32(j->hi - j->zp);
         const __m512i zp = _mm512_set1_epi32(j->zp), one = _mm512_set1_epi32(1);
-        for (int i = 0; i < nc; i += 16) {
+        for (; i < nc; i += 16) {
             __mmask16 m = nc - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nc - i)) - 1u);
             int64_t c = c0 + i;
             __m512i t = _mm512_sub_epi32(_mm512_add_epi32(_mm512_maskz_loadu_epi32(m, acc + i),
@@ -96,30 +145,47 @@ static void epilogue_row(const qjob *j, const int32_t *acc, int64_t r, int64_t c
             y = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(y, lo), hi), zp);
             _mm_mask_storeu_epi8((char *)j->out + base + i, m, _mm512_cvtepi32_epi8(y));
         }
-        return;
-    }
+#elif defined(QGEMM_AVX2)
+        /* the 32-bit form below, 8 lanes at a time (the rest one by one) */
+        const __m256i rt = _mm256_set1_epi32((int)rowterm), round = _mm256_set1_epi64x((int64_t)1 << 30);
+        const __m256i lo = _mm256_set1_epi32(j->lo - j->zp), hi = _mm256_set1_epi32(j->hi - j->zp);
+        const __m256i zp = _mm256_set1_epi32(j->zp), one = _mm256_set1_epi32(1);
+        for (; i + 8 <= nc; i += 8) {
+            int64_t c = c0 + i;
+            __m256i t = _mm256_sub_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(acc + i)),
+                                                          _mm256_loadu_si256((const __m256i *)(j->cb32 + c))), rt);
+            __m256i mult = _mm256_loadu_si256((const __m256i *)(j->mult32 + c));
+            __m256i r = _mm256_loadu_si256((const __m256i *)(j->right32 + c));
+            __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(t, mult), round);
+            __m256i po = _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(t, 32), _mm256_srli_epi64(mult, 32)), round);
+            __m256i y = _mm256_blend_epi32(_mm256_srli_epi64(pe, 31), _mm256_slli_epi64(po, 1), 0xaa);
+            __m256i mask = _mm256_sub_epi32(_mm256_sllv_epi32(one, r), one);
+            __m256i rem = _mm256_and_si256(y, mask);
+            __m256i thr = _mm256_sub_epi32(_mm256_srai_epi32(mask, 1), _mm256_srai_epi32(y, 31));
+            y = _mm256_srav_epi32(y, r);
+            y = _mm256_sub_epi32(y, _mm256_cmpgt_epi32(rem, thr)); /* + 1 where rem > thr */
+            y = _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(y, lo), hi), zp);
+            /* y is within the output type's range: the saturating packs keep every value */
+            __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1));
+            __m128i b8 = j->is_signed ? _mm_packs_epi16(w16, w16) : _mm_packus_epi16(w16, w16);
+            _mm_storel_epi64((__m128i *)((char *)j->out + base + i), b8);
+        }
 #endif
-    if (j->narrow) {
-        int32_t lo = j->lo - j->zp, hi = j->hi - j->zp, zp = j->zp;
-        int32_t res[NR_PANELS * QPANEL];
-        const int32_t *colc = j->colc + c0, *b32 = j->bias32 + c0, *m32 = j->mult32 + c0, *r32 = j->right32 + c0;
-        for (int i = 0; i < nc; i++) {
-            int32_t t = (int32_t)((uint32_t)acc[i] + (uint32_t)colc[i] - rowterm) + b32[i];
-            int64_t p = (int64_t)t * m32[i] + ((int64_t)1 << 30);
+        int32_t slo = j->lo - j->zp, shi = j->hi - j->zp;
+        for (; i < nc; i++) {
+            int64_t c = c0 + i;
+            int32_t t = (int32_t)((uint32_t)acc[i] + (uint32_t)j->colc[c] - rowterm) + j->bias32[c];
+            int64_t p = (int64_t)t * j->mult32[c] + ((int64_t)1 << 30);
             int32_t y = (int32_t)((uint64_t)p >> 31);
-            int32_t rr = r32[i];
+            int32_t rr = j->right32[c];
             int32_t mask = (int32_t)(((uint32_t)1 << rr) - 1u);
             int32_t rem = y & mask, thr = (mask >> 1) + (y < 0);
             y = (y >> rr) + (rem > thr);
-            y = y < lo ? lo : (y > hi ? hi : y);
-            res[i] = y + zp;
-        }
-        if (j->is_signed) {
-            int8_t *o = (int8_t *)j->out + base;
-            for (int i = 0; i < nc; i++) o[i] = (int8_t)res[i];
-        } else {
-            uint8_t *o = (uint8_t *)j->out + base;
-            for (int i = 0; i < nc; i++) o[i] = (uint8_t)res[i];
+            y = (y < slo ? slo : (y > shi ? shi : y)) + j->zp;
+            if (j->is_signed)
+                ((int8_t *)j->out)[base + i] = (int8_t)y;
+            else
+                ((uint8_t *)j->out)[base + i] = (uint8_t)y;
         }
         return;
     }
@@ -135,7 +201,33 @@ static void epilogue_row(const qjob *j, const int32_t *acc, int64_t r, int64_t c
     }
 }
 
-#ifdef __AVX512VNNI__
+#ifdef QGEMM_ON
+static inline int32_t ld32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* zw * (the row's sum of a as read) for rows r0 .. r1 of the task (0 when zw is 0). */
+static void row_terms(const qjob *j, int64_t r0, int64_t r1, uint32_t *rowterms) {
+    for (int64_t r = r0; r < r1; r++) {
+        uint32_t s = 0;
+        if (j->zw) {
+            const uint8_t *a = j->a + r * j->lda;
+            if (j->flip) { /* read as a ^ 0x80 = (int8) a + 128 */
+                int32_t t = 0;
+                for (int64_t kk = 0; kk < j->k; kk++) t += (int8_t)a[kk];
+                s = (uint32_t)t + 128u * (uint32_t)j->k;
+            } else {
+                for (int64_t kk = 0; kk < j->k; kk++) s += a[kk];
+            }
+        }
+        rowterms[r - r0] = s * (uint32_t)j->zw;
+    }
+}
+#endif
+
+#ifdef QGEMM_VNNI
 /* One k-step of the register block: row i's four bytes at a_i (as read: ^ flip) times panels' b_p. The
  * accumulators are named variables, not an array, so that they stay in registers; rows >= mr and
  * panels >= np are compiled out (mr, np are constants in every instantiation). */
@@ -165,17 +257,11 @@ static void epilogue_row(const qjob *j, const int32_t *acc, int64_t r, int64_t c
         if (np > 3) _mm512_storeu_si512((void *)(out + i * 64 + 48), c##i##3);                  \
     }
 
-static inline int32_t ld32(const uint8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 /* Rows r0 .. r0 + mr, panels p0 .. p0 + np: the register block, then its epilogue. */
 static inline __attribute__((always_inline)) void block(const qjob *j, int64_t r0, const int mr, int64_t p0,
                                                         const int np, const uint32_t *rowterms) {
     int64_t kq = (j->k + 3) / 4, pstride = kq * 64;
-    const int8_t *bp = j->bp + p0 * pstride;
+    const int8_t *bp = (const int8_t *)j->bp + p0 * pstride;
     const int64_t lda = j->lda;
     const uint8_t *a0 = j->a + r0 * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda, *a4 = a3 + lda,
                   *a5 = a4 + lda;
@@ -184,7 +270,7 @@ static inline __attribute__((always_inline)) void block(const qjob *j, int64_t r
 #define LOAD(i) ld32(a##i + 4 * q)
     for (int64_t q = 0; q < kq; q++) STEP(q);
 #undef LOAD
-    int32_t out[MR * NR_PANELS * QPANEL];
+    int32_t out[MR * GROUP_COLS];
     STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
     int64_t c0 = p0 * QPANEL;
     int nc = (int)((j->n - c0) < np * QPANEL ? (j->n - c0) : np * QPANEL);
@@ -206,22 +292,8 @@ static void qgemm_task(void *ctx, int64_t t) {
     int64_t p0 = g * NR_PANELS;
     int np = (int)(panels - p0 < NR_PANELS ? panels - p0 : NR_PANELS);
     int64_t r0 = rc * ROWS_PER_TASK, r1 = (rc + 1) * ROWS_PER_TASK < j->m ? (rc + 1) * ROWS_PER_TASK : j->m;
-    /* zw * (the row's sum of a as read), once per row of the task (0 when zw is 0). */
-    uint32_t rowterms[ROWS_PER_TASK] = {0};
-    if (j->zw) {
-        for (int64_t r = r0; r < r1; r++) {
-            const uint8_t *a = j->a + r * j->lda;
-            uint32_t s = 0;
-            if (j->flip) { /* read as a ^ 0x80 = (int8) a + 128 */
-                int32_t t = 0;
-                for (int64_t kk = 0; kk < j->k; kk++) t += (int8_t)a[kk];
-                s = (uint32_t)t + 128u * (uint32_t)j->k;
-            } else {
-                for (int64_t kk = 0; kk < j->k; kk++) s += a[kk];
-            }
-            rowterms[r - r0] = s * (uint32_t)j->zw;
-        }
-    }
+    uint32_t rowterms[ROWS_PER_TASK];
+    row_terms(j, r0, r1, rowterms);
     for (int64_t r = r0; r < r1; r += MR) {
         int mr = (int)(r1 - r < MR ? r1 - r : MR);
         const uint32_t *rt = rowterms + (r - r0);
@@ -237,15 +309,114 @@ static void qgemm_task(void *ctx, int64_t t) {
 }
 #endif
 
+#ifdef QGEMM_AVX2
+/* The AVX2 variant. A task's rows are taken MR at a time and widened to int16 (a ^ flip,
+ * zero-extended) QKC values of k at a time; for each such chunk every register block of the task's
+ * columns (2 panels: 16 columns) adds its products to the block's sums kept in acc [MR][GROUP_COLS].
+ * One k-pair step: row i's two int16 values broadcast as one 32-bit word times the panels' (k, k+1)
+ * pairs of 8 columns (vpmaddwd), added to the row's accumulators. Named accumulators (12) so that
+ * they stay in registers; rows >= mr and panels >= np are compiled out. */
+#define ROW2(i)                                                                                 \
+    if (mr > i) {                                                                               \
+        __m256i av = _mm256_set1_epi32(ld32(aw + i * QKC + 2 * q));                             \
+        c##i##0 = _mm256_add_epi32(c##i##0, _mm256_madd_epi16(av, b0));                         \
+        if (np > 1) c##i##1 = _mm256_add_epi32(c##i##1, _mm256_madd_epi16(av, b1));             \
+    }
+#define DECL2(i) __m256i c##i##0 = z, c##i##1 = z;
+#define LOAD2(i)                                                                                \
+    if (mr > i) {                                                                               \
+        c##i##0 = _mm256_loadu_si256((const __m256i *)(acc + i * GROUP_COLS));                  \
+        if (np > 1) c##i##1 = _mm256_loadu_si256((const __m256i *)(acc + i * GROUP_COLS + 8));  \
+    }
+#define STORE2(i)                                                                               \
+    if (mr > i) {                                                                               \
+        _mm256_storeu_si256((__m256i *)(acc + i * GROUP_COLS), c##i##0);                        \
+        if (np > 1) _mm256_storeu_si256((__m256i *)(acc + i * GROUP_COLS + 8), c##i##1);        \
+    }
+
+/* acc[i][0 .. 8 np) += sum over pairs q < nq of widened row i (aw + i * QKC) times panel b (and the
+ * next panel, pstride int16 further). */
+static inline __attribute__((always_inline)) void block2(const int16_t *aw, const int mr, const int16_t *b,
+                                                         int64_t pstride, const int np, int64_t nq, int32_t *acc) {
+    const __m256i z = _mm256_setzero_si256();
+    DECL2(0) DECL2(1) DECL2(2) DECL2(3) DECL2(4) DECL2(5)
+    LOAD2(0) LOAD2(1) LOAD2(2) LOAD2(3) LOAD2(4) LOAD2(5)
+    for (int64_t q = 0; q < nq; q++) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)(b + 16 * q)), b1 = b0;
+        if (np > 1) b1 = _mm256_loadu_si256((const __m256i *)(b + pstride + 16 * q));
+        ROW2(0) ROW2(1) ROW2(2) ROW2(3) ROW2(4) ROW2(5)
+    }
+    STORE2(0) STORE2(1) STORE2(2) STORE2(3) STORE2(4) STORE2(5)
+}
+
+/* kc bytes of src (^ flip) as int16 into dst, a zero after them when kc is odd (the pair's other half). */
+static inline void widen(const uint8_t *src, int64_t kc, uint8_t flip, int16_t *dst) {
+    const __m128i f = _mm_set1_epi8((char)flip);
+    int64_t i = 0;
+    for (; i + 16 <= kc; i += 16) {
+        __m128i v = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src + i)), f);
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_cvtepu8_epi16(v));
+    }
+    for (; i < kc; i++) dst[i] = (int16_t)(uint8_t)(src[i] ^ flip);
+    if (kc & 1) dst[kc] = 0;
+}
+
+#define BLOCK2_NP(mr)                                                       \
+    if (np == 2)                                                            \
+        block2(aw, mr, b, pstride, 2, nq, ac);                              \
+    else                                                                    \
+        block2(aw, mr, b, pstride, 1, nq, ac);
+
+static void qgemm_task(void *ctx, int64_t t) {
+    const qjob *j = ctx;
+    int64_t rc = t % j->row_chunks, g = t / j->row_chunks;
+    int64_t panels = (j->n + QPANEL - 1) / QPANEL;
+    int64_t p0 = g * (GROUP_COLS / QPANEL);
+    int gp = (int)(panels - p0 < GROUP_COLS / QPANEL ? panels - p0 : GROUP_COLS / QPANEL);
+    int64_t c0 = p0 * QPANEL;
+    int nc = (int)(j->n - c0 < GROUP_COLS ? j->n - c0 : GROUP_COLS);
+    int64_t r0 = rc * ROWS_PER_TASK, r1 = (rc + 1) * ROWS_PER_TASK < j->m ? (rc + 1) * ROWS_PER_TASK : j->m;
+    int64_t pstride = (j->k + 1) / 2 * 16; /* int16 per panel */
+    const int16_t *bpg = (const int16_t *)j->bp + p0 * pstride;
+    uint32_t rowterms[ROWS_PER_TASK];
+    row_terms(j, r0, r1, rowterms);
+    int16_t aw[MR * QKC];
+    int32_t acc[MR * GROUP_COLS];
+    for (int64_t r = r0; r < r1; r += MR) {
+        int mr = (int)(r1 - r < MR ? r1 - r : MR);
+        memset(acc, 0, sizeof(acc));
+        for (int64_t k0 = 0; k0 < j->k; k0 += QKC) {
+            int64_t kc = j->k - k0 < QKC ? j->k - k0 : QKC, nq = (kc + 1) / 2;
+            for (int i = 0; i < mr; i++) widen(j->a + (r + i) * j->lda + k0, kc, (uint8_t)j->flip, aw + i * QKC);
+            for (int pp = 0; pp < gp; pp += NR_PANELS) {
+                int np = gp - pp < NR_PANELS ? gp - pp : NR_PANELS;
+                const int16_t *b = bpg + pp * pstride + k0 / 2 * 16;
+                int32_t *ac = acc + pp * QPANEL;
+                switch (mr) {
+                case 6: BLOCK2_NP(6); break;
+                case 5: BLOCK2_NP(5); break;
+                case 4: BLOCK2_NP(4); break;
+                case 3: BLOCK2_NP(3); break;
+                case 2: BLOCK2_NP(2); break;
+                default: BLOCK2_NP(1); break;
+                }
+            }
+        }
+        for (int i = 0; i < mr; i++) epilogue_row(j, acc + i * GROUP_COLS, r + i, c0, nc, rowterms[r - r0 + i]);
+    }
+}
+#endif
+
 /* out[m, n] = requantize(sum_k (a - zx)(w' - zw) + bias) for 8-bit a [m, lda] (a_signed: read as
- * a + 128; lda >= k rounded up to a multiple of 4, the bytes past k of each row read but multiplied
- * by the packed weights' zeros), w' packed by mk_qgemm_pack, colc[n] the column terms (module comment). 0; -1 when out
- * of memory; -2 without VNNI, for k > QGEMM_MAX_K or a too short lda (nothing written). */
-int mk_qgemm_requant(const void *a, int64_t lda, int a_signed, const int8_t *bp, const int32_t *colc, int32_t zw,
+ * a + 128; lda >= mk_qgemm_row_stride(k), any bytes past k of each row read but multiplied by the
+ * packed weights' zeros), w' packed by mk_qgemm_pack, colc[n] the column terms (module comment). 0; -1
+ * when out of memory; -2 without VNNI or AVX2, for k > QGEMM_MAX_K or a too short lda (nothing
+ * written). */
+int mk_qgemm_requant(const void *a, int64_t lda, int a_signed, const void *bp, const int32_t *colc, int32_t zw,
                      int64_t m, int64_t n, int64_t k, const int64_t *bias, const int64_t *mult, const int64_t *left,
                      const int64_t *right, int64_t zp, int64_t lo, int64_t hi, int is_signed, void *out) {
-#ifdef __AVX512VNNI__
-    if (k < 1 || k > QGEMM_MAX_K || lda < (k + 3) / 4 * 4) return -2;
+#ifdef QGEMM_ON
+    if (k < 1 || k > QGEMM_MAX_K || lda < mk_qgemm_row_stride(k)) return -2;
     if (m <= 0 || n <= 0) return 0;
     int32_t *b32 = malloc(sizeof(int32_t) * (size_t)n * 4);
     if (!b32) return -1;
@@ -264,7 +435,7 @@ int mk_qgemm_requant(const void *a, int64_t lda, int a_signed, const int8_t *bp,
     qjob job = {a, lda, m, n, k, a_signed ? 0x80808080u : 0u, bp, colc, zw, bias, mult, left, right,
                 b32, m32, r32, cb32, narrow, (int32_t)zp, (int32_t)lo, (int32_t)hi, is_signed, out,
                 (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK};
-    int64_t groups = ((n + QPANEL - 1) / QPANEL + NR_PANELS - 1) / NR_PANELS;
+    int64_t groups = (n + GROUP_COLS - 1) / GROUP_COLS;
     int64_t ntasks = job.row_chunks * groups;
     int nt = mk_threads();
     if (m * n * k < PARALLEL_QGEMM) nt = 1;

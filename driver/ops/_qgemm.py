@@ -1,11 +1,13 @@
-"""The exact 8-bit GEMM of driver/native/qgemm_kernels.c (AVX512-VNNI) for quantized CONV_2D and FULLY_CONNECTED.
+"""The exact 8-bit GEMM of driver/native/qgemm_kernels.c for quantized CONV_2D and FULLY_CONNECTED.
 
-Used when the compiled kernels are loaded, were built for a processor with AVX512-VNNI, the weights
-are constant and K <= 33025 (every centred sum then fits int32, see the C file); otherwise the
-callers keep the float32 path of `_fast`. The weights are stored at prepare as signed bytes w' with
-a zero point zw such that w' - zw equals the centred weights w - zp_w exactly (zw = 0 when the
-centred weights fit int8, as per-channel and most signed filters do), packed in the VNNI layout;
-the input's zero point enters through per-column constants computed here in exact integers.
+Used when the compiled kernels are loaded, were built for a processor with AVX512-VNNI (vpdpbusd) or
+AVX2 (16-bit products by vpmaddwd), the weights are constant and K <= 33025 (every centred sum then
+fits int32, see the C file); otherwise the callers keep the float32 path of `_fast`. The weights are
+stored at prepare as signed bytes w' with a zero point zw such that w' - zw equals the centred
+weights w - zp_w exactly (zw = 0 when the centred weights fit int8, as per-channel and most signed
+filters do), packed by the C side in the layout of the variant it was compiled with (its size and
+the input rows' stride come from mk_qgemm_packed_bytes and mk_qgemm_row_stride, nothing here assumes
+them); the input's zero point enters through per-column constants computed here in exact integers.
 Results are bit-identical to the float path's (both compute the exact integer sum and requantize
 it the same way). MLTS_DRIVER_QGEMM=0 in the driver's environment turns the integer GEMM off (to
 compare the two paths); MLTS_DRIVER_NATIVE=0 turns it off with every compiled kernel. The functions
@@ -22,11 +24,9 @@ import numpy as np
 from driver import native
 from driver.native.layout import QGEMM_MAX_K
 
-PANEL = 16
-
 
 def _lib() -> Any:
-    """The compiled kernels when they hold the VNNI GEMM and it is not turned off, else None."""
+    """The compiled kernels when they hold the integer GEMM and it is not turned off, else None."""
     if os.environ.get("MLTS_DRIVER_QGEMM", "1") == "0" or not native.has_qgemm():
         return None
     return native.LIB
@@ -42,8 +42,9 @@ def available(k: int) -> bool:
 
 
 def row_stride(k: int) -> int:
-    """The bytes per input row the kernel reads for sums of k products: k rounded up to a multiple of 4."""
-    return -(-k // 4) * 4
+    """The bytes per input row the kernel reads for sums of k products (the C side's
+    mk_qgemm_row_stride: k rounded up to a multiple of 4 for VNNI, k for AVX2); only while available(k)."""
+    return int(_LIB.mk_qgemm_row_stride(k))
 
 
 def _wrap32(v: np.ndarray) -> np.ndarray:
@@ -69,7 +70,7 @@ class QWeights:
         zw = 0 if lo >= -128 and hi <= 127 else -128 - lo
         w8 = np.ascontiguousarray(ci + zw, dtype=np.int8)  # w' = centred + zw in [-128, 127]
         self.k, self.n, self.zw, self.signed = k, n, zw, int(input_signed)
-        self.panels: np.ndarray = np.zeros((-(-n // PANEL), -(-k // 4) * 64), dtype=np.int8)
+        self.panels: np.ndarray = np.zeros(int(_LIB.mk_qgemm_packed_bytes(k, n)), dtype=np.int8)
         self.panels_ptr = self.panels.ctypes.data
         if w8.size:
             _LIB.mk_qgemm_pack(w8.ctypes.data, k, n, self.panels_ptr)

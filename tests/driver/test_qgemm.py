@@ -1,21 +1,26 @@
-"""The exact integer GEMM (driver/native/qgemm_kernels.c, AVX512-VNNI) against an int64 NumPy reference.
+"""The exact integer GEMM (driver/native/qgemm_kernels.c, AVX512-VNNI or AVX2) against an int64 NumPy reference.
 
-Each case draws 8-bit inputs and centred weights, runs the compiled integer GEMM through _fast.fc_q8 /
-conv_q8 with _qgemm.QWeights, and compares every output byte with the exact int64 sum requantized by
-_qconv.requantize (NumPy). Skipped where the library has no VNNI build.
+Each case draws 8-bit inputs and centred weights, runs the compiled integer GEMM (the variant the
+library was built with) through _fast.fc_q8 / conv_q8 or _qgemm.gemm_requant with _qgemm.QWeights, and
+compares every output byte with the exact int64 sum requantized by _qconv.requantize (NumPy). Skipped
+where the library has no integer GEMM (neither VNNI nor AVX2 at build time).
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from driver import native
 from driver.ops import _fast, _qgemm
 from driver.ops._qconv import QuantConv, requantize
 from driver.ops._window import EXPLICIT, Window
 from mlts.hal.enums import OperandType
 
-pytestmark = pytest.mark.skipif(not _qgemm.available(1), reason="no compiled VNNI integer GEMM")
+pytestmark = pytest.mark.skipif(not _qgemm.available(1), reason="no compiled integer GEMM")
 
 U8, S8 = OperandType.TENSOR_QUANT8_ASYMM, OperandType.TENSOR_QUANT8_ASYMM_SIGNED
 
@@ -103,3 +108,124 @@ def test_conv_matches_int64_reference(signed: bool, kh: int, kw: int, stride: in
             ]
     want = _reference(cols.reshape(-1, kh * kw * c), zp_x, centred, bias, q)
     np.testing.assert_array_equal(got.reshape(-1, cout), want)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def test_available_on_avx2_and_vnni_hosts() -> None:
+    """The library is built with -march=native: on a processor with AVX2 or AVX512-VNNI the integer GEMM
+    is there, its rows are at least K bytes and the packed weights hold every (k, column) pair."""
+    flags = _cpu_flags()
+    if not flags & {"avx2", "avx512_vnni"} or os.environ.get("MLTS_DRIVER_QGEMM", "1") == "0":
+        pytest.skip("no AVX2 on this processor, or the integer GEMM turned off")
+    assert native.has_qgemm() and _qgemm.available(1) and _qgemm.available(_qgemm.MAX_K)
+    assert not _qgemm.available(_qgemm.MAX_K + 1) and not _qgemm.available(0)
+    for k in (1, 2, 3, 4, 5, 33, 1024, 1025, _qgemm.MAX_K):
+        assert k <= _qgemm.row_stride(k) <= k + 3
+        for n in (1, 7, 8, 9, 16, 17, 65):
+            size = int(native.LIB.mk_qgemm_packed_bytes(k, n))
+            assert k * n <= size <= (k + 3) * (n + 15) * 2
+
+
+def _run(
+    x: np.ndarray, lda: int, zp_x: int, centred: np.ndarray, bias: np.ndarray, q: QuantConv
+) -> np.ndarray:
+    """The compiled GEMM on x [m, k] laid out with row stride lda (junk bytes past k)."""
+    m, k = x.shape
+    n = centred.shape[1]
+    signed = x.dtype == np.int8
+    rows = np.random.default_rng(lda).integers(0, 256, size=(m, lda)).astype(np.uint8)
+    rows[:, :k] = x.view(np.uint8)
+    w = _qgemm.QWeights(centred, zp_x, signed)
+    rq = _fast.requant_params(bias, q, n)
+    y = np.zeros((m, n), dtype=rq.dtype)
+    _qgemm.gemm_requant(rows.ctypes.data, lda, m, w, rq, y.ctypes.data)
+    return y
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_shapes_and_extreme_zero_points(signed: bool) -> None:
+    """K odd, K = 1, K across the widening chunks (1024), n not a multiple of 8 or 16, m not a multiple
+    of the register block's 6 rows nor of a task's 48, the input's and the filter's extreme zero points;
+    rows longer than the kernel's stride with junk past K."""
+    rng = np.random.default_rng(36 + int(signed))
+    dtype = np.int8 if signed else np.uint8
+    info = np.iinfo(dtype)
+    shapes = [(1, 1, 1), (7, 1, 9), (5, 2, 8), (6, 3, 7), (13, 15, 17), (49, 16, 16), (11, 17, 65),
+              (97, 31, 130), (8, 1023, 24), (3, 1024, 9), (20, 1025, 33), (4, 2049, 15), (130, 600, 110)]  # fmt: skip
+    for i, (m, k, n) in enumerate(shapes):
+        for zp_x in (info.min, info.max, int(rng.integers(info.min, info.max + 1))):
+            zp_w = (0, 255, int(rng.integers(0, 256)))[i % 3]  # a uint8 filter: centred spans up to 255
+            centred = (rng.integers(0, 256, size=(k, n)) - zp_w).astype(np.float32)
+            x = rng.integers(info.min, info.max + 1, size=(m, k)).astype(dtype)
+            x[0] = info.max if zp_x == info.min else info.min  # the row farthest from the zero point
+            wide = i % 2 == 1
+            _, _, bias = _case(rng, k, n, signed, "u8", wide)
+            q = _quant(rng, n, signed, i % 4 < 2, wide)
+            want = _reference(x, zp_x, centred, bias, q)
+            for lda in (_qgemm.row_stride(k), _qgemm.row_stride(k) + 5):
+                got = _run(x, lda, zp_x, centred, bias, q)
+                np.testing.assert_array_equal(got, want, err_msg=f"m={m} k={k} n={n} zp_x={zp_x} lda={lda}")
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_largest_k_sums_are_exact(signed: bool) -> None:
+    """K = MAX_K with every product at its largest magnitude: the sums reach ±K * 255 * 255, just below
+    2^31, and must come out exact (the requantization then shows any wrap)."""
+    k, n, m = _qgemm.MAX_K, 11, 7
+    assert k * 255 * 255 < 2**31 <= (k + 1) * 255 * 255
+    dtype = np.int8 if signed else np.uint8
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(7 + int(signed))
+    zp_x = info.min
+    x = np.full((m, k), info.max, dtype=dtype)  # x - zp_x = 255 everywhere
+    x[1] = info.min  # 0
+    x[2:] = rng.integers(info.min, info.max + 1, size=(m - 2, k))
+    for zp_w in (0, 255):  # a uint8 filter: every centred weight 255 - 0, or 0 - 255, in column 0
+        centred = (rng.integers(0, 256, size=(k, n)) - zp_w).astype(np.float32)
+        centred[:, 0] = 255 - 2 * zp_w
+        acc = (x.astype(np.int64) - zp_x) @ centred.astype(np.int64)
+        assert acc[0, 0] == (k if zp_w == 0 else -k) * 255 * 255
+        for wide in (False, True):
+            bias = np.zeros(n, dtype=np.int64) if not wide else rng.integers(-(2**31), 2**31, size=n)
+            shift = np.int64(-24 if not wide else -20)
+            q = QuantConv(0, 0, np.int64(2**30 + 12345), shift, 3, -128, 127, S8)
+            want = requantize(acc, bias, q)
+            if not wide:  # the extreme sum is not clamped: a wrapped sum would show
+                assert -128 < want[0, 0] < 127
+            got = _run(x, _qgemm.row_stride(k), zp_x, centred, bias, q)
+            np.testing.assert_array_equal(got, want, err_msg=f"zp_w={zp_w} wide={wide}")
+
+
+def test_refuses_what_it_cannot_sum_exactly() -> None:
+    """K past MAX_K, K < 1 and rows shorter than the kernel's stride are refused (-2), nothing written."""
+    lib = native.LIB
+    k, n, m = 5, 3, 2
+    w = _qgemm.QWeights(np.ones((k, n), dtype=np.float32), 0, False)
+    rq = _fast.requant_params(
+        np.zeros(n, dtype=np.int64), _quant(np.random.default_rng(1), n, False, False, False), n
+    )
+    a = np.zeros((m, _qgemm.MAX_K + 8), dtype=np.uint8)
+    y = np.full((m, n), 77, dtype=np.uint8)
+
+    def call(lda: int, kk: int) -> int:
+        return lib.mk_qgemm_requant(
+            a.ctypes.data, lda, 0, w.panels_ptr, w.colc_ptr, 0, m, n, kk, rq.bias.ptr, rq.mult.ptr, rq.left.ptr,
+            rq.right.ptr, rq.zp, rq.lo, rq.hi, 0, y.ctypes.data,
+        )  # fmt: skip
+
+    assert call(_qgemm.row_stride(_qgemm.MAX_K + 1), _qgemm.MAX_K + 1) == -2
+    assert call(8, 0) == -2
+    assert call(_qgemm.row_stride(k) - 1, k) == -2
+    assert (y == 77).all()
+    assert call(_qgemm.row_stride(k), k) == 0
+    assert not (y == 77).all()
