@@ -116,6 +116,7 @@ typedef struct {
     int64_t row_chunks;
 } qjob;
 
+#ifdef QGEMM_ON
 /* mbqm: requant.h */
 
 /* Row r's centred sums acc[0 .. nc) of columns c0.. (int32 modulo 2^32) plus the bias, requantized. */
@@ -201,13 +202,13 @@ static void epilogue_row(const qjob *j, const int32_t *acc, int64_t r, int64_t c
     }
 }
 
-#ifdef QGEMM_ON
 static inline int32_t ld32(const void *p) {
     int32_t v;
     memcpy(&v, p, 4);
     return v;
 }
 
+#ifdef QGEMM_VNNI
 /* zw * (the row's sum of a as read) for rows r0 .. r1 of the task (0 when zw is 0). */
 static void row_terms(const qjob *j, int64_t r0, int64_t r1, uint32_t *rowterms) {
     for (int64_t r = r0; r < r1; r++) {
@@ -225,6 +226,7 @@ static void row_terms(const qjob *j, int64_t r0, int64_t r1, uint32_t *rowterms)
         rowterms[r - r0] = s * (uint32_t)j->zw;
     }
 }
+#endif
 #endif
 
 #ifdef QGEMM_VNNI
@@ -311,7 +313,7 @@ static void qgemm_task(void *ctx, int64_t t) {
 
 #ifdef QGEMM_AVX2
 /* The AVX2 variant. A task's rows are taken MR at a time and widened to int16 (a ^ flip,
- * zero-extended) QKC values of k at a time; for each such chunk every register block of the task's
+ * zero-extended) QKC values of k at a time, their row sums formed on the way (psadbw); for each such chunk every register block of the task's
  * columns (2 panels: 16 columns) adds its products to the block's sums kept in acc [MR][GROUP_COLS].
  * One k-pair step: row i's two int16 values broadcast as one 32-bit word times the panels' (k, k+1)
  * pairs of 8 columns (vpmaddwd), added to the row's accumulators. Named accumulators (12) so that
@@ -349,16 +351,25 @@ static inline __attribute__((always_inline)) void block2(const int16_t *aw, cons
     STORE2(0) STORE2(1) STORE2(2) STORE2(3) STORE2(4) STORE2(5)
 }
 
-/* kc bytes of src (^ flip) as int16 into dst, a zero after them when kc is odd (the pair's other half). */
-static inline void widen(const uint8_t *src, int64_t kc, uint8_t flip, int16_t *dst) {
-    const __m128i f = _mm_set1_epi8((char)flip);
+/* kc bytes of src (^ flip) as int16 into dst, a zero after them when kc is odd (the pair's other half);
+ * returns their sum (the row sum of a as read, for the row term). */
+static inline uint32_t widen(const uint8_t *src, int64_t kc, uint8_t flip, int16_t *dst) {
+    const __m128i f = _mm_set1_epi8((char)flip), z = _mm_setzero_si128();
+    __m128i sum = z;
     int64_t i = 0;
     for (; i + 16 <= kc; i += 16) {
         __m128i v = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src + i)), f);
         _mm256_storeu_si256((__m256i *)(dst + i), _mm256_cvtepu8_epi16(v));
+        sum = _mm_add_epi64(sum, _mm_sad_epu8(v, z)); /* two sums of 8 bytes */
     }
-    for (; i < kc; i++) dst[i] = (int16_t)(uint8_t)(src[i] ^ flip);
+    uint32_t s = (uint32_t)(_mm_cvtsi128_si64(sum) + _mm_extract_epi64(sum, 1));
+    for (; i < kc; i++) {
+        uint8_t v = (uint8_t)(src[i] ^ flip);
+        dst[i] = (int16_t)v;
+        s += v;
+    }
     if (kc & 1) dst[kc] = 0;
+    return s;
 }
 
 #define BLOCK2_NP(mr)                                                       \
@@ -378,16 +389,16 @@ static void qgemm_task(void *ctx, int64_t t) {
     int64_t r0 = rc * ROWS_PER_TASK, r1 = (rc + 1) * ROWS_PER_TASK < j->m ? (rc + 1) * ROWS_PER_TASK : j->m;
     int64_t pstride = (j->k + 1) / 2 * 16; /* int16 per panel */
     const int16_t *bpg = (const int16_t *)j->bp + p0 * pstride;
-    uint32_t rowterms[ROWS_PER_TASK];
-    row_terms(j, r0, r1, rowterms);
     int16_t aw[MR * QKC];
     int32_t acc[MR * GROUP_COLS];
     for (int64_t r = r0; r < r1; r += MR) {
         int mr = (int)(r1 - r < MR ? r1 - r : MR);
+        uint32_t rowsum[MR] = {0}; /* of a as read: zw * rowsum is the row term */
         memset(acc, 0, sizeof(acc));
         for (int64_t k0 = 0; k0 < j->k; k0 += QKC) {
             int64_t kc = j->k - k0 < QKC ? j->k - k0 : QKC, nq = (kc + 1) / 2;
-            for (int i = 0; i < mr; i++) widen(j->a + (r + i) * j->lda + k0, kc, (uint8_t)j->flip, aw + i * QKC);
+            for (int i = 0; i < mr; i++)
+                rowsum[i] += widen(j->a + (r + i) * j->lda + k0, kc, (uint8_t)j->flip, aw + i * QKC);
             for (int pp = 0; pp < gp; pp += NR_PANELS) {
                 int np = gp - pp < NR_PANELS ? gp - pp : NR_PANELS;
                 const int16_t *b = bpg + pp * pstride + k0 / 2 * 16;
@@ -402,7 +413,8 @@ static void qgemm_task(void *ctx, int64_t t) {
                 }
             }
         }
-        for (int i = 0; i < mr; i++) epilogue_row(j, acc + i * GROUP_COLS, r + i, c0, nc, rowterms[r - r0 + i]);
+        for (int i = 0; i < mr; i++)
+            epilogue_row(j, acc + i * GROUP_COLS, r + i, c0, nc, rowsum[i] * (uint32_t)j->zw);
     }
 }
 #endif
