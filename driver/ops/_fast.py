@@ -368,7 +368,7 @@ def conv_q8(
     signed = int(x.dtype == np.int8)
     y = output((n, g.out_h, g.out_w, out_c), rq.dtype)
     pointwise = g.k_h == g.k_w == g.stride_h == g.stride_w == 1 and not g.padded
-    if isinstance(w, _qgemm.QWeights):  # the exact integer GEMM (VNNI) on the raw bytes
+    if isinstance(w, _qgemm.QWeights):  # the exact integer GEMM (VNNI or AVX2) on the raw bytes
         if pointwise:
             _qgemm_rows(x.reshape(rows, c), xp, w, rq, address(y))
             return y
@@ -403,7 +403,7 @@ def fc_q8(x2: np.ndarray, zp_x: int, w: Const | _qgemm.QWeights, rq: Requant) ->
     integer GEMM for w a _qgemm.QWeights)."""
     x2, xp = _x(x2)
     rows, size = x2.shape
-    if isinstance(w, _qgemm.QWeights):  # the exact integer GEMM (VNNI) on the raw bytes
+    if isinstance(w, _qgemm.QWeights):  # the exact integer GEMM (VNNI or AVX2) on the raw bytes
         y = output((rows, w.n), rq.dtype)
         _qgemm_rows(x2, xp, w, rq, address(y))
         return y
