@@ -5,8 +5,9 @@ output is nearly all zeros, which would hide a difference upstream).
 
 NNAPI's 8-bit arithmetic is exact (int32 sums, one rounding in the requantization), so the compiled
 integer GEMM (AVX512-VNNI or AVX2, whichever the library was built for), the compiled float32-staged
-path (MLTS_DRIVER_QGEMM=0) and the NumPy path (MLTS_DRIVER_NATIVE=0) must agree on every output byte, not only within a tolerance. Each path runs
-in its own private driver service, so each reads its own environment at start.
+path (MLTS_DRIVER_QGEMM=0) and the NumPy path (MLTS_DRIVER_NATIVE=0) must agree on every output byte,
+not only within a tolerance. Each path runs in its own private driver service, so each reads its own
+environment at start.
 """
 
 from __future__ import annotations
