@@ -15,6 +15,7 @@ After either, every call fails fast with the same error.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +31,12 @@ from mlts.runtime.keepalive import KeepAlive
 _LIVENESS_POLL_S = 0.05
 # A frame the driver started must be complete within this many seconds.
 _PARTIAL_FRAME_S = 10.0
+_MAX_U32 = compact_calls.MAX_U32
+_DONTWAIT = int(socket.MSG_DONTWAIT)
+# What `wire.compact_frame_bytes` packs, for `send_call`.
+_FIXED_PACK = wire.FIXED_HEADER.pack
+_MAGIC_COMPACT = wire.MAGIC_COMPACT
+_MAJOR, _MINOR = wire.PROTOCOL_VERSION
 
 
 class Endpoint(Protocol):
@@ -61,6 +68,9 @@ class Slot:
     reply: dict[str, Any] | None = None
     fds: tuple[int, ...] = ()
     notified: bool = False
+
+    def has_reply(self) -> bool:
+        return self.reply is not None
 
 
 class ServiceConnection:
@@ -179,6 +189,58 @@ class ServiceConnection:
             raise
         return slot
 
+    def send_call(
+        self,
+        method: str,
+        made: compact_calls.RequestTemplate,
+        code: int,
+        prepared: int,
+        measure: int,
+        deadline: int | None,
+        loop_timeout: int | None,
+        timeout: float = 60.0,
+    ) -> Slot | None:
+        """`send_compact` of the call `made.call(code, id, ...)` with no fds and no completion: the same
+        steps, inlined for the synchronous path. Call with `send_lock` held."""
+        dead = self.dead
+        if dead is not None:
+            raise HalError(dead.status, dead.message)
+        lock = self._lock
+        lock.acquire()
+        try:
+            msg_id = self._next_id
+            if msg_id > _MAX_U32:
+                return None
+            self._next_id = msg_id + 1
+            slot = Slot(msg_id, method)
+            self._slots[msg_id] = slot
+        finally:
+            lock.release()
+        self.last_sent = time.monotonic()
+        try:
+            body = made.call(code, msg_id, prepared, measure, deadline, loop_timeout)
+            if len(body) <= wire.MAX_HEADER_BYTES:
+                data = _FIXED_PACK(_MAGIC_COMPACT, _MAJOR, _MINOR, len(body), 0) + body
+            else:
+                data = wire.compact_frame_bytes(body)  # raises: too long
+            # The usual case, `wire.send_data` inlined: the frame fits in the socket's buffer at once.
+            try:
+                sent = self.sock.send(data, _DONTWAIT)
+            except BlockingIOError:
+                sent = 0
+            if sent != len(data):
+                wire.send_data(self.sock, data[sent:], (), timeout)
+        except TimeoutError:
+            self.forget(slot)
+            raise self.hung(method, timeout) from None
+        except OSError:
+            self.forget(slot)
+            raise self._died(method) from None
+        except BaseException:
+            self.forget(slot)
+            raise
+        return slot
+
     def forget(self, slot: Slot) -> None:
         """Stop waiting for `slot`'s reply (a reply that comes later is dropped)."""
         with self._lock:
@@ -188,8 +250,25 @@ class ServiceConnection:
 
     def wait_reply(self, slot: Slot, timeout: float) -> dict[str, Any]:
         """The reply message of `slot`; a timeout stops the endpoint (the driver is taken as hung)."""
+        # The usual case, `pump` inlined: no other thread reads, so this one reads until its reply is in.
+        lock = self._lock
+        lock.acquire()
+        alone = slot.reply is None and not self._reading and self.dead is None
+        if alone:
+            self._reading = True
+        lock.release()
         try:
-            self.pump(lambda: slot.reply is not None, time.monotonic() + timeout, slot.method)
+            if alone:
+                try:
+                    self._read_until(slot.has_reply, time.monotonic() + timeout, slot.method)
+                finally:
+                    lock.acquire()
+                    self._reading = False
+                    if self._waiters:
+                        self._cond.notify_all()
+                    lock.release()
+            if slot.reply is None:
+                self.pump(slot.has_reply, time.monotonic() + timeout, slot.method)
         except _Timeout:
             self.forget(slot)
             raise self.hung(slot.method, timeout) from None

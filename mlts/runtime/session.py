@@ -28,6 +28,8 @@ ALIGNMENT = 64
 #: Layouts naming driver buffers a Session keeps (by their tokens), the most recent ones.
 MAX_TOKEN_LAYOUTS = 8
 _PAGE = 4096
+# The paths `_execute` calls directly (compared by identity: `mode` is parsed into a member).
+_SYNC, _BURST = ExecutionMode.SYNC, ExecutionMode.BURST
 
 
 def _align(n: int, to: int = ALIGNMENT) -> int:
@@ -181,12 +183,16 @@ class Session:
 
         measure, mode, loop_timeout = self.measure, self.mode, self.loop_timeout_ns
         qos = self.qos
-        if mode == ExecutionMode.BURST and qos.deadline_ms is None:
-            # This thread's burst of the model, remembered here: what `execute` would look up per run.
-            burst = self._burst
-            if burst is None or burst[0] != get_ident() or getattr(burst[1], "closed", False):
-                burst = self._burst = (get_ident(), burst_for(prepared))
-            run = burst[1].execute
+        if qos.deadline_ms is None and (mode is _SYNC or mode is _BURST):
+            if mode is _SYNC:
+                # What `execute` would call, called directly.
+                run = prepared.executeSynchronously
+            else:
+                # This thread's burst of the model, remembered here: what `execute` would look up per run.
+                burst = self._burst
+                if burst is None or burst[0] != get_ident() or getattr(burst[1], "closed", False):
+                    burst = self._burst = (get_ident(), burst_for(prepared))
+                run = burst[1].execute
             try:
                 return run(request, measure, None, loop_timeout)
             except HalError as e:
