@@ -264,7 +264,7 @@ class ServiceConnection:
         try:
             if alone:
                 try:
-                    self._read_until(slot.has_reply, time.monotonic() + timeout, slot.method)
+                    self._read_reply(slot, time.monotonic() + timeout)
                 finally:
                     lock.acquire()
                     self._reading = False
@@ -373,6 +373,87 @@ class ServiceConnection:
                 self._stop(f"driver {self.name!r}: {method} was interrupted")
                 raise
             self._dispatch(frame)
+
+    def _read_reply(self, slot: Slot, deadline: float) -> None:
+        """`_read_until(slot.has_reply, deadline, slot.method)` for the lone reader, without its
+        closures; its own compact reply is taken as `_dispatch` would take it, without the detour."""
+        sock = self.sock
+        method = slot.method
+        polling = self._polling
+        readable = self._readable
+        partial_wait = self._partial_wait
+        lock = self._lock
+        while slot.reply is None:
+            if self.dead is not None:
+                return
+            try:
+                # The first bytes of the next frame: polled for briefly, then waited for.
+                if not polling.poll(readable):
+                    try:
+                        self._block(deadline)
+                    finally:
+                        polling.waited()
+                frame = wire.recv_frame(sock, partial_wait)
+            except _Timeout:
+                raise
+            except (wire.ConnectionClosed, OSError):
+                raise self._died(method) from None
+            except wire.WireError as e:
+                raise self._stop(f"driver {self.name!r} sent a bad frame during {method} ({e})") from None
+            except BaseException:
+                # Interrupted mid-call (e.g. Ctrl-C): replies would arrive out of step later.
+                self._stop(f"driver {self.name!r}: {method} was interrupted")
+                raise
+            body = frame.compact
+            if body is not None and len(body) >= _ANSWER_SIZE and not frame.fds:
+                tag, msg_id = _ANSWER_UNPACK(body)
+                if msg_id == slot.id and tag != _COMPLETE and tag != _FENCED_DONE:
+                    lock.acquire()
+                    try:
+                        if self._slots.get(msg_id) is slot:
+                            slot.reply = {
+                                "kind": "reply",
+                                "id": msg_id,
+                                "ok": True,
+                                "compact": body,
+                                "tag": tag,
+                            }
+                            if slot.on_notify is None:
+                                del self._slots[msg_id]
+                            if self._waiters:
+                                self._cond.notify_all()
+                            continue
+                    finally:
+                        lock.release()
+            self._dispatch(frame)
+
+    def _block(self, deadline: float) -> None:
+        """Wait for the socket to be readable until `deadline` (_Timeout), checking the driver's
+        liveness every _LIVENESS_POLL_S (ConnectionClosed when it ended)."""
+        readable = self._readable
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                raise _Timeout
+            if readable(max(0.0, min(deadline - now, _LIVENESS_POLL_S))):
+                return
+            if not self.endpoint.alive():
+                raise wire.ConnectionClosed()
+
+    def _partial_wait(self, partial: bool) -> None:
+        """`recv_frame`'s wait for `_read_reply`: nothing before a frame (the reader waited already);
+        within one, its rest for up to _PARTIAL_FRAME_S, never abandoned earlier (the stream would be
+        out of step)."""
+        if not partial:
+            return
+        frame_limit = time.monotonic() + _PARTIAL_FRAME_S
+        while True:
+            if time.monotonic() >= frame_limit:
+                raise wire.WireError(f"frame not completed within {_PARTIAL_FRAME_S} s", fatal=True)
+            if self._readable(_LIVENESS_POLL_S):
+                return
+            if not self.endpoint.alive():
+                raise wire.ConnectionClosed()
 
     def _dispatch(self, frame: wire.Frame) -> None:
         message = frame.message
