@@ -1,8 +1,8 @@
 """Median latency of the sample driver and of onnxruntime on the same inputs and thread count, and their ratio.
 
-usage: python benchmarks/driver_vs_onnxruntime.py [--threads N] [--warmup S] [--duration S]
+usage: python benchmarks/driver_vs_onnxruntime.py [--threads N[,N...]] [--warmup S] [--duration S]
        [--iterations N] [--images N] [--sequences N] [--execution PATH[,PATH...]] [--compilation] [--in-process]
-       [--profile] [MODEL ...]
+       [--profile] [--no-memory] [MODEL ...]
 
 Both backends see the same procedural images; each timed iteration is the wall
 clock around one whole execution call (for the driver: request into shared
@@ -35,6 +35,28 @@ sequence (states carried, for at least --duration / 2 seconds and 5 steps) are
 run once more with per-operation times on: the driver's own times per
 operation (median µs over the steps) next to onnxruntime's profiler's time for
 the ONNX node each operation was converted from.
+
+Memory (unless --no-memory), one line per model after its rows:
+`  memory: driver service peak X MiB (+Y over idle), onnxruntime process peak Z MiB (+W over idle)`.
+Every model gets a fresh private driver service, so the service's VmHWM (the
+kernel's high-water mark of its resident set, /proc/PID/status) read after the
+model's runs is that model's peak: its preparation, compilation timings and
+every execution path; "idle" is the service's VmRSS before the model was
+prepared (Python, NumPy and the driver's code). onnxruntime is measured in a
+child process of its own, since in this process its memory cannot be told
+from the client's (the images, the converter, the reference outputs): the
+child imports NumPy and onnxruntime (its idle VmRSS), creates a session of the
+same ONNX file with the same thread options as the reference, runs it 5 times
+on random inputs of the model's input shapes (a symbolic dimension is 1) and
+reports its VmHWM. Both figures are whole processes, interpreter included; the
+"over idle" ones are what the model costs each backend. With a driver reached
+through a shared service (a socket) or --in-process the driver's figure is "-".
+
+Threads: --threads takes one count or several, comma-separated (e.g. 1,2);
+each count runs the whole table (header and rows as for one), and when several
+were measured a last table gives, per model and execution path, the driver's
+own speed-up from the smallest count to each other (its median at the smallest
+÷ its median at that count) beside onnxruntime's, from the same run.
 """
 
 from __future__ import annotations
@@ -77,6 +99,95 @@ def load_average() -> str:
         return " ".join(f"{v:.2f}" for v in os.getloadavg())
     except OSError:
         return "unknown"
+
+
+# The onnxruntime side of the memory line, run in a child process: argv model path, threads, runs.
+ORT_MEMORY_CHILD = r"""
+import json, sys
+import numpy as np
+import onnxruntime as ort
+
+def status(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return None
+
+idle = status("VmRSS")
+path, threads, runs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+so = ort.SessionOptions()
+so.intra_op_num_threads = threads
+so.inter_op_num_threads = 1
+so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+so.log_severity_level = 3
+session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+rng = np.random.default_rng(0)
+kinds = {"tensor(float)": np.float32, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8,
+         "tensor(int32)": np.int32, "tensor(int64)": np.int64, "tensor(float16)": np.float16}
+feed = {}
+for i in session.get_inputs():
+    shape = [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
+    dtype = kinds.get(i.type)
+    if dtype is None:
+        raise SystemExit(f"input {i.name}: type {i.type} not generated")
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        feed[i.name] = rng.integers(max(info.min, -128), min(info.max, 255) + 1, shape).astype(dtype)
+    else:
+        feed[i.name] = rng.standard_normal(shape).astype(dtype)
+for _ in range(runs):
+    session.run(None, feed)
+print(json.dumps({"idle_kib": idle, "peak_kib": status("VmHWM")}))
+"""
+
+
+def status_kib(pid: int, key: str) -> int | None:
+    """A `key:` line of /proc/PID/status in KiB (VmRSS, VmHWM), or None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def onnxruntime_memory(path: str, threads: int, runs: int = 5) -> tuple[int, int] | str:
+    """(idle KiB, peak KiB) of a child process running `path` on onnxruntime (ORT_MEMORY_CHILD), or
+    why not."""
+    import json
+
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", ORT_MEMORY_CHILD, path, str(threads), str(runs)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"not measured ({type(e).__name__})"
+    try:
+        found = json.loads(r.stdout.strip().splitlines()[-1])
+        idle, peak = found["idle_kib"], found["peak_kib"]
+    except (IndexError, ValueError, KeyError, TypeError):
+        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"not measured ({last[:80]})"
+    if not isinstance(idle, int) or not isinstance(peak, int):
+        return "not measured (no /proc)"
+    return idle, peak
+
+
+def mib(kib: int) -> str:
+    return f"{kib / 1024:.1f}"
+
+
+def memory_line(driver: tuple[int, int] | None, ort: tuple[int, int] | str) -> str:
+    """The model's memory line: each backend's peak RSS and its growth over the idle process."""
+    drv = "-" if driver is None else f"{mib(driver[1])} MiB (+{mib(driver[1] - driver[0])} over idle)"
+    ref = ort if isinstance(ort, str) else f"{mib(ort[1])} MiB (+{mib(ort[1] - ort[0])} over idle)"
+    return f"  memory: driver service peak {drv}, onnxruntime process peak {ref}"
 
 
 def driver_kernels(threads: int) -> str:
@@ -180,7 +291,13 @@ def profile_lstm(name: str, device, threads: int, duration: float) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("models", nargs="*", default=MODELS, help="zoo models (default: the table in the README)")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--threads",
+        type=thread_counts,
+        default=(1,),
+        help="thread count of both backends, or several comma-separated (e.g. 1,2): a table each and "
+        "the speed-ups between them",
+    )
     p.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds, discarded")
     p.add_argument("--duration", type=float, default=3.0, help="minimum timed seconds")
     p.add_argument("--iterations", type=int, default=20, help="minimum timed calls")
@@ -200,21 +317,41 @@ def main() -> int:
     p.add_argument(
         "--profile", action="store_true", help="LSTM models: per-operation times of both backends too"
     )
+    p.add_argument(
+        "--no-memory",
+        action="store_true",
+        help="skip the memory line (each backend's peak resident memory per model)",
+    )
     a = p.parse_args()
+    if a.in_process and len(a.threads) > 1:
+        p.error("--in-process takes one thread count (this process's threads are set once)")
     # BLAS threads of this process (in-process driver) follow --threads too.
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(a.threads)
+        os.environ[var] = str(a.threads[0])
 
+    from mlts.runtime.discovery import discover
+
+    spec = discover()[a.driver]
+    medians: dict[tuple[int, str, str], tuple[float, float]] = {}
+    for threads in a.threads:
+        run_table(a, spec, threads, medians)
+    if len(a.threads) > 1:
+        print_speedups(a.threads, a.models, a.execution, medians)
+    return 0
+
+
+def run_table(a: argparse.Namespace, spec, threads: int, medians: dict) -> None:
+    """The table of one thread count (header, a row per model and path, each model's memory line);
+    every row's two medians go into `medians` by (threads, model, path)."""
     from mlts.bench.progress import Progress
     from mlts.bench.runner import BenchmarkConfig, benchmark_model, open_imageset
     from mlts.bench.sources import ModelSource
     from mlts.convert import load_model
-    from mlts.runtime.discovery import discover, open_device
+    from mlts.runtime.discovery import open_device
     from mlts.runtime.execution import ExecutionMode
 
-    spec = discover()[a.driver]
     config = BenchmarkConfig(
-        threads=a.threads,
+        threads=threads,
         warmup_s=a.warmup,
         duration_s=a.duration,
         min_iterations=a.iterations,
@@ -226,34 +363,81 @@ def main() -> int:
         compile_max_iterations=20,
         compile_max_seconds=3.0,
     )
-    device = open_device(spec, in_process=a.in_process, threads=a.threads)
     images = open_imageset(config)
     print(f"cpu: {cpu_name()}, {os.cpu_count()} logical CPUs; load average before the run: {load_average()}")
     print(
-        f"threads={a.threads} (driver and onnxruntime) warmup={a.warmup}s duration>={a.duration}s "
+        f"threads={threads} (driver and onnxruntime) warmup={a.warmup}s duration>={a.duration}s "
         f"iterations>={a.iterations} estimator=median driver={a.driver} "
         f"({'in-process' if a.in_process else 'own process'}, {'/'.join(a.execution)} executions)"
     )
-    print(f"driver kernels: {driver_kernels(a.threads)}")
+    print(f"driver kernels: {driver_kernels(threads)}")
     print(
         f"{'model':<38} {'driver ms':>10} {'on device':>9} {'onnxruntime ms':>15} {'ratio':>7} {'ratio 95% CI':>14} "
         f"{'max|err|':>9} {'top1 agr':>8}"
         + (f" {'compile ms':>10} {'from cache ms':>13}" if a.compilation else "")
     )
-    try:
-        for name in a.models:
-            source = ModelSource(name, None, name)
+    for name in a.models:
+        source = ModelSource(name, None, name)
+        # A fresh driver service per model: its high-water mark after the model's runs is the model's.
+        device = open_device(spec, in_process=a.in_process, threads=threads)
+        try:
+            pid = getattr(getattr(device, "process", None), "pid", None)
+            idle = status_kib(pid, "VmRSS") if isinstance(pid, int) else None
             rows = benchmark_model(
                 source, load_model(source.onnx_path()), {a.driver: device}, config, Progress(), images
             )
             for path, drv in zip(a.execution, rows[1:], strict=True):
                 print_row(name if len(a.execution) == 1 else f"{name} {path}", rows[0], drv, a.compilation)
+                if drv["status"] == "ok" and rows[0].get("status", "ok") == "ok":
+                    medians[(threads, name, path)] = (
+                        drv["latency_ms"]["median"],
+                        rows[0]["latency_ms"]["median"],
+                    )
                 if a.profile and drv.get("latency_unit") == "step" and path == a.execution[0]:
-                    profile_lstm(name, device, a.threads, a.duration)
-    finally:
-        device.close()
+                    profile_lstm(name, device, threads, a.duration)
+            peak = status_kib(pid, "VmHWM") if isinstance(pid, int) else None
+        finally:
+            device.close()
+        if not a.no_memory:
+            driver = (idle, peak) if idle is not None and peak is not None else None
+            print(memory_line(driver, onnxruntime_memory(str(source.onnx_path()), threads)), flush=True)
     print(f"load average after the run: {load_average()}")
-    return 0
+
+
+def thread_counts(text: str) -> tuple[int, ...]:
+    """--threads' value: positive thread counts, comma-separated, each once."""
+    try:
+        counts = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"thread counts are whole numbers, comma-separated: {text!r}"
+        ) from None
+    if any(c < 1 for c in counts):
+        raise argparse.ArgumentTypeError(f"a thread count is at least 1: {text!r}")
+    if len(set(counts)) != len(counts):
+        raise argparse.ArgumentTypeError(f"a thread count is named twice in {text!r}")
+    return counts
+
+
+def print_speedups(counts: tuple[int, ...], models: list[str], paths: tuple[str, ...], medians: dict) -> None:
+    """Per model and path, the driver's and onnxruntime's speed-up from the smallest thread count to
+    each other one (median at the smallest ÷ median at that count)."""
+    base, others = min(counts), sorted(c for c in counts if c != min(counts))
+    print(f"speed-up from {base} thread{'s' if base > 1 else ''} (median at {base} ÷ median at N), same run:")
+    head = "".join(f" {f'driver x{n}':>10} {f'onnxrt x{n}':>10}" for n in others)
+    print(f"{'model':<38}{head}")
+    for name in models:
+        for path in paths:
+            label = name if len(paths) == 1 else f"{name} {path}"
+            first = medians.get((base, name, path))
+            cells = ""
+            for n in others:
+                at = medians.get((n, name, path))
+                if first is None or at is None or at[0] <= 0 or at[1] <= 0:
+                    cells += f" {'-':>10} {'-':>10}"
+                else:
+                    cells += f" {first[0] / at[0]:>9.2f}x {first[1] / at[1]:>9.2f}x"
+            print(f"{label:<38}{cells}")
 
 
 def executions(text: str) -> tuple[str, ...]:

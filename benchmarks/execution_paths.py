@@ -2,6 +2,7 @@
 
 usage: python benchmarks/execution_paths.py [--driver NAME] [--duration S] [--throughput-seconds S]
        [--workers N] [--models trivial,mobilenet_v1_0.25_128] [--clients 1,2,4] [--ping-pongs N]
+       [--first-model mobilenet_v1_1.0_224] [--first-repeats N] [--first-steady N]
 
 For each model (`trivial`: one ADD of two 1x4 float32 tensors; and
 mobilenet_v1_0.25_128 from the zoo) it times whole Session.run calls (inputs
@@ -32,6 +33,18 @@ connection: `MODEL clients=2 throughput X/s speedup Y.YYx`. Goals on a
 2-core machine: sync trivial median <= 100 us; 2 clients >= 1.6x on
 mobilenet_v1_0.25_128. The machine may be shared: run it twice, and read the
 figures as an order of magnitude.
+
+First execution (`--first-model`, default mobilenet_v1_1.0_224; empty to skip):
+the model is prepared afresh in the private service `--first-repeats` times;
+each time the bare executeSynchronously of a new request (its layout checked
+then, as any first execution's is) is timed, then `--first-steady` more
+calls of the same request. One line
+`MODEL first-execution median X ms steady median Y ms ratio R.RRx prepare P ms
+service page faults per call first F steady S` (medians over the preparations; page
+faults, fresh memory the service touched, averaged; the ratio is the median of each
+preparation's first ÷ steady; goal <= 1.5x: the sample driver allocates and
+binds a static model's buffers while preparing it, so `prepare` carries what
+the first execution used to).
 """
 
 from __future__ import annotations
@@ -129,6 +142,12 @@ def timed_calls(call, duration: float, warmup: float, max_n: int) -> list[float]
         call()
         samples.append(time.perf_counter() - t0)
     return samples
+
+
+def minor_faults(pid: int) -> int:
+    """Minor page faults so far of process `pid` (fresh memory touched for the first time, mostly)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
 
 
 def process_cpu(pid: int | None) -> float:
@@ -266,6 +285,56 @@ def throughput(path: str, model, feeds, clients: int, seconds: float) -> float:
     return sum(counts) / elapsed
 
 
+def first_execution(device, name: str, repeats: int, steady: int) -> None:
+    """Print the first execution of freshly prepared `name` against its steady state (see the module
+    docstring): medians over `repeats` preparations, each followed by one new request's first call
+    and `steady` more calls of it."""
+    model = zoo_model(name)
+    feed = feeds_for(model, 1)[0]
+    pid = getattr(getattr(device, "process", None), "pid", None)
+    firsts, steadies, ratios, prepares = [], [], [], []
+    faults = [0, 0]  # the service's minor page faults: in the first executions, in the steady ones
+    for _ in range(repeats):
+        request, pool = fixed_request(model, feed)
+        t0 = time.perf_counter()
+        prepared = device.prepareModel(model)
+        prepares.append(time.perf_counter() - t0)
+        try:
+            f0 = minor_faults(pid) if pid else 0
+            t0 = time.perf_counter()
+            prepared.executeSynchronously(request)
+            first = time.perf_counter() - t0
+            f1 = minor_faults(pid) if pid else 0
+            samples = []
+            for _ in range(steady):
+                t0 = time.perf_counter()
+                prepared.executeSynchronously(request)
+                samples.append(time.perf_counter() - t0)
+            f2 = minor_faults(pid) if pid else 0
+        finally:
+            prepared.close()
+            pool.close()
+        faults[0] += f1 - f0
+        faults[1] += f2 - f1
+        middle = statistics.median(samples)
+        firsts.append(first)
+        steadies.append(middle)
+        ratios.append(first / middle)
+    paged = (
+        f" service page faults per call first {faults[0] / repeats:.0f} steady "
+        f"{faults[1] / (repeats * steady):.0f}"
+        if pid
+        else ""
+    )
+    print(
+        f"{name} first-execution median {fmt(statistics.median(firsts))} steady median "
+        f"{fmt(statistics.median(steadies))} ratio {statistics.median(ratios):.2f}x "
+        f"prepare {fmt(statistics.median(prepares))}{paged} "
+        f"(n={repeats} preparations, {steady} steady calls each)",
+        flush=True,
+    )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--driver", default="sample-all")
@@ -277,7 +346,16 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=2, help="execution workers of the shared service")
     p.add_argument("--clients", default="1,2,4")
     p.add_argument("--ping-pongs", type=int, default=20_000, help="round trips of the shared-memory limit")
+    p.add_argument(
+        "--first-model",
+        default="mobilenet_v1_1.0_224",
+        help="zoo model whose first execution is timed against its steady state ('' skips it)",
+    )
+    p.add_argument("--first-repeats", type=int, default=5, help="fresh preparations of --first-model")
+    p.add_argument("--first-steady", type=int, default=20, help="timed calls after each first execution")
     a = p.parse_args()
+    if a.first_repeats < 1 or a.first_steady < 1:
+        p.error("--first-repeats and --first-steady must be at least 1")
 
     from mlts.runtime.discovery import discover, open_device
     from mlts.runtime.session import Session
@@ -344,6 +422,8 @@ def main() -> int:
             finally:
                 prepared.close()
                 pool.close()
+        if a.first_model:
+            first_execution(private, a.first_model, a.first_repeats, a.first_steady)
     finally:
         private.close()
         local.close()

@@ -29,12 +29,11 @@ chunk, at the cost of one load (and a clock read with a deadline) per call. Any 
 is called between pieces of at most MAX_PIECE_MACS multiply-adds (about half a millisecond on one
 core). Without one, the whole chunk is a single call.
 
-MLTS_DRIVER_BIND=0 in the driver's environment turns binding off (to compare the two paths).
+`Plan(model, bind=False)` (driver.executor) turns binding off, to compare the two paths.
 """
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -153,8 +152,8 @@ class Chunk:
         self.shapes = dict(shapes)
         self.needed = tuple(needed)
         self.last_number = int(steps[-1].number)
-        # Dead: the steps always run one by one (no compiled kernels, turned off, or a kernel declined to bind).
-        self.dead = native.LIB is None or os.environ.get("MLTS_DRIVER_BIND", "1") == "0"
+        # Dead: the steps always run one by one (no compiled kernels, or a kernel declined to bind).
+        self.dead = native.LIB is None
 
     def __call__(self, ws: Workspace, checkpoint: Any, *values: Any) -> list[np.ndarray] | None:
         """Run the chunk bound and return its `needed` outputs; None (nothing run) when it cannot."""
@@ -209,6 +208,27 @@ class Chunk:
                     self._fail(prog, start + failed - 1, values)
         ws.step = self.last_number
         return prog.outs
+
+    def bind_into(self, ws: Workspace) -> bool:
+        """Bind the chunk for `ws` now (what its first run there would do: its steps' output buffers
+        and its scratch allocated in `ws`); a preparation's call (driver.executor.Plan.warm). True when
+        `ws` holds the chunk bound; False when it cannot be (the chunk is then dead, as its first run
+        would have found)."""
+        if self.dead:
+            return False
+        if self in ws.bound:
+            return True
+        token = CURRENT.set(ws)
+        try:
+            prog = self._bind(ws)
+        finally:
+            CURRENT.reset(token)
+            ws.step = -1
+        if prog is None:
+            self.dead = True
+            return False
+        ws.bound[self] = prog
+        return True
 
     def _run_watched(
         self, prog: _Program, checkpoint: Any, watch: tuple[int, int, int], values: Sequence[Any]

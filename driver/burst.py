@@ -3,8 +3,9 @@
 Seed 003: a burst's lifetime tells the driver how long its client will keep executing one model, so
 a driver may hold resources for that long. A `SampleBurst` holds, for the burst's life, a workspace
 of its own (every operation's output and scratch buffers, the compiled runs bound to their
-addresses: driver.ops._workspace, driver.bound_steps) and its own request layouts (driver.request_io:
-where each input and output sits in the pools, checked once). Its executions never wait for, share
+addresses: driver.ops._workspace, driver.bound_steps; filled when the burst is configured, as a
+prepared model's first workspace is at preparation: driver.executor.Plan.warm) and its own request
+layouts (driver.request_io: where each input and output sits in the pools, checked once). Its executions never wait for, share
 or rebuild these, whatever else runs on the model; they go when the burst is closed (the client
 released it or went away), and a freed memory slot (`freeMemory`) drops the layouts that could name it.
 
@@ -39,6 +40,7 @@ class SampleBurst(Burst):
         #: What the burst keeps for its life (read by executeSynchronously's `kept`).
         self.io = IoCache()
         self.workspace: Workspace | None = Workspace()
+        prepared.plan.warm(self.workspace)  # its buffers allocated and bound now, not by its first execution
         self._busy = threading.Lock()
         self.executions = 0
         self.closed = False

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from driver import cache
+from driver import cache, native
 from driver._malloc import tune_allocator
 from driver.budget import DEFAULT_EXECUTION_BYTES, MemoryBudget, constant_bytes, working_bytes
 from driver.buffers import DEFAULT_BUDGET, BufferTracker, SampleBuffer, size_of
@@ -202,13 +202,21 @@ class SampleDevice(Device):
         held = self._reserve(model, "prepareModel")
         started = _perf_ns()
         try:
+            # The packed arrays are kept only for the cache; otherwise each goes once its kernel has
+            # made what it reads (no copy of the weights beyond the model's and the kernels' own).
             plan = Plan(
-                model, extensions=self.variant.extensions, progress=_abandon_at(deadline, "prepareModel")
+                model,
+                extensions=self.variant.extensions,
+                progress=_abandon_at(deadline, "prepareModel"),
+                keep_packed=caching,
             )
             plan.memory_budget = self.execution_budget
             _check_deadline_after(deadline, "prepareModel")
             if caching:
                 self._save(model_cache[0], data_cache[0], token, plan, priority)
+                plan.release_packed()
+            plan.warm()  # the first execution's allocations and binding, done now (Plan.warm)
+            _check_deadline_after(deadline, "prepareModel")
         except BaseException as e:
             self.budget.release(held)
             if isinstance(e, HalError):
@@ -262,6 +270,7 @@ class SampleDevice(Device):
                     raise
                 raise HalError(ErrorStatus.GENERAL_FAILURE, f"compilation cache: {e.message}") from None
             plan.memory_budget = self.execution_budget
+            plan.warm()
             _check_deadline_after(deadline, "prepareModelFromCache")
         except BaseException:
             self.budget.release(held)
@@ -463,6 +472,7 @@ class SamplePreparedModel(PreparedModel):
                         **lent,
                     )
                 t2 = done[0]
+                native.rest()  # the kernels' idle workers sleep now, not after their spin window
                 if not ticket.paused:
                     fastest = self._fastest_ns
                     if fastest is None or t2 - t1 < fastest:

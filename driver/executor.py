@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from driver import control_flow, shapes
+from driver.bound_steps import Chunk
 from driver.budget import ExecutionMemory
 from driver.control_flow import CONTROL_FLOW, referenced_subgraphs
 from driver.operands import constant_value, dtype_of
@@ -96,7 +97,10 @@ class Plan:
     """A validated model (or one of its referenced subgraphs) compiled for the NumPy executor.
 
     `packed` (from the compilation cache) gives every operation's packed arrays instead of computing
-    them; every one of them must be asked for. `self.packed` holds the arrays the plan uses.
+    them; every one of them must be asked for. `self.packed` holds the arrays the plan uses until
+    `release_packed` (the driver's call once a preparation has written its cache); with
+    `keep_packed=False` (no cache will be written) it never holds them, so each matrix a kernel packs
+    and lets go of is freed at once, and `packed_names` lists them.
     A plan for main builds one plan per referenced subgraph (shared by every IF/WHILE naming it);
     steps are numbered across subgraphs (`step_offset`), which keys the packed arrays and the
     workspace buffers. `progress(step number)`, when given, is called before each operation is
@@ -112,13 +116,19 @@ class Plan:
         sub_index: int = -1,
         shared: _Shared | None = None,
         progress: Callable[[int], None] | None = None,
+        keep_packed: bool = True,
+        bind: bool = True,
     ) -> None:
         self.model = model
+        self._bind = bind  # False: the compiled calls of a run are never bound (each step runs alone)
         self.sub_index = sub_index
         top = shared is None
         if shared is None:
             shared = _Shared(packed, extensions, progress)
+            if not keep_packed:
+                shared.record = _NamesOnly()
         self.packed: PackedArrays = shared.record
+        self._packed_names: tuple[tuple[int, str], ...] | None = None  # set by `release_packed`
         sub = model.subgraph(sub_index)
         self.sub = sub
         self.workspaces = WorkspacePool()
@@ -175,14 +185,17 @@ class Plan:
                     step.direct = getattr(step.run, "direct", step.run)
             self.steps.append(step)
         self._control = any(st.control is not None for st in self.steps)
-        self._straight: StraightRun | None = None  # compiled on the first checked run
+        self._straight: StraightRun | None = None  # compiled by `warm` or the first checked run
         self._straight_tried = False
+        self._chunks: list[Chunk] = []  # the straight-line function's bound runs (driver.bound_steps)
         self.memory_budget = shapes.DEFAULT_MEMORY_BUDGET
         self._output_of = {idx: k for k, idx in enumerate(self.output_indexes)}
         self._declared_outputs = tuple(tuple(sub.operands[i].dimensions) for i in self.output_indexes)
         self._static_sizes(sub)
+        if top and not keep_packed:
+            self.release_packed()
         if top and packed is not None:
-            unused = sorted(set(packed) - set(self.packed))
+            unused = sorted(set(packed) - set(self.packed_names))
             if unused:
                 step_no, name = unused[0]
                 raise HalError(
@@ -526,15 +539,71 @@ class Plan:
                 values[idx] = None
         return list(map(get, self.output_indexes))
 
+    @property
+    def packed_names(self) -> tuple[tuple[int, str], ...]:
+        """The (step number, name) of every array the kernels packed, also after `release_packed`."""
+        return tuple(self.packed) if self._packed_names is None else self._packed_names
+
+    def release_packed(self) -> None:
+        """Let go of the packed arrays once preparation is over (the compilation cache, which stores
+        them, is written): what the kernels read they hold themselves (GEMM weights as their panels
+        only, driver.ops._fast.GemmWeights), so a matrix only the record still held is freed.
+        `packed_names` still lists them."""
+        self._packed_names = self.packed_names
+        self.packed.clear()
+
+    def warm(self, ws: Workspace | None = None) -> bool:
+        """Do now, at preparation, what the first execution of a static plan would do: compile its
+        straight-line function, bind its runs of compiled calls into a workspace (their output
+        buffers and scratch allocated there) and write that workspace's buffers once, so their pages
+        are resident. `ws` None: a new workspace, put in the plan's pool for the first execution
+        (a burst passes its own). Results do not change: every buffer is written by the run that
+        reads it, as in any later execution.
+
+        Nothing is done (False) for a plan whose sizes are not all fixed by the model, with IF or
+        WHILE, or over its memory budget: its executions allocate on first use as they check sizes.
+        Steps outside the bound runs allocate their outputs on first use as before.
+        """
+        if self._control or not self._static_fits(None):
+            return False
+        if self._straight is None and not self._straight_tried:
+            self._compile_straight()
+        if self._straight is None:
+            return False
+        if not self._chunks:
+            return True  # nothing to bind: the steps allocate their own outputs on first use
+        pooled = ws is None
+        if ws is None:
+            ws = self.workspaces.acquire()
+        try:
+            for chunk in self._chunks:
+                try:
+                    chunk.bind_into(ws)
+                except Exception:  # noqa: BLE001  (the first run binds again and reports it as before)
+                    continue
+            ws.touch()
+        finally:
+            if pooled:
+                self.workspaces.release(ws)
+        return True
+
     def _compile_straight(self) -> StraightRun | None:
         """The steps as one compiled function (driver.straight_line), made on the first checked run;
         None for a plan too long to be worth compiling (the loop runs it)."""
         straight = None
         if len(self.steps) <= MAX_STRAIGHT_STEPS:
             try:
+                chunks: list[Chunk] = []
                 straight = compile_steps(
-                    self.steps, self.input_indexes, self.output_indexes, self._template, self.sub.operands
+                    self.steps,
+                    self.input_indexes,
+                    self.output_indexes,
+                    self._template,
+                    self.sub.operands,
+                    bind=self._bind,
+                    chunks_found=chunks,
                 )
+                self._chunks = chunks
             except (SyntaxError, RecursionError, MemoryError, ValueError):
                 straight = None  # a function Python will not compile: the loop runs the plan as well
         self._straight = straight
@@ -569,6 +638,19 @@ class Plan:
             for idx, shape, dtype in zip(step.outputs, out, step.out_dtypes, strict=True):
                 budget.check(step.label, idx, shape, dtype, live)
             budget.raise_if_short()
+
+
+#: What a `_NamesOnly` record holds for every packed array.
+_NOT_KEPT = np.empty(0, dtype=np.uint8)
+_NOT_KEPT.flags.writeable = False
+
+
+class _NamesOnly(dict):
+    """The record of packed arrays of a plan that keeps none (`keep_packed=False`): each name is kept
+    (an operation asking for one twice is still caught), with an empty placeholder for its array."""
+
+    def __setitem__(self, key: tuple[int, str], value: np.ndarray) -> None:
+        super().__setitem__(key, _NOT_KEPT)
 
 
 class _Shared:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from driver.bound_steps import find_chunks
+from driver.bound_steps import Chunk, find_chunks
 from driver.operation_kernel import check_output, kernel_failed, output_count_error, relabel
 from mlts.hal.errors import HalError
 
@@ -50,9 +50,11 @@ def compile_steps(
     template: Sequence[Any],
     operands: Sequence[Any],
     bind: bool = True,
+    chunks_found: list[Chunk] | None = None,
 ) -> StraightRun:
     """The straight-line function of a static plan's steps (no IF or WHILE; see the module docstring);
-    with `bind`, runs of steps whose kernels bind their compiled calls become `Chunk`s."""
+    with `bind`, runs of steps whose kernels bind their compiled calls become `Chunk`s (appended to
+    `chunks_found`, when given, in the order they run)."""
     names: dict[str, Any] = {
         "HalError": HalError,
         "check_output": check_output,
@@ -117,6 +119,8 @@ def compile_steps(
     for i in sorted(written - inputs):
         lines.append(f"    v{i} = None")
     chunks = find_chunks(steps, inputs, written, output_indexes, operands, template) if bind else {}
+    if chunks_found is not None:
+        chunks_found.extend(chunk for _, (_, chunk) in sorted(chunks.items()))
     s = 0
     while s < len(steps):
         found = chunks.get(s)

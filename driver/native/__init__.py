@@ -1,9 +1,14 @@
-"""The compiled kernels (kernels.c), loaded with ctypes when a current build of them is installed.
+"""The compiled kernels, loaded once with ctypes when a current build of them is installed.
 
-`pip install` compiles kernels.c with the system C compiler (setup.py); without a compiler the
-install still succeeds and `LIB` is None, so every kernel runs its NumPy path. A build whose
-source hash differs from kernels.c beside it is stale and not used. `MLTS_DRIVER_NATIVE=0` turns
-the compiled kernels off (to compare both paths).
+`pip install` compiles the C sources beside this file (kernels.c, lstm_kernels.c, qgemm_kernels.c)
+into one library with the system C compiler (setup.py); without a compiler the install still
+succeeds and `LIB` is None, so every kernel runs its NumPy path. Their one interface is
+mlts_kernels.h: every exported function (typed here, `SIGNATURES`), every structure passed across
+(mirrored in `driver.native.layout`) and one ABI number. A build whose compiled-in digest differs
+from that of the sources and headers beside it, or whose ABI is not `layout.ABI`, is not used, and
+`WHY_NOT` says why. `MLTS_DRIVER_NATIVE=0` turns the compiled kernels off (to compare both paths).
+The ops modules take their functions from `LIB` (and `LIB_HELD`), typed here, and never load or
+check the library themselves.
 
 The kernels split large operations over `threads()` threads of their own pool: OMP_NUM_THREADS,
 else OPENBLAS_NUM_THREADS (what the runtime sets for a driver process started with a thread count),
@@ -25,19 +30,29 @@ from pathlib import Path
 
 import numpy as np
 
+from driver.native import layout
+
 log = logging.getLogger("driver.native")
 
 HERE = Path(__file__).resolve().parent
-SOURCE = HERE / "kernels.c"
-ABI = 6
+ABI = layout.ABI
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int
 _L = ctypes.c_int64
 _F = ctypes.c_float
-_GEOM = [_P]  # int32[14]: N, H, W, C, KH, KW, stride h/w, dilation h/w, pad top/left, OH, OW
+_S = ctypes.c_char_p
+_GEOM = [_P]  # const mk_geom_t * (layout.Geom)
 
-_SIGNATURES: dict[str, list] = {
+#: Every function of mlts_kernels.h: its argument types (tests/driver/test_native_layout.py checks
+#: them against the header's prototypes).
+SIGNATURES: dict[str, list] = {
+    "mk_abi": [],
+    "mk_source_hash": [],
+    "mk_layout": [_L, _P, _P, _P, _P],
+    "mk_constant": [_L, _P, _P],
+    "mk_set_threads": [_I],
+    "mk_threads": [],
     "mk_requant_f32": [_P, _L, _I, _P, _P, _P, _P, _L, _L, _L, _I, _P],
     "mk_bias_act_f32": [_P, _L, _I, _P, _F, _F],
     "mk_im2col_f32": [_P, *_GEOM, _P],
@@ -49,12 +64,17 @@ _SIGNATURES: dict[str, list] = {
     "mk_gemm_bias_act_f32": [_P, _P, _P, _L, _L, _L, _P, _F, _F],
     "mk_gemm_requant_f32": [_P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
     "mk_set_sgemm": [_P, _I],
+    "mk_has_sgemm": [],
     "mk_set_spin": [_I],
+    "mk_spin": [],
     "mk_pool_backoffs": [],
     "mk_pool_stats": [_P],
     "mk_pool_rest": [],
     "mk_set_split": [_I],
     "mk_split": [],
+    "mk_split_work": [_L],
+    "mk_parallel_for": [_I, _L, _P, _P],
+    "mk_parallel_for_job": [_I, _L, _P, _P, _I],
     "mk_pack_b_f32": [_P, _L, _L, _P],
     "mk_gemm_packed_bias_act_f32": [_P, _P, _P, _L, _L, _L, _P, _F, _F],
     "mk_gemm_packed_requant_f32": [_P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
@@ -66,7 +86,11 @@ _SIGNATURES: dict[str, list] = {
     "mk_logistic_f32": [_P, _P, _L],
     "mk_copy_2d": [_P, _P, _L, _L, _L, _L],
     "mk_softmax_f32": [_P, _P, _L, _L, _F],
-    "mk_call_ints": [],
+    "mk_lstm_cell_f32": [_P, _L, _P, _L, _P, _L, _P, _L, _P, _P, _P, _P],
+    "mk_qgemm_available": [],
+    "mk_qgemm_pack": [_P, _L, _L, _P],
+    "mk_qgemm_requant": [_P, _L, _I, _P, _P, ctypes.c_int32, _L, _L, _L, _P, _P, _P, _P, _L, _L, _L, _I, _P],
+    "mk_qim2col": [_P, _P, _I, _L, _P],
 }
 
 
@@ -80,19 +104,34 @@ _RETURNS_STATUS = frozenset(
         "mk_gemm_requant_f32",
         "mk_gemm_packed_requant_f32",
         "mk_gemm_packed_requant_q8",
+        "mk_qgemm_requant",
     }
 )
 
 DEFAULT_SPIN_US = 100
 
 _RESTYPES = {
-    "mk_pool_backoffs": ctypes.c_int64,
-    "mk_pool_stats": ctypes.c_int,
-    "mk_split": ctypes.c_int,
-    "mk_run_calls": ctypes.c_int64,
-    "mk_run_calls_watched": ctypes.c_int64,
-    "mk_call_ints": ctypes.c_int,
+    "mk_abi": _I,
+    "mk_source_hash": _S,
+    "mk_layout": _I,
+    "mk_constant": _I,
+    "mk_threads": _I,
+    "mk_has_sgemm": _I,
+    "mk_spin": _I,
+    "mk_pool_backoffs": _L,
+    "mk_pool_stats": _I,
+    "mk_split": _I,
+    "mk_split_work": _L,
+    "mk_run_calls": _L,
+    "mk_run_calls_watched": _L,
+    "mk_qgemm_available": _I,
 }
+
+
+def restype(name: str) -> type | None:
+    """The result type of mlts_kernels.h's function `name` (None: void)."""
+    return _RESTYPES.get(name, _I if name in _RETURNS_STATUS else None)
+
 
 # NumPy's bundled OpenBLAS (numpy.libs) names its symbols with a prefix and suffix; a system BLAS does not.
 _SGEMM_NAMES = (
@@ -119,18 +158,26 @@ def _thread_count() -> int:
         return os.cpu_count() or 1
 
 
-def source_digest(source: Path) -> str:
-    """SHA-256 of a kernel source followed by every header beside it, as setup.py compiles it in."""
-    digest = hashlib.sha256(source.read_bytes())
-    for header in sorted(source.parent.glob("*.h")):
-        digest.update(header.read_bytes())
+def sources(folder: Path = HERE) -> list[Path]:
+    """The kernels' C sources in `folder` and then its headers, each sorted by name."""
+    return [*sorted(folder.glob("*.c")), *sorted(folder.glob("*.h"))]
+
+
+def source_digest(folder: Path = HERE) -> str:
+    """SHA-256 of every C source and then every header in `folder`, each as its name, NUL, its length,
+    NUL and its bytes: what setup.py compiles into the library (mk_source_hash)."""
+    digest = hashlib.sha256()
+    for path in sources(folder):
+        data = path.read_bytes()
+        digest.update(f"{path.name}\0{len(data)}\0".encode())
+        digest.update(data)
     return digest.hexdigest()
 
 
-def built_from(source: Path, built: str) -> bool:
-    """Whether a build whose compiled-in digest is `built` is current for `source` (and the headers
-    beside it); True when the source is not shipped (an installed wheel)."""
-    return not source.is_file() or built == source_digest(source)
+def built_from(folder: Path, built: str) -> bool:
+    """Whether a build whose compiled-in digest is `built` is current for the sources and headers in
+    `folder`; True when no source is shipped there (an installed wheel)."""
+    return not any(folder.glob("*.c")) or built == source_digest(folder)
 
 
 def _library_path() -> Path | None:
@@ -152,19 +199,37 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         lib = ctypes.CDLL(str(path))
     except OSError as e:
         return None, f"cannot load {path.name}: {e}"
-    lib.mk_source_hash.restype = ctypes.c_char_p
-    if not built_from(SOURCE, lib.mk_source_hash().decode()):
-        return None, f"{path.name} is older than kernels.c: reinstall (pip install -e .) to rebuild it"
-    if lib.mk_abi() != ABI:
-        return None, f"{path.name} has ABI {lib.mk_abi()}, expected {ABI}"
-    for name, argtypes in _SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.argtypes = argtypes
-        fn.restype = _RESTYPES.get(name, ctypes.c_int if name in _RETURNS_STATUS else None)
+    why = _check(lib, path.name)
+    if why:
+        return None, why
     lib.mk_set_threads(_thread_count())
     lib.mk_set_spin(DEFAULT_SPIN_US)
     _adopt_blas(lib)
     return lib, ""
+
+
+def _check(lib: ctypes.CDLL, name: str) -> str:
+    """Why the library `lib` (file `name`) cannot be used ("" when it can), its functions typed."""
+    try:
+        lib.mk_source_hash.restype = _S
+        lib.mk_abi.restype = _I
+        built, abi = lib.mk_source_hash().decode(), int(lib.mk_abi())
+    except AttributeError as e:  # not a build of these sources at all
+        return f"{name} is not a kernels library: {e}"
+    if not built_from(HERE, built):
+        return (
+            f"{name} was built from other sources than driver/native/*.c and *.h (stale): "
+            "reinstall (pip install -e .) or run `python setup.py build_ext --inplace` to rebuild it"
+        )
+    if abi != ABI:
+        return f"{name} has ABI {abi}, expected {ABI}: rebuild it"
+    for fn_name, argtypes in SIGNATURES.items():
+        fn = getattr(lib, fn_name, None)
+        if fn is None:
+            return f"{name} lacks {fn_name}: rebuild it"
+        fn.argtypes = argtypes
+        fn.restype = restype(fn_name)
+    return ""
 
 
 def _blas_libraries() -> list[Path]:
@@ -208,8 +273,10 @@ def _held(lib: ctypes.CDLL | None) -> ctypes.PyDLL | None:
     if lib is None or path is None:
         return None
     held = ctypes.PyDLL(str(path))
-    held.mk_run_calls.argtypes = _SIGNATURES["mk_run_calls"]
-    held.mk_run_calls.restype = _RESTYPES["mk_run_calls"]
+    for name in ("mk_run_calls", "mk_run_calls_watched"):
+        fn = getattr(held, name)
+        fn.argtypes = SIGNATURES[name]
+        fn.restype = restype(name)
     return held
 
 
@@ -234,18 +301,8 @@ def pool_backoffs() -> int:
     return int(LIB.mk_pool_backoffs()) if LIB is not None else 0
 
 
-#: What mk_pool_stats counts, in its order.
-POOL_STATS = (
-    "jobs",
-    "worker_tasks",
-    "wakes",
-    "wait_ns",
-    "preempted",
-    "crowded",
-    "late",
-    "kept",
-    "rests",
-)
+#: What mk_pool_stats counts (the fields of layout.PoolStats, mk_pool_stats_t).
+POOL_STATS: tuple[str, ...] = layout.POOL_STATS
 
 
 def pool_stats() -> dict[str, int]:
@@ -257,9 +314,9 @@ def pool_stats() -> dict[str, int]:
     sent idle workers to sleep (empty without the compiled kernels)."""
     if LIB is None:
         return {}
-    buf = (ctypes.c_int64 * 32)()
-    count = int(LIB.mk_pool_stats(ctypes.addressof(buf)))
-    return {name: int(buf[i]) for i, name in enumerate(POOL_STATS[:count])}
+    stats = layout.PoolStats()
+    LIB.mk_pool_stats(ctypes.addressof(stats))
+    return {name: int(getattr(stats, name)) for name in POOL_STATS}
 
 
 def rest() -> None:
@@ -300,6 +357,36 @@ def describe() -> str:
     pool = f"own thread pool (idle spin {LIB.mk_spin()} us, split shift {LIB.mk_split()})"
     gemm = "GEMM on the same threads" if has_gemm() else "GEMM by np.matmul"
     return f"compiled kernels, {threads()} thread(s), {pool}, {gemm}"
+
+
+def has_qgemm() -> bool:
+    """True when the library holds the 8-bit VNNI GEMM (built for a processor with AVX512-VNNI)."""
+    return LIB is not None and LIB.mk_qgemm_available() == 1
+
+
+def layout_rows() -> list[tuple[str, str, int, int]]:
+    """The library's layout table (mk_layout): (C type, field or "" for the type's size, offset,
+    size) for every structure of mlts_kernels.h (empty without the library)."""
+    rows: list[tuple[str, str, int, int]] = []
+    if LIB is None:
+        return rows
+    t, f, off, size = _S(), _S(), ctypes.c_int64(), ctypes.c_int64()
+    refs = [ctypes.addressof(v) for v in (t, f, off, size)]
+    while LIB.mk_layout(len(rows), *refs):
+        rows.append(((t.value or b"").decode(), (f.value or b"").decode(), off.value, size.value))
+    return rows
+
+
+def constants() -> dict[str, int]:
+    """The library's constants (mk_constant), by their C names (empty without the library)."""
+    found: dict[str, int] = {}
+    if LIB is None:
+        return found
+    name, value, i = _S(), ctypes.c_int64(), 0
+    while LIB.mk_constant(i, ctypes.addressof(name), ctypes.addressof(value)):
+        found[(name.value or b"").decode()] = value.value
+        i += 1
+    return found
 
 
 def has_gemm() -> bool:

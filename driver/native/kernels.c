@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,12 +23,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mlts_kernels.h"
 #include "requant.h"
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
-
-#define NATIVE_ABI 6
 
 static int g_threads = 1;
 
@@ -46,24 +46,21 @@ void mk_set_split(int shift) { g_split = shift < 0 ? 0 : (shift > 12 ? 12 : shif
 
 int mk_split(void) { return g_split; }
 
-/* Channel count limit of mk_depthwise_q8 (its per-thread accumulators live on the stack). */
-#define MAX_DW_CHANNELS 4096
+#define MAX_DW_CHANNELS MK_MAX_DW_CHANNELS
 
 #ifndef MK_SOURCE_HASH
 #define MK_SOURCE_HASH "unknown"
 #endif
 
-int mk_abi(void) { return NATIVE_ABI; }
+int mk_abi(void) { return MK_ABI; }
 
-/* The SHA-256 of this file when it was built (setup.py defines it): a stale build is not used. */
+/* The SHA-256 of every source and header of driver/native when it was built (setup.py defines it): a
+ * stale build is not used. */
 const char *mk_source_hash(void) { return MK_SOURCE_HASH; }
 
 void mk_set_threads(int n) { g_threads = n < 1 ? 1 : (n > 64 ? 64 : n); }
 
 int mk_threads(void) { return g_threads; }
-
-/* The kernels' threads are their own pool (below), not OpenMP's. */
-int mk_openmp(void) { return 0; }
 
 
 /* ------------------------------------------------------------ the kernels' thread pool
@@ -83,7 +80,7 @@ int mk_openmp(void) { return 0; }
  * so a late worker can never claim a task of a newer job with an older job's view. Between jobs the
  * word is CLOSED (no task claimable) while the caller writes the next job's fields. */
 
-typedef void (*task_fn)(void *ctx, int64_t t);
+typedef mk_task_fn task_fn;
 
 #define MAX_WORKERS 63
 #define CLOSED 0xffffffffu
@@ -135,11 +132,22 @@ enum {
 };
 static _Atomic int64_t g_stat[ST_COUNT];
 
-/* Copies the ST_COUNT counters into out; returns ST_COUNT. */
-int mk_pool_stats(int64_t *out) {
-    for (int i = 0; i < ST_COUNT; i++) out[i] = atomic_load_explicit(&g_stat[i], memory_order_relaxed);
+static inline int64_t stat_of(int i) { return atomic_load_explicit(&g_stat[i], memory_order_relaxed); }
+
+/* Copies the counters into *out (mlts_kernels.h); returns how many there are. */
+int mk_pool_stats(mk_pool_stats_t *out) {
+    out->jobs = stat_of(ST_JOBS);
+    out->worker_tasks = stat_of(ST_WORKER_TASKS);
+    out->wakes = stat_of(ST_WAKES);
+    out->wait_ns = stat_of(ST_WAIT_NS);
+    out->preempted = stat_of(ST_PREEMPTED);
+    out->crowded = stat_of(ST_CROWDED);
+    out->late = stat_of(ST_LATE);
+    out->kept = stat_of(ST_KEPT);
+    out->rests = stat_of(ST_RESTS);
     return ST_COUNT;
 }
+_Static_assert(sizeof(mk_pool_stats_t) == ST_COUNT * sizeof(int64_t), "mk_pool_stats_t has a field per counter");
 
 /* How many times the pool fell back to the caller's thread alone (see STALL_NS). */
 int64_t mk_pool_backoffs(void) { return atomic_load(&g_backoffs); }
@@ -1237,13 +1245,10 @@ void mk_bias_act_f32(float *y, int64_t rows, int cout, const float *bias, float 
     parallel_rows(rows * cout, PARALLEL_WORK, rows, bias_act_task, &job);
 }
 
-typedef struct {
-    int n, h, w, c, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow;
-} geom_t;
-
-/* A window's geometry travels as one int32 array in geom_t's field order (fewer call arguments). */
-#define GEOM_ARGS const int32_t *gp
-#define GEOM_INIT {gp[0], gp[1], gp[2], gp[3], gp[4], gp[5], gp[6], gp[7], gp[8], gp[9], gp[10], gp[11], gp[12], gp[13]}
+/* A window's geometry travels as one mk_geom_t (mlts_kernels.h): fewer call arguments. */
+typedef mk_geom_t geom_t;
+#define GEOM_ARGS const mk_geom_t *gp
+#define GEOM_INIT (*gp)
 
 typedef struct {
     const void *x;
@@ -1722,27 +1727,6 @@ int mk_depthwise_q8(const void *xv, int is_signed, int zp_x, GEOM_ARGS, int m, c
     return 0;
 }
 
-/* Largest channel count mk_depthwise_q8 accepts (its per-thread accumulators). */
-int mk_depthwise_q8_max_channels(void) { return MAX_DW_CHANNELS; }
-
-/* ------------------------------------------------------------ a run of bound calls (driver/bound_plan.py) */
-
-/* What mk_run_calls can call: each call is ints[MK_CALL_INTS] (its kind first) and floats[MK_CALL_FLOATS]. */
-enum {
-    MK_CALL_IM2COL_F32 = 1,
-    MK_CALL_GEMM_PACKED_BIAS_ACT_F32 = 2,
-    MK_CALL_DEPTHWISE_F32 = 3,
-    MK_CALL_GEMM_FEWROWS_BIAS_ACT_F32 = 4, /* mk_gemm_bias_act_f32 with m < 4 and n >= 8: never fails */
-    MK_CALL_ADD_F32 = 5,
-    MK_CALL_COPY = 6,
-    MK_CALL_QIM2COL = 7,
-    MK_CALL_QGEMM_REQUANT = 8,
-    MK_CALL_DEPTHWISE_Q8 = 9,
-    MK_CALL_TANH_F32 = 10,
-    MK_CALL_LOGISTIC_F32 = 11,
-    MK_CALL_COPY_2D = 12,
-    MK_CALL_SOFTMAX_F32 = 13,
-};
 
 /* TANH and LOGISTIC, 16 floats at a time: vmath.h's Cephes exp and tanh (shared with lstm_kernels.c);
  * logistic(x) = 1 / (1 + exp(-x)). Measured against float64 over every 7th float32 of [2^-12, 12]
@@ -1829,80 +1813,87 @@ void mk_softmax_f32(const float *x, float *y, int64_t rows, int64_t cols, float 
     }
 }
 
-/* qgemm_kernels.c (the same library) */
-int mk_qgemm_requant(const void *a, int64_t lda, int a_signed, const int8_t *bp, const int32_t *colc, int32_t zw,
-                     int64_t m, int64_t n, int64_t k, const int64_t *bias, const int64_t *mult, const int64_t *left,
-                     const int64_t *right, int64_t zp, int64_t lo, int64_t hi, int is_signed, void *out);
-void mk_qim2col(const void *x, const int32_t *gp, int pad, int64_t lda, void *cols);
-
 /* y = a + b, n floats (IEEE sums: NumPy's np.add bit for bit). */
 void mk_add_f32(const float *a, const float *b, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
-#define MK_CALL_INTS 20
-#define MK_CALL_FLOATS 2
 
-int mk_call_ints(void) { return MK_CALL_INTS; }
+/* ------------------------------------------------------------ a run of bound calls (driver/bound_steps.py)
+ *
+ * The calls' layout is mlts_kernels.h's mk_call_t and mk_call_floats_t (driver/native/layout.py). */
 
-/* Runs n calls in order, the same functions with the same arguments as one ctypes call each, in one
- * foreign call (one release of the caller's interpreter lock). Returns 0, or i + 1 when call i failed
- * (*status: its kernel's status) or is of an unknown kind or takes other arguments (*status: 0);
- * nothing after call i ran. */
-int64_t mk_run_calls(const int64_t *ints, const float *floats, int64_t n, int64_t *status) {
+int64_t mk_run_calls(const mk_call_t *calls, const mk_call_floats_t *floats, int64_t n, int64_t *status) {
     *status = 0;
     for (int64_t i = 0; i < n; i++) {
-        const int64_t *a = ints + i * MK_CALL_INTS;
-        const float *f = floats + i * MK_CALL_FLOATS;
+        const mk_call_t *c = calls + i;
+        const mk_call_floats_t *f = floats + i;
         int st = 0;
-        switch (a[0]) {
-        case MK_CALL_IM2COL_F32:
-            mk_im2col_f32((const float *)a[1], (const int32_t *)a[2], (float *)a[3]);
+        switch (c->kind) {
+        case MK_CALL_IM2COL_F32: {
+            const mk_call_im2col_f32_t *a = &c->im2col_f32;
+            mk_im2col_f32(a->x, a->geom, a->cols);
             break;
-        case MK_CALL_GEMM_PACKED_BIAS_ACT_F32:
-            mk_gemm_packed_bias_act_f32((const float *)a[1], (const float *)a[2], (float *)a[3], a[4], a[5], a[6],
-                                        (const float *)a[7], f[0], f[1]);
+        }
+        case MK_CALL_GEMM_PACKED_BIAS_ACT_F32: {
+            const mk_call_gemm_f32_t *a = &c->gemm_f32;
+            mk_gemm_packed_bias_act_f32(a->a, a->b, a->c, a->m, a->n, a->k, a->bias, f->bounds.lo, f->bounds.hi);
             break;
-        case MK_CALL_GEMM_FEWROWS_BIAS_ACT_F32:
-            if (a[4] >= 4 || a[5] < 8) return i + 1;
-            mk_gemm_bias_act_f32((const float *)a[1], (const float *)a[2], (float *)a[3], a[4], a[5], a[6],
-                                 (const float *)a[7], f[0], f[1]);
+        }
+        case MK_CALL_GEMM_FEWROWS_BIAS_ACT_F32: {
+            const mk_call_gemm_f32_t *a = &c->gemm_f32;
+            if (a->m >= 4 || a->n < 8) return i + 1;
+            mk_gemm_bias_act_f32(a->a, a->b, a->c, a->m, a->n, a->k, a->bias, f->bounds.lo, f->bounds.hi);
             break;
-        case MK_CALL_ADD_F32:
-            mk_add_f32((const float *)a[1], (const float *)a[2], (float *)a[3], a[4]);
+        }
+        case MK_CALL_ADD_F32: {
+            const mk_call_add_f32_t *a = &c->add_f32;
+            mk_add_f32(a->a, a->b, a->y, a->n);
             break;
-        case MK_CALL_COPY:
-            memcpy((void *)a[2], (const void *)a[1], (size_t)a[3]);
+        }
+        case MK_CALL_COPY: {
+            const mk_call_copy_t *a = &c->copy;
+            memcpy(a->dst, a->src, (size_t)a->bytes);
             break;
-        case MK_CALL_QIM2COL:
-            mk_qim2col((const void *)a[1], (const int32_t *)a[2], (int)a[3], a[4], (void *)a[5]);
+        }
+        case MK_CALL_QIM2COL: {
+            const mk_call_qim2col_t *a = &c->qim2col;
+            mk_qim2col(a->x, a->geom, (int)a->pad, a->lda, a->cols);
             break;
-        case MK_CALL_QGEMM_REQUANT:
-            st = mk_qgemm_requant((const void *)a[1], a[2], (int)a[3], (const int8_t *)a[4], (const int32_t *)a[5],
-                                  (int32_t)a[6], a[7], a[8], a[9], (const int64_t *)a[10], (const int64_t *)a[11],
-                                  (const int64_t *)a[12], (const int64_t *)a[13], a[14], a[15], a[16], (int)a[17],
-                                  (void *)a[18]);
+        }
+        case MK_CALL_QGEMM_REQUANT: {
+            const mk_call_qgemm_requant_t *a = &c->qgemm_requant;
+            st = mk_qgemm_requant(a->a, a->lda, (int)a->a_signed, a->bp, a->colc, (int32_t)a->zw, a->m, a->n, a->k,
+                                  a->bias, a->mult, a->left, a->right, a->zp, a->lo, a->hi, (int)a->is_signed,
+                                  a->out);
             break;
-        case MK_CALL_DEPTHWISE_Q8:
-            st = mk_depthwise_q8((const void *)a[1], (int)a[2], (int)a[3], (const int32_t *)a[4], (int)a[5],
-                                 (const float *)a[6], (const int64_t *)a[7], (const int64_t *)a[8],
-                                 (const int64_t *)a[9], (const int64_t *)a[10], a[11], a[12], a[13], (void *)a[14]);
+        }
+        case MK_CALL_DEPTHWISE_Q8: {
+            const mk_call_depthwise_q8_t *a = &c->depthwise_q8;
+            st = mk_depthwise_q8(a->x, (int)a->is_signed, (int)a->zp_x, a->geom, (int)a->m, a->wt, a->bias, a->mult,
+                                 a->left, a->right, a->zp_y, a->lo, a->hi, a->y);
             break;
-        case MK_CALL_DEPTHWISE_F32:
-            mk_depthwise_f32((const float *)a[1], (const int32_t *)a[2], (int)a[3], (const float *)a[4],
-                             (const float *)a[5], f[0], f[1], (float *)a[6]);
+        }
+        case MK_CALL_DEPTHWISE_F32: {
+            const mk_call_depthwise_f32_t *a = &c->depthwise_f32;
+            mk_depthwise_f32(a->x, a->geom, (int)a->m, a->wt, a->bias, f->bounds.lo, f->bounds.hi, a->y);
             break;
+        }
         case MK_CALL_TANH_F32:
-            mk_tanh_f32((const float *)a[1], (float *)a[2], a[3]);
+            mk_tanh_f32(c->map_f32.x, c->map_f32.y, c->map_f32.n);
             break;
         case MK_CALL_LOGISTIC_F32:
-            mk_logistic_f32((const float *)a[1], (float *)a[2], a[3]);
+            mk_logistic_f32(c->map_f32.x, c->map_f32.y, c->map_f32.n);
             break;
-        case MK_CALL_COPY_2D:
-            mk_copy_2d((const void *)a[1], (void *)a[2], a[3], a[4], a[5], a[6]);
+        case MK_CALL_COPY_2D: {
+            const mk_call_copy_2d_t *a = &c->copy_2d;
+            mk_copy_2d(a->src, a->dst, a->rows, a->row_bytes, a->src_stride, a->dst_stride);
             break;
-        case MK_CALL_SOFTMAX_F32:
-            mk_softmax_f32((const float *)a[1], (float *)a[2], a[3], a[4], f[0]);
+        }
+        case MK_CALL_SOFTMAX_F32: {
+            const mk_call_softmax_f32_t *a = &c->softmax_f32;
+            mk_softmax_f32(a->x, a->y, a->rows, a->cols, f->softmax.beta);
             break;
+        }
         default:
             return i + 1;
         }
@@ -1914,13 +1905,7 @@ int64_t mk_run_calls(const int64_t *ints, const float *floats, int64_t n, int64_
     return 0;
 }
 
-/* mk_run_calls, watching for a reason to stop between calls (preemption inside a bound run): before
- * each call after the first it stops when *word, the highest priority running (mlts.hal.qos), exceeds
- * mine, or when CLOCK_MONOTONIC has passed deadline_ns (when >= 0). word may be NULL. One load per
- * call, and a clock read when there is a deadline. Returns 0 when every call ran, i + 1 when call i
- * failed (as mk_run_calls), -(i + 1) when it stopped before call i (i >= 1; calls 0 .. i-1 ran): the
- * caller waits at its checkpoint, then runs calls i .. n-1. */
-int64_t mk_run_calls_watched(const int64_t *ints, const float *floats, int64_t n, int64_t *status,
+int64_t mk_run_calls_watched(const mk_call_t *calls, const mk_call_floats_t *floats, int64_t n, int64_t *status,
                              const volatile int64_t *word, int64_t mine, int64_t deadline_ns) {
     *status = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -1932,8 +1917,142 @@ int64_t mk_run_calls_watched(const int64_t *ints, const float *floats, int64_t n
                 if ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec > deadline_ns) return -(i + 1);
             }
         }
-        int64_t failed = mk_run_calls(ints + i * MK_CALL_INTS, floats + i * MK_CALL_FLOATS, 1, status);
+        int64_t failed = mk_run_calls(calls + i, floats + i, 1, status);
         if (failed) return i + 1;
     }
     return 0;
+}
+
+/* ------------------------------------------------------------ the interface's layout (driver/native/layout.py)
+ *
+ * Every structure of mlts_kernels.h, its size and each field's offset and size, for the test that
+ * compares them with the ctypes mirrors; and the interface's constants. */
+
+typedef struct {
+    const char *type, *field;
+    int64_t offset, size;
+} layout_row;
+
+#define L_TYPE(T) {#T, "", 0, sizeof(T)}
+#define L_FIELD(T, F) {#T, #F, offsetof(T, F), sizeof(((T *)0)->F)}
+
+static const layout_row g_layout[] = {
+    L_TYPE(mk_geom_t), L_FIELD(mk_geom_t, n), L_FIELD(mk_geom_t, h), L_FIELD(mk_geom_t, w), L_FIELD(mk_geom_t, c),
+    L_FIELD(mk_geom_t, kh), L_FIELD(mk_geom_t, kw), L_FIELD(mk_geom_t, sh), L_FIELD(mk_geom_t, sw),
+    L_FIELD(mk_geom_t, dh), L_FIELD(mk_geom_t, dw), L_FIELD(mk_geom_t, pt), L_FIELD(mk_geom_t, pl),
+    L_FIELD(mk_geom_t, oh), L_FIELD(mk_geom_t, ow),
+
+    L_TYPE(mk_pool_stats_t), L_FIELD(mk_pool_stats_t, jobs), L_FIELD(mk_pool_stats_t, worker_tasks),
+    L_FIELD(mk_pool_stats_t, wakes), L_FIELD(mk_pool_stats_t, wait_ns), L_FIELD(mk_pool_stats_t, preempted),
+    L_FIELD(mk_pool_stats_t, crowded), L_FIELD(mk_pool_stats_t, late), L_FIELD(mk_pool_stats_t, kept),
+    L_FIELD(mk_pool_stats_t, rests),
+
+    L_TYPE(mk_lstm_const_t), L_FIELD(mk_lstm_const_t, units), L_FIELD(mk_lstm_const_t, k1),
+    L_FIELD(mk_lstm_const_t, k2), L_FIELD(mk_lstm_const_t, gates), L_FIELD(mk_lstm_const_t, act),
+    L_FIELD(mk_lstm_const_t, cell_clip), L_FIELD(mk_lstm_const_t, w), L_FIELD(mk_lstm_const_t, bias),
+    L_FIELD(mk_lstm_const_t, peep_i), L_FIELD(mk_lstm_const_t, peep_f), L_FIELD(mk_lstm_const_t, peep_o),
+    L_FIELD(mk_lstm_const_t, offered),
+
+    L_TYPE(mk_call_im2col_f32_t), L_FIELD(mk_call_im2col_f32_t, kind), L_FIELD(mk_call_im2col_f32_t, x),
+    L_FIELD(mk_call_im2col_f32_t, geom), L_FIELD(mk_call_im2col_f32_t, cols),
+
+    L_TYPE(mk_call_gemm_f32_t), L_FIELD(mk_call_gemm_f32_t, kind), L_FIELD(mk_call_gemm_f32_t, a),
+    L_FIELD(mk_call_gemm_f32_t, b), L_FIELD(mk_call_gemm_f32_t, c), L_FIELD(mk_call_gemm_f32_t, m),
+    L_FIELD(mk_call_gemm_f32_t, n), L_FIELD(mk_call_gemm_f32_t, k), L_FIELD(mk_call_gemm_f32_t, bias),
+
+    L_TYPE(mk_call_depthwise_f32_t), L_FIELD(mk_call_depthwise_f32_t, kind), L_FIELD(mk_call_depthwise_f32_t, x),
+    L_FIELD(mk_call_depthwise_f32_t, geom), L_FIELD(mk_call_depthwise_f32_t, m), L_FIELD(mk_call_depthwise_f32_t, wt),
+    L_FIELD(mk_call_depthwise_f32_t, bias), L_FIELD(mk_call_depthwise_f32_t, y),
+
+    L_TYPE(mk_call_add_f32_t), L_FIELD(mk_call_add_f32_t, kind), L_FIELD(mk_call_add_f32_t, a),
+    L_FIELD(mk_call_add_f32_t, b), L_FIELD(mk_call_add_f32_t, y), L_FIELD(mk_call_add_f32_t, n),
+
+    L_TYPE(mk_call_copy_t), L_FIELD(mk_call_copy_t, kind), L_FIELD(mk_call_copy_t, src), L_FIELD(mk_call_copy_t, dst),
+    L_FIELD(mk_call_copy_t, bytes),
+
+    L_TYPE(mk_call_qim2col_t), L_FIELD(mk_call_qim2col_t, kind), L_FIELD(mk_call_qim2col_t, x),
+    L_FIELD(mk_call_qim2col_t, geom), L_FIELD(mk_call_qim2col_t, pad), L_FIELD(mk_call_qim2col_t, lda),
+    L_FIELD(mk_call_qim2col_t, cols),
+
+    L_TYPE(mk_call_qgemm_requant_t), L_FIELD(mk_call_qgemm_requant_t, kind), L_FIELD(mk_call_qgemm_requant_t, a),
+    L_FIELD(mk_call_qgemm_requant_t, lda), L_FIELD(mk_call_qgemm_requant_t, a_signed),
+    L_FIELD(mk_call_qgemm_requant_t, bp), L_FIELD(mk_call_qgemm_requant_t, colc), L_FIELD(mk_call_qgemm_requant_t, zw),
+    L_FIELD(mk_call_qgemm_requant_t, m), L_FIELD(mk_call_qgemm_requant_t, n), L_FIELD(mk_call_qgemm_requant_t, k),
+    L_FIELD(mk_call_qgemm_requant_t, bias), L_FIELD(mk_call_qgemm_requant_t, mult),
+    L_FIELD(mk_call_qgemm_requant_t, left), L_FIELD(mk_call_qgemm_requant_t, right),
+    L_FIELD(mk_call_qgemm_requant_t, zp), L_FIELD(mk_call_qgemm_requant_t, lo), L_FIELD(mk_call_qgemm_requant_t, hi),
+    L_FIELD(mk_call_qgemm_requant_t, is_signed), L_FIELD(mk_call_qgemm_requant_t, out),
+
+    L_TYPE(mk_call_depthwise_q8_t), L_FIELD(mk_call_depthwise_q8_t, kind), L_FIELD(mk_call_depthwise_q8_t, x),
+    L_FIELD(mk_call_depthwise_q8_t, is_signed), L_FIELD(mk_call_depthwise_q8_t, zp_x),
+    L_FIELD(mk_call_depthwise_q8_t, geom), L_FIELD(mk_call_depthwise_q8_t, m), L_FIELD(mk_call_depthwise_q8_t, wt),
+    L_FIELD(mk_call_depthwise_q8_t, bias), L_FIELD(mk_call_depthwise_q8_t, mult),
+    L_FIELD(mk_call_depthwise_q8_t, left), L_FIELD(mk_call_depthwise_q8_t, right),
+    L_FIELD(mk_call_depthwise_q8_t, zp_y), L_FIELD(mk_call_depthwise_q8_t, lo), L_FIELD(mk_call_depthwise_q8_t, hi),
+    L_FIELD(mk_call_depthwise_q8_t, y),
+
+    L_TYPE(mk_call_map_f32_t), L_FIELD(mk_call_map_f32_t, kind), L_FIELD(mk_call_map_f32_t, x),
+    L_FIELD(mk_call_map_f32_t, y), L_FIELD(mk_call_map_f32_t, n),
+
+    L_TYPE(mk_call_copy_2d_t), L_FIELD(mk_call_copy_2d_t, kind), L_FIELD(mk_call_copy_2d_t, src),
+    L_FIELD(mk_call_copy_2d_t, dst), L_FIELD(mk_call_copy_2d_t, rows), L_FIELD(mk_call_copy_2d_t, row_bytes),
+    L_FIELD(mk_call_copy_2d_t, src_stride), L_FIELD(mk_call_copy_2d_t, dst_stride),
+
+    L_TYPE(mk_call_softmax_f32_t), L_FIELD(mk_call_softmax_f32_t, kind), L_FIELD(mk_call_softmax_f32_t, x),
+    L_FIELD(mk_call_softmax_f32_t, y), L_FIELD(mk_call_softmax_f32_t, rows), L_FIELD(mk_call_softmax_f32_t, cols),
+
+    L_TYPE(mk_call_t), L_FIELD(mk_call_t, word), L_FIELD(mk_call_t, kind), L_FIELD(mk_call_t, im2col_f32),
+    L_FIELD(mk_call_t, gemm_f32), L_FIELD(mk_call_t, depthwise_f32), L_FIELD(mk_call_t, add_f32),
+    L_FIELD(mk_call_t, copy), L_FIELD(mk_call_t, qim2col), L_FIELD(mk_call_t, qgemm_requant),
+    L_FIELD(mk_call_t, depthwise_q8), L_FIELD(mk_call_t, map_f32), L_FIELD(mk_call_t, copy_2d),
+    L_FIELD(mk_call_t, softmax_f32),
+
+    L_TYPE(mk_call_bounds_t), L_FIELD(mk_call_bounds_t, lo), L_FIELD(mk_call_bounds_t, hi),
+    L_TYPE(mk_call_softmax_floats_t), L_FIELD(mk_call_softmax_floats_t, beta),
+    L_TYPE(mk_call_floats_t), L_FIELD(mk_call_floats_t, word), L_FIELD(mk_call_floats_t, bounds),
+    L_FIELD(mk_call_floats_t, softmax),
+};
+
+int mk_layout(int64_t i, const char **type, const char **field, int64_t *offset, int64_t *size) {
+    if (i < 0 || i >= (int64_t)(sizeof g_layout / sizeof g_layout[0])) return 0;
+    *type = g_layout[i].type;
+    *field = g_layout[i].field;
+    *offset = g_layout[i].offset;
+    *size = g_layout[i].size;
+    return 1;
+}
+
+typedef struct {
+    const char *name;
+    int64_t value;
+} constant_row;
+
+#define C_ROW(C) {#C, C}
+
+static const constant_row g_constants[] = {
+    C_ROW(MK_ABI),
+    C_ROW(MK_CALL_INTS),
+    C_ROW(MK_CALL_FLOATS),
+    C_ROW(MK_CALL_IM2COL_F32),
+    C_ROW(MK_CALL_GEMM_PACKED_BIAS_ACT_F32),
+    C_ROW(MK_CALL_DEPTHWISE_F32),
+    C_ROW(MK_CALL_GEMM_FEWROWS_BIAS_ACT_F32),
+    C_ROW(MK_CALL_ADD_F32),
+    C_ROW(MK_CALL_COPY),
+    C_ROW(MK_CALL_QIM2COL),
+    C_ROW(MK_CALL_QGEMM_REQUANT),
+    C_ROW(MK_CALL_DEPTHWISE_Q8),
+    C_ROW(MK_CALL_TANH_F32),
+    C_ROW(MK_CALL_LOGISTIC_F32),
+    C_ROW(MK_CALL_COPY_2D),
+    C_ROW(MK_CALL_SOFTMAX_F32),
+    C_ROW(MK_MAX_DW_CHANNELS),
+    C_ROW(MK_QGEMM_MAX_K),
+};
+
+int mk_constant(int64_t i, const char **name, int64_t *value) {
+    if (i < 0 || i >= (int64_t)(sizeof g_constants / sizeof g_constants[0])) return 0;
+    *name = g_constants[i].name;
+    *value = g_constants[i].value;
+    return 1;
 }

@@ -18,12 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#ifndef MK_LSTM_SOURCE_HASH
-#define MK_LSTM_SOURCE_HASH "unknown"
-#endif
-
-/* Bumped whenever mk_lstm_cell_f32's arguments or lstm_const_t change. */
-#define LSTM_ABI 4
+#include "mlts_kernels.h"
 
 /* Multiply-adds per step from which the cell wakes the pool's sleeping workers: asr_float's 384-unit
  * steps (1.2 M; on-device step 0.41-0.49 -> 0.27-0.32 ms at 2 threads, burst, 4 A/B runs at load
@@ -32,17 +27,8 @@
  * workers already spinning only, as every other kernel's short jobs do. */
 #define LSTM_PARALLEL_WORK (1 << 20)
 
-/* kernels.c's thread count and pool; weak, so that this file still loads (on one thread) without. */
-int mk_threads(void) __attribute__((weak));
-void mk_parallel_for_job(int nt, int64_t ntasks, void (*fn)(void *ctx, int64_t t), void *ctx, int wake)
-    __attribute__((weak));
-int64_t mk_split_work(int64_t base) __attribute__((weak));
-
 typedef float lv8f __attribute__((vector_size(32)));
 typedef int32_t lv8i __attribute__((vector_size(32)));
-
-const char *mk_lstm_source_hash(void) { return MK_LSTM_SOURCE_HASH; }
-int mk_lstm_abi(void) { return LSTM_ABI; }
 
 #define MK_VF lv8f
 #define MK_VI lv8i
@@ -111,16 +97,8 @@ static inline void panel_dot(const float *a, int64_t k, const float *w, int gate
     for (int g = 0; g < gates; g++) acc[g] += s0[g] + s1[g];
 }
 
-/* What a prepared LSTM keeps for the kernel (driver/ops/_lstm_native.py mirrors this layout). */
-typedef struct {
-    int64_t units, k1, k2;
-    int64_t gates, act;
-    double cell_clip;
-    const float *w, *bias, *peep_i, *peep_f, *peep_o;
-    /* Written by the kernel (a relaxed atomic; zero at prepare): how many steps of this LSTM were
-     * offered to the pool (split when a worker was there to help). */
-    int64_t offered;
-} lstm_const_t;
+/* What a prepared LSTM keeps for the kernel: mk_lstm_const_t (mlts_kernels.h). */
+typedef mk_lstm_const_t lstm_const_t;
 
 typedef struct {
     const lstm_const_t *cst;
@@ -193,7 +171,7 @@ void mk_lstm_cell_f32(const lstm_const_t *cst, int64_t batch, const float *a1, i
     lstm_job_t job = {cst, batch, lda1, lda2, ldadd, a1, a2, add, c_in, c_out, h_out, gates_out};
     const int64_t panels = (cst->units + 7) / 8;
     const int64_t work = batch * (cst->k1 + cst->k2) * cst->units * cst->gates;
-    int nt = mk_threads && mk_parallel_for_job && mk_split_work ? mk_threads() : 1;
+    int nt = mk_threads();
     if (nt > 1 && panels >= 2 && work >= mk_split_work(LSTM_PARALLEL_WORK)) {
         __atomic_fetch_add(&((lstm_const_t *)cst)->offered, 1, __ATOMIC_RELAXED); /* only this field */
         mk_parallel_for_job(nt, panels, cell_task, &job, work >= LSTM_PARALLEL_WORK);

@@ -25,31 +25,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mlts_kernels.h"
 #include "requant.h"
 #ifdef __AVX512VNNI__
 #include <immintrin.h>
 #endif
 
-#ifndef MK_QGEMM_SOURCE_HASH
-#define MK_QGEMM_SOURCE_HASH "unknown"
-#endif
-
-#define QGEMM_ABI 1
-#define QGEMM_MAX_K 33025 /* K * 255 * 255 < 2^31 */
+#define QGEMM_MAX_K MK_QGEMM_MAX_K /* K * 255 * 255 < 2^31 */
 #define QPANEL 16
 #define NR_PANELS 4                /* panels per register block: 64 columns */
 #define MR 6                       /* rows per register block: 24 accumulators */
 #define ROWS_PER_TASK 48           /* rows of one task (a multiple of MR) */
 #define PARALLEL_QGEMM (1 << 23)   /* multiply-adds below which the GEMM stays on one thread */
 
-typedef void (*task_fn)(void *ctx, int64_t t);
-/* kernels.c's pool; weak, so that this file still loads (on one thread) without it. */
-void mk_parallel_for(int nt, int64_t ntasks, task_fn fn, void *ctx) __attribute__((weak));
-int mk_threads(void) __attribute__((weak));
-
-const char *mk_qgemm_source_hash(void) { return MK_QGEMM_SOURCE_HASH; }
-int mk_qgemm_abi(void) { return QGEMM_ABI; }
-int mk_qgemm_max_k(void) { return QGEMM_MAX_K; }
 
 #ifdef __AVX512VNNI__
 int mk_qgemm_available(void) { return 1; }
@@ -278,9 +266,9 @@ int mk_qgemm_requant(const void *a, int64_t lda, int a_signed, const int8_t *bp,
                 (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK};
     int64_t groups = ((n + QPANEL - 1) / QPANEL + NR_PANELS - 1) / NR_PANELS;
     int64_t ntasks = job.row_chunks * groups;
-    int nt = mk_threads ? mk_threads() : 1;
+    int nt = mk_threads();
     if (m * n * k < PARALLEL_QGEMM) nt = 1;
-    if (nt > 1 && mk_parallel_for)
+    if (nt > 1)
         mk_parallel_for(nt, ntasks, qgemm_task, &job);
     else
         for (int64_t t = 0; t < ntasks; t++) qgemm_task(&job, t);
@@ -293,9 +281,7 @@ int mk_qgemm_requant(const void *a, int64_t lda, int a_signed, const int8_t *bp,
 #endif
 }
 
-typedef struct {
-    int n, h, w, c, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow;
-} qgeom_t;
+typedef mk_geom_t qgeom_t;
 
 typedef struct {
     const uint8_t *x;
@@ -339,14 +325,14 @@ static void qim2col_task(void *ctx, int64_t r) {
     }
 }
 
-/* The byte patch matrix [N*OH*OW, lda] of 8-bit x (geometry as kernels.c's GEOM_ARGS), `pad` in the padding. */
-void mk_qim2col(const void *x, const int32_t *gp, int pad, int64_t lda, void *cols) {
-    qgeom_t g = {gp[0], gp[1], gp[2], gp[3], gp[4], gp[5], gp[6], gp[7], gp[8], gp[9], gp[10], gp[11], gp[12], gp[13]};
+/* The byte patch matrix [N*OH*OW, lda] of 8-bit x (its geometry *gp), `pad` in the padding. */
+void mk_qim2col(const void *x, const mk_geom_t *gp, int pad, int64_t lda, void *cols) {
+    qgeom_t g = *gp;
     qim2col_job job = {x, g, (uint8_t)pad, lda, cols};
     int64_t rows = (int64_t)g.n * g.oh;
-    int nt = mk_threads ? mk_threads() : 1;
+    int nt = mk_threads();
     if (rows * g.ow * lda < (1 << 20) || rows < 2) nt = 1;
-    if (nt > 1 && mk_parallel_for)
+    if (nt > 1)
         mk_parallel_for(nt, rows, qim2col_task, &job);
     else
         for (int64_t t = 0; t < rows; t++) qim2col_task(&job, t);

@@ -14,25 +14,28 @@ from typing import Any
 
 import numpy as np
 
+from driver.native.layout import (  # noqa: F401  (CALL_INTS: driver.bound_steps's row width)
+    CALL_ADD_F32,
+    CALL_COPY,
+    CALL_COPY_2D,
+    CALL_DEPTHWISE_F32,
+    CALL_DEPTHWISE_Q8,
+    CALL_GEMM_FEWROWS_BIAS_ACT_F32,
+    CALL_GEMM_PACKED_BIAS_ACT_F32,
+    CALL_IM2COL_F32,
+    CALL_INTS,
+    CALL_LOGISTIC_F32,
+    CALL_QGEMM_REQUANT,
+    CALL_QIM2COL,
+    CALL_SOFTMAX_F32,
+    CALL_TANH_F32,
+)
 from driver.ops import _qgemm
 from driver.ops._fast import ACT_BOUNDS, F32, HAS_GEMM, Const, GemmWeights, GeometryCache, Requant
 from driver.ops._workspace import address, output
 
-# The kinds of call mk_run_calls makes (kernels.c); each is CALL_INTS ints (kind first) and 2 floats.
-CALL_IM2COL_F32 = 1
-CALL_GEMM_PACKED_BIAS_ACT_F32 = 2
-CALL_DEPTHWISE_F32 = 3
-CALL_GEMM_FEWROWS_BIAS_ACT_F32 = 4
-CALL_ADD_F32 = 5
-CALL_COPY = 6
-CALL_QIM2COL = 7
-CALL_QGEMM_REQUANT = 8
-CALL_DEPTHWISE_Q8 = 9
-CALL_TANH_F32 = 10
-CALL_LOGISTIC_F32 = 11
-CALL_COPY_2D = 12
-CALL_SOFTMAX_F32 = 13
-CALL_INTS = 20
+# A call's kind and int arguments follow the kind's structure in driver.native.layout (mlts_kernels.h's
+# mk_call_t): CALL_INTS int64 words, kind first, and CALL_FLOATS floats.
 #: The most 2-D block copies one bound SLICE makes (more: it runs unbound).
 MAX_BLOCK_COPIES = 64
 
@@ -140,7 +143,7 @@ def bind_fc_f32(
     count = int(np.prod(shape, dtype=np.int64))
     if len(shape) < 2 or size <= 0 or count % size or not isinstance(w, GemmWeights):
         return None
-    rows, units = count // size, w.array.shape[1]
+    rows, units = count // size, w.n
     if w.panels_ptr and rows >= 4:
         kind, wp = CALL_GEMM_PACKED_BIAS_ACT_F32, w.panels_ptr
     elif 0 < rows < 4 and units >= 8 and HAS_GEMM:

@@ -9,6 +9,7 @@ looked up, most of them cached (`_workspace.address`).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,20 +74,51 @@ class Const:
 PANEL = 16  # columns per panel of packed GEMM weights (kernels.c)
 
 
-class GemmWeights(Const):
-    """Constant GEMM weights [K, N], also packed in panels of PANEL columns (mk_pack_b_f32): the
-    compiled GEMM streams each panel in memory order and splits the work over its threads with
-    no per-call packing."""
+_UNPACK_LOCK = threading.Lock()
 
-    __slots__ = ("panels", "panels_ptr")
+
+class GemmWeights(Const):
+    """Constant GEMM weights [K, N] packed in panels of PANEL columns (mk_pack_b_f32): the compiled
+    GEMM streams each panel in memory order and splits the work over its threads with no per-call
+    packing.
+
+    The panels are the only copy kept: the plain [K, N] matrix (`array`, at `ptr`), which only the
+    GEMM's loop for fewer than four rows and the NumPy fallbacks read, is made again from the panels
+    the first time one of them asks (the same floats: packing copies them) and kept from then on.
+    `k` and `n` give its shape without making it.
+    """
+
+    __slots__ = ("panels", "panels_ptr", "k", "n", "_kn", "_kn_ptr")
 
     def __init__(self, value: np.ndarray, dtype: type = F32) -> None:
-        super().__init__(value, dtype)
-        k, n = self.array.shape
-        self.panels: np.ndarray = np.empty((-(-n // PANEL), k, PANEL), dtype=F32)
+        kn: np.ndarray = np.ascontiguousarray(value, dtype=dtype)
+        self.k, self.n = kn.shape
+        self.panels: np.ndarray = np.empty((-(-self.n // PANEL), self.k, PANEL), dtype=F32)
         self.panels_ptr = self.panels.ctypes.data
+        self._kn: np.ndarray | None = kn
+        self._kn_ptr = kn.ctypes.data
         if self.panels.size:
-            LIB.mk_pack_b_f32(self.ptr, k, n, self.panels_ptr)
+            LIB.mk_pack_b_f32(self._kn_ptr, self.k, self.n, self.panels_ptr)
+            self._kn, self._kn_ptr = None, 0  # made again from the panels when asked for
+
+    @property
+    def array(self) -> np.ndarray:  # type: ignore[override]
+        kn = self._kn
+        return kn if kn is not None else self._unpack()
+
+    @property
+    def ptr(self) -> int:  # type: ignore[override]
+        return self._kn_ptr if self._kn is not None else self._unpack().ctypes.data
+
+    def _unpack(self) -> np.ndarray:
+        """The [K, N] matrix from the panels, made once: a matrix once handed out is never replaced
+        (a concurrent run may be reading it at its address)."""
+        with _UNPACK_LOCK:
+            if self._kn is None:
+                kn = np.ascontiguousarray(self.panels.transpose(1, 0, 2).reshape(self.k, -1)[:, : self.n])
+                self._kn_ptr = kn.ctypes.data
+                self._kn = kn
+            return self._kn
 
 
 def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, a_ptr: int, b_ptr: int, out_ptr: int) -> None:
@@ -150,9 +182,23 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def _panels(w: Const) -> int:
-    """The address of w's packed panels (GemmWeights), else 0."""
-    return w.panels_ptr if isinstance(w, GemmWeights) else 0
+def gemm_weights_bias_act(
+    a: np.ndarray, w: Const, out: np.ndarray, a_ptr: int, out_ptr: int, bias_ptr: int, act: int
+) -> None:
+    """`gemm_bias_act` of a by the constant weights w: their packed panels for 4 rows or more (the
+    plain matrix of a GemmWeights is then never made), else the plain [K, N] matrix."""
+    if isinstance(w, GemmWeights) and w.panels_ptr and a.shape[0] >= 4:
+        lo, hi = ACT_BOUNDS[act]
+        LIB.mk_gemm_packed_bias_act_f32(
+            a_ptr, w.panels_ptr, out_ptr, a.shape[0], w.n, a.shape[1], bias_ptr, lo, hi
+        )
+        return
+    gemm_bias_act(a, w.array, out, a_ptr, w.ptr, out_ptr, bias_ptr, act)
+
+
+def _units(w: Const) -> int:
+    """The columns (N) of constant GEMM weights [K, N]."""
+    return w.n if isinstance(w, GemmWeights) else w.array.shape[1]
 
 
 def _check(status: int) -> None:
@@ -255,7 +301,7 @@ def _gemm_requant_q8(
     """acc = (x - zp_x) @ w for 8-bit x read as [rows, K] (contiguous), requantized into y: on packed
     weights the GEMM centres x task by task; else a centring pass, then gemm_requant."""
     rows, cout = acc.shape
-    k = w.array.shape[0]
+    k = w.k if isinstance(w, GemmWeights) else w.array.shape[0]
     signed = int(x.dtype == np.int8)
     if isinstance(w, GemmWeights):
         status = LIB.mk_gemm_packed_requant_q8(
@@ -304,7 +350,7 @@ def conv_f32(x: np.ndarray, gc: GeometryCache, w: Const, bias: Const, act: int, 
         cp = address(cols)
         LIB.mk_im2col_f32(xp, gp, cp)
     y = output((n, g.out_h, g.out_w, out_c), F32)
-    gemm_bias_act(cols, w.array, y.reshape(rows, out_c), cp, w.ptr, address(y), bias.ptr, act, _panels(w))
+    gemm_weights_bias_act(cols, w, y.reshape(rows, out_c), cp, address(y), bias.ptr, act)
     return y
 
 
@@ -345,10 +391,10 @@ def conv_q8(
 
 def fc_f32(x2: np.ndarray, w: Const, bias: Const, act: int) -> np.ndarray:
     """x2 [batch, size] @ w [size, units] + bias, then the activation."""
-    rows, units = x2.shape[0], w.array.shape[1]
+    rows, units = x2.shape[0], _units(w)
     x2, xp = _x(x2)
     y = output((rows, units), F32)
-    gemm_bias_act(x2, w.array, y, xp, w.ptr, address(y), bias.ptr, act, _panels(w))
+    gemm_weights_bias_act(x2, w, y, xp, address(y), bias.ptr, act)
     return y
 
 
@@ -361,7 +407,7 @@ def fc_q8(x2: np.ndarray, zp_x: int, w: Const | _qgemm.QWeights, rq: Requant) ->
         y = output((rows, w.n), rq.dtype)
         _qgemm_rows(x2, xp, w, rq, address(y))
         return y
-    units = w.array.shape[1]
+    units = _units(w)
     acc = scratch("acc", (rows, units), F32)
     y = output((rows, units), rq.dtype)
     _gemm_requant_q8(x2, xp, zp_x, w, acc, rq, address(y))

@@ -9,8 +9,9 @@ those units' whole cell update. The projection, when present, follows in NumPy
 (`_lstm_cell.project`).
 
 The kernel's sigmoid and tanh are polynomial (Cephes); results agree with the NumPy path to a few
-float32 ulp, not bit for bit. MLTS_DRIVER_NATIVE=0 turns it off with every compiled kernel (the
-tests compare the two paths by patching this module).
+float32 ulp, not bit for bit. The cell comes from `driver.native` (which loads and checks the one
+library); MLTS_DRIVER_NATIVE=0 turns it off with every compiled kernel (the tests compare the two
+paths by patching this module).
 Every buffer a call writes is its own (new, or the execution's workspace), so concurrent
 executions of one prepared model share only the constant panels."""
 
@@ -18,61 +19,18 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, NamedTuple, cast
 
 import numpy as np
 
 from driver import native
+from driver.native.layout import LstmConst
 from driver.ops._lstm_cell import LstmConfig, Weights, project
 from driver.ops._workspace import CURRENT, Workspace, output, scratch
 
 F32 = np.float32
-ABI = 4
-SOURCE = Path(native.__file__).with_name("lstm_kernels.c")
-
-_P, _L = ctypes.c_void_p, ctypes.c_int64
-_ARGTYPES: list[Any] = [_P, _L, _P, _L, _P, _L, _P, _L, _P, _P, _P, _P]
-
-
-class _Const(ctypes.Structure):
-    """lstm_const_t of lstm_kernels.c."""
-
-    _fields_ = [
-        ("units", _L),
-        ("k1", _L),
-        ("k2", _L),
-        ("gates", _L),
-        ("act", _L),
-        ("cell_clip", ctypes.c_double),
-        ("w", _P),
-        ("bias", _P),
-        ("peep_i", _P),
-        ("peep_f", _P),
-        ("peep_o", _P),
-        # written by the kernel: how many steps were offered to the kernels' pool
-        ("offered", _L),
-    ]
-
-
-def _load() -> Any:
-    """mk_lstm_cell_f32, or None when the library is missing, was built from another lstm_kernels.c
-    or has another ABI."""
-    lib = native.LIB
-    if lib is None or not hasattr(lib, "mk_lstm_cell_f32"):
-        return None
-    lib.mk_lstm_source_hash.restype = ctypes.c_char_p
-    if not native.built_from(SOURCE, lib.mk_lstm_source_hash().decode()):
-        return None
-    if lib.mk_lstm_abi() != ABI:
-        return None
-    fn = lib.mk_lstm_cell_f32
-    fn.argtypes = _ARGTYPES
-    fn.restype = None
-    return fn
-
-
-_CELL = _load()
+#: mk_lstm_cell_f32 of the compiled kernels (typed by driver.native), or None without them.
+_CELL: Any = native.LIB.mk_lstm_cell_f32 if native.LIB is not None else None
 
 
 def available() -> bool:
@@ -150,7 +108,7 @@ class FusedCell:
             bias = None
         peep = [_vector(p) for p in (w.peep_i, w.peep_f, w.peep_o)]
         self._keep = (bias, *peep)  # the arrays the structure points into
-        self._const = _Const(
+        self._const = LstmConst(
             u, k1, k2, g, cfg.activation, cfg.cell_clip, self.panels.ctypes.data, _ptr(bias), *map(_ptr, peep)
         )
         self._const_ptr = ctypes.addressof(self._const)

@@ -8,69 +8,32 @@ centred weights fit int8, as per-channel and most signed filters do), packed in 
 the input's zero point enters through per-column constants computed here in exact integers.
 Results are bit-identical to the float path's (both compute the exact integer sum and requantize
 it the same way). MLTS_DRIVER_QGEMM=0 in the driver's environment turns the integer GEMM off (to
-compare the two paths); MLTS_DRIVER_NATIVE=0 turns it off with every compiled kernel.
+compare the two paths); MLTS_DRIVER_NATIVE=0 turns it off with every compiled kernel. The functions
+come from `driver.native`, which loads and checks the one library.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from driver import native
+from driver.native.layout import QGEMM_MAX_K
 
-ABI = 1
-SOURCE = Path(native.__file__).with_name("qgemm_kernels.c")
 PANEL = 16
 
-_P, _L, _I = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+
+def _lib() -> Any:
+    """The compiled kernels when they hold the VNNI GEMM and it is not turned off, else None."""
+    if os.environ.get("MLTS_DRIVER_QGEMM", "1") == "0" or not native.has_qgemm():
+        return None
+    return native.LIB
 
 
-def _load() -> Any:
-    """The library when it holds a current VNNI build of qgemm_kernels.c, else None."""
-    lib = native.LIB
-    if os.environ.get("MLTS_DRIVER_QGEMM", "1") == "0":
-        return None
-    if lib is None or not hasattr(lib, "mk_qgemm_requant"):
-        return None
-    lib.mk_qgemm_source_hash.restype = ctypes.c_char_p
-    if not native.built_from(SOURCE, lib.mk_qgemm_source_hash().decode()):
-        return None
-    if lib.mk_qgemm_abi() != ABI or lib.mk_qgemm_available() != 1:
-        return None
-    lib.mk_qgemm_pack.argtypes = [_P, _L, _L, _P]
-    lib.mk_qgemm_pack.restype = None
-    lib.mk_qgemm_requant.argtypes = [
-        _P,
-        _L,
-        _I,
-        _P,
-        _P,
-        ctypes.c_int32,
-        _L,
-        _L,
-        _L,
-        _P,
-        _P,
-        _P,
-        _P,
-        _L,
-        _L,
-        _L,
-        _I,
-        _P,
-    ]
-    lib.mk_qgemm_requant.restype = _I
-    lib.mk_qim2col.argtypes = [_P, _P, _I, _L, _P]
-    lib.mk_qim2col.restype = None
-    return lib
-
-
-_LIB: Any = _load()
-MAX_K: int = int(_LIB.mk_qgemm_max_k()) if _LIB is not None else 0
+_LIB: Any = _lib()
+MAX_K: int = QGEMM_MAX_K if _LIB is not None else 0
 
 
 def available(k: int) -> bool:

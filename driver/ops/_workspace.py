@@ -10,6 +10,9 @@ for
   this plan, so later operations of the same run may read it.
 
 Outside a run (getSupportedOperations, tests calling a kernel directly) both are `np.empty`.
+A static plan fills one workspace at preparation (`driver.executor.Plan.warm`): its bound runs'
+outputs and temporaries are allocated and written once then, so the first execution allocates
+only what steps outside those runs ask for.
 Arrays a run returns that live in its workspace are copied before the workspace is given back.
 """
 
@@ -28,7 +31,7 @@ class Workspace:
     address is looked up once (`address`) and the compiled kernels pay no per-call conversion.
     """
 
-    __slots__ = ("_buffers", "_views", "addresses", "step", "roots", "bound")
+    __slots__ = ("_buffers", "_views", "addresses", "step", "roots", "bound", "allocations")
 
     def __init__(self) -> None:
         self._buffers: dict[object, np.ndarray] = {}
@@ -41,6 +44,7 @@ class Workspace:
         self.bound: dict[
             object, object
         ] = {}  # runs of bound steps made for this workspace (driver.bound_steps)
+        self.allocations = 0  # buffers allocated so far (a larger one replacing a smaller counts too)
 
     def get(self, key: object, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
         cached = self._views.get(key)
@@ -55,6 +59,7 @@ class Workspace:
             if buf is not None:
                 self.roots.discard(id(buf.base))
             buf = aligned_bytes(nbytes)
+            self.allocations += 1
             self._buffers[key] = buf
             self.roots.add(id(buf.base))  # views of buf have the whole allocation as their base
         view = buf[:nbytes].view(dt).reshape(shape)
@@ -83,6 +88,12 @@ class Workspace:
     @property
     def nbytes(self) -> int:
         return sum(b.nbytes for b in self._buffers.values())
+
+    def touch(self) -> None:
+        """Write every buffer once (zeros), so its pages are resident before a run writes them: the
+        page faults of fresh memory are paid here (at preparation) instead of by the first execution."""
+        for buf in self._buffers.values():
+            buf.fill(0)
 
 
 #: Bytes every workspace buffer starts at a multiple of: a cache line, so the compiled kernels'

@@ -104,6 +104,7 @@ def _prepare_float(
         gc = _fast.GeometryCache(NAME, window, kh, kw)
         w_c = None if packed is None else _fast.GemmWeights(packed)
         b_c = None if bias is None else _fast.Const(bias, np.float32)
+        packed = None  # the kernels read w_c (its panels); the plan's record keeps the matrix while preparing
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
         x = to_nhwc(args[0], nchw, NAME)
@@ -156,6 +157,7 @@ def _prepare_quant(
         gc = _fast.GeometryCache(NAME, window, kh, kw)
         w_c = _fast.quant_weights(packed, kh * kw * cin, zp_x, ins[0].type)
         rq = None if bias is None else _fast.requant_params(bias, q, cout)
+        packed = None  # the kernels read w_c (its panels); the plan's record keeps the matrix while preparing
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
         x = to_nhwc(args[0], nchw, NAME)

@@ -82,6 +82,7 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
     if fast:
         w_c = None if packed is None else _fast.GemmWeights(packed)
         b_c = None if bias is None else _fast.Const(bias, np.float32)
+        packed = None  # the kernels read w_c (its panels); the plan's record keeps the matrix while preparing
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
         if fast:
@@ -118,6 +119,7 @@ def _prepare_quant(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
         assert packed is not None  # part of `fast`
         w_c = _fast.quant_weights(packed, size, zp_x, ins[0].type)
         rq = None if bias is None else _fast.requant_params(bias, q, units)
+        packed = None  # the kernels read w_c (its panels); the plan's record keeps the matrix while preparing
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
         if fast:

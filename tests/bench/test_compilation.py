@@ -175,7 +175,7 @@ def test_sample_driver_really_prepares_from_its_cache(tmp_path, monkeypatch) -> 
     counting = cachekit.PackCounter(monkeypatch)
     model = cachekit.model("float")
     result = measure_compilation(SampleAll(), model, tmp_path, max_iterations=3, max_seconds=60.0)
-    per_compile = len(SampleAll().prepareModel(model).plan.packed)
+    per_compile = len(SampleAll().prepareModel(model).plan.packed_names)
     assert per_compile == 2  # the CONV_2D filter and the FULLY_CONNECTED weights
     assert (
         counting.computed == (3 + 3 + 1) * per_compile

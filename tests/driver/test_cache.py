@@ -111,11 +111,11 @@ def test_plan_from_cache_is_bit_identical_and_packs_nothing(name, device, tmp_pa
     counting = cachekit.PackCounter(monkeypatch)
     m, d = cachekit.save(device, model, tmp_path)
     fresh = device.prepareModel(model)
-    assert counting.computed == 2 * len(fresh.plan.packed) > 0
+    assert counting.computed == 2 * len(fresh.plan.packed_names) > 0
     counting.computed = 0
     cached = cachekit.load(device, m, d)
     assert counting.computed == 0
-    assert set(cached.plan.packed) == set(fresh.plan.packed)
+    assert set(cached.plan.packed) == set(fresh.plan.packed_names)
     assert all(not a.flags.writeable for a in cached.plan.packed.values())  # views of the read data
     want = cachekit.run(fresh, arrays)
     _reference_check(name, want)

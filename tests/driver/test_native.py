@@ -414,10 +414,10 @@ def test_a_build_is_current_only_for_its_sources_and_headers(tmp_path):
     source.write_text("int f(void) { return 1; }\n")
     header = tmp_path / "shared.h"
     header.write_text("#define A 1\n")
-    built = native.source_digest(source)
-    assert native.built_from(source, built)
+    built = native.source_digest(tmp_path)
+    assert native.built_from(tmp_path, built)
     header.write_text("#define A 2\n")  # a changed header makes the build stale, as a changed source does
-    assert not native.built_from(source, built)
-    assert native.built_from(tmp_path / "not-shipped.c", "anything")  # an install without sources
+    assert not native.built_from(tmp_path, built)
+    assert native.built_from(tmp_path / "not-shipped", "anything")  # an install without sources
     # The library in use was built from the sources and headers beside it now.
-    assert native.available() and native.built_from(native.SOURCE, native.LIB.mk_source_hash().decode())
+    assert native.available() and native.built_from(native.HERE, native.LIB.mk_source_hash().decode())
