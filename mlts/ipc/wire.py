@@ -397,17 +397,18 @@ def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
                 and not payload_len
                 and 0 < header_len <= MAX_HEADER_BYTES
             ):
+                first: bytes | None
                 try:
-                    body = sock.recv(header_len, _DONTWAIT)
+                    first = sock.recv(header_len, _DONTWAIT)
                 except (BlockingIOError, InterruptedError):
-                    body = None
+                    first = None
                 except ConnectionResetError:
-                    body = b""
-                if body is not None and len(body) != header_len:
-                    body = _read_exact(sock, header_len, wait, "header and payload", body)
-                elif body is None:
-                    body = _read_exact(sock, header_len, wait, "header and payload")
-                return Frame({}, b"", (), minor, body if type(body) is bytes else bytes(body))
+                    first = b""
+                if first is not None and len(first) == header_len:
+                    return Frame({}, b"", (), minor, first)
+                # Not all of it yet (`first` holds what came): the rest as `_read_exact` reads it.
+                rest = _read_exact(sock, header_len, wait, "header and payload", first)
+                return Frame({}, b"", (), minor, rest if type(rest) is bytes else bytes(rest))
         if ancdata:
             fds.extend(_fds_of(ancdata))
             truncated_fds = bool(flags & _MSG_CTRUNC)
