@@ -163,6 +163,8 @@ class PriorityGate:
         self._running: dict[int, dict[int, int]] = {}  # key -> priority -> count
         self._top: dict[int, int] = {}  # key -> highest running priority
         self._words: dict[int, ctypes.c_int64] = {}  # key -> _top[key] for compiled code
+        self._addresses: dict[int, int] = {}  # key -> the address of `_words[key]` (what tickets carry)
+        self._scope_all = scope == SCOPE_ALL
         self._waiting = 0  # executions waiting in wait_turn
         self._serial = itertools.count(1)
         self.enabled = True
@@ -175,7 +177,7 @@ class PriorityGate:
             client = _CLIENT.get()
         if type(priority) is not int:
             priority = int(priority)
-        key = _ALL_KEY if self.scope == SCOPE_ALL else client
+        key = _ALL_KEY if self._scope_all else client
         # acquire/release rather than `with`: one execution enters and leaves once, and the `with`
         # statement's method lookups cost more than the dictionary work it guards.
         lock = self._lock
@@ -188,6 +190,7 @@ class PriorityGate:
                 word = self._words.get(key)
                 if word is None:
                     word = self._words[key] = ctypes.c_int64(priority)
+                    self._addresses[key] = ctypes.addressof(word)
                 else:
                     word.value = priority
             else:
@@ -201,9 +204,10 @@ class PriorityGate:
                 if priority > self._top.get(key, priority - 1):
                     self._top[key] = priority
                     word.value = priority
+            address = self._addresses[key]
         finally:
             lock.release()
-        return Ticket(client, priority, next(self._serial), 0, self, key, ctypes.addressof(word))
+        return Ticket(client, priority, next(self._serial), 0, self, key, address)
 
     def leave(self, ticket: Ticket) -> None:
         held = _HELD.get()
@@ -217,7 +221,7 @@ class PriorityGate:
         lock = self._lock
         lock.acquire()
         try:
-            counts = self._running.get(key, {})
+            counts = self._running[key]
             left = counts[priority] - 1
             if left:
                 counts[priority] = left
@@ -233,7 +237,11 @@ class PriorityGate:
                 self._top.pop(key, None)
                 # A connection's word goes with its last execution (scope "client"); the scope "all"
                 # one stays, reset. Tickets name a word only while they run.
-                word = self._words[key] if key == _ALL_KEY else self._words.pop(key)
+                if key == _ALL_KEY:
+                    word = self._words[key]
+                else:
+                    word = self._words.pop(key)
+                    del self._addresses[key]
                 word.value = NOTHING_RUNNING
             elif top == priority:
                 self._top[key] = new_top = max(counts)

@@ -34,9 +34,12 @@ MAGIC = b"MLTW"
 #: The magic of a compact frame: its message is binary (protocol 1.4, mlts.ipc.compact_calls).
 MAGIC_COMPACT = b"MLTC"
 PROTOCOL_VERSION = (1, 5)
+_MAJOR = PROTOCOL_VERSION[0]
 #: The first minor version that has compact frames.
 COMPACT_MINOR = 4
 FIXED_HEADER = struct.Struct("<4sHHII")
+_FIXED_SIZE = FIXED_HEADER.size
+_unpack_fixed = FIXED_HEADER.unpack
 MAX_HEADER_BYTES = 1 << 20
 MAX_PAYLOAD_BYTES = 64 << 20
 MAX_FDS = 64
@@ -289,8 +292,15 @@ def _fds_of(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
     return fds
 
 
-def _read_exact(sock: socket.socket, n: int, wait: Wait | None, what: str) -> bytes | bytearray:
-    if wait is not None and 0 < n <= _CHUNK:
+def _read_exact(
+    sock: socket.socket, n: int, wait: Wait | None, what: str, first: bytes | None = None
+) -> bytes | bytearray:
+    """`n` bytes of the frame (`first`: those of them read already, fewer than `n`)."""
+    if first is not None:
+        if not first:
+            raise WireError(f"truncated frame: connection closed after 0 of {n} {what} bytes", fatal=True)
+        buf = bytearray(first)
+    elif wait is not None and 0 < n <= _CHUNK:
         # The usual case: the whole rest of the frame has arrived with its start.
         try:
             first = sock.recv(n, _DONTWAIT)
@@ -377,6 +387,28 @@ def recv_frame(sock: socket.socket, wait: Wait | None = None) -> Frame:
             data, ancdata, flags, _ = sock.recvmsg(FIXED_HEADER.size, _ANC_BUFSIZE)
         except ConnectionResetError:
             data, ancdata, flags = b"", [], 0
+        if len(data) == _FIXED_SIZE and not ancdata and not flags & _MSG_CTRUNC:
+            # The usual case of a compact frame: its whole header, no fds, a message and no payload,
+            # and (read next, without waiting) the whole message.
+            magic, major, minor, header_len, payload_len = _unpack_fixed(data)
+            if (
+                magic == MAGIC_COMPACT
+                and major == _MAJOR
+                and not payload_len
+                and 0 < header_len <= MAX_HEADER_BYTES
+            ):
+                first: bytes | None
+                try:
+                    first = sock.recv(header_len, _DONTWAIT)
+                except (BlockingIOError, InterruptedError):
+                    first = None
+                except ConnectionResetError:
+                    first = b""
+                if first is not None and len(first) == header_len:
+                    return Frame({}, b"", (), minor, first)
+                # Not all of it yet (`first` holds what came): the rest as `_read_exact` reads it.
+                rest = _read_exact(sock, header_len, wait, "header and payload", first)
+                return Frame({}, b"", (), minor, rest if type(rest) is bytes else bytes(rest))
         if ancdata:
             fds.extend(_fds_of(ancdata))
             truncated_fds = bool(flags & _MSG_CTRUNC)

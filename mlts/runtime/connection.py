@@ -15,6 +15,7 @@ After either, every call fails fast with the same error.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +31,16 @@ from mlts.runtime.keepalive import KeepAlive
 _LIVENESS_POLL_S = 0.05
 # A frame the driver started must be complete within this many seconds.
 _PARTIAL_FRAME_S = 10.0
+_MAX_U32 = compact_calls.MAX_U32
+_DONTWAIT = int(socket.MSG_DONTWAIT)
+# What `wire.compact_frame_bytes` packs, for `send_call`.
+_FIXED_PACK = wire.FIXED_HEADER.pack
+_MAGIC_COMPACT = wire.MAGIC_COMPACT
+_MAJOR, _MINOR = wire.PROTOCOL_VERSION
+# What `_compact_message` reads of an answer's head.
+_ANSWER_UNPACK = compact_calls.ANSWER.unpack_from
+_ANSWER_SIZE = compact_calls.ANSWER.size
+_COMPLETE, _FENCED_DONE = compact_calls.COMPLETE, compact_calls.FENCED_DONE
 
 
 class Endpoint(Protocol):
@@ -61,6 +72,9 @@ class Slot:
     reply: dict[str, Any] | None = None
     fds: tuple[int, ...] = ()
     notified: bool = False
+
+    def has_reply(self) -> bool:
+        return self.reply is not None
 
 
 class ServiceConnection:
@@ -179,6 +193,58 @@ class ServiceConnection:
             raise
         return slot
 
+    def send_call(
+        self,
+        method: str,
+        made: compact_calls.RequestTemplate,
+        code: int,
+        prepared: int,
+        measure: int,
+        deadline: int | None,
+        loop_timeout: int | None,
+        timeout: float = 60.0,
+    ) -> Slot | None:
+        """`send_compact` of the call `made.call(code, id, ...)` with no fds and no completion: the same
+        steps, inlined for the synchronous path. Call with `send_lock` held."""
+        dead = self.dead
+        if dead is not None:
+            raise HalError(dead.status, dead.message)
+        lock = self._lock
+        lock.acquire()
+        try:
+            msg_id = self._next_id
+            if msg_id > _MAX_U32:
+                return None
+            self._next_id = msg_id + 1
+            slot = Slot(msg_id, method)
+            self._slots[msg_id] = slot
+        finally:
+            lock.release()
+        self.last_sent = time.monotonic()
+        try:
+            body = made.call(code, msg_id, prepared, measure, deadline, loop_timeout)
+            if len(body) <= wire.MAX_HEADER_BYTES:
+                data = _FIXED_PACK(_MAGIC_COMPACT, _MAJOR, _MINOR, len(body), 0) + body
+            else:
+                data = wire.compact_frame_bytes(body)  # raises: too long
+            # The usual case, `wire.send_data` inlined: the frame fits in the socket's buffer at once.
+            try:
+                sent = self.sock.send(data, _DONTWAIT)
+            except BlockingIOError:
+                sent = 0
+            if sent != len(data):
+                wire.send_data(self.sock, data[sent:], (), timeout)
+        except TimeoutError:
+            self.forget(slot)
+            raise self.hung(method, timeout) from None
+        except OSError:
+            self.forget(slot)
+            raise self._died(method) from None
+        except BaseException:
+            self.forget(slot)
+            raise
+        return slot
+
     def forget(self, slot: Slot) -> None:
         """Stop waiting for `slot`'s reply (a reply that comes later is dropped)."""
         with self._lock:
@@ -188,8 +254,25 @@ class ServiceConnection:
 
     def wait_reply(self, slot: Slot, timeout: float) -> dict[str, Any]:
         """The reply message of `slot`; a timeout stops the endpoint (the driver is taken as hung)."""
+        # The usual case, `pump` inlined: no other thread reads, so this one reads until its reply is in.
+        lock = self._lock
+        lock.acquire()
+        alone = slot.reply is None and not self._reading and self.dead is None
+        if alone:
+            self._reading = True
+        lock.release()
         try:
-            self.pump(lambda: slot.reply is not None, time.monotonic() + timeout, slot.method)
+            if alone:
+                try:
+                    self._read_reply(slot, time.monotonic() + timeout)
+                finally:
+                    lock.acquire()
+                    self._reading = False
+                    if self._waiters:
+                        self._cond.notify_all()
+                    lock.release()
+            if slot.reply is None:
+                self.pump(slot.has_reply, time.monotonic() + timeout, slot.method)
         except _Timeout:
             self.forget(slot)
             raise self.hung(slot.method, timeout) from None
@@ -291,6 +374,87 @@ class ServiceConnection:
                 raise
             self._dispatch(frame)
 
+    def _read_reply(self, slot: Slot, deadline: float) -> None:
+        """`_read_until(slot.has_reply, deadline, slot.method)` for the lone reader, without its
+        closures; its own compact reply is taken as `_dispatch` would take it, without the detour."""
+        sock = self.sock
+        method = slot.method
+        polling = self._polling
+        readable = self._readable
+        partial_wait = self._partial_wait
+        lock = self._lock
+        while slot.reply is None:
+            if self.dead is not None:
+                return
+            try:
+                # The first bytes of the next frame: polled for briefly, then waited for.
+                if not polling.poll(readable):
+                    try:
+                        self._block(deadline)
+                    finally:
+                        polling.waited()
+                frame = wire.recv_frame(sock, partial_wait)
+            except _Timeout:
+                raise
+            except (wire.ConnectionClosed, OSError):
+                raise self._died(method) from None
+            except wire.WireError as e:
+                raise self._stop(f"driver {self.name!r} sent a bad frame during {method} ({e})") from None
+            except BaseException:
+                # Interrupted mid-call (e.g. Ctrl-C): replies would arrive out of step later.
+                self._stop(f"driver {self.name!r}: {method} was interrupted")
+                raise
+            body = frame.compact
+            if body is not None and len(body) >= _ANSWER_SIZE and not frame.fds:
+                tag, msg_id = _ANSWER_UNPACK(body)
+                if msg_id == slot.id and tag != _COMPLETE and tag != _FENCED_DONE:
+                    lock.acquire()
+                    try:
+                        if self._slots.get(msg_id) is slot:
+                            slot.reply = {
+                                "kind": "reply",
+                                "id": msg_id,
+                                "ok": True,
+                                "compact": body,
+                                "tag": tag,
+                            }
+                            if slot.on_notify is None:
+                                del self._slots[msg_id]
+                            if self._waiters:
+                                self._cond.notify_all()
+                            continue
+                    finally:
+                        lock.release()
+            self._dispatch(frame)
+
+    def _block(self, deadline: float) -> None:
+        """Wait for the socket to be readable until `deadline` (_Timeout), checking the driver's
+        liveness every _LIVENESS_POLL_S (ConnectionClosed when it ended)."""
+        readable = self._readable
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                raise _Timeout
+            if readable(max(0.0, min(deadline - now, _LIVENESS_POLL_S))):
+                return
+            if not self.endpoint.alive():
+                raise wire.ConnectionClosed()
+
+    def _partial_wait(self, partial: bool) -> None:
+        """`recv_frame`'s wait for `_read_reply`: nothing before a frame (the reader waited already);
+        within one, its rest for up to _PARTIAL_FRAME_S, never abandoned earlier (the stream would be
+        out of step)."""
+        if not partial:
+            return
+        frame_limit = time.monotonic() + _PARTIAL_FRAME_S
+        while True:
+            if time.monotonic() >= frame_limit:
+                raise wire.WireError(f"frame not completed within {_PARTIAL_FRAME_S} s", fatal=True)
+            if self._readable(_LIVENESS_POLL_S):
+                return
+            if not self.endpoint.alive():
+                raise wire.ConnectionClosed()
+
     def _dispatch(self, frame: wire.Frame) -> None:
         message = frame.message
         if frame.compact is not None:
@@ -325,11 +489,14 @@ class ServiceConnection:
 
     def _compact_message(self, body: bytes) -> dict[str, Any]:
         """A compact answer as the reply or notify message it stands for; the body rides along."""
-        try:
-            tag, msg_id = compact_calls.answer_head(body)
-        except ValueError as e:
-            raise self._stop(f"driver {self.name!r} sent a bad compact answer ({e})") from None
-        kind = "notify" if tag in (compact_calls.COMPLETE, compact_calls.FENCED_DONE) else "reply"
+        if len(body) >= _ANSWER_SIZE:
+            tag, msg_id = _ANSWER_UNPACK(body)  # compact_calls.answer_head, inlined
+        else:
+            try:
+                tag, msg_id = compact_calls.answer_head(body)
+            except ValueError as e:
+                raise self._stop(f"driver {self.name!r} sent a bad compact answer ({e})") from None
+        kind = "notify" if tag == _COMPLETE or tag == _FENCED_DONE else "reply"
         return {"kind": kind, "id": msg_id, "ok": True, "compact": body, "tag": tag}
 
     # ------------------------------------------------------------ failing

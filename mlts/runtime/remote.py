@@ -436,6 +436,44 @@ class RemoteDevice(Device):
             on_notify,
         )
 
+    def send_sync_compact(
+        self,
+        prepared: int,
+        measure: int,
+        deadline: int | None,
+        loop_timeout: int | None,
+        request: Request,
+        timeout: float,
+    ) -> Slot | None:
+        """`send_execution` of an executeSynchronously without fds when it can be a compact call (the
+        arguments as they are, no dictionary); None when it cannot (the caller then uses send_execution)."""
+        if not self.compact_calls or not (
+            (deadline is None or 0 <= deadline <= _MAX_I64)
+            and (loop_timeout is None or 0 <= loop_timeout <= _MAX_I64)
+        ):
+            return None
+        conn = self.connection
+        with conn.send_lock:
+            conn.check_usable()
+            # `_compact_template`'s usual case inlined: the template of this very request, on one
+            # memory still cached under the slot it was made with.
+            known = self._templates.get(id(request))
+            made = None
+            if known is not None and known[0] is request and len(known[3]) == 1:
+                pool, ref = known[3][0]
+                if type(pool) is SharedMemory and pool.fd >= 0:
+                    entry = self._memories.get(id(pool))
+                    if entry is not None and entry[1] is pool and entry[0] == ref.value:
+                        self._memories.move_to_end(id(pool))
+                        made = known[2]
+            if made is None:
+                made = self._compact_template(request)
+                if made is None:
+                    return None
+            return conn.send_call(
+                "executeSynchronously", made, _SYNC_CODE, prepared, measure, deadline, loop_timeout, timeout
+            )
+
     def send_execution(
         self,
         method: str,
@@ -546,6 +584,8 @@ def error_from_dict(name: str, method: str, error: Any) -> HalError:
     return HalError(status, text, shapes)
 
 
+_MAX_I64 = (1 << 63) - 1  # what compact_calls.fits allows
+_SYNC_CODE = compact_calls.SYNC
 _COMPACT_METHODS = {
     "executeSynchronously": compact_calls.SYNC,
     "execute": compact_calls.ASYNC,

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 
 _RESULT_KEYS = {"outputShapes", "timing"}
+_RESULT = compact_calls.RESULT
 
 
 def _copy_back(copies: list[tuple[HostMemory, SharedMemory]]) -> None:
@@ -243,18 +244,34 @@ class RemotePreparedModel(PreparedModel):
         *,
         timeout: float | None = None,
     ) -> ExecutionResult:
-        self._check_open()
+        if self._closed:
+            self._check_open()
         dev = self.device
         limit = dev.execute_timeout if timeout is None else timeout
-        slot, copies = dev.send_execution(
-            "executeSynchronously", self._args(measure, deadline, loop_timeout_duration), request, (), limit
+        # A compact call when it can be one (the usual case), else the JSON path with its pool copies.
+        slot = dev.send_sync_compact(
+            self.handle, int(measure), deadline, loop_timeout_duration, request, limit
         )
+        if slot is None:
+            slot, copies = dev.send_execution(
+                "executeSynchronously",
+                self._args(measure, deadline, loop_timeout_duration),
+                request,
+                (),
+                limit,
+            )
+        else:
+            copies = []
         try:
             reply = dev.connection.wait_reply(slot, limit)
-            wire.close_fds(slot.fds)
+            if slot.fds:
+                wire.close_fds(slot.fds)
             compact = reply.get("compact")
-            if compact is not None and reply.get("tag") == compact_calls.RESULT:
-                return dev.decode("executeSynchronously", self._decoder.decode, compact)
+            if compact is not None and reply.get("tag") == _RESULT:
+                try:
+                    return self._decoder.decode(compact)
+                except (TypeError, KeyError, ValueError, HalError):
+                    return dev.decode("executeSynchronously", self._decoder.decode, compact)  # raises
             result = dev.unpack_reply("executeSynchronously", reply)
             _copy_back(copies)
             copies = []

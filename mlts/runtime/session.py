@@ -28,6 +28,8 @@ ALIGNMENT = 64
 #: Layouts naming driver buffers a Session keeps (by their tokens), the most recent ones.
 MAX_TOKEN_LAYOUTS = 8
 _PAGE = 4096
+# The paths `_execute` calls directly (compared by identity: `mode` is parsed into a member).
+_SYNC, _BURST = ExecutionMode.SYNC, ExecutionMode.BURST
 
 
 def _align(n: int, to: int = ALIGNMENT) -> int:
@@ -181,12 +183,16 @@ class Session:
 
         measure, mode, loop_timeout = self.measure, self.mode, self.loop_timeout_ns
         qos = self.qos
-        if mode == ExecutionMode.BURST and qos.deadline_ms is None:
-            # This thread's burst of the model, remembered here: what `execute` would look up per run.
-            burst = self._burst
-            if burst is None or burst[0] != get_ident() or getattr(burst[1], "closed", False):
-                burst = self._burst = (get_ident(), burst_for(prepared))
-            run = burst[1].execute
+        if qos.deadline_ms is None and (mode is _SYNC or mode is _BURST):
+            if mode is _SYNC:
+                # What `execute` would call, called directly.
+                run = prepared.executeSynchronously
+            else:
+                # This thread's burst of the model, remembered here: what `execute` would look up per run.
+                burst = self._burst
+                if burst is None or burst[0] != get_ident() or getattr(burst[1], "closed", False):
+                    burst = self._burst = (get_ident(), burst_for(prepared))
+                run = burst[1].execute
             try:
                 return run(request, measure, None, loop_timeout)
             except HalError as e:
@@ -381,7 +387,14 @@ class Session:
             layout = self._request(self._check_inputs(inputs, in_tokens), in_tokens, out_tokens)
         if trace.enabled or "execution" in vlog.enabled:
             return self._logged_run(inputs, in_tokens, out_tokens, layout)
-        return self._run_layout(inputs, in_tokens, out_tokens, layout)
+        # `_run_layout` inlined, with `_read_outputs`'s usual case: the output shapes read last time.
+        try:
+            result = self._execute(layout.request)
+        except HalError as e:
+            layout, result = self._after_error(e, inputs, in_tokens, out_tokens, layout.request)
+        if result.operation_times is None and result.output_shapes is layout.read_shapes and not out_tokens:
+            return [view.copy() for view in layout.read_views], result
+        return self._finish(layout, result, out_tokens)
 
     def _run_layout(
         self,
@@ -396,23 +409,42 @@ class Session:
         try:
             result = self._execute(request)
         except HalError as e:
-            unknown = [k for k, op in enumerate(self._outputs) if not op.is_fully_specified]
-            if (
-                e.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE
-                or not unknown
-                or len(e.output_shapes) != len(self._outputs)
-            ):
-                raise
-            for k in unknown:
-                shape = e.output_shapes[k]
-                needed = int(np.prod(shape.dimensions, dtype=np.int64)) * self._out_dtypes[k].itemsize
-                self._out_bytes[k] = max(needed, request.outputs[k].location.length)
-            self._out_key = tuple(self._out_bytes)
-            self._layout = None  # laid out for the old output sizes
-            self._token_layouts.clear()
-            self._token_seen = []
-            layout = self._request(self._check_inputs(inputs, in_tokens), in_tokens, out_tokens)
-            result = self._execute(layout.request)
+            layout, result = self._after_error(e, inputs, in_tokens, out_tokens, request)
+        return self._finish(layout, result, out_tokens)
+
+    def _after_error(
+        self,
+        e: HalError,
+        inputs: Sequence[np.ndarray | None],
+        in_tokens: Mapping[int, int],
+        out_tokens: Mapping[int, int],
+        request: Request,
+    ) -> tuple[_Layout, ExecutionResult]:
+        """After `request` failed with `e`: outputs too small for a result whose shape was unknown are
+        laid out again and the execution repeated once (its layout and result); any other error raised."""
+        unknown = [k for k, op in enumerate(self._outputs) if not op.is_fully_specified]
+        if (
+            e.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE
+            or not unknown
+            or len(e.output_shapes) != len(self._outputs)
+        ):
+            raise e
+        for k in unknown:
+            shape = e.output_shapes[k]
+            needed = int(np.prod(shape.dimensions, dtype=np.int64)) * self._out_dtypes[k].itemsize
+            self._out_bytes[k] = max(needed, request.outputs[k].location.length)
+        self._out_key = tuple(self._out_bytes)
+        self._layout = None  # laid out for the old output sizes
+        self._token_layouts.clear()
+        self._token_seen = []
+        layout = self._request(self._check_inputs(inputs, in_tokens), in_tokens, out_tokens)
+        return layout, self._execute(layout.request)
+
+    def _finish(
+        self, layout: _Layout, result: ExecutionResult, out_tokens: Mapping[int, int]
+    ) -> tuple[list[np.ndarray | None], ExecutionResult]:
+        """The outputs of `result` and the result (its operation times checked, or dropped when not
+        asked for)."""
         times = result.operation_times
         if times is not None:
             if not self.profile:

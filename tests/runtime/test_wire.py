@@ -123,3 +123,35 @@ def test_sender_refuses_oversized_messages(pair):
         wire.send_frame(a, {"x": "y" * wire.MAX_HEADER_BYTES})
     with pytest.raises(ValueError, match="at most 64"):
         wire.send_frame(a, {}, fds=[0] * 65)
+
+
+@pytest.mark.parametrize("split", [16, 17, 30])
+def test_a_compact_frame_whose_message_comes_late_or_in_pieces(pair, split):
+    """A compact frame's message read after its header, whether it arrives with it, later, or in parts;
+    the reader's wait is told that a frame is half read."""
+    a, b = pair
+    body = bytes(range(40))
+    data = wire.compact_frame_bytes(body) + wire.compact_frame_bytes(b"next")
+    a.sendall(data[:split])
+    waits: list[bool] = []
+
+    def wait(partial: bool) -> None:
+        waits.append(partial)
+        if partial and len(waits) == 2:
+            a.sendall(data[split:])
+
+    frame = wire.recv_frame(b, wait)
+    assert frame.compact == body and frame.message == {} and frame.payload == b"" and frame.fds == ()
+    assert frame.minor == wire.PROTOCOL_VERSION[1]
+    assert waits == [False, True]
+    assert wire.recv_frame(b, wait).compact == b"next"  # the stream is still in step
+
+
+@pytest.mark.parametrize("wait", [None, lambda partial: None])
+def test_a_compact_frame_cut_short_is_truncated(pair, wait):
+    a, b = pair
+    a.sendall(wire.compact_frame_bytes(b"x" * 40)[:30])
+    a.shutdown(socket.SHUT_WR)
+    with pytest.raises(wire.WireError, match="truncated frame: connection closed after 14 of 40") as info:
+        wire.recv_frame(b, wait)
+    assert info.value.fatal
