@@ -1813,6 +1813,86 @@ void mk_softmax_f32(const float *x, float *y, int64_t rows, int64_t cols, float 
     }
 }
 
+/* gemmlowp's SaturatingRoundingDoublingHighMul of two int32 values (held in int64). */
+static inline int64_t srdhm32(int64_t a, int64_t b) {
+    if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;
+    int64_t ab = a * b;
+    int64_t v = ab + (ab >= 0 ? ((int64_t)1 << 30) : 1 - ((int64_t)1 << 30));
+    return v >= 0 ? v >> 31 : -((-v) >> 31);
+}
+
+static inline int64_t wrap32(int64_t v) { return (int64_t)(int32_t)(uint32_t)(uint64_t)v; }
+
+/* GetReciprocal of one positive int32 row sum in Q12.19 (softmax.reciprocal_of, step for step):
+ * *inv the F0 raw of 2^bits / sum, *bits its exponent. */
+static void q8_softmax_reciprocal(int64_t total, int64_t *inv, int64_t *bits) {
+    int width = 64 - __builtin_clzll((uint64_t)total);
+    int headroom_plus_one = 32 - width;
+    int64_t a = (total << headroom_plus_one) - ((int64_t)1 << 31);
+    int64_t s = a + INT32_MAX; /* >= 0: the shifted sum has its top bit set */
+    int64_t half_denominator = (s + 1) >> 1;
+    const int64_t forty_eight_over_17 = 1515870810, minus_32_over_17 = -1010580540;
+    int64_t x = wrap32(forty_eight_over_17 + srdhm32(half_denominator, minus_32_over_17));
+    const int64_t lim4 = ((int64_t)1 << 29) - 1;
+    for (int k = 0; k < 3; k++) {
+        int64_t one_minus_dx = wrap32(((int64_t)1 << 29) - srdhm32(half_denominator, x));
+        int64_t p = srdhm32(x, one_minus_dx);
+        int64_t times_four = p > lim4 ? INT32_MAX : (p < -lim4 ? INT32_MIN : p * 4);
+        x = wrap32(x + times_four);
+    }
+    const int64_t lim2 = ((int64_t)1 << 30) - 1;
+    *inv = x > lim2 ? INT32_MAX : (x < -lim2 ? INT32_MIN : x * 2);
+    *bits = 12 - headroom_plus_one;
+}
+
+/* 8-bit SOFTMAX along the last axis of rows x cols values (uint8, or int8 when is_signed), NNAPI's
+ * fixed-point kernel (driver/ops/softmax.py): per row d = x - max in [-255, 0]; the Q12.19 sum of
+ * exp_accum[d + 255] (int64, saturated to INT32_MAX), its reciprocal, and per entry
+ * RoundingDivideByPOT(SRDHM(inv, exp_f0[d + 255]), bits + 23) clamped to 255, minus 128 when signed.
+ * exp_f0 and exp_accum are the 256-entry tables of softmax.exp_tables (non-negative int32 raws). */
+void mk_softmax_q8(const void *x, void *y, int64_t rows, int64_t cols, const int64_t *exp_f0,
+                   const int64_t *exp_accum, int is_signed) {
+    for (int64_t r = 0; r < rows; r++) {
+        int32_t m = -256;
+        if (is_signed) {
+            const int8_t *xr = (const int8_t *)x + r * cols;
+            for (int64_t i = 0; i < cols; i++) m = xr[i] > m ? xr[i] : m;
+        } else {
+            const uint8_t *xr = (const uint8_t *)x + r * cols;
+            for (int64_t i = 0; i < cols; i++) m = xr[i] > m ? xr[i] : m;
+        }
+        int64_t total = 0;
+        if (is_signed) {
+            const int8_t *xr = (const int8_t *)x + r * cols;
+            for (int64_t i = 0; i < cols; i++) total += exp_accum[xr[i] - m + 255];
+        } else {
+            const uint8_t *xr = (const uint8_t *)x + r * cols;
+            for (int64_t i = 0; i < cols; i++) total += exp_accum[xr[i] - m + 255];
+        }
+        if (total > INT32_MAX) total = INT32_MAX;
+        if (total < 1) total = 1; /* not reached: the row's maximum adds exp(0) = 2^19 */
+        int64_t inv, bits;
+        q8_softmax_reciprocal(total, &inv, &bits);
+        /* The row's 256 possible outputs, then one look-up per entry. */
+        int64_t shift = bits + 23;
+        int32_t table[256];
+        for (int d = 0; d < 256; d++) {
+            int64_t v = (inv * exp_f0[d] + ((int64_t)1 << 30)) >> 31;
+            v = (v + ((int64_t)1 << (shift - 1))) >> shift;
+            table[d] = (int32_t)(v > 255 ? 255 : v) - (is_signed ? 128 : 0);
+        }
+        if (is_signed) {
+            const int8_t *xr = (const int8_t *)x + r * cols;
+            int8_t *yr = (int8_t *)y + r * cols;
+            for (int64_t i = 0; i < cols; i++) yr[i] = (int8_t)table[xr[i] - m + 255];
+        } else {
+            const uint8_t *xr = (const uint8_t *)x + r * cols;
+            uint8_t *yr = (uint8_t *)y + r * cols;
+            for (int64_t i = 0; i < cols; i++) yr[i] = (uint8_t)table[xr[i] - m + 255];
+        }
+    }
+}
+
 /* y = a + b, n floats (IEEE sums: NumPy's np.add bit for bit). */
 void mk_add_f32(const float *a, const float *b, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];

@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#define MK_ABI 8
+#define MK_ABI 9
 
 /* Pointers travel as int64 words in bound calls and as 8-byte fields in the structures below. */
 _Static_assert(sizeof(void *) == 8, "the kernels' structures assume 64-bit pointers");
@@ -312,6 +312,8 @@ void mk_logistic_f32(const float *x, float *y, int64_t n);
 void mk_copy_2d(const void *src, void *dst, int64_t rows, int64_t row_bytes, int64_t src_stride,
                 int64_t dst_stride);
 void mk_softmax_f32(const float *x, float *y, int64_t rows, int64_t cols, float beta);
+void mk_softmax_q8(const void *x, void *y, int64_t rows, int64_t cols, const int64_t *exp_f0,
+                   const int64_t *exp_accum, int is_signed);
 
 /* ------------------------------------------------------------ the fused LSTM cell (lstm_kernels.c) */
 
