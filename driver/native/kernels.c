@@ -1893,6 +1893,33 @@ void mk_softmax_q8(const void *x, void *y, int64_t rows, int64_t cols, const int
     }
 }
 
+/* 8-bit MEAN over the middle axis of a C-contiguous [outer, n, inner] view (uint8, or int8 when
+ * is_signed): each raw sum s of n values (exact in int32: n * 255 < 2^31 for the callers' n) is
+ * looked up as table[s - table_base], the output byte of driver/ops/mean.py's table for n values
+ * (table_base = n times the type's smallest value). */
+void mk_mean_q8(const void *x, int is_signed, int64_t outer, int64_t n, int64_t inner, const uint8_t *table,
+                int64_t table_base, void *y) {
+    enum { BLOCK = 256 };
+    int32_t acc[BLOCK];
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t i0 = 0; i0 < inner; i0 += BLOCK) {
+            int64_t w = inner - i0 < BLOCK ? inner - i0 : BLOCK;
+            for (int64_t i = 0; i < w; i++) acc[i] = 0;
+            if (is_signed) {
+                const int8_t *base = (const int8_t *)x + o * n * inner + i0;
+                for (int64_t k = 0; k < n; k++)
+                    for (int64_t i = 0; i < w; i++) acc[i] += base[k * inner + i];
+            } else {
+                const uint8_t *base = (const uint8_t *)x + o * n * inner + i0;
+                for (int64_t k = 0; k < n; k++)
+                    for (int64_t i = 0; i < w; i++) acc[i] += base[k * inner + i];
+            }
+            uint8_t *out = (uint8_t *)y + o * inner + i0;
+            for (int64_t i = 0; i < w; i++) out[i] = table[acc[i] - table_base];
+        }
+    }
+}
+
 /* y = a + b, n floats (IEEE sums: NumPy's np.add bit for bit). */
 void mk_add_f32(const float *a, const float *b, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
@@ -1972,6 +1999,16 @@ int64_t mk_run_calls(const mk_call_t *calls, const mk_call_floats_t *floats, int
         case MK_CALL_SOFTMAX_F32: {
             const mk_call_softmax_f32_t *a = &c->softmax_f32;
             mk_softmax_f32(a->x, a->y, a->rows, a->cols, f->softmax.beta);
+            break;
+        }
+        case MK_CALL_SOFTMAX_Q8: {
+            const mk_call_softmax_q8_t *a = &c->softmax_q8;
+            mk_softmax_q8(a->x, a->y, a->rows, a->cols, a->exp_f0, a->exp_accum, (int)a->is_signed);
+            break;
+        }
+        case MK_CALL_MEAN_Q8: {
+            const mk_call_mean_q8_t *a = &c->mean_q8;
+            mk_mean_q8(a->x, (int)a->is_signed, a->outer, a->n, a->inner, a->table, a->table_base, a->y);
             break;
         }
         default:
@@ -2081,11 +2118,21 @@ static const layout_row g_layout[] = {
     L_TYPE(mk_call_softmax_f32_t), L_FIELD(mk_call_softmax_f32_t, kind), L_FIELD(mk_call_softmax_f32_t, x),
     L_FIELD(mk_call_softmax_f32_t, y), L_FIELD(mk_call_softmax_f32_t, rows), L_FIELD(mk_call_softmax_f32_t, cols),
 
+    L_TYPE(mk_call_softmax_q8_t), L_FIELD(mk_call_softmax_q8_t, kind), L_FIELD(mk_call_softmax_q8_t, x),
+    L_FIELD(mk_call_softmax_q8_t, y), L_FIELD(mk_call_softmax_q8_t, rows), L_FIELD(mk_call_softmax_q8_t, cols),
+    L_FIELD(mk_call_softmax_q8_t, exp_f0), L_FIELD(mk_call_softmax_q8_t, exp_accum),
+    L_FIELD(mk_call_softmax_q8_t, is_signed),
+
+    L_TYPE(mk_call_mean_q8_t), L_FIELD(mk_call_mean_q8_t, kind), L_FIELD(mk_call_mean_q8_t, x),
+    L_FIELD(mk_call_mean_q8_t, is_signed), L_FIELD(mk_call_mean_q8_t, outer), L_FIELD(mk_call_mean_q8_t, n),
+    L_FIELD(mk_call_mean_q8_t, inner), L_FIELD(mk_call_mean_q8_t, table), L_FIELD(mk_call_mean_q8_t, table_base),
+    L_FIELD(mk_call_mean_q8_t, y),
+
     L_TYPE(mk_call_t), L_FIELD(mk_call_t, word), L_FIELD(mk_call_t, kind), L_FIELD(mk_call_t, im2col_f32),
     L_FIELD(mk_call_t, gemm_f32), L_FIELD(mk_call_t, depthwise_f32), L_FIELD(mk_call_t, add_f32),
     L_FIELD(mk_call_t, copy), L_FIELD(mk_call_t, qim2col), L_FIELD(mk_call_t, qgemm_requant),
     L_FIELD(mk_call_t, depthwise_q8), L_FIELD(mk_call_t, map_f32), L_FIELD(mk_call_t, copy_2d),
-    L_FIELD(mk_call_t, softmax_f32),
+    L_FIELD(mk_call_t, softmax_f32), L_FIELD(mk_call_t, softmax_q8), L_FIELD(mk_call_t, mean_q8),
 
     L_TYPE(mk_call_bounds_t), L_FIELD(mk_call_bounds_t, lo), L_FIELD(mk_call_bounds_t, hi),
     L_TYPE(mk_call_softmax_floats_t), L_FIELD(mk_call_softmax_floats_t, beta),
@@ -2126,6 +2173,8 @@ static const constant_row g_constants[] = {
     C_ROW(MK_CALL_LOGISTIC_F32),
     C_ROW(MK_CALL_COPY_2D),
     C_ROW(MK_CALL_SOFTMAX_F32),
+    C_ROW(MK_CALL_SOFTMAX_Q8),
+    C_ROW(MK_CALL_MEAN_Q8),
     C_ROW(MK_MAX_DW_CHANNELS),
     C_ROW(MK_QGEMM_MAX_K),
 };

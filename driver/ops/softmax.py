@@ -242,5 +242,14 @@ def prepare_quant8(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
         softmax(address(x), address(y), x.size // cols, cols, f0_ptr, accum_ptr, signed)
         return [y]
 
-    run_compiled.tables = (f0, accum)  # type: ignore[attr-defined]  (kept alive with the kernel)
+    def bind(
+        shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
+    ) -> _bind.BoundStep | None:
+        """`run_compiled`'s call (driver.bound_steps), for the shapes it makes it for."""
+        shape = shapes[0]
+        if not shape or 0 in shape or axis not in (-1, len(shape) - 1):
+            return None
+        return _bind.bind_softmax_q8(ptrs[0], shape, np.dtype(dtype), f0, accum)
+
+    run_compiled.bind = bind  # type: ignore[attr-defined]
     return run_compiled
