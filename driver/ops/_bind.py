@@ -130,9 +130,10 @@ def bind_add_f32(shape: tuple[int, ...], ap: int, bp: int) -> BoundStep:
     return BoundStep([(CALL_ADD_F32, (ap, bp, address(y), y.size), ())], y, (), y.size)
 
 
-def bind_copy_f32(xp: int, shape: tuple[int, ...]) -> BoundStep:
-    """A copy of the float32 C-contiguous array at `xp` into the step's output of `shape` (as many elements)."""
-    y = output(shape, F32)
+def bind_copy(xp: int, shape: tuple[int, ...], dtype: np.dtype | type) -> BoundStep:
+    """A copy of the C-contiguous array of `dtype` at `xp` into the step's output of `shape` (as many
+    elements)."""
+    y = output(shape, dtype)
     return BoundStep([(CALL_COPY, (xp, address(y), y.nbytes), ())], y, (), y.size)
 
 

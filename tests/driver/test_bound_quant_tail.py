@@ -1,7 +1,8 @@
-"""The 8-bit MEAN and SOFTMAX that bind (driver.bound_steps; mk_mean_q8, mk_softmax_q8): a quantized
-network's last operations bound equal the same operations called one by one, bit for bit, for uint8
-and int8; reductions the compiled call does not take (axes not adjacent, more than 4096 values) stay
-unbound and still agree; the means against a float64 reference within one unit."""
+"""The 8-bit MEAN, RESHAPE and SOFTMAX that bind (driver.bound_steps; mk_mean_q8, a copy,
+mk_softmax_q8): a quantized network's last operations bound equal the same operations called one by
+one, bit for bit, for uint8 and int8; reductions the compiled call does not take (axes not adjacent,
+more than 4096 values) stay unbound and still agree; the means against a float64 reference within
+one unit."""
 
 from __future__ import annotations
 
@@ -31,15 +32,17 @@ def _mean(bld, qt, offset, x, axes, keep, shape):
 
 
 def _model(kind: str, shape: tuple[int, ...] = SHAPE):
-    """x -> MEAN over H, W (kept) -> SOFTMAX; x -> MEAN over C -> MEAN over everything; x -> MEAN over
-    N and W (not adjacent); x -> MEAN over H, W of a large image (more than 4096 values)."""
+    """x -> MEAN over H, W (kept) -> RESHAPE -> SOFTMAX; x -> MEAN over C -> MEAN over everything;
+    x -> MEAN over N and W (not adjacent); x -> MEAN over H, W of a large image (more than 4096 values)."""
     qt, _, offset = TYPES[kind]
     n, h, w, c = shape
     bld = ModelBuilder()
     x = bld.add_input(qt, shape, X_SCALE, X_ZP + offset)
     spatial = _mean(bld, qt, offset, x, [1, 2], 1, (n, 1, 1, c))
-    probs = bld.add_operand(qt, (n, 1, 1, c), 1 / 256, offset)
-    bld.add_operation(O.SOFTMAX, [spatial, bld.add_float32(1.5)], [probs])
+    logits = bld.add_operand(qt, (n, c), M_SCALE, M_ZP + offset)
+    bld.add_operation(O.RESHAPE, [spatial, bld.add_int32_tensor([n, -1])], [logits])
+    probs = bld.add_operand(qt, (n, c), 1 / 256, offset)
+    bld.add_operation(O.SOFTMAX, [logits, bld.add_float32(1.5)], [probs])
     channels = _mean(bld, qt, offset, x, [-1], 0, (n, h, w))
     everything = _mean(bld, qt, offset, channels, [0, 1, -1], 0, (1,))
     apart = _mean(bld, qt, offset, x, [0, 2], 1, (1, h, 1, c))
@@ -90,6 +93,6 @@ def test_bound_tail_equals_the_steps_called_one_by_one(kind) -> None:
             assert np.abs(out.astype(np.int64) - ref).max() <= 1
         assert len(np.unique(got[1])) > 8  # the softmax saw real spreads of values
     chunks = [v for v in bound._straight.__globals__.values() if isinstance(v, Chunk)]
-    # MEAN over H, W, SOFTMAX, MEAN over C, MEAN over everything: one run; the others run alone.
-    assert [[int(s.number) for s in c.steps] for c in chunks] == [[0, 1, 2, 3]]
+    # MEAN over H, W, RESHAPE, SOFTMAX, MEAN over C, MEAN over everything: one run; the others alone.
+    assert [[int(s.number) for s in c.steps] for c in chunks] == [[0, 1, 2, 3, 4]]
     assert not chunks[0].dead
