@@ -1813,6 +1813,113 @@ void mk_softmax_f32(const float *x, float *y, int64_t rows, int64_t cols, float 
     }
 }
 
+/* gemmlowp's SaturatingRoundingDoublingHighMul of two int32 values (held in int64). */
+static inline int64_t srdhm32(int64_t a, int64_t b) {
+    if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;
+    int64_t ab = a * b;
+    int64_t v = ab + (ab >= 0 ? ((int64_t)1 << 30) : 1 - ((int64_t)1 << 30));
+    return v >= 0 ? v >> 31 : -((-v) >> 31);
+}
+
+static inline int64_t wrap32(int64_t v) { return (int64_t)(int32_t)(uint32_t)(uint64_t)v; }
+
+/* GetReciprocal of one positive int32 row sum in Q12.19 (softmax.reciprocal_of, step for step):
+ * *inv the F0 raw of 2^bits / sum, *bits its exponent. */
+static void q8_softmax_reciprocal(int64_t total, int64_t *inv, int64_t *bits) {
+    int width = 64 - __builtin_clzll((uint64_t)total);
+    int headroom_plus_one = 32 - width;
+    int64_t a = (total << headroom_plus_one) - ((int64_t)1 << 31);
+    int64_t s = a + INT32_MAX; /* >= 0: the shifted sum has its top bit set */
+    int64_t half_denominator = (s + 1) >> 1;
+    const int64_t forty_eight_over_17 = 1515870810, minus_32_over_17 = -1010580540;
+    int64_t x = wrap32(forty_eight_over_17 + srdhm32(half_denominator, minus_32_over_17));
+    const int64_t lim4 = ((int64_t)1 << 29) - 1;
+    for (int k = 0; k < 3; k++) {
+        int64_t one_minus_dx = wrap32(((int64_t)1 << 29) - srdhm32(half_denominator, x));
+        int64_t p = srdhm32(x, one_minus_dx);
+        int64_t times_four = p > lim4 ? INT32_MAX : (p < -lim4 ? INT32_MIN : p * 4);
+        x = wrap32(x + times_four);
+    }
+    const int64_t lim2 = ((int64_t)1 << 30) - 1;
+    *inv = x > lim2 ? INT32_MAX : (x < -lim2 ? INT32_MIN : x * 2);
+    *bits = 12 - headroom_plus_one;
+}
+
+/* 8-bit SOFTMAX along the last axis of rows x cols values (uint8, or int8 when is_signed), NNAPI's
+ * fixed-point kernel (driver/ops/softmax.py): per row d = x - max in [-255, 0]; the Q12.19 sum of
+ * exp_accum[d + 255] (int64, saturated to INT32_MAX), its reciprocal, and per entry
+ * RoundingDivideByPOT(SRDHM(inv, exp_f0[d + 255]), bits + 23) clamped to 255, minus 128 when signed.
+ * exp_f0 and exp_accum are the 256-entry tables of softmax.exp_tables (non-negative int32 raws). */
+void mk_softmax_q8(const void *x, void *y, int64_t rows, int64_t cols, const int64_t *exp_f0,
+                   const int64_t *exp_accum, int is_signed) {
+    for (int64_t r = 0; r < rows; r++) {
+        int32_t m = -256;
+        if (is_signed) {
+            const int8_t *xr = (const int8_t *)x + r * cols;
+            for (int64_t i = 0; i < cols; i++) m = xr[i] > m ? xr[i] : m;
+        } else {
+            const uint8_t *xr = (const uint8_t *)x + r * cols;
+            for (int64_t i = 0; i < cols; i++) m = xr[i] > m ? xr[i] : m;
+        }
+        int64_t total = 0;
+        if (is_signed) {
+            const int8_t *xr = (const int8_t *)x + r * cols;
+            for (int64_t i = 0; i < cols; i++) total += exp_accum[xr[i] - m + 255];
+        } else {
+            const uint8_t *xr = (const uint8_t *)x + r * cols;
+            for (int64_t i = 0; i < cols; i++) total += exp_accum[xr[i] - m + 255];
+        }
+        if (total > INT32_MAX) total = INT32_MAX;
+        if (total < 1) total = 1; /* not reached: the row's maximum adds exp(0) = 2^19 */
+        int64_t inv, bits;
+        q8_softmax_reciprocal(total, &inv, &bits);
+        /* The row's 256 possible outputs, then one look-up per entry. */
+        int64_t shift = bits + 23;
+        int32_t table[256];
+        for (int d = 0; d < 256; d++) {
+            int64_t v = (inv * exp_f0[d] + ((int64_t)1 << 30)) >> 31;
+            v = (v + ((int64_t)1 << (shift - 1))) >> shift;
+            table[d] = (int32_t)(v > 255 ? 255 : v) - (is_signed ? 128 : 0);
+        }
+        if (is_signed) {
+            const int8_t *xr = (const int8_t *)x + r * cols;
+            int8_t *yr = (int8_t *)y + r * cols;
+            for (int64_t i = 0; i < cols; i++) yr[i] = (int8_t)table[xr[i] - m + 255];
+        } else {
+            const uint8_t *xr = (const uint8_t *)x + r * cols;
+            uint8_t *yr = (uint8_t *)y + r * cols;
+            for (int64_t i = 0; i < cols; i++) yr[i] = (uint8_t)table[xr[i] - m + 255];
+        }
+    }
+}
+
+/* 8-bit MEAN over the middle axis of a C-contiguous [outer, n, inner] view (uint8, or int8 when
+ * is_signed): each raw sum s of n values (exact in int32: n * 255 < 2^31 for the callers' n) is
+ * looked up as table[s - table_base], the output byte of driver/ops/mean.py's table for n values
+ * (table_base = n times the type's smallest value). */
+void mk_mean_q8(const void *x, int is_signed, int64_t outer, int64_t n, int64_t inner, const uint8_t *table,
+                int64_t table_base, void *y) {
+    enum { BLOCK = 256 };
+    int32_t acc[BLOCK];
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t i0 = 0; i0 < inner; i0 += BLOCK) {
+            int64_t w = inner - i0 < BLOCK ? inner - i0 : BLOCK;
+            for (int64_t i = 0; i < w; i++) acc[i] = 0;
+            if (is_signed) {
+                const int8_t *base = (const int8_t *)x + o * n * inner + i0;
+                for (int64_t k = 0; k < n; k++)
+                    for (int64_t i = 0; i < w; i++) acc[i] += base[k * inner + i];
+            } else {
+                const uint8_t *base = (const uint8_t *)x + o * n * inner + i0;
+                for (int64_t k = 0; k < n; k++)
+                    for (int64_t i = 0; i < w; i++) acc[i] += base[k * inner + i];
+            }
+            uint8_t *out = (uint8_t *)y + o * inner + i0;
+            for (int64_t i = 0; i < w; i++) out[i] = table[acc[i] - table_base];
+        }
+    }
+}
+
 /* y = a + b, n floats (IEEE sums: NumPy's np.add bit for bit). */
 void mk_add_f32(const float *a, const float *b, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
@@ -1892,6 +1999,16 @@ int64_t mk_run_calls(const mk_call_t *calls, const mk_call_floats_t *floats, int
         case MK_CALL_SOFTMAX_F32: {
             const mk_call_softmax_f32_t *a = &c->softmax_f32;
             mk_softmax_f32(a->x, a->y, a->rows, a->cols, f->softmax.beta);
+            break;
+        }
+        case MK_CALL_SOFTMAX_Q8: {
+            const mk_call_softmax_q8_t *a = &c->softmax_q8;
+            mk_softmax_q8(a->x, a->y, a->rows, a->cols, a->exp_f0, a->exp_accum, (int)a->is_signed);
+            break;
+        }
+        case MK_CALL_MEAN_Q8: {
+            const mk_call_mean_q8_t *a = &c->mean_q8;
+            mk_mean_q8(a->x, (int)a->is_signed, a->outer, a->n, a->inner, a->table, a->table_base, a->y);
             break;
         }
         default:
@@ -2001,11 +2118,21 @@ static const layout_row g_layout[] = {
     L_TYPE(mk_call_softmax_f32_t), L_FIELD(mk_call_softmax_f32_t, kind), L_FIELD(mk_call_softmax_f32_t, x),
     L_FIELD(mk_call_softmax_f32_t, y), L_FIELD(mk_call_softmax_f32_t, rows), L_FIELD(mk_call_softmax_f32_t, cols),
 
+    L_TYPE(mk_call_softmax_q8_t), L_FIELD(mk_call_softmax_q8_t, kind), L_FIELD(mk_call_softmax_q8_t, x),
+    L_FIELD(mk_call_softmax_q8_t, y), L_FIELD(mk_call_softmax_q8_t, rows), L_FIELD(mk_call_softmax_q8_t, cols),
+    L_FIELD(mk_call_softmax_q8_t, exp_f0), L_FIELD(mk_call_softmax_q8_t, exp_accum),
+    L_FIELD(mk_call_softmax_q8_t, is_signed),
+
+    L_TYPE(mk_call_mean_q8_t), L_FIELD(mk_call_mean_q8_t, kind), L_FIELD(mk_call_mean_q8_t, x),
+    L_FIELD(mk_call_mean_q8_t, is_signed), L_FIELD(mk_call_mean_q8_t, outer), L_FIELD(mk_call_mean_q8_t, n),
+    L_FIELD(mk_call_mean_q8_t, inner), L_FIELD(mk_call_mean_q8_t, table), L_FIELD(mk_call_mean_q8_t, table_base),
+    L_FIELD(mk_call_mean_q8_t, y),
+
     L_TYPE(mk_call_t), L_FIELD(mk_call_t, word), L_FIELD(mk_call_t, kind), L_FIELD(mk_call_t, im2col_f32),
     L_FIELD(mk_call_t, gemm_f32), L_FIELD(mk_call_t, depthwise_f32), L_FIELD(mk_call_t, add_f32),
     L_FIELD(mk_call_t, copy), L_FIELD(mk_call_t, qim2col), L_FIELD(mk_call_t, qgemm_requant),
     L_FIELD(mk_call_t, depthwise_q8), L_FIELD(mk_call_t, map_f32), L_FIELD(mk_call_t, copy_2d),
-    L_FIELD(mk_call_t, softmax_f32),
+    L_FIELD(mk_call_t, softmax_f32), L_FIELD(mk_call_t, softmax_q8), L_FIELD(mk_call_t, mean_q8),
 
     L_TYPE(mk_call_bounds_t), L_FIELD(mk_call_bounds_t, lo), L_FIELD(mk_call_bounds_t, hi),
     L_TYPE(mk_call_softmax_floats_t), L_FIELD(mk_call_softmax_floats_t, beta),
@@ -2046,6 +2173,8 @@ static const constant_row g_constants[] = {
     C_ROW(MK_CALL_LOGISTIC_F32),
     C_ROW(MK_CALL_COPY_2D),
     C_ROW(MK_CALL_SOFTMAX_F32),
+    C_ROW(MK_CALL_SOFTMAX_Q8),
+    C_ROW(MK_CALL_MEAN_Q8),
     C_ROW(MK_MAX_DW_CHANNELS),
     C_ROW(MK_QGEMM_MAX_K),
 };

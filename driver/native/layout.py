@@ -21,7 +21,7 @@ _I32 = ctypes.c_int32
 _F = ctypes.c_float
 
 #: The interface's one ABI number (MK_ABI): the library's mk_abi() must return it.
-ABI = 8
+ABI = 9
 
 # Bound-call kinds (enum mk_call_kind).
 CALL_IM2COL_F32 = 1
@@ -37,6 +37,8 @@ CALL_TANH_F32 = 10
 CALL_LOGISTIC_F32 = 11
 CALL_COPY_2D = 12
 CALL_SOFTMAX_F32 = 13
+CALL_SOFTMAX_Q8 = 14
+CALL_MEAN_Q8 = 15
 #: The int64 words of one bound call (its kind, then its arguments).
 CALL_INTS = 20
 #: The float32 values of one bound call.
@@ -65,6 +67,8 @@ CONSTANTS: dict[str, int] = {
     "MK_CALL_LOGISTIC_F32": CALL_LOGISTIC_F32,
     "MK_CALL_COPY_2D": CALL_COPY_2D,
     "MK_CALL_SOFTMAX_F32": CALL_SOFTMAX_F32,
+    "MK_CALL_SOFTMAX_Q8": CALL_SOFTMAX_Q8,
+    "MK_CALL_MEAN_Q8": CALL_MEAN_Q8,
     "MK_MAX_DW_CHANNELS": MAX_DW_CHANNELS,
     "MK_QGEMM_MAX_K": QGEMM_MAX_K,
 }
@@ -245,6 +249,26 @@ class CallSoftmaxF32(ctypes.Structure):
     _fields_ = [("kind", _L), ("x", _P), ("y", _P), ("rows", _L), ("cols", _L)]
 
 
+class CallSoftmaxQ8(ctypes.Structure):
+    """CALL_SOFTMAX_Q8: mk_softmax_q8."""
+
+    C_NAME = "mk_call_softmax_q8_t"
+    _fields_ = [
+        ("kind", _L), ("x", _P), ("y", _P), ("rows", _L), ("cols", _L), ("exp_f0", _P), ("exp_accum", _P),
+        ("is_signed", _L),
+    ]  # fmt: skip
+
+
+class CallMeanQ8(ctypes.Structure):
+    """CALL_MEAN_Q8: mk_mean_q8."""
+
+    C_NAME = "mk_call_mean_q8_t"
+    _fields_ = [
+        ("kind", _L), ("x", _P), ("is_signed", _L), ("outer", _L), ("n", _L), ("inner", _L), ("table", _P),
+        ("table_base", _L), ("y", _P),
+    ]  # fmt: skip
+
+
 class Call(ctypes.Union):
     """One bound call's int64 words, as each kind reads them."""
 
@@ -263,6 +287,8 @@ class Call(ctypes.Union):
         ("map_f32", CallMapF32),
         ("copy_2d", CallCopy2d),
         ("softmax_f32", CallSoftmaxF32),
+        ("softmax_q8", CallSoftmaxQ8),
+        ("mean_q8", CallMeanQ8),
     ]
 
 
@@ -300,6 +326,8 @@ CALL_ARGS: dict[int, type[ctypes.Structure]] = {
     CALL_LOGISTIC_F32: CallMapF32,
     CALL_COPY_2D: CallCopy2d,
     CALL_SOFTMAX_F32: CallSoftmaxF32,
+    CALL_SOFTMAX_Q8: CallSoftmaxQ8,
+    CALL_MEAN_Q8: CallMeanQ8,
 }
 
 #: Every structure of mlts_kernels.h, mirrored.
@@ -318,6 +346,8 @@ STRUCTURES: tuple[type[ctypes.Structure] | type[ctypes.Union], ...] = (
     CallMapF32,
     CallCopy2d,
     CallSoftmaxF32,
+    CallSoftmaxQ8,
+    CallMeanQ8,
     Call,
     CallBounds,
     CallSoftmaxFloats,

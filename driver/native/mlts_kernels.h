@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#define MK_ABI 8
+#define MK_ABI 9
 
 /* Pointers travel as int64 words in bound calls and as 8-byte fields in the structures below. */
 _Static_assert(sizeof(void *) == 8, "the kernels' structures assume 64-bit pointers");
@@ -87,6 +87,8 @@ enum mk_call_kind {
     MK_CALL_LOGISTIC_F32 = 11,
     MK_CALL_COPY_2D = 12,
     MK_CALL_SOFTMAX_F32 = 13,
+    MK_CALL_SOFTMAX_Q8 = 14,
+    MK_CALL_MEAN_Q8 = 15,
 };
 
 /* MK_CALL_IM2COL_F32: mk_im2col_f32. */
@@ -192,6 +194,26 @@ typedef struct {
     int64_t rows, cols;
 } mk_call_softmax_f32_t;
 
+/* MK_CALL_SOFTMAX_Q8: mk_softmax_q8. */
+typedef struct {
+    int64_t kind;
+    const void *x;
+    void *y;
+    int64_t rows, cols;
+    const int64_t *exp_f0, *exp_accum;
+    int64_t is_signed;
+} mk_call_softmax_q8_t;
+
+/* MK_CALL_MEAN_Q8: mk_mean_q8. */
+typedef struct {
+    int64_t kind;
+    const void *x;
+    int64_t is_signed, outer, n, inner;
+    const uint8_t *table;
+    int64_t table_base;
+    void *y;
+} mk_call_mean_q8_t;
+
 /* One bound call's words. */
 typedef union {
     int64_t word[MK_CALL_INTS];
@@ -207,6 +229,8 @@ typedef union {
     mk_call_map_f32_t map_f32;
     mk_call_copy_2d_t copy_2d;
     mk_call_softmax_f32_t softmax_f32;
+    mk_call_softmax_q8_t softmax_q8;
+    mk_call_mean_q8_t mean_q8;
 } mk_call_t;
 
 /* The bounds of a fused activation (lo, hi). */
@@ -312,6 +336,10 @@ void mk_logistic_f32(const float *x, float *y, int64_t n);
 void mk_copy_2d(const void *src, void *dst, int64_t rows, int64_t row_bytes, int64_t src_stride,
                 int64_t dst_stride);
 void mk_softmax_f32(const float *x, float *y, int64_t rows, int64_t cols, float beta);
+void mk_softmax_q8(const void *x, void *y, int64_t rows, int64_t cols, const int64_t *exp_f0,
+                   const int64_t *exp_accum, int is_signed);
+void mk_mean_q8(const void *x, int is_signed, int64_t outer, int64_t n, int64_t inner, const uint8_t *table,
+                int64_t table_base, void *y);
 
 /* ------------------------------------------------------------ the fused LSTM cell (lstm_kernels.c) */
 

@@ -25,9 +25,11 @@ from driver.native.layout import (  # noqa: F401  (CALL_INTS: driver.bound_steps
     CALL_IM2COL_F32,
     CALL_INTS,
     CALL_LOGISTIC_F32,
+    CALL_MEAN_Q8,
     CALL_QGEMM_REQUANT,
     CALL_QIM2COL,
     CALL_SOFTMAX_F32,
+    CALL_SOFTMAX_Q8,
     CALL_TANH_F32,
 )
 from driver.ops import _qgemm
@@ -128,9 +130,10 @@ def bind_add_f32(shape: tuple[int, ...], ap: int, bp: int) -> BoundStep:
     return BoundStep([(CALL_ADD_F32, (ap, bp, address(y), y.size), ())], y, (), y.size)
 
 
-def bind_copy_f32(xp: int, shape: tuple[int, ...]) -> BoundStep:
-    """A copy of the float32 C-contiguous array at `xp` into the step's output of `shape` (as many elements)."""
-    y = output(shape, F32)
+def bind_copy(xp: int, shape: tuple[int, ...], dtype: np.dtype | type) -> BoundStep:
+    """A copy of the C-contiguous array of `dtype` at `xp` into the step's output of `shape` (as many
+    elements)."""
+    y = output(shape, dtype)
     return BoundStep([(CALL_COPY, (xp, address(y), y.nbytes), ())], y, (), y.size)
 
 
@@ -168,6 +171,36 @@ def bind_softmax_f32(xp: int, shape: tuple[int, ...], beta: float) -> BoundStep:
     y = output(shape, F32)
     cols = shape[-1]
     return BoundStep([(CALL_SOFTMAX_F32, (xp, address(y), y.size // cols, cols), (beta,))], y, (), y.size)
+
+
+def bind_softmax_q8(
+    xp: int, shape: tuple[int, ...], dtype: np.dtype, exp_f0: np.ndarray, exp_accum: np.ndarray
+) -> BoundStep:
+    """8-bit SOFTMAX along the last axis of the C-contiguous array of `shape` and `dtype` (uint8 or
+    int8) at `xp` (no zero size), with softmax.exp_tables' int64 tables."""
+    y = output(shape, dtype)
+    cols = shape[-1]
+    signed = int(np.dtype(dtype) == np.int8)
+    args = (xp, address(y), y.size // cols, cols, address(exp_f0), address(exp_accum), signed)
+    return BoundStep([(CALL_SOFTMAX_Q8, args, ())], y, (exp_f0, exp_accum), y.size)
+
+
+def bind_mean_q8(
+    xp: int,
+    view: tuple[int, int, int],
+    out_shape: tuple[int, ...],
+    dtype: np.dtype,
+    table: np.ndarray,
+    base: int,
+) -> BoundStep:
+    """8-bit MEAN over the middle axis of the C-contiguous [outer, n, inner] `view` of the array at
+    `xp` (input and output of `dtype`, uint8 or int8): each raw sum s looked up as table[s - base]
+    (mean.py's table of outputs, as bytes), into an output of `out_shape`."""
+    outer, n, inner = view
+    y = output(out_shape, dtype)
+    signed = int(np.dtype(dtype) == np.int8)
+    args = (xp, signed, outer, n, inner, address(table), base, address(y))
+    return BoundStep([(CALL_MEAN_Q8, args, ())], y, (table,), outer * n * inner)
 
 
 # A block copy: (source offset, destination offset, rows, row length, source stride, destination

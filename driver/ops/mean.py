@@ -21,9 +21,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from driver.ops import _bind, _fast
 from driver.ops._base import ArgInfo, Run, register
 from driver.ops._qelementwise import f32, quant8_output, rescale
-from driver.ops._quant import QUANT8_RANGE, saturate
+from driver.ops._quant import QUANT8_DTYPE, QUANT8_RANGE, saturate
 from driver.ops._reduce import QuantReducer, prepare_reduce
 from mlts.hal.enums import OperandType, OperationType
 
@@ -55,6 +56,7 @@ def _quant_mean(name: str, x_info: ArgInfo, out: ArgInfo) -> QuantReducer:
         return table
 
     def mean(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+        """The kernel's quantized reduction (driver.ops._reduce.QuantReducer)."""
         n = max(math.prod(x.shape[a] for a in axes), 1)
         if n > TABLE_MAX_COUNT:
             acc = np.sum(x, axis=axes, keepdims=keep, dtype=np.int64) - n * zp_in
@@ -70,6 +72,9 @@ def _quant_mean(name: str, x_info: ArgInfo, out: ArgInfo) -> QuantReducer:
             raw -= n * x_lo
         return table_for(n)[raw]
 
+    # What the bound call (_bind_quant) reads: the same tables, and where a table's sums start.
+    mean.table_for = table_for  # type: ignore[attr-defined]
+    mean.lowest = x_lo  # type: ignore[attr-defined]
     return mean
 
 
@@ -79,6 +84,53 @@ def _mean(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
     return np.true_divide(total, math.prod(x.shape[a] for a in axis))
 
 
+def _bind_quant(run: Run, reducer: QuantReducer, ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> None:
+    """With constant axes and keep_dims, give the 8-bit `run` a compiled call for driver.bound_steps:
+    mk_mean_q8 sums each run of reduced values that are consecutive axes of a C-contiguous input and
+    looks the sum up in the same table as `reducer` (up to TABLE_MAX_COUNT values), so the same bytes."""
+    axes_value, keep_value = ins[1].value, ins[2].value
+    if not _fast.enabled() or axes_value is None or keep_value is None:
+        return
+    axes_list = [int(a) for a in np.asarray(axes_value).reshape(-1)]
+    keep = int(np.asarray(keep_value).reshape(-1)[0]) > 0
+    dtype = np.dtype(QUANT8_DTYPE[outs[0].type])
+    table_for, lowest = reducer.table_for, reducer.lowest  # type: ignore[attr-defined]
+
+    def bind(
+        shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
+    ) -> _bind.BoundStep | None:
+        shape = shapes[0]
+        rank = len(shape)
+        if not rank or 0 in shape or not axes_list or any(not -rank <= a < rank for a in axes_list):
+            return None  # `run` raises or handles it
+        axes = sorted({a % rank for a in axes_list})
+        first, last = axes[0], axes[-1]
+        if axes != list(range(first, last + 1)):
+            return None
+        n = math.prod(shape[first : last + 1])
+        if n > TABLE_MAX_COUNT:
+            return None
+        if keep:
+            out_shape = tuple(1 if d in axes else shape[d] for d in range(rank))
+        else:
+            out_shape = tuple(shape[d] for d in range(rank) if d not in axes) or (1,)
+        view = (math.prod(shape[:first]), n, math.prod(shape[last + 1 :]))
+        table = np.ascontiguousarray(table_for(n)).view(np.uint8)
+        return _bind.bind_mean_q8(ptrs[0], view, out_shape, dtype, table, n * lowest)
+
+    run.bind = bind  # type: ignore[attr-defined]
+
+
 @register(OperationType.MEAN)
 def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
-    return prepare_reduce("MEAN", ins, outs, _mean, OperandType.INT32, quant=_quant_mean)
+    made: list[QuantReducer] = []
+
+    def quant(name: str, x_info: ArgInfo, out: ArgInfo) -> QuantReducer:
+        reducer = _quant_mean(name, x_info, out)
+        made.append(reducer)
+        return reducer
+
+    run = prepare_reduce("MEAN", ins, outs, _mean, OperandType.INT32, quant=quant)
+    if made:
+        _bind_quant(run, made[0], ins, outs)
+    return run

@@ -19,6 +19,12 @@ from mlts.hal.enums import OperandType, OperationType
 from mlts.hal.errors import invalid
 
 NAME = "RESHAPE"
+#: The input types whose RESHAPE binds (one byte copy; driver.bound_steps), with their dtypes.
+BOUND_TYPES: dict[int, type] = {
+    OperandType.TENSOR_FLOAT32: np.float32,
+    OperandType.TENSOR_QUANT8_ASYMM: np.uint8,
+    OperandType.TENSOR_QUANT8_ASYMM_SIGNED: np.int8,
+}
 
 
 def target_shape(shape: np.ndarray, size: int) -> tuple[int, ...]:
@@ -59,14 +65,15 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
         np.copyto(y, x.reshape(dims))
         return [y]
 
-    if shape is not None and ins[0].type == OperandType.TENSOR_FLOAT32 and _fast.enabled():
+    copied = BOUND_TYPES.get(ins[0].type)
+    if shape is not None and copied is not None and _fast.enabled():
 
         def bind(
             shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
         ) -> _bind.BoundStep:
-            """`run` as one compiled copy for a C-contiguous float32 input (driver.bound_steps)."""
+            """`run` as one compiled copy for a C-contiguous float32 or 8-bit input (driver.bound_steps)."""
             size = int(np.prod(shapes[0], dtype=np.int64))
-            return _bind.bind_copy_f32(ptrs[0], target_shape(shape, size))
+            return _bind.bind_copy(ptrs[0], target_shape(shape, size), copied)
 
         run.bind = bind  # type: ignore[attr-defined]
     return run

@@ -216,4 +216,40 @@ def prepare_quant8(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
         y = table.reshape(-1)[flat].reshape(moved.shape)
         return [y if last else np.ascontiguousarray(np.moveaxis(y, -1, ax))]
 
-    return run
+    if not _fast.enabled():
+        return run
+    numpy_run = run
+    softmax = _fast.LIB.mk_softmax_q8
+    f0 = np.ascontiguousarray(exp_f0, dtype=np.int64)
+    accum = np.ascontiguousarray(exp_accum, dtype=np.int64)
+    f0_ptr, accum_ptr = f0.ctypes.data, accum.ctypes.data
+    signed = int(offset != 0)
+
+    def run_compiled(args: Sequence[Any]) -> list[np.ndarray]:
+        """Along the last axis of a non-empty C-contiguous input of the operand's type: the compiled
+        kernel (mk_softmax_q8, the same arithmetic) into the step's output; anything else as NumPy."""
+        x = args[0]
+        if (
+            type(x) is not np.ndarray
+            or x.dtype != dtype
+            or not x.size
+            or axis not in (-1, x.ndim - 1)
+            or not x.flags.c_contiguous
+        ):
+            return numpy_run(args)
+        y = output(x.shape, dtype)
+        cols = x.shape[-1]
+        softmax(address(x), address(y), x.size // cols, cols, f0_ptr, accum_ptr, signed)
+        return [y]
+
+    def bind(
+        shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
+    ) -> _bind.BoundStep | None:
+        """`run_compiled`'s call (driver.bound_steps), for the shapes it makes it for."""
+        shape = shapes[0]
+        if not shape or 0 in shape or axis not in (-1, len(shape) - 1):
+            return None
+        return _bind.bind_softmax_q8(ptrs[0], shape, np.dtype(dtype), f0, accum)
+
+    run_compiled.bind = bind  # type: ignore[attr-defined]
+    return run_compiled

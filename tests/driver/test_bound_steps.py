@@ -200,7 +200,9 @@ def test_quantized_convolutions_bound_equal_the_steps_called_one_by_one(name) ->
             assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
     chunks = [v for v in bound._straight.__globals__.values() if isinstance(v, Chunk)]
     if _qgemm.available(8):  # the integer GEMM binds; the float32 GEMM of quantized inputs does not
-        assert [len(c.steps) for c in chunks] == [2] and not chunks[0].dead
+        # The convolutions; then the 8-bit MEAN and RESHAPE (quant_pc: with the 1x1 CONV_2D between).
+        assert [len(c.steps) for c in chunks] == {"quant": [2, 2], "quant_pc": [2, 3]}[name]
+        assert not any(c.dead for c in chunks)
 
 
 def test_a_failed_bound_call_is_reported_as_its_step_reports_it() -> None:
@@ -214,8 +216,9 @@ def test_a_failed_bound_call_is_reported_as_its_step_reports_it() -> None:
     plan = Plan(model)
     plan.run(xs, checked=True)
     (ws,) = plan.workspaces._free
-    (prog,) = ws.bound.values()
-    row = next(r for r in range(prog.count) if prog.ints[r, 0] == _bind.CALL_QGEMM_REQUANT)
+    prog, row = next(
+        (p, r) for p in ws.bound.values() for r in range(p.count) if p.ints[r, 0] == _bind.CALL_QGEMM_REQUANT
+    )
     k_word = layout.CallQgemmRequant.k.offset // 8  # the call's K (mk_call_qgemm_requant_t)
     prog.ints[row, k_word] = 1 << 40  # K beyond what the integer GEMM takes: it refuses (status -2)
     with pytest.raises(HalError) as info:

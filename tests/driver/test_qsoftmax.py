@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
+from driver import native
 from driver.ops import ArgInfo
 from driver.ops import _fixedpoint as fp
 from mlts.hal.enums import ErrorStatus, OperandType
@@ -331,6 +332,50 @@ def test_softmax_signed_equals_unsigned_minus_128():
         s = softmax(to_signed(x), scale, beta, axis, zp=7 - 128)
         assert s.dtype == np.int8
         assert np.array_equal(s.astype(np.int16), u.astype(np.int16) - 128)
+
+
+@pytest.mark.skipif(not native.available(), reason="compiled kernels not built")
+@pytest.mark.parametrize(
+    ("shape", "scale", "beta"),
+    [
+        ((1, 1001), 0.1, 1.0),
+        ((5, 1), 0.3, 1.0),
+        ((7, 33), 0.02, 2.0),
+        ((2, 3, 300), 1.0, 0.5),
+        ((40, 64), 0.05, 1.0),
+    ],
+)
+def test_compiled_softmax_equals_numpy_and_the_scalar_reference(monkeypatch, shape, scale, beta):
+    # mk_softmax_q8 (the last axis, any row count) against the NumPy kernel (rows short and long,
+    # reciprocals scalar or in arrays) and the scalar transcription, for both 8-bit types.
+    from driver.ops import _fast
+
+    x = random_q(RNG, shape, np.uint8)
+    rows = x.reshape(-1, shape[-1])
+    rows[0] = 9  # an all-equal row
+    rows[-1, 0], rows[-1, -1] = 255, 0  # an entry far below the row's maximum
+    ref = ref_softmax_u8(x, scale, beta).reshape(shape)
+    compiled = [softmax(x, scale, beta), softmax(to_signed(x), scale, beta, zp=-128)]
+    monkeypatch.setattr(_fast, "enabled", lambda: False)
+    numpy_path = [softmax(x, scale, beta), softmax(to_signed(x), scale, beta, zp=-128)]
+    assert compiled[0].dtype == np.uint8 and compiled[1].dtype == np.int8
+    assert np.array_equal(compiled[0], ref) and np.array_equal(numpy_path[0], ref)
+    assert np.array_equal(compiled[1].astype(np.int16), ref.astype(np.int16) - 128)
+    assert np.array_equal(numpy_path[1], compiled[1])
+
+
+@pytest.mark.skipif(not native.available(), reason="compiled kernels not built")
+def test_compiled_softmax_saturated_sums_and_strided_inputs():
+    # Rows whose Q12.19 sum passes 2^31 saturate as in NumPy (every entry then rounds to 0 or 1);
+    # a non-contiguous input and another axis take the NumPy kernel and give the same values.
+    x = np.full((2, 5000), 3, np.uint8)
+    x[1, ::7] = 4
+    got = softmax(x, 0.1)
+    assert np.array_equal(got, ref_softmax_u8(x, 0.1, 1.0))
+    wide = random_q(RNG, (6, 80), np.int8)
+    strided = wide[:, ::2]
+    assert not strided.flags.c_contiguous
+    assert np.array_equal(softmax(strided, 0.2, 1.0, zp=-128), softmax(np.ascontiguousarray(strided), 0.2))
 
 
 # ------------------------------------------------------------ LOGISTIC and TANH
