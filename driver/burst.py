@@ -19,7 +19,6 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from driver import native
 from driver.ops._workspace import Workspace
 from driver.request_io import IoCache
 from mlts.hal.enums import ErrorStatus, MeasureTiming
@@ -64,9 +63,6 @@ class SampleBurst(Burst):
             )
         finally:
             self._busy.release()
-            # The kernels' idle workers would spin on a core while the result goes back and the
-            # next step comes in (a burst's calls follow each other with a round trip between).
-            native.rest()
 
     def freeMemory(self, memory: object) -> None:
         """A memory slot of the burst was freed: the layouts that could name it go (the next execution

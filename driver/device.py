@@ -472,13 +472,16 @@ class SamplePreparedModel(PreparedModel):
                         **lent,
                     )
                 t2 = done[0]
-                native.rest()  # the kernels' idle workers sleep now, not after their spin window
                 if not ticket.paused:
                     fastest = self._fastest_ns
                     if fastest is None or t2 - t1 < fastest:
                         self._record(t2 - t1)
             finally:
                 budget.release(held)
+                # The kernels' idle workers sleep now, not after their spin window, so they take no
+                # core from the threads returning this result and reading the next request (every
+                # path, a burst's steps included, and after a failed execution too).
+                native.rest()
         finally:
             gate.leave(ticket)
             if self._idle is not None:
