@@ -15,7 +15,10 @@ driver maps a buffer as a request pool the same way). A buffer's state can
 change between executions (freed, resized, written for the first time), so
 such a layout records each buffer's `stamp` and is used only while every
 stamp is the same (`RequestIo.fresh`); otherwise the request is bound and
-validated again. Pools are read through on every use, so a pool closed after
+validated again. The stamps are compared only after some buffer of the device
+changed (the tracker's `epoch` moved on since the layout last looked): in a
+steady run (driver buffers swapped every step, none freed or resized) a
+layout naming any number of buffers is recognised by one comparison. Pools are read through on every use, so a pool closed after
 caching fails exactly as it would uncached.
 """
 
@@ -62,6 +65,8 @@ class RequestIo:
         "key",
         "bound",
         "stamps",
+        "tracker",
+        "epoch",
         "_in_template",
         "_settle",
         "_interned",
@@ -115,9 +120,12 @@ class RequestIo:
         #: Whether the plan checked everything in advance for these output sizes (set by the driver).
         self.static_fits = False
         self.checked_budget: int | None = None  # the plan's memory budget `static_fits` was worked out for
-        #: The driver buffers this layout is bound to and their stamps then (see `fresh`).
+        #: The driver buffers this layout is bound to and their stamps then (see `fresh`), and the
+        #: tracker's epoch at which they were known to be those.
         self.bound: tuple[Any, ...] = ()
         self.stamps: list[int] = []
+        self.tracker = buffers
+        self.epoch = -1
         # Inputs from driver buffers: their views, in place; None where the input is read from a pool.
         self._in_template: list[np.ndarray | None] | None = None
         # Output buffers that become initialised (or change dimensions) with the first write.
@@ -147,6 +155,7 @@ class RequestIo:
     def _bind(self, buffers: BufferTracker) -> None:
         """Resolve the driver buffers the (bound, validated) request names: input views and output
         destinations in their arrays, and the stamps they are valid for."""
+        epoch = buffers.epoch  # before the stamps: a change after reading them shows as a new epoch
         bound: list[Any] = []
         stamps: list[int] = []
         template: list[np.ndarray | None] = []
@@ -190,6 +199,7 @@ class RequestIo:
             if writes is not None:
                 writes.append((0, 0, w[2], dest, buffer, raw))
         self.bound, self.stamps = tuple(bound), stamps
+        self.epoch = epoch
         self._settle = tuple(settle)
         if simple:
             self._in_template = template
@@ -198,8 +208,19 @@ class RequestIo:
             self._writes = tuple(writes)
 
     def fresh(self) -> bool:
-        """Every driver buffer the layout is bound to is as it was then (always True without buffers)."""
-        return not self.bound or list(map(_STAMP, self.bound)) == self.stamps
+        """Every driver buffer the layout is bound to is as it was then (always True without buffers):
+        no buffer of the device changed since the layout last looked (its tracker's epoch), or its own
+        buffers' stamps are the same."""
+        tracker = self.tracker
+        if tracker is None or not self.bound:
+            return True
+        epoch = tracker.epoch  # before the stamps (as when binding)
+        if epoch == self.epoch:
+            return True
+        if list(map(_STAMP, self.bound)) != self.stamps:
+            return False
+        self.epoch = epoch  # another buffer changed, not these: one comparison again from now on
+        return True
 
     def read_inputs(self, buffers: BufferTracker) -> list[np.ndarray | None]:
         """Zero-copy, read-only views of the inputs (from pools or driver buffers)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mlts.hal import codec, qos, trace, validate
-from mlts.hal.buffer_use import bind_buffers, bound_state, buffer_state
+from mlts.hal.buffer_use import bind_buffers, bound_state
 from mlts.hal.deadlines import TimePoint
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError, invalid
@@ -24,7 +24,7 @@ from mlts.ipc import compact_calls
 from mlts.ipc.burst_messages import POOL_TOKEN
 from mlts.ipc.service import request_cache
 from mlts.ipc.service.args import arg, enum_value, int_list, opt_deadline, opt_ns, pool_token
-from mlts.ipc.service.buffer_calls import buffers_of, hold_buffer
+from mlts.ipc.service.buffer_calls import guard_buffers, hold_buffer
 from mlts.ipc.service.client import DEFERRED, Call, Client, Handler
 from mlts.ipc.service.device_calls import PreparedEntry, close_memory, map_memory
 from mlts.ipc.service.handles import HandleTable, Kind, Resource
@@ -233,10 +233,10 @@ def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> 
             job.held.append(resource)
             pools.append(resource.value)
             memories.append(resource.value)
-        bound: tuple[list[Any], tuple] = (pools, ())
-        if len(memories) != len(pools):
-            tokens = [value for kind, value in c.pools if kind == POOL_TOKEN]
-            bound = (memories, buffer_state(buffers_of(client, m, tokens)))
+        if len(memories) == len(pools):
+            bound: tuple[list[Any], tuple] | None = (pools, ())
+        else:  # driver buffers: looked up and bound once, then guarded (buffer_calls.BufferGuard)
+            bound = None
         _admit_request(
             client,
             job,
@@ -248,6 +248,7 @@ def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> 
             lambda: Request(c.inputs, c.outputs, tuple(pools), c.measure_operations),
             True,  # memory ids and buffer tokens only
             bound,
+            memories if bound is None else None,
         )
     except BaseException:
         job.finish()
@@ -266,22 +267,32 @@ def _admit_request(
     build: Callable[[], Request],
     cacheable: bool,
     bound: tuple[list[Any], tuple] | None = None,
+    memories: list[Any] | None = None,
 ) -> None:
     """The checks both encodings share: the model, the timing arguments, the request.
 
     `bound`: what identifies the pools, and the state of the buffers they name, when the caller has
-    them (mlts.hal.buffer_use.bound_state)."""
+    them (mlts.hal.buffer_use.bound_state). `memories`: a compact call naming driver buffers, whose
+    memory pools these are (its key places the tokens): the request is reused while the guard it was
+    kept with holds (buffer_calls.BufferGuard), else the tokens are looked up and it is bound again."""
     prepared = client.handles.get(Kind.PREPARED, prepared_handle, m)
     job.held.append(prepared)
     job.entry = prepared.value
     job.measure, job.deadline, job.loop_timeout = timing()
     cache = job.entry.requests
-    # Buffer tokens: the request is reused while the buffers it was bound to are as they were then.
-    ident, state = bound_state(pools, lambda t: _buffer_of(client, m, t)) if bound is None else bound
+    guard = None
+    if memories is not None:
+        ident: list[Any] = memories
+        known = cache.get(key, ident)
+        if known is None:
+            guard = guard_buffers(client, m, [p for p in pools if type(p) is int])
+    else:
+        # Buffer tokens: the request is reused while the buffers it was bound to are as they were then.
+        ident, state = bound_state(pools, lambda t: _buffer_of(client, m, t)) if bound is None else bound
+        if state:
+            key = (key, state)
+        known = cache.get(key, ident)
     job.files = any(type(p) is FileMemory for p in ident)
-    if state:
-        key = (key, state)
-    known = cache.get(key, ident)
     if known is not None:
         job.request = known
         return
@@ -294,7 +305,7 @@ def _admit_request(
             job.request = bind_buffers(job.request, job.entry.prepared, lambda t: _buffer_of(client, m, t))
             validate.validate_request(job.request, job.entry.model)
         if cacheable:
-            cache.put(key, ident, job.request)
+            cache.put(key, ident, job.request, guard)
 
 
 def _inline_slot(client: Client, priority: int) -> Callable[[], None] | None:
