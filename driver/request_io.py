@@ -49,6 +49,8 @@ CACHED_RESULTS = 64
 # Where an argument lives: ("pool", pool index, offset, length, dtype, dims) or ("token", token, dtype, dims);
 # None for an omitted argument.
 _Where = tuple[Any, ...] | None
+# One output's write: (pool index, offset, dtype, destination view, driver buffer, destination bytes, shape).
+_Write = tuple[int, int, np.dtype, np.ndarray | None, Any, memoryview | None, tuple[int, ...] | None]
 
 
 def _token(pool: object) -> int | None:
@@ -132,11 +134,10 @@ class RequestIo:
         self._settle: tuple[tuple[Any, tuple[int, ...]], ...] = ()
         # Every input in a pool (or a bound driver buffer) and every output present (the common case):
         # the reads as (input index, pool index, offset, dims, dtype) and the writes as (pool index, offset,
-        # dtype, destination view or None, driver buffer or None), done without looking at the layout again.
+        # dtype, destination view or None, driver buffer or None, the destination's bytes when a result
+        # fits SMALL_COPY_BYTES, the destination's shape), done without looking at the layout again.
         self._reads: tuple[tuple[int, int, int, tuple[int, ...], np.dtype], ...] | None = None
-        self._writes: (
-            tuple[tuple[int, int, np.dtype, np.ndarray | None, Any, memoryview | None], ...] | None
-        ) = None
+        self._writes: tuple[_Write, ...] | None = None
         if has_tokens and buffers is not None:
             self._bind(buffers)
         elif all(
@@ -144,7 +145,7 @@ class RequestIo:
         ):
             self._reads = tuple((k, w[1], w[2], w[5], w[4]) for k, w in enumerate(self.inputs))  # type: ignore[index]
         if not has_tokens and all(w is not None for w in self.outputs):
-            self._writes = tuple((w[1], w[2], w[4], None, None, None) for w in self.outputs)  # type: ignore[index]
+            self._writes = tuple((w[1], w[2], w[4], None, None, None, None) for w in self.outputs)  # type: ignore[index]
         self._one_pool = (
             self._reads is not None and self._in_template is None and all(r[1] == 0 for r in self._reads)
         )
@@ -173,7 +174,7 @@ class RequestIo:
             else:
                 simple = False
                 template.append(None)
-        writes: list[tuple[int, int, np.dtype, np.ndarray | None, Any, memoryview | None]] | None = []
+        writes: list[_Write] | None = []
         settle = []
         for w in self.outputs:
             if w is None:
@@ -181,23 +182,26 @@ class RequestIo:
                 continue
             if w[0] == "pool":
                 if writes is not None:
-                    writes.append((w[1], w[2], w[4], None, None, None))
+                    writes.append((w[1], w[2], w[4], None, None, None, None))
                 continue
             buffer = buffers.lookup(w[1])
             found = buffer.destination(w[2])
             raw = None
+            shape = None
             if found is None:
                 stamps.append(buffer.stamp)
                 dest = None
             else:
                 dest, stamp = found
                 stamps.append(stamp)
-                raw = memoryview(dest).cast("B")  # type: ignore[arg-type]  # the bytes, for the small-copy path
+                shape = dest.shape
+                if dest.nbytes <= SMALL_COPY_BYTES:
+                    raw = memoryview(dest).cast("B")  # type: ignore[arg-type]  # the bytes, for the small-copy path
                 if not buffer.initialized:
-                    settle.append((buffer, dest.shape))
+                    settle.append((buffer, shape))
             bound.append(buffer)
             if writes is not None:
-                writes.append((0, 0, w[2], dest, buffer, raw))
+                writes.append((0, 0, w[2], dest, buffer, raw, shape))
         self.bound, self.stamps = tuple(bound), stamps
         self.epoch = epoch
         self._settle = tuple(settle)
@@ -275,12 +279,12 @@ class RequestIo:
         writes = self._writes
         if writes is not None:
             # The checks above put every result inside its region (or made it fit its driver buffer).
-            for k, (p, offset, dtype, dest, buffer, raw) in enumerate(writes):
+            for k, (p, offset, dtype, dest, buffer, raw, shape) in enumerate(writes):
                 arr = outputs[k]
                 if buffer is not None:
-                    if dest is None or arr.shape != dest.shape:
+                    if dest is None or arr.shape != shape:
                         buffer.write(arr)  # sizes the buffer (or resizes it): bound again next time
-                    elif raw is not None and arr.nbytes <= SMALL_COPY_BYTES:
+                    elif raw is not None:  # the destination's size, so the result's, is small
                         raw[:] = arr.tobytes()  # in place, in the buffer's own array (as a pool's region)
                     else:
                         dest[...] = arr  # in place

@@ -33,6 +33,7 @@ from mlts.ipc.service.handles import HandleTable, Kind, Resource
 log = logging.getLogger("mlts.ipc.service")
 
 _VALUE = attrgetter("value")
+_STAMP = attrgetter("stamp")
 
 #: At most this many prepared models and roles in one allocation.
 MAX_ALLOCATE_MODELS = 64
@@ -79,16 +80,22 @@ class BufferGuard:
     state, however many tokens the request names.
     """
 
-    __slots__ = ("table", "epoch", "buffers", "state")
+    __slots__ = ("table", "epoch", "buffers", "state", "stamps")
 
     def __init__(self, table: HandleTable, epoch: int, buffers: tuple[Any, ...]) -> None:
         self.table = table
         self.epoch = epoch
         self.buffers = buffers
         self.state = buffer_state(buffers)
+        # The driver's stamps, when it gives them (compared as they are: a None later never matches).
+        self.stamps = self.state[1] if len(self.state) == 2 else None
 
     def holds(self) -> bool:
-        return self.table.buffer_epoch == self.epoch and buffer_state(self.buffers) == self.state
+        if self.table.buffer_epoch != self.epoch:
+            return False
+        if self.stamps is not None:
+            return tuple(map(_STAMP, self.buffers)) == self.stamps
+        return buffer_state(self.buffers) == self.state
 
 
 def guard_buffers(client: Client, method: str, tokens: list[int]) -> BufferGuard:

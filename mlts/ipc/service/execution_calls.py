@@ -211,18 +211,36 @@ def admit(client: Client, call: Call) -> Job:
     return job
 
 
+#: id(pools of a decoded compact call) -> (those pools, (position, memory id) of each memory among them,
+#: whether they name driver buffers). A connection decodes each distinct request once and hands out
+#: its pools tuple again (compact_calls.CallDecoder), so a request naming many driver buffers is not
+#: walked pool by pool on every call.
+_REFS: dict[int, tuple[tuple[Any, ...], tuple[tuple[int, int], ...], bool]] = {}
+MAX_KNOWN_POOLS = 256
+
+
+def _memory_refs(pools: tuple[Any, ...]) -> tuple[tuple[tuple[int, int], ...], bool]:
+    """(position, memory id) of each memory among a compact call's pools, and whether any is a token."""
+    known = _REFS.get(id(pools))
+    if known is not None and known[0] is pools:
+        return known[1], known[2]
+    refs = tuple((n, value) for n, (kind, value) in enumerate(pools) if kind != POOL_TOKEN)
+    found = (pools, refs, len(refs) != len(pools))
+    if len(_REFS) >= MAX_KNOWN_POOLS:
+        _REFS.clear()
+    _REFS[id(pools)] = found
+    return refs, found[2]
+
+
 def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> Job:
     """`admit` for a compact call (protocol 1.4): its pools are memory ids and buffer tokens."""
     m = call.method
     job = Job(None, None, MeasureTiming.NO, None, None)  # type: ignore[arg-type]
     job.client_key, job.app = client.key, client.app
     try:
-        pools: list[Any] = []
+        refs, tokens = _memory_refs(c.pools)
         memories: list[Any] = []  # the call's key places the tokens: the memories identify the rest
-        for n, (kind, value) in enumerate(c.pools):
-            if kind == POOL_TOKEN:
-                pools.append(value)
-                continue
+        for n, value in refs:
             try:
                 resource = client.handles.get(Kind.MEMORY, value, m)
             except HalError:
@@ -231,12 +249,13 @@ def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> 
                     "(or freed)"
                 ) from None
             job.held.append(resource)
-            pools.append(resource.value)
             memories.append(resource.value)
-        if len(memories) == len(pools):
-            bound: tuple[list[Any], tuple] | None = (pools, ())
-        else:  # driver buffers: looked up and bound once, then guarded (buffer_calls.BufferGuard)
-            bound = None
+
+        def every_pool() -> tuple[Any, ...]:
+            """The pools in order, tokens among the memories (only when the request is built)."""
+            it = iter(memories)
+            return tuple(value if kind == POOL_TOKEN else next(it) for kind, value in c.pools)
+
         _admit_request(
             client,
             job,
@@ -244,11 +263,12 @@ def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> 
             c.prepared,
             lambda: (c.measure, c.deadline, c.loop_timeout),
             c.key,
-            pools,
-            lambda: Request(c.inputs, c.outputs, tuple(pools), c.measure_operations),
+            memories,
+            lambda: Request(c.inputs, c.outputs, every_pool(), c.measure_operations),
             True,  # memory ids and buffer tokens only
-            bound,
-            memories if bound is None else None,
+            (memories, ()),
+            # Driver buffers: looked up and bound once, then guarded (buffer_calls.BufferGuard).
+            (lambda: [value for kind, value in c.pools if kind == POOL_TOKEN]) if tokens else None,
         )
     except BaseException:
         job.finish()
@@ -267,25 +287,26 @@ def _admit_request(
     build: Callable[[], Request],
     cacheable: bool,
     bound: tuple[list[Any], tuple] | None = None,
-    memories: list[Any] | None = None,
+    tokens: Callable[[], list[int]] | None = None,
 ) -> None:
     """The checks both encodings share: the model, the timing arguments, the request.
 
     `bound`: what identifies the pools, and the state of the buffers they name, when the caller has
-    them (mlts.hal.buffer_use.bound_state). `memories`: a compact call naming driver buffers, whose
-    memory pools these are (its key places the tokens): the request is reused while the guard it was
-    kept with holds (buffer_calls.BufferGuard), else the tokens are looked up and it is bound again."""
+    them (mlts.hal.buffer_use.bound_state). `tokens`: a compact call naming driver buffers (whose key
+    places them; `bound` then holds its memories only), giving the tokens: the request is reused while
+    the guard it was kept with holds (buffer_calls.BufferGuard), else the tokens are looked up and it
+    is bound again."""
     prepared = client.handles.get(Kind.PREPARED, prepared_handle, m)
     job.held.append(prepared)
     job.entry = prepared.value
     job.measure, job.deadline, job.loop_timeout = timing()
     cache = job.entry.requests
     guard = None
-    if memories is not None:
-        ident: list[Any] = memories
+    if tokens is not None and bound is not None:
+        ident: list[Any] = bound[0]
         known = cache.get(key, ident)
         if known is None:
-            guard = guard_buffers(client, m, [p for p in pools if type(p) is int])
+            guard = guard_buffers(client, m, tokens())
     else:
         # Buffer tokens: the request is reused while the buffers it was bound to are as they were then.
         ident, state = bound_state(pools, lambda t: _buffer_of(client, m, t)) if bound is None else bound
