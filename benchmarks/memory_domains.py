@@ -2,7 +2,8 @@
 
 usage: python benchmarks/memory_domains.py [--driver NAME] [--paths LIST] [--models LIST] [--pairs N]
        [--block N] [--steps N] [--sequences N] [--partition-pairs N] [--partition-block N]
-       [--skip-lstm] [--skip-partition] [--instructions] [--instruction-pairs N]
+       [--skip-lstm] [--skip-partition] [--instructions] [--instruction-pairs N] [--callgrind-dir DIR]
+       [--timeout S]
 
 On a shared or virtual machine the wall time of one way against the other drifts by more than
 the difference being measured (two runs of the same tree gave opposite signs, +-25%). So the two
@@ -16,17 +17,20 @@ the ratios are steady where the single medians are not. Reported per path:
   its distribution-free 95% confidence interval (order statistics of the binomial(n, 1/2)
   distribution: no assumption on the ratios' distribution);
 - the service's CPU time per step of each way (every thread of the driver process,
-  /proc/PID/task/*/schedstat, nanoseconds) with its ratio and interval, and the client's CPU
-  time per step (this process, `time.process_time_ns`);
+  /proc/PID/task/*/schedstat, nanoseconds), the client's (this process, `time.process_time_ns`)
+  and the two together, each with its ratio and interval: the work a step costs, which a busy
+  neighbour moves far less than the wall time;
 - the verdict "driver state <= client state" for each measure: `yes` when the interval lies at
   or below 1 (noise cannot make D look no slower when it is slower), `no` when it lies above 1,
-  `not shown` when it holds 1;
+  `not shown` when it holds 1; and at the end how many paths gave each verdict, per measure;
 - whether the main output of every step is bit for bit the same both ways.
 
 1. asr_float and tts_float (`--models`) step by step on one driver (a private service), on each
    execution path (`--paths`, default sync,async,fenced,burst). Every sequence is cut to a whole
-   number of blocks (`--block` steps, at most `--steps` per sequence) and the state is reset
-   between blocks, so a block times steps only.
+   number of blocks (`--block` steps, at most `--steps` per sequence); both ways step through the
+   same frames, carry their state from block to block and reset it at the start of a sequence,
+   outside the timed blocks, so a block times steps only. Before any block each way runs
+   WARMUP_STEPS steps (first executions, request layouts, every driver buffer written once).
 2. mobilenet_v2_0.35_128 partitioned across sample-minimal (ADD, CONCATENATION, CONV_2D) and
    sample-float-slow (the rest), each a private service: intermediates through the client (C)
    against through driver buffers where producer and readers share a driver (D), in alternating
@@ -219,17 +223,19 @@ class Blocks:
     wall: list[float] = field(default_factory=list)  # s per block
     client_cpu: list[int] = field(default_factory=list)  # ns per block
     service_cpu: list[int | None] = field(default_factory=list)  # ns per block (None: not counted)
+    total_cpu: list[int | None] = field(default_factory=list)  # both processes' (None: not counted)
 
     def add(self, steps: int, measured: tuple[float, int, int | None]) -> None:
         self.steps.append(steps)
         self.wall.append(measured[0])
         self.client_cpu.append(measured[1])
         self.service_cpu.append(measured[2])
+        self.total_cpu.append(None if measured[2] is None else measured[1] + measured[2])
 
 
 def per_step_ratios(c: Blocks, d: Blocks, what: str) -> list[float]:
-    """D/C of each pair for `what` ("wall", "client_cpu", "service_cpu"), per step; pairs with a
-    missing figure are left out."""
+    """D/C of each pair for `what` ("wall", "client_cpu", "service_cpu", "total_cpu"), per step; pairs
+    with a missing figure are left out."""
     ratios = []
     for k in range(len(c.steps)):
         a, b = getattr(c, what)[k], getattr(d, what)[k]
@@ -259,6 +265,26 @@ def _ratio(ratios: list[float]) -> tuple[str, str]:
     return shown, verdict(low, high)
 
 
+#: What `report` prints: (Blocks field, name, scale to the unit, digits, unit).
+MEASURES = (
+    ("wall", "wall time", 1e3, 3, "ms"),
+    ("service_cpu", "service CPU", 1e-3, 1, "us"),
+    ("client_cpu", "client CPU", 1e-3, 1, "us"),
+    ("total_cpu", "CPU of both", 1e-3, 1, "us"),
+)
+
+
+def tally(verdicts: dict[str, list[str]]) -> list[str]:
+    """One line per measure: how many comparisons showed driver state <= client state."""
+    lines = []
+    for _, name, _, _, _ in MEASURES:
+        said = verdicts.get(name, [])
+        counts = {v: said.count(v) for v in dict.fromkeys(said)}
+        shown = ", ".join(f"{v} {n}" for v, n in counts.items()) or "none"
+        lines.append(f"  {name:<12} driver state <= client state: {shown} (of {len(said)})")
+    return lines
+
+
 def report(
     label: str,
     c: Blocks,
@@ -266,16 +292,16 @@ def report(
     unit: str,
     equal: bool | None,
     names: tuple[str, str] = ("client state", "driver state"),
+    verdicts: dict[str, list[str]] | None = None,
 ) -> list[str]:
-    """The lines of one comparison: wall, service CPU and client CPU per `unit` of each way (named
-    `names`) and the paired ratios with their intervals and verdicts."""
+    """The lines of one comparison: wall time, service, client and total CPU time per `unit` of each
+    way (named `names`) and the paired ratios with their intervals and verdicts (also appended to
+    `verdicts[measure]` when given)."""
     lines = [f"{label}: {len(c.steps)} pairs of blocks ({sum(c.steps)} {unit}s each way)"]
-    for what, name, scale, digits, u in (
-        ("wall", "wall time", 1e3, 3, "ms"),
-        ("service_cpu", "service CPU", 1e-3, 1, "us"),
-        ("client_cpu", "client CPU", 1e-3, 1, "us"),
-    ):
+    for what, name, scale, digits, u in MEASURES:
         shown, said = _ratio(per_step_ratios(c, d, what))
+        if verdicts is not None:
+            verdicts.setdefault(name, []).append(said)
         lines.append(
             f"  {name + ' ' + u + '/' + unit:<24} {names[0]} {_fmt(per_step(c, what, scale), digits):>9}  "
             f"{names[1]} {_fmt(per_step(d, what, scale), digits):>9}  D/C {shown:<26} D<=C: {said}"
@@ -400,7 +426,9 @@ def lstm_blocks(
     return equal
 
 
-def _lstm(device, pid: int, name: str, mode: str, a: argparse.Namespace) -> list[str]:
+def _lstm(
+    device, pid: int, name: str, mode: str, a: argparse.Namespace, verdicts: dict[str, list[str]]
+) -> list[str]:
     from mlts.datasets import speech
 
     seqs = speech.sequences(name, a.sequences)
@@ -424,7 +452,7 @@ def _lstm(device, pid: int, name: str, mode: str, a: argparse.Namespace) -> list
     finally:
         for way in ways.values():
             way.close()
-    return report(f"{name} {mode}", blocks["C"], blocks["D"], "step", equal)
+    return report(f"{name} {mode}", blocks["C"], blocks["D"], "step", equal, verdicts=verdicts)
 
 
 # ------------------------------------------------------------ the partitioned model
@@ -695,19 +723,42 @@ def _bracket(
                     index.write(f"{name} {mode} {key} {steps} steps: {svc_dump} {cli_dump}\n")
         elif words[0] == "equal":
             name, mode = words[1], words[2]
-            print(_instruction_row(name, mode, counts[(name, mode)], words[3] == "1"), flush=True)
+            print(instruction_row(name, mode, counts[(name, mode)], words[3] == "1"), flush=True)
         else:
             sys.stdout.write(line)
             continue
         child.stdin.write("ok\n")
         child.stdin.flush()
+    if counts:
+        print("instructions per step, over every model and path:")
+        for row in instruction_tally(counts):
+            print(row)
     return child.wait(a.timeout)
 
 
-def _instruction_row(name: str, mode: str, ways: dict[str, list[tuple[int, int, int]]], equal: bool) -> str:
+def _instructions_per_step(ways: dict[str, list[tuple[int, int, int]]], key: str, part: int) -> float:
+    """Instructions per step of way `key`'s blocks ((steps, client, service) each): part 1 the client's,
+    2 the service's."""
+    rows = ways[key]
+    return sum(r[part] for r in rows) / sum(r[0] for r in rows)
+
+
+def instruction_tally(counts: dict[tuple[str, str], dict[str, list[tuple[int, int, int]]]]) -> list[str]:
+    """How many paths took no more instructions per step with driver state, per process and both."""
+    lines = []
+    for label, parts in (("client", (1,)), ("service", (2,)), ("both", (1, 2))):
+        fewer = sum(
+            sum(_instructions_per_step(ways, "D", p) for p in parts)
+            <= sum(_instructions_per_step(ways, "C", p) for p in parts)
+            for ways in counts.values()
+        )
+        lines.append(f"  {label:<8} driver state <= client state on {fewer} of {len(counts)} paths")
+    return lines
+
+
+def instruction_row(name: str, mode: str, ways: dict[str, list[tuple[int, int, int]]], equal: bool) -> str:
     def per_step(key: str, part: int) -> float:
-        rows = ways[key]
-        return sum(r[part] for r in rows) / sum(r[0] for r in rows)
+        return _instructions_per_step(ways, key, part)
 
     cli_c, cli_d, svc_c, svc_d = per_step("C", 1), per_step("D", 1), per_step("C", 2), per_step("D", 2)
     total_c, total_d = cli_c + svc_c, cli_d + svc_d
@@ -747,7 +798,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--instructions", action="store_true", help="count instructions under callgrind instead (slow)"
     )
-    p.add_argument("--instruction-pairs", type=_positive, default=2, help="pairs of blocks per path counted")
+    p.add_argument("--instruction-pairs", type=_positive, default=3, help="pairs of blocks per path counted")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds the valgrind run may take")
     p.add_argument(
         "--callgrind-dir",
@@ -789,10 +840,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "median [distribution-free 95% interval]"
                     )
                     pid = device.process.pid
+                    verdicts: dict[str, list[str]] = {}
                     for name in a.models:
                         for mode in a.paths:
-                            for line in _lstm(device, pid, name, mode, a):
+                            for line in _lstm(device, pid, name, mode, a, verdicts):
                                 print(line, flush=True)
+                    print("LSTM verdicts over every model and path:")
+                    for line in tally(verdicts):
+                        print(line)
                 finally:
                     device.close()
             if not a.skip_partition:

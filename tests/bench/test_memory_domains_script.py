@@ -64,10 +64,23 @@ def test_ratios_pair_adjacent_blocks_per_step_and_skip_missing_figures() -> None
     assert script.per_step_ratios(c, d, "wall") == [0.5, 2.0]
     assert script.per_step_ratios(c, d, "client_cpu") == [0.5, 1.0]
     assert script.per_step_ratios(c, d, "service_cpu") == [0.5]
+    # The second pair only (the first has no service figure): (4000 + 4000) / 4 against (2000 + 4000) / 2.
+    assert script.per_step_ratios(c, d, "total_cpu") == [pytest.approx(2 / 3)]
     assert script.per_step(c, "wall", 1e3) == 1.0
-    lines = script.report("m sync", c, d, "step", True)
+    verdicts: dict[str, list[str]] = {}
+    lines = script.report("m sync", c, d, "step", True, verdicts=verdicts)
     assert lines[0] == "m sync: 2 pairs of blocks (6 steps each way)"
-    assert "D<=C: too few pairs" in lines[1] and lines[-1].endswith("bit for bit equal: yes")
+    assert len(lines) == 6 and all("D<=C: too few pairs" in line for line in lines[1:5])
+    assert lines[-1].endswith("bit for bit equal: yes")
+    assert verdicts == {name: ["too few pairs"] for _, name, _, _, _ in script.MEASURES}
+
+
+def test_the_tally_counts_each_measures_verdicts() -> None:
+    said = {"wall time": ["yes", "not shown", "yes"], "service CPU": ["no"]}
+    lines = script.tally(said)
+    assert lines[0] == "  wall time    driver state <= client state: yes 2, not shown 1 (of 3)"
+    assert lines[1] == "  service CPU  driver state <= client state: no 1 (of 1)"
+    assert lines[2].endswith("none (of 0)") and len(lines) == len(script.MEASURES)
 
 
 def test_the_service_clock_counts_cpu_time_of_every_thread() -> None:
@@ -86,8 +99,9 @@ def test_a_short_run_compares_both_ways_on_one_path(capsys) -> None:
     assert script.main(args) == 0
     out = capsys.readouterr().out
     assert "tts_float sync: 6 pairs of blocks (12 steps each way)" in out
-    for measure in ("wall time ms/step", "service CPU us/step", "client CPU us/step"):
+    for measure in ("wall time ms/step", "service CPU us/step", "client CPU us/step", "CPU of both us/step"):
         assert measure in out
+    assert "LSTM verdicts over every model and path:" in out
     assert "main output bit for bit equal: yes" in out
     assert out.startswith("CPU: ")
 
@@ -99,3 +113,17 @@ def test_bad_options_exit_2(args, capsys) -> None:
     with pytest.raises(SystemExit) as e:
         script.main(args)
     assert e.value.code == 2
+
+
+def test_instruction_counts_are_per_step_and_tallied_per_process() -> None:
+    counts = {
+        ("m", "sync"): {"C": [(8, 800, 8000)], "D": [(4, 320, 4040), (4, 320, 4040)]},
+        ("m", "burst"): {"C": [(8, 800, 8000)], "D": [(8, 880, 7920)]},
+    }
+    row = script.instruction_row("m", "sync", counts[("m", "sync")], True)
+    assert row.split() == ["m", "sync", "100", "80", "1,000", "1,010", "1,100", "1,090", "0.9909", "yes"]
+    assert script.instruction_tally(counts) == [
+        "  client   driver state <= client state on 1 of 2 paths",
+        "  service  driver state <= client state on 1 of 2 paths",
+        "  both     driver state <= client state on 2 of 2 paths",
+    ]
