@@ -18,7 +18,11 @@ stamp is the same (`RequestIo.fresh`); otherwise the request is bound and
 validated again. The stamps are compared only after some buffer of the device
 changed (the tracker's `epoch` moved on since the layout last looked): in a
 steady run (driver buffers swapped every step, none freed or resized) a
-layout naming any number of buffers is recognised by one comparison. Pools are read through on every use, so a pool closed after
+layout naming any number of buffers is recognised by one comparison. And since
+a driver buffer's input view lives as long as its layout, the workspace that
+runs the layout is given its address once (`RequestIo.pin_inputs`), so the
+kernels find it as they find their own arrays' instead of asking NumPy at
+every execution, as they must for a pool's input. Pools are read through on every use, so a pool closed after
 caching fails exactly as it would uncached.
 """
 
@@ -26,12 +30,13 @@ from __future__ import annotations
 
 import operator
 import threading
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from driver.buffers import BufferTracker
 from driver.operands import dtype_of
+from driver.ops._workspace import current as current_workspace
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 from mlts.hal.types import Model, OutputShape, Request
@@ -45,6 +50,10 @@ CACHED_REQUESTS = 8
 SMALL_COPY_BYTES = 4096
 #: Distinct results (output shapes and timing) a layout keeps for reuse (`RequestIo.results`).
 CACHED_RESULTS = 64
+#: Layouts whose driver-buffer inputs a workspace keeps the addresses of (`RequestIo.pin_inputs`).
+MAX_PINNED_LAYOUTS = 16
+#: The key of those layouts in a workspace's `bound`.
+PINNED = "driver.request_io pinned inputs"
 
 # Where an argument lives: ("pool", pool index, offset, length, dtype, dims) or ("token", token, dtype, dims);
 # None for an omitted argument.
@@ -82,6 +91,7 @@ class RequestIo:
         "_reads",
         "_writes",
         "_one_pool",
+        "_pins",
         "results",
     )
 
@@ -132,6 +142,9 @@ class RequestIo:
         self._in_template: list[np.ndarray | None] | None = None
         # Output buffers that become initialised (or change dimensions) with the first write.
         self._settle: tuple[tuple[Any, tuple[int, ...]], ...] = ()
+        # The input views in driver buffers' arrays, which live as long as the layout: pinned in the
+        # workspaces that run it (`pin_inputs`).
+        self._pins: tuple[np.ndarray, ...] = ()
         # Every input in a pool (or a bound driver buffer) and every output present (the common case):
         # the reads as (input index, pool index, offset, dims, dtype) and the writes as (pool index, offset,
         # dtype, destination view or None, driver buffer or None, the destination's bytes when a result
@@ -208,8 +221,40 @@ class RequestIo:
         if simple:
             self._in_template = template
             self._reads = tuple(reads)
+        self._pins = tuple(v for v in template if v is not None)
         if writes is not None:
             self._writes = tuple(writes)
+
+    def pin_inputs(self) -> None:
+        """Give the workspace of the execution running now (`write_outputs` runs inside it) the
+        addresses of this layout's inputs in driver buffers, for the executions after it.
+
+        A kernel looks an input's data address up among its workspace's arrays (`Workspace.addresses`,
+        keyed by the array's id and checked by identity) before it asks NumPy (`arr.ctypes.data`,
+        some 16 000 instructions for each input of each execution). An input from a pool is a new
+        view at every execution, so only NumPy can say; a driver buffer's input is the very view
+        this layout made when it bound the buffer, so its address can be known once. The workspace
+        keeps the views of the last MAX_PINNED_LAYOUTS layouts that ran on it (`PINNED` in its
+        `bound`), oldest dropped first; a workspace the driver lets go takes them with it.
+        """
+        ws = current_workspace()
+        if ws is None:
+            return
+        pinned = cast("dict[RequestIo, tuple[np.ndarray, ...]] | None", ws.bound.get(PINNED))
+        if pinned is None:
+            pinned = {}
+            ws.bound[PINNED] = pinned
+        elif self in pinned:
+            return
+        addresses = ws.addresses
+        for view in self._pins:
+            addresses[id(view)] = (view, view.ctypes.data)
+        pinned[self] = self._pins
+        while len(pinned) > MAX_PINNED_LAYOUTS:
+            for view in pinned.pop(next(iter(pinned))):  # a layout's views are its own
+                hit = addresses.get(id(view))
+                if hit is not None and hit[0] is view:
+                    del addresses[id(view)]
 
     def fresh(self) -> bool:
         """Every driver buffer the layout is bound to is as it was then (always True without buffers):
@@ -275,6 +320,8 @@ class RequestIo:
             shapes = self._shapes = (got, reported)
         elif not self.cacheable:
             self._check_outputs(outputs, buffers)
+        if self._pins:
+            self.pin_inputs()
         pools: tuple[Any, ...] = self.request.pools
         writes = self._writes
         if writes is not None:

@@ -7,7 +7,7 @@ import pytest
 
 import driver.device as sample_device
 from driver.buffers import BufferTracker
-from driver.request_io import RequestIo
+from driver.request_io import MAX_PINNED_LAYOUTS, PINNED, RequestIo
 from driver.variants import SampleAll
 from mlts.hal.buffer_use import bind_buffers, bound_state, buffer_state
 from mlts.hal.enums import ErrorStatus
@@ -188,6 +188,47 @@ def test_a_buffer_change_moves_the_device_epoch_and_layouts_compare_stamps_only_
     b.close()
     assert not io.fresh()
     a.close()
+    prepared.close()
+    pool.close()
+
+
+def test_driver_buffer_inputs_are_pinned_in_the_workspace_that_runs_them():
+    device = SampleAll()
+    prepared = device.prepareModel(add_model())
+    tracker: BufferTracker = device.buffers
+    a, b = _pair(device, prepared)
+    x = np.arange(6, dtype=F).reshape(2, 3)
+    a.copyFrom(memoryview(x.tobytes()), (2, 3))
+    pool = _pool(np.ones(6, F))
+    forward, back = _step_request(a.token, b.token, pool), _step_request(b.token, a.token, pool)
+    burst = prepared.configureExecutionBurst()
+    for step in range(4):
+        burst.execute(forward if step % 2 == 0 else back)
+    ws = burst.workspace
+    # Each layout's driver-buffer input (the view it reads in place) has its address in the workspace,
+    # which kernels look up before asking NumPy; the pool's input (a new view every time) has not.
+    # (Three layouts ran: the forward one was bound again after b's first write changed b.)
+    layouts = list(burst.io.entries.values())
+    assert len(layouts) == 2 and set(layouts) < set(ws.bound[PINNED]) and len(ws.bound[PINNED]) == 3
+    for io in layouts:
+        view, from_pool = io.read_inputs(tracker)
+        assert ws.addresses[id(view)] == (view, view.ctypes.data)
+        assert id(from_pool) not in ws.addresses
+    np.testing.assert_array_equal(a.read(np.dtype(F), (2, 3)), x + 4)
+    # Many layouts: the workspace keeps the views of the last MAX_PINNED_LAYOUTS only.
+    requests = [_step_request(a.token, b.token, pool) for _ in range(MAX_PINNED_LAYOUTS + 4)]
+    for request in requests:
+        burst.execute(request)
+    pinned = ws.bound[PINNED]
+    assert len(pinned) == MAX_PINNED_LAYOUTS
+    kept = {id(v) for views in pinned.values() for v in views}
+    for io in layouts:  # the oldest: gone from the workspace
+        assert id(io.read_inputs(tracker)[0]) not in kept
+    ours = {k for k, (arr, _) in ws.addresses.items() if not ws.owns(arr)}
+    assert ours == kept
+    burst.close()
+    for buf in (a, b):
+        buf.close()
     prepared.close()
     pool.close()
 
