@@ -14,10 +14,15 @@ interpreter lock. The preparation workers therefore
   waiting for the interpreter lock that a compiling thread holds gets it
   within a fifth of a millisecond rather than five; the interval is restored when
   no preparation runs;
-- give way to the executions (`GiveWay`): while a preparation decodes, validates
-  and compiles a model, it checks at each function call whether an execution
-  runs, and if one does it waits, without the interpreter lock and without a
-  core, until none does. On a machine with as many cores as an execution's
+- give way to the executions (`GiveWay`): while the driver compiles a model
+  (prepareModel, prepareModelFromCache, getSupportedOperations), the thread
+  checks at each function call whether an execution runs, and if one does it
+  waits, without the interpreter lock and without a core, until none does.
+  The service's own decoding and validation of the model before it (a few
+  milliseconds) only runs below the executions: made to give way too, it
+  would stretch many times over under executions back to back and hold the
+  driver's work back by as much, hiding from the clients' view a driver whose
+  compiler does slow its executions (performance-degradation-stress). On a machine with as many cores as an execution's
   kernel threads use (two, say) lower scheduling priority alone is not enough:
   a compiling thread that holds the interpreter lock when an execution's thread
   needs it makes the execution wait for a thread the scheduler ranks last. The

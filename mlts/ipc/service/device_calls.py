@@ -156,8 +156,8 @@ def get_supported_operations(client: Client, call: Call) -> dict[str, Any]:
     memory = _map_model(client, call)
 
     def work() -> dict[str, Any]:
+        model = _decode_model(client, call.method, memory)
         with client.host.give_way.held():
-            model = _decode_model(client, call.method, memory)
             supported = client.host.device.getSupportedOperations(model)
         return {"supported": [bool(s) for s in supported]}
 
@@ -192,8 +192,8 @@ def prepare_model(client: Client, call: Call) -> dict[str, Any]:
     kept: list[SharedMemory | None] = [memory]
 
     def work() -> dict[str, Any]:
+        model = _decode_model(client, m, memory)
         with client.host.give_way.held():
-            model = _decode_model(client, m, memory)
             started = trace.now_ns()
             try:
                 prepared = client.host.device.prepareModel(

@@ -123,8 +123,7 @@ class ServiceHost:
         # Preparations run below executions (lower priority, short switch interval), as an accelerator
         # driver's compiler never slows its executions: mlts.ipc.service.background.
         self.prepare_pool = WorkerPool("prepare", prepare_workers, Background(prepare_nice))
-        #: Around the model work of a preparation (decoding, validating, the driver's compile): it
-        #: waits while executions run.
+        #: Around the driver's work of a preparation (its compile): it waits while executions run.
         self.give_way = GiveWay(self.exec_pool)
         self.fences = FenceWatcher()
         self._lock = threading.Lock()
