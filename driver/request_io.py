@@ -22,8 +22,8 @@ layout naming any number of buffers is recognised by one comparison. And since
 a driver buffer's input view lives as long as its layout, the workspace that
 runs the layout is given its address once (`RequestIo.pin_inputs`), so the
 kernels find it as they find their own arrays' instead of asking NumPy at
-every execution, as they must for a pool's input. Pools are read through on every use, so a pool closed after
-caching fails exactly as it would uncached.
+every execution, as they must for a pool's input. Pools are read through on
+every use, so a pool closed after caching fails exactly as it would uncached.
 """
 
 from __future__ import annotations
