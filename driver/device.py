@@ -420,6 +420,9 @@ class SamplePreparedModel(PreparedModel):
             if io is not None and (io.key is not request or (io.bound and not io.fresh())):
                 io = None
             if io is None:
+                # Read before the buffers are: a layout whose buffers changed while it was validated
+                # is used for this execution but not kept (its stamps would be the changed ones').
+                epoch = buffers.epoch
                 bound = bind_buffers(request, self, buffers.lookup)
                 validate.validate_request(bound, self.model)
             if loop_timeout_duration is not None:
@@ -431,7 +434,8 @@ class SamplePreparedModel(PreparedModel):
             try:
                 if io is None:
                     io = RequestIo(self.model, bound, buffers, request, layouts.shapes)
-                    layouts.put(io)
+                    if buffers.epoch == epoch:
+                        layouts.put(io)
                 inputs = io.read_inputs(buffers)
                 # Output buffers too small for shapes known in advance fail here, before any kernel runs.
                 if io.checked_budget != plan.memory_budget:

@@ -110,6 +110,42 @@ def test_a_changed_buffer_is_bound_again():
     pool.close()
 
 
+def test_a_layout_whose_buffers_changed_while_it_was_validated_is_not_kept(monkeypatch):
+    # out = a + s: `a` a driver buffer of any shape, `s` [1] from a pool.
+    device = SampleAll()
+    prepared = device.prepareModel(add_model(dims=(0, 0), dims_b=(1,), out_dims=(0, 0)))
+    a, b = _pair(device, prepared)
+    a.copyFrom(memoryview(np.zeros(6, F).tobytes()), (2, 3))
+    b.copyFrom(memoryview(np.zeros(6, F).tobytes()), (2, 3))  # the first execution's write changes nothing
+    pool = _pool(np.ones(6, F))
+    token_arg = RequestArgument(False, DataLocation(1, 0, 0), ())
+    request = Request(
+        (token_arg, RequestArgument(False, DataLocation(0, 0, 4), (1,))),
+        (RequestArgument(False, DataLocation(2, 0, 0), ()),),
+        (pool, a.token, b.token),
+    )
+    real = sample_device.validate.validate_request
+    validated = []
+
+    def racing(req, model):
+        real(req, model)
+        validated.append(req)
+        if len(validated) == 1:  # another client's copy gives `a` other dimensions meanwhile
+            a.copyFrom(memoryview(np.full(6, 2, F).tobytes()), (3, 2))
+
+    monkeypatch.setattr(sample_device.validate, "validate_request", racing)
+    prepared.executeSynchronously(request)
+    # That layout was not kept: the next execution binds `a` as it is now, 3 x 2.
+    result = prepared.executeSynchronously(request)
+    assert len(validated) == 2
+    assert tuple(result.output_shapes[0].dimensions) == (3, 2) and b.dimensions == (3, 2)
+    out = bytearray(24)
+    b.copyTo(memoryview(out))
+    np.testing.assert_array_equal(np.frombuffer(out, F), np.full(6, 3, F))
+    prepared.close()
+    pool.close()
+
+
 def test_an_unsized_buffer_is_sized_by_its_first_write_then_written_in_place():
     device = SampleAll()
     model = add_model((0, 3), out_dims=(0, 3))
