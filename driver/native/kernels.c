@@ -1582,11 +1582,11 @@ void mk_depthwise_f32(const float *x, GEOM_ARGS, int m, const float *wt, const f
  *
  * The vector path (AVX2, depth multiplier 1, at most DWQ_MAX_TAPS taps) sums the raw bytes x * w, whose
  * padding reads the zero point's byte, and takes zp_x * sum(w) off with the bias: the same integers as
- * the sum of (x - zp_x) * w. A task is one output row: its KH input rows are read in place, or copied
- * with zero-point bytes on either side when its windows leave the input horizontally (rows above or
- * below the input read a row of zero-point bytes); then four output pixels at a time, 16 channels at
- * a time, each pair of taps one vpmaddwd per 8 channels, the weights loaded once for the four pixels,
- * and the requantization of the four pixels' int32 sums in registers. */
+ * the sum of (x - zp_x) * w. A task is one output row, its KH input rows read in place (rows above or
+ * below the input: a row of zero-point bytes). The pixels whose windows lie inside the input
+ * horizontally go four at a time, 16 channels at a time: each pair of taps one vpmaddwd per 8 channels,
+ * the weights loaded once for the four pixels, and the requantization of their int32 sums in
+ * registers; the others one at a time, their taps outside the input reading the zero-point row. */
 
 /* The most taps of the vector path: every int32 sum of products below 2^24 (258 * 255 * 255), so the
  * requantization's 32-bit form applies (requant_t.narrow). */
@@ -1632,8 +1632,8 @@ typedef struct {
     const requant_t *q;
     int vec;              /* the vector path applies */
     int narrow;           /* its requantization in the 32-bit form */
-    const uint8_t *zrow;  /* a row of zero-point bytes, zw pixels */
-    int64_t wpad;         /* the width (pixels) of the copied rows; 0: every window lies inside the rows */
+    const uint8_t *zrow;  /* a row of zero-point bytes, as wide as an input row */
+    int ox_lo, ox_hi;     /* the output columns whose windows lie inside the input horizontally */
     void *y;
 } dwq_job;
 
@@ -1789,12 +1789,14 @@ static inline void dwq_store_wide(const dwq_job *d, const __m256i *acc, int n, i
         dwq_store1(d->q, c0 + i, (int64_t)raw[i] - (int64_t)d->zp_x * d->wsum[c0 + i], d->y, at + i);
 }
 
-/* P pixels from output column ox of output row r: every channel group, then the channels past them. */
+/* P neighbouring output pixels (tap t of pixel p at tp[t] + off0 + p * sw * C, the first output value
+ * at y + at0): every channel group, then the channels past them. T: the tap count when known at compile
+ * time (its loops unrolled), else 0. */
 static inline __attribute__((always_inline)) void dwq_pixels(const dwq_job *d, const uint8_t *const *tp,
-                                                            int64_t r, int ox, int P, int sgn) {
+                                                            int64_t off0, int64_t at0, int P, int sgn, int T) {
     const geom_t g = d->g;
-    const int c = g.c, taps = d->taps, pairs = d->pairs;
-    const int64_t step = (int64_t)g.sw * c, off0 = (int64_t)ox * step, at0 = (r * g.ow + ox) * c;
+    const int c = g.c, taps = T ? T : d->taps, pairs = T ? (T + 1) / 2 : d->pairs;
+    const int64_t step = (int64_t)g.sw * c;
     char *y = d->y;
     int c0 = 0;
     for (; c0 + 16 <= c; c0 += 16) {
@@ -1838,51 +1840,76 @@ static inline __attribute__((always_inline)) void dwq_pixels(const dwq_job *d, c
         }
 }
 
-/* Output row r on the vector path (see above); 0 when the rows' copy cannot be had. */
-static inline __attribute__((always_inline)) int dwq_row_vec(const dwq_job *d, int64_t r, int sgn) {
+/* Output pixel ox of output row r (input rows `rows`) whose window leaves the input horizontally: its
+ * taps outside read the row of zero-point bytes. */
+static inline __attribute__((always_inline)) void dwq_border(const dwq_job *d, const uint8_t *const *rows,
+                                                            int64_t r, int ox, int sgn, int T) {
+    const geom_t g = d->g;
+    const uint8_t *pt[DWQ_MAX_TAPS];
+    for (int ky = 0; ky < g.kh; ky++)
+        for (int kx = 0; kx < g.kw; kx++) {
+            int ix = ox * g.sw - g.pl + kx * g.dw;
+            pt[ky * g.kw + kx] = ix < 0 || ix >= g.w ? d->zrow : rows[ky] + (int64_t)ix * g.c;
+        }
+    dwq_pixels(d, pt, 0, (r * g.ow + ox) * g.c, 1, sgn, T);
+}
+
+/* The pixels of output row r whose windows lie inside the input horizontally, [ox_lo, ox_hi): blocks of
+ * four, then one block of the one to three left; tp[t]: tap t's input row, from its column kx * dw. */
+static inline __attribute__((always_inline)) void dwq_inside(const dwq_job *d, const uint8_t *const *tp,
+                                                            int64_t r, int sgn, int T) {
+    const geom_t g = d->g;
+    int ox = d->ox_lo, hi = d->ox_hi;
+#define DWQ_AT(ox) ((int64_t)((ox) * g.sw - g.pl) * g.c), ((r * g.ow + (ox)) * g.c)
+    for (; ox + 4 <= hi; ox += 4) dwq_pixels(d, tp, DWQ_AT(ox), 4, sgn, T);
+    if (hi - ox == 3)
+        dwq_pixels(d, tp, DWQ_AT(ox), 3, sgn, T);
+    else if (hi - ox == 2)
+        dwq_pixels(d, tp, DWQ_AT(ox), 2, sgn, T);
+    else if (hi - ox == 1)
+        dwq_pixels(d, tp, DWQ_AT(ox), 1, sgn, T);
+#undef DWQ_AT
+}
+
+/* Every pixel of output row r. */
+static inline __attribute__((always_inline)) void dwq_row_pixels(const dwq_job *d, const uint8_t *const *rows,
+                                                                const uint8_t *const *tp, int64_t r, int sgn,
+                                                                int T) {
+    for (int ox = 0; ox < d->ox_lo; ox++) dwq_border(d, rows, r, ox, sgn, T);
+    dwq_inside(d, tp, r, sgn, T);
+    for (int ox = d->ox_hi; ox < d->g.ow; ox++) dwq_border(d, rows, r, ox, sgn, T);
+}
+
+/* Output row r on the vector path (see above). */
+static inline __attribute__((always_inline)) void dwq_row_vec(const dwq_job *d, int64_t r, int sgn) {
     const geom_t g = d->g;
     const int c = g.c;
     int b = (int)(r / g.oh), oy = (int)(r % g.oh);
     const uint8_t *rows[DWQ_MAX_TAPS];
     const uint8_t *tp[DWQ_MAX_TAPS];
-    uint8_t *buf = NULL;
-    int64_t rb = d->wpad * c;
-    if (d->wpad) {
-        buf = (uint8_t *)stage_buffer((g.kh * rb + 3) / 4);
-        if (!buf) return 0;
-    }
-    const uint8_t zpb = (uint8_t)d->zp_x;
     for (int ky = 0; ky < g.kh; ky++) {
         int iy = oy * g.sh - g.pt + ky * g.dh;
-        if (iy < 0 || iy >= g.h) {
-            rows[ky] = d->zrow;
-            continue;
-        }
-        const uint8_t *src = (const uint8_t *)d->x + ((int64_t)b * g.h + iy) * g.w * c;
-        if (!d->wpad) {
-            rows[ky] = src;
-            continue;
-        }
-        uint8_t *dst = buf + ky * rb;
-        int64_t left = (int64_t)g.pl * c, inner = (int64_t)g.w * c;
-        memset(dst, zpb, (size_t)left);
-        memcpy(dst + left, src, (size_t)inner);
-        memset(dst + left + inner, zpb, (size_t)(rb - left - inner));
-        rows[ky] = dst;
+        rows[ky] = iy < 0 || iy >= g.h ? d->zrow : (const uint8_t *)d->x + ((int64_t)b * g.h + iy) * g.w * c;
     }
     for (int ky = 0; ky < g.kh; ky++)
         for (int kx = 0; kx < g.kw; kx++) tp[ky * g.kw + kx] = rows[ky] + (int64_t)kx * g.dw * c;
-    int ox = 0;
-    for (; ox + 4 <= g.ow; ox += 4) dwq_pixels(d, tp, r, ox, 4, sgn);
-    for (; ox < g.ow; ox++) dwq_pixels(d, tp, r, ox, 1, sgn);
-    return 1;
+    if (d->taps == 9)
+        dwq_row_pixels(d, rows, tp, r, sgn, 9); /* 3 x 3: the zoo's windows */
+    else
+        dwq_row_pixels(d, rows, tp, r, sgn, 0);
 }
 #endif
 
 static void dwq_task(void *ctx, int64_t r) {
     const dwq_job *d = ctx;
 #ifdef __AVX2__
-    if (d->vec && (d->is_signed ? dwq_row_vec(d, r, 1) : dwq_row_vec(d, r, 0))) return;
+    if (d->vec) {
+        if (d->is_signed)
+            dwq_row_vec(d, r, 1);
+        else
+            dwq_row_vec(d, r, 0);
+        return;
+    }
 #endif
     dwq_row_generic(d, r);
 }
@@ -1917,14 +1944,15 @@ int mk_depthwise_q8(const void *xv, int is_signed, int zp_x, GEOM_ARGS, int m, c
     d.vec = m == 1 && d.taps <= DWQ_MAX_TAPS;
     d.narrow = q.narrow;
     if (d.vec) {
-        /* The columns the windows read: [0, need) in the rows' coordinates (padding on the left first). */
-        int64_t need = (int64_t)(g.ow - 1) * g.sw + (int64_t)(g.kw - 1) * g.dw + 1;
-        d.wpad = g.pl == 0 && need <= g.w ? 0 : (need > (int64_t)g.pl + g.w ? need : (int64_t)g.pl + g.w);
-        int64_t zw = d.wpad ? d.wpad : g.w;
-        /* The rows' loads read 16 bytes from a group of 8 channels' start: 8 bytes past a row's end. */
-        zrow = malloc((size_t)(zw * g.c) + 16);
+        /* The output columns whose windows lie inside the input horizontally: [ox_lo, ox_hi). */
+        while (d.ox_lo < g.ow && d.ox_lo * g.sw - g.pl < 0) d.ox_lo++;
+        d.ox_hi = d.ox_lo;
+        while (d.ox_hi < g.ow && d.ox_hi * g.sw - g.pl + (g.kw - 1) * g.dw < g.w) d.ox_hi++;
+        /* What taps outside the input read: a row of zero-point bytes as wide as an input row. */
+        size_t bytes = (size_t)g.w * (size_t)g.c;
+        zrow = malloc(bytes ? bytes : 1);
         if (zrow) {
-            memset(zrow, (uint8_t)zp_x, (size_t)(zw * g.c) + 16);
+            memset(zrow, (uint8_t)zp_x, bytes);
             d.zrow = zrow;
         } else {
             d.vec = 0;
