@@ -153,6 +153,28 @@ def test_requantization_outside_the_32_bit_form(monkeypatch, rng, channels, extr
     np.testing.assert_array_equal(fast[0], ref_requant(acc, [sx * sws[0] / sy], zy, lo, hi))
 
 
+@needs_native
+@pytest.mark.parametrize("channels", [5, 16, 40])  # single channels; one group of 16; 16 + 16 + 8
+@pytest.mark.parametrize("extreme", ["bias", "left_shift"])
+def test_depthwise_requantization_outside_the_32_bit_form(monkeypatch, rng, channels, extreme):
+    """The depthwise kernel's int64 requantization (a bias near 2^31, or a multiplier above 1) on rows wide
+    enough for its blocks of four pixels: the scalar NNAPI transcription's bytes, as the NumPy path's."""
+    case = (1, 5, 11, channels, 1, 3, 3, "SAME", (1, 1), 0, False, (1, 1), "u8")
+    x, xt, zx, sx, fq, zw, sws, bq, acc, sy, zy = dw_setup(rng, case)
+    if extreme == "bias":
+        b = np.full(channels, 2**31 - 1000, dtype=np.int64)
+        b[::2] = -(2**31) + 1000
+        bq = Q(b.astype(np.int32), bq.scale, 0, const=True)
+        acc = ref_dw_acc(x, zx, fq.value, zw, b, "SAME", (1, 1), (1, 1), 1)
+    else:
+        sy = f32(sx * sws[0] / 3.0)  # multiplier about 3: exponent 2, a left shift
+    args = [Q(x, sx, zx), fq, bq, *params("SAME", (1, 1), (1,), 0, False, (1, 1))]
+    fast, slow = both_paths(monkeypatch, lambda: qcall(DW, args, [out(xt, sy, zy)]))
+    np.testing.assert_array_equal(fast[0], slow[0])
+    lo, hi = ref_activation_range(0, xt, sy, zy)
+    np.testing.assert_array_equal(fast[0], ref_requant(acc, [sx * sws[0] / sy], zy, lo, hi))
+
+
 # ------------------------------------------------------------ float: within tolerance
 
 
