@@ -70,11 +70,13 @@ _watch = qos.watch
 
 
 def variables(step: Any) -> tuple[int, ...] | None:
-    """The operands a bindable step reads at run time (its kernel's `bind_inputs` positions, default
-    the first input), or None for a step whose kernel does not bind or with other than one output."""
-    kernel = step.direct
-    bind, positions = getattr(kernel, "bind", None), getattr(kernel, "bind_inputs", (0,))
-    if bind is None or not step.single or step.control is not None or len(step.inputs) <= max(positions):
+    """The operands a bindable step reads at run time (its binding's input positions), or None for a
+    step whose kernel does not bind or with other than one output."""
+    binding = step.binding
+    if binding is None or not step.single or step.control is not None:
+        return None
+    positions = binding.inputs
+    if len(step.inputs) <= max(positions):
         return None
     return tuple(int(step.inputs[p]) for p in positions)
 
@@ -287,7 +289,7 @@ class Chunk:
             for i in reads:
                 x = produced.get(i)
                 ptrs.append(x.ctypes.data if x is not None else _EXTERNAL + self.externals.index(i) * _SPAN)
-            bound = st.direct.bind([self.shapes[i] for i in reads], ptrs, scratch)
+            bound = st.binding.bind([self.shapes[i] for i in reads], ptrs, scratch)
             if bound is None:
                 return None
             out = bound.out
@@ -366,7 +368,7 @@ def find_chunks(
         # The kernel binds these shapes (tried outside any workspace: fresh arrays, addresses unused).
         token = CURRENT.set(None)
         try:
-            bound = st.direct.bind([shape_of[i] for i in found], [0] * len(found), _bind.Scratch())
+            bound = st.binding.bind([shape_of[i] for i in found], [0] * len(found), _bind.Scratch())
         except Exception:  # a kernel that cannot bind these inputs runs (and reports) as before
             bound = None
         finally:

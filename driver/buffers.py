@@ -16,8 +16,10 @@ pool).
 
 Every change that affects how a request may use a buffer (its array replaced,
 its dimensions changed, it became initialised, it was freed) bumps its
-`stamp`; a request bound to the buffer once (`driver.request_io`) is reused
-while the stamps it saw are unchanged.
+`stamp`, and then the device's `BufferTracker.epoch`; a request bound to
+buffers once (`driver.request_io`) is reused while the epoch is the one it saw
+(one comparison however many buffers it names) or, after some buffer of the
+device changed, while the stamps of its own buffers are unchanged.
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ class BufferTracker:
         self._buffers: dict[int, SampleBuffer] = {}
         self._reserved = 0
         self._by_client: dict[int, int] = {}
+        #: Changes (under the lock) after any buffer's `stamp` changed: while it is the same, every
+        #: buffer is as it was (read before the stamps it vouches for).
+        self.epoch = 0
 
     def reserve(self, nbytes: int, what: str, client: int = 0) -> None:
         """Take `nbytes` (may be negative) of the budget for `client` (0: in-process); GENERAL_FAILURE
@@ -98,6 +103,11 @@ class BufferTracker:
                 self._by_client[client] = held + nbytes
             else:
                 self._by_client.pop(client, None)
+
+    def changed(self) -> None:
+        """A buffer's stamp just changed: a new epoch."""
+        with self._lock:
+            self.epoch += 1
 
     def add(self, make: Callable[[int], SampleBuffer]) -> SampleBuffer:
         """Register a buffer under a fresh random non-zero 32-bit token not held by any live buffer."""
@@ -189,7 +199,12 @@ class SampleBuffer(Buffer):
             self._tracker.reserve(nbytes - self._capacity, what, self.owner)
             self._capacity = nbytes
         self._data = np.zeros(nbytes, dtype=np.uint8)
+        self._restamp()
+
+    def _restamp(self) -> None:
+        """The buffer changed (called with its lock held): a new stamp, then a new epoch of the device."""
         self.stamp += 1
+        self._tracker.changed()
 
     # ------------------------------------------------------------ copies
 
@@ -246,7 +261,7 @@ class SampleBuffer(Buffer):
         if not self.initialized or self.dimensions != dims:
             self.dimensions = dims
             self.initialized = True
-            self.stamp += 1
+            self._restamp()
 
     def read(self, dtype: np.dtype, dims: tuple[int, ...]) -> np.ndarray:
         """A read-only view of the contents as an execution input (the buffer's own bytes, no copy)."""
@@ -312,5 +327,5 @@ class SampleBuffer(Buffer):
                 return
             self._closed = True
             self._data = None
-            self.stamp += 1
+            self._restamp()
         self._tracker.remove(self.token, self._capacity, self.owner)

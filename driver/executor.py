@@ -7,11 +7,15 @@ keeps the arrays the kernels packed through `driver.ops._base.packed`, keyed
 by (operation index, name): what the compilation cache stores, and what a
 plan built from the cache is given instead of packing again.
 
-A plan whose every size is checked in advance (a static plan within its memory
-budget) runs its steps as one compiled straight-line function
-(`driver.straight_line`), or the same steps in a loop when a run records
-per-operation times or leaves a model input without a value; other plans walk
-their steps in a loop that checks sizes as it goes. Preparing one operation's
+Two engines run a plan. The reference interpreter (`Plan._run_steps`) walks
+the steps in a loop and runs every plan: with IF and WHILE, with sizes known
+only at run time (checked before each step allocates), with model inputs
+left without a value, and timing each operation when asked. A plan whose
+every size is checked in advance (a static plan within its memory budget)
+runs on the fast engine instead: its steps as one compiled straight-line
+function (`driver.straight_line`) whose runs of bindable kernels are chunks
+of compiled calls (`driver.bound_steps`). Both give the same results and the
+same errors, word for word. Preparing one operation's
 kernel and checking its results live in `driver.operation_kernel`.
 
 Floating point: TENSOR_FLOAT16 operations are computed in float32 and rounded
@@ -48,7 +52,7 @@ from driver.operation_kernel import (  # noqa: F401  (the plan's public helpers,
     relabel,
     type_name,
 )
-from driver.ops._base import PackedArrays, packing_step
+from driver.ops._base import Binding, PackedArrays, packing_step
 from driver.ops._workspace import CURRENT as _CURRENT
 from driver.ops._workspace import Workspace, WorkspacePool, current
 from driver.straight_line import StraightRun, compile_steps
@@ -76,6 +80,7 @@ class Step:
     direct: Callable[[Sequence[Any]], list[np.ndarray]] = (
         no_kernel  # `run` when every model input has a value
     )
+    binding: Binding | None = None  # how `direct` runs inside a chunk of compiled calls (bound_steps)
 
 
 def step_offset(model: Model, sub_index: int) -> int:
@@ -175,14 +180,16 @@ class Plan:
                 step.control = control_flow.build(op, plans, len(op.outputs))
             else:
                 with packing_step(base + s, self.packed, shared.cached):
-                    step.run = prepare_operation(model, s, shared.extensions, sub_index)
+                    kernel = prepare_operation(model, s, shared.extensions, sub_index)
+                step.run = kernel.run
                 if not any(i in may_lack for i in op.inputs):
                     # Every input is a constant or another operation's result: never without a value.
-                    step.run = getattr(step.run, "direct", step.run)
+                    step.run = kernel.fast
                 step.direct = step.run
                 if not any(i in may_lack and i not in inputs for i in op.inputs):
                     # Only model inputs may lack a value: a run whose inputs all have one skips the check.
-                    step.direct = getattr(step.run, "direct", step.run)
+                    step.direct = kernel.fast
+                step.binding = kernel.binding
             self.steps.append(step)
         self._control = any(st.control is not None for st in self.steps)
         self._straight: StraightRun | None = None  # compiled by `warm` or the first checked run
@@ -326,7 +333,7 @@ class Plan:
         token = _CURRENT.set(ws)
         try:
             if fast and not self._control:  # a static plan never has IF or WHILE steps
-                outputs = self._run_checked(inputs, checkpoint, ws, op_times)
+                outputs = self._run_static(inputs, checkpoint, ws, op_times)
             else:
                 ctx = control_flow.RunContext(checkpoint, timeout, ExecutionMemory(self.memory_budget))
                 outputs = self._run_steps(inputs, ctx, ws, output_limits, predicted, fast, op_times)
@@ -357,7 +364,7 @@ class Plan:
         ws = workspaces.acquire() if workspace is None else workspace
         token = _CURRENT.set(ws)
         try:
-            return sink(self._run_checked(inputs, checkpoint, ws))
+            return sink(self._run_static(inputs, checkpoint, ws))
         finally:
             _CURRENT.reset(token)
             ws.step = -1
@@ -387,7 +394,7 @@ class Plan:
             and all(np.shape(a) == d for a, d in zip(inputs, want, strict=True))
         )
         if fast and not self._control:
-            outputs = self._run_checked(inputs, ctx.checkpoint, ws)
+            outputs = self._run_static(inputs, ctx.checkpoint, ws, ctx=ctx)
         else:
             outputs = self._run_steps(inputs, ctx, ws, None, None, fast)
         if ws is None:
@@ -470,19 +477,22 @@ class Plan:
                 memory.drop(sum(held.values()))  # the caller counts what it keeps of the outputs
         return [values[i] for i in self.output_indexes]
 
-    def _run_checked(
+    def _run_static(
         self,
         inputs: Sequence[Any],
         checkpoint: Checkpoint | None,
         ws,
         op_times: list[tuple[int, int]] | None = None,
+        ctx: control_flow.RunContext | None = None,
     ) -> list:
-        """`_run_steps` for a plan without IF or WHILE whose sizes were all checked in advance: the
-        per-operation floor.
+        """A plan without IF or WHILE whose sizes were all checked in advance.
 
-        Per step: the checkpoint, the workspace's step number, the arguments gathered, the kernel
-        (its `direct` form when every model input has a value), and its result checked against the
-        declared shape and dtype (identity first, then equality).
+        The plan has two engines: this fast one, its steps compiled into one straight-line function
+        whose runs of bindable kernels are chunks of compiled calls (driver.straight_line,
+        driver.bound_steps), and the reference interpreter, `_run_steps`, which runs every plan.
+        The straight-line function serves every run whose inputs all have a value and whose
+        operations are not timed one by one; those runs, and a plan too long to compile, go to the
+        interpreter (with nothing left to check).
         """
         if len(inputs) != len(self.input_indexes):
             raise HalError(
@@ -499,45 +509,11 @@ class Plan:
                         break
                 else:
                     return straight(inputs, checkpoint, ws)
-        values = self._template.copy()
-        complete = True
-        for idx, arr in zip(self.input_indexes, inputs, strict=False):  # lengths checked above
-            values[idx] = arr
-            if arr is None:
-                complete = False
-        get = values.__getitem__
-        perf_ns = time.perf_counter_ns
-        for step in self.steps:
-            if checkpoint is not None:
-                checkpoint(step.index)
-            if ws is not None:
-                ws.step = step.number
-            args = list(map(get, step.inputs))
-            run = step.direct if complete else step.run
-            try:
-                if op_times is None:
-                    results = run(args)
-                else:
-                    t0 = perf_ns()
-                    results = run(args)
-                    op_times.append((step.index, perf_ns() - t0))
-            except HalError as e:
-                raise relabel(step, e) from None
-            except Exception as e:
-                raise kernel_failed(step, args, e) from None
-            if step.single and len(results) == 1:
-                arr = results[0]
-                idx = step.outputs[0]
-                want = step.out_dtypes[0]
-                dtype = arr.dtype
-                if arr.shape != step.out_shapes[0] or (dtype is not want and dtype != want):
-                    arr = check_output(step, idx, self.sub.operands[idx], want, arr)
-                values[idx] = arr
-            else:
-                self._store(step, results, values)
-            for idx in step.release:
-                values[idx] = None
-        return list(map(get, self.output_indexes))
+        if ctx is None:
+            ctx = control_flow.RunContext(
+                checkpoint, LOOP_TIMEOUT_DEFAULT_NS, ExecutionMemory(self.memory_budget)
+            )
+        return self._run_steps(inputs, ctx, ws, None, None, True, op_times)
 
     @property
     def packed_names(self) -> tuple[tuple[int, str], ...]:
@@ -609,17 +585,6 @@ class Plan:
         self._straight = straight
         self._straight_tried = True
         return straight
-
-    def _store(self, step: Step, results: Sequence[Any], values: list) -> None:
-        """A step's results into `values`, each checked against its operand (the general case)."""
-        if len(results) != len(step.outputs):
-            raise output_count_error(step, results)
-        for idx, want, declared_shape, arr in zip(
-            step.outputs, step.out_dtypes, step.out_shapes, results, strict=True
-        ):
-            if declared_shape is None or arr.shape != declared_shape or arr.dtype != want:
-                arr = check_output(step, idx, self.sub.operands[idx], want, arr)
-            values[idx] = arr
 
     def _check_step(
         self,

@@ -17,7 +17,7 @@ import driver.ops  # noqa: F401  (registers every kernel)
 from driver.control_flow import CONTROL_FLOW, referenced_subgraphs
 from driver.operands import arg_info
 from driver.ops import kernel_for
-from driver.ops._base import ArgInfo, Prepare, Run
+from driver.ops._base import ArgInfo, Kernel, Prepare, Run, kernel_record
 from mlts.hal.enums import ErrorStatus, OperandType, OperationType
 from mlts.hal.errors import HalError
 from mlts.hal.extensions import ExtensionSpec, OperationView, resolve, validate_operation
@@ -61,8 +61,9 @@ def operation_label(index: int, code: int, sub_index: int = -1, model: Model | N
 
 def prepare_operation(
     model: Model, index: int, extensions: Sequence[ExtensionSpec] = (), sub_index: int = -1
-) -> Callable[[Sequence[Any]], list[np.ndarray]]:
+) -> Kernel:
     """Ask the kernel for operation `index` of a subgraph (-1: main) to prepare; errors name the operation.
+    The prepared kernel comes as a `Kernel` record (a plain run function made one).
 
     An extension operation is first validated by its declared rule (`extensions`, the driver's own);
     its kernel is `prepare(view, ins, outs)`. IF and WHILE have no kernel: the plan runs them
@@ -76,7 +77,7 @@ def prepare_operation(
         for r in referenced_subgraphs(model, sub, op):
             for j in range(len(model.referenced[r].operations)):
                 prepare_operation(model, j, extensions, r)
-        return no_kernel
+        return Kernel(no_kernel)
     prepare: Prepare | None
     if resolve(model, op.type) is not None:
         spec, declared = validate_operation(model, index, extensions)
@@ -92,7 +93,7 @@ def prepare_operation(
     ins = [arg_info(model, sub.operands[i]) for i in op.inputs]
     outs = [arg_info(model, sub.operands[i]) for i in op.outputs]
     try:
-        return prepare(ins, outs)
+        return kernel_record(prepare(ins, outs))
     except HalError as e:
         raise HalError(e.status, f"{label}: {e.message}") from None
     except Exception as e:  # a kernel bug must not take the driver down

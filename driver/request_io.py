@@ -15,20 +15,28 @@ driver maps a buffer as a request pool the same way). A buffer's state can
 change between executions (freed, resized, written for the first time), so
 such a layout records each buffer's `stamp` and is used only while every
 stamp is the same (`RequestIo.fresh`); otherwise the request is bound and
-validated again. Pools are read through on every use, so a pool closed after
-caching fails exactly as it would uncached.
+validated again. The stamps are compared only after some buffer of the device
+changed (the tracker's `epoch` moved on since the layout last looked): in a
+steady run (driver buffers swapped every step, none freed or resized) a
+layout naming any number of buffers is recognised by one comparison. And since
+a driver buffer's input view lives as long as its layout, the workspace that
+runs the layout is given its address once (`RequestIo.pin_inputs`), so the
+kernels find it as they find their own arrays' instead of asking NumPy at
+every execution, as they must for a pool's input. Pools are read through on
+every use, so a pool closed after caching fails exactly as it would uncached.
 """
 
 from __future__ import annotations
 
 import operator
 import threading
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from driver.buffers import BufferTracker
 from driver.operands import dtype_of
+from driver.ops._workspace import current as current_workspace
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError
 from mlts.hal.types import Model, OutputShape, Request
@@ -42,10 +50,16 @@ CACHED_REQUESTS = 8
 SMALL_COPY_BYTES = 4096
 #: Distinct results (output shapes and timing) a layout keeps for reuse (`RequestIo.results`).
 CACHED_RESULTS = 64
+#: Layouts whose driver-buffer inputs a workspace keeps the addresses of (`RequestIo.pin_inputs`).
+MAX_PINNED_LAYOUTS = 16
+#: The key of those layouts in a workspace's `bound`.
+PINNED = "driver.request_io pinned inputs"
 
 # Where an argument lives: ("pool", pool index, offset, length, dtype, dims) or ("token", token, dtype, dims);
 # None for an omitted argument.
 _Where = tuple[Any, ...] | None
+# One output's write: (pool index, offset, dtype, destination view, driver buffer, destination bytes, shape).
+_Write = tuple[int, int, np.dtype, np.ndarray | None, Any, memoryview | None, tuple[int, ...] | None]
 
 
 def _token(pool: object) -> int | None:
@@ -62,6 +76,8 @@ class RequestIo:
         "key",
         "bound",
         "stamps",
+        "tracker",
+        "epoch",
         "_in_template",
         "_settle",
         "_interned",
@@ -75,6 +91,7 @@ class RequestIo:
         "_reads",
         "_writes",
         "_one_pool",
+        "_pins",
         "results",
     )
 
@@ -115,20 +132,25 @@ class RequestIo:
         #: Whether the plan checked everything in advance for these output sizes (set by the driver).
         self.static_fits = False
         self.checked_budget: int | None = None  # the plan's memory budget `static_fits` was worked out for
-        #: The driver buffers this layout is bound to and their stamps then (see `fresh`).
+        #: The driver buffers this layout is bound to and their stamps then (see `fresh`), and the
+        #: tracker's epoch at which they were known to be those.
         self.bound: tuple[Any, ...] = ()
         self.stamps: list[int] = []
+        self.tracker = buffers
+        self.epoch = -1
         # Inputs from driver buffers: their views, in place; None where the input is read from a pool.
         self._in_template: list[np.ndarray | None] | None = None
         # Output buffers that become initialised (or change dimensions) with the first write.
         self._settle: tuple[tuple[Any, tuple[int, ...]], ...] = ()
+        # The input views in driver buffers' arrays, which live as long as the layout: pinned in the
+        # workspaces that run it (`pin_inputs`).
+        self._pins: tuple[np.ndarray, ...] = ()
         # Every input in a pool (or a bound driver buffer) and every output present (the common case):
         # the reads as (input index, pool index, offset, dims, dtype) and the writes as (pool index, offset,
-        # dtype, destination view or None, driver buffer or None), done without looking at the layout again.
+        # dtype, destination view or None, driver buffer or None, the destination's bytes when a result
+        # fits SMALL_COPY_BYTES, the destination's shape), done without looking at the layout again.
         self._reads: tuple[tuple[int, int, int, tuple[int, ...], np.dtype], ...] | None = None
-        self._writes: (
-            tuple[tuple[int, int, np.dtype, np.ndarray | None, Any, memoryview | None], ...] | None
-        ) = None
+        self._writes: tuple[_Write, ...] | None = None
         if has_tokens and buffers is not None:
             self._bind(buffers)
         elif all(
@@ -136,7 +158,7 @@ class RequestIo:
         ):
             self._reads = tuple((k, w[1], w[2], w[5], w[4]) for k, w in enumerate(self.inputs))  # type: ignore[index]
         if not has_tokens and all(w is not None for w in self.outputs):
-            self._writes = tuple((w[1], w[2], w[4], None, None, None) for w in self.outputs)  # type: ignore[index]
+            self._writes = tuple((w[1], w[2], w[4], None, None, None, None) for w in self.outputs)  # type: ignore[index]
         self._one_pool = (
             self._reads is not None and self._in_template is None and all(r[1] == 0 for r in self._reads)
         )
@@ -147,6 +169,7 @@ class RequestIo:
     def _bind(self, buffers: BufferTracker) -> None:
         """Resolve the driver buffers the (bound, validated) request names: input views and output
         destinations in their arrays, and the stamps they are valid for."""
+        epoch = buffers.epoch  # before the stamps: a change after reading them shows as a new epoch
         bound: list[Any] = []
         stamps: list[int] = []
         template: list[np.ndarray | None] = []
@@ -164,7 +187,7 @@ class RequestIo:
             else:
                 simple = False
                 template.append(None)
-        writes: list[tuple[int, int, np.dtype, np.ndarray | None, Any, memoryview | None]] | None = []
+        writes: list[_Write] | None = []
         settle = []
         for w in self.outputs:
             if w is None:
@@ -172,34 +195,81 @@ class RequestIo:
                 continue
             if w[0] == "pool":
                 if writes is not None:
-                    writes.append((w[1], w[2], w[4], None, None, None))
+                    writes.append((w[1], w[2], w[4], None, None, None, None))
                 continue
             buffer = buffers.lookup(w[1])
             found = buffer.destination(w[2])
             raw = None
+            shape = None
             if found is None:
                 stamps.append(buffer.stamp)
                 dest = None
             else:
                 dest, stamp = found
                 stamps.append(stamp)
-                raw = memoryview(dest).cast("B")  # type: ignore[arg-type]  # the bytes, for the small-copy path
+                shape = dest.shape
+                if dest.nbytes <= SMALL_COPY_BYTES:
+                    raw = memoryview(dest).cast("B")  # type: ignore[arg-type]  # the bytes, for the small-copy path
                 if not buffer.initialized:
-                    settle.append((buffer, dest.shape))
+                    settle.append((buffer, shape))
             bound.append(buffer)
             if writes is not None:
-                writes.append((0, 0, w[2], dest, buffer, raw))
+                writes.append((0, 0, w[2], dest, buffer, raw, shape))
         self.bound, self.stamps = tuple(bound), stamps
+        self.epoch = epoch
         self._settle = tuple(settle)
         if simple:
             self._in_template = template
             self._reads = tuple(reads)
+        self._pins = tuple(v for v in template if v is not None)
         if writes is not None:
             self._writes = tuple(writes)
 
+    def pin_inputs(self) -> None:
+        """Give the workspace of the execution running now (`write_outputs` runs inside it) the
+        addresses of this layout's inputs in driver buffers, for the executions after it.
+
+        A kernel looks an input's data address up among its workspace's arrays (`Workspace.addresses`,
+        keyed by the array's id and checked by identity) before it asks NumPy (`arr.ctypes.data`,
+        some 16 000 instructions for each input of each execution). An input from a pool is a new
+        view at every execution, so only NumPy can say; a driver buffer's input is the very view
+        this layout made when it bound the buffer, so its address can be known once. The workspace
+        keeps the views of the last MAX_PINNED_LAYOUTS layouts that ran on it (`PINNED` in its
+        `bound`), oldest dropped first; a workspace the driver lets go takes them with it.
+        """
+        ws = current_workspace()
+        if ws is None:
+            return
+        pinned = cast("dict[RequestIo, tuple[np.ndarray, ...]] | None", ws.bound.get(PINNED))
+        if pinned is None:
+            pinned = {}
+            ws.bound[PINNED] = pinned
+        elif self in pinned:
+            return
+        addresses = ws.addresses
+        for view in self._pins:
+            addresses[id(view)] = (view, view.ctypes.data)
+        pinned[self] = self._pins
+        while len(pinned) > MAX_PINNED_LAYOUTS:
+            for view in pinned.pop(next(iter(pinned))):  # a layout's views are its own
+                hit = addresses.get(id(view))
+                if hit is not None and hit[0] is view:
+                    del addresses[id(view)]
+
     def fresh(self) -> bool:
-        """Every driver buffer the layout is bound to is as it was then (always True without buffers)."""
-        return not self.bound or list(map(_STAMP, self.bound)) == self.stamps
+        """Every driver buffer the layout is bound to is as it was then (always True without buffers):
+        no buffer of the device changed since the layout last looked (its tracker's epoch), or its own
+        buffers' stamps are the same."""
+        tracker = self.tracker
+        if tracker is None or not self.bound:
+            return True
+        epoch = tracker.epoch  # before the stamps (as when binding)
+        if epoch == self.epoch:
+            return True
+        if list(map(_STAMP, self.bound)) != self.stamps:
+            return False
+        self.epoch = epoch  # another buffer changed, not these: one comparison again from now on
+        return True
 
     def read_inputs(self, buffers: BufferTracker) -> list[np.ndarray | None]:
         """Zero-copy, read-only views of the inputs (from pools or driver buffers)."""
@@ -250,16 +320,18 @@ class RequestIo:
             shapes = self._shapes = (got, reported)
         elif not self.cacheable:
             self._check_outputs(outputs, buffers)
+        if self._pins:
+            self.pin_inputs()
         pools: tuple[Any, ...] = self.request.pools
         writes = self._writes
         if writes is not None:
             # The checks above put every result inside its region (or made it fit its driver buffer).
-            for k, (p, offset, dtype, dest, buffer, raw) in enumerate(writes):
+            for k, (p, offset, dtype, dest, buffer, raw, shape) in enumerate(writes):
                 arr = outputs[k]
                 if buffer is not None:
-                    if dest is None or arr.shape != dest.shape:
+                    if dest is None or arr.shape != shape:
                         buffer.write(arr)  # sizes the buffer (or resizes it): bound again next time
-                    elif raw is not None and arr.nbytes <= SMALL_COPY_BYTES:
+                    elif raw is not None:  # the destination's size, so the result's, is small
                         raw[:] = arr.tobytes()  # in place, in the buffer's own array (as a pool's region)
                     else:
                         dest[...] = arr  # in place

@@ -1,7 +1,8 @@
 """A static plan's steps as one straight-line Python function: the executor's per-operation floor.
 
-`Plan._run_checked` walks the steps in a loop: per operation it loads the step's fields, gathers
-the arguments from a list of operand values by index and stores the result back. For a plan whose
+The plan's reference interpreter (`Plan._run_steps`) walks the steps in a loop: per operation it
+loads the step's fields, gathers the arguments from a list of operand values by index and stores the
+result back. For a plan whose
 sizes are all checked in advance the same work can be written out once, operation by operation,
 with every operand value in a local variable, and compiled: what is left per operation is the
 checkpoint, the kernel call and the result's shape and dtype check.

@@ -17,9 +17,10 @@ request leaves without a value (hasNoValue): the kernel then receives None for
 it at run time, which its prepare could not know. The first run that leaves
 out a given set of such inputs prepares the kernel again with them marked
 omitted (as a NO_VALUE constant would be) and keeps that variant; a kernel that
-requires one of them fails that preparation with INVALID_ARGUMENT. The wrapper's
-`direct` attribute is the kernel's own run, for a caller (the plan) that knows
-none of the inputs can arrive without a value.
+requires one of them fails that preparation with INVALID_ARGUMENT. The wrapper
+is a `Kernel` record whose `direct` is the kernel's own run (and `binding` its
+binding), for a caller (the plan) that knows none of the inputs can arrive
+without a value.
 
 Scalars given at run time. NNAPI lets a scalar operand (an activation code, a
 stride, an axis) be a model input whose value comes with each request. Kernels
@@ -40,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from driver.ops._base import ArgInfo, Prepare, Run
+from driver.ops._base import ArgInfo, Kernel, Prepare, Run, kernel_record
 from driver.ops._base import kernel_for as registered_kernel
 from mlts.hal.enums import SCALAR_TYPES, OperandType, OperationType
 from mlts.hal.errors import HalError, invalid
@@ -134,7 +135,7 @@ def _float16(code: int, prepare: Prepare) -> Prepare:
         if not any(a.type in FLOAT16_TYPES and not a.omitted for a in (*ins, *outs)):
             return prepare(ins, outs)
         _check_widths(code, ins, outs)
-        run = prepare([_widen_info(a) for a in ins], [_widen_info(a) for a in outs])
+        run = kernel_record(prepare([_widen_info(a) for a in ins], [_widen_info(a) for a in outs])).run
         narrow = tuple(o.type == T.TENSOR_FLOAT16 for o in outs)
 
         def run16(args: Sequence[Any]) -> list[np.ndarray]:
@@ -159,11 +160,13 @@ def _float16(code: int, prepare: Prepare) -> Prepare:
 
 def _without_values(prepare: Prepare) -> Prepare:
     def prepare_any(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
-        run = prepare(ins, outs)
+        prepared = prepare(ins, outs)
         # Inputs that arrive at run time: a request may leave any of them without a value.
         candidates = tuple(i for i, a in enumerate(ins) if a.value is None and not a.omitted)
         if not candidates:
-            return run
+            return prepared
+        kernel = kernel_record(prepared)
+        run = kernel.run
         variants: dict[tuple[int, ...], Run] = {}
         lock = threading.Lock()
 
@@ -173,7 +176,7 @@ def _without_values(prepare: Prepare) -> Prepare:
             if found is not None:
                 return found
             marked = [dataclasses.replace(a, omitted=True) if i in missing else a for i, a in enumerate(ins)]
-            made = prepare(marked, outs)
+            made = kernel_record(prepare(marked, outs)).run
             with lock:
                 if len(variants) < MAX_VARIANTS:
                     variants[missing] = made
@@ -198,8 +201,8 @@ def _without_values(prepare: Prepare) -> Prepare:
                     f"({type(e).__name__}: {e})"
                 ) from None
 
-        run_any.direct = run  # type: ignore[attr-defined]  # for callers that know no input is missing
-        return run_any
+        # `direct` for callers that know no input is missing.
+        return Kernel(run_any, direct=kernel.fast, binding=kernel.binding)
 
     return prepare_any
 
@@ -233,7 +236,7 @@ def _runtime_scalars(prepare: Prepare) -> Prepare:
                         if v is None
                         else dataclasses.replace(ins[i], value=v)
                     )
-                run = prepare(given, outs)
+                run = kernel_record(prepare(given, outs)).run
                 with lock:
                     if len(variants) < MAX_VARIANTS:
                         variants[values] = run

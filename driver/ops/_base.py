@@ -39,6 +39,53 @@ from mlts.hal.types import SymmPerChannelQuantParams
 
 Run = Callable[[Sequence[Any]], list[np.ndarray]]
 Prepare = Callable[[Sequence["ArgInfo"], Sequence["ArgInfo"]], Run]
+# bind(shapes, pointers, scratch) -> driver.ops._bind.BoundStep or None (see `Binding`).
+Bind = Callable[..., Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """How a kernel puts its compiled call into a chunk of bound calls (driver.bound_steps).
+
+    `bind(shapes, pointers, scratch)` gets the shapes and data addresses of the inputs at positions
+    `inputs` (the ones read at run time; by default the first) and returns the bound call, or None
+    when it cannot bind for those shapes (the step then runs through its kernel).
+    """
+
+    bind: Bind
+    inputs: tuple[int, ...] = (0,)
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """A prepared operation, as a record: what the plan calls and what it may do instead.
+
+    `run(args)` computes the results from the arguments (None for an input a request left without a
+    value). `direct`, when given, is the same computation for a caller that knows every input has
+    a value (without the wrapper that handles missing ones). `binding`, when given, lets the plan
+    run the step inside a chunk of compiled calls; it applies to `direct` (or `run`). A kernel
+    that needs neither is a plain `Run` function; `kernel_record` makes a record of either. A record
+    is called like its `run`.
+    """
+
+    run: Run
+    direct: Run | None = None
+    binding: Binding | None = None
+
+    def __call__(self, args: Sequence[Any]) -> list[np.ndarray]:
+        return self.run(args)
+
+    @property
+    def fast(self) -> Run:
+        """`direct`, or `run` when the kernel has no separate form for complete inputs."""
+        return self.run if self.direct is None else self.direct
+
+
+def kernel_record(prepared: Run | Kernel) -> Kernel:
+    """What a prepare function returned, as a `Kernel` record."""
+    if isinstance(prepared, Kernel):
+        return prepared
+    return Kernel(prepared)
 
 
 @dataclass(frozen=True, slots=True)

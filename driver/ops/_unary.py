@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from driver.ops import _bind, _fast
-from driver.ops._base import ArgInfo, Run, expect_count, expect_type
+from driver.ops._base import ArgInfo, Binding, Kernel, Run, expect_count, expect_type
 from driver.ops._params import float_outputs, float_tensor
 from driver.ops._workspace import address, output
 from mlts.hal.enums import OperandType
@@ -89,5 +89,4 @@ def _compiled(compiled: tuple[str, int], fn: Elementwise) -> Run:
         """`run`'s compiled call for a C-contiguous float32 input (driver.bound_steps)."""
         return _bind.bind_unary_f32(kind, ptrs[0], shapes[0])
 
-    run.bind = bind  # type: ignore[attr-defined]
-    return run
+    return Kernel(run, binding=Binding(bind))

@@ -37,7 +37,8 @@ class Workspace:
         self._buffers: dict[object, np.ndarray] = {}
         self._views: dict[object, tuple[np.ndarray, tuple[int, ...], np.dtype | type]] = {}
         #: id(view) -> (view, its address) of every array handed out: read by kernels that look an
-        #: address up inline (`address`'s hit), written only here.
+        #: address up inline (`address`'s hit), written here and, for the views of driver buffers a
+        #: request layout reads in place, by `driver.request_io.RequestIo.pin_inputs`.
         self.addresses: dict[int, tuple[np.ndarray, int]] = {}
         self.step = -1
         self.roots: set[int] = set()  # id() of every buffer, to tell which results live here

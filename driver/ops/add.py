@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from driver.ops import _bind, _fast
-from driver.ops._base import ArgInfo, Run, register
+from driver.ops._base import ArgInfo, Binding, Kernel, Run, register
 from driver.ops._binary import QuantBinary, prepare_binary
 from driver.ops._qelementwise import as_bytes, byte_values, f32, smaller_than_one
 from driver.ops._quant import multiply_by_quantized_multiplier
@@ -57,6 +57,5 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
                 return None
             return _bind.bind_add_f32(shapes[0], ptrs[0], ptrs[1])
 
-        run.bind = bind  # type: ignore[attr-defined]
-        run.bind_inputs = (0, 1)  # type: ignore[attr-defined]
+        return Kernel(run, binding=Binding(bind, (0, 1)))
     return run

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from driver.ops import _bind, _fast
-from driver.ops._base import ArgInfo, Run, expect_count, register
+from driver.ops._base import ArgInfo, Binding, Kernel, Run, expect_count, register
 from driver.ops._params import float_outputs, float_tensor, int_param, known_rank, normalize_axis
 from driver.ops._qelementwise import as_bytes, byte_values, f32, quant8_output, rescale, tensor_kind
 from driver.ops._quant import QUANT8_RANGE, check_quant8, saturate
@@ -115,6 +115,5 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
                 return None
             return _bind.bind_copies(ptrs, _bind.concat_blocks(shapes, ax), out, np.dtype(np.float32))
 
-        run.bind = bind  # type: ignore[attr-defined]
-        run.bind_inputs = tuple(range(n))  # type: ignore[attr-defined]
+        return Kernel(run, binding=Binding(bind, tuple(range(n))))
     return run

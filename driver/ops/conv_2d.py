@@ -19,7 +19,7 @@ import numpy as np
 
 from driver.ops import _bind, _fast
 from driver.ops._activation import apply_activation
-from driver.ops._base import ArgInfo, Run, expect_count, register
+from driver.ops._base import ArgInfo, Binding, Kernel, Run, expect_count, register
 from driver.ops._conv_common import (
     bias_vector,
     check_filter_and_bias,
@@ -136,8 +136,7 @@ def _prepare_float(
             return None
         return _bind.bind_conv_f32(shape, xp, gc, w_c, b_c, act, cout, scratch)
 
-    run.bind = bind  # type: ignore[attr-defined]
-    return run
+    return Kernel(run, binding=Binding(bind))
 
 
 def _prepare_quant(
@@ -187,5 +186,4 @@ def _prepare_quant(
             return None
         return _bind.bind_conv_q8(shape, xp, zp_x, gc, w_c, rq, cout, scratch)
 
-    run.bind = bind  # type: ignore[attr-defined]
-    return run
+    return Kernel(run, binding=Binding(bind))

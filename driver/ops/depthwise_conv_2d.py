@@ -20,7 +20,7 @@ import numpy as np
 
 from driver.ops import _bind, _fast
 from driver.ops._activation import apply_activation
-from driver.ops._base import ArgInfo, Run, expect_count, register
+from driver.ops._base import ArgInfo, Binding, Kernel, Run, expect_count, register
 from driver.ops._conv_common import bias_vector, check_filter_and_bias, constant_or_none, is_explicit
 from driver.ops._params import as_f32, float_outputs
 from driver.ops._qconv import (
@@ -129,8 +129,7 @@ def _prepare_float(
             return None
         return _bind.bind_depthwise_f32(shape, xp, gc, mult, w_c, b_c, act)
 
-    run.bind = bind  # type: ignore[attr-defined]
-    return run
+    return Kernel(run, binding=Binding(bind))
 
 
 def _prepare_quant(
@@ -176,5 +175,4 @@ def _prepare_quant(
             return None
         return _bind.bind_depthwise_q8(shape, xp, signed, zp_x, gc, mult, w_c, rq)
 
-    run.bind = bind  # type: ignore[attr-defined]
-    return run
+    return Kernel(run, binding=Binding(bind))

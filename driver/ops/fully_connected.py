@@ -15,7 +15,7 @@ import numpy as np
 
 from driver.ops import _bind, _fast
 from driver.ops._activation import apply_activation, parse_activation
-from driver.ops._base import ArgInfo, Run, expect_count, register
+from driver.ops._base import ArgInfo, Binding, Kernel, Run, expect_count, register
 from driver.ops._conv_common import bias_vector, constant_or_none, packed_constant
 from driver.ops._params import as_f32, float_outputs, float_tensor
 from driver.ops._qconv import (
@@ -103,7 +103,7 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
             """`run`'s compiled GEMM for a C-contiguous float32 input (driver.bound_steps)."""
             return _bind.bind_fc_f32(shapes[0], ptrs[0], size, weights, bias_c, act)
 
-        run.bind = bind  # type: ignore[attr-defined]
+        return Kernel(run, binding=Binding(bind))
     return run
 
 

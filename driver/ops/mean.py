@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from driver.ops import _bind, _fast
-from driver.ops._base import ArgInfo, Run, register
+from driver.ops._base import ArgInfo, Binding, Kernel, Run, register
 from driver.ops._qelementwise import f32, quant8_output, rescale
 from driver.ops._quant import QUANT8_DTYPE, QUANT8_RANGE, saturate
 from driver.ops._reduce import QuantReducer, prepare_reduce
@@ -84,13 +84,13 @@ def _mean(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
     return np.true_divide(total, math.prod(x.shape[a] for a in axis))
 
 
-def _bind_quant(run: Run, reducer: QuantReducer, ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> None:
-    """With constant axes and keep_dims, give the 8-bit `run` a compiled call for driver.bound_steps:
+def _bind_quant(run: Run, reducer: QuantReducer, ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
+    """With constant axes and keep_dims, the 8-bit `run` with a compiled call for driver.bound_steps:
     mk_mean_q8 sums each run of reduced values that are consecutive axes of a C-contiguous input and
     looks the sum up in the same table as `reducer` (up to TABLE_MAX_COUNT values), so the same bytes."""
     axes_value, keep_value = ins[1].value, ins[2].value
     if not _fast.enabled() or axes_value is None or keep_value is None:
-        return
+        return run
     axes_list = [int(a) for a in np.asarray(axes_value).reshape(-1)]
     keep = int(np.asarray(keep_value).reshape(-1)[0]) > 0
     dtype = np.dtype(QUANT8_DTYPE[outs[0].type])
@@ -118,7 +118,7 @@ def _bind_quant(run: Run, reducer: QuantReducer, ins: Sequence[ArgInfo], outs: S
         table = np.ascontiguousarray(table_for(n)).view(np.uint8)
         return _bind.bind_mean_q8(ptrs[0], view, out_shape, dtype, table, n * lowest)
 
-    run.bind = bind  # type: ignore[attr-defined]
+    return Kernel(run, binding=Binding(bind))
 
 
 @register(OperationType.MEAN)
@@ -132,5 +132,5 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
 
     run = prepare_reduce("MEAN", ins, outs, _mean, OperandType.INT32, quant=quant)
     if made:
-        _bind_quant(run, made[0], ins, outs)
+        return _bind_quant(run, made[0], ins, outs)
     return run

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from driver.ops import _bind, _fast
-from driver.ops._base import ArgInfo, Run, expect_count, register
+from driver.ops._base import ArgInfo, Binding, Kernel, Run, expect_count, register
 from driver.ops._params import int_tensor_input, int_values
 from driver.ops._qelementwise import moving_signature
 from driver.ops._workspace import output
@@ -75,5 +75,5 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
             size = int(np.prod(shapes[0], dtype=np.int64))
             return _bind.bind_copy(ptrs[0], target_shape(shape, size), copied)
 
-        run.bind = bind  # type: ignore[attr-defined]
+        return Kernel(run, binding=Binding(bind))
     return run

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from driver.ops import _bind, _fast
-from driver.ops._base import ArgInfo, Run, expect_count, expect_type, register
+from driver.ops._base import ArgInfo, Binding, Kernel, Run, expect_count, expect_type, register
 from driver.ops._params import int_tensor_input, int_values
 from driver.ops._qelementwise import moving_signature
 from mlts.hal.enums import OperandType, OperationType
@@ -70,5 +70,5 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
                 return None
             return _bind.bind_copies(ptrs, blocks, tuple(sizes), np.dtype(np.float32))
 
-        run.bind = bind  # type: ignore[attr-defined]
+        return Kernel(run, binding=Binding(bind))
     return run

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from driver.ops import _bind, _fast
-from driver.ops._base import ArgInfo, Run, expect_count, register
+from driver.ops._base import ArgInfo, Binding, Kernel, Run, expect_count, register
 from driver.ops._fixedpoint import (
     FORTY_EIGHT_OVER_17,
     INT32_MAX,
@@ -92,8 +92,7 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
             return None
         return _bind.bind_softmax_f32(ptrs[0], shape, float(beta))
 
-    run_compiled.bind = bind  # type: ignore[attr-defined]
-    return run_compiled
+    return Kernel(run_compiled, binding=Binding(bind))
 
 
 def exp_tables(beta: float, input_scale: float) -> tuple[np.ndarray, np.ndarray]:
@@ -251,5 +250,4 @@ def prepare_quant8(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
             return None
         return _bind.bind_softmax_q8(ptrs[0], shape, np.dtype(dtype), f0, accum)
 
-    run_compiled.bind = bind  # type: ignore[attr-defined]
-    return run_compiled
+    return Kernel(run_compiled, binding=Binding(bind))

@@ -292,6 +292,7 @@ def degradation(ctx: StressContext) -> dict[str, Any]:
     stop, loading = threading.Event(), threading.Event()
     compiling = threading.Lock()  # held during each compilation of B
     errors: list[BaseException] = []
+    compile_s: list[float] = []  # each compilation of B, in seconds
 
     def compile_b() -> None:
         try:
@@ -300,7 +301,9 @@ def degradation(ctx: StressContext) -> dict[str, Any]:
                     continue
                 with compiling:
                     if loading.is_set():
+                        t0 = time.perf_counter()
                         other.prepareModel(b_model).close()
+                        compile_s.append(time.perf_counter() - t0)
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
@@ -345,6 +348,9 @@ def degradation(ctx: StressContext) -> dict[str, Any]:
         **verdict,
         "limit": limit,
         "phases": phases,
+        # How much compiling A ran against: a service that stopped preparing would show few, long ones.
+        "compilations": len(compile_s),
+        "median_compilation_ms": _median(compile_s) * 1000 if compile_s else None,
         "rule": "FAILURE when the lower end of growth_ci95 is above limit",
         "harness_switch_interval_ms": HARNESS_SWITCH_INTERVAL_S * 1000,
     }

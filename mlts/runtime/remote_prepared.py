@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 
 _RESULT_KEYS = {"outputShapes", "timing"}
+_IS_HOST_MEMORY = HostMemory.__instancecheck__
 _RESULT = compact_calls.RESULT
 
 
@@ -340,7 +341,8 @@ class RemotePreparedModel(PreparedModel):
         Host memory pools cannot be used here (there is no moment to copy outputs back): use SharedMemory.
         """
         self._check_open()
-        if any(isinstance(p, HostMemory) for p in request.pools):
+        # (isinstance over the pools in one C loop: a request naming driver buffers has many pools)
+        if any(map(_IS_HOST_MEMORY, request.pools)):
             raise HalError(
                 ErrorStatus.INVALID_ARGUMENT,
                 "executeFenced needs SharedMemory pools (HostMemory cannot be fenced)",

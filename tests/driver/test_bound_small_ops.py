@@ -14,6 +14,7 @@ from driver import native
 from driver.bound_steps import Chunk
 from driver.executor import Plan
 from driver.ops import ArgInfo, _bind, logistic, tanh
+from driver.ops._base import kernel_record
 from mlts.hal.builder import ModelBuilder
 from mlts.hal.enums import OperandType as T
 from mlts.hal.enums import OperationType as O
@@ -172,7 +173,7 @@ def test_compiled_unary_against_float64(op, ref) -> None:
     rng = np.random.default_rng(11)
     x = np.concatenate([SPECIAL, rng.uniform(-12, 12, 4000).astype(np.float32)])
     run = _kernel(op, x)
-    assert hasattr(run, "bind")  # the compiled kernel
+    assert kernel_record(run).binding is not None  # the compiled kernel
     (y,) = run([x])
     check(y, ref(x))
     assert np.isnan(y[25]) and np.isnan(y).sum() == 1
@@ -185,7 +186,7 @@ def test_compiled_unary_against_float64(op, ref) -> None:
     wide = np.repeat(x, 2)[::2]
     assert run([wide])[0].tobytes() == y.tobytes()
     out = np.empty_like(x)
-    bound = run.bind([x.shape], [x.ctypes.data], _bind.Scratch())
+    bound = kernel_record(run).binding.bind([x.shape], [x.ctypes.data], _bind.Scratch())
     ((kind, args, _),) = bound.calls
     getattr(native.LIB, "mk_tanh_f32" if op == O.TANH else "mk_logistic_f32")(
         x.ctypes.data, out.ctypes.data, x.size
@@ -199,7 +200,7 @@ def test_without_the_compiled_kernels_tanh_and_logistic_use_numpy(monkeypatch) -
     monkeypatch.setattr(native, "LIB", None)
     for op, ref in ((O.TANH, _tanh64), (O.LOGISTIC, _logistic64)):
         run = _kernel(op, x)
-        assert not hasattr(run, "bind")
+        assert kernel_record(run).binding is None
         check(run([x])[0], ref(x))
 
 

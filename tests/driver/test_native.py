@@ -414,8 +414,8 @@ def test_steps_call_kernels_directly_unless_an_input_may_lack_a_value(rng):
     plan, _ = _plan_and_inputs(rng, "float")
     inputs = set(plan.input_indexes)
     reading = [step for step in plan.steps if inputs & set(step.inputs)]
-    assert reading and all(hasattr(step.run, "direct") for step in reading)
-    assert not any(hasattr(step.run, "direct") for step in plan.steps if step not in reading)
+    assert reading and all(step.run is not step.direct for step in reading)
+    assert all(step.run is step.direct for step in plan.steps if step not in reading)
 
 
 @needs_native

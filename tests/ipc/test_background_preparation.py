@@ -1,15 +1,23 @@
-"""Preparations below executions: the preparation pool's threads run at a lower priority, and the
-interpreter's switch interval is short only while a preparation runs."""
+"""Preparations below executions: the preparation pool's threads run at a lower priority, the
+interpreter's switch interval is short only while a preparation runs, and a preparation gives way
+to running executions."""
 
 from __future__ import annotations
 
 import os
 import sys
 import threading
+import time
 
 import pytest
 
-from mlts.ipc.service.background import MAX_NICE, SHORT_SWITCH_INTERVAL, Background, lower_this_thread
+from mlts.ipc.service.background import (
+    MAX_NICE,
+    SHORT_SWITCH_INTERVAL,
+    Background,
+    GiveWay,
+    lower_this_thread,
+)
 from mlts.ipc.service.scheduler import WorkerPool
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
@@ -96,3 +104,106 @@ def test_bad_nice_steps_are_refused(nice):
 
 def test_lowering_by_nothing_changes_nothing():
     assert lower_this_thread(0) is None
+
+
+def _step(trail: list[str], name: str) -> None:
+    trail.append(name)
+
+
+def test_a_preparation_waits_while_an_execution_runs_and_goes_on_when_it_ends():
+    executions = WorkerPool("execute", 1)
+    give_way = GiveWay(executions, max_wait_s=30.0)
+    trail: list[str] = []
+    entered = threading.Lock()  # released by a C call: no Python function called inside yet
+    entered.acquire()
+
+    def preparation() -> None:
+        with give_way.held():
+            entered.release()
+            _step(trail, "compiled")
+
+    try:
+        assert executions.try_inline()  # an execution runs
+        t = threading.Thread(target=preparation)
+        t.start()
+        assert entered.acquire(timeout=10)
+        # The preparation is held at its next function call for as long as the execution runs.
+        t.join(0.3)
+        assert t.is_alive() and trail == []
+        executions.end_inline()
+        t.join(10)
+        assert not t.is_alive() and trail == ["compiled"]
+        assert give_way.waits == 1 and give_way.waited_s >= 0.3
+    finally:
+        executions.stop(2)
+
+
+def test_executions_back_to_back_slow_a_preparation_but_never_stop_it():
+    executions = WorkerPool("execute", 1)
+    give_way = GiveWay(executions, max_wait_s=0.01, run_s=60.0)
+    trail: list[str] = []
+    try:
+        assert executions.try_inline()  # runs throughout
+        with give_way.held():
+            for n in range(5):
+                _step(trail, str(n))
+        # One bounded wait, then the preparation runs its at-least time without waiting again.
+        assert trail == ["0", "1", "2", "3", "4"] and give_way.waits == 1
+        assert give_way.waited_s >= 0.01
+    finally:
+        executions.end_inline()
+        executions.stop(2)
+
+
+def test_a_service_with_no_recent_execution_prepares_without_the_check():
+    executions = WorkerPool("execute", 1)
+    give_way = GiveWay(executions)
+    try:
+        with give_way.held():
+            assert sys.gettrace() is None  # nothing ran: no check at each call
+        assert executions.try_inline()
+        executions.end_inline()  # an execution just ended
+        with give_way.held():
+            assert sys.gettrace() is not None
+        assert sys.gettrace() is None  # taken off afterwards
+    finally:
+        executions.stop(2)
+
+
+def test_a_traced_thread_keeps_its_tracer():
+    executions = WorkerPool("execute", 1)
+    give_way = GiveWay(executions)
+
+    def tracer(frame, event, arg):
+        return None
+
+    try:
+        assert executions.try_inline()
+        sys.settrace(tracer)
+        try:
+            with give_way.held():
+                assert sys.gettrace() is tracer
+        finally:
+            sys.settrace(None)
+    finally:
+        executions.end_inline()
+        executions.stop(2)
+
+
+def test_waiting_for_a_quiet_pool():
+    executions = WorkerPool("execute", 1)
+    try:
+        assert executions.wait_quiet(0.0)
+        assert executions.try_inline() and executions.active == 1
+        start = time.monotonic()
+        assert not executions.wait_quiet(0.05) and time.monotonic() - start >= 0.05
+        threading.Timer(0.05, executions.end_inline).start()
+        assert executions.wait_quiet(10) and executions.active == 0
+    finally:
+        executions.stop(2)
+
+
+@pytest.mark.parametrize(("wait", "run"), [(0.0, 1.0), (1.0, 0.0), (-1.0, 1.0)])
+def test_bad_give_way_times_are_refused(wait, run):
+    with pytest.raises(ValueError, match="give-way times"):
+        GiveWay(WorkerPool("execute", 1), max_wait_s=wait, run_s=run)

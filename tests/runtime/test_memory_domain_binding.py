@@ -7,7 +7,7 @@ import pytest
 
 import driver.device as sample_device
 from driver.buffers import BufferTracker
-from driver.request_io import RequestIo
+from driver.request_io import MAX_PINNED_LAYOUTS, PINNED, RequestIo
 from driver.variants import SampleAll
 from mlts.hal.buffer_use import bind_buffers, bound_state, buffer_state
 from mlts.hal.enums import ErrorStatus
@@ -157,6 +157,82 @@ def test_request_io_reads_driver_buffers_without_a_copy():
     pool.close()
 
 
+def test_a_buffer_change_moves_the_device_epoch_and_layouts_compare_stamps_only_then():
+    device = SampleAll()
+    prepared = device.prepareModel(add_model())
+    tracker: BufferTracker = device.buffers
+    a, b = _pair(device, prepared)
+    start = tracker.epoch
+    a.copyFrom(memoryview(np.zeros(6, F).tobytes()), (2, 3))  # initialised: a change
+    assert tracker.epoch != start
+    settled = tracker.epoch
+    a.copyFrom(memoryview(np.ones(6, F).tobytes()), (2, 3))  # the same size and dimensions: none
+    assert tracker.epoch == settled
+    pool = _pool(np.ones(6, F))
+    request = _step_request(a.token, b.token, pool)
+    io = RequestIo(prepared.model, bind_buffers(request, prepared, tracker.lookup), tracker, request)
+    assert io.epoch == tracker.epoch and io.fresh()
+    # Another buffer changes: the epoch moves on; this layout's own buffers did not change, so it is
+    # fresh, and it compares one number again from now on.
+    other = device.allocate(BufferDesc(), [prepared], [BufferRole(0, 0)], [])
+    other.copyFrom(memoryview(np.ones(6, F).tobytes()), (2, 3))
+    assert tracker.epoch != io.epoch
+    assert io.fresh() and io.epoch == tracker.epoch
+    other.close()
+    assert io.fresh()
+    # Its own output buffer written for the first time, then freed: stale both times.
+    prepared.executeSynchronously(request)
+    assert b.initialized and not io.fresh()
+    io = RequestIo(prepared.model, bind_buffers(request, prepared, tracker.lookup), tracker, request)
+    assert io.fresh()
+    b.close()
+    assert not io.fresh()
+    a.close()
+    prepared.close()
+    pool.close()
+
+
+def test_driver_buffer_inputs_are_pinned_in_the_workspace_that_runs_them():
+    device = SampleAll()
+    prepared = device.prepareModel(add_model())
+    tracker: BufferTracker = device.buffers
+    a, b = _pair(device, prepared)
+    x = np.arange(6, dtype=F).reshape(2, 3)
+    a.copyFrom(memoryview(x.tobytes()), (2, 3))
+    pool = _pool(np.ones(6, F))
+    forward, back = _step_request(a.token, b.token, pool), _step_request(b.token, a.token, pool)
+    burst = prepared.configureExecutionBurst()
+    for step in range(4):
+        burst.execute(forward if step % 2 == 0 else back)
+    ws = burst.workspace
+    # Each layout's driver-buffer input (the view it reads in place) has its address in the workspace,
+    # which kernels look up before asking NumPy; the pool's input (a new view every time) has not.
+    # (Three layouts ran: the forward one was bound again after b's first write changed b.)
+    layouts = list(burst.io.entries.values())
+    assert len(layouts) == 2 and set(layouts) < set(ws.bound[PINNED]) and len(ws.bound[PINNED]) == 3
+    for io in layouts:
+        view, from_pool = io.read_inputs(tracker)
+        assert ws.addresses[id(view)] == (view, view.ctypes.data)
+        assert id(from_pool) not in ws.addresses
+    np.testing.assert_array_equal(a.read(np.dtype(F), (2, 3)), x + 4)
+    # Many layouts: the workspace keeps the views of the last MAX_PINNED_LAYOUTS only.
+    requests = [_step_request(a.token, b.token, pool) for _ in range(MAX_PINNED_LAYOUTS + 4)]
+    for request in requests:
+        burst.execute(request)
+    pinned = ws.bound[PINNED]
+    assert len(pinned) == MAX_PINNED_LAYOUTS
+    kept = {id(v) for views in pinned.values() for v in views}
+    for io in layouts:  # the oldest: gone from the workspace
+        assert id(io.read_inputs(tracker)[0]) not in kept
+    ours = {k for k, (arr, _) in ws.addresses.items() if not ws.owns(arr)}
+    assert ours == kept
+    burst.close()
+    for buf in (a, b):
+        buf.close()
+    prepared.close()
+    pool.close()
+
+
 def test_bound_state_tells_what_binding_depends_on():
     device = SampleAll()
     prepared = device.prepareModel(add_model((0, 3), out_dims=(0, 3)))
@@ -245,15 +321,31 @@ def test_through_the_service_reused_requests_see_every_buffer_change(service, mo
         execute(prepared, forward, mode=mode)
         b.copyTo(memoryview(out))
         np.testing.assert_array_equal(np.frombuffer(out, F), np.ones(6, F))
-        # A released buffer: the reused request is refused, by the service, on every path.
+        # Checked once: the service bound each direction's first run, and the forward run once more
+        # after b's first write initialised it; it reused the other four (a burst keeps its own cache).
+        hits = dev.service_status()["you"]["request_cache_hits"]
+        assert hits == (0 if mode == "burst" else 4)
+        # Another buffer of the client allocated and released: each request is looked up and bound
+        # once more, then reused again.
+        other = dev.allocate(BufferDesc(), [prepared], [BufferRole(0, 0)], [])
+        other.close()
+        for step in range(4):
+            execute(prepared, back if step % 2 == 0 else forward, mode=mode)
+        b.copyTo(memoryview(out))
+        np.testing.assert_array_equal(np.frombuffer(out, F), np.full(6, 5, F))
+        assert dev.service_status()["you"]["request_cache_hits"] == (0 if mode == "burst" else hits + 2)
+        # A released buffer, as an output or as an input: the reused request is refused, by the
+        # service (its message), on every path.
         b.close()
-        with pytest.raises(HalError) as e:
-            execute(prepared, _step_request(a.token, b.token, pool), mode=mode)
-        assert e.value.status == ErrorStatus.INVALID_ARGUMENT
+        for request in (_step_request(a.token, b.token, pool), back):
+            with pytest.raises(HalError) as e:
+                execute(prepared, request, mode=mode)
+            assert e.value.status == ErrorStatus.INVALID_ARGUMENT
+            assert f"buffer token {b.token} is not a live buffer of this client" in e.value.message
         c = dev.allocate(BufferDesc(), [prepared], [BufferRole(0, 0)], [BufferRole(0, 0)])
         execute(prepared, _step_request(a.token, c.token, pool), mode=mode)
         c.copyTo(memoryview(out))
-        np.testing.assert_array_equal(np.frombuffer(out, F), np.ones(6, F))
+        np.testing.assert_array_equal(np.frombuffer(out, F), np.full(6, 5, F))  # a (4) + 1
         for buf in (a, c):
             buf.close()
         prepared.close()

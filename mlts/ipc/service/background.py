@@ -13,7 +13,22 @@ interpreter lock. The preparation workers therefore
   (`SWITCH_INTERVAL_S` instead of CPython's 5 ms), so an execution thread
   waiting for the interpreter lock that a compiling thread holds gets it
   within a fifth of a millisecond rather than five; the interval is restored when
-  no preparation runs.
+  no preparation runs;
+- give way to the executions (`GiveWay`): while the driver compiles a model
+  (prepareModel, prepareModelFromCache, getSupportedOperations), the thread
+  checks at each function call whether an execution runs, and if one does it
+  waits, without the interpreter lock and without a core, until none does.
+  The service's own decoding and validation of the model before it (a few
+  milliseconds) only runs below the executions: made to give way too, it
+  would stretch many times over under executions back to back and hold the
+  driver's work back by as much, hiding from the clients' view a driver whose
+  compiler does slow its executions (performance-degradation-stress). On a machine with as many cores as an execution's
+  kernel threads use (two, say) lower scheduling priority alone is not enough:
+  a compiling thread that holds the interpreter lock when an execution's thread
+  needs it makes the execution wait for a thread the scheduler ranks last. The
+  wait is bounded (`GIVE_WAY_MAX_S`, then at least `RUN_AT_LEAST_S` of work), so
+  executions back to back slow a preparation but never stop it, and a lock the
+  preparation holds delays an execution by at most that bound.
 
 A service that mlts starts runs in a session of its own, so where Linux
 groups sessions for scheduling (autogroup, the default of most distributions)
@@ -32,6 +47,9 @@ import logging
 import os
 import sys
 import threading
+import time
+from collections.abc import Iterator
+from typing import Protocol
 
 from mlts.hal.switch_interval import SHORT_SWITCH_INTERVAL
 
@@ -43,6 +61,15 @@ PREPARE_NICE = 10
 SWITCH_INTERVAL_S = 0.0002
 #: The largest nice value Linux has.
 MAX_NICE = 19
+#: The longest a preparation waits at once for the executions to end (seconds)...
+GIVE_WAY_MAX_S = 0.005
+#: ...after which it works at least this long before it gives way again (so it keeps about a sixth of
+#: a core under executions back to back, about what its nice value would give it).
+RUN_AT_LEAST_S = 0.001
+#: A preparation gives way only when executions ran within this long before it started: the check at
+#: each function call costs a preparation up to half its time again, which a service with nothing to
+#: give way to (a benchmark timing its compilations) does not pay.
+RECENT_S = 0.1
 
 
 def lower_this_thread(steps: int) -> int | None:
@@ -82,3 +109,71 @@ class Background:
 
     def describe(self) -> dict[str, float]:
         return {"nice": self.nice, "switch_interval_ms": self.switch_interval_s * 1000}
+
+
+class Executions(Protocol):
+    """What `GiveWay` needs of the execution pool (mlts.ipc.service.scheduler.WorkerPool)."""
+
+    active: int
+    quiet_since: float
+
+    def wait_quiet(self, timeout: float) -> bool: ...
+
+
+class GiveWay:
+    """Background work on the calling thread gives way to running executions (see the module's text).
+
+    `held()`, when executions run or ran within `RECENT_S`, installs a global trace function on the
+    calling thread for the duration: at every Python function call it reads the execution pool's
+    running count (one attribute read while nothing runs; it traces no lines) and, when executions
+    run, waits for them to end. A thread that is traced already (coverage, a debugger) keeps its
+    tracer and does not give way.
+    """
+
+    def __init__(
+        self, executions: Executions, max_wait_s: float = GIVE_WAY_MAX_S, run_s: float = RUN_AT_LEAST_S
+    ) -> None:
+        if not (max_wait_s > 0 and run_s > 0):
+            raise ValueError(f"give-way times must be positive, got {max_wait_s} and {run_s}")
+        self.executions = executions
+        self.max_wait_s = max_wait_s
+        self.run_s = run_s
+        #: Times background work gave way and seconds it waited in all (for the service's status).
+        self.waits = 0
+        self.waited_s = 0.0
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        executions = self.executions
+        recent = executions.active or time.monotonic() - executions.quiet_since < RECENT_S
+        if not recent or sys.gettrace() is not None:
+            yield
+            return
+        sys.settrace(self._hook())
+        try:
+            yield
+        finally:
+            sys.settrace(None)
+
+    def _hook(self):  # noqa: ANN202 (a trace function)
+        executions, wait_quiet = self.executions, self.executions.wait_quiet
+        clock, max_wait, run_s = time.monotonic, self.max_wait_s, self.run_s
+        free_until = 0.0
+
+        def give_way(frame: object, event: str, arg: object) -> None:
+            # Called at each Python function call (the global trace function); returns None: no
+            # tracing of the function's lines.
+            nonlocal free_until
+            if executions.active and clock() >= free_until:
+                t0 = clock()
+                quiet = wait_quiet(max_wait)
+                t1 = clock()
+                self.waits += 1
+                self.waited_s += t1 - t0
+                if not quiet:
+                    free_until = t1 + run_s
+
+        return give_way
+
+    def describe(self) -> dict[str, float]:
+        return {"gave_way": self.waits, "gave_way_ms": round(self.waited_s * 1000, 3)}

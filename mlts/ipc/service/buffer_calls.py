@@ -5,6 +5,12 @@ its token, so only that client can name it: another client's token (even a
 correctly guessed one) is unknown here, fails with INVALID_ARGUMENT and is
 logged. The client's release, or its disconnection, frees the buffer once
 no execution uses it any more.
+
+An execution naming tokens is checked once (`guard_buffers`): the tokens are
+looked up among the client's buffers and the request bound to them; a later
+execution of the same request reuses that work while its `BufferGuard` holds
+(no buffer of the client allocated or released since, every buffer in the
+state binding found), with no lookup per token.
 """
 
 from __future__ import annotations
@@ -15,17 +21,19 @@ import time
 from operator import attrgetter
 from typing import Any
 
+from mlts.hal.buffer_use import buffer_state
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.memory import read_received, write_received
 from mlts.hal.types import BufferDesc, BufferRole
 from mlts.ipc.service.args import arg, int_list, pool_token
 from mlts.ipc.service.client import Call, Client, Handler
-from mlts.ipc.service.handles import Kind, Resource
+from mlts.ipc.service.handles import HandleTable, Kind, Resource
 
 log = logging.getLogger("mlts.ipc.service")
 
 _VALUE = attrgetter("value")
+_STAMP = attrgetter("stamp")
 
 #: At most this many prepared models and roles in one allocation.
 MAX_ALLOCATE_MODELS = 64
@@ -59,6 +67,43 @@ def buffers_of(client: Client, method: str, tokens: list[int]) -> tuple[Any, ...
     if None in found:
         hold_buffer(client, method, tokens[found.index(None)])  # logs and raises
     return tuple(map(_VALUE, found))
+
+
+class BufferGuard:
+    """What a request naming driver buffers was checked against, to reuse the check while it holds.
+
+    `epoch` is the client's buffer table epoch read before the tokens were looked up: while it is the
+    same, no buffer of the client was allocated or released, so the tokens name the very buffers
+    they named (a freed token, or a token freed and allocated again, changes it). `state` is what
+    binding read of the buffers (`mlts.hal.buffer_use.buffer_state`: the driver's stamps, or their
+    dimensions and initialised flags). `holds()` costs one comparison of the epoch and one of the
+    state, however many tokens the request names.
+    """
+
+    __slots__ = ("table", "epoch", "buffers", "state", "stamps")
+
+    def __init__(self, table: HandleTable, epoch: int, buffers: tuple[Any, ...]) -> None:
+        self.table = table
+        self.epoch = epoch
+        self.buffers = buffers
+        self.state = buffer_state(buffers)
+        # The driver's stamps, when it gives them (compared as they are: a None later never matches).
+        self.stamps = self.state[1] if len(self.state) == 2 else None
+
+    def holds(self) -> bool:
+        if self.table.buffer_epoch != self.epoch:
+            return False
+        if self.stamps is not None:
+            return tuple(map(_STAMP, self.buffers)) == self.stamps
+        return buffer_state(self.buffers) == self.state
+
+
+def guard_buffers(client: Client, method: str, tokens: list[int]) -> BufferGuard:
+    """The client's buffers with `tokens` (another client's token, or a freed one, is refused and
+    logged as by `hold_buffer`), guarded for reuse (see BufferGuard)."""
+    table = client.handles
+    epoch = table.buffer_epoch  # before the lookups: a change after them shows as a new epoch
+    return BufferGuard(table, epoch, buffers_of(client, method, tokens))
 
 
 def _roles(call: Call, key: str) -> list[BufferRole]:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mlts.hal import deadlines, qos, trace, validate
-from mlts.hal.buffer_use import bind_buffers, bound_state, buffer_state
+from mlts.hal.buffer_use import bind_buffers
 from mlts.hal.deadlines import TimePoint
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
@@ -43,7 +43,7 @@ from mlts.hal.types import Request
 from mlts.ipc import burst_messages as msg
 from mlts.ipc.burst_ring import DEFAULT_POLLING_US, MessageTooLarge, Ring, RingError
 from mlts.ipc.service.args import arg, handle
-from mlts.ipc.service.buffer_calls import buffers_of
+from mlts.ipc.service.buffer_calls import BufferGuard, buffers_of, guard_buffers
 from mlts.ipc.service.client import Call, Client, Handler
 from mlts.ipc.service.device_calls import PreparedEntry, close_memory, map_memory
 from mlts.ipc.service.handles import Kind, Resource
@@ -296,12 +296,12 @@ class BurstContext:
                 known = self._remember(key, request)
             request = known[0]
             validated = known[1]  # read once: a freed or replaced slot sets it to None
-            if validated is not None and validated[2]:
-                validated = self._hold_bound(request, validated, held)
+            if validated is not None and validated[2] is not None and not validated[2].holds():
+                validated = None  # a driver buffer allocated or released, or changed: bind again
             if validated is not None:
                 # This message ran before on these mappings, none freed since it was read: they stay
                 # mapped until this thread releases them, and the Request passed validation (its driver
-                # buffers, held now, are as they were when it was bound).
+                # buffers, this client's still, are as they were when it was bound).
                 result = self._run(request, validated[1])
             else:
                 result = self._execute(request, self._resolve(request, seq, held), known)
@@ -379,14 +379,6 @@ class BurstContext:
                 pools.append(resource.value)  # mapped until this thread releases it
         return tuple(pools)
 
-    def _hold_bound(self, request: msg.BurstRequest, validated: Any, held: list[Resource]) -> Any:
-        """`validated` while the driver buffers a validated request names are this client's and as
-        binding found them, else None (the caller binds the request again). Nothing is held: see
-        `buffer_calls.buffers_of`."""
-        if buffer_state(buffers_of(self.client, "burst", validated[3])) != validated[2]:
-            return None
-        return validated
-
     def _fetch_missing(self, seq: int, slots: list[int]) -> None:
         """Ask the client once for the slots not cached, and wait (bounded) for its answer."""
         with self._cond:
@@ -407,29 +399,17 @@ class BurstContext:
 
     def _execute(self, request: msg.BurstRequest, pools: tuple[Any, ...], known: list[Any]) -> Any:
         entry = self._entry()
-        # Buffer tokens: compared as the buffers' state (mlts.hal.buffer_use.bound_state), slots by identity.
-        ident, state = bound_state(pools, self._buffer)
-        validated = known[1]  # (pools, Request, buffer state, tokens), read once: a freed slot sets None
-        if (
-            validated is not None
-            and validated[2] == state
-            and (
-                validated[0] is ident
-                or (
-                    len(validated[0]) == len(ident)
-                    and all(a is b for a, b in zip(validated[0], ident, strict=True))
-                )
-            )
-        ):
-            # This message ran on these very mappings (and buffers) before and passed validation.
-            hal_request = validated[1]
-        else:
-            hal_request = Request(request.inputs, request.outputs, pools, request.measure_operations)
-            if entry.model is not None:
-                if self.client.host.prevalidate:  # else the driver judges it (as `execution_calls`)
-                    hal_request = bind_buffers(hal_request, entry.prepared, self._buffer)
-                    validate.validate_request(hal_request, entry.model)
-                self._keep_validated(known, request, pools, hal_request, (ident, state))
+        # Driver buffers: the tokens are this client's, looked up once and guarded for the message's
+        # later runs (buffer_calls.BufferGuard); slots are compared by identity.
+        tokens = [v for k, v in request.pools if k == msg.POOL_TOKEN]
+        guard = guard_buffers(self.client, "burst", tokens) if tokens else None
+        ident = [None if type(p) is int else p for p in pools] if tokens else pools
+        hal_request = Request(request.inputs, request.outputs, pools, request.measure_operations)
+        if entry.model is not None:
+            if self.client.host.prevalidate:  # else the driver judges it (as `execution_calls`)
+                hal_request = bind_buffers(hal_request, entry.prepared, self._buffer)
+                validate.validate_request(hal_request, entry.model)
+            self._keep_validated(known, request, pools, hal_request, ident, guard)
         return self._run(request, hal_request, entry)
 
     def _entry(self) -> PreparedEntry:
@@ -506,17 +486,18 @@ class BurstContext:
         request: msg.BurstRequest,
         pools: tuple[Any, ...],
         hal_request: Request,
-        bound: tuple[Any, tuple],
+        ident: Any,
+        guard: BufferGuard | None,
     ) -> None:
-        """Remember that `request` passed validation on `pools` (and the buffers' state in `bound`, from
-        `bound_state`) unless a slot was freed or replaced meanwhile (under the lock `_forget` runs under)."""
+        """Remember that `request` passed validation on `pools` (`ident`: the pools with tokens as None;
+        its driver buffers as `guard` found them) unless a slot was freed or replaced meanwhile (under
+        the lock `_forget` runs under)."""
         with self._cond:
             for (kind, value), pool in zip(request.pools, pools, strict=True):
                 resource = self._slots.get(value) if kind == msg.POOL_SLOT else None
                 if kind == msg.POOL_SLOT and (resource is None or resource.value is not pool):
                     return
-            tokens = [v for k, v in request.pools if k == msg.POOL_TOKEN]
-            known[1] = (bound[0], hal_request, bound[1], tokens)
+            known[1] = (ident, hal_request, guard)
 
     def _buffer(self, token: int) -> Any:
         """The buffer behind a token of this client (as on the other execution paths)."""

@@ -157,7 +157,8 @@ def get_supported_operations(client: Client, call: Call) -> dict[str, Any]:
 
     def work() -> dict[str, Any]:
         model = _decode_model(client, call.method, memory)
-        supported = client.host.device.getSupportedOperations(model)
+        with client.host.give_way.held():
+            supported = client.host.device.getSupportedOperations(model)
         return {"supported": [bool(s) for s in supported]}
 
     return client.defer(client.host.prepare_pool, call, work, lambda: _unload(client, memory))
@@ -192,13 +193,14 @@ def prepare_model(client: Client, call: Call) -> dict[str, Any]:
 
     def work() -> dict[str, Any]:
         model = _decode_model(client, m, memory)
-        started = trace.now_ns()
-        try:
-            prepared = client.host.device.prepareModel(
-                model, preference, priority, deadline, tuple(model_cache), tuple(data_cache), token
-            )
-        finally:
-            trace.span("prepareModel", "service", started, trace.now_ns(), client_pid=client.pid)
+        with client.host.give_way.held():
+            started = trace.now_ns()
+            try:
+                prepared = client.host.device.prepareModel(
+                    model, preference, priority, deadline, tuple(model_cache), tuple(data_cache), token
+                )
+            finally:
+                trace.span("prepareModel", "service", started, trace.now_ns(), client_pid=client.pid)
         kept[0] = None  # the prepared model keeps the mapping from now on
         # The driver's own word on the priority it honours orders this model's queued executions.
         honoured = int(getattr(prepared, "priority", priority))
@@ -220,9 +222,10 @@ def prepare_model_from_cache(client: Client, call: Call) -> dict[str, Any]:
     model_cache, data_cache = _cache_fds(call)
 
     def work() -> dict[str, Any]:
-        prepared = client.host.device.prepareModelFromCache(
-            tuple(model_cache), tuple(data_cache), token, deadline
-        )
+        with client.host.give_way.held():
+            prepared = client.host.device.prepareModelFromCache(
+                tuple(model_cache), tuple(data_cache), token, deadline
+            )
         priority = int(getattr(prepared, "priority", Priority.MEDIUM))
         return _register(client, call, PreparedEntry(prepared, None, None, priority))
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mlts.hal import codec, qos, trace, validate
-from mlts.hal.buffer_use import bind_buffers, bound_state, buffer_state
+from mlts.hal.buffer_use import bind_buffers, bound_state
 from mlts.hal.deadlines import TimePoint
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError, invalid
@@ -24,7 +24,7 @@ from mlts.ipc import compact_calls
 from mlts.ipc.burst_messages import POOL_TOKEN
 from mlts.ipc.service import request_cache
 from mlts.ipc.service.args import arg, enum_value, int_list, opt_deadline, opt_ns, pool_token
-from mlts.ipc.service.buffer_calls import buffers_of, hold_buffer
+from mlts.ipc.service.buffer_calls import guard_buffers, hold_buffer
 from mlts.ipc.service.client import DEFERRED, Call, Client, Handler
 from mlts.ipc.service.device_calls import PreparedEntry, close_memory, map_memory
 from mlts.ipc.service.handles import HandleTable, Kind, Resource
@@ -211,18 +211,36 @@ def admit(client: Client, call: Call) -> Job:
     return job
 
 
+#: id(pools of a decoded compact call) -> (those pools, (position, memory id) of each memory among them,
+#: whether they name driver buffers). A connection decodes each distinct request once and hands out
+#: its pools tuple again (compact_calls.CallDecoder), so a request naming many driver buffers is not
+#: walked pool by pool on every call.
+_REFS: dict[int, tuple[tuple[Any, ...], tuple[tuple[int, int], ...], bool]] = {}
+MAX_KNOWN_POOLS = 256
+
+
+def _memory_refs(pools: tuple[Any, ...]) -> tuple[tuple[tuple[int, int], ...], bool]:
+    """(position, memory id) of each memory among a compact call's pools, and whether any is a token."""
+    known = _REFS.get(id(pools))
+    if known is not None and known[0] is pools:
+        return known[1], known[2]
+    refs = tuple((n, value) for n, (kind, value) in enumerate(pools) if kind != POOL_TOKEN)
+    found = (pools, refs, len(refs) != len(pools))
+    if len(_REFS) >= MAX_KNOWN_POOLS:
+        _REFS.clear()
+    _REFS[id(pools)] = found
+    return refs, found[2]
+
+
 def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> Job:
     """`admit` for a compact call (protocol 1.4): its pools are memory ids and buffer tokens."""
     m = call.method
     job = Job(None, None, MeasureTiming.NO, None, None)  # type: ignore[arg-type]
     job.client_key, job.app = client.key, client.app
     try:
-        pools: list[Any] = []
+        refs, tokens = _memory_refs(c.pools)
         memories: list[Any] = []  # the call's key places the tokens: the memories identify the rest
-        for n, (kind, value) in enumerate(c.pools):
-            if kind == POOL_TOKEN:
-                pools.append(value)
-                continue
+        for n, value in refs:
             try:
                 resource = client.handles.get(Kind.MEMORY, value, m)
             except HalError:
@@ -231,12 +249,13 @@ def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> 
                     "(or freed)"
                 ) from None
             job.held.append(resource)
-            pools.append(resource.value)
             memories.append(resource.value)
-        bound: tuple[list[Any], tuple] = (pools, ())
-        if len(memories) != len(pools):
-            tokens = [value for kind, value in c.pools if kind == POOL_TOKEN]
-            bound = (memories, buffer_state(buffers_of(client, m, tokens)))
+
+        def every_pool() -> tuple[Any, ...]:
+            """The pools in order, tokens among the memories (only when the request is built)."""
+            it = iter(memories)
+            return tuple(value if kind == POOL_TOKEN else next(it) for kind, value in c.pools)
+
         _admit_request(
             client,
             job,
@@ -244,10 +263,12 @@ def _admit_compact(client: Client, call: Call, c: compact_calls.CompactCall) -> 
             c.prepared,
             lambda: (c.measure, c.deadline, c.loop_timeout),
             c.key,
-            pools,
-            lambda: Request(c.inputs, c.outputs, tuple(pools), c.measure_operations),
+            memories,
+            lambda: Request(c.inputs, c.outputs, every_pool(), c.measure_operations),
             True,  # memory ids and buffer tokens only
-            bound,
+            (memories, ()),
+            # Driver buffers: looked up and bound once, then guarded (buffer_calls.BufferGuard).
+            (lambda: [value for kind, value in c.pools if kind == POOL_TOKEN]) if tokens else None,
         )
     except BaseException:
         job.finish()
@@ -266,22 +287,33 @@ def _admit_request(
     build: Callable[[], Request],
     cacheable: bool,
     bound: tuple[list[Any], tuple] | None = None,
+    tokens: Callable[[], list[int]] | None = None,
 ) -> None:
     """The checks both encodings share: the model, the timing arguments, the request.
 
     `bound`: what identifies the pools, and the state of the buffers they name, when the caller has
-    them (mlts.hal.buffer_use.bound_state)."""
+    them (mlts.hal.buffer_use.bound_state). `tokens`: a compact call naming driver buffers (whose key
+    places them; `bound` then holds its memories only), giving the tokens: the request is reused while
+    the guard it was kept with holds (buffer_calls.BufferGuard), else the tokens are looked up and it
+    is bound again."""
     prepared = client.handles.get(Kind.PREPARED, prepared_handle, m)
     job.held.append(prepared)
     job.entry = prepared.value
     job.measure, job.deadline, job.loop_timeout = timing()
     cache = job.entry.requests
-    # Buffer tokens: the request is reused while the buffers it was bound to are as they were then.
-    ident, state = bound_state(pools, lambda t: _buffer_of(client, m, t)) if bound is None else bound
+    guard = None
+    if tokens is not None and bound is not None:
+        ident: list[Any] = bound[0]
+        known = cache.get(key, ident)
+        if known is None:
+            guard = guard_buffers(client, m, tokens())
+    else:
+        # Buffer tokens: the request is reused while the buffers it was bound to are as they were then.
+        ident, state = bound_state(pools, lambda t: _buffer_of(client, m, t)) if bound is None else bound
+        if state:
+            key = (key, state)
+        known = cache.get(key, ident)
     job.files = any(type(p) is FileMemory for p in ident)
-    if state:
-        key = (key, state)
-    known = cache.get(key, ident)
     if known is not None:
         job.request = known
         return
@@ -294,7 +326,7 @@ def _admit_request(
             job.request = bind_buffers(job.request, job.entry.prepared, lambda t: _buffer_of(client, m, t))
             validate.validate_request(job.request, job.entry.model)
         if cacheable:
-            cache.put(key, ident, job.request)
+            cache.put(key, ident, job.request, guard)
 
 
 def _inline_slot(client: Client, priority: int) -> Callable[[], None] | None:

@@ -22,7 +22,7 @@ from mlts.hal.types import ExecutionResult, Timing
 from mlts.ipc import compact_calls
 from mlts.ipc.service.args import arg, handle, int_list, opt_ns
 from mlts.ipc.service.client import DEFERRED, Call, Client, Handler
-from mlts.ipc.service.execution_calls import admit
+from mlts.ipc.service.execution_calls import Job, admit
 from mlts.ipc.service.handles import Kind, Resource
 
 #: At most this many input fences per fenced execution.
@@ -112,109 +112,146 @@ def execute_fenced(client: Client, call: Call) -> dict[str, Any]:
             fence.close()
         job.finish()
         raise
+    fenced = _FencedRun(client, call, job, execution, number, after_fence)
     if call.compact is not None:
-        msg_id = call.id or 0
-
-        def announce(done: FencedExecution) -> None:
-            # The report goes to the client unasked (and `finish` releases the record): a compact
-            # client never calls getExecutionInfo or releaseExecution for it.
-            client.conn.send_compact(
-                compact_calls.fenced_done_answer(
-                    msg_id,
-                    done.status,
-                    done.message,
-                    done.timing_launched,
-                    done.timing_fenced,
-                    done.operation_times,
-                )
-            )
-
-        execution.announce = announce
-        client.conn.send_compact(compact_calls.fenced_answer(msg_id, number), [out.fd])
+        execution.announce = fenced.announce
+        client.conn.send_compact(compact_calls.fenced_answer(call.id or 0, number), [out.fd])
     else:
         client.conn.send(
             {"kind": "reply", "id": call.id, "ok": True, "result": {"execution": number, "fence": 0}},
             [out.fd],
         )
-    host = client.host
-    now_ns = time.monotonic_ns()
-    # A service that does not pre-validate leaves deadlines to the driver: a passed one reaches it as
-    # on the other paths, and the fences are waited for up to the service's limit alone.
-    judged = job.deadline if host.prevalidate else None
-    if deadlines.has_passed(judged, now_ns):  # before waiting for the fences, as NNAPI's driver
-        fail = HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, f"{m}: the deadline had already passed")
-    else:
-        fail = None
-    # Waiting ends at the deadline, or after the service's longest fence wait.
-    limit = time.monotonic() + host.fence_wait_limit
-    wait_until = limit if judged is None else min(limit, time.monotonic() + (judged - now_ns) / 1e9)
-    expired = HalError(
-        ErrorStatus.MISSED_DEADLINE_TRANSIENT,
-        f"{m}: the input fences were not all signalled "
-        + (
-            "before the deadline"
-            if judged is not None and wait_until < limit
-            else f"within {host.fence_wait_limit:g} s"
-        ),
-    )
+    fenced.start(fences)
+    return DEFERRED
 
-    def finish(fenced_ns: int | None, result: ExecutionResult | None, error: HalError | None) -> None:
-        job.finish()
+
+class _FencedRun:
+    """One admitted fenced execution from its reply on: waiting for its input fences (up to its
+    deadline or the service's limit), running on the execution pool, and finishing (the record
+    completed, its fence signalled, its handle released for a compact client)."""
+
+    def __init__(
+        self,
+        client: Client,
+        call: Call,
+        job: Job,
+        execution: FencedExecution,
+        number: int,
+        after_fence: int | None,
+    ) -> None:
+        self.client = client
+        self.method = call.method
+        self.msg_id = call.id or 0
+        self.job = job
+        self.execution = execution
+        self.number = number
+        self.after_fence = after_fence
+
+    def announce(self, done: FencedExecution) -> None:
+        """A compact client's report, sent unasked (and `finish` releases the record): a compact
+        client never calls getExecutionInfo or releaseExecution for it."""
+        self.client.conn.send_compact(
+            compact_calls.fenced_done_answer(
+                self.msg_id,
+                done.status,
+                done.message,
+                done.timing_launched,
+                done.timing_fenced,
+                done.operation_times,
+            )
+        )
+
+    def start(self, fences: list[SyncFence]) -> None:
+        """Fail a passed deadline at once, else wait for `fences` (if any), then run."""
+        m, host = self.method, self.client.host
+        now_ns = time.monotonic_ns()
+        # A service that does not pre-validate leaves deadlines to the driver: a passed one reaches
+        # it as on the other paths, and the fences are waited for up to the service's limit alone.
+        judged = self.job.deadline if host.prevalidate else None
+        if deadlines.has_passed(judged, now_ns):  # before waiting for the fences, as NNAPI's driver
+            for fence in fences:
+                fence.close()
+            self.finish(
+                None,
+                None,
+                HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, f"{m}: the deadline had already passed"),
+            )
+            return
+        if not fences:
+            self.ready(None)
+            return
+        # Waiting ends at the deadline, or after the service's longest fence wait.
+        limit = time.monotonic() + host.fence_wait_limit
+        wait_until = limit if judged is None else min(limit, time.monotonic() + (judged - now_ns) / 1e9)
+        expired = HalError(
+            ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+            f"{m}: the input fences were not all signalled "
+            + (
+                "before the deadline"
+                if judged is not None and wait_until < limit
+                else f"within {host.fence_wait_limit:g} s"
+            ),
+        )
+        host.fences.add(self.client, fences, wait_until, expired, self.ready)
+
+    def ready(self, error: HalError | None) -> None:
+        """The input fences are signalled (or their wait failed with `error`): queue the run."""
+        if error is not None:
+            self.finish(None, None, error)
+            return
+        fenced_ns = time.monotonic_ns()
+        try:
+            self.client.host.exec_pool.submit(
+                lambda: self.run(fenced_ns), self.job.entry.priority, self.client.app
+            )
+        except RuntimeError:
+            self.finish(
+                None,
+                None,
+                HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"{self.method}: the service is stopping"),
+            )
+
+    def run(self, fenced_ns: int) -> None:
+        m, client = self.method, self.client
+        if client.closed.is_set():
+            self.finish(
+                fenced_ns, None, HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"{m}: the client disconnected")
+            )
+            return
+        try:
+            deadline = self.job.deadline
+            if self.after_fence is not None:
+                limit_ns = deadlines.after_ns(self.after_fence, fenced_ns)
+                deadline = limit_ns if deadline is None else min(deadline, limit_ns)
+            result = self.job.run(deadline)
+        except HalError as e:
+            self.finish(fenced_ns, None, e)
+        except Exception as e:
+            error = HalError(ErrorStatus.GENERAL_FAILURE, f"{m}: {type(e).__name__}: {e}")
+            client.driver_raised(m, e, error)
+            self.finish(fenced_ns, None, error)
+        else:
+            self.finish(fenced_ns, result, None)
+
+    def finish(self, fenced_ns: int | None, result: ExecutionResult | None, error: HalError | None) -> None:
+        client, execution = self.client, self.execution
+        self.job.finish()
         held = None
         if execution.announce is not None:
             # The record leaves the table before the report is sent: a client that read the report
             # (or saw the fence) and then names the execution finds it released. Its fence stays
             # open until it has been signalled.
-            held = client.handles.peek(Kind.FENCED, number)
+            held = client.handles.peek(Kind.FENCED, self.number)
             if held is not None:
                 try:
                     held.acquire()
                 except HalError:
                     held = None
-            client.handles.remove(Kind.FENCED, number)
+            client.handles.remove(Kind.FENCED, self.number)
         execution.complete(fenced_ns, result, error)
         if held is not None:
             held.release()
         client.end()
-
-    def run(fenced_ns: int) -> None:
-        if client.closed.is_set():
-            finish(fenced_ns, None, HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"{m}: the client disconnected"))
-            return
-        try:
-            deadline = job.deadline
-            if after_fence is not None:
-                limit_ns = deadlines.after_ns(after_fence, fenced_ns)
-                deadline = limit_ns if deadline is None else min(deadline, limit_ns)
-            result = job.run(deadline)
-        except HalError as e:
-            finish(fenced_ns, None, e)
-        except Exception as e:
-            error = HalError(ErrorStatus.GENERAL_FAILURE, f"{m}: {type(e).__name__}: {e}")
-            client.driver_raised(m, e, error)
-            finish(fenced_ns, None, error)
-        else:
-            finish(fenced_ns, result, None)
-
-    def ready(error: HalError | None) -> None:
-        if error is not None:
-            finish(None, None, error)
-            return
-        fenced_ns = time.monotonic_ns()
-        try:
-            host.exec_pool.submit(lambda: run(fenced_ns), job.entry.priority, client.app)
-        except RuntimeError:
-            finish(None, None, HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"{m}: the service is stopping"))
-
-    if fail is not None:
-        for fence in fences:
-            fence.close()
-        finish(None, None, fail)
-    elif fences:
-        host.fences.add(client, fences, wait_until, expired, ready)
-    else:
-        ready(None)
-    return DEFERRED
 
 
 def get_execution_info(client: Client, call: Call) -> dict[str, Any]:

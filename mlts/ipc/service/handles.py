@@ -107,6 +107,10 @@ class HandleTable:
         self._tables: dict[Kind, dict[int, Resource]] = {kind: {} for kind in Kind}
         self._mapped = 0
         self._closed = False
+        #: Changes whenever a driver buffer handle is added or dropped (under the lock): a request
+        #: whose tokens were looked up at one epoch names the same buffers while the epoch is the same
+        #: (mlts.ipc.service.buffer_calls.BufferGuard).
+        self.buffer_epoch = 0
 
     def check_room(self, kind: Kind, method: str, more: int = 1) -> None:
         """RESOURCE_EXHAUSTED_PERSISTENT when `more` new handles of `kind` would exceed the limit."""
@@ -172,6 +176,8 @@ class HandleTable:
             old = table.pop(number, None)
             table[number] = resource
             self._mapped += resource.nbytes - (old.nbytes if old is not None else 0)
+            if kind is Kind.BUFFER:
+                self.buffer_epoch += 1
         if old is not None:
             old.release()
         return number
@@ -203,6 +209,8 @@ class HandleTable:
             resource = self._tables[kind].pop(number, None)
             if resource is not None:
                 self._mapped -= resource.nbytes
+                if kind is Kind.BUFFER:
+                    self.buffer_epoch += 1
         if resource is None:
             return False
         resource.release()
@@ -225,5 +233,6 @@ class HandleTable:
             for table in self._tables.values():
                 table.clear()
             self._mapped = 0
+            self.buffer_epoch += 1
         for resource in dropped:
             resource.release()

@@ -32,7 +32,7 @@ from mlts.ipc.service import (
 )
 from mlts.ipc.service.allowlist_policy import AllowlistPolicy
 from mlts.ipc.service.apps import AppRegistry
-from mlts.ipc.service.background import PREPARE_NICE, Background
+from mlts.ipc.service.background import PREPARE_NICE, Background, GiveWay
 from mlts.ipc.service.client import Client, Handler
 from mlts.ipc.service.coverage import DriverCoverage, coverage_report
 from mlts.ipc.service.fence_watcher import FenceWatcher
@@ -123,6 +123,8 @@ class ServiceHost:
         # Preparations run below executions (lower priority, short switch interval), as an accelerator
         # driver's compiler never slows its executions: mlts.ipc.service.background.
         self.prepare_pool = WorkerPool("prepare", prepare_workers, Background(prepare_nice))
+        #: Around the driver's work of a preparation (its compile): it waits while executions run.
+        self.give_way = GiveWay(self.exec_pool)
         self.fences = FenceWatcher()
         self._lock = threading.Lock()
         self._clients: dict[int, Client] = {}
@@ -337,7 +339,8 @@ class ServiceHost:
 
     def _background(self) -> dict[str, float]:
         background = self.prepare_pool.background
-        return background.describe() if background is not None else {}
+        described = background.describe() if background is not None else {}
+        return {**described, **self.give_way.describe()}
 
     def stop(self) -> None:
         """Stop accepting, disconnect every client (which releases its handles)."""

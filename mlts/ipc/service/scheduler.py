@@ -27,6 +27,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -65,6 +66,13 @@ class WorkerPool:
         self._extra_cond = threading.Condition(lock)
         self._busy = 0
         self._inline = 0  # slots taken by callers running work on their own thread
+        #: Works running now, on workers, inline or preempting (changed under the lock; read without it,
+        #: as `GiveWay` does at every function call of a preparation, it is a hint, not a promise).
+        self.active = 0
+        #: When `active` last fell to 0 (time.monotonic()).
+        self.quiet_since = -math.inf
+        self._quiet = threading.Condition(lock)  # notified when nothing runs any more (`wait_quiet`)
+        self._quiet_waiters = 0
         self._stopping = False
         self._threads = [
             threading.Thread(target=self._loop, name=f"{name}-{n}", daemon=True) for n in range(workers)
@@ -80,6 +88,7 @@ class WorkerPool:
                 raise RuntimeError(f"{self.name} is stopping")
             if self._busy + self._inline >= self.workers and self._outranks(owner, priority):
                 self._extra += 1
+                self.active += 1
                 self._mark(owner, priority, 1)
                 if self._extra_idle:
                     self._extra_idle -= 1
@@ -154,6 +163,7 @@ class WorkerPool:
                 log.error("%s: work raised %s: %s", self.name, type(e).__name__, e, exc_info=True)
             with self._cond:
                 self._extra -= 1
+                self._ended()
                 self._mark(owner, priority, -1)
                 if self._stopping:  # `stop` waits for the preempting works (workers' slots are unchanged)
                     self._cond.notify_all()
@@ -182,6 +192,7 @@ class WorkerPool:
                     return
                 work, owner, priority = self._take()
                 self._busy += 1
+                self.active += 1
                 self._mark(owner, priority, 1)
             try:
                 self._call(work)
@@ -190,6 +201,7 @@ class WorkerPool:
             finally:
                 with self._cond:
                     self._busy -= 1
+                    self._ended()
                     self._mark(owner, priority, -1)
                     if self._queued or self._stopping:
                         self._cond.notify()
@@ -207,6 +219,7 @@ class WorkerPool:
             lock.release()
             return False
         self._inline += 1
+        self.active += 1
         if priority is not None:
             self._mark(owner, priority, 1)
         lock.release()
@@ -215,10 +228,34 @@ class WorkerPool:
     def end_inline(self, owner: int = 0, priority: int | None = None) -> None:
         with self._lock:
             self._inline -= 1
+            self._ended()
             if priority is not None:
                 self._mark(owner, priority, -1)
             if self._queued:  # waking idle workers for nothing costs a GIL hand-off each
                 self._cond.notify()
+
+    def wait_quiet(self, timeout: float) -> bool:
+        """Block until no work runs in the pool, at most `timeout` seconds; whether it is quiet.
+
+        Background work (a preparation) calls this to give way to the executions: it waits without the
+        interpreter lock or a core, and the pool wakes it when its last running work ends."""
+        with self._lock:
+            if not self.active:
+                return True
+            self._quiet_waiters += 1
+            try:
+                return self._quiet.wait_for(lambda: not self.active, timeout)
+            finally:
+                self._quiet_waiters -= 1
+
+    def _ended(self) -> None:
+        """A work ended (call with the lock held): when nothing runs any more, note when and wake the
+        `wait_quiet` callers."""
+        self.active -= 1
+        if not self.active:
+            self.quiet_since = time.monotonic()
+            if self._quiet_waiters:
+                self._quiet.notify_all()
 
     def idle(self) -> bool:
         """Whether nothing runs or waits in the pool now (read without the lock: a hint, not a promise)."""
