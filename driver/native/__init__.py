@@ -59,6 +59,8 @@ SIGNATURES: dict[str, list] = {
     "mk_im2col_q8": [_P, _I, _I, *_GEOM, _P],
     "mk_center_q8": [_P, _I, _I, _L, _P],
     "mk_depthwise_f32": [_P, *_GEOM, _I, _P, _P, _F, _F, _P],
+    "mk_depthwise_q8_packed_size": [_L, _L],
+    "mk_depthwise_q8_pack": [_P, _L, _L, _P],
     "mk_depthwise_q8": [_P, _I, _I, *_GEOM, _I, _P, _P, _P, _P, _P, _L, _L, _L, _P],
     "mk_gemm_f32": [_P, _P, _P, _L, _L, _L],
     "mk_gemm_bias_act_f32": [_P, _P, _P, _L, _L, _L, _P, _F, _F],
@@ -131,6 +133,7 @@ _RESTYPES = {
     "mk_qgemm_available": _I,
     "mk_qgemm_row_stride": _L,
     "mk_qgemm_packed_bytes": _L,
+    "mk_depthwise_q8_packed_size": _L,
 }
 
 

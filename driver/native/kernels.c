@@ -46,8 +46,6 @@ void mk_set_split(int shift) { g_split = shift < 0 ? 0 : (shift > 12 ? 12 : shif
 
 int mk_split(void) { return g_split; }
 
-#define MAX_DW_CHANNELS MK_MAX_DW_CHANNELS
-
 #ifndef MK_SOURCE_HASH
 #define MK_SOURCE_HASH "unknown"
 #endif
@@ -404,8 +402,6 @@ static inline float clampf(float v, float lo, float hi) { return v < lo ? lo : (
 /* Vector types (GCC/Clang vector extensions) of the register-blocked loops. */
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
-typedef uint8_t v8u8 __attribute__((vector_size(8)));
-typedef int8_t v8s8 __attribute__((vector_size(8)));
 
 static inline v8f ld_f32(const float *p, v8i zp) {
     (void)zp;
@@ -1366,31 +1362,8 @@ void mk_center_q8(const void *xv, int is_signed, int zp, int64_t count, float *o
 
 /* ------------------------------------------------------------ depthwise convolution */
 
-/* The depthwise kernels (m == 1) sum one output pixel's taps 16 channels at a time in vector
+/* The float depthwise kernel (m == 1) sums one output pixel's taps 16 channels at a time in vector
  * registers (any remainder one channel at a time). */
-#ifdef __AVX2__
-/* GCC widens 8-bit vectors lane by lane; AVX2 does it in one instruction. */
-static inline v8f ld_u8(const uint8_t *p, v8i zp) {
-    __m256i i = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
-    return (v8f)_mm256_cvtepi32_ps(_mm256_sub_epi32(i, (__m256i)zp));
-}
-static inline v8f ld_s8(const int8_t *p, v8i zp) {
-    __m256i i = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
-    return (v8f)_mm256_cvtepi32_ps(_mm256_sub_epi32(i, (__m256i)zp));
-}
-#else
-static inline v8f ld_u8(const uint8_t *p, v8i zp) {
-    v8u8 b;
-    memcpy(&b, p, sizeof b);
-    return __builtin_convertvector(__builtin_convertvector(b, v8i) - zp, v8f);
-}
-static inline v8f ld_s8(const int8_t *p, v8i zp) {
-    v8s8 b;
-    memcpy(&b, p, sizeof b);
-    return __builtin_convertvector(__builtin_convertvector(b, v8i) - zp, v8f);
-}
-#endif
-
 /* acc[0..cout) = sum over the in-bounds taps of pixel (b, oy, ox) of x * wt, for m == 1.
  * XT is the input element type, LD its 8-lane loader, SC(p) one element as float. */
 #define DW_PIXEL(XT, LD, SC)                                                                   \
@@ -1431,7 +1404,6 @@ static inline v8f ld_s8(const int8_t *p, v8i zp) {
     } while (0)
 
 #define SC_F32(p) (*(p))
-#define SC_Q8(p) ((float)((int32_t)(*(p)) - zp_x))
 
 /* The vectorised pixel loop handles windows of at most this many taps; larger ones take the generic loop. */
 #define DW_MAX_TAPS 64
@@ -1526,58 +1498,7 @@ typedef struct {
      * inside the input horizontally: [ox_lo, ox_hi) */
     int64_t toff[DW_MAX_TAPS];
     int taps, inside, ox_lo, ox_hi;
-    /* quantized */
-    int is_signed, zp_x;
-    const requant_t *q;
-    const float *zeros; /* [C] (the staged path's bias), NULL: no staged path */
-    int wp;             /* the staged rows' width: padding, input, padding */
 } dw_job;
-
-/* One output row of the quantized depthwise (m == 1) through the float path: the KH input rows its
- * windows read, centred as float32 with zero columns for the padding (0 = the zero point), so every
- * window lies inside them; the taps of four pixels at a time (dw_inside4_f32, bias 0, no clamp) into
- * float sums, which are exact integers below 2^24 whatever their order (the caller's bound); then the
- * requantization of each pixel. 0 when the buffer cannot be had (the caller takes the pixel path). */
-static int dw_q8_row_staged(const dw_job *d, int64_t r) {
-    const geom_t g = d->g;
-    const int c = g.c, wp = d->wp, zp = d->zp_x;
-    int64_t row_floats = (int64_t)wp * c;
-    float *stage = stage_buffer(g.kh * row_floats + (int64_t)g.ow * c);
-    if (!stage) return 0;
-    float *acc = stage + g.kh * row_floats;
-    int b = (int)(r / g.oh), oy = (int)(r % g.oh);
-    for (int ky = 0; ky < g.kh; ky++) {
-        float *dst = stage + ky * row_floats;
-        int iy = oy * g.sh - g.pt + ky * g.dh;
-        if (iy < 0 || iy >= g.h) {
-            memset(dst, 0, sizeof(float) * (size_t)row_floats);
-            continue;
-        }
-        int64_t left = (int64_t)g.pl * c, inner = (int64_t)g.w * c;
-        memset(dst, 0, sizeof(float) * (size_t)left);
-        int64_t at = ((int64_t)b * g.h + iy) * g.w * c;
-        if (d->is_signed) {
-            const int8_t *s = (const int8_t *)d->x + at;
-            for (int64_t q = 0; q < inner; q++) dst[left + q] = (float)(s[q] - zp);
-        } else {
-            const uint8_t *s = (const uint8_t *)d->x + at;
-            for (int64_t q = 0; q < inner; q++) dst[left + q] = (float)(s[q] - zp);
-        }
-        memset(dst + left + inner, 0, sizeof(float) * (size_t)(row_floats - left - inner));
-    }
-    int64_t toff[DW_MAX_TAPS];
-    int taps = g.kh * g.kw;
-    for (int ky = 0; ky < g.kh; ky++)
-        for (int kx = 0; kx < g.kw; kx++) toff[ky * g.kw + kx] = ky * row_floats + (int64_t)kx * g.dw * c;
-    const float inf = __builtin_inff();
-    int64_t step = (int64_t)g.sw * c;
-    int ox = 0;
-    for (; ox + 4 <= g.ow; ox += 4)
-        dw_inside4_f32(stage + ox * step, step, toff, taps, d->wt, c, d->zeros, -inf, inf, acc + (int64_t)ox * c);
-    for (; ox < g.ow; ox++) dw_inside_f32(stage + ox * step, toff, taps, d->wt, c, d->zeros, -inf, inf, acc + (int64_t)ox * c);
-    for (ox = 0; ox < g.ow; ox++) requant_row_f32(acc + (int64_t)ox * c, c, d->q, d->y, (r * g.ow + ox) * c);
-    return 1;
-}
 
 static void dw_f32_task(void *ctx, int64_t r) {
     const dw_job *d = ctx;
@@ -1646,83 +1567,402 @@ void mk_depthwise_f32(const float *x, GEOM_ARGS, int m, const float *wt, const f
     parallel_rows(work, DW_PARALLEL_WORK, rows, dw_f32_task, &d);
 }
 
-static void dw_q8_task(void *ctx, int64_t r) {
-    const dw_job *d = ctx;
+/* ------------------------------------------------------------ quantized depthwise convolution */
+
+/* Exact integer arithmetic, as NNAPI's: int32 sums of (x - zp_x) * (w - zp_w), then the bias and the
+ * requantization of requant_row_f32 (its 32-bit form in vector registers when it applies, else mbqm's
+ * int64 steps).
+ *
+ * The packed weights (int16 elements; w = the filter minus its zero point, [taps, cout], each value in
+ * [-255, 255]), written by mk_depthwise_q8_pack:
+ *   [0, 2 * cout)   the sum of w over the taps of each channel, as int32 (the zero point's share);
+ *   then, per full group g of 8 channels and pair j of taps, 16 int16: (w[2j][8g + i], w[2j + 1][8g + i])
+ *                   for i = 0 .. 7 (0 for a tap 2j + 1 past the last), vpmaddwd's second operand;
+ *   then w itself, [taps, cout] (channels past the last full group, depth multipliers above 1).
+ *
+ * The vector path (AVX2, depth multiplier 1, at most DWQ_MAX_TAPS taps) sums the raw bytes x * w, whose
+ * padding reads the zero point's byte, and takes zp_x * sum(w) off with the bias: the same integers as
+ * the sum of (x - zp_x) * w. A task is one output row, its KH input rows read in place (rows above or
+ * below the input: a row of zero-point bytes). The pixels whose windows lie inside the input
+ * horizontally go four at a time, 16 channels at a time: each pair of taps one vpmaddwd per 8 channels,
+ * the weights loaded once for the four pixels, and the requantization of their int32 sums in
+ * registers; the others one at a time, their taps outside the input reading the zero-point row. */
+
+/* The most taps of the vector path: every int32 sum of products below 2^24 (258 * 255 * 255), so the
+ * requantization's 32-bit form applies (requant_t.narrow). */
+#define DWQ_MAX_TAPS 258
+
+static inline int64_t dwq_pairs_at(int64_t cout) { return 2 * cout; }
+static inline int64_t dwq_plain_at(int64_t taps, int64_t cout) {
+    return 2 * cout + (cout / 8) * ((taps + 1) / 2) * 16;
+}
+
+/* The int16 elements of mk_depthwise_q8_pack's output for a filter of `taps` taps and `cout` channels. */
+int64_t mk_depthwise_q8_packed_size(int64_t taps, int64_t cout) {
+    return taps < 1 || cout < 1 ? 0 : dwq_plain_at(taps, cout) + taps * cout;
+}
+
+/* w [taps, cout] int16 (the filter minus its zero point) into the packed form above. */
+void mk_depthwise_q8_pack(const int16_t *w, int64_t taps, int64_t cout, int16_t *packed) {
+    if (taps < 1 || cout < 1) return;
+    for (int64_t c = 0; c < cout; c++) {
+        int32_t s = 0;
+        for (int64_t t = 0; t < taps; t++) s += w[t * cout + c];
+        memcpy(packed + 2 * c, &s, sizeof s);
+    }
+    int64_t pairs = (taps + 1) / 2;
+    int16_t *pw = packed + dwq_pairs_at(cout);
+    for (int64_t g = 0; g < cout / 8; g++)
+        for (int64_t j = 0; j < pairs; j++)
+            for (int i = 0; i < 8; i++) {
+                int64_t c = 8 * g + i, t = 2 * j;
+                pw[(g * pairs + j) * 16 + 2 * i] = w[t * cout + c];
+                pw[(g * pairs + j) * 16 + 2 * i + 1] = t + 1 < taps ? w[(t + 1) * cout + c] : 0;
+            }
+    memcpy(packed + dwq_plain_at(taps, cout), w, sizeof(int16_t) * (size_t)(taps * cout));
+}
+
+typedef struct {
+    const void *x;
+    geom_t g;
+    int m, is_signed, zp_x, taps, pairs;
+    const int16_t *wpairs, *wplain;
+    const int32_t *wsum;  /* [cout] the sum of w over the taps */
+    const int32_t *beff;  /* [cout] bias - zp_x * wsum (int32, wrapping): the raw sums' offset */
+    const requant_t *q;
+    int vec;              /* the vector path applies */
+    int narrow;           /* its requantization in the 32-bit form */
+    const uint8_t *zrow;  /* a row of zero-point bytes, as wide as an input row */
+    int ox_lo, ox_hi;     /* the output columns whose windows lie inside the input horizontally */
+    void *y;
+} dwq_job;
+
+/* One output value from an exact centred sum: mbqm's int64 steps (requant_row_f32's values). */
+static inline void dwq_store1(const requant_t *q, int co, int64_t acc, void *y, int64_t i) {
+    int64_t v = mbqm(acc + q->bias[co], q->mult[co], q->left[co], q->right[co]) + q->zp;
+    store_q(y, i, clampi(v, q->lo, q->hi), q->is_signed);
+}
+
+/* Output row r of any geometry and depth multiplier, one value at a time in int64 (the path without
+ * AVX2, for depth multipliers above 1 and when a row's copy cannot be had). */
+static void dwq_row_generic(const dwq_job *d, int64_t r) {
     const geom_t g = d->g;
-    const int m = d->m, cout = g.c * m, zp_x = d->zp_x, is_signed = d->is_signed;
-    const float *wt = d->wt;
-    const void *xv = d->x;
-    void *yv = d->y;
-    v8i zpv = {zp_x, zp_x, zp_x, zp_x, zp_x, zp_x, zp_x, zp_x};
-    if (d->zeros && dw_q8_row_staged(d, r)) return;
-    float accs[MAX_DW_CHANNELS];
-    float xc[MAX_DW_CHANNELS];
+    const int m = d->m, cout = g.c * m, zp = d->zp_x;
     int b = (int)(r / g.oh), oy = (int)(r % g.oh);
     for (int ox = 0; ox < g.ow; ox++) {
-        if (m == 1 && g.kh * g.kw <= DW_MAX_TAPS) {
-            float *acc = accs;
-            if (is_signed)
-                DW_PIXEL(int8_t, ld_s8, SC_Q8);
-            else
-                DW_PIXEL(uint8_t, ld_u8, SC_Q8);
-            requant_row_f32(accs, cout, d->q, yv, (r * g.ow + ox) * cout);
-            continue;
-        }
-        float *acc = accs;
-        for (int co = 0; co < cout; co++) acc[co] = 0.0f;
-        for (int ky = 0; ky < g.kh; ky++) {
-            int iy = oy * g.sh - g.pt + ky * g.dh;
-            if (iy < 0 || iy >= g.h) continue;
-            for (int kx = 0; kx < g.kw; kx++) {
-                int ix = ox * g.sw - g.pl + kx * g.dw;
-                if (ix < 0 || ix >= g.w) continue;
-                int64_t at = (((int64_t)b * g.h + iy) * g.w + ix) * g.c;
-                if (is_signed) {
-                    const int8_t *s = (const int8_t *)xv + at;
-                    for (int ci = 0; ci < g.c; ci++) xc[ci] = (float)(s[ci] - zp_x);
-                } else {
-                    const uint8_t *s = (const uint8_t *)xv + at;
-                    for (int ci = 0; ci < g.c; ci++) xc[ci] = (float)(s[ci] - zp_x);
-                }
-                const float *wp = wt + ((int64_t)ky * g.kw + kx) * cout;
-                if (m == 1) {
-                    for (int co = 0; co < cout; co++) acc[co] += xc[co] * wp[co];
-                } else {
-                    for (int ci = 0; ci < g.c; ci++)
-                        for (int j = 0; j < m; j++) acc[ci * m + j] += xc[ci] * wp[ci * m + j];
+        int64_t base = (r * g.ow + ox) * cout;
+        for (int co = 0; co < cout; co++) {
+            int ci = co / m;
+            int64_t acc = 0;
+            for (int ky = 0; ky < g.kh; ky++) {
+                int iy = oy * g.sh - g.pt + ky * g.dh;
+                if (iy < 0 || iy >= g.h) continue;
+                for (int kx = 0; kx < g.kw; kx++) {
+                    int ix = ox * g.sw - g.pl + kx * g.dw;
+                    if (ix < 0 || ix >= g.w) continue;
+                    int64_t at = (((int64_t)b * g.h + iy) * g.w + ix) * g.c + ci;
+                    int32_t xv = d->is_signed ? ((const int8_t *)d->x)[at] : ((const uint8_t *)d->x)[at];
+                    acc += (int64_t)(xv - zp) * d->wplain[((int64_t)ky * g.kw + kx) * cout + co];
                 }
             }
+            dwq_store1(d->q, co, acc, d->y, base + co);
         }
-        requant_row_f32(accs, cout, d->q, yv, (r * g.ow + ox) * cout);
     }
 }
 
-/* Quantized depthwise: wt [KH,KW,C*M] float32 holding w - zp_w; float32 sums of (x - zp_x) * wt are
- * exact integers (the caller checks KH*KW*65025 < 2^24), then the bias and requantization in int64. */
-int mk_depthwise_q8(const void *xv, int is_signed, int zp_x, GEOM_ARGS, int m, const float *wt,
-                     const int64_t *bias, const int64_t *mult, const int64_t *left, const int64_t *right,
-                     int64_t zp_y, int64_t lo, int64_t hi, void *yv) {
-    dw_job d = {.x = xv, .g = GEOM_INIT, .m = m, .wt = wt, .y = yv, .is_signed = is_signed, .zp_x = zp_x};
+#ifdef __AVX2__
+/* The requantization constants of 8 channels (requant_row_f32's 32-bit form, lane by lane). */
+typedef struct {
+    __m256i bias, m_even, m_odd, r, mask, half, lo, hi, zp;
+} dwq_rq8;
+
+static inline dwq_rq8 dwq_rq_load(const dwq_job *d, int c0) {
+    const requant_t *q = d->q;
+    dwq_rq8 p;
+    p.bias = _mm256_loadu_si256((const __m256i *)(d->beff + c0));
+    p.m_even = _mm256_loadu_si256((const __m256i *)(q->mult32 + c0));
+    p.m_odd = _mm256_srli_epi64(p.m_even, 32);
+    p.r = _mm256_loadu_si256((const __m256i *)(q->right32 + c0));
+    p.mask = _mm256_sub_epi32(_mm256_sllv_epi32(_mm256_set1_epi32(1), p.r), _mm256_set1_epi32(1));
+    p.half = _mm256_srli_epi32(p.mask, 1);
+    p.lo = _mm256_set1_epi32((int32_t)(q->lo - q->zp));
+    p.hi = _mm256_set1_epi32((int32_t)(q->hi - q->zp));
+    p.zp = _mm256_set1_epi32((int32_t)q->zp);
+    return p;
+}
+
+/* REQUANT32 on 8 lanes: raw sums plus the offset, the high half of the product rounded (bits 31..62 of
+ * t * m + 2^30), the rounding shift, the clamp, the zero point. */
+static inline __m256i dwq_requant8(__m256i acc, const dwq_rq8 *p) {
+    const __m256i round = _mm256_set1_epi64x((int64_t)1 << 30);
+    __m256i t = _mm256_add_epi32(acc, p->bias);
+    __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(t, p->m_even), round);
+    __m256i po = _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(t, 32), p->m_odd), round);
+    __m256i y = _mm256_blend_epi32(_mm256_srli_epi64(pe, 31), _mm256_slli_epi64(po, 1), 0xAA);
+    __m256i rem = _mm256_and_si256(y, p->mask);
+    __m256i thr = _mm256_sub_epi32(p->half, _mm256_srai_epi32(y, 31));
+    y = _mm256_sub_epi32(_mm256_srav_epi32(y, p->r), _mm256_cmpgt_epi32(rem, thr));
+    y = _mm256_min_epi32(_mm256_max_epi32(y, p->lo), p->hi);
+    return _mm256_add_epi32(y, p->zp);
+}
+
+/* 16 requantized int32 values (channels 0-7 in a, 8-15 in b) to 16 bytes at o (values in range). */
+static inline void dwq_store16(__m256i a, __m256i b, void *o, int sgn) {
+    __m256i v = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8);
+    v = sgn ? _mm256_packs_epi16(v, v) : _mm256_packus_epi16(v, v);
+    _mm_storeu_si128((__m128i *)o, _mm256_castsi256_si128(_mm256_permute4x64_epi64(v, 0x08)));
+}
+
+static inline void dwq_store8(__m256i a, void *o, int sgn) {
+    __m256i v = _mm256_packs_epi32(a, a);
+    v = sgn ? _mm256_packs_epi16(v, v) : _mm256_packus_epi16(v, v);
+    v = _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4));
+    _mm_storel_epi64((__m128i *)o, _mm256_castsi256_si128(v));
+}
+
+static inline __m256i dwq_widen16(__m128i v, int sgn) { return sgn ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v); }
+static inline __m256i dwq_widen32(const uint8_t *p, int sgn) {
+    __m128i v = _mm_loadl_epi64((const __m128i *)p);
+    return sgn ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
+}
+
+/* Raw sums of P pixels (tap t of pixel p at tp[t] + off + p * step) x 16 channels: acc[2p] channels
+ * 0-7, acc[2p + 1] channels 8-15; w0, w1 the pair blocks of the two groups of 8. A signed input's odd
+ * last tap widens to 32 bits (its high half -1 for negative bytes) against a zero weight. */
+static inline __attribute__((always_inline)) void dwq_acc16(const uint8_t *const *tp, int taps, int64_t off,
+                                                           int64_t step, const int16_t *w0, const int16_t *w1,
+                                                           int P, int sgn, __m256i *acc) {
+    for (int p = 0; p < 2 * P; p++) acc[p] = _mm256_setzero_si256();
+    int j = 0;
+    for (; 2 * j + 1 < taps; j++) {
+        __m256i wa = _mm256_loadu_si256((const __m256i *)(w0 + 16 * j));
+        __m256i wb = _mm256_loadu_si256((const __m256i *)(w1 + 16 * j));
+        const uint8_t *pa = tp[2 * j] + off, *pb = tp[2 * j + 1] + off;
+        for (int p = 0; p < P; p++) {
+            __m128i xa = _mm_loadu_si128((const __m128i *)(pa + p * step));
+            __m128i xb = _mm_loadu_si128((const __m128i *)(pb + p * step));
+            __m256i lo = dwq_widen16(_mm_unpacklo_epi8(xa, xb), sgn);
+            __m256i hi = dwq_widen16(_mm_unpackhi_epi8(xa, xb), sgn);
+            acc[2 * p] = _mm256_add_epi32(acc[2 * p], _mm256_madd_epi16(lo, wa));
+            acc[2 * p + 1] = _mm256_add_epi32(acc[2 * p + 1], _mm256_madd_epi16(hi, wb));
+        }
+    }
+    if (2 * j < taps) {
+        __m256i wa = _mm256_loadu_si256((const __m256i *)(w0 + 16 * j));
+        __m256i wb = _mm256_loadu_si256((const __m256i *)(w1 + 16 * j));
+        const uint8_t *pa = tp[2 * j] + off;
+        for (int p = 0; p < P; p++) {
+            acc[2 * p] = _mm256_add_epi32(acc[2 * p], _mm256_madd_epi16(dwq_widen32(pa + p * step, sgn), wa));
+            acc[2 * p + 1] =
+                _mm256_add_epi32(acc[2 * p + 1], _mm256_madd_epi16(dwq_widen32(pa + p * step + 8, sgn), wb));
+        }
+    }
+}
+
+/* dwq_acc16 for one group of 8 channels. */
+static inline __attribute__((always_inline)) void dwq_acc8(const uint8_t *const *tp, int taps, int64_t off,
+                                                          int64_t step, const int16_t *w0, int P, int sgn,
+                                                          __m256i *acc) {
+    for (int p = 0; p < P; p++) acc[p] = _mm256_setzero_si256();
+    int j = 0;
+    for (; 2 * j + 1 < taps; j++) {
+        __m256i wa = _mm256_loadu_si256((const __m256i *)(w0 + 16 * j));
+        const uint8_t *pa = tp[2 * j] + off, *pb = tp[2 * j + 1] + off;
+        for (int p = 0; p < P; p++) {
+            __m128i xa = _mm_loadl_epi64((const __m128i *)(pa + p * step));
+            __m128i xb = _mm_loadl_epi64((const __m128i *)(pb + p * step));
+            acc[p] = _mm256_add_epi32(acc[p], _mm256_madd_epi16(dwq_widen16(_mm_unpacklo_epi8(xa, xb), sgn), wa));
+        }
+    }
+    if (2 * j < taps) {
+        __m256i wa = _mm256_loadu_si256((const __m256i *)(w0 + 16 * j));
+        for (int p = 0; p < P; p++)
+            acc[p] = _mm256_add_epi32(acc[p], _mm256_madd_epi16(dwq_widen32(tp[2 * j] + off + p * step, sgn), wa));
+    }
+}
+
+/* n raw sums of channels c0 .. c0 + n - 1 (acc) to output bytes at o + c0 without the 32-bit form. */
+static inline void dwq_store_wide(const dwq_job *d, const __m256i *acc, int n, int c0, int64_t at) {
+    int32_t raw[16];
+    memcpy(raw, acc, sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < n; i++)
+        dwq_store1(d->q, c0 + i, (int64_t)raw[i] - (int64_t)d->zp_x * d->wsum[c0 + i], d->y, at + i);
+}
+
+/* P neighbouring output pixels (tap t of pixel p at tp[t] + off0 + p * sw * C, the first output value
+ * at y + at0): every channel group, then the channels past them. T: the tap count when known at compile
+ * time (its loops unrolled), else 0. */
+static inline __attribute__((always_inline)) void dwq_pixels(const dwq_job *d, const uint8_t *const *tp,
+                                                            int64_t off0, int64_t at0, int P, int sgn, int T) {
+    const geom_t g = d->g;
+    const int c = g.c, taps = T ? T : d->taps, pairs = T ? (T + 1) / 2 : d->pairs;
+    const int64_t step = (int64_t)g.sw * c;
+    char *y = d->y;
+    int c0 = 0;
+    for (; c0 + 16 <= c; c0 += 16) {
+        __m256i acc[8];
+        const int16_t *w0 = d->wpairs + (int64_t)(c0 / 8) * pairs * 16;
+        dwq_acc16(tp, taps, off0 + c0, step, w0, w0 + pairs * 16, P, sgn, acc);
+        if (d->narrow) {
+            dwq_rq8 qa = dwq_rq_load(d, c0), qb = dwq_rq_load(d, c0 + 8);
+            for (int p = 0; p < P; p++)
+                dwq_store16(dwq_requant8(acc[2 * p], &qa), dwq_requant8(acc[2 * p + 1], &qb),
+                            y + at0 + (int64_t)p * c + c0, sgn);
+        } else {
+            for (int p = 0; p < P; p++) {
+                __m256i two[2] = {acc[2 * p], acc[2 * p + 1]}; /* acc itself stays in registers */
+                dwq_store_wide(d, two, 16, c0, at0 + (int64_t)p * c + c0);
+            }
+        }
+    }
+    for (; c0 + 8 <= c; c0 += 8) {
+        __m256i acc[4];
+        dwq_acc8(tp, taps, off0 + c0, step, d->wpairs + (int64_t)(c0 / 8) * pairs * 16, P, sgn, acc);
+        if (d->narrow) {
+            dwq_rq8 qa = dwq_rq_load(d, c0);
+            for (int p = 0; p < P; p++) dwq_store8(dwq_requant8(acc[p], &qa), y + at0 + (int64_t)p * c + c0, sgn);
+        } else {
+            for (int p = 0; p < P; p++) {
+                __m256i one = acc[p];
+                dwq_store_wide(d, &one, 8, c0, at0 + (int64_t)p * c + c0);
+            }
+        }
+    }
+    for (; c0 < c; c0++)
+        for (int p = 0; p < P; p++) {
+            int64_t acc = 0;
+            for (int t = 0; t < taps; t++) {
+                const uint8_t *xp = tp[t] + off0 + p * step + c0;
+                int32_t xv = sgn ? *(const int8_t *)xp : *xp;
+                acc += (int64_t)(xv - d->zp_x) * d->wplain[(int64_t)t * c + c0];
+            }
+            dwq_store1(d->q, c0, acc, d->y, at0 + (int64_t)p * c + c0);
+        }
+}
+
+/* Output pixel ox of output row r (input rows `rows`) whose window leaves the input horizontally: its
+ * taps outside read the row of zero-point bytes. */
+static inline __attribute__((always_inline)) void dwq_border(const dwq_job *d, const uint8_t *const *rows,
+                                                            int64_t r, int ox, int sgn, int T) {
+    const geom_t g = d->g;
+    const uint8_t *pt[DWQ_MAX_TAPS];
+    for (int ky = 0; ky < g.kh; ky++)
+        for (int kx = 0; kx < g.kw; kx++) {
+            int ix = ox * g.sw - g.pl + kx * g.dw;
+            pt[ky * g.kw + kx] = ix < 0 || ix >= g.w ? d->zrow : rows[ky] + (int64_t)ix * g.c;
+        }
+    dwq_pixels(d, pt, 0, (r * g.ow + ox) * g.c, 1, sgn, T);
+}
+
+/* The pixels of output row r whose windows lie inside the input horizontally, [ox_lo, ox_hi): blocks of
+ * four, then one block of the one to three left; tp[t]: tap t's input row, from its column kx * dw. */
+static inline __attribute__((always_inline)) void dwq_inside(const dwq_job *d, const uint8_t *const *tp,
+                                                            int64_t r, int sgn, int T) {
+    const geom_t g = d->g;
+    int ox = d->ox_lo, hi = d->ox_hi;
+#define DWQ_AT(ox) ((int64_t)((ox) * g.sw - g.pl) * g.c), ((r * g.ow + (ox)) * g.c)
+    for (; ox + 4 <= hi; ox += 4) dwq_pixels(d, tp, DWQ_AT(ox), 4, sgn, T);
+    if (hi - ox == 3)
+        dwq_pixels(d, tp, DWQ_AT(ox), 3, sgn, T);
+    else if (hi - ox == 2)
+        dwq_pixels(d, tp, DWQ_AT(ox), 2, sgn, T);
+    else if (hi - ox == 1)
+        dwq_pixels(d, tp, DWQ_AT(ox), 1, sgn, T);
+#undef DWQ_AT
+}
+
+/* Every pixel of output row r. */
+static inline __attribute__((always_inline)) void dwq_row_pixels(const dwq_job *d, const uint8_t *const *rows,
+                                                                const uint8_t *const *tp, int64_t r, int sgn,
+                                                                int T) {
+    for (int ox = 0; ox < d->ox_lo; ox++) dwq_border(d, rows, r, ox, sgn, T);
+    dwq_inside(d, tp, r, sgn, T);
+    for (int ox = d->ox_hi; ox < d->g.ow; ox++) dwq_border(d, rows, r, ox, sgn, T);
+}
+
+/* Output row r on the vector path (see above). */
+static inline __attribute__((always_inline)) void dwq_row_vec(const dwq_job *d, int64_t r, int sgn) {
+    const geom_t g = d->g;
+    const int c = g.c;
+    int b = (int)(r / g.oh), oy = (int)(r % g.oh);
+    const uint8_t *rows[DWQ_MAX_TAPS];
+    const uint8_t *tp[DWQ_MAX_TAPS];
+    for (int ky = 0; ky < g.kh; ky++) {
+        int iy = oy * g.sh - g.pt + ky * g.dh;
+        rows[ky] = iy < 0 || iy >= g.h ? d->zrow : (const uint8_t *)d->x + ((int64_t)b * g.h + iy) * g.w * c;
+    }
+    for (int ky = 0; ky < g.kh; ky++)
+        for (int kx = 0; kx < g.kw; kx++) tp[ky * g.kw + kx] = rows[ky] + (int64_t)kx * g.dw * c;
+    if (d->taps == 9)
+        dwq_row_pixels(d, rows, tp, r, sgn, 9); /* 3 x 3: the zoo's windows */
+    else
+        dwq_row_pixels(d, rows, tp, r, sgn, 0);
+}
+#endif
+
+static void dwq_task(void *ctx, int64_t r) {
+    const dwq_job *d = ctx;
+#ifdef __AVX2__
+    if (d->vec) {
+        if (d->is_signed)
+            dwq_row_vec(d, r, 1);
+        else
+            dwq_row_vec(d, r, 0);
+        return;
+    }
+#endif
+    dwq_row_generic(d, r);
+}
+
+/* Quantized depthwise: wp the packed weights (mk_depthwise_q8_pack); y = requantize(bias + the int32 sums
+ * of (x - zp_x) * w). 0, or -1 when out of memory. */
+int mk_depthwise_q8(const void *xv, int is_signed, int zp_x, GEOM_ARGS, int m, const int16_t *wp,
+                    const int64_t *bias, const int64_t *mult, const int64_t *left, const int64_t *right,
+                    int64_t zp_y, int64_t lo, int64_t hi, void *yv) {
+    dwq_job d = {.x = xv, .g = GEOM_INIT, .m = m, .is_signed = is_signed, .zp_x = zp_x, .y = yv};
     const geom_t g = d.g;
     int cout = g.c * m;
-    if (cout > MAX_DW_CHANNELS) return -1;
+    d.taps = g.kh * g.kw;
+    d.pairs = (d.taps + 1) / 2;
+    d.wpairs = wp + dwq_pairs_at(cout);
+    d.wplain = wp + dwq_plain_at(d.taps, cout);
     requant_t q = REQUANT_INIT(bias, mult, left, right, zp_y, lo, hi, is_signed);
     if (!requant_init(&q, cout)) return -1;
     d.q = &q;
-    float *zeros = NULL;
-    /* Measured: staging pays for rows of at least 16 pixels (a MobileNet's early layers). */
-    if (m == 1 && g.kh * g.kw <= DW_MAX_TAPS && g.ow >= 16) {
-        /* The staged rows hold every column a window reads: left padding, the input, right padding. */
-        int64_t need = (int64_t)(g.ow - 1) * g.sw + (int64_t)(g.kw - 1) * g.dw + 1;
-        int64_t wp = (int64_t)g.pl + g.w;
-        if (need > wp) wp = need;
-        zeros = wp < INT32_MAX / (g.c > 0 ? g.c : 1) ? calloc((size_t)cout + 1, sizeof(float)) : NULL;
-        d.wp = (int)wp;
+    int32_t *sums = malloc(sizeof(int32_t) * (size_t)cout * 2 + 4);
+    if (!sums) {
+        requant_free(&q);
+        return -1;
     }
-    d.zeros = zeros;
-    int64_t rows = (int64_t)g.n * g.oh, work = rows * g.ow * cout * g.kh * g.kw;
-    parallel_rows(work, DW_PARALLEL_WORK, rows, dw_q8_task, &d);
-    free(zeros);
+    memcpy(sums, wp, sizeof(int32_t) * (size_t)cout);
+    int32_t *beff = sums + cout;
+    for (int co = 0; co < cout; co++) beff[co] = (int32_t)(uint32_t)(q.bias32[co] - (int64_t)zp_x * sums[co]);
+    d.wsum = sums;
+    d.beff = beff;
+    uint8_t *zrow = NULL;
+#ifdef __AVX2__
+    d.vec = m == 1 && d.taps <= DWQ_MAX_TAPS;
+    d.narrow = q.narrow;
+    if (d.vec) {
+        /* The output columns whose windows lie inside the input horizontally: [ox_lo, ox_hi). */
+        while (d.ox_lo < g.ow && d.ox_lo * g.sw - g.pl < 0) d.ox_lo++;
+        d.ox_hi = d.ox_lo;
+        while (d.ox_hi < g.ow && d.ox_hi * g.sw - g.pl + (g.kw - 1) * g.dw < g.w) d.ox_hi++;
+        /* What taps outside the input read: a row of zero-point bytes as wide as an input row. */
+        size_t bytes = (size_t)g.w * (size_t)g.c;
+        zrow = malloc(bytes ? bytes : 1);
+        if (zrow) {
+            memset(zrow, (uint8_t)zp_x, bytes);
+            d.zrow = zrow;
+        } else {
+            d.vec = 0;
+        }
+    }
+#endif
+    int64_t rows = (int64_t)g.n * g.oh, work = rows * g.ow * cout * d.taps;
+    parallel_rows(work, DW_PARALLEL_WORK, rows, dwq_task, &d);
+    free(zrow);
+    free(sums);
     requant_free(&q);
     return 0;
 }
@@ -1976,7 +2216,7 @@ int64_t mk_run_calls(const mk_call_t *calls, const mk_call_floats_t *floats, int
         }
         case MK_CALL_DEPTHWISE_Q8: {
             const mk_call_depthwise_q8_t *a = &c->depthwise_q8;
-            st = mk_depthwise_q8(a->x, (int)a->is_signed, (int)a->zp_x, a->geom, (int)a->m, a->wt, a->bias, a->mult,
+            st = mk_depthwise_q8(a->x, (int)a->is_signed, (int)a->zp_x, a->geom, (int)a->m, a->wp, a->bias, a->mult,
                                  a->left, a->right, a->zp_y, a->lo, a->hi, a->y);
             break;
         }
@@ -2102,7 +2342,7 @@ static const layout_row g_layout[] = {
 
     L_TYPE(mk_call_depthwise_q8_t), L_FIELD(mk_call_depthwise_q8_t, kind), L_FIELD(mk_call_depthwise_q8_t, x),
     L_FIELD(mk_call_depthwise_q8_t, is_signed), L_FIELD(mk_call_depthwise_q8_t, zp_x),
-    L_FIELD(mk_call_depthwise_q8_t, geom), L_FIELD(mk_call_depthwise_q8_t, m), L_FIELD(mk_call_depthwise_q8_t, wt),
+    L_FIELD(mk_call_depthwise_q8_t, geom), L_FIELD(mk_call_depthwise_q8_t, m), L_FIELD(mk_call_depthwise_q8_t, wp),
     L_FIELD(mk_call_depthwise_q8_t, bias), L_FIELD(mk_call_depthwise_q8_t, mult),
     L_FIELD(mk_call_depthwise_q8_t, left), L_FIELD(mk_call_depthwise_q8_t, right),
     L_FIELD(mk_call_depthwise_q8_t, zp_y), L_FIELD(mk_call_depthwise_q8_t, lo), L_FIELD(mk_call_depthwise_q8_t, hi),
@@ -2175,7 +2415,6 @@ static const constant_row g_constants[] = {
     C_ROW(MK_CALL_SOFTMAX_F32),
     C_ROW(MK_CALL_SOFTMAX_Q8),
     C_ROW(MK_CALL_MEAN_Q8),
-    C_ROW(MK_MAX_DW_CHANNELS),
     C_ROW(MK_QGEMM_MAX_K),
 };
 

@@ -21,7 +21,7 @@ _I32 = ctypes.c_int32
 _F = ctypes.c_float
 
 #: The interface's one ABI number (MK_ABI): the library's mk_abi() must return it.
-ABI = 9
+ABI = 10
 
 # Bound-call kinds (enum mk_call_kind).
 CALL_IM2COL_F32 = 1
@@ -44,8 +44,6 @@ CALL_INTS = 20
 #: The float32 values of one bound call.
 CALL_FLOATS = 2
 
-#: The most channels mk_depthwise_q8 takes (its per-thread accumulators live on the stack).
-MAX_DW_CHANNELS = 4096
 #: The largest K of the 8-bit integer GEMM (K * 255 * 255 < 2^31).
 QGEMM_MAX_K = 33025
 
@@ -69,7 +67,6 @@ CONSTANTS: dict[str, int] = {
     "MK_CALL_SOFTMAX_F32": CALL_SOFTMAX_F32,
     "MK_CALL_SOFTMAX_Q8": CALL_SOFTMAX_Q8,
     "MK_CALL_MEAN_Q8": CALL_MEAN_Q8,
-    "MK_MAX_DW_CHANNELS": MAX_DW_CHANNELS,
     "MK_QGEMM_MAX_K": QGEMM_MAX_K,
 }
 
@@ -208,7 +205,7 @@ class CallDepthwiseQ8(ctypes.Structure):
         ("zp_x", _L),
         ("geom", _P),
         ("m", _L),
-        ("wt", _P),
+        ("wp", _P),
         ("bias", _P),
         ("mult", _P),
         ("left", _P),

@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#define MK_ABI 9
+#define MK_ABI 10
 
 /* Pointers travel as int64 words in bound calls and as 8-byte fields in the structures below. */
 _Static_assert(sizeof(void *) == 8, "the kernels' structures assume 64-bit pointers");
@@ -164,7 +164,7 @@ typedef struct {
     int64_t is_signed, zp_x;
     const mk_geom_t *geom;
     int64_t m;
-    const float *wt;
+    const int16_t *wp;
     const int64_t *bias, *mult, *left, *right;
     int64_t zp_y, lo, hi;
     void *y;
@@ -322,11 +322,14 @@ void mk_im2col_q8(const void *x, int is_signed, int zp, const mk_geom_t *geom, f
 void mk_center_q8(const void *x, int is_signed, int zp, int64_t count, float *out);
 void mk_depthwise_f32(const float *x, const mk_geom_t *geom, int m, const float *wt, const float *bias, float lo,
                       float hi, float *y);
-int mk_depthwise_q8(const void *x, int is_signed, int zp_x, const mk_geom_t *geom, int m, const float *wt,
+/* The int16 elements of a quantized depthwise filter's packed weights (0 for no taps or channels), and
+ * the packing of w [taps, cout] int16 (the filter minus its zero point, each in [-255, 255]). */
+int64_t mk_depthwise_q8_packed_size(int64_t taps, int64_t cout);
+void mk_depthwise_q8_pack(const int16_t *w, int64_t taps, int64_t cout, int16_t *packed);
+/* wp: packed by mk_depthwise_q8_pack for taps = KH * KW and cout = C * m. 0, or -1 when out of memory. */
+int mk_depthwise_q8(const void *x, int is_signed, int zp_x, const mk_geom_t *geom, int m, const int16_t *wp,
                     const int64_t *bias, const int64_t *mult, const int64_t *left, const int64_t *right, int64_t zp_y,
                     int64_t lo, int64_t hi, void *y);
-/* Channel count limit of mk_depthwise_q8 (its per-thread accumulators live on the stack). */
-#define MK_MAX_DW_CHANNELS 4096
 
 /* ------------------------------------------------------------ elementwise (kernels.c) */
 

@@ -424,12 +424,24 @@ def depthwise_f32(x: np.ndarray, gc: GeometryCache, mult: int, w: Const, bias: C
     return y
 
 
-DEPTHWISE_Q8_MAX_CHANNELS = 4096
-DEPTHWISE_Q8_MAX_TAPS = (2**24 - 1) // (255 * 255)  # float32 sums of this many products are exact
+class DepthwiseQ8Weights(Const):
+    """A quantized depthwise filter's weights in the compiled kernel's packed form (mk_depthwise_q8_pack):
+    `centred` [KH, KW, Cout] is the filter minus its zero point (integers in [-255, 255], any dtype)."""
+
+    __slots__ = ()
+
+    def __init__(self, centred: np.ndarray) -> None:
+        w = np.ascontiguousarray(centred, dtype=np.int16).reshape(-1, centred.shape[-1])
+        taps, cout = w.shape
+        packed = np.empty(LIB.mk_depthwise_q8_packed_size(taps, cout), dtype=np.int16)
+        LIB.mk_depthwise_q8_pack(w.ctypes.data, taps, cout, packed.ctypes.data)
+        super().__init__(packed, np.int16)
 
 
-def depthwise_q8(x: np.ndarray, zp_x: int, gc: GeometryCache, mult: int, w: Const, rq: Requant) -> np.ndarray:
-    """Quantized depthwise convolution of 8-bit NHWC `x` with float32 centred weights, requantized."""
+def depthwise_q8(
+    x: np.ndarray, zp_x: int, gc: GeometryCache, mult: int, w: DepthwiseQ8Weights, rq: Requant
+) -> np.ndarray:
+    """Quantized depthwise convolution of 8-bit NHWC `x` (exact int32 sums), requantized."""
     x, xp = _x(x)
     g, gp = gc.get(x.shape)
     y = output((x.shape[0], g.out_h, g.out_w, x.shape[3] * mult), rq.dtype)

@@ -142,20 +142,18 @@ def _prepare_quant(
     packed, dtype = packed_weights(ins[1], lambda f: pack_qfilter(f, zp_w), (0, 1), ins[0], (kh, kw, cout))
     bias = constant_or_none(ins[2], bias_i64)
     window, nchw = p.window, p.nchw
-    # The compiled path sums in float32: exact for up to DEPTHWISE_Q8_MAX_TAPS taps (see _qconv).
-    fast = (
-        _fast.enabled() and kh * kw <= _fast.DEPTHWISE_Q8_MAX_TAPS and cout <= _fast.DEPTHWISE_Q8_MAX_CHANNELS
-    )
+    # The compiled path sums in integers: exact for any window (mk_depthwise_q8).
+    fast = _fast.enabled()
     if fast:
         gc = _fast.GeometryCache(NAME, window, kh, kw)
-        w_c = None if packed is None else _fast.Const(packed, np.float32)
+        w_c = None if packed is None else _fast.DepthwiseQ8Weights(packed)
         rq = None if bias is None else _fast.requant_params(bias, q, cout)
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
         x = to_nhwc(args[0], nchw, NAME)
         _check_channels(x.shape[3], cout // mult, mult)
         if fast:
-            wc = w_c if w_c is not None else _fast.Const(pack_qfilter(args[1], zp_w), np.float32)
+            wc = w_c if w_c is not None else _fast.DepthwiseQ8Weights(pack_qfilter(args[1], zp_w))
             params = rq if rq is not None else _fast.requant_params(bias_i64(args[2]), q, cout)
             return [from_nhwc(_fast.depthwise_q8(x, zp_x, gc, mult, wc, params), nchw)]
         g = geometry(NAME, window, x.shape[1], x.shape[2], kh, kw)

@@ -266,6 +266,15 @@ DW_CASES = [
     (2, 6, 6, 5, 2, 3, 3, "SAME", (2, 2), 0, True, (2, 1), "u8"),
     (1, 12, 12, 16, 1, 3, 3, "SAME", (2, 2), 3, False, (1, 1), "pcu8"),
     (1, 6, 6, 2, 3, 5, 5, (2, 2, 2, 2), (1, 1), 0, False, (1, 1), "pcs8"),
+    # Rows wide enough for the compiled kernel's blocks of four pixels, channel groups of 16 and 8 and
+    # single channels, and the geometries its copied rows must get right.
+    (1, 5, 21, 27, 1, 3, 3, "SAME", (1, 1), 0, False, (1, 1), "u8"),  # 16 + 8 + 3 channels, 4 + 1 pixels
+    (2, 11, 18, 40, 1, 3, 3, "SAME", (2, 2), 1, False, (1, 1), "s8"),  # padding below and right only
+    (1, 9, 19, 24, 1, 3, 3, (2, 1, 3, 2), (1, 1), 3, False, (2, 2), "pcs8"),  # every edge, dilated
+    (1, 6, 17, 5, 3, 3, 3, "SAME", (1, 1), 0, False, (1, 1), "pcu8"),  # depth multiplier 3, wide rows
+    (1, 8, 12, 16, 1, 5, 5, "SAME", (1, 2), 2, False, (1, 1), "u8"),  # 25 taps: an odd last tap
+    (1, 4, 9, 24, 1, 1, 1, "VALID", (1, 1), 0, False, (1, 1), "s8"),  # one tap
+    (1, 7, 10, 32, 1, 2, 2, "VALID", (2, 1), 0, False, (1, 1), "pcu8"),  # even taps, rows read in place
 ]
 
 

@@ -27,17 +27,21 @@ from tests.driver.qconvkit import (
     CONV_CASES,
     DW_CASES,
     FC_CASES,
+    bias_q,
     conv_setup,
     dw_setup,
     f32,
     fc_setup,
     nchw,
     params,
+    random_bias,
     ref_activation_range,
     ref_conv_acc,
+    ref_dw_acc,
     ref_requant,
+    scales_for,
 )
-from tests.driver.qkit import Q, out, qcall
+from tests.driver.qkit import S8, U8, Q, out, qcall, random_q
 from tests.driver.threadkit import run_concurrently
 
 CONV, DW, FC = OperationType.CONV_2D, OperationType.DEPTHWISE_CONV_2D, OperationType.FULLY_CONNECTED
@@ -87,6 +91,38 @@ def test_quant_depthwise_compiled_equals_numpy(monkeypatch, rng, case):
 
 
 @needs_native
+@pytest.mark.parametrize(
+    "kind, zx, zw", [("u8", 0, 255), ("u8", 255, 0), ("s8", -128, 127), ("s8", 127, -128)]
+)
+def test_quant_depthwise_extreme_zero_points_on_one_and_two_threads(monkeypatch, rng, kind, zx, zw):
+    """Zero points at the ends of their range (products up to 255 * 255 in size, padding that reads the
+    extreme byte) on a layer large enough for the kernels' pool to split its rows: one thread and two
+    give the int64 NNAPI transcription's bytes, and so does the NumPy path."""
+    dtype, xt = (np.uint8, U8) if kind == "u8" else (np.int8, S8)
+    x = random_q(rng, (1, 40, 41, 40), dtype)
+    wq = random_q(rng, (1, 3, 3, 40), dtype)
+    b = random_bias(rng, 40, 9)
+    acc = ref_dw_acc(x, zx, wq, zw, b, "SAME", (1, 1), (1, 1), 1)
+    sws = [f32(0.01)]
+    sx, sy, zy = scales_for(rng, xt, acc, sws, 0)
+    args = [Q(x, sx, zx), Q(wq, sws[0], zw, const=True), bias_q(b, sx, sws, False)]
+    args += params("SAME", (1, 1), (1,), 0, False, (1, 1))
+    lo, hi = ref_activation_range(0, xt, sy, zy)
+    expected = ref_requant(acc, [sx * sws[0] / sy], zy, lo, hi)
+    before = native.threads()
+    try:
+        for threads in (1, 2):
+            native.set_threads(threads)
+            (got,) = qcall(DW, args, [out(xt, sy, zy)])
+            np.testing.assert_array_equal(got, expected)
+    finally:
+        native.set_threads(before)
+    monkeypatch.setattr(_fast, "enabled", lambda: False)
+    (slow,) = qcall(DW, args, [out(xt, sy, zy)])
+    np.testing.assert_array_equal(slow, expected)
+
+
+@needs_native
 @pytest.mark.parametrize("case", FC_CASES, ids=[f"fc{i}-{c[-1]}" for i, c in enumerate(FC_CASES)])
 def test_quant_fully_connected_compiled_equals_numpy(monkeypatch, rng, case):
     x, xt, zx, sx, wq, zw, sws, bq, acc, sy, zy = fc_setup(rng, case)
@@ -112,6 +148,28 @@ def test_requantization_outside_the_32_bit_form(monkeypatch, rng, channels, extr
         sy = f32(sx * sws[0] / 3.0)  # multiplier about 3: exponent 2, a left shift
     args = [Q(x, sx, zx), fq, bq, *params("SAME", (1, 1), (), 0, False, (1, 1))]
     fast, slow = both_paths(monkeypatch, lambda: qcall(CONV, args, [out(xt, sy, zy)]))
+    np.testing.assert_array_equal(fast[0], slow[0])
+    lo, hi = ref_activation_range(0, xt, sy, zy)
+    np.testing.assert_array_equal(fast[0], ref_requant(acc, [sx * sws[0] / sy], zy, lo, hi))
+
+
+@needs_native
+@pytest.mark.parametrize("channels", [5, 16, 40])  # single channels; one group of 16; 16 + 16 + 8
+@pytest.mark.parametrize("extreme", ["bias", "left_shift"])
+def test_depthwise_requantization_outside_the_32_bit_form(monkeypatch, rng, channels, extreme):
+    """The depthwise kernel's int64 requantization (a bias near 2^31, or a multiplier above 1) on rows wide
+    enough for its blocks of four pixels: the scalar NNAPI transcription's bytes, as the NumPy path's."""
+    case = (1, 5, 11, channels, 1, 3, 3, "SAME", (1, 1), 0, False, (1, 1), "u8")
+    x, xt, zx, sx, fq, zw, sws, bq, acc, sy, zy = dw_setup(rng, case)
+    if extreme == "bias":
+        b = np.full(channels, 2**31 - 1000, dtype=np.int64)
+        b[::2] = -(2**31) + 1000
+        bq = Q(b.astype(np.int32), bq.scale, 0, const=True)
+        acc = ref_dw_acc(x, zx, fq.value, zw, b, "SAME", (1, 1), (1, 1), 1)
+    else:
+        sy = f32(sx * sws[0] / 3.0)  # multiplier about 3: exponent 2, a left shift
+    args = [Q(x, sx, zx), fq, bq, *params("SAME", (1, 1), (1,), 0, False, (1, 1))]
+    fast, slow = both_paths(monkeypatch, lambda: qcall(DW, args, [out(xt, sy, zy)]))
     np.testing.assert_array_equal(fast[0], slow[0])
     lo, hi = ref_activation_range(0, xt, sy, zy)
     np.testing.assert_array_equal(fast[0], ref_requant(acc, [sx * sws[0] / sy], zy, lo, hi))

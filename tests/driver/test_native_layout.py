@@ -52,11 +52,10 @@ def test_every_structure_agrees_field_by_field_with_its_ctypes_mirror() -> None:
 
 @needs_lib
 def test_the_constants_agree() -> None:
-    from driver.ops import _bind, _fast
+    from driver.ops import _bind
 
     assert native.constants() == layout.CONSTANTS
     assert native.LIB is not None and native.LIB.mk_abi() == layout.ABI == native.ABI
-    assert _fast.DEPTHWISE_Q8_MAX_CHANNELS == layout.MAX_DW_CHANNELS
     assert _bind.CALL_INTS == layout.CALL_INTS
     # Every kind has its structure, which fits a call's words.
     kinds = {

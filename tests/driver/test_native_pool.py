@@ -181,9 +181,9 @@ def test_two_callers_share_the_pool(rng):
 @needs_native
 @pytest.mark.parametrize("stride, pad, signed", [(1, 1, 0), (2, 0, 1)])
 def test_quantized_depthwise_is_exact_at_any_thread_count(rng, stride, pad, signed):
-    """The staged float path of the 8-bit depthwise: the exact integer sums (int64 reference), requantized
-    as mk_requant_f32 does, with one thread or two."""
-    h, c, k = 40, 40, 3  # output rows of 40 and 20 pixels: the staged path
+    """The 8-bit depthwise's integer path: the exact integer sums (int64 reference), requantized as
+    mk_requant_f32 does, with one thread or two."""
+    h, c, k = 40, 40, 3  # output rows of 40 and 20 pixels: blocks of four, edge pixels; 16 + 16 + 8 channels
     o = (h + 2 * pad - k) // stride + 1
     dtype, zp_x = (np.int8, -5) if signed else (np.uint8, 130)
     info = np.iinfo(dtype)
@@ -211,6 +211,8 @@ def test_quantized_depthwise_is_exact_at_any_thread_count(rng, stride, pad, sign
         == 0
     )
 
+    packed = _fast.DepthwiseQ8Weights(wt)
+
     def run() -> np.ndarray:
         y = np.empty((1, o, o, c), dtype)
         status = native.LIB.mk_depthwise_q8(
@@ -219,7 +221,7 @@ def test_quantized_depthwise_is_exact_at_any_thread_count(rng, stride, pad, sign
             zp_x,
             g.ctypes.data,
             1,
-            wt.ctypes.data,
+            packed.ptr,
             *tables,
             zp_y,
             lo,
