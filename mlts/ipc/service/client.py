@@ -90,6 +90,10 @@ class Client:
         self.handles = HandleTable(host.limits)
         self._lock = threading.Lock()
         self._in_flight = 0
+        #: The highest priority any model of this connection was prepared at (-1: none yet); never
+        #: lowered. A call below it never runs on the reader thread, which must stay free to read a
+        #: call that outranks it (mlts.ipc.service.execution_calls._inline_slot).
+        self.top_priority = -1
         self.calls = 0
         self.compact_calls = 0  # of `calls`, those that came as compact frames (protocol 1.4)
         self.closed = threading.Event()
@@ -242,6 +246,11 @@ class Client:
             assert msg_id is not None
             self.conn.send(ok_reply(msg_id, result))
             self.end()
+
+    def prepared_at(self, priority: int) -> None:
+        """A model of this connection was prepared at `priority` (the priority its executions queue at)."""
+        if priority > self.top_priority:
+            self.top_priority = priority
 
     # ------------------------------------------------------------ failures
 

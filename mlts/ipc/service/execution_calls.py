@@ -308,11 +308,15 @@ def _inline_slot(client: Client, priority: int) -> Callable[[], None] | None:
     busy by the executions it preempts the scheduler then wakes the reader late for the next call
     (measured: HIGH latency under a LOW load twice as long).
 
+    A call below the highest priority this connection prepared a model at goes to the pool too: while
+    it ran on the reader's thread, a call of that higher priority from the same connection (another
+    thread of the client) would wait on the socket, unread, until the lower one ended.
+
     Asynchronous and fenced executions always go to the pool: their launches must be answered at once,
     one after the other, however long each execution takes."""
     # Only this thread (the reader) adds calls in flight: a stale count is a higher one, so reading it
     # without the lock errs towards the pool.
-    if client.in_flight_now != 1 or client.conn.pending():
+    if client.in_flight_now != 1 or client.conn.pending() or priority < client.top_priority:
         return None
     pool, app = client.host.exec_pool, client.app
     if pool.try_inline(app, priority):
