@@ -2,8 +2,8 @@
 
 A client of the shared service times model A in three phases: A at HIGH alone; A at HIGH while T
 threads run model B at LOW flat out; A at MEDIUM while the T threads run B at MEDIUM. It reports A's
-median and p90 in each, and how many executions B completed per second while A was timed against it
-(B's progress). In `priority-stress` the load runs on the timing client's own connection; in
+median and p90 in each, and in the two loaded phases how many executions A and B each completed per
+second while A was timed. In `priority-stress` the load runs on the timing client's own connection; in
 `priority-stress-two-clients` it runs in another client: a second process with a connection of its
 own (`mlts.crash.priority_load`), so the driver must let one client's HIGH execution preempt another
 client's LOW work.
