@@ -310,9 +310,12 @@ class Client:
 
         def run() -> None:
             # The driver's priority ticket is left once the reply is sent: the client's lower-priority
-            # executions stay paused until then instead of competing with the reply for the CPU.
-            with qos.holding_tickets():
+            # executions stay paused until then instead of competing with the reply for the CPU (and a
+            # moment longer, for the client's next call, while lower-priority work waits: `linger`).
+            with qos.holding_tickets() as held:
                 answer()
+                if held and pool is self.host.exec_pool:
+                    self.linger(held, priority)
 
         def answer() -> None:
             body = b""
@@ -347,6 +350,13 @@ class Client:
                 cleanup()
             raise HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"{method}: the service is stopping") from None
         return DEFERRED
+
+    def linger(self, held: list[Callable[[], None]], priority: int) -> None:
+        """Hand the tickets an answered execution of `priority` holds (`held`, from
+        `qos.holding_tickets()`) to the service's linger when lower-priority work is in the execution
+        pool (mlts.ipc.service.linger); otherwise they are left as the block ends."""
+        if self.host.linger.seconds > 0 and self.host.exec_pool.runs_below(priority):
+            self.host.linger.keep(held)
 
     # ------------------------------------------------------------ ending
 

@@ -334,7 +334,7 @@ def execute_synchronously(client: Client, call: Call) -> dict[str, Any]:
     if slot is not None:
         # As on the pool's threads (Client.defer): the driver's priority ticket is left once the reply
         # is sent, so the executions this one outranks stay paused until the answer is on its way.
-        with qos.holding_tickets():
+        with qos.holding_tickets() as held:
             try:
                 result = job.run()
             finally:
@@ -344,10 +344,12 @@ def execute_synchronously(client: Client, call: Call) -> dict[str, Any]:
                 answer = compact_calls.result_answer(compact_calls.RESULT, call.id or 0, result)
                 client.end()
                 client.conn.send_compact(answer)
-                return DEFERRED
-            reply = ok_reply(call.id or 0, codec.execution_result_to_dict(result))
-            client.end()
-            client.conn.send(reply)
+            else:
+                reply = ok_reply(call.id or 0, codec.execution_result_to_dict(result))
+                client.end()
+                client.conn.send(reply)
+            if held:
+                client.linger(held, job.entry.priority)
             return DEFERRED
     if compact:
         return client.defer(
@@ -377,8 +379,11 @@ def execute(client: Client, call: Call) -> dict[str, Any]:
     compact = call.compact is not None
 
     def run() -> None:
-        with qos.holding_tickets():  # the priority ticket is left once the completion is sent
+        # The priority ticket is left once the completion is sent (or a moment later: Client.linger).
+        with qos.holding_tickets() as held:
             complete()
+            if held:
+                client.linger(held, job.entry.priority)
 
     def complete() -> None:
         notify: dict[str, Any] = {"kind": "notify", "event": "executionComplete", "id": msg_id}
