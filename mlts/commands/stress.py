@@ -272,7 +272,10 @@ def stress(
     priority-stress (not part of `all`: it measures latency) times model A
     (the first matching model) at HIGH alone, then against --threads threads
     running model B (the last) at LOW on one shared service, then both at
-    MEDIUM; FAILURE when priorities make no difference. In
+    MEDIUM; FAILURE when priorities make no difference (A's median neither
+    30% below its median when both are MEDIUM, nor within 1.5x of alone with
+    the work shifted 1.5x towards A: A's and B's executions per second in
+    both phases). In
     priority-stress-two-clients those threads run in another process, a
     client of its own: one client's HIGH must preempt another's LOW.
 

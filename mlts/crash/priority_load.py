@@ -2,8 +2,10 @@
 
 The timing client starts `python -m mlts.crash.priority_load PARENT_PID`, writes its test spec as one
 JSON line (plus `load_model`, the model to run) and then drives it with one command per line:
-`low` / `medium` start the threads running B at that priority (answer `started`), `stop` stops them
-(answer `stopped`, or `error MESSAGE` when an execution failed), `quit` ends it. Set-up ends with
+`low` / `medium` start the threads running B at that priority (answer `started`), `count` asks how
+many executions of B they completed since (answer `count N`), `stop` stops them (answer `stopped N`,
+N the executions completed since they started, or `error MESSAGE` when an execution failed), `quit`
+ends it. Set-up ends with
 `ready`, or `error MESSAGE`. The process connects to the test's shared service with a connection of
 its own, so to the service and the driver it is another client; it ends when its parent does.
 """
@@ -57,12 +59,15 @@ class ProcessLoad:
         except OSError as e:
             raise StressFailure(f"the load client is gone ({e})") from None
 
-    def _expect(self, word: str, timeout: float, what: str) -> None:
+    def _expect(self, word: str, timeout: float, what: str) -> str:
+        """Read the answer `word` (alone, or followed by a value: returned); StressFailure otherwise."""
         assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         line = self.proc.stdout.readline().strip() if ready else None
         if line == word:
-            return
+            return ""
+        if line is not None and line.startswith(word + " ") and not line.startswith("error "):
+            return line[len(word) + 1 :]
         if line is None:
             raise StressFailure(f"the load client did not {what} within {timeout:g} s")
         if line.startswith("error "):
@@ -73,9 +78,21 @@ class ProcessLoad:
         self._send(which)
         self._expect("started", COMMAND_TIMEOUT_S, f"start its {which.upper()} load")
 
-    def stop(self) -> None:
+    def _count(self, word: str, what: str) -> int:
+        value = self._expect(word, COMMAND_TIMEOUT_S, what)
+        if not value.isdigit():
+            raise StressFailure(f"the load client answered {word!r} without a count of executions")
+        return int(value)
+
+    def completed(self) -> int:
+        """B's executions the load process completed since `start_load`."""
+        self._send("count")
+        return self._count("count", "count its executions")
+
+    def stop(self) -> int:
+        """Stop the load; B's executions completed since `start_load`."""
         self._send("stop")
-        self._expect("stopped", COMMAND_TIMEOUT_S, "run its load")
+        return self._count("stopped", "run its load")
 
     def close(self) -> None:
         """End the load process (asked first, then killed); always reaps it."""
@@ -142,13 +159,15 @@ def serve(spec: dict[str, Any]) -> int:
             if command in ("low", "medium"):
                 load.start_load(command)
                 _say("started")
+            elif command == "count":
+                _say(f"count {load.completed()}")
             elif command == "stop":
                 try:
-                    load.stop()
+                    done = load.stop()
                 except (HalError, StressFailure) as e:
                     _say(f"error {' '.join(str(e).split())}")
                 else:
-                    _say("stopped")
+                    _say(f"stopped {done}")
             elif command == "quit":
                 break
     finally:

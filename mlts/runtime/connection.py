@@ -6,6 +6,14 @@ the socket: whichever waits first reads every frame and hands each reply
 answer is in; then the next waiter takes over. A single caller thus reads
 its own reply directly, with no thread hand-off on the fast path.
 
+A waiter whose call has a higher priority (`Slot.priority`: a synchronous
+execution's prepared-model priority) than the reader's takes the reading over:
+the reader hands it on after the frame it is reading, and of the waiters the
+highest-priority one reads next. So a HIGH execution's reply is read by its
+own thread, without a hand-off after it arrives, while LOW executions of other
+threads share the connection; the hand-over itself happens while the HIGH
+call is still running in the driver.
+
 While reading, the socket is polled every 50 ms and the endpoint's liveness
 checked, so a driver that dies surfaces as DEVICE_UNAVAILABLE naming how it
 died. A call whose answer does not come within its timeout stops the
@@ -72,6 +80,8 @@ class Slot:
     reply: dict[str, Any] | None = None
     fds: tuple[int, ...] = ()
     notified: bool = False
+    #: The call's priority (a Priority code; -1: none): a waiter of a higher one takes the reading over.
+    priority: int = -1
 
     def has_reply(self) -> bool:
         return self.reply is not None
@@ -99,6 +109,11 @@ class ServiceConnection:
         # Threads waiting on `_cond`: with none (a lone caller), nobody needs notifying.
         self._waiters = 0
         self._reading = False
+        # The priority of the reader's call, and how many threads wait to read at each priority (with
+        # the highest of them): a reader hands the reading on to a waiter of a higher priority.
+        self._reader_priority = -1
+        self._wanting: dict[int, int] = {}
+        self._want_top = -1
         self._slots: dict[int, Slot] = {}
         self._next_id = 1
         self.dead: HalError | None = None
@@ -257,14 +272,18 @@ class ServiceConnection:
         # The usual case, `pump` inlined: no other thread reads, so this one reads until its reply is in.
         lock = self._lock
         lock.acquire()
-        alone = slot.reply is None and not self._reading and self.dead is None
+        alone = (
+            slot.reply is None and not self._reading and self.dead is None and slot.priority >= self._want_top
+        )
         if alone:
             self._reading = True
+            self._reader_priority = slot.priority
         lock.release()
+        end = time.monotonic() + timeout
         try:
             if alone:
                 try:
-                    self._read_reply(slot, time.monotonic() + timeout)
+                    self._read_reply(slot, end)
                 finally:
                     lock.acquire()
                     self._reading = False
@@ -272,7 +291,7 @@ class ServiceConnection:
                         self._cond.notify_all()
                     lock.release()
             if slot.reply is None:
-                self.pump(slot.has_reply, time.monotonic() + timeout, slot.method)
+                self.pump(slot.has_reply, end, slot.method, slot.priority)
         except _Timeout:
             self.forget(slot)
             raise self.hung(slot.method, timeout) from None
@@ -298,26 +317,38 @@ class ServiceConnection:
         wire.close_fds(slot.fds)
         return reply
 
-    def pump(self, done: Callable[[], bool], deadline: float | None, method: str) -> None:
-        """Return once `done()`; read the socket meanwhile when no other thread does. _Timeout at `deadline`."""
+    def pump(self, done: Callable[[], bool], deadline: float | None, method: str, priority: int = -1) -> None:
+        """Return once `done()`; read the socket meanwhile when no other thread does, unless a waiter of a
+        higher `priority` reads next (it then reads for this one too). _Timeout at `deadline`."""
         while True:
             with self._lock:
-                while True:
-                    if done():
-                        return
-                    if self.dead is not None:
-                        raise HalError(self.dead.status, self.dead.message)
-                    if not self._reading:
-                        self._reading = True
-                        break
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        raise _Timeout
-                    self._waiters += 1
-                    try:
-                        self._cond.wait(remaining)
-                    finally:
-                        self._waiters -= 1
+                taken = False
+                try:
+                    while True:
+                        if done():
+                            return
+                        if self.dead is not None:
+                            raise HalError(self.dead.status, self.dead.message)
+                        # Of the threads waiting to read, the highest-priority one reads next.
+                        if not self._reading and priority >= self._want_top:
+                            self._reading = taken = True
+                            self._reader_priority = priority
+                            break
+                        remaining = None if deadline is None else deadline - time.monotonic()
+                        if remaining is not None and remaining <= 0:
+                            raise _Timeout
+                        self._waiters += 1
+                        self._want(priority, 1)
+                        try:
+                            self._cond.wait(remaining)
+                        finally:
+                            self._waiters -= 1
+                            self._want(priority, -1)
+                finally:
+                    # Leaving without reading (answered, timed out, dead): the waiters that stood back for
+                    # this one must not wait on for it.
+                    if not taken and not self._reading and self._waiters:
+                        self._cond.notify_all()
             try:
                 self._read_until(done, deadline, method)
             finally:
@@ -325,6 +356,19 @@ class ServiceConnection:
                     self._reading = False
                     if self._waiters:
                         self._cond.notify_all()
+
+    def _want(self, priority: int, delta: int) -> None:
+        """Count a thread waiting to read at `priority` (delta 1) or no longer (-1). Lock held."""
+        wanting = self._wanting
+        n = wanting.get(priority, 0) + delta
+        if n:
+            wanting[priority] = n
+            if priority > self._want_top:
+                self._want_top = priority
+        else:
+            del wanting[priority]
+            if priority == self._want_top:
+                self._want_top = max(wanting) if wanting else -1
 
     def _read_until(self, done: Callable[[], bool], deadline: float | None, method: str) -> None:
         sock = self.sock
@@ -373,6 +417,10 @@ class ServiceConnection:
                 self._stop(f"driver {self.name!r}: {method} was interrupted")
                 raise
             self._dispatch(frame)
+            # A waiter of a higher priority than this reader's reads on (read without the lock, between
+            # frames: a stale value only moves the hand-over by a frame).
+            if self._want_top > self._reader_priority and not done():
+                return
 
     def _read_reply(self, slot: Slot, deadline: float) -> None:
         """`_read_until(slot.has_reply, deadline, slot.method)` for the lone reader, without its
@@ -426,6 +474,8 @@ class ServiceConnection:
                     finally:
                         lock.release()
             self._dispatch(frame)
+            if self._want_top > self._reader_priority and slot.reply is None:
+                return  # a higher-priority waiter reads on (as in `_read_until`); the caller waits in `pump`
 
     def _block(self, deadline: float) -> None:
         """Wait for the socket to be readable until `deadline` (_Timeout), checking the driver's

@@ -263,6 +263,8 @@ class RemotePreparedModel(PreparedModel):
             )
         else:
             copies = []
+        # Its priority lets this thread take the reading of the connection over from lower-priority ones.
+        slot.priority = self.priority
         try:
             reply = dev.connection.wait_reply(slot, limit)
             if slot.fds:

@@ -351,6 +351,10 @@ def test_priority_stress_fails_a_driver_that_ignores_priorities():
     assert r["outcome"] == "FAILURE" and "priorities made no difference" in r["reason"], r
     for phase in ("a_high_alone", "a_high_vs_b_low", "a_medium_vs_b_medium"):
         assert r["details"][phase]["median_ms"] > 0 and r["details"][phase]["p90_ms"] > 0
+    # B's progress was counted in both phases; the work did not shift to A (or A missed the goal).
+    d = r["details"]
+    assert d["b_per_s_vs_a_high"] > 0 and d["b_per_s_vs_a_medium"] > 0 and d["a_per_s_high"] > 0
+    assert not d["protected"] and (d["shift_to_a"] < d["min_shift"] or not d["within_goal"])
     assert r["details"]["handles_left_by_finished_clients"] == 0
 
 
@@ -373,4 +377,8 @@ def test_the_two_client_priority_stress_runs_its_load_in_another_client():
     assert r["details"]["form"] == "two clients"
     for phase in ("a_high_alone", "a_high_vs_b_low", "a_medium_vs_b_medium"):
         assert r["details"][phase]["calls"] >= 5
+    # The load process reported B's progress in both phases.
+    d = r["details"]
+    assert d["b_per_s_vs_a_high"] > 0 and d["b_per_s_vs_a_medium"] > 0
+    assert not d["protected"] and (d["shift_to_a"] < d["min_shift"] or not d["within_goal"])
     assert r["details"]["handles_left_by_finished_clients"] == 0

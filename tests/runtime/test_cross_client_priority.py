@@ -74,3 +74,42 @@ def test_two_connections_of_one_program_are_one_app(service):
     finally:
         a.close()
         b.close()
+
+
+def test_a_high_call_is_read_while_its_own_connection_runs_a_low_one(service):
+    """One connection, a lone LOW synchronous execution (an endless loop) and then a HIGH one: the
+    service reads and runs the HIGH call at once instead of leaving it on the socket behind the LOW
+    execution (which a lone call on an idle service would otherwise run on the connection's reader)."""
+    a = service.connect()
+    try:
+        low = a.prepareModel(cfkit.endless_model(), priority=Priority.LOW)
+        high = a.prepareModel(cfkit.while_model(), priority=Priority.HIGH)
+        low_req, low_pool = _shared_request([np.array([1.0], np.float32)], [4])
+        high_req, high_pool = _shared_request(LONG_ARGS, [12, 4])
+        done: dict[str, float] = {}
+        errors: list[HalError] = []
+
+        def run_low() -> None:
+            try:
+                low.executeSynchronously(low_req, loop_timeout_duration=1_500_000_000)
+            except HalError as e:
+                errors.append(e)
+            done["low"] = time.monotonic()
+
+        with service.connect() as watcher:
+            thread = threading.Thread(target=run_low)
+            thread.start()
+            limit = time.monotonic() + 30
+            while watcher.service_status()["execute_pool"]["busy"] == 0:
+                assert time.monotonic() < limit and thread.is_alive(), "the LOW execution never started"
+                time.sleep(0.001)
+        started = time.monotonic()
+        high.executeSynchronously(high_req)
+        done["high"] = time.monotonic()
+        thread.join(30)
+        assert done["high"] < done["low"] and done["high"] - started < 1.0
+        assert [e.status for e in errors] == [ErrorStatus.MISSED_DEADLINE_TRANSIENT]
+        low_pool.close()
+        high_pool.close()
+    finally:
+        a.close()

@@ -90,6 +90,10 @@ class Client:
         self.handles = HandleTable(host.limits)
         self._lock = threading.Lock()
         self._in_flight = 0
+        #: The highest priority any model of this connection was prepared at (-1: none yet); never
+        #: lowered. A call below it never runs on the reader thread, which must stay free to read a
+        #: call that outranks it (mlts.ipc.service.execution_calls._inline_slot).
+        self.top_priority = -1
         self.calls = 0
         self.compact_calls = 0  # of `calls`, those that came as compact frames (protocol 1.4)
         self.closed = threading.Event()
@@ -243,6 +247,11 @@ class Client:
             self.conn.send(ok_reply(msg_id, result))
             self.end()
 
+    def prepared_at(self, priority: int) -> None:
+        """A model of this connection was prepared at `priority` (the priority its executions queue at)."""
+        if priority > self.top_priority:
+            self.top_priority = priority
+
     # ------------------------------------------------------------ failures
 
     def refused(self, method: str, error: HalError) -> None:
@@ -301,9 +310,12 @@ class Client:
 
         def run() -> None:
             # The driver's priority ticket is left once the reply is sent: the client's lower-priority
-            # executions stay paused until then instead of competing with the reply for the CPU.
-            with qos.holding_tickets():
+            # executions stay paused until then instead of competing with the reply for the CPU (and a
+            # moment longer, for the client's next call, while lower-priority work waits: `linger`).
+            with qos.holding_tickets() as held:
                 answer()
+                if held and pool is self.host.exec_pool:
+                    self.linger(held, priority)
 
         def answer() -> None:
             body = b""
@@ -338,6 +350,13 @@ class Client:
                 cleanup()
             raise HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"{method}: the service is stopping") from None
         return DEFERRED
+
+    def linger(self, held: list[Callable[[], None]], priority: int) -> None:
+        """Hand the tickets an answered execution of `priority` holds (`held`, from
+        `qos.holding_tickets()`) to the service's linger when lower-priority work is in the execution
+        pool (mlts.ipc.service.linger); otherwise they are left as the block ends."""
+        if self.host.linger.seconds > 0 and self.host.exec_pool.runs_below(priority):
+            self.host.linger.keep(held)
 
     # ------------------------------------------------------------ ending
 

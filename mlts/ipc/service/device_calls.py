@@ -121,6 +121,7 @@ def _register(client: Client, call: Call, entry: PreparedEntry) -> dict[str, Any
     except HalError:
         close()
         raise
+    client.prepared_at(entry.priority)
     return {"prepared": handle}
 
 

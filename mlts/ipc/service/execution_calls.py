@@ -340,11 +340,15 @@ def _inline_slot(client: Client, priority: int) -> Callable[[], None] | None:
     busy by the executions it preempts the scheduler then wakes the reader late for the next call
     (measured: HIGH latency under a LOW load twice as long).
 
+    A call below the highest priority this connection prepared a model at goes to the pool too: while
+    it ran on the reader's thread, a call of that higher priority from the same connection (another
+    thread of the client) would wait on the socket, unread, until the lower one ended.
+
     Asynchronous and fenced executions always go to the pool: their launches must be answered at once,
     one after the other, however long each execution takes."""
     # Only this thread (the reader) adds calls in flight: a stale count is a higher one, so reading it
     # without the lock errs towards the pool.
-    if client.in_flight_now != 1 or client.conn.pending():
+    if client.in_flight_now != 1 or client.conn.pending() or priority < client.top_priority:
         return None
     pool, app = client.host.exec_pool, client.app
     if pool.try_inline(app, priority):
@@ -362,7 +366,7 @@ def execute_synchronously(client: Client, call: Call) -> dict[str, Any]:
     if slot is not None:
         # As on the pool's threads (Client.defer): the driver's priority ticket is left once the reply
         # is sent, so the executions this one outranks stay paused until the answer is on its way.
-        with qos.holding_tickets():
+        with qos.holding_tickets() as held:
             try:
                 result = job.run()
             finally:
@@ -372,10 +376,12 @@ def execute_synchronously(client: Client, call: Call) -> dict[str, Any]:
                 answer = compact_calls.result_answer(compact_calls.RESULT, call.id or 0, result)
                 client.end()
                 client.conn.send_compact(answer)
-                return DEFERRED
-            reply = ok_reply(call.id or 0, codec.execution_result_to_dict(result))
-            client.end()
-            client.conn.send(reply)
+            else:
+                reply = ok_reply(call.id or 0, codec.execution_result_to_dict(result))
+                client.end()
+                client.conn.send(reply)
+            if held:
+                client.linger(held, job.entry.priority)
             return DEFERRED
     if compact:
         return client.defer(
@@ -405,8 +411,11 @@ def execute(client: Client, call: Call) -> dict[str, Any]:
     compact = call.compact is not None
 
     def run() -> None:
-        with qos.holding_tickets():  # the priority ticket is left once the completion is sent
+        # The priority ticket is left once the completion is sent (or a moment later: Client.linger).
+        with qos.holding_tickets() as held:
             complete()
+            if held:
+                client.linger(held, job.entry.priority)
 
     def complete() -> None:
         notify: dict[str, Any] = {"kind": "notify", "event": "executionComplete", "id": msg_id}

@@ -37,6 +37,7 @@ from mlts.ipc.service.client import Client, Handler
 from mlts.ipc.service.coverage import DriverCoverage, coverage_report
 from mlts.ipc.service.fence_watcher import FenceWatcher
 from mlts.ipc.service.handles import Limits
+from mlts.ipc.service.linger import DEFAULT_LINGER_S, Linger
 from mlts.ipc.service.memory_trim import Trimmer
 from mlts.ipc.service.refusals import GuessBrake, RefusalLog
 from mlts.ipc.service.scheduler import WorkerPool
@@ -82,6 +83,7 @@ class ServiceHost:
         allowlist: AllowlistPolicy | None = None,
         prepare_nice: int = PREPARE_NICE,
         coverage: DriverCoverage | None = None,
+        priority_linger: float = DEFAULT_LINGER_S,
     ) -> None:
         self.device = device
         #: False: models and requests reach the Device decoded (sizes and types checked) but not
@@ -120,6 +122,9 @@ class ServiceHost:
         if coverage is not None:
             self.handlers["coverageReport"] = coverage_report
         self.exec_pool = WorkerPool("execute", workers)
+        #: Keeps a higher-priority execution's ticket a moment after its answer while lower-priority
+        #: work is in the pool (mlts.ipc.service.linger).
+        self.linger = Linger(priority_linger)
         # Preparations run below executions (lower priority, short switch interval), as an accelerator
         # driver's compiler never slows its executions: mlts.ipc.service.background.
         self.prepare_pool = WorkerPool("prepare", prepare_workers, Background(prepare_nice))
@@ -318,7 +323,11 @@ class ServiceHost:
             "served": self.served,
             "you": asking.status() if asking is not None else None,
             "visible_clients": described,
-            "execute_pool": self.exec_pool.status(),
+            "execute_pool": {
+                **self.exec_pool.status(),
+                "priority_linger_us": round(self.linger.seconds * 1e6),
+                "lingered": self.linger.kept,
+            },
             "prepare_pool": {**self.prepare_pool.status(), **self._background()},
             "fence_waits": self.fences.count(),
             "burst_listeners": sum(1 for t in threading.enumerate() if t.name == "burst"),
@@ -358,6 +367,7 @@ class ServiceHost:
         """Stop everything and close the Device."""
         self.stop()
         self.fences.stop()
+        self.linger.stop()
         # Work still running after this is abandoned: its threads are daemons and end with the process.
         self.exec_pool.stop(1.0)
         self.prepare_pool.stop(0.5)

@@ -32,6 +32,7 @@ from mlts.ipc.service.host import (
     DEFAULT_WORKERS,
     ServiceHost,
 )
+from mlts.ipc.service.linger import DEFAULT_LINGER_S
 
 log = logging.getLogger("mlts.ipc.service")
 
@@ -69,6 +70,13 @@ def _non_negative_float(text: str) -> float:
     value = float(text)
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def _linger_us(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 1_000_000:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1000000 microseconds, got {value}")
     return value
 
 
@@ -135,6 +143,14 @@ def parser() -> argparse.ArgumentParser:
         metavar="STEPS",
         help="how many nice steps below the executions the preparation workers run "
         f"(0 to {MAX_NICE}; 0: the same priority)",
+    )
+    p.add_argument(
+        "--priority-linger-us",
+        type=_linger_us,
+        default=round(DEFAULT_LINGER_S * 1e6),
+        metavar="US",
+        help="microseconds a higher-priority execution keeps lower-priority ones paused after its answer, "
+        "for the same client's next call (0: none)",
     )
     p.add_argument(
         "--fence-wait-limit",
@@ -312,6 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shared=sock is None,
         prevalidate=args.prevalidate,
         prepare_nice=args.prepare_nice,
+        priority_linger=args.priority_linger_us / 1e6,
         allowlist=allowlist,
         coverage=coverage,
     )

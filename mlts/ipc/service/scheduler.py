@@ -257,6 +257,12 @@ class WorkerPool:
             if self._quiet_waiters:
                 self._quiet.notify_all()
 
+    def runs_below(self, priority: int) -> bool:
+        """Whether work of a lower priority than `priority` runs in the pool now (paused work counts), or
+        any work waits in it."""
+        with self._lock:
+            return bool(self._queued) or any(p < priority for (_, p) in self._running)
+
     def idle(self) -> bool:
         """Whether nothing runs or waits in the pool now (read without the lock: a hint, not a promise)."""
         return not (self._busy or self._inline or self._queued)
