@@ -245,13 +245,49 @@ def _switch_interval(seconds: float) -> Iterator[None]:
         sys.setswitchinterval(saved)
 
 
+#: performance-degradation-stress: the longest a loaded phase waits for model B's compilation to reach
+#: the driver before it starts timing A anyway (seconds).
+LEAD_IN_LIMIT_S = 5.0
+
+
+def _driver_compilations(device: Any) -> int | None:
+    """How many preparations the device's service has handed its driver so far (serviceStatus
+    prepare_pool.compilations_started), or None where the device does not say (not a service of
+    mlts's, or an older one)."""
+    status = getattr(device, "service_status", None)
+    if status is None:
+        return None
+    try:
+        return int(status()["prepare_pool"]["compilations_started"])
+    except (HalError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _wait_for_driver(device: Any, before: int | None) -> float:
+    """Wait until the service has handed its driver a preparation since it counted `before` (at most
+    LEAD_IN_LIMIT_S); the seconds waited (0 when the service does not count)."""
+    if before is None:
+        return 0.0
+    start = time.monotonic()
+    while time.monotonic() - start < LEAD_IN_LIMIT_S:
+        now = _driver_compilations(device)
+        if now is None or now > before:
+            break
+        time.sleep(0.001)
+    return time.monotonic() - start
+
+
 def degradation(ctx: StressContext) -> dict[str, Any]:
     """Model A's latency alone and while another thread compiles model B in a loop, in alternating phases.
 
     The compiling thread uses its own driver connection (the service answers one call at a time
     per connection, so sharing one would measure queueing, not interference). A warm-up of a tenth
     of the time, then DEGRADATION_PAIRS pairs of an alone and a loaded phase; the compiler runs only
-    in loaded phases (a compilation still running when one ends is waited for). The slowdown is the
+    in loaded phases (a compilation still running when one ends is waited for). A loaded phase times
+    A from the moment the service has handed B to its driver (serviceStatus' count of the driver's
+    preparations; `lead_in_ms` per phase): before that the service is only decoding B, and a
+    service whose preparations give way to executions would stretch that lead-in over much of the
+    phase, hiding a driver whose compiler does slow its executions. The slowdown is the
     loaded median over the alone median of the pooled samples, with a conservative 95% interval
     from the two medians' distribution-free intervals, [loaded_lo / alone_hi, loaded_hi / alone_lo]
     - 1. FAILURE only when the whole interval lies above the limit (params "limit_percent", MLTS's
@@ -316,14 +352,22 @@ def degradation(ctx: StressContext) -> dict[str, Any]:
             thread.start()
             for _ in range(DEGRADATION_PAIRS):
                 alone_ms = timed(phase_s, alone) * 1000
+                before = _driver_compilations(device)
                 loading.set()
                 try:
+                    lead_in_ms = _wait_for_driver(device, before) * 1000
                     loaded_ms = timed(phase_s, loaded) * 1000
                 finally:
                     loading.clear()
                     with compiling:  # the compilation in flight ends before the next alone phase
                         pass
-                phases.append({"median_alone_ms": alone_ms, "median_while_compiling_ms": loaded_ms})
+                phases.append(
+                    {
+                        "median_alone_ms": alone_ms,
+                        "median_while_compiling_ms": loaded_ms,
+                        "lead_in_ms": lead_in_ms,
+                    }
+                )
                 if errors:
                     break
     except HalError as e:

@@ -211,6 +211,8 @@ def test_performance_degradation_limit_is_enforced():
     lo, hi = d["growth_ci95"]
     assert lo <= d["growth"] <= hi and lo > -0.9
     assert len(d["phases"]) == DEGRADATION_PAIRS and all(p["median_alone_ms"] > 0 for p in d["phases"])
+    # Each loaded phase timed A once B had reached the driver; B was compiled in every one.
+    assert all(0 < p["lead_in_ms"] < 5000 for p in d["phases"]) and d["compilations"] >= DEGRADATION_PAIRS
 
 
 def test_performance_degradation_fails_a_driver_whose_compiler_slows_its_executions():

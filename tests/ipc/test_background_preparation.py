@@ -207,3 +207,19 @@ def test_waiting_for_a_quiet_pool():
 def test_bad_give_way_times_are_refused(wait, run):
     with pytest.raises(ValueError, match="give-way times"):
         GiveWay(WorkerPool("execute", 1), max_wait_s=wait, run_s=run)
+
+
+def test_the_driver_s_preparations_are_counted_while_they_run_and_in_all():
+    executions = WorkerPool("execute", 1)
+    give_way = GiveWay(executions)
+    seen = []
+    try:
+        with give_way.in_the_driver():
+            seen.append(give_way.describe())
+        with pytest.raises(RuntimeError), give_way.in_the_driver():
+            raise RuntimeError("driver bug")
+        seen.append(give_way.describe())
+    finally:
+        executions.stop(2)
+    assert (seen[0]["compiling"], seen[0]["compilations_started"]) == (1, 1)
+    assert (seen[1]["compiling"], seen[1]["compilations_started"]) == (0, 2)

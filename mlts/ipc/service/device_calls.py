@@ -157,8 +157,8 @@ def get_supported_operations(client: Client, call: Call) -> dict[str, Any]:
     memory = _map_model(client, call)
 
     def work() -> dict[str, Any]:
-        model = _decode_model(client, call.method, memory)
         with client.host.give_way.held():
+            model = _decode_model(client, call.method, memory)
             supported = client.host.device.getSupportedOperations(model)
         return {"supported": [bool(s) for s in supported]}
 
@@ -193,13 +193,14 @@ def prepare_model(client: Client, call: Call) -> dict[str, Any]:
     kept: list[SharedMemory | None] = [memory]
 
     def work() -> dict[str, Any]:
-        model = _decode_model(client, m, memory)
         with client.host.give_way.held():
+            model = _decode_model(client, m, memory)
             started = trace.now_ns()
             try:
-                prepared = client.host.device.prepareModel(
-                    model, preference, priority, deadline, tuple(model_cache), tuple(data_cache), token
-                )
+                with client.host.give_way.in_the_driver():
+                    prepared = client.host.device.prepareModel(
+                        model, preference, priority, deadline, tuple(model_cache), tuple(data_cache), token
+                    )
             finally:
                 trace.span("prepareModel", "service", started, trace.now_ns(), client_pid=client.pid)
         kept[0] = None  # the prepared model keeps the mapping from now on
@@ -223,7 +224,7 @@ def prepare_model_from_cache(client: Client, call: Call) -> dict[str, Any]:
     model_cache, data_cache = _cache_fds(call)
 
     def work() -> dict[str, Any]:
-        with client.host.give_way.held():
+        with client.host.give_way.held(), client.host.give_way.in_the_driver():
             prepared = client.host.device.prepareModelFromCache(
                 tuple(model_cache), tuple(data_cache), token, deadline
             )
