@@ -280,8 +280,9 @@ def _wait_for_driver(device: Any, before: int | None) -> float:
 def degradation(ctx: StressContext) -> dict[str, Any]:
     """Model A's latency alone and while another thread compiles model B in a loop, in alternating phases.
 
-    The compiling thread uses its own driver connection (the service answers one call at a time
-    per connection, so sharing one would measure queueing, not interference). A warm-up of a tenth
+    Model B is compiled by another client, a process of its own (mlts.crash.priority_load), as MLTS
+    compiles from another thread of its app: no interpreter lock of this process is shared with the
+    compiling, so what slows A is the service and its driver, not the harness. A warm-up of a tenth
     of the time, then DEGRADATION_PAIRS pairs of an alone and a loaded phase; the compiler runs only
     in loaded phases (a compilation still running when one ends is waited for). A loaded phase times
     A from the moment the service has handed B to its driver (serviceStatus' count of the driver's
@@ -294,19 +295,19 @@ def degradation(ctx: StressContext) -> dict[str, Any]:
     50% by default): one noisy phase on a busy machine does not fail a healthy driver.
 
     The process runs with a short interpreter switch interval (HARNESS_SWITCH_INTERVAL_S) in both
-    phases, so the compiling thread's own interpreter work does not hold A's thread up: what is
-    measured is the driver (whose service prepares below its executions), not the harness.
+    phases (its other threads, the connection's, do not hold A's thread up for long).
     """
     limit = float(ctx.params.get("limit_percent", DEGRADATION_LIMIT_PERCENT)) / 100.0
+    from mlts.crash.priority_load import ProcessLoad
     from mlts.runtime.session import Session
 
     names = list(ctx.spec["models"])
     a_name, b_name = names[0], names[-1]
     device = ctx.open_device()
-    other = ctx.open_device()
-    a_model, b_model = ctx.model(a_name), ctx.model(b_name)
+    a_model = ctx.model(a_name)
     inputs = ctx.inputs(a_model, ctx.seed)
     session = Session(device, a_model, qos=ctx.qos)
+    load = ProcessLoad.launch(ctx, b_name, kind="compile")
     ctx.ready()
     phase_s = ctx.duration_s * 0.9 / (2 * DEGRADATION_PAIRS)
 
@@ -325,42 +326,22 @@ def degradation(ctx: StressContext) -> dict[str, Any]:
     alone: list[float] = []
     loaded: list[float] = []
     phases: list[dict[str, float]] = []
-    stop, loading = threading.Event(), threading.Event()
-    compiling = threading.Lock()  # held during each compilation of B
-    errors: list[BaseException] = []
-    compile_s: list[float] = []  # each compilation of B, in seconds
-
-    def compile_b() -> None:
-        try:
-            while not stop.is_set():
-                if not loading.wait(0.05):
-                    continue
-                with compiling:
-                    if loading.is_set():
-                        t0 = time.perf_counter()
-                        other.prepareModel(b_model).close()
-                        compile_s.append(time.perf_counter() - t0)
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-
-    thread = threading.Thread(target=compile_b, daemon=True)
+    compilations = 0
     try:
         with _switch_interval(HARNESS_SWITCH_INTERVAL_S):
             end_warm = time.monotonic() + ctx.duration_s / 10
             while time.monotonic() < end_warm:
                 session.run(inputs)
-            thread.start()
             for _ in range(DEGRADATION_PAIRS):
                 alone_ms = timed(phase_s, alone) * 1000
                 before = _driver_compilations(device)
-                loading.set()
+                load.start_load("compile")
                 try:
                     lead_in_ms = _wait_for_driver(device, before) * 1000
                     loaded_ms = timed(phase_s, loaded) * 1000
                 finally:
-                    loading.clear()
-                    with compiling:  # the compilation in flight ends before the next alone phase
-                        pass
+                    # The compilation in flight ends before the next alone phase.
+                    compilations += load.stop()
                 phases.append(
                     {
                         "median_alone_ms": alone_ms,
@@ -368,22 +349,11 @@ def degradation(ctx: StressContext) -> dict[str, Any]:
                         "lead_in_ms": lead_in_ms,
                     }
                 )
-                if errors:
-                    break
     except HalError as e:
         raise ctx.failure(e, f"executeSynchronously of {a_name}") from None
     finally:
-        stop.set()
-        loading.clear()
-        if thread.is_alive():
-            thread.join()
+        load.close()
         session.close()
-    if errors:
-        raise (
-            ctx.failure(errors[0], f"prepareModel of {b_name}")
-            if isinstance(errors[0], HalError)
-            else errors[0]
-        )
     verdict = slowdown(alone, loaded)
     growth, interval = verdict["growth"], verdict["growth_ci95"]
     details = {
@@ -392,9 +362,8 @@ def degradation(ctx: StressContext) -> dict[str, Any]:
         **verdict,
         "limit": limit,
         "phases": phases,
-        # How much compiling A ran against: a service that stopped preparing would show few, long ones.
-        "compilations": len(compile_s),
-        "median_compilation_ms": _median(compile_s) * 1000 if compile_s else None,
+        # How much compiling A ran against: a service that stopped preparing would show few.
+        "compilations": compilations,
         "rule": "FAILURE when the lower end of growth_ci95 is above limit",
         "harness_switch_interval_ms": HARNESS_SWITCH_INTERVAL_S * 1000,
     }

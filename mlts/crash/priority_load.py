@@ -1,12 +1,13 @@
-"""The other client of `priority-stress-two-clients`: model B's load, run from a process of its own.
+"""The other client of `priority-stress-two-clients` and `performance-degradation-stress`: model B's
+load, run from a process of its own.
 
 The timing client starts `python -m mlts.crash.priority_load PARENT_PID`, writes its test spec as one
-JSON line (plus `load_model`, the model to run) and then drives it with one command per line:
-`low` / `medium` start the threads running B at that priority (answer `started`), `count` asks how
-many executions of B they completed since (answer `count N`), `stop` stops them (answer `stopped N`,
-N the executions completed since they started, or `error MESSAGE` when an execution failed), `quit`
-ends it. Set-up ends with
-`ready`, or `error MESSAGE`. The process connects to the test's shared service with a connection of
+JSON line (plus `load_model`, the model, and `load_kind`: `execute`, the default, or `compile`) and
+then drives it with one command per line: `low` / `medium` start the threads running B at that
+priority, or `compile` starts compiling B in a loop (answer `started`); `count` asks how many
+executions (or compilations) of B completed since (answer `count N`); `stop` stops them, a
+compilation in flight ending first (answer `stopped N`, N those completed since they started, or
+`error MESSAGE` when one failed); `quit` ends it. Set-up ends with `ready`, or `error MESSAGE`. The process connects to the test's shared service with a connection of
 its own, so to the service and the driver it is another client; it ends when its parent does.
 """
 
@@ -17,6 +18,7 @@ import os
 import select
 import subprocess
 import sys
+import threading
 from typing import Any
 
 from mlts.crash.context import StressContext
@@ -34,7 +36,7 @@ class ProcessLoad:
         self.proc = proc
 
     @classmethod
-    def launch(cls, ctx: StressContext, b_name: str) -> ProcessLoad:
+    def launch(cls, ctx: StressContext, b_name: str, kind: str = "execute") -> ProcessLoad:
         proc = subprocess.Popen(
             [sys.executable, "-m", "mlts.crash.priority_load", str(os.getpid())],
             stdin=subprocess.PIPE,
@@ -44,7 +46,7 @@ class ProcessLoad:
         )
         load = cls(proc)
         try:
-            load._send(json.dumps({**ctx.spec, "load_model": b_name}))
+            load._send(json.dumps({**ctx.spec, "load_model": b_name, "load_kind": kind}))
             load._expect("ready", SETUP_TIMEOUT_S, "set up")
         except BaseException:
             load.close()
@@ -81,16 +83,17 @@ class ProcessLoad:
     def _count(self, word: str, what: str) -> int:
         value = self._expect(word, COMMAND_TIMEOUT_S, what)
         if not value.isdigit():
-            raise StressFailure(f"the load client answered {word!r} without a count of executions")
+            raise StressFailure(f"the load client answered {word!r} without a count")
         return int(value)
 
     def completed(self) -> int:
-        """B's executions the load process completed since `start_load`."""
+        """B's executions (compilations) the load process completed since `start_load`."""
         self._send("count")
         return self._count("count", "count its executions")
 
     def stop(self) -> int:
-        """Stop the load; B's executions completed since `start_load`."""
+        """Stop the load (a compilation in flight ends first); B's executions (compilations) completed
+        since `start_load`."""
         self._send("stop")
         return self._count("stopped", "run its load")
 
@@ -126,6 +129,49 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
+class CompileLoad:
+    """B compiled in a loop on one connection while started (the load of performance-degradation-stress)."""
+
+    def __init__(self, device: Any, model: Any) -> None:
+        self.device = device
+        self.model = model
+        self._on = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._done = 0
+        self._error: BaseException | None = None
+
+    def start_load(self, which: str) -> None:
+        self._done, self._error = 0, None
+        self._on.set()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        try:
+            while self._on.is_set():
+                self.device.prepareModel(self.model).close()
+                self._done += 1
+        except BaseException as e:  # noqa: BLE001  (reported by `stop`)
+            self._error = e
+
+    def completed(self) -> int:
+        return self._done
+
+    def stop(self) -> int:
+        self._on.clear()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            raise StressFailure(f"prepareModel of the compiled model failed: {self._error}")
+        return self._done
+
+    def close(self) -> None:
+        self._on.clear()
+        if self._thread is not None:
+            self._thread.join(COMMAND_TIMEOUT_S)
+
+
 def serve(spec: dict[str, Any]) -> int:
     """Set up B's sessions, then follow the commands on stdin; 0 on `quit`, 1 when set-up failed."""
     from dataclasses import replace
@@ -137,17 +183,22 @@ def serve(spec: dict[str, Any]) -> int:
 
     ctx = StressContext(spec, _Quiet())  # type: ignore[arg-type]
     b_name = str(spec["load_model"])
+    compiling = spec.get("load_kind", "execute") == "compile"
     threads = max(1, int(spec.get("threads", 2)))
     sessions: list[Any] = []
+    load: Any
     try:
         device = ctx.open_device()
         b_model = ctx.model(b_name)
-        for priority in (Priority.LOW, Priority.MEDIUM):
-            qos = replace(ctx.qos, priority=priority)
-            sessions += [Session(device, b_model, qos=qos) for _ in range(threads)]
-        load = ThreadLoad(
-            ctx, b_name, sessions[:threads], sessions[threads:], ctx.inputs(b_model, ctx.seed + 1)
-        )
+        if compiling:
+            load = CompileLoad(device, b_model)
+        else:
+            for priority in (Priority.LOW, Priority.MEDIUM):
+                qos = replace(ctx.qos, priority=priority)
+                sessions += [Session(device, b_model, qos=qos) for _ in range(threads)]
+            load = ThreadLoad(
+                ctx, b_name, sessions[:threads], sessions[threads:], ctx.inputs(b_model, ctx.seed + 1)
+            )
     except (HalError, StressFailure, OSError, ValueError) as e:
         _say(f"error {' '.join(str(e).split())}")
         ctx.close()
@@ -156,7 +207,7 @@ def serve(spec: dict[str, Any]) -> int:
     try:
         for line in sys.stdin:
             command = line.strip()
-            if command in ("low", "medium"):
+            if command in ("low", "medium") and not compiling or command == "compile" and compiling:
                 load.start_load(command)
                 _say("started")
             elif command == "count":
