@@ -151,14 +151,14 @@ class GiveWay:
     def held(self) -> Iterator[None]:
         executions = self.executions
         recent = executions.active or time.monotonic() - executions.quiet_since < RECENT_S
-        if not recent or sys.getprofile() is not None:
+        if not recent or sys.gettrace() is not None:
             yield
             return
-        sys.setprofile(self._hook())
+        sys.settrace(self._hook())
         try:
             yield
         finally:
-            sys.setprofile(None)
+            sys.settrace(None)
 
     def _hook(self):  # noqa: ANN202 (a trace function)
         executions, wait_quiet = self.executions, self.executions.wait_quiet
