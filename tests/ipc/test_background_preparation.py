@@ -203,10 +203,29 @@ def test_waiting_for_a_quiet_pool():
         executions.stop(2)
 
 
-@pytest.mark.parametrize(("wait", "run"), [(0.0, 1.0), (1.0, 0.0), (-1.0, 1.0)])
-def test_bad_give_way_times_are_refused(wait, run):
+@pytest.mark.parametrize(
+    ("wait", "run", "gap"), [(0.0, 1.0, 0.0), (1.0, 0.0, 0.0), (-1.0, 1.0, 0.0), (1.0, 1.0, -1.0)]
+)
+def test_bad_give_way_times_are_refused(wait, run, gap):
     with pytest.raises(ValueError, match="give-way times"):
-        GiveWay(WorkerPool("execute", 1), max_wait_s=wait, run_s=run)
+        GiveWay(WorkerPool("execute", 1), max_wait_s=wait, run_s=run, idle_gap_s=gap)
+
+
+def test_a_preparation_also_waits_out_the_gap_after_the_last_execution():
+    # Between a client's calls nothing runs for a moment: a preparation does not take that moment.
+    executions = WorkerPool("execute", 1)
+    give_way = GiveWay(executions, max_wait_s=30.0, idle_gap_s=0.3)
+    trail: list[str] = []
+    try:
+        assert executions.try_inline()
+        executions.end_inline()  # an execution just ended
+        start = time.monotonic()
+        with give_way.held():
+            _step(trail, "compiled")
+        assert trail == ["compiled"] and time.monotonic() - start >= 0.25
+        assert give_way.waits == 1
+    finally:
+        executions.stop(2)
 
 
 def test_the_driver_s_preparations_are_counted_while_they_run_and_in_all():

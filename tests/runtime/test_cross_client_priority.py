@@ -28,6 +28,34 @@ def service(tmp_path_factory):
     assert svc.stop() == 0
 
 
+def _high_overtakes_an_endless_low(run_low, run_high, status) -> None:
+    """Start `run_low` (a LOW execution of an endless loop) on a thread, wait until the service runs it
+    (`status()`, a serviceStatus, shows a busy worker), then `run_high`: the HIGH execution must end
+    long before LOW's 1.5 s loop timeout, which ends LOW with MISSED_DEADLINE_TRANSIENT."""
+    done: dict[str, float] = {}
+    errors: list[HalError] = []
+
+    def low() -> None:
+        try:
+            run_low()
+        except HalError as e:
+            errors.append(e)
+        done["low"] = time.monotonic()
+
+    thread = threading.Thread(target=low)
+    thread.start()
+    limit = time.monotonic() + 30
+    while status()["execute_pool"]["busy"] == 0:
+        assert time.monotonic() < limit and thread.is_alive(), "the LOW execution never started"
+        time.sleep(0.001)
+    started = time.monotonic()
+    run_high()
+    done["high"] = time.monotonic()
+    thread.join(30)
+    assert done["high"] < done["low"] and done["high"] - started < 1.0
+    assert [e.status for e in errors] == [ErrorStatus.MISSED_DEADLINE_TRANSIENT]
+
+
 def test_another_clients_high_execution_preempts_a_running_low_one(service):
     a, b = service.connect(), service.connect()
     try:
@@ -35,29 +63,12 @@ def test_another_clients_high_execution_preempts_a_running_low_one(service):
         high = b.prepareModel(cfkit.while_model(), priority=Priority.HIGH)
         low_req, low_pool = _shared_request([np.array([1.0], np.float32)], [4])
         high_req, high_pool = _shared_request(LONG_ARGS, [12, 4])
-        done: dict[str, float] = {}
-        errors: list[HalError] = []
-
-        def run_low() -> None:
-            try:
-                low.execute(low_req, loop_timeout_duration=1_500_000_000).result()
-            except HalError as e:
-                errors.append(e)
-            done["low"] = time.monotonic()
-
-        thread = threading.Thread(target=run_low)
-        thread.start()
-        limit = time.monotonic() + 30
-        while b.service_status()["execute_pool"]["busy"] == 0:
-            assert time.monotonic() < limit and thread.is_alive(), "the LOW execution never started"
-            time.sleep(0.001)
-        started = time.monotonic()
-        high.executeSynchronously(high_req)
-        done["high"] = time.monotonic()
-        thread.join(30)
-        # HIGH ran while LOW (an endless loop) was paused: long before LOW's 1.5 s loop timeout.
-        assert done["high"] < done["low"] and done["high"] - started < 1.0
-        assert [e.status for e in errors] == [ErrorStatus.MISSED_DEADLINE_TRANSIENT]
+        # HIGH runs while LOW (an endless loop) is paused.
+        _high_overtakes_an_endless_low(
+            lambda: low.execute(low_req, loop_timeout_duration=1_500_000_000).result(),
+            lambda: high.executeSynchronously(high_req),
+            b.service_status,
+        )
         low_pool.close()
         high_pool.close()
     finally:
@@ -86,29 +97,12 @@ def test_a_high_call_is_read_while_its_own_connection_runs_a_low_one(service):
         high = a.prepareModel(cfkit.while_model(), priority=Priority.HIGH)
         low_req, low_pool = _shared_request([np.array([1.0], np.float32)], [4])
         high_req, high_pool = _shared_request(LONG_ARGS, [12, 4])
-        done: dict[str, float] = {}
-        errors: list[HalError] = []
-
-        def run_low() -> None:
-            try:
-                low.executeSynchronously(low_req, loop_timeout_duration=1_500_000_000)
-            except HalError as e:
-                errors.append(e)
-            done["low"] = time.monotonic()
-
         with service.connect() as watcher:
-            thread = threading.Thread(target=run_low)
-            thread.start()
-            limit = time.monotonic() + 30
-            while watcher.service_status()["execute_pool"]["busy"] == 0:
-                assert time.monotonic() < limit and thread.is_alive(), "the LOW execution never started"
-                time.sleep(0.001)
-        started = time.monotonic()
-        high.executeSynchronously(high_req)
-        done["high"] = time.monotonic()
-        thread.join(30)
-        assert done["high"] < done["low"] and done["high"] - started < 1.0
-        assert [e.status for e in errors] == [ErrorStatus.MISSED_DEADLINE_TRANSIENT]
+            _high_overtakes_an_endless_low(
+                lambda: low.executeSynchronously(low_req, loop_timeout_duration=1_500_000_000),
+                lambda: high.executeSynchronously(high_req),
+                watcher.service_status,
+            )
         low_pool.close()
         high_pool.close()
     finally:
