@@ -122,8 +122,10 @@ class Background:
 class Executions(Protocol):
     """What `GiveWay` needs of the execution pool (mlts.ipc.service.scheduler.WorkerPool)."""
 
-    active: int
     quiet_since: float
+
+    @property
+    def active(self) -> int: ...
 
     def wait_quiet(self, timeout: float) -> bool: ...
 
@@ -133,7 +135,7 @@ class GiveWay:
 
     `held()`, when executions run or ran within `RECENT_S`, installs a global trace function on the
     calling thread for the duration: at every Python function call it reads the execution pool's
-    running count (one attribute read while nothing runs; it traces no lines) and, when executions
+    running count (three counters summed while nothing runs; it traces no lines) and, when executions
     run, waits for them to end. A thread that is traced already (coverage, a debugger) keeps its
     tracer and does not give way.
     """

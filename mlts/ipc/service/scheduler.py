@@ -66,9 +66,6 @@ class WorkerPool:
         self._extra_cond = threading.Condition(lock)
         self._busy = 0
         self._inline = 0  # slots taken by callers running work on their own thread
-        #: Works running now, on workers, inline or preempting (changed under the lock; read without it,
-        #: as `GiveWay` does at every function call of a preparation, it is a hint, not a promise).
-        self.active = 0
         #: When `active` last fell to 0 (time.monotonic()).
         self.quiet_since = -math.inf
         self._quiet = threading.Condition(lock)  # notified when nothing runs any more (`wait_quiet`)
@@ -88,7 +85,6 @@ class WorkerPool:
                 raise RuntimeError(f"{self.name} is stopping")
             if self._busy + self._inline >= self.workers and self._outranks(owner, priority):
                 self._extra += 1
-                self.active += 1
                 self._mark(owner, priority, 1)
                 if self._extra_idle:
                     self._extra_idle -= 1
@@ -192,7 +188,6 @@ class WorkerPool:
                     return
                 work, owner, priority = self._take()
                 self._busy += 1
-                self.active += 1
                 self._mark(owner, priority, 1)
             try:
                 self._call(work)
@@ -219,7 +214,6 @@ class WorkerPool:
             lock.release()
             return False
         self._inline += 1
-        self.active += 1
         if priority is not None:
             self._mark(owner, priority, 1)
         lock.release()
@@ -248,11 +242,16 @@ class WorkerPool:
             finally:
                 self._quiet_waiters -= 1
 
+    @property
+    def active(self) -> int:
+        """Works running now, on workers, inline or preempting (read without the lock, as `GiveWay` does
+        at every function call of a preparation, it is a hint, not a promise)."""
+        return self._busy + self._inline + self._extra
+
     def _ended(self) -> None:
-        """A work ended (call with the lock held): when nothing runs any more, note when and wake the
-        `wait_quiet` callers."""
-        self.active -= 1
-        if not self.active:
+        """A work ended, its count already lowered (call with the lock held): when nothing runs any more,
+        note when and wake the `wait_quiet` callers."""
+        if not (self._busy or self._inline or self._extra):
             self.quiet_since = time.monotonic()
             if self._quiet_waiters:
                 self._quiet.notify_all()
