@@ -139,18 +139,19 @@ def block_cuts(lengths: Sequence[int], steps: int, block: int) -> list[tuple[int
 
 def cpu_line() -> str:
     """The CPU's model, logical CPUs and the flags of CPU_FLAGS it has."""
-    model, flags = "unknown CPU", set()
+    from mlts.records.environment import cpu_flags
+
+    model = "unknown CPU"
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "model name" and model == "unknown CPU":
+                if key.strip() == "model name":
                     model = value.strip()
-                elif key == "flags" and not flags:
-                    flags = set(value.split())
+                    break
     except OSError:
         pass
+    flags = cpu_flags() or set()
     have = [f for f in CPU_FLAGS if f in flags] or ["(flags unknown)"]
     return f"CPU: {model}, {os.cpu_count()} logical CPUs; flags {' '.join(have)}"
 
