@@ -207,7 +207,7 @@ def serve(spec: dict[str, Any]) -> int:
     try:
         for line in sys.stdin:
             command = line.strip()
-            if command in ("low", "medium") and not compiling or command == "compile" and compiling:
+            if command in (("compile",) if compiling else ("low", "medium")):
                 load.start_load(command)
                 _say("started")
             elif command == "count":
