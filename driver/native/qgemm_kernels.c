@@ -60,9 +60,12 @@
 #endif
 #define GROUP_COLS 64              /* columns of one task */
 #define MR 6                       /* rows per register block */
-#define ROWS_PER_TASK 48           /* rows of one task (a multiple of MR) */
+#define ROWS_PER_TASK 48           /* the most rows of one task (a multiple of MR) */
+#define TASKS_PER_THREAD 4         /* tasks a split job aims for per thread (fewer rows per task) */
 #define QKC 1024                   /* AVX2: k values widened to int16 at a time (even) */
-#define PARALLEL_QGEMM (1 << 23)   /* multiply-adds below which the GEMM stays on one thread */
+/* Multiply-adds from which the GEMM wakes sleeping workers (about 60 us of it on one AVX2 core); from
+ * mk_split_work(PARALLEL_QGEMM) (about 8 us) it is split over workers already spinning. */
+#define PARALLEL_QGEMM (1 << 22)
 
 
 #ifdef QGEMM_ON
@@ -113,7 +116,7 @@ typedef struct {
     int32_t zp, lo, hi;
     int is_signed;
     void *out;
-    int64_t row_chunks;
+    int64_t row_chunks, rows_per_task; /* rows_per_task: a multiple of MR, at most ROWS_PER_TASK */
 } qjob;
 
 #ifdef QGEMM_ON
@@ -293,7 +296,7 @@ static void qgemm_task(void *ctx, int64_t t) {
     int64_t panels = (j->n + QPANEL - 1) / QPANEL;
     int64_t p0 = g * NR_PANELS;
     int np = (int)(panels - p0 < NR_PANELS ? panels - p0 : NR_PANELS);
-    int64_t r0 = rc * ROWS_PER_TASK, r1 = (rc + 1) * ROWS_PER_TASK < j->m ? (rc + 1) * ROWS_PER_TASK : j->m;
+    int64_t r0 = rc * j->rows_per_task, r1 = r0 + j->rows_per_task < j->m ? r0 + j->rows_per_task : j->m;
     uint32_t rowterms[ROWS_PER_TASK];
     row_terms(j, r0, r1, rowterms);
     for (int64_t r = r0; r < r1; r += MR) {
@@ -386,7 +389,7 @@ static void qgemm_task(void *ctx, int64_t t) {
     int gp = (int)(panels - p0 < GROUP_COLS / QPANEL ? panels - p0 : GROUP_COLS / QPANEL);
     int64_t c0 = p0 * QPANEL;
     int nc = (int)(j->n - c0 < GROUP_COLS ? j->n - c0 : GROUP_COLS);
-    int64_t r0 = rc * ROWS_PER_TASK, r1 = (rc + 1) * ROWS_PER_TASK < j->m ? (rc + 1) * ROWS_PER_TASK : j->m;
+    int64_t r0 = rc * j->rows_per_task, r1 = r0 + j->rows_per_task < j->m ? r0 + j->rows_per_task : j->m;
     int64_t pstride = (j->k + 1) / 2 * 16; /* int16 per panel */
     const int16_t *bpg = (const int16_t *)j->bp + p0 * pstride;
     int16_t aw[MR * QKC];
@@ -444,15 +447,23 @@ int mk_qgemm_requant(const void *a, int64_t lda, int a_signed, const void *bp, c
         r32[c] = (int32_t)right[c];
         cb32[c] = (int32_t)((uint32_t)colc[c] + (uint32_t)b32[c]);
     }
+    int64_t groups = (n + GROUP_COLS - 1) / GROUP_COLS, work = m * n * k;
+    int nt = mk_threads();
+    if (work < mk_split_work(PARALLEL_QGEMM)) nt = 1;
+    /* Rows per task: ROWS_PER_TASK, or fewer when the job would give each thread fewer than
+     * TASKS_PER_THREAD tasks (the 7x7 and 14x14 layers: 49 or 196 rows), the same rows in each. */
+    int64_t row_chunks = (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
+    if (nt > 1 && row_chunks * groups < (int64_t)nt * TASKS_PER_THREAD) {
+        int64_t want = ((int64_t)nt * TASKS_PER_THREAD + groups - 1) / groups;
+        row_chunks = want < (m + MR - 1) / MR ? want : (m + MR - 1) / MR;
+    }
+    int64_t rows_per_task = ((m + row_chunks - 1) / row_chunks + MR - 1) / MR * MR;
     qjob job = {a, lda, m, n, k, a_signed ? 0x80808080u : 0u, bp, colc, zw, bias, mult, left, right,
                 b32, m32, r32, cb32, narrow, (int32_t)zp, (int32_t)lo, (int32_t)hi, is_signed, out,
-                (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK};
-    int64_t groups = (n + GROUP_COLS - 1) / GROUP_COLS;
+                (m + rows_per_task - 1) / rows_per_task, rows_per_task};
     int64_t ntasks = job.row_chunks * groups;
-    int nt = mk_threads();
-    if (m * n * k < PARALLEL_QGEMM) nt = 1;
     if (nt > 1)
-        mk_parallel_for(nt, ntasks, qgemm_task, &job);
+        mk_parallel_for_job(nt, ntasks, qgemm_task, &job, work >= PARALLEL_QGEMM);
     else
         for (int64_t t = 0; t < ntasks; t++) qgemm_task(&job, t);
     free(b32);

@@ -177,6 +177,32 @@ def test_shapes_and_extreme_zero_points(signed: bool) -> None:
                 np.testing.assert_array_equal(got, want, err_msg=f"m={m} k={k} n={n} zp_x={zp_x} lda={lda}")
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_threaded_task_splits_match(threads: int) -> None:
+    """On several threads a job of few rows is cut into tasks of fewer rows (the 7x7 and 14x14 layers'
+    49 and 196 rows, a 7-row and a 1-row job, one to three column groups, work around the split
+    threshold): every byte as the int64 reference, whichever thread ran which rows."""
+    rng = np.random.default_rng(360 + threads)
+    shapes = [(49, 160, 160), (49, 960, 17), (196, 64, 64), (196, 96, 130), (7, 600, 200), (1, 2000, 300),
+              (13, 600, 110), (100, 96, 64), (53, 33, 300)]  # fmt: skip
+    before = native.threads()
+    native.set_threads(threads)
+    try:
+        for i, (m, k, n) in enumerate(shapes):
+            signed = i % 2 == 1
+            dtype = np.int8 if signed else np.uint8
+            info = np.iinfo(dtype)
+            zp_x, centred, bias = _case(rng, k, n, signed, ("u8", "s8", "pc")[i % 3], False)
+            q = _quant(rng, n, signed, i % 3 == 2, False)
+            x = rng.integers(info.min, info.max + 1, size=(m, k)).astype(dtype)
+            want = _reference(x, zp_x, centred, bias, q)
+            for _ in range(3):
+                got = _run(x, _qgemm.row_stride(k), zp_x, centred, bias, q)
+                np.testing.assert_array_equal(got, want, err_msg=f"m={m} k={k} n={n} threads={threads}")
+    finally:
+        native.set_threads(before)
+
+
 @pytest.mark.parametrize("signed", [False, True])
 def test_largest_k_sums_are_exact(signed: bool) -> None:
     """K = MAX_K with every product at its largest magnitude: the sums reach ±K * 255 * 255, just below
