@@ -90,6 +90,7 @@ SIGNATURES: dict[str, list] = {
     "mk_softmax_f32": [_P, _P, _L, _L, _F],
     "mk_softmax_q8": [_P, _P, _L, _L, _P, _P, _I],
     "mk_mean_q8": [_P, _I, _L, _L, _L, _P, _L, _P],
+    "mk_pair_table_q8": [_P, _P, _P, _P, _L],
     "mk_lstm_cell_f32": [_P, _L, _P, _L, _P, _L, _P, _L, _P, _P, _P, _P],
     "mk_qgemm_available": [],
     "mk_qgemm_row_stride": [_L],

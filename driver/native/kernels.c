@@ -2160,6 +2160,32 @@ void mk_mean_q8(const void *x, int is_signed, int64_t outer, int64_t n, int64_t 
     }
 }
 
+typedef struct {
+    const uint8_t *a, *b, *table;
+    uint8_t *y;
+    int64_t n;
+} pair_table_job;
+
+#define PAIR_TABLE_CHUNK 16384 /* elements of one task */
+
+static void pair_table_task(void *ctx, int64_t t) {
+    const pair_table_job *j = ctx;
+    int64_t i0 = t * PAIR_TABLE_CHUNK, i1 = i0 + PAIR_TABLE_CHUNK < j->n ? i0 + PAIR_TABLE_CHUNK : j->n;
+    const uint8_t *a = j->a, *b = j->b, *table = j->table;
+    uint8_t *y = j->y;
+    for (int64_t i = i0; i < i1; i++) y[i] = table[(unsigned)a[i] << 8 | b[i]];
+}
+
+/* y[i] = table[a[i] * 256 + b[i]] for n bytes: an 8-bit binary operation (ADD, MUL, MAXIMUM, MINIMUM
+ * of driver/ops/_binary.py) tabulated at prepare over every pair of input bytes (65536 entries), on
+ * two inputs of one shape; chunks of PAIR_TABLE_CHUNK over the kernels' threads. */
+void mk_pair_table_q8(const uint8_t *a, const uint8_t *b, const uint8_t *table, uint8_t *y, int64_t n) {
+    if (n <= 0) return;
+    pair_table_job job = {a, b, table, y, n};
+    int64_t chunks = (n + PAIR_TABLE_CHUNK - 1) / PAIR_TABLE_CHUNK;
+    parallel_rows(n, PARALLEL_WORK, chunks, pair_table_task, &job);
+}
+
 /* y = a + b, n floats (IEEE sums: NumPy's np.add bit for bit). */
 void mk_add_f32(const float *a, const float *b, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
@@ -2249,6 +2275,11 @@ int64_t mk_run_calls(const mk_call_t *calls, const mk_call_floats_t *floats, int
         case MK_CALL_MEAN_Q8: {
             const mk_call_mean_q8_t *a = &c->mean_q8;
             mk_mean_q8(a->x, (int)a->is_signed, a->outer, a->n, a->inner, a->table, a->table_base, a->y);
+            break;
+        }
+        case MK_CALL_PAIR_TABLE_Q8: {
+            const mk_call_pair_table_q8_t *a = &c->pair_table_q8;
+            mk_pair_table_q8(a->a, a->b, a->table, a->y, a->n);
             break;
         }
         default:
@@ -2368,11 +2399,16 @@ static const layout_row g_layout[] = {
     L_FIELD(mk_call_mean_q8_t, inner), L_FIELD(mk_call_mean_q8_t, table), L_FIELD(mk_call_mean_q8_t, table_base),
     L_FIELD(mk_call_mean_q8_t, y),
 
+    L_TYPE(mk_call_pair_table_q8_t), L_FIELD(mk_call_pair_table_q8_t, kind), L_FIELD(mk_call_pair_table_q8_t, a),
+    L_FIELD(mk_call_pair_table_q8_t, b), L_FIELD(mk_call_pair_table_q8_t, table),
+    L_FIELD(mk_call_pair_table_q8_t, y), L_FIELD(mk_call_pair_table_q8_t, n),
+
     L_TYPE(mk_call_t), L_FIELD(mk_call_t, word), L_FIELD(mk_call_t, kind), L_FIELD(mk_call_t, im2col_f32),
     L_FIELD(mk_call_t, gemm_f32), L_FIELD(mk_call_t, depthwise_f32), L_FIELD(mk_call_t, add_f32),
     L_FIELD(mk_call_t, copy), L_FIELD(mk_call_t, qim2col), L_FIELD(mk_call_t, qgemm_requant),
     L_FIELD(mk_call_t, depthwise_q8), L_FIELD(mk_call_t, map_f32), L_FIELD(mk_call_t, copy_2d),
     L_FIELD(mk_call_t, softmax_f32), L_FIELD(mk_call_t, softmax_q8), L_FIELD(mk_call_t, mean_q8),
+    L_FIELD(mk_call_t, pair_table_q8),
 
     L_TYPE(mk_call_bounds_t), L_FIELD(mk_call_bounds_t, lo), L_FIELD(mk_call_bounds_t, hi),
     L_TYPE(mk_call_softmax_floats_t), L_FIELD(mk_call_softmax_floats_t, beta),
@@ -2415,6 +2451,7 @@ static const constant_row g_constants[] = {
     C_ROW(MK_CALL_SOFTMAX_F32),
     C_ROW(MK_CALL_SOFTMAX_Q8),
     C_ROW(MK_CALL_MEAN_Q8),
+    C_ROW(MK_CALL_PAIR_TABLE_Q8),
     C_ROW(MK_QGEMM_MAX_K),
 };
 

@@ -21,7 +21,7 @@ _I32 = ctypes.c_int32
 _F = ctypes.c_float
 
 #: The interface's one ABI number (MK_ABI): the library's mk_abi() must return it.
-ABI = 10
+ABI = 11
 
 # Bound-call kinds (enum mk_call_kind).
 CALL_IM2COL_F32 = 1
@@ -39,6 +39,7 @@ CALL_COPY_2D = 12
 CALL_SOFTMAX_F32 = 13
 CALL_SOFTMAX_Q8 = 14
 CALL_MEAN_Q8 = 15
+CALL_PAIR_TABLE_Q8 = 16
 #: The int64 words of one bound call (its kind, then its arguments).
 CALL_INTS = 20
 #: The float32 values of one bound call.
@@ -67,6 +68,7 @@ CONSTANTS: dict[str, int] = {
     "MK_CALL_SOFTMAX_F32": CALL_SOFTMAX_F32,
     "MK_CALL_SOFTMAX_Q8": CALL_SOFTMAX_Q8,
     "MK_CALL_MEAN_Q8": CALL_MEAN_Q8,
+    "MK_CALL_PAIR_TABLE_Q8": CALL_PAIR_TABLE_Q8,
     "MK_QGEMM_MAX_K": QGEMM_MAX_K,
 }
 
@@ -266,6 +268,13 @@ class CallMeanQ8(ctypes.Structure):
     ]  # fmt: skip
 
 
+class CallPairTableQ8(ctypes.Structure):
+    """CALL_PAIR_TABLE_Q8: mk_pair_table_q8."""
+
+    C_NAME = "mk_call_pair_table_q8_t"
+    _fields_ = [("kind", _L), ("a", _P), ("b", _P), ("table", _P), ("y", _P), ("n", _L)]
+
+
 class Call(ctypes.Union):
     """One bound call's int64 words, as each kind reads them."""
 
@@ -286,6 +295,7 @@ class Call(ctypes.Union):
         ("softmax_f32", CallSoftmaxF32),
         ("softmax_q8", CallSoftmaxQ8),
         ("mean_q8", CallMeanQ8),
+        ("pair_table_q8", CallPairTableQ8),
     ]
 
 
@@ -325,6 +335,7 @@ CALL_ARGS: dict[int, type[ctypes.Structure]] = {
     CALL_SOFTMAX_F32: CallSoftmaxF32,
     CALL_SOFTMAX_Q8: CallSoftmaxQ8,
     CALL_MEAN_Q8: CallMeanQ8,
+    CALL_PAIR_TABLE_Q8: CallPairTableQ8,
 }
 
 #: Every structure of mlts_kernels.h, mirrored.
@@ -345,6 +356,7 @@ STRUCTURES: tuple[type[ctypes.Structure] | type[ctypes.Union], ...] = (
     CallSoftmaxF32,
     CallSoftmaxQ8,
     CallMeanQ8,
+    CallPairTableQ8,
     Call,
     CallBounds,
     CallSoftmaxFloats,

@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#define MK_ABI 10
+#define MK_ABI 11
 
 /* Pointers travel as int64 words in bound calls and as 8-byte fields in the structures below. */
 _Static_assert(sizeof(void *) == 8, "the kernels' structures assume 64-bit pointers");
@@ -89,6 +89,7 @@ enum mk_call_kind {
     MK_CALL_SOFTMAX_F32 = 13,
     MK_CALL_SOFTMAX_Q8 = 14,
     MK_CALL_MEAN_Q8 = 15,
+    MK_CALL_PAIR_TABLE_Q8 = 16,
 };
 
 /* MK_CALL_IM2COL_F32: mk_im2col_f32. */
@@ -214,6 +215,14 @@ typedef struct {
     void *y;
 } mk_call_mean_q8_t;
 
+/* MK_CALL_PAIR_TABLE_Q8: mk_pair_table_q8. */
+typedef struct {
+    int64_t kind;
+    const uint8_t *a, *b, *table;
+    uint8_t *y;
+    int64_t n;
+} mk_call_pair_table_q8_t;
+
 /* One bound call's words. */
 typedef union {
     int64_t word[MK_CALL_INTS];
@@ -231,6 +240,7 @@ typedef union {
     mk_call_softmax_f32_t softmax_f32;
     mk_call_softmax_q8_t softmax_q8;
     mk_call_mean_q8_t mean_q8;
+    mk_call_pair_table_q8_t pair_table_q8;
 } mk_call_t;
 
 /* The bounds of a fused activation (lo, hi). */
@@ -343,6 +353,7 @@ void mk_softmax_q8(const void *x, void *y, int64_t rows, int64_t cols, const int
                    const int64_t *exp_accum, int is_signed);
 void mk_mean_q8(const void *x, int is_signed, int64_t outer, int64_t n, int64_t inner, const uint8_t *table,
                 int64_t table_base, void *y);
+void mk_pair_table_q8(const uint8_t *a, const uint8_t *b, const uint8_t *table, uint8_t *y, int64_t n);
 
 /* ------------------------------------------------------------ the fused LSTM cell (lstm_kernels.c) */
 

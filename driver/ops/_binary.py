@@ -5,7 +5,9 @@ ADD and MUL also take quant8 inputs: both inputs and the output share one
 gives the int64 result before the activation clamp, which is
 `activation_range` of the output, then the result saturates to the type.
 The result depends only on the two input bytes, so prepare tabulates it for
-all 65536 pairs and run is one lookup per element.
+all 65536 pairs and run is one lookup per element: for two inputs of one shape
+the compiled `mk_pair_table_q8` (in a bound run of compiled calls too,
+driver.bound_steps), else NumPy's take with broadcasting.
 
 TENSOR_INT32 (NNAPI 1.3), where the op's `int_fn` is given: both inputs and the
 output TENSOR_INT32, 32-bit wrapping arithmetic, fused activation NONE only.
@@ -19,8 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from driver import native
+from driver.ops import _bind, _fast
 from driver.ops._activation import apply_activation, parse_activation
-from driver.ops._base import ArgInfo, Run, expect_count
+from driver.ops._base import ArgInfo, Binding, Kernel, Run, expect_count
 from driver.ops._params import float_outputs, float_tensor
 from driver.ops._qelementwise import (
     as_bytes,
@@ -30,7 +34,7 @@ from driver.ops._qelementwise import (
     tensor_kind,
 )
 from driver.ops._quant import QUANT8_DTYPE, activation_range, check_same_type, saturate
-from driver.ops._workspace import output
+from driver.ops._workspace import address, output
 from mlts.hal.enums import OperandType
 from mlts.hal.errors import invalid
 
@@ -140,14 +144,43 @@ def _prepare_quant(
     _check_static_shapes(name, ins)
     lo, hi = activation_range(act, out.type, out.scale, out.zero_point)
     table = _pair_table(quant(name, a, b, out), a, b, lo, hi, out.type)
+    if not _fast.enabled():
+
+        def run_numpy(args: Sequence[Any]) -> list[np.ndarray]:
+            x, y = args[0], args[1]
+            _broadcast(name, x.shape, y.shape)
+            return [_take_pairs(table, x, y)]
+
+        return run_numpy
+    table_bytes = table.view(np.uint8)
+    table_ptr = address(table_bytes)
+    dtype = table.dtype
+    lookup = native.LIB.mk_pair_table_q8
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
         x, y = args[0], args[1]
-        _broadcast(name, x.shape, y.shape)
-        index = (as_bytes(x).astype(np.intp) << 8) | as_bytes(y)
-        return [np.take(table, index)]
+        shape = _broadcast(name, x.shape, y.shape)
+        if x.shape != y.shape or not (x.flags.c_contiguous and y.flags.c_contiguous):
+            return [_take_pairs(table, x, y)]
+        z = output(shape, dtype)
+        lookup(x.ctypes.data, y.ctypes.data, table_ptr, z.ctypes.data, z.size)
+        return [z]
 
-    return run
+    def bind(
+        shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
+    ) -> _bind.BoundStep | None:
+        """`run`'s compiled lookup for two inputs of one shape (driver.bound_steps)."""
+        if shapes[0] != shapes[1]:
+            return None
+        return _bind.bind_pair_table_q8(shapes[0], ptrs[0], ptrs[1], table_bytes, dtype)
+
+    return Kernel(run, binding=Binding(bind, (0, 1)))
+
+
+def _take_pairs(table: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """table[(byte of x) * 256 + (byte of y)] with NumPy broadcasting."""
+    index = (as_bytes(x).astype(np.intp) << 8) | as_bytes(y)
+    return np.take(table, index)
 
 
 def _pair_table(fn: QuantBinary, a: ArgInfo, b: ArgInfo, lo: int, hi: int, out_type: int) -> np.ndarray:

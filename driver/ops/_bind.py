@@ -26,6 +26,7 @@ from driver.native.layout import (  # noqa: F401  (CALL_INTS: driver.bound_steps
     CALL_INTS,
     CALL_LOGISTIC_F32,
     CALL_MEAN_Q8,
+    CALL_PAIR_TABLE_Q8,
     CALL_QGEMM_REQUANT,
     CALL_QIM2COL,
     CALL_SOFTMAX_F32,
@@ -201,6 +202,16 @@ def bind_mean_q8(
     signed = int(np.dtype(dtype) == np.int8)
     args = (xp, signed, outer, n, inner, address(table), base, address(y))
     return BoundStep([(CALL_MEAN_Q8, args, ())], y, (table,), outer * n * inner)
+
+
+def bind_pair_table_q8(
+    shape: tuple[int, ...], ap: int, bp: int, table: np.ndarray, dtype: np.dtype
+) -> BoundStep:
+    """An 8-bit binary operation tabulated over every pair of bytes (`table`: 65536 bytes, entry
+    a * 256 + b) on two C-contiguous arrays of `shape` and `dtype` (uint8 or int8) at `ap` and `bp`."""
+    y = output(shape, dtype)
+    args = (ap, bp, address(table), address(y), y.size)
+    return BoundStep([(CALL_PAIR_TABLE_Q8, args, ())], y, (table,), y.size)
 
 
 # A block copy: (source offset, destination offset, rows, row length, source stride, destination

@@ -138,6 +138,35 @@ def test_add_mul_match_exact_reference_and_signed_twin(op, shapes, act):
 
 @pytest.mark.parametrize("t", [U8, S8], ids=["u8", "s8"])
 @pytest.mark.parametrize("op", [Op.ADD, Op.MUL], ids=["add", "mul"])
+def test_add_mul_byte_pairs_on_one_and_two_threads(op, t):
+    """Every second byte (and 255) against every byte, 33024 elements in one call (the compiled lookup's
+    three chunks), on one and two kernel threads; a strided view of the same inputs (NumPy's lookup)
+    gives the same."""
+    from driver import native
+
+    quants = (ADD_QUANTS if op == Op.ADD else MUL_QUANTS)[0]
+    sa, za, sb, zb, so, zo = quants
+    firsts = np.append(np.arange(0, 256, 2), 255).astype(np.uint8)
+    a = np.repeat(firsts, 256).reshape(-1, 256)
+    b = np.tile(np.arange(256, dtype=np.uint8), len(firsts)).reshape(-1, 256)
+    if t == S8:
+        a, b, za, zb, zo = to_signed(a), to_signed(b), za - 128, zb - 128, zo - 128
+    qa, qb, qo = (sa, za), (sb, zb), (so, zo)
+    want = ref_binary(op, a, b, qa, qb, qo, 1, t)
+    before = native.threads()
+    try:
+        for threads in (1, 2):
+            native.set_threads(threads)
+            np.testing.assert_array_equal(_call_binary(op, a, b, qa, qb, qo, 1, t), want)
+        wide_a, wide_b = np.repeat(a, 2, axis=1), np.repeat(b, 2, axis=1)
+        strided = _call_binary(op, wide_a[:, ::2], wide_b[:, ::2], qa, qb, qo, 1, t)
+        np.testing.assert_array_equal(strided, want)
+    finally:
+        native.set_threads(before)
+
+
+@pytest.mark.parametrize("t", [U8, S8], ids=["u8", "s8"])
+@pytest.mark.parametrize("op", [Op.ADD, Op.MUL], ids=["add", "mul"])
 def test_add_mul_near_onnxruntime(op, t):
     for shapes in SHAPES:
         for quants in ADD_QUANTS if op == Op.ADD else MUL_QUANTS:
