@@ -1486,6 +1486,7 @@ static inline void dw_inside4_f32(const float *corner, int64_t step, const int64
  * depthwise multiply-add costs several GEMM ones (one output per few taps, no reuse of a register
  * block). */
 #define DW_PARALLEL_WORK (1 << 19)
+#define DWQ_TASKS_PER_THREAD 4 /* the fewest tasks per thread before the 8-bit kernel splits rows' channels */
 
 typedef struct {
     const void *x;
@@ -1634,6 +1635,8 @@ typedef struct {
     int narrow;           /* its requantization in the 32-bit form */
     const uint8_t *zrow;  /* a row of zero-point bytes, as wide as an input row */
     int ox_lo, ox_hi;     /* the output columns whose windows lie inside the input horizontally */
+    int cparts, cpart;    /* vector path: tasks per output row, each of cpart channels (a multiple of 16) */
+    int c_lo, c_hi;       /* a task's channels (its own copy of the job) */
     void *y;
 } dwq_job;
 
@@ -1797,9 +1800,10 @@ static inline __attribute__((always_inline)) void dwq_pixels(const dwq_job *d, c
     const geom_t g = d->g;
     const int c = g.c, taps = T ? T : d->taps, pairs = T ? (T + 1) / 2 : d->pairs;
     const int64_t step = (int64_t)g.sw * c;
+    const int c_hi = d->c_hi;
     char *y = d->y;
-    int c0 = 0;
-    for (; c0 + 16 <= c; c0 += 16) {
+    int c0 = d->c_lo;
+    for (; c0 + 16 <= c_hi; c0 += 16) {
         __m256i acc[8];
         const int16_t *w0 = d->wpairs + (int64_t)(c0 / 8) * pairs * 16;
         dwq_acc16(tp, taps, off0 + c0, step, w0, w0 + pairs * 16, P, sgn, acc);
@@ -1815,7 +1819,7 @@ static inline __attribute__((always_inline)) void dwq_pixels(const dwq_job *d, c
             }
         }
     }
-    for (; c0 + 8 <= c; c0 += 8) {
+    for (; c0 + 8 <= c_hi; c0 += 8) {
         __m256i acc[4];
         dwq_acc8(tp, taps, off0 + c0, step, d->wpairs + (int64_t)(c0 / 8) * pairs * 16, P, sgn, acc);
         if (d->narrow) {
@@ -1828,7 +1832,7 @@ static inline __attribute__((always_inline)) void dwq_pixels(const dwq_job *d, c
             }
         }
     }
-    for (; c0 < c; c0++)
+    for (; c0 < c_hi; c0++)
         for (int p = 0; p < P; p++) {
             int64_t acc = 0;
             for (int t = 0; t < taps; t++) {
@@ -1900,18 +1904,23 @@ static inline __attribute__((always_inline)) void dwq_row_vec(const dwq_job *d, 
 }
 #endif
 
-static void dwq_task(void *ctx, int64_t r) {
+/* Task t: output row t / cparts, its channels of part t % cparts (the vector path), or the whole row. */
+static void dwq_task(void *ctx, int64_t t) {
     const dwq_job *d = ctx;
 #ifdef __AVX2__
     if (d->vec) {
+        dwq_job part = *d;
+        int64_t r = t / d->cparts;
+        part.c_lo = (int)(t % d->cparts) * d->cpart;
+        part.c_hi = part.c_lo + d->cpart < d->g.c ? part.c_lo + d->cpart : d->g.c;
         if (d->is_signed)
-            dwq_row_vec(d, r, 1);
+            dwq_row_vec(&part, r, 1);
         else
-            dwq_row_vec(d, r, 0);
+            dwq_row_vec(&part, r, 0);
         return;
     }
 #endif
-    dwq_row_generic(d, r);
+    dwq_row_generic(d, t);
 }
 
 /* Quantized depthwise: wp the packed weights (mk_depthwise_q8_pack); y = requantize(bias + the int32 sums
@@ -1960,7 +1969,17 @@ int mk_depthwise_q8(const void *xv, int is_signed, int zp_x, GEOM_ARGS, int m, c
     }
 #endif
     int64_t rows = (int64_t)g.n * g.oh, work = rows * g.ow * cout * d.taps;
-    parallel_rows(work, DW_PARALLEL_WORK, rows, dwq_task, &d);
+    /* Few output rows for the threads (the 7x7 layers): each row's channels split in parts of a multiple
+     * of 16, so that every thread gets DWQ_TASKS_PER_THREAD tasks or the parts are 16 channels. */
+    d.cparts = 1;
+    d.cpart = g.c;
+    if (d.vec && g_threads > 1 && rows < (int64_t)g_threads * DWQ_TASKS_PER_THREAD && g.c >= 32) {
+        int64_t want = ((int64_t)g_threads * DWQ_TASKS_PER_THREAD + rows - 1) / rows;
+        if (want > g.c / 16) want = g.c / 16;
+        d.cpart = (int)((g.c + want - 1) / want + 15) / 16 * 16;
+        d.cparts = (g.c + d.cpart - 1) / d.cpart;
+    }
+    parallel_rows(work, DW_PARALLEL_WORK, rows * d.cparts, dwq_task, &d);
     free(zrow);
     free(sums);
     requant_free(&q);

@@ -122,6 +122,39 @@ def test_quant_depthwise_extreme_zero_points_on_one_and_two_threads(monkeypatch,
     np.testing.assert_array_equal(slow, expected)
 
 
+# (batch, height, width, channels, stride, padding): few output rows, so that on several threads the
+# 8-bit kernel splits each row's channels in parts of a multiple of 16 (a last part of 8 + 3 channels).
+FEW_ROWS = [(1, 7, 7, 480, 1, "SAME"), (1, 14, 14, 203, 2, "SAME"), (2, 3, 9, 72, 1, "VALID"),
+            (1, 1, 5, 40, 1, "SAME"), (1, 7, 7, 32, 1, "SAME"), (1, 4, 4, 24, 1, "SAME")]  # fmt: skip
+
+
+@needs_native
+@pytest.mark.parametrize("case", FEW_ROWS, ids=[f"{c[0]}x{c[1]}x{c[2]}x{c[3]}s{c[4]}" for c in FEW_ROWS])
+def test_quant_depthwise_few_rows_split_by_channels(rng, case):
+    """Layers of few output rows on one, two and three threads (rows' channels split into tasks on
+    more than one): the int64 NNAPI transcription's bytes, u8 and s8."""
+    n, h, w, c, stride, padding = case
+    for dtype, xt, zx, zw in ((np.uint8, U8, 131, 120), (np.int8, S8, -7, 3)):
+        x = random_q(rng, (n, h, w, c), dtype)
+        wq = random_q(rng, (1, 3, 3, c), dtype)
+        b = random_bias(rng, c, 9)
+        acc = ref_dw_acc(x, zx, wq, zw, b, padding, (stride, stride), (1, 1), 1)
+        sws = [f32(0.01)]
+        sx, sy, zy = scales_for(rng, xt, acc, sws, 0)
+        args = [Q(x, sx, zx), Q(wq, sws[0], zw, const=True), bias_q(b, sx, sws, False)]
+        args += params(padding, (stride, stride), (1,), 0, False, (1, 1))
+        lo, hi = ref_activation_range(0, xt, sy, zy)
+        expected = ref_requant(acc, [sx * sws[0] / sy], zy, lo, hi)
+        before = native.threads()
+        try:
+            for threads in (1, 2, 3):
+                native.set_threads(threads)
+                (got,) = qcall(DW, args, [out(xt, sy, zy)])
+                np.testing.assert_array_equal(got, expected, err_msg=f"{dtype.__name__} threads={threads}")
+        finally:
+            native.set_threads(before)
+
+
 @needs_native
 @pytest.mark.parametrize("case", FC_CASES, ids=[f"fc{i}-{c[-1]}" for i, c in enumerate(FC_CASES)])
 def test_quant_fully_connected_compiled_equals_numpy(monkeypatch, rng, case):
