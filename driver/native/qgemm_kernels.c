@@ -66,6 +66,10 @@
 /* Multiply-adds from which the GEMM wakes sleeping workers (about 60 us of it on one AVX2 core); from
  * mk_split_work(PARALLEL_QGEMM) (about 8 us) it is split over workers already spinning. */
 #define PARALLEL_QGEMM (1 << 22)
+/* Bytes of a patch matrix from which it is built on woken workers too (a window row of few channels is
+ * a copy of a few bytes: the first layer's 338 KB, 3 channels, take about 0.3 ms on one core); from
+ * mk_split_work(PARALLEL_QIM2COL) on workers already spinning. */
+#define PARALLEL_QIM2COL (1 << 18)
 
 
 #ifdef QGEMM_ON
@@ -340,12 +344,15 @@ static void qgemm_task(void *ctx, int64_t t) {
     }
 
 /* acc[i][0 .. 8 np) += sum over pairs q < nq of widened row i (aw + i * QKC) times panel b (and the
- * next panel, pstride int16 further). */
+ * next panel, pstride int16 further); `first`: acc is not read but set (the first chunk of k). */
 static inline __attribute__((always_inline)) void block2(const int16_t *aw, const int mr, const int16_t *b,
-                                                         int64_t pstride, const int np, int64_t nq, int32_t *acc) {
+                                                         int64_t pstride, const int np, int64_t nq, int32_t *acc,
+                                                         int first) {
     const __m256i z = _mm256_setzero_si256();
     DECL2(0) DECL2(1) DECL2(2) DECL2(3) DECL2(4) DECL2(5)
-    LOAD2(0) LOAD2(1) LOAD2(2) LOAD2(3) LOAD2(4) LOAD2(5)
+    if (!first) {
+        LOAD2(0) LOAD2(1) LOAD2(2) LOAD2(3) LOAD2(4) LOAD2(5)
+    }
     for (int64_t q = 0; q < nq; q++) {
         __m256i b0 = _mm256_loadu_si256((const __m256i *)(b + 16 * q)), b1 = b0;
         if (np > 1) b1 = _mm256_loadu_si256((const __m256i *)(b + pstride + 16 * q));
@@ -365,6 +372,13 @@ static inline uint32_t widen(const uint8_t *src, int64_t kc, uint8_t flip, int16
         _mm256_storeu_si256((__m256i *)(dst + i), _mm256_cvtepu8_epi16(v));
         sum = _mm_add_epi64(sum, _mm_sad_epu8(v, z)); /* two sums of 8 bytes */
     }
+    if (i + 8 <= kc) { /* 8 more (K = 24, 27, ...): the upper bytes of the load are zero, add nothing */
+        const __m128i f8 = _mm_set_epi64x(0, (int64_t)(0x0101010101010101ull * flip));
+        __m128i v = _mm_xor_si128(_mm_loadl_epi64((const __m128i *)(src + i)), f8);
+        _mm_storeu_si128((__m128i *)(dst + i), _mm_cvtepu8_epi16(v));
+        sum = _mm_add_epi64(sum, _mm_sad_epu8(v, z));
+        i += 8;
+    }
     uint32_t s = (uint32_t)(_mm_cvtsi128_si64(sum) + _mm_extract_epi64(sum, 1));
     for (; i < kc; i++) {
         uint8_t v = (uint8_t)(src[i] ^ flip);
@@ -377,9 +391,50 @@ static inline uint32_t widen(const uint8_t *src, int64_t kc, uint8_t flip, int16
 
 #define BLOCK2_NP(mr)                                                       \
     if (np == 2)                                                            \
-        block2(aw, mr, b, pstride, 2, nq, ac);                              \
+        block2(aw, mr, b, pstride, 2, nq, ac, k0 == 0);                     \
     else                                                                    \
-        block2(aw, mr, b, pstride, 1, nq, ac);
+        block2(aw, mr, b, pstride, 1, nq, ac, k0 == 0);
+
+/* epilogue_row for the rows r .. r + mr of a task's block (row i's sums at acc + i * GROUP_COLS, its
+ * row term rowterm[i]): in the 32-bit form each group of 8 columns' constants (the product's odd-lane
+ * multipliers, the shift's mask and half) are set up once for all the block's rows. */
+static void epilogue_block(const qjob *j, const int32_t *acc, int64_t r, int mr, int64_t c0, int nc,
+                           const uint32_t *rowterm) {
+    int i = 0;
+    if (j->narrow) {
+        const __m256i round = _mm256_set1_epi64x((int64_t)1 << 30), one = _mm256_set1_epi32(1);
+        const __m256i lo = _mm256_set1_epi32(j->lo - j->zp), hi = _mm256_set1_epi32(j->hi - j->zp);
+        const __m256i zp = _mm256_set1_epi32(j->zp);
+        for (; i + 8 <= nc; i += 8) {
+            int64_t c = c0 + i;
+            const __m256i cb = _mm256_loadu_si256((const __m256i *)(j->cb32 + c));
+            const __m256i mult = _mm256_loadu_si256((const __m256i *)(j->mult32 + c));
+            const __m256i m_odd = _mm256_srli_epi64(mult, 32);
+            const __m256i rr = _mm256_loadu_si256((const __m256i *)(j->right32 + c));
+            const __m256i mask = _mm256_sub_epi32(_mm256_sllv_epi32(one, rr), one);
+            const __m256i half = _mm256_srai_epi32(mask, 1);
+            for (int row = 0; row < mr; row++) {
+                __m256i t = _mm256_sub_epi32(
+                    _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(acc + row * GROUP_COLS + i)), cb),
+                    _mm256_set1_epi32((int)rowterm[row]));
+                __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(t, mult), round);
+                __m256i po = _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(t, 32), m_odd), round);
+                __m256i y = _mm256_blend_epi32(_mm256_srli_epi64(pe, 31), _mm256_slli_epi64(po, 1), 0xaa);
+                __m256i rem = _mm256_and_si256(y, mask);
+                __m256i thr = _mm256_sub_epi32(half, _mm256_srai_epi32(y, 31));
+                y = _mm256_srav_epi32(y, rr);
+                y = _mm256_sub_epi32(y, _mm256_cmpgt_epi32(rem, thr)); /* + 1 where rem > thr */
+                y = _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(y, lo), hi), zp);
+                __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1));
+                __m128i b8 = j->is_signed ? _mm_packs_epi16(w16, w16) : _mm_packus_epi16(w16, w16);
+                _mm_storel_epi64((__m128i *)((char *)j->out + (r + row) * j->n + c), b8);
+            }
+        }
+    }
+    if (i < nc)
+        for (int row = 0; row < mr; row++)
+            epilogue_row(j, acc + row * GROUP_COLS + i, r + row, c0 + i, nc - i, rowterm[row]);
+}
 
 static void qgemm_task(void *ctx, int64_t t) {
     const qjob *j = ctx;
@@ -397,7 +452,6 @@ static void qgemm_task(void *ctx, int64_t t) {
     for (int64_t r = r0; r < r1; r += MR) {
         int mr = (int)(r1 - r < MR ? r1 - r : MR);
         uint32_t rowsum[MR] = {0}; /* of a as read: zw * rowsum is the row term */
-        memset(acc, 0, sizeof(acc));
         for (int64_t k0 = 0; k0 < j->k; k0 += QKC) {
             int64_t kc = j->k - k0 < QKC ? j->k - k0 : QKC, nq = (kc + 1) / 2;
             for (int i = 0; i < mr; i++)
@@ -416,8 +470,9 @@ static void qgemm_task(void *ctx, int64_t t) {
                 }
             }
         }
-        for (int i = 0; i < mr; i++)
-            epilogue_row(j, acc + i * GROUP_COLS, r + i, c0, nc, rowsum[i] * (uint32_t)j->zw);
+        uint32_t rowterm[MR];
+        for (int i = 0; i < mr; i++) rowterm[i] = rowsum[i] * (uint32_t)j->zw;
+        epilogue_block(j, acc, r, mr, c0, nc, rowterm);
     }
 }
 #endif
@@ -523,11 +578,11 @@ static void qim2col_task(void *ctx, int64_t r) {
 void mk_qim2col(const void *x, const mk_geom_t *gp, int pad, int64_t lda, void *cols) {
     qgeom_t g = *gp;
     qim2col_job job = {x, g, (uint8_t)pad, lda, cols};
-    int64_t rows = (int64_t)g.n * g.oh;
+    int64_t rows = (int64_t)g.n * g.oh, bytes = rows * g.ow * lda;
     int nt = mk_threads();
-    if (rows * g.ow * lda < (1 << 20) || rows < 2) nt = 1;
+    if (bytes < mk_split_work(PARALLEL_QIM2COL) || rows < 2) nt = 1;
     if (nt > 1)
-        mk_parallel_for(nt, rows, qim2col_task, &job);
+        mk_parallel_for_job(nt, rows, qim2col_task, &job, bytes >= PARALLEL_QIM2COL);
     else
         for (int64_t t = 0; t < rows; t++) qim2col_task(&job, t);
 }
