@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from driver import native
 from driver.ops import _bind, _fast
 from driver.ops._activation import apply_activation, parse_activation
 from driver.ops._base import ArgInfo, Binding, Kernel, Run, expect_count
@@ -155,7 +154,7 @@ def _prepare_quant(
     table_bytes = table.view(np.uint8)
     table_ptr = address(table_bytes)
     dtype = table.dtype
-    lookup = native.LIB.mk_pair_table_q8
+    lookup = _fast.LIB.mk_pair_table_q8
 
     def run(args: Sequence[Any]) -> list[np.ndarray]:
         x, y = args[0], args[1]
