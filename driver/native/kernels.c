@@ -1909,14 +1909,19 @@ static void dwq_task(void *ctx, int64_t t) {
     const dwq_job *d = ctx;
 #ifdef __AVX2__
     if (d->vec) {
-        dwq_job part = *d;
-        int64_t r = t / d->cparts;
-        part.c_lo = (int)(t % d->cparts) * d->cpart;
-        part.c_hi = part.c_lo + d->cpart < d->g.c ? part.c_lo + d->cpart : d->g.c;
+        dwq_job part;
+        int64_t r = t;
+        if (d->cparts > 1) { /* the job holds every channel: c_lo 0, c_hi C */
+            part = *d;
+            r = t / d->cparts;
+            part.c_lo = (int)(t % d->cparts) * d->cpart;
+            part.c_hi = part.c_lo + d->cpart < d->g.c ? part.c_lo + d->cpart : d->g.c;
+            d = &part;
+        }
         if (d->is_signed)
-            dwq_row_vec(&part, r, 1);
+            dwq_row_vec(d, r, 1);
         else
-            dwq_row_vec(&part, r, 0);
+            dwq_row_vec(d, r, 0);
         return;
     }
 #endif
@@ -1972,7 +1977,8 @@ int mk_depthwise_q8(const void *xv, int is_signed, int zp_x, GEOM_ARGS, int m, c
     /* Few output rows for the threads (the 7x7 layers): each row's channels split in parts of a multiple
      * of 16, so that every thread gets DWQ_TASKS_PER_THREAD tasks or the parts are 16 channels. */
     d.cparts = 1;
-    d.cpart = g.c;
+    d.cpart = d.c_hi = g.c;
+    d.c_lo = 0;
     if (d.vec && g_threads > 1 && rows < (int64_t)g_threads * DWQ_TASKS_PER_THREAD && g.c >= 32) {
         int64_t want = ((int64_t)g_threads * DWQ_TASKS_PER_THREAD + rows - 1) / rows;
         if (want > g.c / 16) want = g.c / 16;
