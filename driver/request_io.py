@@ -313,7 +313,8 @@ class RequestIo:
         `buffers` defaults to the tracker the layout was made with (a bound method with one argument
         is the executor's sink)."""
         if buffers is None:
-            buffers = self.tracker
+            # None only for a layout made without a tracker, which names no driver buffer to look up.
+            buffers = cast("BufferTracker", self.tracker)
         got = (outputs[0].shape,) if len(outputs) == 1 else tuple(map(_SHAPE, outputs))
         shapes = self._shapes
         if shapes is None or shapes[0] != got:

@@ -96,7 +96,7 @@ def prepare_binary(
             shape = _broadcast(name, shape, b.shape)
         # The step's reused buffer: no fresh pages to fault in for a large tensor on every run.
         out = output(shape, np.float32)
-        quiet(a, b, out)
+        quiet(a, b, out=out)  # by keyword: NumPy deprecates a positional `out` for maximum and minimum
         return [out] if act == 0 else [apply_activation(act, out)]
 
     return run
