@@ -1453,13 +1453,13 @@ static inline void dw_inside_f32(const float *corner, const int64_t *toff, int t
 /* Channels [c0, c) of dw_inside4_f32's four pixels, one at a time, each tap one fused multiply-add as
  * in the vector lanes (explicit, so that the floats do not depend on how the compiler unrolls or
  * contracts the loop for a given tap count). */
-static inline void dw_rest4_f32(const float *corner, int64_t step, const int64_t *toff, int taps,
-                                                   const float *wt, int c, int c0, const float *bias, float lo,
-                                                   float hi, float *out) {
+static inline void dw_rest4_f32(const float *corner, int64_t step, const int64_t *toff, int taps, const float *wt,
+                                int c, int c0, const float *bias, float lo, float hi, float *out) {
     for (; c0 < c; c0++) {
         for (int p = 0; p < 4; p++) {
             float a0 = 0.0f;
-            for (int t = 0; t < taps; t++) a0 = __builtin_fmaf(corner[p * step + toff[t] + c0], wt[(int64_t)t * c + c0], a0);
+            for (int t = 0; t < taps; t++)
+                a0 = __builtin_fmaf(corner[p * step + toff[t] + c0], wt[(int64_t)t * c + c0], a0);
             out[p * c + c0] = clampf(a0 + bias[c0], lo, hi);
         }
     }
@@ -1467,8 +1467,8 @@ static inline void dw_rest4_f32(const float *corner, int64_t step, const int64_t
 
 /* Four neighbouring output pixels of dw_inside_f32 (corners `step` floats apart), eight channels at a
  * time: four independent sums hide the multiply-add latency that one pixel of few channels waits on.
- * `taps` a constant once inlined (3x3 windows: dw_inside4_3x3_f32) unrolls the tap loop with the tap
- * offsets out of the channel loop: about 2 instructions per 8-lane multiply-add instead of 5. */
+ * `taps` a constant once inlined (3x3 windows: dw_inside4_3x3_f32) unrolls the tap loop: MobileNet's
+ * 3x3 layers take 3.8-4.9 instructions per 8-lane multiply-add in all instead of 4.8-5.3 (callgrind). */
 static inline __attribute__((always_inline)) void dw_inside4_f32(const float *corner, int64_t step,
                                                                  const int64_t *toff, const int taps,
                                                                  const float *wt, int c, const float *bias,
