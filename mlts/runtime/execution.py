@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 import threading
 import weakref
+from collections.abc import Callable
 from threading import get_ident
 
 from mlts.hal.enums import ErrorStatus, MeasureTiming
@@ -120,6 +121,9 @@ class Executor:
         self.loop_timeout = loop_timeout
         # (thread id, its burst of the model) in burst mode.
         self._burst: tuple[int, Burst] | None = None
+        self._run: Callable[
+            [Request, MeasureTiming, OptionalTimePoint, OptionalTimeoutDuration], ExecutionResult
+        ]
         if mode is _SYNC:
             self._run = prepared.executeSynchronously
         elif mode is _ASYNC:

@@ -66,6 +66,15 @@ class RemoteExecution(ExecutionCallback):
 
     def _on_notify(self, message: dict[str, Any] | None, error: HalError | None) -> None:
         """Called by whichever thread reads the completion (or with `error` when the connection ends)."""
+        with self.device.connection.send_lock:
+            slot = self.slot  # set by the launching thread while it holds the lock
+        try:
+            self._complete(message, error)
+        finally:
+            if slot is not None and slot.after is not None:
+                self.device.release_temporaries(slot.after)
+
+    def _complete(self, message: dict[str, Any] | None, error: HalError | None) -> None:
         try:
             if error is None and message is not None:
                 compact = message.get("compact")
@@ -269,17 +278,26 @@ class RemotePreparedModel(PreparedModel):
             reply = dev.connection.wait_reply(slot, limit)
             if slot.fds:
                 wire.close_fds(slot.fds)
+            if slot.after is not None:
+                dev.settle(slot)  # the pools mapped for this call were (raises: they were not)
             compact = reply.get("compact")
             if compact is not None and reply.get("tag") == _RESULT:
                 try:
-                    return self._decoder.decode(compact)
+                    answer = self._decoder.decode(compact)
                 except (TypeError, KeyError, ValueError, HalError):
-                    return dev.decode("executeSynchronously", self._decoder.decode, compact)  # raises
+                    answer = dev.decode("executeSynchronously", self._decoder.decode, compact)  # raises
+                if copies:
+                    _copy_back(copies)
+                    copies = []
+                return answer
             result = dev.unpack_reply("executeSynchronously", reply)
             _copy_back(copies)
             copies = []
         finally:
-            _close_copies(copies)
+            if copies:
+                _close_copies(copies)
+            if slot.after is not None:
+                dev.release_temporaries(slot.after)
         return dev.decode("executeSynchronously", self._result, result)
 
     def _result(self, d: Any) -> ExecutionResult:
@@ -305,25 +323,30 @@ class RemotePreparedModel(PreparedModel):
         dev = self.device
         limit = dev.execute_timeout if timeout is None else timeout
         execution = RemoteExecution(dev, limit, self._decoder)
-        slot, copies = dev.send_execution(
-            "execute",
-            self._args(measure, deadline, loop_timeout_duration),
-            request,
-            (),
-            limit,
-            execution._on_notify,
-        )
-        execution.copies = copies
-        execution.slot = slot
+        # Under the send lock until the execution knows its slot and copies: its completion handler
+        # (`_on_notify`, which takes the lock first) may run on a reading thread as soon as it is sent.
+        with dev.connection.send_lock:
+            slot, copies = dev.send_execution(
+                "execute",
+                self._args(measure, deadline, loop_timeout_duration),
+                request,
+                (),
+                limit,
+                execution._on_notify,
+            )
+            execution.copies = copies
+            execution.slot = slot
         try:
             reply = dev.connection.wait_reply(slot, limit)
             wire.close_fds(slot.fds)
+            dev.settle(slot)
             if reply.get("tag") != compact_calls.LAUNCHED:
                 dev.unpack_reply("execute", reply)
         except HalError as e:
             # The launch failed: no completion will come.
             dev.connection.forget(slot)
             _close_copies(copies)
+            dev.release_temporaries(slot.after)
             execution.notify(error=e)
         return execution
 
@@ -366,6 +389,13 @@ class RemotePreparedModel(PreparedModel):
             dev.connection.forget(slot)
             raise
         fds = list(slot.fds)
+        if slot.after is not None:
+            try:
+                dev.settle(slot)
+            except BaseException:
+                dev.connection.forget(slot)
+                wire.close_fds(fds)
+                raise
         pushed = None
         try:
             compact = reply.get("compact")
