@@ -248,3 +248,33 @@ def test_a_session_runs_through_the_seam(service, mode):
             if mode == "burst":
                 # The runs went through this thread's burst of the seam: it sent the pool once.
                 assert burst_for(session.prepared).memories_sent == 1
+
+
+def test_map_memories_checks_every_reference_and_maps_all_or_nothing(service):
+    with service.connect() as dev:
+        a, b = SharedMemory.create(4096), SharedMemory.create(4096)
+        bad = [
+            ({"memories": 3}, [], "argument 'memories' must be list"),
+            ({"memories": [7]}, [a.fd], "memories[0] must be an object"),
+            ({"memories": [{"memory": 1 << 32, "fd": 0, "size": 4096}]}, [a.fd], "not in [0, 2**32)"),
+            ({"memories": [{"memory": 5, "fd": 0, "size": 4096}] * 2}, [a.fd], "but the frame carries 1 fds"),
+            # The second reference fails: the first, mapped already, is dropped again.
+            (
+                {"memories": [{"memory": 5, "fd": 0, "size": 4096}, {"memory": 6, "fd": 0, "size": 4096}]},
+                [a.fd, b.fd],
+                "reuses fd 0",
+            ),
+            ({"memories": [{"memory": 5, "fd": 0, "size": 1 << 21}]}, [a.fd], "budget of 1048576"),
+        ]
+        for args, fds, text in bad:
+            with pytest.raises(HalError) as e:
+                dev.call("mapMemories", args, fds)
+            assert text in e.value.message, e.value.message
+            assert _memory_handles(dev) == 0
+        assert dev.call("mapMemories", {"memories": []}) == {"mapped": 0}
+        both = [{"memory": 5, "fd": 0, "size": 4096}, {"memory": 6, "fd": 1, "size": 4096}]
+        assert dev.call("mapMemories", {"memories": both}, [a.fd, b.fd]) == {"mapped": 2}
+        assert _memory_handles(dev) == 2
+        assert dev.call("freeMemory", {"ids": [5, 6]}) == {"freed": 2}
+        a.close()
+        b.close()
