@@ -106,7 +106,7 @@ class Executor:
     (mlts.runtime.retry), as `Session` does.
     """
 
-    __slots__ = ("_burst", "_run", "loop_timeout", "measure", "mode", "prepared")
+    __slots__ = ("_burst", "call", "loop_timeout", "measure", "mode", "prepared")
 
     def __init__(
         self,
@@ -121,21 +121,23 @@ class Executor:
         self.loop_timeout = loop_timeout
         # (thread id, its burst of the model) in burst mode.
         self._burst: tuple[int, Burst] | None = None
-        self._run: Callable[
+        #: The path itself, `call(request, measure, deadline, loop_timeout)`: what `run` calls (a caller
+        #: running executions back to back may call it directly with the executor's fields).
+        self.call: Callable[
             [Request, MeasureTiming, OptionalTimePoint, OptionalTimeoutDuration], ExecutionResult
         ]
         if mode is _SYNC:
-            self._run = prepared.executeSynchronously
+            self.call = prepared.executeSynchronously
         elif mode is _ASYNC:
-            self._run = self._async
+            self.call = self._async
         elif mode is _FENCED:
-            self._run = self._fenced
+            self.call = self._fenced
         else:
-            self._run = self._bursting
+            self.call = self._bursting
 
     def run(self, request: Request, deadline: OptionalTimePoint = None) -> ExecutionResult:
         """Run `request` (before `deadline`, an absolute time point); raises its HalError on failure."""
-        return self._run(request, self.measure, deadline, self.loop_timeout)
+        return self.call(request, self.measure, deadline, self.loop_timeout)
 
     def _bursting(
         self,

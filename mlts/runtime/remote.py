@@ -461,7 +461,7 @@ class RemoteDevice(Device):
             return None
         conn = self.connection
         with conn.send_lock:
-            conn.check_usable()
+            # (`send_call` checks that the connection is usable, under this lock.)
             # `_compact_template`'s usual case inlined: the template of this very request, on one
             # memory still cached under the slot it was made with.
             known = self._templates.get(id(request))

@@ -179,15 +179,27 @@ class Session:
     def _execute(self, request: Request) -> ExecutionResult:
         """`request` run through the seam (`self.executor`), TRANSIENT errors retried as `retry` allows;
         with a QoS deadline, each attempt gets its own, made when it starts."""
+        ex = self.executor
         qos = self.qos
-        run = self.executor.run
         try:
-            return run(request, None if qos.deadline_ms is None else qos.execution_deadline())
+            return ex.call(
+                request,
+                ex.measure,
+                None if qos.deadline_ms is None else qos.execution_deadline(),
+                ex.loop_timeout,
+            )
         except HalError as e:
-            failed = [e]
+            return self._retried(e, request)
+
+    def _retried(self, first: HalError, request: Request) -> ExecutionResult:
+        """After the first attempt at `request` failed with `first`: the retries `retry` allows (the
+        first error counted by the same rules), their result or the last error."""
+        failed = [first]
+        run = self.executor.run
+        qos = self.qos
 
         def again() -> ExecutionResult:
-            if failed:  # the first attempt, made above: retried (or not) by the same rules
+            if failed:  # the first attempt, made by the caller: retried (or not) by the same rules
                 raise failed.pop()
             return run(request, None if qos.deadline_ms is None else qos.execution_deadline())
 
@@ -388,11 +400,18 @@ class Session:
             layout = self._request(self._check_inputs(inputs, in_tokens), in_tokens, out_tokens)
         if trace.enabled or "execution" in vlog.enabled:
             return self._logged_run(inputs, in_tokens, out_tokens, layout)
-        # `_run_layout` inlined, with `_read_outputs`'s usual case: the output shapes read last time.
+        # `_run_layout` inlined (and `_execute`'s first attempt), with `_read_outputs`'s usual case: the
+        # output shapes read last time.
+        ex = self.executor
+        request = layout.request
         try:
-            result = self._execute(layout.request)
+            try:
+                deadline = None if self.qos.deadline_ms is None else self.qos.execution_deadline()
+                result = ex.call(request, ex.measure, deadline, ex.loop_timeout)
+            except HalError as e:
+                result = self._retried(e, request)
         except HalError as e:
-            layout, result = self._after_error(e, inputs, in_tokens, out_tokens, layout.request)
+            layout, result = self._after_error(e, inputs, in_tokens, out_tokens, request)
         if result.operation_times is None and result.output_shapes is layout.read_shapes and not out_tokens:
             return [view.copy() for view in layout.read_views], result
         return self._finish(layout, result, out_tokens)
