@@ -453,7 +453,12 @@ class ServiceConnection:
                 # The first bytes of the next frame: polled for briefly, then waited for.
                 if not polling.poll(readable):
                     try:
-                        self._block(deadline)
+                        # `_block`'s first step inlined: the answer usually comes within it.
+                        now = time.monotonic()
+                        if now >= deadline or not readable(min(deadline - now, _LIVENESS_POLL_S)):
+                            if now < deadline and not self.endpoint.alive():
+                                raise wire.ConnectionClosed()
+                            self._block(deadline)
                     finally:
                         polling.waited()
                 frame = wire.recv_frame(sock, partial_wait)

@@ -22,6 +22,8 @@ from mlts.runtime.qos_settings import DEFAULT_QOS, QosSettings
 from mlts.runtime.remote import RemoteDevice
 from mlts.runtime.retry import DEFAULT_RETRY, RetryPolicy, RetryStats, call_with_retries
 
+# A view's copy, with no Python frame per output (`map` over views).
+_copy = np.ndarray.copy
 #: Every input and output region starts at a multiple of this.
 ALIGNMENT = 64
 #: Layouts naming driver buffers a Session keeps (by their tokens), the most recent ones.
@@ -413,7 +415,7 @@ class Session:
         except HalError as e:
             layout, result = self._after_error(e, inputs, in_tokens, out_tokens, request)
         if result.operation_times is None and result.output_shapes is layout.read_shapes and not out_tokens:
-            return [view.copy() for view in layout.read_views], result
+            return list(map(_copy, layout.read_views)), result
         return self._finish(layout, result, out_tokens)
 
     def _run_layout(
@@ -570,7 +572,7 @@ class Session:
         shapes = result.output_shapes
         if shapes is layout.read_shapes:  # the very shapes read last time (a repeated result)
             if not skip:
-                return [view.copy() for view in layout.read_views]
+                return list(map(_copy, layout.read_views))
             return [None if view is None else view.copy() for view in layout.read_views]
         views = layout.out_views
         if len(shapes) == len(self._outputs) and len(views) + len(skip) == len(shapes):
