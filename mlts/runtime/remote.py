@@ -587,6 +587,8 @@ class RemoteDevice(Device):
                 raise
             conn = self.connection
             try:
+                if not mapped.entries:  # (every pool cached: `made` stood for a value beyond the format)
+                    raise compact_calls.encoding_error(method, request)
                 memories = [
                     {"memory": mem_id, "fd": n, "size": memory.size}
                     for n, (_, mem_id, memory) in enumerate(mapped.entries)

@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
+from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
 from mlts.hal import codec, operation_times
@@ -63,11 +65,16 @@ class RemoteExecution(ExecutionCallback):
         self.decoder = decoder or compact_calls.ResultDecoder()
         self.slot: Slot | None = None
         self.copies: list[tuple[HostMemory, SharedMemory]] = []
+        # Set once the launching thread knows the call's slot and copies: a completion read by another
+        # thread (it cannot come before the call was sent) waits for that, never for a lock.
+        self._sent = threading.Event()
+        self._launcher = get_ident()
 
     def _on_notify(self, message: dict[str, Any] | None, error: HalError | None) -> None:
         """Called by whichever thread reads the completion (or with `error` when the connection ends)."""
-        with self.device.connection.send_lock:
-            slot = self.slot  # set by the launching thread while it holds the lock
+        if get_ident() != self._launcher:
+            self._sent.wait()  # the launching thread has set `slot` and `copies` (its send went out)
+        slot = self.slot
         try:
             self._complete(message, error)
         finally:
@@ -323,9 +330,9 @@ class RemotePreparedModel(PreparedModel):
         dev = self.device
         limit = dev.execute_timeout if timeout is None else timeout
         execution = RemoteExecution(dev, limit, self._decoder)
-        # Under the send lock until the execution knows its slot and copies: its completion handler
-        # (`_on_notify`, which takes the lock first) may run on a reading thread as soon as it is sent.
-        with dev.connection.send_lock:
+        # Its completion handler (`_on_notify`) may run on a reading thread as soon as the call is sent:
+        # it waits until the execution knows its slot and copies.
+        try:
             slot, copies = dev.send_execution(
                 "execute",
                 self._args(measure, deadline, loop_timeout_duration),
@@ -336,6 +343,8 @@ class RemotePreparedModel(PreparedModel):
             )
             execution.copies = copies
             execution.slot = slot
+        finally:
+            execution._sent.set()
         try:
             reply = dev.connection.wait_reply(slot, limit)
             wire.close_fds(slot.fds)
