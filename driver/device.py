@@ -10,8 +10,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from driver import cache, native
 from driver._malloc import tune_allocator
 from driver.budget import DEFAULT_EXECUTION_BYTES, MemoryBudget, constant_bytes, working_bytes
@@ -46,7 +44,6 @@ from mlts.hal.types import (
     Model,
     Operation,
     OptionalTimePoint,
-    OutputShape,
     Request,
     Timing,
 )
@@ -76,6 +73,7 @@ class Variant:
 
 _check_deadline_before = deadlines.check_before
 _perf_ns = time.perf_counter_ns
+_rest = native.rest
 _NOT_MEASURED = Timing()
 _YES = MeasureTiming.YES
 _UNMEASURED_KEY = (_NOT_MEASURED.time_on_device, _NOT_MEASURED.time_in_driver)
@@ -406,7 +404,7 @@ class SamplePreparedModel(PreparedModel):
         if self._released:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "prepared model was released")
         device = self.device
-        budget, gate, plan, buffers = device.budget, device.gate, self.plan, self.buffers
+        gate = device.gate
         # The ticket covers the whole call, checks and output copies included: the client's lower-priority
         # executions pause at their next operation from the moment this one arrives until its outputs
         # are written, so none of this execution's own work competes with them for the CPU.
@@ -414,11 +412,14 @@ class SamplePreparedModel(PreparedModel):
         try:
             # A request object seen before was validated then: reuse its layout while the driver buffers
             # it names are unchanged (IoCache.get inlined). A burst lends its own layouts and workspace.
-            layouts = self._io if kept is None else kept.io
-            workspace = None if kept is None else kept.workspace
+            if kept is None:
+                layouts, workspace = self._io, None
+            else:
+                layouts, workspace = kept.io, kept.workspace
             io = layouts.entries.get(id(request))
             if io is not None and (io.key is not request or (io.bound and not io.fresh())):
                 io = None
+            buffers = self.buffers
             if io is None:
                 # Read before the buffers are: a layout whose buffers changed while it was validated
                 # is used for this execution but not kept (its stamps would be the changed ones').
@@ -430,6 +431,7 @@ class SamplePreparedModel(PreparedModel):
             if deadline is not None:
                 _check_deadline_before(deadline, "executeSynchronously")
                 self._check_feasible(deadline)
+            budget, plan = device.budget, self.plan
             held = budget.reserve(self._work_bytes, "the execution's working set")
             try:
                 if io is None:
@@ -441,41 +443,40 @@ class SamplePreparedModel(PreparedModel):
                 if io.checked_budget != plan.memory_budget:
                     io.static_fits = plan.static_fits(io.limits)
                     io.checked_budget = plan.memory_budget
-                checked = io.static_fits
-                predicted = None if checked else plan.shape_pass(inputs, io.limits)
                 # MLTS_VLOG's cpuexe tag wants every operation's time too (logged, not returned).
                 op_times: list[tuple[int, int]] | None = (
-                    [] if request.measure_operations or "cpuexe" in vlog.enabled else None
+                    [] if request.measure_operations or (vlog.enabled and "cpuexe" in vlog.enabled) else None
                 )
-                done: list[int] = []
-
-                def write(outputs: list[np.ndarray]) -> tuple[OutputShape, ...]:
-                    # Results are copied out of the plan's workspace straight into the request's pools.
-                    done.append(_perf_ns())
-                    return io.write_outputs(outputs, buffers)
-
                 # Without a deadline the ticket is the checkpoint (`qos.checkpoint`, inlined).
                 checkpoint = (
                     ticket if deadline is None and gate.enabled else qos.checkpoint(deadline, gate, ticket)
                 )
+                # Results are copied out of the plan's workspace straight into the request's pools by the
+                # sink (`write_outputs`), while the run still holds its workspace: the time on device
+                # includes that write, as the NNAPI CPU executor writes its outputs into the request's memory.
+                sink = io.write_outputs
                 t1 = _perf_ns()
                 # A burst's workspace is passed only when there is one: what wraps the plan's methods (a
                 # plugin changing results) sees the calls it always saw.
-                lent: dict[str, Any] = {} if workspace is None else {"workspace": workspace}
-                if checked and op_times is None:  # a static plan has no WHILE: no loop timeout either
-                    shapes = plan.run_into(inputs, checkpoint, write, **lent)
+                if io.static_fits and op_times is None:  # a static plan has no WHILE: no loop timeout either
+                    if workspace is None:
+                        shapes = plan.run_into(inputs, checkpoint, sink)
+                    else:
+                        shapes = plan.run_into(inputs, checkpoint, sink, workspace=workspace)
                 else:
+                    checked = io.static_fits
+                    lent: dict[str, Any] = {} if workspace is None else {"workspace": workspace}
                     shapes = plan.run(
                         inputs,
                         checkpoint,
                         loop_timeout_duration,
                         op_times=op_times,
                         checked=checked,
-                        predicted=predicted,
-                        sink=write,
+                        predicted=None if checked else plan.shape_pass(inputs, io.limits),
+                        sink=sink,
                         **lent,
                     )
-                t2 = done[0]
+                t2 = _perf_ns()
                 if not ticket.paused:
                     fastest = self._fastest_ns
                     if fastest is None or t2 - t1 < fastest:
@@ -485,7 +486,7 @@ class SamplePreparedModel(PreparedModel):
                 # The kernels' idle workers sleep now, not after their spin window, so they take no
                 # core from the threads returning this result and reading the next request (every
                 # path, a burst's steps included, and after a failed execution too).
-                native.rest()
+                _rest()
         finally:
             gate.leave(ticket)
             if self._idle is not None:

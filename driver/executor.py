@@ -361,15 +361,29 @@ class Plan:
         options: the repeated execution of a static plan whose sizes the caller found checked
         (`static_fits`)."""
         workspaces = self.workspaces
-        ws = workspaces.acquire() if workspace is None else workspace
+        if workspace is not None:
+            ws = workspace
+        else:
+            try:
+                ws = workspaces.free.pop()  # `acquire`'s common case, inlined
+            except IndexError:
+                ws = workspaces.acquire()
         token = _CURRENT.set(ws)
         try:
+            straight = self._straight
+            if straight is not None and len(inputs) == len(self.input_indexes):
+                # `_run_static`'s fast engine, inlined (one call per execution): every input has a value.
+                for arr in inputs:
+                    if arr is None:
+                        break
+                else:
+                    return sink(straight(inputs, checkpoint, ws))
             return sink(self._run_static(inputs, checkpoint, ws))
         finally:
             _CURRENT.reset(token)
             ws.step = -1
             if workspace is None:
-                workspaces.release(ws)
+                workspaces.free.append(ws)  # `release`
 
     def static_fits(self, output_limits: Sequence[int | None] | None) -> bool:
         """True when every size of a run with these output buffers is checked already (a static plan

@@ -306,8 +306,15 @@ class RequestIo:
                 result.append(arr)
         return result
 
-    def write_outputs(self, outputs: list[np.ndarray], buffers: BufferTracker) -> tuple[OutputShape, ...]:
-        """Copy results into the output regions (or driver buffers), or report which are too small."""
+    def write_outputs(
+        self, outputs: list[np.ndarray], buffers: BufferTracker | None = None
+    ) -> tuple[OutputShape, ...]:
+        """Copy results into the output regions (or driver buffers), or report which are too small;
+        `buffers` defaults to the tracker the layout was made with (a bound method with one argument
+        is the executor's sink)."""
+        if buffers is None:
+            # None only for a layout made without a tracker, which names no driver buffer to look up.
+            buffers = cast("BufferTracker", self.tracker)
         got = (outputs[0].shape,) if len(outputs) == 1 else tuple(map(_SHAPE, outputs))
         shapes = self._shapes
         if shapes is None or shapes[0] != got:

@@ -26,7 +26,9 @@ import hashlib
 import importlib.machinery
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -329,12 +331,25 @@ def pool_stats() -> dict[str, int]:
     return {name: int(getattr(stats, name)) for name in POOL_STATS}
 
 
-def rest() -> None:
-    """An execution ended: the pool's idle workers sleep now instead of spinning out their window, so
-    that they take no core from the threads that return the results and read the next request. The
-    next job large enough to wake them does; shorter ones run on the caller's thread."""
-    if LIB is not None:
-        LIB.mk_pool_rest()
+def _no_rest() -> None:
+    pass
+
+
+def _rest_call() -> Callable[[], None]:
+    """`mk_pool_rest` through the PyDLL handle: a few atomic operations that never block, called once
+    per execution, so the interpreter lock is kept rather than given away and taken back."""
+    if LIB_HELD is None:
+        return _no_rest
+    fn = LIB_HELD.mk_pool_rest
+    fn.argtypes = SIGNATURES["mk_pool_rest"]
+    fn.restype = restype("mk_pool_rest")
+    return cast("Callable[[], None]", fn)
+
+
+#: rest(): an execution ended: the pool's idle workers sleep now instead of spinning out their window,
+#: so that they take no core from the threads that return the results and read the next request. The
+#: next job large enough to wake them does; shorter ones run on the caller's thread.
+rest = _rest_call()
 
 
 def set_split(shift: int) -> None:

@@ -157,14 +157,16 @@ class WorkspacePool:
     """Free workspaces of one plan; `acquire` never hands one workspace to two runs at once."""
 
     def __init__(self) -> None:
-        self._free: list[Workspace] = []
+        #: The free workspaces; `free.pop()` and `free.append(ws)` are `acquire` and `release` without
+        #: the method calls (one each per execution): both are atomic, so one workspace goes to one caller.
+        self.free: list[Workspace] = []
         self._lock = threading.Lock()
         self.created = 0
 
     def acquire(self) -> Workspace:
         # list.pop and list.append are atomic: one free workspace goes to one caller only.
         try:
-            return self._free.pop()
+            return self.free.pop()
         except IndexError:
             pass
         with self._lock:
@@ -172,16 +174,16 @@ class WorkspacePool:
         return Workspace()
 
     def release(self, ws: Workspace) -> None:
-        self._free.append(ws)
+        self.free.append(ws)
 
     def drop_free(self) -> int:
         """Forget the free workspaces (their buffers go with them); in use ones come back as usual."""
-        free, self._free = self._free, []
+        free, self.free = self.free, []
         return len(free)
 
     def __len__(self) -> int:
         """Free workspaces kept."""
-        return len(self._free)
+        return len(self.free)
 
 
 def activate(ws: Workspace) -> Token[Workspace | None]:

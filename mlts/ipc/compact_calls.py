@@ -17,8 +17,10 @@ import struct
 from collections import OrderedDict
 from typing import NamedTuple
 
+from mlts.hal import codec
 from mlts.hal.deadlines import TimePoint
 from mlts.hal.enums import ErrorStatus, MeasureTiming
+from mlts.hal.errors import HalError, invalid
 from mlts.hal.execution import FencedExecutionInfo
 from mlts.hal.operation_times import OperationTimes
 from mlts.hal.types import UINT64_MAX, ExecutionResult, Request, RequestArgument, Timing
@@ -205,6 +207,32 @@ def template(request: Request, pools: tuple[PoolRef, ...]) -> RequestTemplate:
         )
     )
     return RequestTemplate(message[_STABLE:], message[_FLAGS])
+
+
+def encoding_error(method: str, request: Request) -> HalError:
+    """The INVALID_ARGUMENT for a request `template` cannot encode, naming the field as the service's
+    check of a JSON request would (NNAPI's offsets, lengths and pool indexes are uint32)."""
+    for side, arguments in (("inputs", request.inputs), ("outputs", request.outputs)):
+        for i, a in enumerate(arguments):
+            try:
+                codec.argument_from_dict(codec.argument_to_dict(a), f"request.{side}[{i}]")
+            except HalError as e:
+                return invalid(f"{method}: {e.message}")
+            except (TypeError, ValueError) as e:
+                return invalid(f"{method}: request.{side}[{i}]: {e}")
+    return invalid(f"{method}: the request does not fit the binary execution format")
+
+
+def call_ns(method: str, key: str, value: int | None) -> int | None:
+    """A deadline or duration as a binary call carries it (protocol 1.6): a value of 2**63 ns or more
+    is beyond any clock (a deadline or a timeout after the fence: none; WHILE's loop timeout: the most
+    the format carries, which the driver clamps as it would the larger one); one outside [0, 2**64) is
+    INVALID_ARGUMENT with the service's own text."""
+    if value is None or 0 <= value <= _MAX_I64:
+        return value
+    if type(value) is not int or not 0 <= value < 1 << 64:
+        raise invalid(f"{method}: {key}={value} must be a nanosecond count in [0, 2**64)")
+    return _MAX_I64 if key == "loop_timeout" else None
 
 
 def fits(value: int | None) -> bool:

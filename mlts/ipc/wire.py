@@ -33,10 +33,12 @@ from mlts.ipc.expected_wait import readable_within
 MAGIC = b"MLTW"
 #: The magic of a compact frame: its message is binary (protocol 1.4, mlts.ipc.compact_calls).
 MAGIC_COMPACT = b"MLTC"
-PROTOCOL_VERSION = (1, 5)
+PROTOCOL_VERSION = (1, 6)
 _MAJOR = PROTOCOL_VERSION[0]
 #: The first minor version that has compact frames.
 COMPACT_MINOR = 4
+#: The first minor version that has mapMemories: its clients send every execution as a compact frame.
+BINARY_MINOR = 6
 FIXED_HEADER = struct.Struct("<4sHHII")
 _FIXED_SIZE = FIXED_HEADER.size
 _unpack_fixed = FIXED_HEADER.unpack

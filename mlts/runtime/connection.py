@@ -82,6 +82,9 @@ class Slot:
     notified: bool = False
     #: The call's priority (a Priority code; -1: none): a waiter of a higher one takes the reading over.
     priority: int = -1
+    #: What the call depends on and leaves behind (mlts.runtime.remote: the mapMemories call sent before
+    #: it, temporary pools to free after it), or None.
+    after: Any = None
 
     def has_reply(self) -> bool:
         return self.reply is not None
@@ -152,7 +155,9 @@ class ServiceConnection:
             self.check_usable()
             with self._lock:
                 msg_id = self._next_id
-                self._next_id += 1
+                if msg_id > _MAX_U32 or msg_id in self._slots:
+                    msg_id = self._free_id()
+                self._next_id = msg_id + 1
                 slot = Slot(msg_id, method, on_notify)
                 self._slots[msg_id] = slot
             self.last_sent = time.monotonic()
@@ -183,15 +188,14 @@ class ServiceConnection:
         fds: Sequence[int] = (),
         timeout: float = 60.0,
         on_notify: Callable[[dict[str, Any] | None, HalError | None], None] | None = None,
-    ) -> Slot | None:
-        """Send the compact call `body(call_id)` (protocol 1.4); None when the ids no longer fit in
-        its 32 bits (the caller then sends a JSON call). Call with `send_lock` held."""
+    ) -> Slot:
+        """Send the compact call `body(call_id)` (protocol 1.4). Call with `send_lock` held."""
         self.check_usable()
         with self._lock:
             msg_id = self._next_id
-            if msg_id > compact_calls.MAX_U32:
-                return None
-            self._next_id += 1
+            if msg_id > _MAX_U32 or msg_id in self._slots:
+                msg_id = self._free_id()
+            self._next_id = msg_id + 1
             slot = Slot(msg_id, method, on_notify)
             self._slots[msg_id] = slot
         self.last_sent = time.monotonic()
@@ -218,7 +222,7 @@ class ServiceConnection:
         deadline: int | None,
         loop_timeout: int | None,
         timeout: float = 60.0,
-    ) -> Slot | None:
+    ) -> Slot:
         """`send_compact` of the call `made.call(code, id, ...)` with no fds and no completion: the same
         steps, inlined for the synchronous path. Call with `send_lock` held."""
         dead = self.dead
@@ -228,8 +232,8 @@ class ServiceConnection:
         lock.acquire()
         try:
             msg_id = self._next_id
-            if msg_id > _MAX_U32:
-                return None
+            if msg_id > _MAX_U32 or msg_id in self._slots:
+                msg_id = self._free_id()
             self._next_id = msg_id + 1
             slot = Slot(msg_id, method)
             self._slots[msg_id] = slot
@@ -259,6 +263,17 @@ class ServiceConnection:
             self.forget(slot)
             raise
         return slot
+
+    def _free_id(self) -> int:
+        """A call id in [1, 2**32) no call in flight has, from `_next_id` on, wrapping round (call ids
+        stay small enough for compact calls). Lock held."""
+        msg_id = self._next_id
+        while True:
+            if msg_id > _MAX_U32:
+                msg_id = 1
+            if msg_id not in self._slots:
+                return msg_id
+            msg_id += 1
 
     def forget(self, slot: Slot) -> None:
         """Stop waiting for `slot`'s reply (a reply that comes later is dropped)."""
@@ -438,7 +453,12 @@ class ServiceConnection:
                 # The first bytes of the next frame: polled for briefly, then waited for.
                 if not polling.poll(readable):
                     try:
-                        self._block(deadline)
+                        # `_block`'s first step inlined: the answer usually comes within it.
+                        now = time.monotonic()
+                        if now >= deadline or not readable(min(deadline - now, _LIVENESS_POLL_S)):
+                            if now < deadline and not self.endpoint.alive():
+                                raise wire.ConnectionClosed()
+                            self._block(deadline)
                     finally:
                         polling.waited()
                 frame = wire.recv_frame(sock, partial_wait)

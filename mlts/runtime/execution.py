@@ -1,7 +1,8 @@
 """The one execution seam: run a request on a prepared model by a named execution path.
 
-Every tool runs executions through `execute` (usually via `Session`), so
-adding a path (bursts, later) means adding it here only. The paths are the
+Every tool runs executions through it: an `Executor` (what `Session` holds) bound to one
+prepared model and path, or `execute` for a single call, so adding a path means adding it
+here only. The paths are the
 HAL's: `sync` (executeSynchronously), `async` (execute, then wait for the
 completion) and `fenced` (executeFenced with no input fences, then wait for
 its sync fence and ask getExecutionInfo) and `burst` (through a burst object
@@ -16,6 +17,8 @@ from __future__ import annotations
 import enum
 import threading
 import weakref
+from collections.abc import Callable
+from threading import get_ident
 
 from mlts.hal.enums import ErrorStatus, MeasureTiming
 from mlts.hal.errors import HalError
@@ -93,24 +96,81 @@ def fence_wait_s(prepared: PreparedModel) -> float:
     return float(limit) if isinstance(limit, (int, float)) and limit > 0 else FENCE_WAIT_S
 
 
-def execute(
-    prepared: PreparedModel,
-    request: Request,
-    measure: MeasureTiming = MeasureTiming.NO,
-    mode: ExecutionMode = DEFAULT_MODE,
-    deadline: OptionalTimePoint = None,
-    loop_timeout: OptionalTimeoutDuration = None,
-) -> ExecutionResult:
-    """Run `request` on `prepared` by path `mode`; raises the execution's HalError on failure.
+class Executor:
+    """The seam bound to one prepared model, path, timing request and loop timeout: `run(request,
+    deadline)` runs one execution; what `execute` does on every call is resolved once here.
 
-    A fenced execution reports no output shapes (the HAL's executeFenced has none): callers use the
-    model's declared shapes, so fenced mode needs fully specified outputs. Its timing is timingFenced.
+    A burst executor holds the burst of the thread that ran it last (`burst_for`): a run from another
+    thread, or after that burst was closed, takes that thread's burst. `measure` and `loop_timeout` may
+    be changed between runs. Not a retry policy: a caller that retries wraps `run`
+    (mlts.runtime.retry), as `Session` does.
     """
-    if mode == _SYNC:
-        return prepared.executeSynchronously(request, measure, deadline, loop_timeout)
-    if mode == _ASYNC:
-        return prepared.execute(request, measure, deadline, loop_timeout).result()
-    if mode == _FENCED:
+
+    __slots__ = ("_burst", "call", "loop_timeout", "measure", "mode", "prepared")
+
+    def __init__(
+        self,
+        prepared: PreparedModel,
+        mode: ExecutionMode = DEFAULT_MODE,
+        measure: MeasureTiming = MeasureTiming.NO,
+        loop_timeout: OptionalTimeoutDuration = None,
+    ) -> None:
+        self.prepared = prepared
+        self.mode = mode = ExecutionMode.parse(mode)
+        self.measure = measure
+        self.loop_timeout = loop_timeout
+        # (thread id, its burst of the model) in burst mode.
+        self._burst: tuple[int, Burst] | None = None
+        #: The path itself, `call(request, measure, deadline, loop_timeout)`: what `run` calls (a caller
+        #: running executions back to back may call it directly with the executor's fields).
+        self.call: Callable[
+            [Request, MeasureTiming, OptionalTimePoint, OptionalTimeoutDuration], ExecutionResult
+        ]
+        if mode is _SYNC:
+            self.call = prepared.executeSynchronously
+        elif mode is _ASYNC:
+            self.call = self._async
+        elif mode is _FENCED:
+            self.call = self._fenced
+        else:
+            self.call = self._bursting
+
+    def run(self, request: Request, deadline: OptionalTimePoint = None) -> ExecutionResult:
+        """Run `request` (before `deadline`, an absolute time point); raises its HalError on failure."""
+        return self.call(request, self.measure, deadline, self.loop_timeout)
+
+    def _bursting(
+        self,
+        request: Request,
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
+    ) -> ExecutionResult:
+        held = self._burst
+        if held is None or held[0] != get_ident() or getattr(held[1], "closed", False):
+            held = self._burst = (get_ident(), burst_for(self.prepared))
+        return held[1].execute(request, measure, deadline, loop_timeout)
+
+    def _async(
+        self,
+        request: Request,
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
+    ) -> ExecutionResult:
+        return self.prepared.execute(request, measure, deadline, loop_timeout).result()
+
+    def _fenced(
+        self,
+        request: Request,
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
+    ) -> ExecutionResult:
+        """A fenced execution reports no output shapes (the HAL's executeFenced has none): callers use
+        the model's declared shapes, so fenced mode needs fully specified outputs. Its timing is
+        timingFenced."""
+        prepared = self.prepared
         fence, callback = prepared.executeFenced(request, (), measure, deadline, loop_timeout)
         wait_s = fence_wait_s(prepared)
         try:
@@ -127,7 +187,23 @@ def execute(
         if info.status != ErrorStatus.NONE:
             raise HalError(info.status, info.message or f"fenced execution failed with {info.status.name}")
         return ExecutionResult((), info.timing_fenced, info.operation_times)
-    if mode == _BURST:
-        return burst_for(prepared).execute(request, measure, deadline, loop_timeout)
-    ExecutionMode.parse(mode)  # raises: not a path
-    raise AssertionError("unreachable")
+
+    def __repr__(self) -> str:
+        return f"Executor({self.prepared!r}, {self.mode.value})"
+
+
+def execute(
+    prepared: PreparedModel,
+    request: Request,
+    measure: MeasureTiming = MeasureTiming.NO,
+    mode: ExecutionMode = DEFAULT_MODE,
+    deadline: OptionalTimePoint = None,
+    loop_timeout: OptionalTimeoutDuration = None,
+) -> ExecutionResult:
+    """Run `request` on `prepared` by path `mode` (an `Executor` made for the call); raises the
+    execution's HalError on failure. A caller running many executions keeps an `Executor` instead.
+
+    A fenced execution reports no output shapes (the HAL's executeFenced has none): callers use the
+    model's declared shapes, so fenced mode needs fully specified outputs. Its timing is timingFenced.
+    """
+    return Executor(prepared, mode, measure, loop_timeout).run(request, deadline)

@@ -71,6 +71,9 @@ class RemoteDevice(Device):
         # id(memory) -> (memory id on the wire, the memory, kept alive so id() stays unique).
         self._memories: OrderedDict[int, tuple[int, SharedMemory]] = OrderedDict()
         self._next_memory_id = 1
+        self._wrapped = False  # memory ids went past 2**32 - 1 once: new ones skip those in use
+        # Ids of host memory's temporary copies in use (protocol 1.6); used under the send lock.
+        self._temporary_ids: set[int] = set()
         # id(request) -> (request, its pool descriptions, its JSON text); used under the send lock.
         self._request_texts: dict[int, tuple[Request, list[dict[str, Any]], bytes]] = {}
         # id(request) -> (request, its pool references, its compact form); used under the send lock.
@@ -81,8 +84,13 @@ class RemoteDevice(Device):
                 Request, tuple[PoolRef, ...], compact_calls.RequestTemplate, tuple[tuple[Any, PoolRef], ...]
             ],
         ] = {}
-        #: Whether executions travel as compact calls (the service speaks protocol 1.4 or later).
-        self.compact_calls = _speaks_compact(getattr(process, "hello", None))
+        hello = getattr(process, "hello", None)
+        #: Whether executions travel as compact calls (the service speaks protocol 1.4 or later): with a
+        #: 1.4 or 1.5 service those whose pools it has all mapped, the others as JSON.
+        self.compact_calls = _speaks_compact(hello)
+        #: Whether every execution travels as a compact call (protocol 1.6): new pools and host memory's
+        #: temporary copies are mapped by a mapMemories call sent just before it.
+        self.binary_calls = _speaks_compact(hello, wire.BINARY_MINOR)
         self._closed = False
         self._close_lock = threading.Lock()
 
@@ -316,8 +324,7 @@ class RemoteDevice(Device):
                         if id(pool) in self._memories:
                             self._memories.move_to_end(id(pool))
                         continue
-                    mem_id = self._next_memory_id
-                    self._next_memory_id += 1
+                    mem_id = self._new_memory_id(new)
                     new[id(pool)] = (mem_id, pool)
                     descs.append({"memory": mem_id, "fd": len(fds), "size": pool.size})
                     fds.append(pool.fd)
@@ -454,7 +461,7 @@ class RemoteDevice(Device):
             return None
         conn = self.connection
         with conn.send_lock:
-            conn.check_usable()
+            # (`send_call` checks that the connection is usable, under this lock.)
             # `_compact_template`'s usual case inlined: the template of this very request, on one
             # memory still cached under the slot it was made with.
             known = self._templates.get(id(request))
@@ -491,6 +498,8 @@ class RemoteDevice(Device):
         conn = self.connection
         with conn.send_lock:
             conn.check_usable()
+            if self.binary_calls and self.compact_calls:
+                return self._send_binary(method, args, request, fds, timeout, on_notify)
             if self.compact_calls:
                 slot = self._send_compact(method, args, request, fds, timeout, on_notify)
                 if slot is not None:
@@ -527,6 +536,205 @@ class RemoteDevice(Device):
             except HalError:
                 pass
         return slot, copies
+
+    def _new_memory_id(self, taken: Mapping[int, tuple[int, Any]] = {}) -> int:
+        """A memory id in [1, 2**32) that no cached pool, temporary copy or pool of `taken` has (ids
+        count up and wrap round: they stay within the compact calls' u32). Send lock held."""
+        mem_id = self._next_memory_id
+        if mem_id > compact_calls.MAX_U32:
+            mem_id = 1
+        if self._next_memory_id > compact_calls.MAX_U32 or self._wrapped:
+            self._wrapped = True
+            used = {entry[0] for entry in self._memories.values()} | self._temporary_ids
+            used.update(entry[0] for entry in taken.values())
+            while mem_id in used:
+                mem_id = 1 if mem_id >= compact_calls.MAX_U32 else mem_id + 1
+        self._next_memory_id = mem_id + 1
+        return mem_id
+
+    def _send_binary(
+        self,
+        method: str,
+        args: dict[str, Any],
+        request: Request,
+        fds: Sequence[int],
+        timeout: float,
+        on_notify: Any,
+    ) -> tuple[Slot, list[tuple[HostMemory, SharedMemory]]]:
+        """Send the execution as a compact call (protocol 1.6); pools the service has not mapped (new
+        SharedMemory pools, host memory's temporary shared copies) go first, in one mapMemories call.
+        The returned slot's `after` (a `_Mapped`) says what `settle` and `release_temporaries` check and
+        free once the answer is in. Send lock held."""
+        deadline = compact_calls.call_ns(method, "deadline", args["deadline"])
+        loop = compact_calls.call_ns(method, "loop_timeout", args["loop_timeout"])
+        after = compact_calls.call_ns(method, "timeout_after_fence", args.get("timeout_after_fence"))
+        code = _COMPACT_METHODS[method]
+        prepared, measure = args["prepared"], args["measure"]
+        made = self._compact_template(request)
+        mapped: _Mapped | None = None
+        copies: list[tuple[HostMemory, SharedMemory]] = []
+        if made is None:
+            mapped, copies, refs = self._map_pools(method, request)
+            try:
+                made = self._compact_template(request) if not copies else None
+                if made is None:
+                    made = compact_calls.template(request, refs)
+            except (ValueError, OverflowError, struct.error):
+                self._unmap(mapped, copies)
+                raise compact_calls.encoding_error(method, request) from None
+            except BaseException:
+                self._unmap(mapped, copies)
+                raise
+            conn = self.connection
+            try:
+                if not mapped.entries:  # (every pool cached: `made` stood for a value beyond the format)
+                    raise compact_calls.encoding_error(method, request)
+                memories = [
+                    {"memory": mem_id, "fd": n, "size": memory.size}
+                    for n, (_, mem_id, memory) in enumerate(mapped.entries)
+                ]
+                mapped.call = conn.send(
+                    "mapMemories", {"memories": memories}, [m.fd for _, _, m in mapped.entries], timeout
+                )
+            except BaseException:
+                self._unmap(mapped, copies)
+                raise
+        try:
+            slot = self.connection.send_compact(
+                method,
+                lambda call_id: made.call(code, call_id, prepared, measure, deadline, loop, after),
+                fds,
+                timeout,
+                on_notify,
+            )
+        except BaseException:
+            # The pools went to the service (or the connection is dead): the temporary ones are freed.
+            self.release_temporaries(mapped)
+            for _, shared in copies:
+                shared.close()
+            raise
+        slot.after = mapped
+        if len(self._memories) > MAX_CACHED_MEMORIES:
+            # The least recently used pools beyond the cache's size (never this call's: it just used
+            # them), freed after the call that was just sent, with no wait for the answer.
+            self.connection.send("freeMemory", {"ids": self._evict_locked()}, (), timeout)
+        return slot, copies
+
+    def _map_pools(
+        self, method: str, request: Request
+    ) -> tuple[_Mapped, list[tuple[HostMemory, SharedMemory]], tuple[PoolRef, ...]]:
+        """Ids for the request's pools the service has not mapped, registered as cached (SharedMemory)
+        or temporary (host memory's shared copies, with its bytes): what a mapMemories call maps, the
+        copies, and every pool's reference. Send lock held."""
+        mapped = _Mapped()
+        copies: list[tuple[HostMemory, SharedMemory]] = []
+        refs: list[PoolRef] = []
+        new: dict[int, tuple[int, SharedMemory]] = {}
+        try:
+            for n, pool in enumerate(request.pools):
+                if isinstance(pool, RemoteBuffer):
+                    if pool.device is not self or pool.closed:
+                        raise HalError(
+                            ErrorStatus.INVALID_ARGUMENT,
+                            f"request pool {n} ({pool!r}) is not a live buffer of driver {self.name!r}",
+                        )
+                    pool = pool.token
+                if isinstance(pool, int) and not isinstance(pool, bool):
+                    if not 0 < pool <= compact_calls.MAX_U32:
+                        raise HalError(
+                            ErrorStatus.INVALID_ARGUMENT,
+                            f"{method}: request pool {n} is buffer token {pool}; valid tokens are in "
+                            f"[1, {compact_calls.MAX_U32}]",
+                        )
+                    refs.append(PoolRef.token(pool))
+                elif isinstance(pool, SharedMemory):
+                    if pool.fd < 0:
+                        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"request pool {n} ({pool!r}) is closed")
+                    entry = self._memories.get(id(pool)) or new.get(id(pool))
+                    if entry is None or entry[1] is not pool:
+                        entry = new[id(pool)] = (self._new_memory_id(new), pool)
+                        mapped.entries.append((id(pool), entry[0], pool))
+                    elif id(pool) in self._memories:
+                        self._memories.move_to_end(id(pool))
+                    refs.append(PoolRef.slot(entry[0]))
+                elif isinstance(pool, HostMemory):
+                    # Host memory cannot cross processes: a shared copy, mapped for this call only.
+                    shared = SharedMemory.create(pool.size, "mlts-host-copy")
+                    copies.append((pool, shared))
+                    if pool.size:
+                        shared.buffer[:] = pool.buffer
+                    mem_id = self._new_memory_id(new)
+                    self._temporary_ids.add(mem_id)
+                    mapped.temporary.append(mem_id)
+                    mapped.entries.append((0, mem_id, shared))
+                    refs.append(PoolRef.slot(mem_id))
+                else:
+                    raise HalError(
+                        ErrorStatus.INVALID_ARGUMENT,
+                        f"request pool {n} is a {type(pool).__name__}; expected SharedMemory, HostMemory, a RemoteBuffer or a buffer token",
+                    )
+            if len(mapped.entries) > wire.MAX_FDS:
+                raise HalError(
+                    ErrorStatus.INVALID_ARGUMENT,
+                    f"request brings {len(mapped.entries)} new memory pools; at most {wire.MAX_FDS} fit in one call "
+                    "(reuse pools or run a smaller request first)",
+                )
+        except BaseException:
+            self._unmap(mapped, copies)
+            raise
+        # The service maps them before it reads the execution call: cached from now on.
+        for key, mem_id, memory in mapped.entries:
+            if key:
+                self._memories[key] = (mem_id, memory)
+        return mapped, copies, tuple(refs)
+
+    def _unmap(self, mapped: _Mapped, copies: list[tuple[HostMemory, SharedMemory]]) -> None:
+        """Undo `_map_pools` before anything was sent. Send lock held."""
+        for key, mem_id, memory in mapped.entries:
+            entry = self._memories.get(key) if key else None
+            if entry is not None and entry[0] == mem_id and entry[1] is memory:
+                del self._memories[key]
+        self._temporary_ids.difference_update(mapped.temporary)
+        mapped.temporary = []
+        for _, shared in copies:
+            shared.close()
+
+    def settle(self, slot: Slot) -> None:
+        """After the answer of an execution sent by `_send_binary`: raise the error of the mapMemories
+        call that went before it, if that failed (the service then mapped none of its pools: they are
+        dropped from the cache here too, and the execution's own error, "has not mapped", is only its
+        consequence)."""
+        mapped = slot.after
+        if mapped is None or mapped.call is None:
+            return
+        call, mapped.call = mapped.call, None
+        # Answered before the execution (the service answers a connection's calls in order).
+        reply = call.reply if call.reply is not None else self.connection.wait_reply(call, self.query_timeout)
+        if reply.get("ok") is True:
+            return
+        with self.connection.send_lock:
+            for key, mem_id, memory in mapped.entries:
+                entry = self._memories.get(key) if key else None
+                if entry is not None and entry[0] == mem_id and entry[1] is memory:
+                    del self._memories[key]
+            self._temporary_ids.difference_update(mapped.temporary)
+            mapped.temporary = []
+        raise error_from_dict(self.name, "mapMemories", reply.get("error"))
+
+    def release_temporaries(self, mapped: _Mapped | None) -> None:
+        """Free the temporary ids of host memory's copies (after their execution ended): a freeMemory
+        call whose answer nobody waits for."""
+        if mapped is None or not mapped.temporary:
+            return
+        conn = self.connection
+        with conn.send_lock:
+            ids, mapped.temporary = mapped.temporary, []
+            self._temporary_ids.difference_update(ids)
+            if conn.dead is None:
+                try:
+                    conn.send("freeMemory", {"ids": ids}, (), self.query_timeout)
+                except HalError:
+                    pass  # a dead driver holds no mappings any more
 
     def _evict_locked(self) -> list[int]:
         excess = len(self._memories) - MAX_CACHED_MEMORIES
@@ -593,15 +801,28 @@ _COMPACT_METHODS = {
 }
 
 
-def _speaks_compact(hello: Any) -> bool:
-    """Whether a service's hello announces protocol 1.4 or later (compact execution calls)."""
+class _Mapped:
+    """The pools a mapMemories call mapped for one execution (protocol 1.6): (cache key or 0 for a
+    temporary copy, memory id, memory), the call, and the temporary ids to free after the execution."""
+
+    __slots__ = ("call", "entries", "temporary")
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[int, int, SharedMemory]] = []
+        self.call: Slot | None = None
+        self.temporary: list[int] = []
+
+
+def _speaks_compact(hello: Any, minor: int = wire.COMPACT_MINOR) -> bool:
+    """Whether a service's hello announces protocol 1.`minor` or later (by default 1.4: compact
+    execution calls; 1.6: mapMemories, every execution binary)."""
     protocol = hello.get("protocol") if isinstance(hello, dict) else None
     return (
         isinstance(protocol, list)
         and len(protocol) == 2
         and protocol[0] == wire.PROTOCOL_VERSION[0]
         and type(protocol[1]) is int
-        and protocol[1] >= wire.COMPACT_MINOR
+        and protocol[1] >= minor
     )
 
 

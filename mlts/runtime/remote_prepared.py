@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
+from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
 from mlts.hal import codec, operation_times
@@ -63,9 +65,23 @@ class RemoteExecution(ExecutionCallback):
         self.decoder = decoder or compact_calls.ResultDecoder()
         self.slot: Slot | None = None
         self.copies: list[tuple[HostMemory, SharedMemory]] = []
+        # Set once the launching thread knows the call's slot and copies: a completion read by another
+        # thread (it cannot come before the call was sent) waits for that, never for a lock.
+        self._sent = threading.Event()
+        self._launcher = get_ident()
 
     def _on_notify(self, message: dict[str, Any] | None, error: HalError | None) -> None:
         """Called by whichever thread reads the completion (or with `error` when the connection ends)."""
+        if get_ident() != self._launcher:
+            self._sent.wait()  # the launching thread has set `slot` and `copies` (its send went out)
+        slot = self.slot
+        try:
+            self._complete(message, error)
+        finally:
+            if slot is not None and slot.after is not None:
+                self.device.release_temporaries(slot.after)
+
+    def _complete(self, message: dict[str, Any] | None, error: HalError | None) -> None:
         try:
             if error is None and message is not None:
                 compact = message.get("compact")
@@ -269,17 +285,26 @@ class RemotePreparedModel(PreparedModel):
             reply = dev.connection.wait_reply(slot, limit)
             if slot.fds:
                 wire.close_fds(slot.fds)
+            if slot.after is not None:
+                dev.settle(slot)  # the pools mapped for this call were (raises: they were not)
             compact = reply.get("compact")
             if compact is not None and reply.get("tag") == _RESULT:
                 try:
-                    return self._decoder.decode(compact)
+                    answer = self._decoder.decode(compact)
                 except (TypeError, KeyError, ValueError, HalError):
-                    return dev.decode("executeSynchronously", self._decoder.decode, compact)  # raises
+                    answer = dev.decode("executeSynchronously", self._decoder.decode, compact)  # raises
+                if copies:
+                    _copy_back(copies)
+                    copies = []
+                return answer
             result = dev.unpack_reply("executeSynchronously", reply)
             _copy_back(copies)
             copies = []
         finally:
-            _close_copies(copies)
+            if copies:
+                _close_copies(copies)
+            if slot.after is not None:
+                dev.release_temporaries(slot.after)
         return dev.decode("executeSynchronously", self._result, result)
 
     def _result(self, d: Any) -> ExecutionResult:
@@ -305,25 +330,32 @@ class RemotePreparedModel(PreparedModel):
         dev = self.device
         limit = dev.execute_timeout if timeout is None else timeout
         execution = RemoteExecution(dev, limit, self._decoder)
-        slot, copies = dev.send_execution(
-            "execute",
-            self._args(measure, deadline, loop_timeout_duration),
-            request,
-            (),
-            limit,
-            execution._on_notify,
-        )
-        execution.copies = copies
-        execution.slot = slot
+        # Its completion handler (`_on_notify`) may run on a reading thread as soon as the call is sent:
+        # it waits until the execution knows its slot and copies.
+        try:
+            slot, copies = dev.send_execution(
+                "execute",
+                self._args(measure, deadline, loop_timeout_duration),
+                request,
+                (),
+                limit,
+                execution._on_notify,
+            )
+            execution.copies = copies
+            execution.slot = slot
+        finally:
+            execution._sent.set()
         try:
             reply = dev.connection.wait_reply(slot, limit)
             wire.close_fds(slot.fds)
+            dev.settle(slot)
             if reply.get("tag") != compact_calls.LAUNCHED:
                 dev.unpack_reply("execute", reply)
         except HalError as e:
             # The launch failed: no completion will come.
             dev.connection.forget(slot)
             _close_copies(copies)
+            dev.release_temporaries(slot.after)
             execution.notify(error=e)
         return execution
 
@@ -366,6 +398,13 @@ class RemotePreparedModel(PreparedModel):
             dev.connection.forget(slot)
             raise
         fds = list(slot.fds)
+        if slot.after is not None:
+            try:
+                dev.settle(slot)
+            except BaseException:
+                dev.connection.forget(slot)
+                wire.close_fds(fds)
+                raise
         pushed = None
         try:
             compact = reply.get("compact")

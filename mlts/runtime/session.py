@@ -5,31 +5,30 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from threading import get_ident
 
 import numpy as np
 
 from mlts.hal import trace, vlog
 from mlts.hal.enums import DTYPE_NAME, UINT64_MAX, ErrorStatus, MeasureTiming, OperandType
 from mlts.hal.errors import HalError
-from mlts.hal.interface import Burst, Device, PreparedModel
+from mlts.hal.interface import Device, PreparedModel
 from mlts.hal.memory import SharedMemory
 from mlts.hal.operation_times import check_result_times
 from mlts.hal.types import DataLocation, ExecutionResult, Model, Operand, Request, RequestArgument
 from mlts.runtime import allowlist
 from mlts.runtime.compile_cache import CompilationCache
-from mlts.runtime.execution import DEFAULT_MODE, ExecutionMode, burst_for, execute, forget_memory
+from mlts.runtime.execution import DEFAULT_MODE, ExecutionMode, Executor, forget_memory
 from mlts.runtime.qos_settings import DEFAULT_QOS, QosSettings
 from mlts.runtime.remote import RemoteDevice
 from mlts.runtime.retry import DEFAULT_RETRY, RetryPolicy, RetryStats, call_with_retries
 
+# A view's copy, with no Python frame per output (`map` over views).
+_copy = np.ndarray.copy
 #: Every input and output region starts at a multiple of this.
 ALIGNMENT = 64
 #: Layouts naming driver buffers a Session keeps (by their tokens), the most recent ones.
 MAX_TOKEN_LAYOUTS = 8
 _PAGE = 4096
-# The paths `_execute` calls directly (compared by identity: `mode` is parsed into a member).
-_SYNC, _BURST = ExecutionMode.SYNC, ExecutionMode.BURST
 
 
 def _align(n: int, to: int = ALIGNMENT) -> int:
@@ -107,13 +106,11 @@ class Session:
         if not isinstance(qos, QosSettings):
             raise TypeError(f"qos must be a QosSettings, not {type(qos).__name__}")
         self.qos = qos
-        self.loop_timeout_ns = qos.loop_timeout_ns
         self.retry = retry
         self.retry_stats = RetryStats()
-        self.mode = ExecutionMode.parse(mode)
+        mode = ExecutionMode.parse(mode)
         allowlist.check_model(model)
         self.model = model
-        self.measure = MeasureTiming.YES if measure else MeasureTiming.NO
         sub = model.main
         self._inputs = [sub.operands[i] for i in sub.input_indexes]
         self._outputs = [sub.operands[i] for i in sub.output_indexes]
@@ -124,7 +121,7 @@ class Session:
             op.byte_size() if op.is_fully_specified else None for op in self._outputs
         ]
         self._out_key = tuple(self._out_bytes)  # as layouts' keys hold it
-        if self.mode == ExecutionMode.FENCED and None in self._out_bytes:
+        if mode == ExecutionMode.FENCED and None in self._out_bytes:
             raise HalError(
                 ErrorStatus.INVALID_ARGUMENT,
                 "fenced execution needs fully specified outputs (executeFenced reports no output shapes)",
@@ -136,7 +133,6 @@ class Session:
         self._token_layouts: dict[tuple, _Layout] = {}
         # The token mappings callers passed recently and their layouts (see `_token_layout`).
         self._token_seen: list[tuple[Mapping[int, int], Mapping[int, int], _Layout]] = []
-        self._burst: tuple[int, Burst] | None = None  # (thread id, its burst) in mode "burst"
         self.cache_outcome: str | None = None
         self.prepared: PreparedModel | None
         started = time.perf_counter()
@@ -154,6 +150,11 @@ class Session:
                 retry,
                 self.retry_stats,
             )
+        assert self.prepared is not None
+        #: The execution seam every run goes through (mlts.runtime.execution), bound to this model.
+        self.executor = Executor(
+            self.prepared, mode, MeasureTiming.YES if measure else MeasureTiming.NO, qos.loop_timeout_ns
+        )
         if trace.enabled:
             trace.span(
                 "prepare",
@@ -178,42 +179,56 @@ class Session:
             )
 
     def _execute(self, request: Request) -> ExecutionResult:
-        assert self.prepared is not None
-        prepared = self.prepared
-
-        measure, mode, loop_timeout = self.measure, self.mode, self.loop_timeout_ns
+        """`request` run through the seam (`self.executor`), TRANSIENT errors retried as `retry` allows;
+        with a QoS deadline, each attempt gets its own, made when it starts."""
+        ex = self.executor
         qos = self.qos
-        if qos.deadline_ms is None and (mode is _SYNC or mode is _BURST):
-            if mode is _SYNC:
-                # What `execute` would call, called directly.
-                run = prepared.executeSynchronously
-            else:
-                # This thread's burst of the model, remembered here: what `execute` would look up per run.
-                burst = self._burst
-                if burst is None or burst[0] != get_ident() or getattr(burst[1], "closed", False):
-                    burst = self._burst = (get_ident(), burst_for(prepared))
-                run = burst[1].execute
-            try:
-                return run(request, measure, None, loop_timeout)
-            except HalError as e:
-                failed = [e]
+        try:
+            return ex.call(
+                request,
+                ex.measure,
+                None if qos.deadline_ms is None else qos.execution_deadline(),
+                ex.loop_timeout,
+            )
+        except HalError as e:
+            return self._retried(e, request)
 
-            def again() -> ExecutionResult:
-                if failed:  # the first attempt, made above: retried (or not) by the same rules
-                    raise failed.pop()
-                return run(request, measure, None, loop_timeout)
+    def _retried(self, first: HalError, request: Request) -> ExecutionResult:
+        """After the first attempt at `request` failed with `first`: the retries `retry` allows (the
+        first error counted by the same rules), their result or the last error."""
+        failed = [first]
+        run = self.executor.run
+        qos = self.qos
 
-            return call_with_retries(again, self.retry, self.retry_stats)
-        if qos.deadline_ms is None:
+        def again() -> ExecutionResult:
+            if failed:  # the first attempt, made by the caller: retried (or not) by the same rules
+                raise failed.pop()
+            return run(request, None if qos.deadline_ms is None else qos.execution_deadline())
 
-            def once() -> ExecutionResult:
-                return execute(prepared, request, measure, mode, None, loop_timeout)
-        else:
+        return call_with_retries(again, self.retry, self.retry_stats)
 
-            def once() -> ExecutionResult:
-                return execute(prepared, request, measure, mode, qos.execution_deadline(), loop_timeout)
+    @property
+    def mode(self) -> ExecutionMode:
+        """The execution path of every run (the executor's)."""
+        return self.executor.mode
 
-        return call_with_retries(once, self.retry, self.retry_stats)
+    @property
+    def measure(self) -> MeasureTiming:
+        """Whether runs ask the driver for timing; may be changed between runs."""
+        return self.executor.measure
+
+    @measure.setter
+    def measure(self, value: MeasureTiming) -> None:
+        self.executor.measure = MeasureTiming(value)
+
+    @property
+    def loop_timeout_ns(self) -> int | None:
+        """WHILE's loop timeout of every run (from the QoS settings); may be changed between runs."""
+        return self.executor.loop_timeout
+
+    @loop_timeout_ns.setter
+    def loop_timeout_ns(self, value: int | None) -> None:
+        self.executor.loop_timeout = value
 
     # ------------------------------------------------------------ layout
 
@@ -387,13 +402,20 @@ class Session:
             layout = self._request(self._check_inputs(inputs, in_tokens), in_tokens, out_tokens)
         if trace.enabled or "execution" in vlog.enabled:
             return self._logged_run(inputs, in_tokens, out_tokens, layout)
-        # `_run_layout` inlined, with `_read_outputs`'s usual case: the output shapes read last time.
+        # `_run_layout` inlined (and `_execute`'s first attempt), with `_read_outputs`'s usual case: the
+        # output shapes read last time.
+        ex = self.executor
+        request = layout.request
         try:
-            result = self._execute(layout.request)
+            try:
+                deadline = None if self.qos.deadline_ms is None else self.qos.execution_deadline()
+                result = ex.call(request, ex.measure, deadline, ex.loop_timeout)
+            except HalError as e:
+                result = self._retried(e, request)
         except HalError as e:
-            layout, result = self._after_error(e, inputs, in_tokens, out_tokens, layout.request)
+            layout, result = self._after_error(e, inputs, in_tokens, out_tokens, request)
         if result.operation_times is None and result.output_shapes is layout.read_shapes and not out_tokens:
-            return [view.copy() for view in layout.read_views], result
+            return list(map(_copy, layout.read_views)), result
         return self._finish(layout, result, out_tokens)
 
     def _run_layout(
@@ -550,7 +572,7 @@ class Session:
         shapes = result.output_shapes
         if shapes is layout.read_shapes:  # the very shapes read last time (a repeated result)
             if not skip:
-                return [view.copy() for view in layout.read_views]
+                return list(map(_copy, layout.read_views))
             return [None if view is None else view.copy() for view in layout.read_views]
         views = layout.out_views
         if len(shapes) == len(self._outputs) and len(views) + len(skip) == len(shapes):

@@ -307,7 +307,7 @@ def _count_for(prepared: Any, model: Model) -> int:
     """The WHILE count that makes one execution of `model` take about PRIORITY_EXECUTION_S."""
     probe = 1500
     start = time.perf_counter()
-    prepared.executeSynchronously(counting_request(model, probe), loop_timeout_duration=15_000_000_000)
+    execute(prepared, counting_request(model, probe), loop_timeout=15_000_000_000)
     took = time.perf_counter() - start
     return int(min(max(probe * PRIORITY_EXECUTION_S / max(took, 1e-6), probe), PRIORITY_MAX_COUNT))
 

@@ -176,7 +176,7 @@ def _memory_bomb(target: Target) -> list[str]:
         def bomb() -> None:
             start = time.monotonic()
             try:
-                prepared.executeSynchronously(request, loop_timeout_duration=BOMB_LOOP_TIMEOUT_NS)
+                execute(prepared, request, loop_timeout=BOMB_LOOP_TIMEOUT_NS)
                 outcome.append("succeeded")
             except HalError as e:
                 outcome.append(e)

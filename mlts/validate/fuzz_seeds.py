@@ -158,6 +158,7 @@ def frame_seeds(model_size: int = 0) -> list[bytes]:
         ("serviceStatus", {}),
         ("releasePreparedModel", {"prepared": 1}),
         ("freeMemory", {"ids": [1, 2]}),
+        ("mapMemories", {"memories": [{"memory": 1, "fd": 0, "size": 4096}]}),
         (
             "prepareModel",
             prepare_args(model_size or 4096),

@@ -87,7 +87,7 @@ def test_small_ops_bound_equal_the_steps_called_one_by_one(rows) -> None:
             assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
     chunks = [v for v in bound._straight.__globals__.values() if isinstance(v, Chunk)]
     assert [len(c.steps) for c in chunks] == [14] and not chunks[0].dead
-    assert all(len(ws.bound) == 1 for ws in bound.workspaces._free)
+    assert all(len(ws.bound) == 1 for ws in bound.workspaces.free)
     # Against NumPy: the slices and concatenations of the (bound) RESHAPE output.
     r = got[3][2:]
     np.testing.assert_array_equal(got[2][:, :3], r[:, 0:3, :])
@@ -225,7 +225,7 @@ def test_a_slice_of_a_chunk_input_reads_it_at_its_offset() -> None:
         np.testing.assert_array_equal(got[1], np.concatenate([x_val, x_val], axis=1))
     chunks = [v for v in bound._straight.__globals__.values() if isinstance(v, Chunk)]
     assert [len(c.steps) for c in chunks] == [4] and not chunks[0].dead
-    (prog,) = bound.workspaces._free[0].bound.values()
+    (prog,) = bound.workspaces.free[0].bound.values()
     assert sorted(offset for _, _, offset in prog.patches[0]) == [
         0,
         0,

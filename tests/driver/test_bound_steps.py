@@ -39,7 +39,7 @@ def test_bound_runs_equal_the_steps_called_one_by_one() -> None:
                 assert g.dtype == w.dtype and g.shape == w.shape
                 assert g.tobytes() == w.tobytes()
     assert not any(c.dead for c in chunks)
-    assert all(len(ws.bound) == 2 for ws in bound.workspaces._free)
+    assert all(len(ws.bound) == 2 for ws in bound.workspaces.free)
 
 
 def test_checkpoints_come_before_each_piece_of_a_bound_run(monkeypatch) -> None:
@@ -120,7 +120,7 @@ def test_bind_turned_off_runs_every_step_one_by_one() -> None:
     plan = Plan(_model(), bind=False)
     got = plan.run([x], checked=True)
     assert not _chunks(plan)
-    assert all(not ws.bound for ws in plan.workspaces._free)
+    assert all(not ws.bound for ws in plan.workspaces.free)
     for g, w in zip(got, want, strict=True):
         assert g.tobytes() == w.tobytes()
 
@@ -135,7 +135,7 @@ def test_little_work_keeps_the_interpreter_lock(monkeypatch) -> None:
         plan = Plan(_model())
         for _ in range(2):
             got = plan.run([x], checked=True)
-        programs = [p for ws in plan.workspaces._free for p in ws.bound.values()]
+        programs = [p for ws in plan.workspaces.free for p in ws.bound.values()]
         assert len(programs) == 2 and all(p.run is lib.mk_run_calls for p in programs)  # type: ignore[attr-defined,union-attr]
         results.append([g.tobytes() for g in got])
     assert results[0] == results[1]
@@ -183,7 +183,7 @@ def test_two_threads_executing_one_prepared_model_get_the_sequential_results() -
 
     run_concurrently(worker)
     assert errors == []
-    assert all(len(ws.bound) == 2 for ws in prepared.plan.workspaces._free)  # the chunks ran bound
+    assert all(len(ws.bound) == 2 for ws in prepared.plan.workspaces.free)  # the chunks ran bound
 
 
 @pytest.mark.parametrize("name", ["quant", "quant_pc"])
@@ -216,7 +216,7 @@ def test_a_failed_bound_call_is_reported_as_its_step_reports_it() -> None:
     xs = cachekit.inputs(model)
     plan = Plan(model)
     plan.run(xs, checked=True)
-    (ws,) = plan.workspaces._free
+    (ws,) = plan.workspaces.free
     prog, row = next(
         (p, r) for p in ws.bound.values() for r in range(p.count) if p.ints[r, 0] == _bind.CALL_QGEMM_REQUANT
     )

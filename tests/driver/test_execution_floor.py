@@ -221,3 +221,81 @@ def test_straight_line_run_reports_errors_as_the_loop_does() -> None:
     assert "is float64, expected float32" in messages[0][2][1]
     assert "kernel returned 2 outputs, expected 1" in messages[0][3][1]
     assert messages[0][4][1] == "deadline passed before operation 0"
+
+
+def test_a_changed_request_is_validated_again_and_an_invalid_one_refused() -> None:
+    """The layout of a request seen before is reused by identity only: a new request object differing
+    from a cached one (an input region past its pool, fewer inputs) is checked again and refused, one
+    whose output region is too small is refused at every execution, and the cached one still runs."""
+    prepared = SampleAll().prepareModel(add_model())
+    pool = SharedMemory.create(256)
+    good = _request(pool)
+    try:
+        a, b = _arrays(4)
+        np.frombuffer(pool.buffer, np.float32, 6, 0)[:] = a.ravel()
+        np.frombuffer(pool.buffer, np.float32, 6, 64)[:] = b.ravel()
+        for _ in range(2):
+            prepared.executeSynchronously(good, MeasureTiming.NO)
+        assert prepared._io.get(good) is not None
+        past_pool = Request(
+            (good.inputs[0], RequestArgument(False, DataLocation(0, 240, 24), (2, 3))), good.outputs, (pool,)
+        )
+        small_output = Request(good.inputs, (RequestArgument(False, DataLocation(0, 128, 20), ()),), (pool,))
+        one_input = Request(good.inputs[:1], good.outputs, (pool,))
+        for bad in (past_pool, one_input):
+            for _ in range(2):
+                with pytest.raises(HalError) as info:
+                    prepared.executeSynchronously(bad, MeasureTiming.NO)
+                assert info.value.status == ErrorStatus.INVALID_ARGUMENT
+            assert prepared._io.get(bad) is None
+        # A valid request whose output is too small is laid out (and kept), and refused at every execution.
+        for _ in range(2):
+            with pytest.raises(HalError) as info:
+                prepared.executeSynchronously(small_output, MeasureTiming.NO)
+            assert info.value.status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE
+            assert not info.value.output_shapes[0].is_sufficient
+        np.frombuffer(pool.buffer, np.float32, 6, 128)[:] = 0
+        result = prepared.executeSynchronously(good, MeasureTiming.YES)
+        np.testing.assert_array_equal(np.frombuffer(pool.buffer, np.float32, 6, 128).reshape(2, 3), a + b)
+        assert result.timing.time_in_driver >= result.timing.time_on_device
+    finally:
+        prepared.close()
+        pool.close()
+
+
+def test_float_add_is_ieee_whatever_the_callers_error_state() -> None:
+    """ADD overflows to inf and inf - inf gives nan without a warning or an error, even when the caller
+    turned every floating-point error into an exception; the caller's error state is left as it was."""
+    import warnings
+
+    prepared = SampleAll().prepareModel(add_model())
+    big = np.full((2, 3), np.finfo(np.float32).max, np.float32)
+    inf = np.full((2, 3), np.inf, np.float32)
+    try:
+        with warnings.catch_warnings(), np.errstate(all="raise"):
+            warnings.simplefilter("error")
+            (over,) = prepared.plan.run([big, big])
+            (nan,) = prepared.plan.run([inf, -inf])
+            assert np.geterr() == {"divide": "raise", "over": "raise", "under": "raise", "invalid": "raise"}
+        assert np.isposinf(over).all() and np.isnan(nan).all()
+    finally:
+        prepared.close()
+
+
+def test_run_into_takes_the_straight_line_function_only_with_every_input() -> None:
+    """`run_into` gives the plan's results to the sink by the straight-line function, falls back to the
+    loop for an input without a value, and refuses a wrong input count as `run` does."""
+    prepared = SampleAll().prepareModel(add_model())
+    plan = prepared.plan
+    a, b = _arrays(9)
+    try:
+        got = plan.run_into([a, b], None, lambda outs: np.array(outs[0], copy=True))
+        np.testing.assert_array_equal(got, a + b)
+        assert plan._straight is not None
+        with pytest.raises(HalError, match="takes 2 inputs, 1 were given"):
+            plan.run_into([a], None, lambda outs: outs)
+        with pytest.raises(HalError):
+            plan.run_into([a, None], None, lambda outs: outs)
+        assert len(plan.workspaces) >= 1  # every workspace came back, failed runs' included
+    finally:
+        prepared.close()

@@ -222,6 +222,7 @@ def test_depthwise_requantization_outside_the_32_bit_form(monkeypatch, rng, chan
         ((1, 8, 8, 16), 1, 1, 0, 1, 0),  # pointwise
         ((1, 13, 14, 8), 3, 1, 1, 1, 3),  # depthwise windows inside the input: four pixels, then one
         ((2, 10, 15, 27), 3, 2, 1, 1, 1),  # ... with blocks of 16, 8 and remainder channels
+        ((1, 12, 13, 11), 5, 1, 2, 1, 3),  # 5x5 windows inside the input (taps counted at run time)
     ],
 )
 def test_float_conv_and_depthwise_compiled_close_to_numpy(monkeypatch, rng, shape, k, stride, pad, mult, act):

@@ -209,7 +209,7 @@ def test_every_call_the_binder_makes_fits_its_kinds_structure() -> None:
     plan = Plan(_model())
     for x in _inputs(2):
         plan.run([x], checked=True)
-    programs = [p for ws in plan.workspaces._free for p in ws.bound.values()]
+    programs = [p for ws in plan.workspaces.free for p in ws.bound.values()]
     assert programs
     seen = set()
     for prog in programs:

@@ -29,7 +29,7 @@ def _release_the_lock(monkeypatch) -> None:
 
 
 def _calls_per_chunk(plan: Plan) -> list[int]:
-    ws = plan.workspaces._free[0]
+    ws = plan.workspaces.free[0]
     return [prog.count for prog in ws.bound.values()]
 
 

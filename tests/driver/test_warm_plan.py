@@ -27,7 +27,7 @@ def test_warm_allocates_and_binds_what_the_first_execution_would() -> None:
     plan = Plan(_bound_model())
     assert plan.warm()
     assert plan.workspaces.created == 1 and len(plan.workspaces) == 1
-    ws = plan.workspaces._free[0]
+    ws = plan.workspaces.free[0]
     assert len(ws.bound) == 1 and ws.allocations > 0 and ws.nbytes > 0
     allocated = ws.allocations
     x = _inputs(1)[0]
@@ -44,7 +44,7 @@ def test_warm_allocates_and_binds_what_the_first_execution_would() -> None:
 def test_a_warmed_plan_with_unbound_steps_equals_the_steps_called_one_by_one() -> None:
     plan, unbound = Plan(_model()), bindkit.unbound(Plan(_model()))
     assert plan.warm()
-    ws = plan.workspaces._free[0]
+    ws = plan.workspaces.free[0]
     assert len(ws.bound) == 2  # both chunks bound at preparation
     for x in _inputs(2):
         for _ in range(2):
@@ -85,15 +85,15 @@ def test_prepare_model_and_a_burst_leave_their_workspaces_ready() -> None:
     prepared = SampleAll().prepareModel(_bound_model())
     try:
         pool = prepared.plan.workspaces
-        assert pool.created == 1 and len(pool) == 1 and len(pool._free[0].bound) == 1
-        allocated = pool._free[0].allocations
+        assert pool.created == 1 and len(pool) == 1 and len(pool.free[0].bound) == 1
+        allocated = pool.free[0].allocations
         x = _inputs(1)[0]
         request, host = _request(x)
         prepared.executeSynchronously(request)
         first = _output(host, x)
         prepared.executeSynchronously(request)
         assert first.tobytes() == _output(host, x).tobytes()
-        assert pool.created == 1 and pool._free[0].allocations == allocated
+        assert pool.created == 1 and pool.free[0].allocations == allocated
         burst = prepared.configureExecutionBurst(polling_us=0)
         assert burst.workspace is not None and len(burst.workspace.bound) == 1
         kept = burst.kept_bytes()

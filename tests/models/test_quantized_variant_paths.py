@@ -63,7 +63,7 @@ def _paths(suffix: str, monkeypatch) -> dict:
         plan.run(feed, checked=True)
     assert plan._straight is not None
     chunks = [v for v in plan._straight.__globals__.values() if isinstance(v, Chunk)]
-    (ws,) = plan.workspaces._free
+    (ws,) = plan.workspaces.free
     kinds = []
     for chunk in chunks:
         assert not chunk.dead, f"{SMALL + suffix}: a run of compiled steps no longer binds"

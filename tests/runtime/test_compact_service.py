@@ -66,14 +66,14 @@ def test_every_path_gives_the_json_results_and_repeats_travel_compact(service):
             pool.close()
         # Each pool's first call maps it (JSON); the 3 paths x 2 compact rounds x 3 pools are compact.
         assert _compact_count(dev) == 18
-        # Host memory cannot be named compactly: those calls take the JSON path.
+        # Host memory travels in a temporary shared copy: mapped by mapMemories, then a compact call (1.6).
         host = HostMemory(bytearray(256))
         np.frombuffer(host.buffer, np.float32, 6, 0)[:] = x.ravel()
         np.frombuffer(host.buffer, np.float32, 6, 64)[:] = x.ravel()
         for _ in range(2):
             prepared.executeSynchronously(_request(host))
         assert np.frombuffer(host.buffer, np.float32, 6, 128).tolist() == (2 * x).ravel().tolist()
-        assert _compact_count(dev) == 18
+        assert _compact_count(dev) == 20
 
 
 def test_errors_of_compact_calls_are_the_json_errors(service):
@@ -82,7 +82,7 @@ def test_errors_of_compact_calls_are_the_json_errors(service):
         x = np.ones((2, 3), np.float32)
         pool = _pool(x, x)
         good = _request(pool)
-        prepared.executeSynchronously(good)  # maps the pool
+        prepared.executeSynchronously(good)  # maps the pool (mapMemories), then a compact call
         small = _request(pool, shape=(2, 3))
         small = type(small)(
             small.inputs,
@@ -100,7 +100,7 @@ def test_errors_of_compact_calls_are_the_json_errors(service):
             assert e.value.status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE
         assert errors[True] == errors[False]
         assert errors[True][0] == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE
-        assert _compact_count(dev) == 2
+        assert _compact_count(dev) == 3
         pool.close()
 
 
@@ -116,7 +116,7 @@ class CompactClient:
     def __init__(self, path: str) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(path)
-        assert self.recv().message["protocol"] == [1, 5]
+        assert self.recv().message["protocol"] == [1, 6]
 
     def recv(self) -> wire.Frame:
         def wait(partial: bool) -> None:
@@ -237,20 +237,20 @@ def test_hostile_compact_frames_get_errors_and_the_connection_goes_on(service):
     other.sock.close()
 
 
-def test_a_freed_pool_is_mapped_again_by_json_and_a_closed_one_is_refused(service):
+def test_a_freed_pool_is_mapped_again_and_a_closed_one_is_refused(service):
     with service.connect() as dev:
         prepared = dev.prepareModel(add_model())
         x = np.arange(6, dtype=np.float32).reshape(2, 3)
         pool = _pool(x, x)
         request = _request(pool)
-        prepared.executeSynchronously(request)  # JSON: maps the pool
+        prepared.executeSynchronously(request)  # mapMemories maps the pool, then a compact call
         prepared.executeSynchronously(request)  # compact
         dev.freeMemory([pool])
         np.frombuffer(pool.buffer, np.float32, 6, 0)[:] = 5
-        prepared.executeSynchronously(request)  # JSON again: the service has no mapping now
+        prepared.executeSynchronously(request)  # mapped again: the service has no mapping now
         np.testing.assert_array_equal(_out(pool), 5 + x)
         prepared.executeSynchronously(request)  # compact again
-        assert _compact_count(dev) == 2
+        assert _compact_count(dev) == 4
         pool.close()
         with pytest.raises(HalError, match="is closed") as e:
             prepared.executeSynchronously(request)

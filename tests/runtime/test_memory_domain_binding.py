@@ -15,7 +15,7 @@ from mlts.hal.errors import HalError
 from mlts.hal.memory import SharedMemory
 from mlts.hal.types import BufferDesc, BufferRole, DataLocation, Request, RequestArgument
 from mlts.runtime.discovery import discover
-from mlts.runtime.execution import EXECUTION_MODES, execute
+from mlts.runtime.execution import EXECUTION_MODES, Executor, execute
 from mlts.runtime.session import Session
 from mlts.runtime.shared import SharedService
 from tests.runtime.models import add_model
@@ -307,6 +307,8 @@ def test_a_session_sends_one_request_object_per_token_set():
         a.copyFrom(memoryview(np.zeros(6, F).tobytes()), (2, 3))
         recorder = _Recorder(session.prepared)
         session.prepared = recorder
+        # The seam bound to the recorder instead (what a Session runs through).
+        session.executor = Executor(recorder, session.mode, session.measure, session.loop_timeout_ns)
         ones = np.ones((2, 3), F)
         placeholder = np.zeros((2, 3), F)
         current, nxt = a, b

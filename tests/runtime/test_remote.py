@@ -41,7 +41,7 @@ def _add_request(pool, a: np.ndarray, b: np.ndarray, out_len: int | None = None)
 def test_queries_round_trip(add_device):
     local = AddDevice()
     assert add_device.process.hello["device"] == "fake-add"
-    assert add_device.process.hello["protocol"] == [1, 5]
+    assert add_device.process.hello["protocol"] == [1, 6]
     assert add_device.getCapabilities() == local.getCapabilities()
     assert add_device.getType() == DeviceType.ACCELERATOR
     assert add_device.getVersionString() == "fake-1.0"

@@ -41,7 +41,7 @@ def test_a_changed_request_of_the_same_shape_is_refused_after_many_valid_ones(se
             np.testing.assert_array_equal(_out(pool), 3 * x)
         assert result.output_shapes[0].dimensions == (2, 3)
         compact = _compact_count(dev)
-        assert compact == 19  # the first call mapped the pool (JSON); the repeats were compact
+        assert compact == 20  # every call was compact (the first one after a mapMemories call)
         # The same shapes, but the output's region runs past the end of the pool: refused every time.
         past_end = Request(good.inputs, (RequestArgument(False, DataLocation(0, 240, 24), ()),), good.pools)
         for _ in range(2):

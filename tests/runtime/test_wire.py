@@ -59,7 +59,7 @@ def test_large_payload_round_trip(pair):
 def test_fixed_header_layout():
     data = wire.encode_frame({"a": 1}, b"xy")
     magic, major, minor, hl, pl = wire.FIXED_HEADER.unpack_from(data)
-    assert (magic, major, minor, hl, pl) == (b"MLTW", 1, 5, len(b'{"a":1}'), 2)
+    assert (magic, major, minor, hl, pl) == (b"MLTW", 1, 6, len(b'{"a":1}'), 2)
     assert wire.FIXED_HEADER.size == 16
 
 

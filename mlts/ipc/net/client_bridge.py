@@ -271,6 +271,9 @@ class ClientBridge:
             state.provides = True
             for memory in args["memories"]:
                 roles[memory["fd"]] = ("slot", args["burst"], memory["slot"])
+        elif method == "mapMemories":  # protocol 1.6: pools mapped ahead of binary executions
+            for desc in args.get("memories", []):
+                roles[desc["fd"]] = ("pool", desc.get("memory"))
         elif method == "freeMemory":
             for mem_id in args.get("ids", []):
                 self._drop_ref(self._memory_ids.pop(mem_id, None), ("mem", mem_id), builder)

@@ -29,6 +29,7 @@ from mlts.ipc.service import (
     device_calls,
     execution_calls,
     fenced_calls,
+    memory_calls,
 )
 from mlts.ipc.service.allowlist_policy import AllowlistPolicy
 from mlts.ipc.service.apps import AppRegistry
@@ -114,6 +115,7 @@ class ServiceHost:
             **fenced_calls.HANDLERS,
             **burst_calls.HANDLERS,
             **buffer_calls.HANDLERS,
+            **memory_calls.HANDLERS,
         }
         #: Serves a compact frame (protocol 1.4) of a client.
         self.dispatch_compact = compact_dispatch.dispatch_compact
