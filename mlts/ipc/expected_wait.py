@@ -5,7 +5,9 @@ only when the answer comes within it. A client that runs one small model call af
 model step by step, a camera frame every few hundred microseconds) waits about as long every time:
 when the last two waits were both at most `max_us`, the next one, after its usual window, sleeps
 until WAKE_LEAD_US before the shorter of them would end (woken at once by an earlier answer), then
-polls until STRETCH_FACTOR times it. The sleep keeps the reader off the CPU while the other side
+polls until STRETCH_FACTOR times it. When that sleep would begin only after the window ends, the
+window is skipped (`skips_window`): it could only end empty, holding a CPU the other side's
+computation may need (a driver's kernel threads), so the reader sleeps from the start. The sleep keeps the reader off the CPU while the other side
 works (it may need both cores); the lead covers the timer's slack (50 µs by default) and the CPU's
 wake-up. A longer wait (a large model, a client thinking between calls) leaves the window as it
 is. The polling is bounded by `max_us * STRETCH_FACTOR`, and the windows' other rules (off after
@@ -100,6 +102,14 @@ def cpu_to_spare() -> bool:
         return int(running) <= _CPUS
     except (OSError, IndexError, ValueError):
         return True
+
+
+def skips_window(stretch: tuple[float, float], window: float) -> bool:
+    """Whether a wait whose stretch is `stretch` (sleep until, poll until; seconds) skips its polling
+    window of `window` seconds: when the sleep begins only after the window would have ended, the
+    window cannot meet the answer it expects, and polling it would only hold a CPU while the other
+    side works (a driver computing on every core): the wait sleeps at once instead."""
+    return stretch[0] >= window
 
 
 def stretch_max_us(default: int = STRETCH_MAX_US) -> int:

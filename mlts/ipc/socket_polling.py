@@ -17,7 +17,9 @@ window. MLTS_SOCKET_POLLING_US sets the window of both ends of every connection 
 
 A client's window is also stretched over the answer it expects (mlts.ipc.expected_wait): when its
 last two calls were answered within a millisecond, it polls about as long as they took, plus the
-window, so a model run call after call is answered to a polling client.
+window, so a model run call after call is answered to a polling client; a window that ends before the
+stretch's sleep would begin is skipped (expected_wait.skips_window): the reader sleeps at once and
+holds no CPU while the other side works.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import time
 from collections.abc import Callable
 
 from mlts.ipc.burst_ring import EMPTY_WINDOWS_BEFORE_PROBING, PROBE_EVERY
-from mlts.ipc.expected_wait import PREEMPTED_GAP_US, ExpectedWait, cpu_to_spare, nap
+from mlts.ipc.expected_wait import PREEMPTED_GAP_US, ExpectedWait, cpu_to_spare, nap, skips_window
 
 #: The client's window for an answer (a small call takes the service 40-60 us of CPU here).
 CLIENT_WINDOW_US = 100
@@ -81,7 +83,10 @@ class PollingWindow:
                 return False
             self._skipped = 0
         clock = time.perf_counter
-        if self._spin(readable, now + self.window):
+        # A stretch that sleeps past the window's end skips the window (expected_wait.skips_window).
+        if (stretch is None or not skips_window(stretch, self.window)) and self._spin(
+            readable, now + self.window
+        ):
             return True
         if stretch is not None:
             # Off the CPU until shortly before the expected answer (woken by an earlier one), then poll.
