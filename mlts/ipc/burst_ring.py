@@ -335,7 +335,7 @@ class Ring:
         `expected` (mlts.ipc.expected_wait): when it plans a stretch, (sleep until, poll until) in
         seconds after the wait began, a window that ended with nothing is followed by a blocking wait
         on the eventfd until the first (a message wakes it), then polling until the second; when the
-        first is past the window's end, the window is skipped (`expected_wait.skips_window`).
+        last two waits both outlasted the window, it is not polled (`ExpectedWait.expects_after`).
         """
         words = self._words
         r = self._read
@@ -364,14 +364,14 @@ class Ring:
                     if clock() >= until:
                         break
                 until = clock() + polling_us * 1000
-            plan = None if expected is None else expected.stretch()
-            # A stretch that sleeps past the window's end skips the window (expected_wait.skips_window):
-            # it would only spin while the peer works.
-            if plan is None or not expected_wait.skips_window(plan, polling_us / 1e6):
+            # A window that cannot meet the message is not polled (ExpectedWait.expects_after): it
+            # would only spin while the peer works.
+            if expected is None or not expected.expects_after(polling_us / 1e6):
                 while clock() < until:
                     if words[_W] != r:
                         self._empty_windows = 0
                         return True  # still awake: the flag stays set until this side blocks
+            plan = None if expected is None else expected.stretch()
             if plan is not None and expected is not None and self._stretched(began, plan, expected):
                 self._empty_windows = 0
                 return True

@@ -17,9 +17,9 @@ window. MLTS_SOCKET_POLLING_US sets the window of both ends of every connection 
 
 A client's window is also stretched over the answer it expects (mlts.ipc.expected_wait): when its
 last two calls were answered within a millisecond, it polls about as long as they took, plus the
-window, so a model run call after call is answered to a polling client; a window that ends before the
-stretch's sleep would begin is skipped (expected_wait.skips_window): the reader sleeps at once and
-holds no CPU while the other side works.
+window, so a model run call after call is answered to a polling client. A reader whose last two
+waits both outlasted its window (plus the stretch's wake lead) does not poll the window at all
+(ExpectedWait.expects_after): it sleeps at once and holds no CPU while the other side works.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 
 from mlts.ipc.burst_ring import EMPTY_WINDOWS_BEFORE_PROBING, PROBE_EVERY
-from mlts.ipc.expected_wait import PREEMPTED_GAP_US, ExpectedWait, cpu_to_spare, nap, skips_window
+from mlts.ipc.expected_wait import PREEMPTED_GAP_US, ExpectedWait, cpu_to_spare, nap
 
 #: The client's window for an answer (a small call takes the service 40-60 us of CPU here).
 CLIENT_WINDOW_US = 100
@@ -83,10 +83,8 @@ class PollingWindow:
                 return False
             self._skipped = 0
         clock = time.perf_counter
-        # A stretch that sleeps past the window's end skips the window (expected_wait.skips_window).
-        if (stretch is None or not skips_window(stretch, self.window)) and self._spin(
-            readable, now + self.window
-        ):
+        # A window that cannot meet the answer is not polled (ExpectedWait.expects_after).
+        if not self.expected.expects_after(self.window) and self._spin(readable, now + self.window):
             return True
         if stretch is not None:
             # Off the CPU until shortly before the expected answer (woken by an earlier one), then poll.

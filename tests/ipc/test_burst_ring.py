@@ -308,7 +308,8 @@ def test_a_consumer_whose_windows_stay_empty_polls_only_on_every_fourth_wait():
 
 class Plan:
     """An ExpectedWait that always plans the same stretch (seconds after the wait began); `asked` is
-    set when a wait asks for it, which it does as its polling window begins."""
+    set when a wait asks for it, which it does once its polling window has ended with nothing. Its
+    waits were as long as the stretch's sleep says (`expects_after`)."""
 
     def __init__(self, sleep: float, poll: float) -> None:
         self.plan = (sleep, poll)
@@ -321,6 +322,9 @@ class Plan:
 
     def back_off(self) -> None:
         self.back_offs += 1
+
+    def expects_after(self, window: float) -> bool:
+        return self.plan[0] >= window
 
 
 class Naps:
@@ -415,7 +419,7 @@ def test_a_stretched_poll_that_loses_its_cpu_ends(monkeypatch):
 
 def test_a_stretch_that_sleeps_past_the_window_skips_the_window(monkeypatch):
     """The window cannot meet an answer expected after it: the wait sleeps at once instead of
-    spinning through it (expected_wait.skips_window). Counted in clock readings, not time."""
+    spinning through it (ExpectedWait.expects_after). Counted in clock readings, not time."""
     readings = [0]
     write_at: list[int] = []  # the reading at which the producer writes (during a window)
 

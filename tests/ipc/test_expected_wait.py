@@ -182,11 +182,27 @@ def test_a_crowded_machine_ends_the_stretch(monkeypatch: pytest.MonkeyPatch, clo
     assert w.poll(never) is False and not [t for t in never.timeouts if t > 0]  # backing off: no sleep
 
 
-def test_a_window_is_skipped_only_when_the_stretch_sleeps_past_it() -> None:
-    assert expected_wait.skips_window((0.0009, 0.001), 0.0001)
-    assert expected_wait.skips_window((0.0001, 0.0002), 0.0001)  # the sleep begins as the window ends
-    assert not expected_wait.skips_window((0.00005, 0.0002), 0.0001)
-    assert not expected_wait.skips_window((0.0, 0.00005), 0.0001)
+def test_a_window_is_skipped_only_after_two_waits_that_outlasted_it() -> None:
+    e = ExpectedWait(1000)
+    assert not e.expects_after(0.0001)  # nothing known yet
+    e.record(0.0009)
+    assert not e.expects_after(0.0001)  # one wait is not a pattern
+    e.record(0.00016)  # both at least the 100 µs window plus the 50 µs lead
+    assert e.expects_after(0.0001)
+    e.record(0.00014)
+    assert not e.expects_after(0.0001)  # within window + lead: the window may meet it
+    assert ExpectedWait(0).expects_after(0.0) is False  # nothing recorded
+
+
+def test_a_reader_without_a_stretch_skips_a_window_its_answers_outlast(quiet_machine: FakeClock) -> None:
+    clock = quiet_machine
+    w = PollingWindow(100)  # no stretch
+    for _ in range(2):  # two answers after 200 µs of blocking: short waits for rule 1 (<= 3 windows)
+        w.poll(lambda timeout: False)
+        clock.sleep(0.0002)
+        w.waited()
+    never = Never(clock)
+    assert w.poll(never) is False and never.timeouts == []  # blocks at once: no poll at all
 
 
 def test_an_answer_expected_within_the_window_is_polled_for_from_the_start(quiet_machine: FakeClock) -> None:
