@@ -153,6 +153,11 @@ class PriorityGate:
     that is outranked takes the lock and waits. `leave` wakes waiters only when there are some and a
     scope's highest priority went down. `_words[key]` mirrors `_top[key]` in memory compiled code can
     read (NOTHING_RUNNING when the scope has no execution).
+
+    In scope "all", an execution that enters while nothing else runs is only `_solo` (and the word):
+    entering and leaving alone, the common case, touch no dictionary and build no ticket. The next
+    execution to enter makes it an ordinary running execution first, so every decision between two
+    executions is the ordinary path's.
     """
 
     def __init__(self, scope: str = SCOPE_ALL) -> None:
