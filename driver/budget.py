@@ -79,17 +79,25 @@ def working_bytes(model: Model) -> int:
 
 
 class MemoryBudget:
-    """Bytes in use against a limit (None: no limit); thread-safe."""
+    """Bytes in use against a limit (None: no limit); thread-safe.
+
+    Without a limit nothing is ever refused, so what each running execution holds is only counted:
+    `ledger` is then a list of those working sets, which an execution appends its own to and removes
+    it from (each one C call, atomic under the interpreter lock; `used` adds them up). With a limit,
+    `ledger` is None and executions `reserve` and `release` like everything else.
+    """
 
     def __init__(self, limit: int | None) -> None:
         self.limit = limit
         self._used = 0
         self._lock = threading.Lock()
+        #: The working sets of the executions running now, when there is no limit (else None).
+        self.ledger: list[int] | None = [] if limit is None else None
 
     @property
     def used(self) -> int:
         with self._lock:
-            return self._used
+            return self._used + (sum(self.ledger) if self.ledger else 0)
 
     def check_fits(self, need: int, what: str) -> None:
         """RESOURCE_EXHAUSTED_PERSISTENT when `need` exceeds the whole budget."""

@@ -432,7 +432,12 @@ class SamplePreparedModel(PreparedModel):
                 _check_deadline_before(deadline, "executeSynchronously")
                 self._check_feasible(deadline)
             budget, plan = device.budget, self.plan
-            held = budget.reserve(self._work_bytes, "the execution's working set")
+            work = self._work_bytes
+            ledger = budget.ledger  # no limit: only counted, by one list operation each way
+            if ledger is None:
+                held = budget.reserve(work, "the execution's working set")
+            else:
+                ledger.append(work)
             try:
                 if io is None:
                     io = RequestIo(self.model, bound, buffers, request, layouts.shapes)
@@ -482,7 +487,10 @@ class SamplePreparedModel(PreparedModel):
                     if fastest is None or t2 - t1 < fastest:
                         self._record(t2 - t1)
             finally:
-                budget.release(held)
+                if ledger is None:
+                    budget.release(held)
+                else:
+                    ledger.remove(work)
                 # The kernels' idle workers sleep now, not after their spin window, so they take no
                 # core from the threads returning this result and reading the next request (every
                 # path, a burst's steps included, and after a failed execution too).

@@ -91,6 +91,7 @@ class RequestIo:
         "_reads",
         "_writes",
         "_one_pool",
+        "_bufs",
         "_pins",
         "results",
     )
@@ -161,6 +162,11 @@ class RequestIo:
             self._writes = tuple((w[1], w[2], w[4], None, None, None, None) for w in self.outputs)  # type: ignore[index]
         self._one_pool = (
             self._reads is not None and self._in_template is None and all(r[1] == 0 for r in self._reads)
+        )
+        # Each pool's memory (its `buffer`, the same object for the pool's life; None for a driver
+        # buffer's token), looked up once: the reads and writes index it instead of asking the pool.
+        self._bufs: tuple[memoryview | None, ...] = tuple(
+            None if _token(p) is not None else getattr(p, "buffer", None) for p in pools
         )
         #: The driver's ExecutionResults of this layout by (time on device, time in driver): immutable,
         #: so an execution with the same output shapes and timing as an earlier one returns that object.
@@ -280,7 +286,7 @@ class RequestIo:
             # Validation put each region inside its pool with the size of its dims; NumPy checks it again.
             # A read-only view of the pool's memory gives a read-only array without a flags update.
             if self._one_pool:
-                buf = pools[0].buffer.toreadonly()
+                buf = self._bufs[0].toreadonly()  # type: ignore[union-attr]  # a pool, not a token
                 for _k, _p, offset, dims, dtype in reads:
                     result.append(np.ndarray(dims, dtype, buf, offset))
                 return result
@@ -314,7 +320,8 @@ class RequestIo:
         is the executor's sink)."""
         if buffers is None:
             # None only for a layout made without a tracker, which names no driver buffer to look up.
-            buffers = cast("BufferTracker", self.tracker)
+            tracker: Any = self.tracker  # (not typing.cast: a call per execution)
+            buffers = tracker
         got = (outputs[0].shape,) if len(outputs) == 1 else tuple(map(_SHAPE, outputs))
         shapes = self._shapes
         if shapes is None or shapes[0] != got:
@@ -332,6 +339,7 @@ class RequestIo:
         pools: tuple[Any, ...] = self.request.pools
         writes = self._writes
         if writes is not None:
+            bufs = self._bufs
             # The checks above put every result inside its region (or made it fit its driver buffer).
             for k, (p, offset, dtype, dest, buffer, raw, shape) in enumerate(writes):
                 arr = outputs[k]
@@ -343,11 +351,13 @@ class RequestIo:
                     else:
                         dest[...] = arr  # in place
                     continue
-                buf = pools[p].buffer
+                buf = bufs[p]
+                if buf is None:
+                    buf = pools[p].buffer
                 if buf.readonly:
                     raise HalError(ErrorStatus.INVALID_ARGUMENT, f"output {k}: its pool is read-only")
                 n = arr.nbytes
-                if n <= SMALL_COPY_BYTES and arr.dtype == dtype:
+                if n <= SMALL_COPY_BYTES and (arr.dtype is dtype or arr.dtype == dtype):
                     # A small result's bytes in C order, copied by a slice assignment: less fixed cost
                     # than a NumPy view of the region (the extra copy is negligible at this size).
                     buf[offset : offset + n] = arr.tobytes()

@@ -87,7 +87,10 @@ def serving_client(client: int, app: int | None = None) -> Iterator[None]:
 @dataclass(eq=False, slots=True)
 class Ticket:
     """One running execution, as the gate knows it; called with an operation index, it is the
-    checkpoint of an execution without a deadline (`checkpoint(None, gate, ticket)`)."""
+    checkpoint of an execution without a deadline (`checkpoint(None, gate, ticket)`).
+
+    A ticket describes its execution until it is left: the gate may fill the same object in again for
+    a later execution (its fast path, `PriorityGate.enter`)."""
 
     client: int
     priority: int
@@ -150,6 +153,11 @@ class PriorityGate:
     that is outranked takes the lock and waits. `leave` wakes waiters only when there are some and a
     scope's highest priority went down. `_words[key]` mirrors `_top[key]` in memory compiled code can
     read (NOTHING_RUNNING when the scope has no execution).
+
+    In scope "all", an execution that enters while nothing else runs is only `_solo` (and the word):
+    entering and leaving alone, the common case, touch no dictionary and build no ticket. The next
+    execution to enter makes it an ordinary running execution first, so every decision between two
+    executions is the ordinary path's.
     """
 
     def __init__(self, scope: str = SCOPE_ALL) -> None:
@@ -165,6 +173,14 @@ class PriorityGate:
         self._words: dict[int, ctypes.c_int64] = {}  # key -> _top[key] for compiled code
         self._addresses: dict[int, int] = {}  # key -> the address of `_words[key]` (what tickets carry)
         self._scope_all = scope == SCOPE_ALL
+        # Scope "all": its word lives as long as the gate, and the execution running alone in it, if
+        # any, is `_solo` (entered and left without the scope's dictionaries; see `enter`).
+        self._solo: Ticket | None = None
+        self._spare: Ticket | None = None  # a left ticket of the fast path, for the next one
+        if self._scope_all:
+            word = self._words[_ALL_KEY] = ctypes.c_int64(NOTHING_RUNNING)
+            self._all_word = word
+            self._all_address = self._addresses[_ALL_KEY] = ctypes.addressof(word)
         self._waiting = 0  # executions waiting in wait_turn
         self._serial = itertools.count(1)
         self.enabled = True
@@ -177,12 +193,39 @@ class PriorityGate:
             client = _CLIENT.get()
         if type(priority) is not int:
             priority = int(priority)
-        key = _ALL_KEY if self._scope_all else client
         # acquire/release rather than `with`: one execution enters and leaves once, and the `with`
         # statement's method lookups cost more than the dictionary work it guards.
         lock = self._lock
-        lock.acquire()
+        if self._scope_all:
+            # The fast path: nothing else runs in the scope. The execution is the scope's `_solo` and its
+            # priority goes into the word (compiled code reads it); `_running` and `_top` stay empty, which
+            # reads as "not outranked" to its own checkpoints, the truth while it runs alone. The next
+            # execution to enter moves it into `_running` first (`_promote_solo`), under the lock. Its
+            # ticket is the one the last execution that ran alone left (`_spare`), filled in again.
+            lock.acquire()
+            if self._solo is None and _ALL_KEY not in self._running:
+                ticket = self._spare
+                if ticket is None:
+                    ticket = Ticket(
+                        client, priority, next(self._serial), 0, self, _ALL_KEY, self._all_address
+                    )
+                else:
+                    self._spare = None
+                    ticket.client = client
+                    ticket.priority = priority
+                    ticket.serial = next(self._serial)
+                    ticket.paused = 0
+                self._solo = ticket
+                self._all_word.value = priority
+                lock.release()
+                return ticket
+            key = _ALL_KEY
+        else:
+            key = client
+            lock.acquire()
         try:
+            if self._solo is not None:
+                self._promote_solo()
             counts = self._running.get(key)
             if counts is None:
                 self._running[key] = {priority: 1}
@@ -209,11 +252,32 @@ class PriorityGate:
             lock.release()
         return Ticket(client, priority, next(self._serial), 0, self, key, address)
 
+    def _promote_solo(self) -> None:
+        """Move the execution running alone into the scope's dictionaries (under the lock): another one
+        is entering. The word already holds its priority."""
+        solo = self._solo
+        assert solo is not None
+        self._solo = None
+        self._running[_ALL_KEY] = {solo.priority: 1}
+        self._top[_ALL_KEY] = solo.priority
+
     def leave(self, ticket: Ticket) -> None:
         held = _HELD.get()
         if held is not None:
             held.append(lambda: self._leave(ticket))
             return
+        # `_leave`'s fast path, inlined: the execution ran alone and still does (no one waits on it:
+        # only an outranked execution waits, and one ranked below the solo one would have promoted it).
+        if self._solo is ticket:
+            lock = self._lock
+            lock.acquire()
+            if self._solo is ticket:
+                self._solo = None
+                self._all_word.value = NOTHING_RUNNING
+                self._spare = ticket  # the next execution that runs alone takes it again
+                lock.release()
+                return
+            lock.release()
         self._leave(ticket)
 
     def _leave(self, ticket: Ticket) -> None:
@@ -221,6 +285,12 @@ class PriorityGate:
         lock = self._lock
         lock.acquire()
         try:
+            if self._solo is not None:
+                if self._solo is ticket:  # (a held leave) still alone in its scope
+                    self._solo = None
+                    self._all_word.value = NOTHING_RUNNING
+                    return
+                self._promote_solo()
             counts = self._running[key]
             left = counts[priority] - 1
             if left:
@@ -289,7 +359,7 @@ class PriorityGate:
 
     def running_count(self) -> int:
         with self._cond:
-            return sum(sum(c.values()) for c in self._running.values())
+            return sum(sum(c.values()) for c in self._running.values()) + (self._solo is not None)
 
 
 class DeadlineCheck:

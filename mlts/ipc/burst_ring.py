@@ -334,7 +334,8 @@ class Ring:
 
         `expected` (mlts.ipc.expected_wait): when it plans a stretch, (sleep until, poll until) in
         seconds after the wait began, a window that ended with nothing is followed by a blocking wait
-        on the eventfd until the first (a message wakes it), then polling until the second.
+        on the eventfd until the first (a message wakes it), then polling until the second; when the
+        last two waits both outlasted the window, it is not polled (`ExpectedWait.expects_after`).
         """
         words = self._words
         r = self._read
@@ -363,11 +364,15 @@ class Ring:
                     if clock() >= until:
                         break
                 until = clock() + polling_us * 1000
-            while clock() < until:
-                if words[_W] != r:
-                    self._empty_windows = 0
-                    return True  # still awake: the flag stays set until this side blocks
-            if expected is not None and self._stretched(began, expected):
+            # A window that cannot meet the message is not polled (ExpectedWait.expects_after): it
+            # would only spin while the peer works.
+            if expected is None or not expected.expects_after(polling_us / 1e6):
+                while clock() < until:
+                    if words[_W] != r:
+                        self._empty_windows = 0
+                        return True  # still awake: the flag stays set until this side blocks
+            plan = None if expected is None else expected.stretch()
+            if plan is not None and expected is not None and self._stretched(began, plan, expected):
                 self._empty_windows = 0
                 return True
             self._empty_windows += 1
@@ -411,15 +416,14 @@ class Ring:
     def _event_ready(self, timeout: float) -> bool:
         return bool(expected_wait.readable_within(self.event_fd, timeout))
 
-    def _stretched(self, began: int, expected: expected_wait.ExpectedWait) -> bool:
-        """The stretch `expected` plans for a polling window begun at `began` (ns): asleep, then
-        polling; True once a message is pending or the eventfd was signalled (the awake flag is then
-        clear or set as the blocking wait and the polling leave it). It polls only while a CPU is to
-        spare (`expected_wait.cpu_to_spare`), and a turn more than PREEMPTED_GAP_US after the one
-        before ends it; both make `expected` back off."""
-        stretch = expected.stretch()
-        if stretch is None:
-            return False
+    def _stretched(
+        self, began: int, stretch: tuple[float, float], expected: expected_wait.ExpectedWait
+    ) -> bool:
+        """The stretch `expected` planned (`stretch`) for a polling window begun at `began` (ns):
+        asleep, then polling; True once a message is pending or the eventfd was signalled (the awake
+        flag is then clear or set as the blocking wait and the polling leave it). It polls only while a
+        CPU is to spare (`expected_wait.cpu_to_spare`), and a turn more than PREEMPTED_GAP_US after
+        the one before ends it; both make `expected` back off."""
         words, r = self._words, self._read
         nap = (began + stretch[0] * 1e9 - time.perf_counter_ns()) / 1e9
         if nap > 0 and self.event_fd < expected_wait.SELECT_FDS:  # else no sleep: it polls on

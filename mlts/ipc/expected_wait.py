@@ -5,7 +5,10 @@ only when the answer comes within it. A client that runs one small model call af
 model step by step, a camera frame every few hundred microseconds) waits about as long every time:
 when the last two waits were both at most `max_us`, the next one, after its usual window, sleeps
 until WAKE_LEAD_US before the shorter of them would end (woken at once by an earlier answer), then
-polls until STRETCH_FACTOR times it. The sleep keeps the reader off the CPU while the other side
+polls until STRETCH_FACTOR times it. A reader whose last two waits both took at least its window
+plus WAKE_LEAD_US does not poll the window (`ExpectedWait.expects_after`): it could only end empty,
+holding a CPU the other side's computation may need (a driver's kernel threads); the reader sleeps
+from the start (until the stretch's poll when one is planned, else until the answer). The sleep keeps the reader off the CPU while the other side
 works (it may need both cores); the lead covers the timer's slack (50 µs by default) and the CPU's
 wake-up. A longer wait (a large model, a client thinking between calls) leaves the window as it
 is. The polling is bounded by `max_us * STRETCH_FACTOR`, and the windows' other rules (off after
@@ -132,6 +135,12 @@ class ExpectedWait:
         waits are plain."""
         self._skip = BACK_OFF
         self.back_offs += 1
+
+    def expects_after(self, window: float) -> bool:
+        """Whether a polling window of `window` seconds cannot meet the next answer: the last two waits
+        both took at least the window plus WAKE_LEAD_US (the stretch, when there is one, would sleep
+        past the window's end). Nothing known yet: False."""
+        return self._before != math.inf and min(self._last, self._before) >= window + WAKE_LEAD_US / 1e6
 
     def stretch(self) -> tuple[float, float] | None:
         """Plan a wait: (sleep until, poll until) in seconds after it began, or None (the last two

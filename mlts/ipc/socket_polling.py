@@ -17,7 +17,9 @@ window. MLTS_SOCKET_POLLING_US sets the window of both ends of every connection 
 
 A client's window is also stretched over the answer it expects (mlts.ipc.expected_wait): when its
 last two calls were answered within a millisecond, it polls about as long as they took, plus the
-window, so a model run call after call is answered to a polling client.
+window, so a model run call after call is answered to a polling client. A reader whose last two
+waits both outlasted its window (plus the stretch's wake lead) does not poll the window at all
+(ExpectedWait.expects_after): it sleeps at once and holds no CPU while the other side works.
 """
 
 from __future__ import annotations
@@ -81,7 +83,8 @@ class PollingWindow:
                 return False
             self._skipped = 0
         clock = time.perf_counter
-        if self._spin(readable, now + self.window):
+        # A window that cannot meet the answer is not polled (ExpectedWait.expects_after).
+        if not self.expected.expects_after(self.window) and self._spin(readable, now + self.window):
             return True
         if stretch is not None:
             # Off the CPU until shortly before the expected answer (woken by an earlier one), then poll.

@@ -136,6 +136,39 @@ def test_a_driver_without_a_budget_still_counts_what_executions_hold() -> None:
     assert budget.used == 1 << 40
     budget.release(1 << 40)
     assert budget.used == 0
+    assert budget.ledger == [] and MemoryBudget(1 << 20).ledger is None  # a limit: reserve and release
+
+
+def test_each_running_execution_is_counted_in_the_ledger_and_leaves_it() -> None:
+    device = SampleAll()
+    prepared = device.prepareModel(add_model())
+    held = device.budget.used  # the model's constants
+    work = 3 * 24  # x, y and the sum: three (2, 3) float32 tensors
+    seen: list[tuple[int, list[int]]] = []
+    plan = prepared.plan
+    run_into = plan.run_into
+
+    def counting(*args, **kw):
+        seen.append((device.budget.used, list(device.budget.ledger)))
+        return run_into(*args, **kw)
+
+    plan.run_into = counting
+    pool = SharedMemory.create(256)
+    try:
+        a, b = _arrays(5)
+        np.frombuffer(pool.buffer, np.float32, 6, 0)[:] = a.ravel()
+        np.frombuffer(pool.buffer, np.float32, 6, 64)[:] = b.ravel()
+        for _ in range(2):
+            prepared.executeSynchronously(_request(pool))
+        assert seen == [(held + work, [work])] * 2
+        assert device.budget.used == held and device.budget.ledger == []
+        bad = Request((), (), (pool,))
+        with pytest.raises(HalError):  # refused before it holds anything
+            prepared.executeSynchronously(bad)
+        assert device.budget.used == held and device.budget.ledger == []
+    finally:
+        prepared.close()
+        pool.close()
 
 
 # ------------------------------------------------------------ the straight-line run of a static plan

@@ -308,7 +308,8 @@ def test_a_consumer_whose_windows_stay_empty_polls_only_on_every_fourth_wait():
 
 class Plan:
     """An ExpectedWait that always plans the same stretch (seconds after the wait began); `asked` is
-    set when a wait asks for it, which it does once its polling window has ended with nothing."""
+    set when a wait asks for it, which it does once its polling window has ended with nothing. Its
+    waits were as long as the stretch's sleep says (`expects_after`)."""
 
     def __init__(self, sleep: float, poll: float) -> None:
         self.plan = (sleep, poll)
@@ -321,6 +322,9 @@ class Plan:
 
     def back_off(self) -> None:
         self.back_offs += 1
+
+    def expects_after(self, window: float) -> bool:
+        return self.plan[0] >= window
 
 
 class Naps:
@@ -410,4 +414,42 @@ def test_a_stretched_poll_that_loses_its_cpu_ends(monkeypatch):
         assert not consumer.wait(0.001, polling_us=1, expected=plan)
         assert plan.back_offs == 1
     finally:
+        consumer.close()
+
+
+def test_a_stretch_that_sleeps_past_the_window_skips_the_window(monkeypatch):
+    """The window cannot meet an answer expected after it: the wait sleeps at once instead of
+    spinning through it (ExpectedWait.expects_after). Counted in clock readings, not time."""
+    readings = [0]
+    write_at: list[int] = []  # the reading at which the producer writes (during a window)
+
+    def fake_clock() -> int:  # every reading 1 µs after the one before
+        readings[0] += 1
+        if write_at and readings[0] == write_at[0]:
+            producer.write(b"m")
+        return readings[0] * 1000
+
+    at_nap: list[int] = []
+
+    def nap(wait, seconds: float) -> bool:
+        at_nap.append(readings[0])
+        return True  # woken by a message
+
+    consumer = Ring.create(256)
+    producer = Ring(consumer.fd, consumer.size, consumer.event_fd, owner=False)
+    monkeypatch.setattr(time, "perf_counter_ns", fake_clock)
+    monkeypatch.setattr(expected_wait, "nap", nap)
+    try:
+        # A 1000 µs window and a stretch that sleeps until 2 ms: asleep after a handful of readings.
+        assert consumer.wait(60.0, polling_us=1000, expected=Plan(0.002, 0.003))
+        assert len(at_nap) == 1 and at_nap[0] < 10
+        # A stretch that sleeps from 0.5 ms, within the 1000 µs window: the window is polled, and finds
+        # the message written 0.3 ms into it; no nap.
+        readings[0] = 0
+        at_nap.clear()
+        write_at.append(300)
+        assert consumer.wait(60.0, polling_us=1000, expected=Plan(0.0005, 0.003))
+        assert consumer.read() == b"m" and at_nap == [] and 300 <= readings[0] < 310
+    finally:
+        producer.close()
         consumer.close()

@@ -96,10 +96,11 @@ def test_socket_window_is_stretched_over_the_expected_answer(quiet_machine: Fake
     t0 = clock.now
     assert w.poll(never) is False
     assert clock.now - t0 >= 0.01 * STRETCH_FACTOR  # went on past its 100 µs window
-    # It slept once, until shortly before the expected answer, and polled before and after.
+    # It slept once, at once (its 100 µs window cannot meet a 10 ms answer: no poll first), until
+    # shortly before the expected answer, and polled after.
     naps = [t for t in never.timeouts if t > 0]
-    assert len(naps) == 1 and 0.01 - WAKE_LEAD_US / 1e6 - 0.0002 < naps[0] < 0.01 - WAKE_LEAD_US / 1e6
-    assert never.timeouts[0] == 0 and never.timeouts[-1] == 0
+    assert len(naps) == 1 and naps[0] == pytest.approx(0.01 - WAKE_LEAD_US / 1e6, abs=0.00001)
+    assert never.timeouts[0] == naps[0] and never.timeouts[-1] == 0
     # Without a maximum the same history turns polling off (those waits were long for a 100 µs window).
     plain = PollingWindow(100)
     for _ in range(2):
@@ -179,3 +180,40 @@ def test_a_crowded_machine_ends_the_stretch(monkeypatch: pytest.MonkeyPatch, clo
     assert w.expected.back_offs == 1 and never.timeouts[-1] > 0  # slept, then found no CPU to spare
     never = Never(clock)
     assert w.poll(never) is False and not [t for t in never.timeouts if t > 0]  # backing off: no sleep
+
+
+def test_a_window_is_skipped_only_after_two_waits_that_outlasted_it() -> None:
+    e = ExpectedWait(1000)
+    assert not e.expects_after(0.0001)  # nothing known yet
+    e.record(0.0009)
+    assert not e.expects_after(0.0001)  # one wait is not a pattern
+    e.record(0.00016)  # both at least the 100 µs window plus the 50 µs lead
+    assert e.expects_after(0.0001)
+    e.record(0.00014)
+    assert not e.expects_after(0.0001)  # within window + lead: the window may meet it
+    assert ExpectedWait(0).expects_after(0.0) is False  # nothing recorded
+
+
+def test_a_reader_without_a_stretch_skips_a_window_its_answers_outlast(quiet_machine: FakeClock) -> None:
+    clock = quiet_machine
+    w = PollingWindow(100)  # no stretch
+    for _ in range(2):  # two answers after 200 µs of blocking: short waits for rule 1 (<= 3 windows)
+        w.poll(lambda timeout: False)
+        clock.sleep(0.0002)
+        w.waited()
+    never = Never(clock)
+    assert w.poll(never) is False and never.timeouts == []  # blocks at once: no poll at all
+
+
+def test_an_answer_expected_within_the_window_is_polled_for_from_the_start(quiet_machine: FakeClock) -> None:
+    clock = quiet_machine
+    w = PollingWindow(100, stretch_max_us=1000)
+    for _ in range(2):  # two answers found by the window after 80 µs
+        assert w.poll(lambda timeout: clock.sleep(0.00008) is None)
+    never = Never(clock)
+    t0 = clock.now
+    assert w.poll(never) is False
+    # The window was polled (no sleep: the stretch's sleep would begin within the window), then the
+    # stretch polled on to 1.25 times the expected answer; nothing ever slept.
+    assert never.timeouts and all(t == 0 for t in never.timeouts)
+    assert clock.now - t0 >= 0.0001
