@@ -2284,6 +2284,12 @@ int64_t mk_run_calls(const mk_call_t *calls, const mk_call_floats_t *floats, int
             mk_mean_q8(a->x, (int)a->is_signed, a->outer, a->n, a->inner, a->table, a->table_base, a->y);
             break;
         }
+        case MK_CALL_LSTM_CELL_F32: {
+            const mk_call_lstm_cell_f32_t *a = &c->lstm_cell_f32;
+            mk_lstm_cell_f32(a->cst, a->batch, a->a1, a->lda1, a->a2, a->lda2, a->add, a->ldadd, a->c_in, a->c_out,
+                             a->h_out, a->gates_out);
+            break;
+        }
         default:
             return i + 1;
         }
@@ -2401,11 +2407,20 @@ static const layout_row g_layout[] = {
     L_FIELD(mk_call_mean_q8_t, inner), L_FIELD(mk_call_mean_q8_t, table), L_FIELD(mk_call_mean_q8_t, table_base),
     L_FIELD(mk_call_mean_q8_t, y),
 
+    L_TYPE(mk_call_lstm_cell_f32_t), L_FIELD(mk_call_lstm_cell_f32_t, kind), L_FIELD(mk_call_lstm_cell_f32_t, cst),
+    L_FIELD(mk_call_lstm_cell_f32_t, batch), L_FIELD(mk_call_lstm_cell_f32_t, a1),
+    L_FIELD(mk_call_lstm_cell_f32_t, lda1), L_FIELD(mk_call_lstm_cell_f32_t, a2),
+    L_FIELD(mk_call_lstm_cell_f32_t, lda2), L_FIELD(mk_call_lstm_cell_f32_t, add),
+    L_FIELD(mk_call_lstm_cell_f32_t, ldadd), L_FIELD(mk_call_lstm_cell_f32_t, c_in),
+    L_FIELD(mk_call_lstm_cell_f32_t, c_out), L_FIELD(mk_call_lstm_cell_f32_t, h_out),
+    L_FIELD(mk_call_lstm_cell_f32_t, gates_out),
+
     L_TYPE(mk_call_t), L_FIELD(mk_call_t, word), L_FIELD(mk_call_t, kind), L_FIELD(mk_call_t, im2col_f32),
     L_FIELD(mk_call_t, gemm_f32), L_FIELD(mk_call_t, depthwise_f32), L_FIELD(mk_call_t, add_f32),
     L_FIELD(mk_call_t, copy), L_FIELD(mk_call_t, qim2col), L_FIELD(mk_call_t, qgemm_requant),
     L_FIELD(mk_call_t, depthwise_q8), L_FIELD(mk_call_t, map_f32), L_FIELD(mk_call_t, copy_2d),
     L_FIELD(mk_call_t, softmax_f32), L_FIELD(mk_call_t, softmax_q8), L_FIELD(mk_call_t, mean_q8),
+    L_FIELD(mk_call_t, lstm_cell_f32),
 
     L_TYPE(mk_call_bounds_t), L_FIELD(mk_call_bounds_t, lo), L_FIELD(mk_call_bounds_t, hi),
     L_TYPE(mk_call_softmax_floats_t), L_FIELD(mk_call_softmax_floats_t, beta),
@@ -2448,6 +2463,7 @@ static const constant_row g_constants[] = {
     C_ROW(MK_CALL_SOFTMAX_F32),
     C_ROW(MK_CALL_SOFTMAX_Q8),
     C_ROW(MK_CALL_MEAN_Q8),
+    C_ROW(MK_CALL_LSTM_CELL_F32),
     C_ROW(MK_QGEMM_MAX_K),
 };
 

@@ -21,7 +21,7 @@ _I32 = ctypes.c_int32
 _F = ctypes.c_float
 
 #: The interface's one ABI number (MK_ABI): the library's mk_abi() must return it.
-ABI = 10
+ABI = 14
 
 # Bound-call kinds (enum mk_call_kind).
 CALL_IM2COL_F32 = 1
@@ -39,6 +39,7 @@ CALL_COPY_2D = 12
 CALL_SOFTMAX_F32 = 13
 CALL_SOFTMAX_Q8 = 14
 CALL_MEAN_Q8 = 15
+CALL_LSTM_CELL_F32 = 16
 #: The int64 words of one bound call (its kind, then its arguments).
 CALL_INTS = 20
 #: The float32 values of one bound call.
@@ -67,6 +68,7 @@ CONSTANTS: dict[str, int] = {
     "MK_CALL_SOFTMAX_F32": CALL_SOFTMAX_F32,
     "MK_CALL_SOFTMAX_Q8": CALL_SOFTMAX_Q8,
     "MK_CALL_MEAN_Q8": CALL_MEAN_Q8,
+    "MK_CALL_LSTM_CELL_F32": CALL_LSTM_CELL_F32,
     "MK_QGEMM_MAX_K": QGEMM_MAX_K,
 }
 
@@ -266,6 +268,16 @@ class CallMeanQ8(ctypes.Structure):
     ]  # fmt: skip
 
 
+class CallLstmCellF32(ctypes.Structure):
+    """CALL_LSTM_CELL_F32: mk_lstm_cell_f32 (cst: an LstmConst)."""
+
+    C_NAME = "mk_call_lstm_cell_f32_t"
+    _fields_ = [
+        ("kind", _L), ("cst", _P), ("batch", _L), ("a1", _P), ("lda1", _L), ("a2", _P), ("lda2", _L),
+        ("add", _P), ("ldadd", _L), ("c_in", _P), ("c_out", _P), ("h_out", _P), ("gates_out", _P),
+    ]  # fmt: skip
+
+
 class Call(ctypes.Union):
     """One bound call's int64 words, as each kind reads them."""
 
@@ -286,6 +298,7 @@ class Call(ctypes.Union):
         ("softmax_f32", CallSoftmaxF32),
         ("softmax_q8", CallSoftmaxQ8),
         ("mean_q8", CallMeanQ8),
+        ("lstm_cell_f32", CallLstmCellF32),
     ]
 
 
@@ -325,6 +338,7 @@ CALL_ARGS: dict[int, type[ctypes.Structure]] = {
     CALL_SOFTMAX_F32: CallSoftmaxF32,
     CALL_SOFTMAX_Q8: CallSoftmaxQ8,
     CALL_MEAN_Q8: CallMeanQ8,
+    CALL_LSTM_CELL_F32: CallLstmCellF32,
 }
 
 #: Every structure of mlts_kernels.h, mirrored.
@@ -345,6 +359,7 @@ STRUCTURES: tuple[type[ctypes.Structure] | type[ctypes.Union], ...] = (
     CallSoftmaxF32,
     CallSoftmaxQ8,
     CallMeanQ8,
+    CallLstmCellF32,
     Call,
     CallBounds,
     CallSoftmaxFloats,

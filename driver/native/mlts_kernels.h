@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#define MK_ABI 10
+#define MK_ABI 14
 
 /* Pointers travel as int64 words in bound calls and as 8-byte fields in the structures below. */
 _Static_assert(sizeof(void *) == 8, "the kernels' structures assume 64-bit pointers");
@@ -89,6 +89,7 @@ enum mk_call_kind {
     MK_CALL_SOFTMAX_F32 = 13,
     MK_CALL_SOFTMAX_Q8 = 14,
     MK_CALL_MEAN_Q8 = 15,
+    MK_CALL_LSTM_CELL_F32 = 16,
 };
 
 /* MK_CALL_IM2COL_F32: mk_im2col_f32. */
@@ -214,6 +215,21 @@ typedef struct {
     void *y;
 } mk_call_mean_q8_t;
 
+/* MK_CALL_LSTM_CELL_F32: mk_lstm_cell_f32 (its arguments in its order; add, a2, gates_out may be NULL). */
+typedef struct {
+    int64_t kind;
+    const mk_lstm_const_t *cst;
+    int64_t batch;
+    const float *a1;
+    int64_t lda1;
+    const float *a2;
+    int64_t lda2;
+    const float *add;
+    int64_t ldadd;
+    const float *c_in;
+    float *c_out, *h_out, *gates_out;
+} mk_call_lstm_cell_f32_t;
+
 /* One bound call's words. */
 typedef union {
     int64_t word[MK_CALL_INTS];
@@ -231,6 +247,7 @@ typedef union {
     mk_call_softmax_f32_t softmax_f32;
     mk_call_softmax_q8_t softmax_q8;
     mk_call_mean_q8_t mean_q8;
+    mk_call_lstm_cell_f32_t lstm_cell_f32;
 } mk_call_t;
 
 /* The bounds of a fused activation (lo, hi). */
