@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -134,14 +135,13 @@ def _top(dump: str, count: int, steps: int) -> list[str]:
     out = subprocess.run(cmd, capture_output=True, text=True).stdout
     rows, total = [], _totals(dump)
     for line in out.splitlines():
-        parts = line.strip().split(None, 2)
-        if len(parts) < 3 or not parts[0].replace(",", "").isdigit() or "PROGRAM TOTALS" in line:
+        found = re.match(r"\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(.*)$", line)
+        if found is None or "PROGRAM TOTALS" in line:
             continue
-        n = int(parts[0].replace(",", ""))
+        n = int(found.group(1).replace(",", ""))
         if n >= 0.995 * total:  # the frames a dump taken mid-run charges with everything
             continue
-        where = parts[-1]
-        rows.append(f"  {n / steps:>12,.0f} {100 * n / total:5.1f}%  {where[:110]}")
+        rows.append(f"  {n / steps:>12,.0f} {100 * n / total:5.1f}%  {found.group(2)[:110]}")
         if len(rows) >= count:
             break
     return rows
