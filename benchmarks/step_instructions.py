@@ -78,7 +78,7 @@ def _stepper(session, sig, xs, path: str):
     layout = session._layout  # noqa: SLF001  (the fixed request of the last run)
     request, prepared = layout.request, session.prepared
     views_in = [layout.in_views[i] for i, _, _ in sig.states]
-    views_out = [layout.read_views[o] for _, o, _ in sig.states]
+    views_out = [layout.out_views[o] for _, o, _ in sig.states]
     x_view = layout.in_views[sig.feature_input]
 
     def execute(k: int) -> None:
