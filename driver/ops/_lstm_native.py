@@ -25,7 +25,7 @@ import numpy as np
 
 from driver import native
 from driver.native.layout import CALL_COPY, CALL_LSTM_CELL_F32, LstmConst
-from driver.ops._bind import BoundStep
+from driver.ops._bind import BoundStep, Call
 from driver.ops._lstm_cell import LstmConfig, Weights, project
 from driver.ops._workspace import CURRENT, Workspace, address, output, scratch
 
@@ -192,7 +192,10 @@ class FusedCell:
         cell = (
             self._const_ptr, batch, xp, cfg.input_size, hp, m, 0, 0, cp, address(c_new), a_h, address(gates),
         )  # fmt: skip
-        calls = [(CALL_LSTM_CELL_F32, cell, ()), (CALL_COPY, (a_h, address(h_out), h_out.nbytes), ())]
+        calls: list[Call] = [
+            (CALL_LSTM_CELL_F32, cell, ()),
+            (CALL_COPY, (a_h, address(h_out), h_out.nbytes), ()),
+        ]
         macs = batch * (cfg.input_size + m) * u * cfg.gates
         return BoundStep(calls, (gates, h_new, c_new, h_out), (self,), macs)
 
