@@ -186,3 +186,36 @@ def test_the_lstm_offers_a_binding_only_without_a_projection() -> None:
     for case, binds in ((plain, True), (projected, False)):
         run, _args = prepare(Op.LSTM, lstm_inputs(case, case.x[0], case.h0, case.c0), 4)
         assert (getattr(run, "binding", None) is not None) == binds
+
+
+def test_the_lstm_call_read_through_its_structure_is_what_the_binder_wrote() -> None:
+    from driver.native import layout
+
+    first, second = _cases(4, 6, 16, 8, 2, 1)
+    plan = Plan(_model(first, second))
+    _steps(plan, first, second)
+    (prog,) = [p for ws in plan.workspaces.free for p in ws.bound.values() if hasattr(p, "owners")]
+    cells = [row for row in range(prog.count) if prog.ints[row, 0] == layout.CALL_LSTM_CELL_F32]
+    assert len(cells) == 2
+    for row, case in zip(cells, (first, second), strict=True):
+        call = layout.Call.from_buffer(prog.ints[row]).lstm_cell_f32
+        step, bound = prog.owners[row]
+        gates, h_new, c_new, h_out = bound.outs
+        assert len(bound.calls[0][1]) == len(layout.CallLstmCellF32._fields_) - 1
+        cst = layout.LstmConst.from_address(call.cst)
+        assert (cst.units, cst.k1, cst.k2, cst.gates) == (
+            16 if case is first else 8,
+            case.x.shape[2],
+            case.h0.shape[1],
+            4,
+        )
+        assert (call.batch, call.lda1, call.lda2, call.add, call.ldadd) == (2, cst.k1, cst.k2, None, 0)
+        assert (call.gates_out, call.h_out, call.c_out) == (
+            gates.ctypes.data,
+            h_new.ctypes.data,
+            c_new.ctypes.data,
+        )
+        copy = layout.Call.from_buffer(prog.ints[row + 1]).copy
+        assert prog.ints[row + 1, 0] == layout.CALL_COPY
+        assert (copy.src, copy.dst, copy.bytes) == (h_new.ctypes.data, h_out.ctypes.data, h_out.nbytes)
+        assert prog.owners[row + 1][0] is step
