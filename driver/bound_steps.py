@@ -5,10 +5,11 @@ into its kernel, which makes one or two ctypes calls: each of them releases the 
 takes it back, and the Python around them runs under it. Two executions in one process then take
 turns on the lock at least once per operation.
 
-A kernel that can tell in advance exactly which compiled calls it makes for an input of a given shape
-at a given address (its run's `bind`, giving a `driver.ops._bind.BoundStep`) lets a run of such
-consecutive operations (a `Chunk`) be bound once per workspace: every address is fixed, because the
-outputs are the workspace's own buffers, reused by every execution. Later executions run the chunk
+A kernel that can tell in advance exactly which compiled calls it makes for inputs of given shapes
+at given addresses (its run's `bind`, giving a `driver.ops._bind.BoundStep` with one buffer per
+output of the operation: LSTM's four outputs as much as ADD's one) lets a run of such consecutive
+operations (a `Chunk`) be bound once per workspace: every address is fixed, because the outputs are
+the workspace's own buffers, reused by every execution. Later executions run the chunk
 with one call of `mk_run_calls`: the same functions with the same arguments in the same order, so
 the same results bit for bit, with the lock released once (or kept, through `native.LIB_HELD`, for
 a chunk of less work than HOLD_BELOW_MACS).
@@ -34,8 +35,10 @@ core). Without one, the whole chunk is a single call.
 
 from __future__ import annotations
 
+import ctypes
+import sys
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -69,16 +72,55 @@ _NDARRAY = np.ndarray
 _watch = qos.watch
 
 
+def _data_reader() -> Callable[[np.ndarray], int] | None:
+    """How a chunk reads the data address of a value from outside it, at about a sixth of the cost of
+    `arr.ctypes.data` (some 11 000 instructions: NumPy builds a ctypes helper object for it, importing
+    a module each time), which an input from a request's pool pays at every execution (it is a new
+    view each time): NumPy's array object (PyArrayObject) holds its data pointer right after the
+    object header (`object.__basicsize__` bytes), which CPython's id() locates. Checked here on
+    arrays of each kind a chunk reads (owning, a view, a read-only view of a buffer) against NumPy's
+    own answer; None (use `address`) on another Python or where the check fails."""
+    if sys.implementation.name != "cpython":
+        return None
+    offset = object.__basicsize__
+    at = ctypes.c_void_p.from_address
+    base = np.zeros((3, 8), np.float32)
+    probes = (base, base[1:], np.ndarray((2, 4), np.float32, memoryview(bytearray(96)).toreadonly(), 32))
+    for a in probes:
+        if type(a) is not np.ndarray or at(id(a) + offset).value != a.ctypes.data:
+            return None
+
+    def data(a: np.ndarray) -> int:
+        return at(id(a) + offset).value or 0
+
+    return data
+
+
+#: The data address of an external value (exactly an np.ndarray, checked before it is read).
+_data_address: Callable[[np.ndarray], int] = _data_reader() or address
+
+
 def variables(step: Any) -> tuple[int, ...] | None:
     """The operands a bindable step reads at run time (its binding's input positions), or None for a
-    step whose kernel does not bind or with other than one output."""
+    step whose kernel does not bind (or that runs subgraphs)."""
     binding = step.binding
-    if binding is None or not step.single or step.control is not None:
+    if binding is None or step.control is not None or not step.outputs:
         return None
     positions = binding.inputs
     if len(step.inputs) <= max(positions):
         return None
     return tuple(int(step.inputs[p]) for p in positions)
+
+
+def fits(step: Any, outs: Sequence[np.ndarray]) -> bool:
+    """The bound outputs are one C-contiguous array per output of the step, each of its operand's
+    declared shape and dtype."""
+    if len(outs) != len(step.outputs):
+        return False
+    for out, shape, dtype in zip(outs, step.out_shapes, step.out_dtypes, strict=True):
+        if out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous:
+            return False
+    return True
 
 
 class _Program:
@@ -186,7 +228,7 @@ class Chunk:
         for k, v in enumerate(values):
             seen = last[k]
             if seen is None or seen() is not v:  # a new array: its address goes into the calls
-                at = address(v)
+                at = _data_address(v)
                 ints = prog.ints
                 for row, col, offset in prog.patches[k]:
                     ints[row, col] = at + offset
@@ -290,12 +332,10 @@ class Chunk:
                 x = produced.get(i)
                 ptrs.append(x.ctypes.data if x is not None else _EXTERNAL + self.externals.index(i) * _SPAN)
             bound = st.binding.bind([self.shapes[i] for i in reads], ptrs, scratch)
-            if bound is None:
+            if bound is None or not fits(st, bound.outs):
                 return None
-            out = bound.out
-            if out.shape != st.out_shapes[0] or out.dtype != st.out_dtypes[0] or not out.flags.c_contiguous:
-                return None
-            produced[st.outputs[0]] = out
+            for i, out in zip(st.outputs, bound.outs, strict=True):
+                produced[int(i)] = out
             keep.append(bound.keep)
             if not pieces or piece_macs + bound.macs > MAX_PIECE_MACS:
                 pieces.append((int(st.index), len(calls), 0))
@@ -373,7 +413,7 @@ def find_chunks(
             bound = None
         finally:
             CURRENT.reset(token)
-        if bound is None or bound.out.shape != st.out_shapes[0] or bound.out.dtype != st.out_dtypes[0]:
+        if bound is None or not fits(st, bound.outs):
             return None
         return found
 
@@ -402,9 +442,9 @@ def find_chunks(
                 shapes[i], dtypes[i] = shape, dtype_of[i]
                 if i not in made and i not in externals:
                     externals.append(i)
-            made.add(int(st.outputs[0]))
+            made.update(int(i) for i in st.outputs)
         later = {int(i) for st in steps[end:] for i in st.inputs} | {int(i) for i in output_indexes}
-        needed = [int(st.outputs[0]) for st in run if int(st.outputs[0]) in later]
+        needed = [int(i) for st in run for i in st.outputs if int(i) in later]
         chunks[s] = (end, Chunk(run, externals, shapes, dtypes, needed, template))
         s = end
     return chunks

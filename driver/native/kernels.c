@@ -2340,6 +2340,12 @@ int64_t mk_run_calls(const mk_call_t *calls, const mk_call_floats_t *floats, int
             mk_pair_table_q8(a->a, a->b, a->table, a->y, a->n);
             break;
         }
+        case MK_CALL_LSTM_CELL_F32: {
+            const mk_call_lstm_cell_f32_t *a = &c->lstm_cell_f32;
+            mk_lstm_cell_f32(a->cst, a->batch, a->a1, a->lda1, a->a2, a->lda2, a->add, a->ldadd, a->c_in, a->c_out,
+                             a->h_out, a->gates_out);
+            break;
+        }
         default:
             return i + 1;
         }
@@ -2460,6 +2466,13 @@ static const layout_row g_layout[] = {
     L_TYPE(mk_call_pair_table_q8_t), L_FIELD(mk_call_pair_table_q8_t, kind), L_FIELD(mk_call_pair_table_q8_t, a),
     L_FIELD(mk_call_pair_table_q8_t, b), L_FIELD(mk_call_pair_table_q8_t, table),
     L_FIELD(mk_call_pair_table_q8_t, y), L_FIELD(mk_call_pair_table_q8_t, n),
+    L_TYPE(mk_call_lstm_cell_f32_t), L_FIELD(mk_call_lstm_cell_f32_t, kind), L_FIELD(mk_call_lstm_cell_f32_t, cst),
+    L_FIELD(mk_call_lstm_cell_f32_t, batch), L_FIELD(mk_call_lstm_cell_f32_t, a1),
+    L_FIELD(mk_call_lstm_cell_f32_t, lda1), L_FIELD(mk_call_lstm_cell_f32_t, a2),
+    L_FIELD(mk_call_lstm_cell_f32_t, lda2), L_FIELD(mk_call_lstm_cell_f32_t, add),
+    L_FIELD(mk_call_lstm_cell_f32_t, ldadd), L_FIELD(mk_call_lstm_cell_f32_t, c_in),
+    L_FIELD(mk_call_lstm_cell_f32_t, c_out), L_FIELD(mk_call_lstm_cell_f32_t, h_out),
+    L_FIELD(mk_call_lstm_cell_f32_t, gates_out),
 
     L_TYPE(mk_call_t), L_FIELD(mk_call_t, word), L_FIELD(mk_call_t, kind), L_FIELD(mk_call_t, im2col_f32),
     L_FIELD(mk_call_t, gemm_f32), L_FIELD(mk_call_t, depthwise_f32), L_FIELD(mk_call_t, add_f32),
@@ -2467,6 +2480,7 @@ static const layout_row g_layout[] = {
     L_FIELD(mk_call_t, depthwise_q8), L_FIELD(mk_call_t, map_f32), L_FIELD(mk_call_t, copy_2d),
     L_FIELD(mk_call_t, softmax_f32), L_FIELD(mk_call_t, softmax_q8), L_FIELD(mk_call_t, mean_q8),
     L_FIELD(mk_call_t, pair_table_q8),
+    L_FIELD(mk_call_t, lstm_cell_f32),
 
     L_TYPE(mk_call_bounds_t), L_FIELD(mk_call_bounds_t, lo), L_FIELD(mk_call_bounds_t, hi),
     L_TYPE(mk_call_softmax_floats_t), L_FIELD(mk_call_softmax_floats_t, beta),
@@ -2510,6 +2524,7 @@ static const constant_row g_constants[] = {
     C_ROW(MK_CALL_SOFTMAX_Q8),
     C_ROW(MK_CALL_MEAN_Q8),
     C_ROW(MK_CALL_PAIR_TABLE_Q8),
+    C_ROW(MK_CALL_LSTM_CELL_F32),
     C_ROW(MK_QGEMM_MAX_K),
 };
 

@@ -21,7 +21,7 @@ _I32 = ctypes.c_int32
 _F = ctypes.c_float
 
 #: The interface's one ABI number (MK_ABI): the library's mk_abi() must return it.
-ABI = 11
+ABI = 15
 
 # Bound-call kinds (enum mk_call_kind).
 CALL_IM2COL_F32 = 1
@@ -40,6 +40,7 @@ CALL_SOFTMAX_F32 = 13
 CALL_SOFTMAX_Q8 = 14
 CALL_MEAN_Q8 = 15
 CALL_PAIR_TABLE_Q8 = 16
+CALL_LSTM_CELL_F32 = 17
 #: The int64 words of one bound call (its kind, then its arguments).
 CALL_INTS = 20
 #: The float32 values of one bound call.
@@ -69,6 +70,7 @@ CONSTANTS: dict[str, int] = {
     "MK_CALL_SOFTMAX_Q8": CALL_SOFTMAX_Q8,
     "MK_CALL_MEAN_Q8": CALL_MEAN_Q8,
     "MK_CALL_PAIR_TABLE_Q8": CALL_PAIR_TABLE_Q8,
+    "MK_CALL_LSTM_CELL_F32": CALL_LSTM_CELL_F32,
     "MK_QGEMM_MAX_K": QGEMM_MAX_K,
 }
 
@@ -273,6 +275,14 @@ class CallPairTableQ8(ctypes.Structure):
 
     C_NAME = "mk_call_pair_table_q8_t"
     _fields_ = [("kind", _L), ("a", _P), ("b", _P), ("table", _P), ("y", _P), ("n", _L)]
+class CallLstmCellF32(ctypes.Structure):
+    """CALL_LSTM_CELL_F32: mk_lstm_cell_f32 (cst: an LstmConst)."""
+
+    C_NAME = "mk_call_lstm_cell_f32_t"
+    _fields_ = [
+        ("kind", _L), ("cst", _P), ("batch", _L), ("a1", _P), ("lda1", _L), ("a2", _P), ("lda2", _L),
+        ("add", _P), ("ldadd", _L), ("c_in", _P), ("c_out", _P), ("h_out", _P), ("gates_out", _P),
+    ]  # fmt: skip
 
 
 class Call(ctypes.Union):
@@ -296,6 +306,7 @@ class Call(ctypes.Union):
         ("softmax_q8", CallSoftmaxQ8),
         ("mean_q8", CallMeanQ8),
         ("pair_table_q8", CallPairTableQ8),
+        ("lstm_cell_f32", CallLstmCellF32),
     ]
 
 
@@ -336,6 +347,7 @@ CALL_ARGS: dict[int, type[ctypes.Structure]] = {
     CALL_SOFTMAX_Q8: CallSoftmaxQ8,
     CALL_MEAN_Q8: CallMeanQ8,
     CALL_PAIR_TABLE_Q8: CallPairTableQ8,
+    CALL_LSTM_CELL_F32: CallLstmCellF32,
 }
 
 #: Every structure of mlts_kernels.h, mirrored.
@@ -357,6 +369,7 @@ STRUCTURES: tuple[type[ctypes.Structure] | type[ctypes.Union], ...] = (
     CallSoftmaxQ8,
     CallMeanQ8,
     CallPairTableQ8,
+    CallLstmCellF32,
     Call,
     CallBounds,
     CallSoftmaxFloats,

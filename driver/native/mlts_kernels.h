@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#define MK_ABI 11
+#define MK_ABI 15
 
 /* Pointers travel as int64 words in bound calls and as 8-byte fields in the structures below. */
 _Static_assert(sizeof(void *) == 8, "the kernels' structures assume 64-bit pointers");
@@ -90,6 +90,7 @@ enum mk_call_kind {
     MK_CALL_SOFTMAX_Q8 = 14,
     MK_CALL_MEAN_Q8 = 15,
     MK_CALL_PAIR_TABLE_Q8 = 16,
+    MK_CALL_LSTM_CELL_F32 = 17,
 };
 
 /* MK_CALL_IM2COL_F32: mk_im2col_f32. */
@@ -222,6 +223,20 @@ typedef struct {
     uint8_t *y;
     int64_t n;
 } mk_call_pair_table_q8_t;
+/* MK_CALL_LSTM_CELL_F32: mk_lstm_cell_f32 (its arguments in its order; add, a2, gates_out may be NULL). */
+typedef struct {
+    int64_t kind;
+    const mk_lstm_const_t *cst;
+    int64_t batch;
+    const float *a1;
+    int64_t lda1;
+    const float *a2;
+    int64_t lda2;
+    const float *add;
+    int64_t ldadd;
+    const float *c_in;
+    float *c_out, *h_out, *gates_out;
+} mk_call_lstm_cell_f32_t;
 
 /* One bound call's words. */
 typedef union {
@@ -241,6 +256,7 @@ typedef union {
     mk_call_softmax_q8_t softmax_q8;
     mk_call_mean_q8_t mean_q8;
     mk_call_pair_table_q8_t pair_table_q8;
+    mk_call_lstm_cell_f32_t lstm_cell_f32;
 } mk_call_t;
 
 /* The bounds of a fused activation (lo, hi). */

@@ -48,17 +48,23 @@ Call = tuple[int, tuple[int, ...], tuple[float, ...]]
 
 @dataclass(slots=True)
 class BoundStep:
-    """The compiled calls one run of a kernel makes for an input of a fixed shape at a fixed address:
-    the same functions with the same arguments, every address looked up once. `out` is the step's
-    output (a buffer of the current workspace); `keep` holds arrays the addresses point into; `macs`
-    is the work (multiply-adds; elements for a sum); `fail`, for kernels that return a status, the
-    exception a call's non-zero status stands for (what the step's Python raises for it)."""
+    """The compiled calls one run of a kernel makes for inputs of fixed shapes at fixed addresses:
+    the same functions with the same arguments, every address looked up once. `outs` are the step's
+    outputs in the operation's order (buffers of the current workspace, each written by the calls);
+    `keep` holds what the addresses point into; `macs` is the work (multiply-adds; elements for a
+    sum); `fail`, for kernels that return a status, the exception a call's non-zero status stands
+    for (what the step's Python raises for it)."""
 
     calls: list[Call]
-    out: np.ndarray
+    outs: tuple[np.ndarray, ...]
     keep: tuple[Any, ...]
     macs: int
     fail: Callable[[int], Exception] | None = None
+
+    @property
+    def out(self) -> np.ndarray:
+        """The first output (a one-output step's only one)."""
+        return self.outs[0]
 
 
 class Scratch:
@@ -110,7 +116,7 @@ def bind_conv_f32(
         calls.append((CALL_IM2COL_F32, (xp, gp, cp), ()))
     y = output((n, g.out_h, g.out_w, out_c), F32)
     calls.append((kind, (cp, wp, address(y), rows, out_c, k, bias.ptr), (lo, hi)))
-    return BoundStep(calls, y, (entry, w, bias), rows * k * out_c)
+    return BoundStep(calls, (y,), (entry, w, bias), rows * k * out_c)
 
 
 def bind_depthwise_f32(
@@ -122,20 +128,20 @@ def bind_depthwise_f32(
     lo, hi = ACT_BOUNDS[act]
     y = output((shape[0], g.out_h, g.out_w, shape[3] * mult), F32)
     call = (CALL_DEPTHWISE_F32, (xp, gp, mult, w.ptr, bias.ptr, address(y)), (lo, hi))
-    return BoundStep([call], y, (entry, w, bias), y.size * g.k_h * g.k_w)
+    return BoundStep([call], (y,), (entry, w, bias), y.size * g.k_h * g.k_w)
 
 
 def bind_add_f32(shape: tuple[int, ...], ap: int, bp: int) -> BoundStep:
     """np.add of two C-contiguous float32 arrays of `shape` at `ap` and `bp` into the step's output."""
     y = output(shape, F32)
-    return BoundStep([(CALL_ADD_F32, (ap, bp, address(y), y.size), ())], y, (), y.size)
+    return BoundStep([(CALL_ADD_F32, (ap, bp, address(y), y.size), ())], (y,), (), y.size)
 
 
 def bind_copy(xp: int, shape: tuple[int, ...], dtype: np.dtype | type) -> BoundStep:
     """A copy of the C-contiguous array of `dtype` at `xp` into the step's output of `shape` (as many
     elements)."""
     y = output(shape, dtype)
-    return BoundStep([(CALL_COPY, (xp, address(y), y.nbytes), ())], y, (), y.size)
+    return BoundStep([(CALL_COPY, (xp, address(y), y.nbytes), ())], (y,), (), y.size)
 
 
 def bind_fc_f32(
@@ -157,21 +163,21 @@ def bind_fc_f32(
     lo, hi = ACT_BOUNDS[act]
     y = output((rows, units), F32)
     call = (kind, (xp, wp, address(y), rows, units, size, bias.ptr), (lo, hi))
-    return BoundStep([call], y, (w, bias), rows * size * units)
+    return BoundStep([call], (y,), (w, bias), rows * size * units)
 
 
 def bind_unary_f32(kind: int, xp: int, shape: tuple[int, ...]) -> BoundStep:
     """An elementwise compiled call (CALL_TANH_F32, CALL_LOGISTIC_F32) on the float32 C-contiguous
     array of `shape` at `xp` into the step's output."""
     y = output(shape, F32)
-    return BoundStep([(kind, (xp, address(y), y.size), ())], y, (), y.size)
+    return BoundStep([(kind, (xp, address(y), y.size), ())], (y,), (), y.size)
 
 
 def bind_softmax_f32(xp: int, shape: tuple[int, ...], beta: float) -> BoundStep:
     """SOFTMAX along the last axis of the float32 C-contiguous array of `shape` at `xp` (no zero size)."""
     y = output(shape, F32)
     cols = shape[-1]
-    return BoundStep([(CALL_SOFTMAX_F32, (xp, address(y), y.size // cols, cols), (beta,))], y, (), y.size)
+    return BoundStep([(CALL_SOFTMAX_F32, (xp, address(y), y.size // cols, cols), (beta,))], (y,), (), y.size)
 
 
 def bind_softmax_q8(
@@ -183,7 +189,7 @@ def bind_softmax_q8(
     cols = shape[-1]
     signed = int(np.dtype(dtype) == np.int8)
     args = (xp, address(y), y.size // cols, cols, address(exp_f0), address(exp_accum), signed)
-    return BoundStep([(CALL_SOFTMAX_Q8, args, ())], y, (exp_f0, exp_accum), y.size)
+    return BoundStep([(CALL_SOFTMAX_Q8, args, ())], (y,), (exp_f0, exp_accum), y.size)
 
 
 def bind_mean_q8(
@@ -201,7 +207,7 @@ def bind_mean_q8(
     y = output(out_shape, dtype)
     signed = int(np.dtype(dtype) == np.int8)
     args = (xp, signed, outer, n, inner, address(table), base, address(y))
-    return BoundStep([(CALL_MEAN_Q8, args, ())], y, (table,), outer * n * inner)
+    return BoundStep([(CALL_MEAN_Q8, args, ())], (y,), (table,), outer * n * inner)
 
 
 def bind_pair_table_q8(
@@ -284,7 +290,7 @@ def bind_copies(
             xp = xps[i] if len(xps) > 1 else xps[0]
             args = (xp + src * item, yp + dst * item, rows, run * item, s_stride * item, d_stride * item)
             calls.append((CALL_COPY_2D, args, ()))
-    return BoundStep(calls, y, (), y.size)
+    return BoundStep(calls, (y,), (), y.size)
 
 
 def _no_tables(status: int) -> Exception:
@@ -330,7 +336,7 @@ def bind_conv_q8(
     def fail(status: int) -> Exception:
         return _no_tables(status) if status == -1 else RuntimeError(f"integer GEMM refused K={w.k}")
 
-    return BoundStep(calls, y, (entry, w, rq), rows * k * out_c, fail)
+    return BoundStep(calls, (y,), (entry, w, rq), rows * k * out_c, fail)
 
 
 def bind_depthwise_q8(
@@ -351,4 +357,6 @@ def bind_depthwise_q8(
         xp, signed, zp_x, gp, mult, w.ptr, rq.bias.ptr, rq.mult.ptr, rq.left.ptr, rq.right.ptr, rq.zp, rq.lo,
         rq.hi, address(y),
     )  # fmt: skip
-    return BoundStep([(CALL_DEPTHWISE_Q8, args, ())], y, (entry, w, rq), y.size * g.k_h * g.k_w, _no_tables)
+    return BoundStep(
+        [(CALL_DEPTHWISE_Q8, args, ())], (y,), (entry, w, rq), y.size * g.k_h * g.k_w, _no_tables
+    )

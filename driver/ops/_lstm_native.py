@@ -24,9 +24,10 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 
 from driver import native
-from driver.native.layout import LstmConst
+from driver.native.layout import CALL_COPY, CALL_LSTM_CELL_F32, LstmConst
+from driver.ops._bind import BoundStep, Call
 from driver.ops._lstm_cell import LstmConfig, Weights, project
-from driver.ops._workspace import CURRENT, Workspace, output, scratch
+from driver.ops._workspace import CURRENT, Workspace, address, output, scratch
 
 F32 = np.float32
 #: mk_lstm_cell_f32 of the compiled kernels (typed by driver.native), or None without them.
@@ -167,6 +168,36 @@ class FusedCell:
         )
         h_new = bufs.h_pre if not cfg.projection else project(cfg, self.w, bufs.h_pre)
         return h_new, bufs.c_new, bufs.gates
+
+    def bind_step(self, shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int]) -> BoundStep | None:
+        """The LSTM op's `step` as bound calls (driver.bound_steps) for C-contiguous float32 x, h and c
+        of `shapes` at `ptrs`: the cell's one call with the arguments `step` passes (so the same
+        floats), then a copy of h' into the op's fourth output. Outputs, in the op's order: the gate
+        activations, h', c' and the copy of h'. None with a projection (it runs in NumPy) or for
+        shapes the op's run would refuse (it then runs, and reports, as before)."""
+        cfg = self.cfg
+        if cfg.projection or len(shapes) != 3 or not shapes[0] or len(shapes[0]) != 2:
+            return None
+        batch, u, m = shapes[0][0], cfg.num_units, cfg.output_size
+        if batch < 1 or tuple(shapes[0]) != (batch, cfg.input_size):
+            return None
+        if tuple(shapes[1]) != (batch, m) or tuple(shapes[2]) != (batch, u):
+            return None
+        xp, hp, cp = ptrs
+        gates = output((batch, cfg.gates * u), F32, 0)
+        h_new = output((batch, m), F32, 1)
+        c_new = output((batch, u), F32, 2)
+        h_out = output((batch, m), F32, 3)
+        a_h = address(h_new)
+        cell = (
+            self._const_ptr, batch, xp, cfg.input_size, hp, m, 0, 0, cp, address(c_new), a_h, address(gates),
+        )  # fmt: skip
+        calls: list[Call] = [
+            (CALL_LSTM_CELL_F32, cell, ()),
+            (CALL_COPY, (a_h, address(h_out), h_out.nbytes), ()),
+        ]
+        macs = batch * (cfg.input_size + m) * u * cfg.gates
+        return BoundStep(calls, (gates, h_new, c_new, h_out), (self,), macs)
 
     def _step_alone(
         self, x: np.ndarray, h: np.ndarray, c: np.ndarray

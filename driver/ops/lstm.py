@@ -8,6 +8,9 @@ biases, peepholes and projection (see `_lstm_cell`), 18 output_state_in [batch, 
 
 NNAPI leaves the scratch buffer's contents unspecified; here it holds the gate activations of the
 step, per batch row in the order i, f, g, o (no i under CIFG).
+
+With the fused cell (constant weights, no layer norm) and no projection the step also binds into a
+run of compiled calls (driver.bound_steps): the cell's one call and the copy of h' into output 3.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from driver.ops import _lstm_native
-from driver.ops._base import ArgInfo, Run, expect_count, register
+from driver.ops import _bind, _lstm_native
+from driver.ops._base import ArgInfo, Binding, Kernel, Run, expect_count, register
 from driver.ops._lstm_cell import (
     C_IN,
     H_IN,
@@ -104,4 +107,15 @@ def prepare(ins: Sequence[ArgInfo], outs: Sequence[ArgInfo]) -> Run:
         h, c, activations = step(cfg, w, input_part(cfg, w, x), args[H_IN], args[C_IN])
         return [activations.reshape(len(x), -1), h, c, h.copy()]
 
-    return run
+    if fused is None or gates != cfg.gates or cfg.projection:
+        return run
+    cell = fused
+
+    def bind(
+        shapes: Sequence[tuple[int, ...]], ptrs: Sequence[int], scratch: _bind.Scratch
+    ) -> _bind.BoundStep | None:
+        """`run`'s fused step for C-contiguous float32 input, output state and cell state
+        (driver.bound_steps)."""
+        return cell.bind_step(shapes, ptrs)
+
+    return Kernel(run, binding=Binding(bind, (0, H_IN, C_IN)))

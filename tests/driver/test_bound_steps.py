@@ -234,3 +234,22 @@ def test_a_failed_bound_call_is_reported_as_its_step_reports_it() -> None:
     with pytest.raises(HalError) as info:
         plan.run(xs, checked=True)
     assert info.value.message == f"{step.label}: bound compiled call {row} was refused"
+
+
+def test_external_values_addresses_are_numpys() -> None:
+    """A chunk reads the data address of each value from outside it (a new view of a request's pool
+    at every execution) from the array object; it must be what NumPy says, for any array it may see."""
+    import driver.bound_steps as bound_steps
+
+    pool = memoryview(bytearray(4096))
+    owned = np.arange(24, dtype=np.float32).reshape(4, 6)
+    arrays = [
+        owned,
+        owned[2:],
+        np.ndarray((1, 256), np.float32, pool.toreadonly(), 1024),
+        np.ndarray((3,), np.int32, pool, 12),
+        np.frombuffer(bytes(64), np.uint8, 16, 8),
+        np.empty(0, np.float32),
+    ]
+    for a in arrays:
+        assert bound_steps._data_address(a) == a.ctypes.data
