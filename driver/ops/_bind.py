@@ -217,7 +217,7 @@ def bind_pair_table_q8(
     a * 256 + b) on two C-contiguous arrays of `shape` and `dtype` (uint8 or int8) at `ap` and `bp`."""
     y = output(shape, dtype)
     args = (ap, bp, address(table), address(y), y.size)
-    return BoundStep([(CALL_PAIR_TABLE_Q8, args, ())], y, (table,), y.size)
+    return BoundStep([(CALL_PAIR_TABLE_Q8, args, ())], (y,), (table,), y.size)
 
 
 # A block copy: (source offset, destination offset, rows, row length, source stride, destination
