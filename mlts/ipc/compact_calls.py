@@ -68,6 +68,12 @@ MAX_U32 = (1 << 32) - 1
 _MAX_I64 = (1 << 63) - 1
 _MEASURE = (MeasureTiming.NO, MeasureTiming.YES)
 
+#: What keys a request in the service's request cache: the message from its counts on (pools,
+#: arguments), with its flags byte when that is not 0 (a tuple never equals bytes, so the two forms
+#: never collide). Equal for messages equal but for their per-call fields (kind, sequence number,
+#: measure byte, deadline, loop timeout).
+RequestKey = bytes | tuple[int, bytes]
+
 
 class CompactCall(NamedTuple):
     """A compact call's fixed fields, checked, and its request message (decoded by the service's
@@ -81,7 +87,7 @@ class CompactCall(NamedTuple):
     deadline: TimePoint | None
     loop_timeout: int | None
     #: Equal for calls whose request (pools, arguments, flags) is the same byte for byte.
-    key: bytes
+    key: RequestKey
     #: The burst request message (docs/burst-protocol.md) the call carries.
     request: bytes
 
@@ -96,7 +102,7 @@ class DecodedCall(NamedTuple):
     measure: MeasureTiming
     deadline: TimePoint | None
     loop_timeout: int | None
-    key: bytes
+    key: RequestKey
     request: bytes
     pools: tuple[PoolRef, ...]
     inputs: tuple[RequestArgument, ...]
@@ -104,28 +110,28 @@ class DecodedCall(NamedTuple):
     measure_operations: bool
 
 
-def request_head(request: bytes) -> tuple[int, MeasureTiming, TimePoint | None, int | None, bytes]:
+def request_head(request: bytes) -> tuple[int, MeasureTiming, TimePoint | None, int | None, RequestKey]:
     """(sequence number, measure, deadline, loop timeout, key) of an execute request message: the
-    per-call fields, checked as `decode_request` checks them, and the key of its stable part (its flags
-    and everything from its counts on). ValueError naming what is wrong. The rest of the message is
-    checked when it is decoded (`decode_request`)."""
+    per-call fields, checked as `decode_request` checks them, and the key of its stable part
+    (`RequestKey`). ValueError naming what is wrong. The rest of the message is checked when it is
+    decoded (`decode_request`)."""
     if len(request) < REQUEST_HEAD.size:
         decode_request(request)  # raises, naming where the message ends
-    kind, seq, measure, _flags, deadline, loop, _np, _ni, _no = REQUEST_HEAD.unpack_from(request)
-    if kind != KIND_EXECUTE:
-        raise ValueError(f"request kind {kind} is not {KIND_EXECUTE} (execute)")
-    if measure > 1:
-        raise ValueError(f"measure timing {measure} is not 0 or 1")
-    if deadline < NO_TIME:
-        raise ValueError(f"deadline {deadline} is negative")
-    if loop < NO_TIME:
+    kind, seq, measure, flags, deadline, loop, _np, _ni, _no = REQUEST_HEAD.unpack_from(request)
+    if kind != KIND_EXECUTE or measure > 1 or deadline < NO_TIME or loop < NO_TIME:
+        if kind != KIND_EXECUTE:
+            raise ValueError(f"request kind {kind} is not {KIND_EXECUTE} (execute)")
+        if measure > 1:
+            raise ValueError(f"measure timing {measure} is not 0 or 1")
+        if deadline < NO_TIME:
+            raise ValueError(f"deadline {deadline} is negative")
         raise ValueError(f"loop timeout {loop} is negative")
     return (
         seq,
         _MEASURE[measure],
         None if deadline == NO_TIME else TimePoint(deadline),
         None if loop == NO_TIME else loop,
-        request[_FLAGS : _FLAGS + 1] + request[_STABLE:],
+        request[_STABLE:] if flags == 0 else (flags, request[_STABLE:]),
     )
 
 

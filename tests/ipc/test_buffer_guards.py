@@ -3,6 +3,7 @@ client's buffer table unchanged (its epoch) and every buffer in the state bindin
 
 from __future__ import annotations
 
+from mlts.hal.memory import FileMemory, SharedMemory
 from mlts.ipc.burst_messages import BurstRequest, PoolRef
 from mlts.ipc.service.buffer_calls import BufferGuard
 from mlts.ipc.service.handles import HandleTable, Kind, Limits, Resource
@@ -131,3 +132,15 @@ def test_the_request_cache_keeps_a_bounded_number_of_messages_and_records() -> N
         cache.keep(first, (pool,), n, None, False)  # type: ignore[arg-type]
     assert cache.validated(first, (pools[0],)) is None  # the oldest record went
     assert cache.validated(first, (pools[2],)) == (2, False)
+
+
+def test_mappings_compare_by_identity_as_the_request_cache_assumes() -> None:
+    # The cache compares the tuples of mappings a request resolved to with `==`: a mapping must equal
+    # only itself (two mappings of equal contents are two pools).
+    assert SharedMemory.__eq__ is object.__eq__ and FileMemory.__eq__ is object.__eq__
+    a, b = SharedMemory.create(64), SharedMemory.create(64)
+    try:
+        assert (a,) == (a,) and (a,) != (b,)
+    finally:
+        a.close()
+        b.close()

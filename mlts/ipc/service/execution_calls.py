@@ -168,6 +168,23 @@ def _admit_json(client: Client, call: Call, job: Job) -> None:
     job.measure = enum_value(MeasureTiming, m, "measure", measure)
     job.deadline = opt_deadline(args, m, "deadline")
     job.loop_timeout = opt_ns(args, m, "loop_timeout")
+    cache = prepared.value.requests
+    converted = cache.converted
+    if converted is not None and converted[0] == request_doc:
+        decoded, key = converted[1], converted[2]
+    else:
+        decoded, key = _converted(request_doc, descs, pools)
+        cache.converted = (request_doc, decoded, key)
+    memories = tuple(p for p in pools if type(p) is not int)
+    pipeline.admit(client, job, m, prepared.value, None, key, decoded, "request", lambda _known: memories)
+
+
+def _converted(
+    request_doc: dict[str, Any], descs: list[dict[str, Any]], pools: list[Any]
+) -> tuple[BurstRequest, compact_calls.RequestKey | None]:
+    """A JSON request (its structure checked, `codec.request_from_dict`) as a request message, and the
+    message's key in the request cache (None: a pool for this call only, or a field the message cannot
+    carry; such a request is checked as it is and not kept)."""
     request = codec.request_from_dict(request_doc, tuple(pools))
     refs = tuple(_pool_ref(d) for d in descs)
     decoded = BurstRequest(
@@ -177,14 +194,12 @@ def _admit_json(client: Client, call: Call, job: Job) -> None:
         request.outputs,
         measure_operations=request.measure_operations,
     )
-    key = None
-    if None not in refs:  # memory ids and buffer tokens only: the same request on every call
-        try:
-            key = compact_calls.request_head(encode_request(decoded))[4]
-        except (ValueError, OverflowError, struct.error):
-            key = None  # a field the message cannot carry: checked as it is, not kept
-    memories = tuple(p for p in pools if type(p) is not int)
-    pipeline.admit(client, job, m, prepared.value, None, key, decoded, "request", lambda _known: memories)
+    if None in refs:
+        return decoded, None
+    try:
+        return decoded, compact_calls.request_head(encode_request(decoded))[4]
+    except (ValueError, OverflowError, struct.error):
+        return decoded, None
 
 
 #: The reference a pool for one call only takes in its request message (never kept: no key).

@@ -47,6 +47,7 @@ from mlts.hal.errors import HalError, invalid
 from mlts.hal.memory import FileMemory, SharedMemory, file_pools_in, file_pools_out
 from mlts.hal.types import ExecutionResult, Request
 from mlts.ipc.burst_messages import BurstRequest, decode_request
+from mlts.ipc.compact_calls import RequestKey
 from mlts.ipc.service.buffer_calls import guard_buffers
 from mlts.ipc.service.client import Client
 from mlts.ipc.service.device_calls import PreparedEntry, close_memory
@@ -57,7 +58,7 @@ _PREPARED = Kind.PREPARED
 _BUFFER = Kind.BUFFER
 
 
-@dataclass
+@dataclass(slots=True)
 class Job:
     """An admitted execution: what to run and every reference it holds until it ends."""
 
@@ -85,42 +86,41 @@ class Job:
     def run(self, deadline: TimePoint | None = None) -> ExecutionResult:
         """Run the admitted request (with `deadline` instead of the call's, when given)."""
         if trace.enabled:
-            started = trace.now_ns()
-            labels = {"client_pid": self.client_pid, **({"path": self.path} if self.path else {})}
-            if self.admitted_ns:
-                trace.span("queue", "service", self.admitted_ns, started, **labels)
-            try:
-                return self._run_files(deadline)
-            finally:
-                trace.span("execute", "service", started, trace.now_ns(), **labels)
-        return self._run_files(deadline)
+            return self._traced(deadline)
+        if self.files:
+            return self._run_files(deadline)
+        return self._run(deadline)
+
+    def _traced(self, deadline: TimePoint | None) -> ExecutionResult:
+        started = trace.now_ns()
+        labels = {"client_pid": self.client_pid, **({"path": self.path} if self.path else {})}
+        if self.admitted_ns:
+            trace.span("queue", "service", self.admitted_ns, started, **labels)
+        try:
+            return self._run_files(deadline) if self.files else self._run(deadline)
+        finally:
+            trace.span("execute", "service", started, trace.now_ns(), **labels)
 
     def _run_files(self, deadline: TimePoint | None) -> ExecutionResult:
-        if self.files:
-            pending = file_pools_in(self.request)
-            result = self._run(deadline)
-            file_pools_out(pending)
-            return result
-        return self._run(deadline)
+        """`_run`, the client's files among the pools read in before and outputs written back after."""
+        pending = file_pools_in(self.request)
+        result = self._run(deadline)
+        file_pools_out(pending)
+        return result
 
     def _run(self, deadline: TimePoint | None) -> ExecutionResult:
         execute = self.execute
         if execute is None:
             execute = self.entry.prepared.executeSynchronously
+        if deadline is None:
+            deadline = self.deadline
         # The driver tells clients (and their apps) apart by these keys.
         # The client's reader thread, and a burst's listener, act for it already: an inline run sets nothing.
         if qos.current_client() == self.client_key:
-            result = execute(
-                self.request, self.measure, self.deadline if deadline is None else deadline, self.loop_timeout
-            )
+            result = execute(self.request, self.measure, deadline, self.loop_timeout)
         else:
             with qos.serving_client(self.client_key, self.app):
-                result = execute(
-                    self.request,
-                    self.measure,
-                    self.deadline if deadline is None else deadline,
-                    self.loop_timeout,
-                )
+                result = execute(self.request, self.measure, deadline, self.loop_timeout)
         if result.operation_times is not None and not self.request.measure_operations:
             result = replace(result, operation_times=None)  # a client that did not ask gets none
         return result
@@ -149,7 +149,7 @@ def admit(
     method: str,
     entry: PreparedEntry | None,
     refused: HalError | None,
-    key: bytes | None,
+    key: RequestKey | None,
     message: bytes | BurstRequest,
     bad: str,
     resolve: Callable[[Known], tuple[Any, ...]],
@@ -170,7 +170,7 @@ def admit(
     not change meanwhile); by default the cache's `keep`.
     """
     cache = entry.requests if entry is not None else None
-    known = cache.known(key) if cache is not None and key is not None else None  # type: ignore[arg-type]
+    known = cache.known(key) if cache is not None and key is not None else None
     if known is None:
         if type(message) is BurstRequest:
             decoded = message
@@ -181,9 +181,10 @@ def admit(
                 raise invalid(f"{bad}: {e}") from None
         known = Known(decoded) if cache is None else cache.learn(key, decoded)
     memories = resolve(known)
-    if refused is not None:
+    if entry is None:
+        assert refused is not None
         raise refused
-    assert entry is not None and cache is not None
+    cache = entry.requests
     job.entry = entry
     if fields is not None:
         job.measure, job.deadline, job.loop_timeout = fields()

@@ -34,11 +34,12 @@ mapping that stops being reachable.
 from __future__ import annotations
 
 import threading
-from operator import is_
+from collections.abc import Callable
 from typing import Any
 
 from mlts.hal.types import Request
 from mlts.ipc.burst_messages import POOL_TOKEN, BurstRequest
+from mlts.ipc.compact_calls import RequestKey
 
 #: Distinct request messages kept per prepared model, and the records kept per message (on as many
 #: sets of mappings: a client that swaps pools from step to step uses a few in turn).
@@ -78,18 +79,21 @@ class RequestCache:
     def __init__(self, size: int = CACHED_REQUESTS, variants: int = VARIANTS) -> None:
         self.size = size
         self.variants = variants
-        self._known: dict[bytes, Known] = {}
+        self._known: dict[RequestKey, Known] = {}
+        #: The decoded request under a key, or None (the dictionary's own `get`: no Python frame).
+        self.known: Callable[[RequestKey], Known | None] = self._known.get
         self._lock = threading.Lock()
         #: Executions that reused a validated record (serviceStatus' request_cache_hits).
         self.hits = 0
+        #: The last JSON request (protocol 1.3 and older) converted at the door: (its JSON object, the
+        #: message, its key). A pure function of the JSON object, replaced whole: it names no mapping,
+        #: so nothing invalidates it; an equal object is converted to the same message.
+        self.converted: tuple[dict[str, Any], BurstRequest, RequestKey | None] | None = None
 
-    def known(self, key: bytes) -> Known | None:
-        return self._known.get(key)
-
-    def learn(self, key: bytes | None, decoded: BurstRequest) -> Known:
+    def learn(self, key: RequestKey | None, decoded: BurstRequest) -> Known:
         """Keep `decoded` under `key` (None, or a key too long: not kept) and return its record."""
         known = Known(decoded)
-        if key is not None and len(key) <= MAX_KEPT_REQUEST:
+        if key is not None and len(key if isinstance(key, bytes) else key[1]) <= MAX_KEPT_REQUEST:
             with self._lock:
                 if len(self._known) >= self.size:
                     del self._known[next(iter(self._known))]
@@ -100,7 +104,9 @@ class RequestCache:
         """(the record validated on these very mappings, whether a pool is a file) while its guard
         holds, or None (the caller validates and `keep`s a new one)."""
         for ident, request, guard, files in known.variants:
-            if ident is memories or (len(ident) == len(memories) and all(map(is_, ident, memories))):
+            # Mappings compare by identity (SharedMemory and FileMemory define no equality): one C
+            # comparison of the tuples.
+            if ident == memories:
                 if guard is not None and not guard.holds():
                     return None  # bound again by the caller, whose `keep` replaces this record
                 self.hits += 1
@@ -112,11 +118,7 @@ class RequestCache:
     ) -> None:
         """Keep `request`, validated on `memories` (replacing a record on the same mappings)."""
         with self._lock:
-            kept = [
-                v
-                for v in known.variants
-                if not (len(v[0]) == len(memories) and all(map(is_, v[0], memories)))
-            ]
+            kept = [v for v in known.variants if v[0] != memories]
             known.variants = ((memories, request, guard, files), *kept[: self.variants - 1])
 
     def forget(self, memory: object) -> None:
@@ -128,7 +130,7 @@ class RequestCache:
 
     def clear(self) -> None:
         with self._lock:
-            self._known = {}
+            self._known.clear()
 
     def __len__(self) -> int:
         """The validated records kept."""
