@@ -303,7 +303,6 @@ class BurstContext:
                 data,
                 "burst request",
                 self._memories,
-                None,
                 self._keep,
             )
             # A service that does not pre-validate leaves a passed deadline to the driver.
@@ -314,7 +313,7 @@ class BurstContext:
                 # On this thread (which acts for the burst's client); the listener gives the slot back
                 # once the result is written (`_replied`).
                 self._slot = slot
-                result = job.run()
+                result = job.run(None, True)
             else:
                 result = pipeline.run_waited(self.client, "burst", job)
             if job.request.measure_operations:

@@ -83,12 +83,15 @@ class Job:
     #: The trace spans' `path` (bursts say so); empty for socket calls.
     path: str = ""
 
-    def run(self, deadline: TimePoint | None = None) -> ExecutionResult:
-        """Run the admitted request (with `deadline` instead of the call's, when given)."""
+    def run(self, deadline: TimePoint | None = None, acting: bool = False) -> ExecutionResult:
+        """Run the admitted request (with `deadline` instead of the call's, when given); `acting`: the
+        calling thread acts for the client already (a burst's listener), else it is looked up."""
         if trace.enabled:
             return self._traced(deadline)
         if self.files:
             return self._run_files(deadline)
+        if acting:
+            return self._plain(deadline)
         return self._run(deadline)
 
     def _traced(self, deadline: TimePoint | None) -> ExecutionResult:
@@ -125,6 +128,18 @@ class Job:
             result = replace(result, operation_times=None)  # a client that did not ask gets none
         return result
 
+    def _plain(self, deadline: TimePoint | None) -> ExecutionResult:
+        """`_run` on a thread that acts for the client (no files, no tracing)."""
+        execute = self.execute
+        if execute is None:
+            execute = self.entry.prepared.executeSynchronously
+        result = execute(
+            self.request, self.measure, self.deadline if deadline is None else deadline, self.loop_timeout
+        )
+        if result.operation_times is not None and not self.request.measure_operations:
+            result = replace(result, operation_times=None)  # a client that did not ask gets none
+        return result
+
     def finish(self) -> None:
         """Give back what the job holds (transient pools, their budget, its references)."""
         if self.transient:
@@ -153,10 +168,10 @@ def admit(
     message: bytes | BurstRequest,
     bad: str,
     resolve: Callable[[Known], tuple[Any, ...]],
-    fields: Callable[[], tuple[MeasureTiming, TimePoint | None, int | None]] | None = None,
     keep: Callable[[Known, tuple[Any, ...], Request, Any, bool], None] | None = None,
 ) -> None:
-    """Admission, the part every path shares: sets `job.entry`, `job.request` and `job.files`.
+    """Admission, the part every path shares: sets `job.entry`, `job.request` and `job.files` (the
+    path has set the per-call fields: measure, deadline, loop timeout).
 
     `entry`: the prepared model (None when `refused`, the error naming it, which is raised once the
     pools are resolved: a call naming unknown pools is told so first, as on every path).
@@ -165,7 +180,6 @@ def admit(
     decode is INVALID_ARGUMENT "`bad`: what is wrong".
     `resolve(known)`: the mappings of the request's memory pools (`known.slots`), in order, looked up
     by the path on every call (and held until the job ends, as the path needs).
-    `fields()`: the per-call timing fields, when the path reads them only now (a JSON call).
     `keep`: how the path keeps a validated record (a burst checks under its lock that its slots did
     not change meanwhile); by default the cache's `keep`.
     """
@@ -186,8 +200,6 @@ def admit(
         raise refused
     cache = entry.requests
     job.entry = entry
-    if fields is not None:
-        job.measure, job.deadline, job.loop_timeout = fields()
     found = cache.validated(known, memories)
     if found is not None:
         job.request, job.files = found

@@ -17,6 +17,10 @@ lives in the client's `PreparedEntry`), each key maps to
   (`buffer_calls.BufferGuard`, None without tokens) and whether a pool is a
   client's file.
 
+A JSON call (protocol 1.3 and older) is converted to the message at the door;
+the last conversion is kept too (`RequestCache.converted`: a pure function of
+the JSON object, naming no mapping, so nothing invalidates it).
+
 A call whose key is known and whose references resolve (through the client's
 own handle table or the burst's slot cache, on every call) to the very same
 mappings reuses the record: it is neither decoded nor validated again, and the
