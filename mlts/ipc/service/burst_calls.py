@@ -355,8 +355,11 @@ class BurstContext:
         INVALID_ARGUMENT and logged), the missing slots asked for once, and each slot looked up. A
         slot's mapping stays until this thread releases it, after the execution (`_release_retired`),
         so the execution uses it without holding it."""
+        slots = known.slots
         try:
-            return tuple(map(self._mapped_get, known.slots))
+            if len(slots) == 1:  # the usual case: no iterator, no growing tuple
+                return (self._mapped_get(slots[0]),)
+            return tuple(map(self._mapped_get, slots))
         except KeyError:
             pass
         if known.tokens:  # looked up, not held: see buffer_calls.buffers_of

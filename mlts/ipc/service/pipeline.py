@@ -183,8 +183,7 @@ def admit(
     `keep`: how the path keeps a validated record (a burst checks under its lock that its slots did
     not change meanwhile); by default the cache's `keep`.
     """
-    cache = entry.requests if entry is not None else None
-    known = cache.known(key) if cache is not None and key is not None else None
+    known = entry.requests.known(key) if entry is not None and key is not None else None
     if known is None:
         if type(message) is BurstRequest:
             decoded = message
@@ -193,7 +192,7 @@ def admit(
                 decoded = decode_request(message)  # type: ignore[arg-type]
             except ValueError as e:
                 raise invalid(f"{bad}: {e}") from None
-        known = Known(decoded) if cache is None else cache.learn(key, decoded)
+        known = Known(decoded) if entry is None else entry.requests.learn(key, decoded)
     memories = resolve(known)
     if entry is None:
         assert refused is not None

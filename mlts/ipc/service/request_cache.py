@@ -107,14 +107,15 @@ class RequestCache:
     def validated(self, known: Known, memories: tuple[Any, ...]) -> tuple[Request, bool] | None:
         """(the record validated on these very mappings, whether a pool is a file) while its guard
         holds, or None (the caller validates and `keep`s a new one)."""
-        for ident, request, guard, files in known.variants:
+        for variant in known.variants:
             # Mappings compare by identity (SharedMemory and FileMemory define no equality): one C
             # comparison of the tuples.
-            if ident == memories:
+            if variant[0] == memories:
+                guard = variant[2]
                 if guard is not None and not guard.holds():
                     return None  # bound again by the caller, whose `keep` replaces this record
                 self.hits += 1
-                return request, files
+                return variant[1], variant[3]
         return None
 
     def keep(
