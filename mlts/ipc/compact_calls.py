@@ -5,16 +5,16 @@ for encoding, parsing and checking a JSON request on both sides every time.
 A compact call carries the same request in the burst message format
 (`mlts.ipc.burst_messages`, docs/burst-protocol.md): fixed-width integers,
 the pools named by the client's memory ids or by driver buffer tokens. The
-service decodes the variable part of a request once per distinct byte string
-(`CallDecoder`) and checks the per-call fields (timing, deadline, loop
-timeout) every time. Successful answers are compact too; every error stays a
+service reads and checks the fixed fields of every call (`CallDecoder.head`:
+method, handle, timing, deadline, loop timeout) and decodes the request itself
+only when its prepared model's request cache does not know it yet
+(mlts.ipc.service.request_cache). Successful answers are compact too; every error stays a
 JSON reply or notify, exactly as in 1.3. docs/wire-protocol.md has the layout.
 """
 
 from __future__ import annotations
 
 import struct
-from collections import OrderedDict
 from typing import NamedTuple
 
 from mlts.hal import codec
@@ -66,15 +66,20 @@ REQUEST_HEAD = struct.Struct("<IIBBxxqqIII")
 _STABLE = 28
 _FLAGS = 9
 
-#: Decoded requests a connection keeps, and the largest request kept.
-DECODED_REQUESTS = 32
-MAX_KEPT_REQUEST = 64 << 10
 MAX_U32 = (1 << 32) - 1
 _MAX_I64 = (1 << 63) - 1
+_MEASURE = (MeasureTiming.NO, MeasureTiming.YES)
+
+#: What keys a request in the service's request cache: the message from its counts on (pools,
+#: arguments), with its flags byte when that is not 0 (a tuple never equals bytes, so the two forms
+#: never collide). Equal for messages equal but for their per-call fields (kind, sequence number,
+#: measure byte, deadline, loop timeout).
+RequestKey = bytes | tuple[int, bytes]
 
 
 class CompactCall(NamedTuple):
-    """A decoded compact call."""
+    """A compact call's fixed fields, checked, and its request message (decoded by the service's
+    request cache only when its stable part is new: mlts.ipc.service.request_cache)."""
 
     method: int
     id: int
@@ -83,33 +88,61 @@ class CompactCall(NamedTuple):
     measure: MeasureTiming
     deadline: TimePoint | None
     loop_timeout: int | None
-    pools: tuple[PoolRef, ...]
-    inputs: tuple[RequestArgument, ...]
-    outputs: tuple[RequestArgument, ...]
-    measure_operations: bool
     #: Equal for calls whose request (pools, arguments, flags) is the same byte for byte.
-    key: bytes
+    key: RequestKey
+    #: The burst request message (docs/burst-protocol.md) the call carries.
+    request: bytes
 
 
-class _Stable(NamedTuple):
+class DecodedCall(NamedTuple):
+    """A compact call decoded whole (for relays that read its pools and arguments)."""
+
+    method: int
+    id: int
+    prepared: int
+    timeout_after_fence: int | None
+    measure: MeasureTiming
+    deadline: TimePoint | None
+    loop_timeout: int | None
+    key: RequestKey
+    request: bytes
     pools: tuple[PoolRef, ...]
     inputs: tuple[RequestArgument, ...]
     outputs: tuple[RequestArgument, ...]
     measure_operations: bool
+
+
+def request_head(request: bytes) -> tuple[int, MeasureTiming, TimePoint | None, int | None, RequestKey]:
+    """(sequence number, measure, deadline, loop timeout, key) of an execute request message: the
+    per-call fields, checked as `decode_request` checks them, and the key of its stable part
+    (`RequestKey`). ValueError naming what is wrong. The rest of the message is checked when it is
+    decoded (`decode_request`)."""
+    if len(request) < REQUEST_HEAD.size:
+        decode_request(request)  # raises, naming where the message ends
+    kind, seq, measure, flags, deadline, loop, _np, _ni, _no = REQUEST_HEAD.unpack_from(request)
+    if kind != KIND_EXECUTE or measure > 1 or deadline < NO_TIME or loop < NO_TIME:
+        if kind != KIND_EXECUTE:
+            raise ValueError(f"request kind {kind} is not {KIND_EXECUTE} (execute)")
+        if measure > 1:
+            raise ValueError(f"measure timing {measure} is not 0 or 1")
+        if deadline < NO_TIME:
+            raise ValueError(f"deadline {deadline} is negative")
+        raise ValueError(f"loop timeout {loop} is negative")
+    return (
+        seq,
+        _MEASURE[measure],
+        None if deadline == NO_TIME else TimePoint(deadline),
+        None if loop == NO_TIME else loop,
+        request[_STABLE:] if flags == 0 else (flags, request[_STABLE:]),
+    )
 
 
 class CallDecoder:
-    """Decodes a connection's compact calls; the variable part of each distinct request only once.
+    """Reads a connection's compact calls: `head` for the service (the request itself is decoded by
+    the prepared model's request cache), `decode` for a relay that needs every field."""
 
-    Not thread-safe: one per connection, used by its reader.
-    """
-
-    def __init__(self, size: int = DECODED_REQUESTS) -> None:
-        self.size = size
-        self._known: OrderedDict[bytes, _Stable] = OrderedDict()
-
-    def decode(self, body: bytes) -> CompactCall:
-        """The call in `body`; ValueError naming what is wrong."""
+    def head(self, body: bytes) -> CompactCall:
+        """The call in `body`, its fixed fields checked; ValueError naming what is wrong."""
         if len(body) < CALL.size + REQUEST_HEAD.size:
             raise ValueError(f"a compact call of {len(body)} bytes is shorter than its fixed part")
         method, call_id, prepared, after_fence = CALL.unpack_from(body)
@@ -120,38 +153,24 @@ class CallDecoder:
         if after_fence < NO_TIME:
             raise ValueError(f"timeout after fence {after_fence} is negative")
         request = body[CALL.size :]
-        kind, _seq, measure, _flags, deadline, loop, _np, _ni, _no = REQUEST_HEAD.unpack_from(request)
-        key = request[_FLAGS : _FLAGS + 1] + request[_STABLE:]
-        stable = self._known.get(key)
-        if stable is None:
-            decoded = decode_request(request)  # every count, length and flag checked
-            stable = _Stable(decoded.pools, decoded.inputs, decoded.outputs, decoded.measure_operations)
-            if len(key) <= MAX_KEPT_REQUEST:
-                self._known[key] = stable
-                if len(self._known) > self.size:
-                    self._known.popitem(last=False)
-        else:
-            # What decode_request checks of the fields that change from call to call.
-            if kind != KIND_EXECUTE:
-                raise ValueError(f"request kind {kind} is not {KIND_EXECUTE} (execute)")
-            if measure > 1:
-                raise ValueError(f"measure timing {measure} is not 0 or 1")
-            if deadline < NO_TIME or loop < NO_TIME:
-                raise ValueError("the deadline or the loop timeout is negative")
+        _seq, measure, deadline, loop, key = request_head(request)
         return CompactCall(
             method,
             call_id,
             prepared,
             None if after_fence == NO_TIME else after_fence,
-            MeasureTiming.YES if measure else MeasureTiming.NO,
-            None if deadline == NO_TIME else TimePoint(deadline),
-            None if loop == NO_TIME else loop,
-            stable.pools,
-            stable.inputs,
-            stable.outputs,
-            stable.measure_operations,
+            measure,
+            deadline,
+            loop,
             key,
+            request,
         )
+
+    def decode(self, body: bytes) -> DecodedCall:
+        """The call in `body` decoded whole; ValueError naming what is wrong."""
+        call = self.head(body)
+        decoded = decode_request(call.request)  # every count, length and flag checked
+        return DecodedCall(*call, decoded.pools, decoded.inputs, decoded.outputs, decoded.measure_operations)
 
 
 class RequestTemplate(NamedTuple):

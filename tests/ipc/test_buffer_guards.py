@@ -3,6 +3,8 @@ client's buffer table unchanged (its epoch) and every buffer in the state bindin
 
 from __future__ import annotations
 
+from mlts.hal.memory import FileMemory, SharedMemory
+from mlts.ipc.burst_messages import BurstRequest, PoolRef
 from mlts.ipc.service.buffer_calls import BufferGuard
 from mlts.ipc.service.handles import HandleTable, Kind, Limits, Resource
 from mlts.ipc.service.request_cache import RequestCache
@@ -95,17 +97,50 @@ def test_the_request_cache_reuses_a_guarded_request_only_while_its_guard_holds()
     cache = RequestCache()
     pool, other = object(), object()
     first, second, plain = object(), object(), object()
+    decoded = BurstRequest(0, (PoolRef.slot(3), PoolRef.token(7)), (), ())
+    known = cache.learn(b"request", decoded)
+    assert cache.known(b"request") is known and known.slots == (3,) and known.tokens == [7]
+    assert known.pools((pool,)) == (pool, 7)
     guard = _Switch()
-    cache.put(b"request", [pool], first, guard)  # type: ignore[arg-type]
-    assert cache.get(b"request", [pool]) is first
-    assert cache.get(b"request", [other]) is None and cache.get(b"other", [pool]) is None
+    cache.keep(known, (pool,), first, guard, False)  # type: ignore[arg-type]
+    assert cache.validated(known, (pool,)) == (first, False)
+    assert cache.validated(known, (other,)) is None
     guard.ok = False
-    assert cache.get(b"request", [pool]) is None
-    # Bound again: the new entry replaces the stale one.
-    cache.put(b"request", [pool], second, _Switch())  # type: ignore[arg-type]
-    assert cache.get(b"request", [pool]) is second and len(cache) == 1
-    cache.put(b"plain", [pool], plain)  # type: ignore[arg-type]
-    assert cache.get(b"plain", [pool]) is plain and cache.get(b"request", [pool]) is second
+    assert cache.validated(known, (pool,)) is None
+    # Bound again: the new record replaces the stale one.
+    cache.keep(known, (pool,), second, _Switch(), True)  # type: ignore[arg-type]
+    assert cache.validated(known, (pool,)) == (second, True) and len(cache) == 1
+    plain_known = cache.learn(b"plain", BurstRequest(0, (PoolRef.slot(3),), (), ()))
+    cache.keep(plain_known, (pool,), plain, None, False)  # type: ignore[arg-type]
+    assert cache.validated(plain_known, (pool,)) == (plain, False)
+    assert cache.validated(known, (pool,)) == (second, True)
     assert cache.hits == 4
     cache.forget(pool)
-    assert len(cache) == 0
+    assert len(cache) == 0 and cache.known(b"request") is known  # decoded once, still known
+
+
+def test_the_request_cache_keeps_a_bounded_number_of_messages_and_records() -> None:
+    cache = RequestCache(size=2, variants=2)
+    decoded = BurstRequest(0, (PoolRef.slot(1),), (), ())
+    first = cache.learn(b"a", decoded)
+    cache.learn(b"b", decoded)
+    cache.learn(b"c", decoded)
+    assert cache.known(b"a") is None and cache.known(b"c") is not None
+    assert cache.learn(None, decoded) is not None and cache.known(b"b") is not None  # None: not kept
+    pools = [object() for _ in range(3)]
+    for n, pool in enumerate(pools):
+        cache.keep(first, (pool,), n, None, False)  # type: ignore[arg-type]
+    assert cache.validated(first, (pools[0],)) is None  # the oldest record went
+    assert cache.validated(first, (pools[2],)) == (2, False)
+
+
+def test_mappings_compare_by_identity_as_the_request_cache_assumes() -> None:
+    # The cache compares the tuples of mappings a request resolved to with `==`: a mapping must equal
+    # only itself (two mappings of equal contents are two pools).
+    assert SharedMemory.__eq__ is object.__eq__ and FileMemory.__eq__ is object.__eq__
+    a, b = SharedMemory.create(64), SharedMemory.create(64)
+    try:
+        assert (a,) == (a,) and (a,) != (b,)
+    finally:
+        a.close()
+        b.close()

@@ -1,4 +1,4 @@
-"""Compact execution calls (protocol 1.4): encoding round trips, the decoder's cache, hostile bytes."""
+"""Compact execution calls (protocol 1.4): encoding round trips, the per-call fields, hostile bytes."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from mlts.hal.types import (
     Timing,
 )
 from mlts.ipc import compact_calls as cc
-from mlts.ipc.burst_messages import PoolRef
+from mlts.ipc.burst_messages import PoolRef, decode_request
 
 
 def _request(measure_operations: bool = False) -> Request:
@@ -53,16 +53,12 @@ def test_a_call_decodes_to_what_was_encoded():
     assert none.measure == MeasureTiming.NO
 
 
-def test_the_decoder_decodes_a_request_once_and_checks_the_per_call_fields_every_time(monkeypatch):
-    decoded = []
-    real = cc.decode_request
-    monkeypatch.setattr(cc, "decode_request", lambda data: decoded.append(1) or real(data))
-    decoder = cc.CallDecoder(size=2)
+def test_the_head_checks_the_per_call_fields_and_keys_the_stable_part():
+    decoder = cc.CallDecoder()
     made = cc.template(_request(), REFS)
-    first = decoder.decode(made.call(cc.SYNC, 1, 9, 0, None, None))
-    again = decoder.decode(made.call(cc.ASYNC, 2, 9, 1, 77, 88))
-    assert len(decoded) == 1
-    assert again.key == first.key and again.inputs is first.inputs
+    first = decoder.head(made.call(cc.SYNC, 1, 9, 0, None, None))
+    again = decoder.head(made.call(cc.ASYNC, 2, 9, 1, 77, 88))
+    assert again.key == first.key
     assert (again.method, again.id, again.measure, again.deadline, again.loop_timeout) == (
         cc.ASYNC,
         2,
@@ -70,19 +66,25 @@ def test_the_decoder_decodes_a_request_once_and_checks_the_per_call_fields_every
         77,
         88,
     )
-    # The measure flag is one byte of the fixed part: a cached request still has it checked.
+    # The request itself is the message the prepared model's request cache decodes (when new).
+    assert decode_request(again.request).inputs == _request().inputs
+    # The measure flag, the deadline and the loop timeout are checked on every call.
     body = bytearray(made.call(cc.SYNC, 3, 9, 0, None, None))
     body[cc.CALL.size + 8] = 2
     with pytest.raises(ValueError, match="measure timing 2"):
-        decoder.decode(bytes(body))
-    # Another request (operation times asked for) is another entry; the cache keeps `size` of them.
+        decoder.head(bytes(body))
+    body = bytearray(made.call(cc.SYNC, 3, 9, 0, None, None))
+    body[cc.CALL.size + 12 : cc.CALL.size + 20] = struct.pack("<q", -5)
+    with pytest.raises(ValueError, match="deadline -5 is negative"):
+        decoder.head(bytes(body))
+    body[cc.CALL.size + 12 : cc.CALL.size + 28] = struct.pack("<qq", -1, -7)
+    with pytest.raises(ValueError, match="loop timeout -7 is negative"):
+        decoder.head(bytes(body))
+    # Another request (operation times asked for: the flags byte) has another key.
     other = cc.template(_request(True), REFS)
-    assert decoder.decode(other.call(cc.SYNC, 4, 9, 0, None, None)).measure_operations is True
+    assert decoder.head(other.call(cc.SYNC, 4, 9, 0, None, None)).key != first.key
     third = cc.template(_request(), (PoolRef.slot(8), PoolRef.token(1)))
-    decoder.decode(third.call(cc.SYNC, 5, 9, 0, None, None))
-    assert len(decoded) == 3
-    decoder.decode(made.call(cc.SYNC, 6, 9, 0, None, None))  # evicted: decoded again
-    assert len(decoded) == 4
+    assert decoder.head(third.call(cc.SYNC, 5, 9, 0, None, None)).key != first.key
 
 
 @pytest.mark.parametrize(

@@ -6,16 +6,18 @@ results out), each with an eventfd. Configuring one calls the prepared model's
 driver learns of every burst and may keep resources for its life; the burst
 object it returns executes the burst's requests (the default, any model's
 `SynchronousBurst`, runs each through executeSynchronously, so every Device
-gets bursts). Its listener thread reads a request,
-resolves the memory slots it names (an unknown slot is asked for with a
-getMemories message on the result ring, and the client answers over the
-socket with `burstProvideMemories`) and the driver buffer tokens it names
-(checked against the client's handle table and held for the execution, as
-on every other execution path), executes through the driver's burst object
-within the service's execution workers and their priority order, and writes
-the result. A slot freed or replaced is passed to the driver's `freeMemory`
-before its mapping goes; the driver's burst is closed when the burst ends
-(released, or its client gone).
+gets bursts). Its listener thread reads a request message and serves it
+through the service's execution pipeline (mlts.ipc.service.pipeline: admission
+with the prepared model's request cache, the execution workers and their
+priority order, the run, the error mapping), supplying what is the burst's
+own: the pools, resolved from the memory slots the message names (an unknown
+slot is asked for with a getMemories message on the result ring, and the
+client answers over the socket with `burstProvideMemories`), the driver's
+burst object that executes, and the answer, written to the result ring.
+A slot freed or replaced is passed to the driver's `freeMemory` before its
+mapping goes, and every validated request built on it leaves the request
+cache at once (`pipeline.unreachable`); the driver's burst is closed when the
+burst ends (released, or its client gone).
 Mapped slots stay cached until `burstFreeMemory` or the burst's release; the
 listener itself releases a freed slot's mapping, between executions, so an
 execution uses its slots without taking and giving back a reference each time.
@@ -32,22 +34,22 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mlts.hal import deadlines, qos, trace, validate
-from mlts.hal.buffer_use import bind_buffers
-from mlts.hal.deadlines import TimePoint
+from mlts.hal import deadlines, qos
 from mlts.hal.enums import ErrorStatus
 from mlts.hal.errors import HalError, invalid
 from mlts.hal.interface import Burst
-from mlts.hal.memory import FileMemory, file_pools_in, file_pools_out
 from mlts.hal.types import Request
 from mlts.ipc import burst_messages as msg
 from mlts.ipc.burst_ring import DEFAULT_POLLING_US, MessageTooLarge, Ring, RingError
+from mlts.ipc.compact_calls import request_head
+from mlts.ipc.service import pipeline
 from mlts.ipc.service.args import arg, handle
-from mlts.ipc.service.buffer_calls import BufferGuard, buffers_of, guard_buffers
+from mlts.ipc.service.buffer_calls import buffers_of
 from mlts.ipc.service.client import Call, Client, Handler
-from mlts.ipc.service.device_calls import PreparedEntry, close_memory, map_memory
+from mlts.ipc.service.device_calls import close_memory, map_memory
 from mlts.ipc.service.handles import Kind, Resource
 from mlts.ipc.service.profiling import run_profiled
+from mlts.ipc.service.request_cache import Known
 
 log = logging.getLogger("mlts.ipc.service")
 
@@ -57,11 +59,6 @@ GET_MEMORIES_WAIT_S = 5.0
 MAX_SLOTS = 1024
 #: The longest polling window a client may ask for (µs).
 MAX_POLLING_US = 10_000
-#: Decoded request messages a burst keeps.
-MAX_KNOWN_MESSAGES = 16
-
-_EXECUTE = msg.EXECUTE_KIND_BYTES
-_seq_of = msg.U32.unpack_from  # the sequence number at byte 4 of a message (`msg.message_seq`)
 _PREPARED = Kind.PREPARED
 
 
@@ -87,20 +84,27 @@ class BurstContext:
         self.results = results
         self.polling_us = polling_us
         self._slots: dict[int, Resource] = {}
-        self._files = False  # a slot holds a client's file (FileMemory): executions read it in, write it back
+        #: The mapping of each cached slot (what `_slots` holds), read without the lock by the listener.
+        self._mapped: dict[int, Any] = {}
+        self._mapped_get = self._mapped.__getitem__
         # Slots freed or replaced, released by the listener between executions (or when it ends): an
         # execution uses its slots' mappings without holding them, since only the listener releases them.
         self._retired: list[Resource] = []
         self._cond = threading.Condition()
         self._stopping = False
         self._answers = 0  # burstProvideMemories calls so far: an answer ends a wait even if incomplete
-        # Execute messages already decoded (keyed by their bytes after the sequence number), each with
-        # the pools, validated Request and slots of its last run: a repeated message on the same
-        # mappings is not checked again.
-        self._known: dict[bytes, list[Any]] = {}
         self._encoder = msg.ResultEncoder()
         self._handles = client.handles
-        self._exec_pool = client.host.exec_pool
+        self._prevalidate = client.host.prevalidate
+        # The job of the request being served (one at a time: reused), and that request's number.
+        self._job = pipeline.Job(
+            client_key=client.key,
+            app=client.app,
+            client_pid=client.pid,
+            execute=executor.execute,
+            path="burst",
+        )
+        self._seq = 0
         # Gives back the worker (or preempting) slot of `_exec_pool` this thread holds (see `_run`).
         self._slot: Callable[[], None] | None = None
         self.executions = 0
@@ -131,20 +135,12 @@ class BurstContext:
                 handles.release_bytes(size)  # counted by provide_memories
 
             self._slots[slot] = Resource(memory, close, memory.size)
-            self._files = self._files or isinstance(memory, FileMemory)
+            self._mapped[slot] = memory
             if old is not None:
-                self._forget(old.value)
+                pipeline.unreachable(self._handles, old.value)
                 self._retired.append(old)
                 self._wake()
             self._cond.notify_all()
-
-    def _forget(self, memory: Any) -> None:
-        """Drop the validated requests that ran on `memory` (its slot was freed or replaced); called
-        with the lock held."""
-        for known in list(self._known.values()):
-            validated = known[1]
-            if validated is not None and any(p is memory for p in validated[0]):
-                known[1] = None
 
     def answered(self) -> None:
         with self._cond:
@@ -156,7 +152,8 @@ class BurstContext:
             resource = self._slots.pop(slot, None)
             if resource is None:
                 return False
-            self._forget(resource.value)
+            del self._mapped[slot]
+            pipeline.unreachable(self._handles, resource.value)
             self._retired.append(resource)
             self._wake()
         return True
@@ -211,11 +208,13 @@ class BurstContext:
     def _release(self) -> None:
         with self._cond:
             slots, self._slots = [*self._slots.values(), *self._retired], {}
+            self._mapped.clear()
             self._retired = []
             prepared, self.prepared = self.prepared, None
         if prepared is not None:  # the driver's burst ends first: nothing of it runs past here
             self._tell_driver("close", self.executor.close)
         for resource in slots:
+            pipeline.unreachable(self._handles, resource.value)
             resource.release()
         if prepared is not None:
             prepared.release()
@@ -276,52 +275,56 @@ class BurstContext:
             self._release()
 
     def _serve(self, data: bytes) -> None:
+        """Admit, run and answer one request message (the execution pipeline; the ring is this path's
+        own: where the pools come from, `_memories`, and how the answer goes out)."""
         seq = 0
-        held: list[Resource] = []
         done: Any = None  # a successful execution's result, when it carries no operation times
         reply: msg.BurstResult | None = None
+        job = self._job
         try:
-            # The same execute message as before, but for its sequence number (bytes 4..8), decodes the
-            # same: decode once.
-            key = data[8:]
-            known = self._known.get(key) if data[:4] == _EXECUTE else None
-            if known is not None:
-                seq = _seq_of(data, 4)[0]  # msg.message_seq, inlined
-            else:
+            try:
+                seq, job.measure, job.deadline, job.loop_timeout, key = request_head(data)
+            except ValueError as e:
                 seq = msg.request_seq(data)  # 0 when not even the fixed part is whole
-                try:
-                    request = msg.decode_request(data)
-                except ValueError as e:
-                    raise invalid(f"burst request: {e}") from None
-                known = self._remember(key, request)
-            request = known[0]
-            validated = known[1]  # read once: a freed or replaced slot sets it to None
-            if validated is not None and validated[2] is not None and not validated[2].holds():
-                validated = None  # a driver buffer allocated or released, or changed: bind again
-            if validated is not None:
-                # This message ran before on these mappings, none freed since it was read: they stay
-                # mapped until this thread releases them, and the Request passed validation (its driver
-                # buffers, this client's still, are as they were when it was bound).
-                result = self._run(request, validated[1])
+                raise invalid(f"burst request: {e}") from None
+            self._seq = seq
+            prepared = self.prepared
+            if prepared is None or self._handles.peek(_PREPARED, self.prepared_number) is not prepared:
+                entry, refused = None, invalid(f"burst: prepared model {self.prepared_number} was released")
             else:
-                result = self._execute(request, self._resolve(request, seq, held), known)
-            if request.measure_operations:
+                entry, refused = prepared.value, None
+            pipeline.admit(
+                self.client,
+                job,
+                "burst",
+                entry,
+                refused,
+                key,
+                data,
+                "burst request",
+                self._memories,
+                self._keep,
+            )
+            # A service that does not pre-validate leaves a passed deadline to the driver.
+            if self._prevalidate:
+                deadlines.check_before(job.deadline, "burst")
+            slot = pipeline.worker_slot(self.client, job.entry.priority)
+            if slot is not None:
+                # On this thread (which acts for the burst's client); the listener gives the slot back
+                # once the result is written (`_replied`).
+                self._slot = slot
+                result = job.run(None, True)
+            else:
+                result = pipeline.run_waited(self.client, "burst", job)
+            if job.request.measure_operations:
                 reply = msg.BurstResult(
                     seq, ErrorStatus.NONE, result.output_shapes, result.timing, "", result.operation_times
                 )
             else:
                 done = result
-        except HalError as e:
-            self.client.refused("burst", e)
-            reply = msg.BurstResult(seq, e.status, e.output_shapes, message=e.message)
         except Exception as e:
-            error = HalError(ErrorStatus.GENERAL_FAILURE, f"{type(e).__name__}: {e}")
-            self.client.driver_raised("burst", e, error)
-            reply = msg.BurstResult(seq, error.status, message=error.message)
-        finally:
-            if held:
-                for resource in held:
-                    resource.release()
+            error = pipeline.failure(self.client, "burst", e, named=False)
+            reply = msg.BurstResult(seq, error.status, error.output_shapes, message=error.message)
         self.executions += 1
         try:
             if done is not None:
@@ -346,40 +349,49 @@ class BurstContext:
         if held:
             qos.leave_held(held)
 
-    def _remember(self, key: bytes, request: msg.BurstRequest) -> list[Any]:
-        """Cache a decoded request message: [the request, (pools, validated Request) of its last run, or
-        None]."""
-        known: list[Any] = [request, None]
-        if len(self._known) >= MAX_KNOWN_MESSAGES:
-            del self._known[next(iter(self._known))]
-        self._known[key] = known
-        return known
-
-    def _resolve(self, request: msg.BurstRequest, seq: int, held: list[Resource]) -> tuple[Any, ...]:
-        """The request's pools in order: a token stays a token (its buffer must be this client's:
-        another client's is INVALID_ARGUMENT and logged), a slot becomes its cached memory (unknown
-        slots are asked for once; a slot's mapping stays until this thread releases it, after the
-        execution, see `_release_retired`). Every resource held is appended to `held` for the caller
-        to release when the execution ends."""
-        # The tokens name this client's buffers (looked up, not held: see buffer_calls.buffers_of).
-        buffers_of(self.client, "burst", [v for k, v in request.pools if k == msg.POOL_TOKEN])
-        # Asked under this execution's number (a cached request keeps the number of its first run).
-        self._fetch_missing(seq, [v for k, v in request.pools if k == msg.POOL_SLOT])
-        pools: list[Any] = []
+    def _memories(self, known: Known) -> tuple[Any, ...]:
+        """The mappings of the request's slots, in order: the cached ones at once; else (a slot not
+        cached) the request's tokens are checked to name this client's buffers (another client's is
+        INVALID_ARGUMENT and logged), the missing slots asked for once, and each slot looked up. A
+        slot's mapping stays until this thread releases it, after the execution (`_release_retired`),
+        so the execution uses it without holding it."""
+        slots = known.slots
+        try:
+            if len(slots) == 1:  # the usual case: no iterator, no growing tuple
+                return (self._mapped_get(slots[0]),)
+            return tuple(map(self._mapped_get, slots))
+        except KeyError:
+            pass
+        if known.tokens:  # looked up, not held: see buffer_calls.buffers_of
+            buffers_of(self.client, "burst", known.tokens)
+        # Asked under this execution's number.
+        self._fetch_missing(self._seq, known.slots)
+        memories: list[Any] = []
         with self._cond:
-            for n, (kind, value) in enumerate(request.pools):
+            for n, (kind, value) in enumerate(known.decoded.pools):
                 if kind == msg.POOL_TOKEN:
-                    pools.append(value)
                     continue
-                resource = self._slots.get(value)
-                if resource is None:
+                memory = self._mapped.get(value)
+                if memory is None:
                     raise invalid(
                         f"burst request: pool {n} names slot {value}, which the client did not provide"
                     )
-                pools.append(resource.value)  # mapped until this thread releases it
-        return tuple(pools)
+                memories.append(memory)
+        return tuple(memories)
 
-    def _fetch_missing(self, seq: int, slots: list[int]) -> None:
+    def _keep(
+        self, known: Known, memories: tuple[Any, ...], request: Request, guard: Any, files: bool
+    ) -> None:
+        """Keep a validated record in the prepared model's request cache unless a slot it used was freed
+        or replaced meanwhile (checked under the lock `provide` and `free` drop records under)."""
+        with self._cond:
+            mapped = self._mapped
+            for slot, memory in zip(known.slots, memories, strict=True):
+                if mapped.get(slot) is not memory:
+                    return
+            self._job.entry.requests.keep(known, memories, request, guard, files)
+
+    def _fetch_missing(self, seq: int, slots: tuple[int, ...]) -> None:
         """Ask the client once for the slots not cached, and wait (bounded) for its answer."""
         with self._cond:
             missing = tuple(sorted({s for s in slots if s not in self._slots}))
@@ -396,142 +408,6 @@ class BurstContext:
                 if remaining <= 0:
                     break
                 self._cond.wait(remaining)
-
-    def _execute(self, request: msg.BurstRequest, pools: tuple[Any, ...], known: list[Any]) -> Any:
-        entry = self._entry()
-        # Driver buffers: the tokens are this client's, looked up once and guarded for the message's
-        # later runs (buffer_calls.BufferGuard); slots are compared by identity.
-        tokens = [v for k, v in request.pools if k == msg.POOL_TOKEN]
-        guard = guard_buffers(self.client, "burst", tokens) if tokens else None
-        ident = [None if type(p) is int else p for p in pools] if tokens else pools
-        hal_request = Request(request.inputs, request.outputs, pools, request.measure_operations)
-        if entry.model is not None:
-            if self.client.host.prevalidate:  # else the driver judges it (as `execution_calls`)
-                hal_request = bind_buffers(hal_request, entry.prepared, self._buffer)
-                validate.validate_request(hal_request, entry.model)
-            self._keep_validated(known, request, pools, hal_request, ident, guard)
-        return self._run(request, hal_request, entry)
-
-    def _entry(self) -> PreparedEntry:
-        """The burst's prepared model, unless the client released it."""
-        prepared = self.prepared
-        if prepared is None or self._handles.peek(_PREPARED, self.prepared_number) is not prepared:
-            raise invalid(f"burst: prepared model {self.prepared_number} was released")
-        return prepared.value  # type: ignore[no-any-return]
-
-    def _run(
-        self, request: msg.BurstRequest, hal_request: Request, entry: PreparedEntry | None = None
-    ) -> Any:
-        """Execute a bound, validated request (the prepared model looked up again unless given) within
-        the service's execution workers, as every other execution: on this thread (which acts for the
-        burst's client) when a worker slot is free (no hand-off), else queued by priority (or started
-        at once when it preempts) and waited for.
-        """
-        if entry is None:
-            prepared = self.prepared  # `_entry`, inlined
-            if prepared is None or self._handles.peek(_PREPARED, self.prepared_number) is not prepared:
-                raise invalid(f"burst: prepared model {self.prepared_number} was released")
-            entry = prepared.value
-        deadline = request.deadline
-        # A service that does not pre-validate leaves a passed deadline to the driver.
-        if self.client.host.prevalidate:
-            deadlines.check_before(deadline, "burst")
-        if self._files:  # a client's file among the slots: read in before, outputs written after
-            pending = file_pools_in(hal_request)
-            result = self._execute_now(request, hal_request, entry, deadline)
-            file_pools_out(pending)
-            return result
-        return self._execute_now(request, hal_request, entry, deadline)
-
-    def _execute_now(
-        self,
-        request: msg.BurstRequest,
-        hal_request: Request,
-        entry: PreparedEntry,
-        deadline: TimePoint | None,
-    ) -> Any:
-        if trace.enabled:
-            started = trace.now_ns()
-            try:
-                return self._execute_in_pool(request, hal_request, entry, deadline)
-            finally:
-                trace.span(
-                    "execute", "service", started, trace.now_ns(), client_pid=self.client.pid, path="burst"
-                )
-        return self._execute_in_pool(request, hal_request, entry, deadline)
-
-    def _execute_in_pool(
-        self,
-        request: msg.BurstRequest,
-        hal_request: Request,
-        entry: PreparedEntry,
-        deadline: TimePoint | None,
-    ) -> Any:
-        pool, app, priority = self._exec_pool, self.client.app, entry.priority
-        # On this thread when a worker slot is free (counted at the execution's priority); the listener
-        # gives the slot back once the result is written. Otherwise queued, or started at once on an
-        # extra thread when it outranks what every worker runs (see execution_calls._inline_slot).
-        if pool.try_inline(app, priority):
-            self._slot = lambda: pool.end_inline(app, priority)
-            return self.executor.execute(hal_request, request.measure, deadline, request.loop_timeout)
-        return self._queued(
-            self.executor.execute,
-            (hal_request, request.measure, deadline, request.loop_timeout),
-            entry.priority,
-        )
-
-    def _keep_validated(
-        self,
-        known: list[Any],
-        request: msg.BurstRequest,
-        pools: tuple[Any, ...],
-        hal_request: Request,
-        ident: Any,
-        guard: BufferGuard | None,
-    ) -> None:
-        """Remember that `request` passed validation on `pools` (`ident`: the pools with tokens as None;
-        its driver buffers as `guard` found them) unless a slot was freed or replaced meanwhile (under
-        the lock `_forget` runs under)."""
-        with self._cond:
-            for (kind, value), pool in zip(request.pools, pools, strict=True):
-                resource = self._slots.get(value) if kind == msg.POOL_SLOT else None
-                if kind == msg.POOL_SLOT and (resource is None or resource.value is not pool):
-                    return
-            known[1] = (ident, hal_request, guard)
-
-    def _buffer(self, token: int) -> Any:
-        """The buffer behind a token of this client (as on the other execution paths)."""
-        resource = self.client.handles.peek(Kind.BUFFER, token)
-        if resource is None:
-            raise invalid(f"burst: buffer token {token} is not a live buffer of this client")
-        return resource.value
-
-    def _queued(self, run: Callable[..., Any], args: tuple[Any, ...], priority: int) -> Any:
-        """`run(*args)` on an execution worker, queued by priority among the client's work; waited for."""
-        pool = self._exec_pool
-        done = threading.Event()
-        outcome: list[Any] = []
-        client, app = self.client.key, self.client.app
-
-        def work() -> None:
-            try:
-                # As on every execution path: the driver tells clients apart by these keys.
-                with qos.serving_client(client, app):
-                    outcome.append((True, run(*args)))
-            except BaseException as e:
-                outcome.append((False, e))
-            finally:
-                done.set()
-
-        try:
-            pool.submit(work, priority, app)  # apps take turns, as for other executions
-        except RuntimeError:
-            raise HalError(ErrorStatus.DEVICE_UNAVAILABLE, "burst: the service is stopping") from None
-        done.wait()
-        ok, value = outcome[0]
-        if not ok:
-            raise value
-        return value
 
     def status(self) -> dict[str, Any]:
         return {"prepared": self.prepared_number, "slots": self.cached(), "executions": self.executions}

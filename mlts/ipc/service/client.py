@@ -92,7 +92,7 @@ class Client:
         self._in_flight = 0
         #: The highest priority any model of this connection was prepared at (-1: none yet); never
         #: lowered. A call below it never runs on the reader thread, which must stay free to read a
-        #: call that outranks it (mlts.ipc.service.execution_calls._inline_slot).
+        #: call that outranks it (mlts.ipc.service.pipeline.inline_slot).
         self.top_priority = -1
         self.calls = 0
         self.compact_calls = 0  # of `calls`, those that came as compact frames (protocol 1.4)

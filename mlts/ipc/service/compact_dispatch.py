@@ -1,4 +1,5 @@
-"""Compact execution calls (protocol 1.4) on the service side: decode, then the usual handler."""
+"""Compact execution calls (protocol 1.4) on the service side: the fixed part read and checked, then
+the usual handler (the execution pipeline decodes the request itself only when it is new)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def dispatch_compact(client: Client, frame: wire.Frame) -> None:
     assert frame.compact is not None
     client.compact_calls += 1
     try:
-        decoded = client.decoder.decode(frame.compact)
+        decoded = client.decoder.head(frame.compact)
     except ValueError as e:
         frame.close_fds()
         client.calls += 1

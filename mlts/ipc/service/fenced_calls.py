@@ -1,9 +1,10 @@
 """Handlers of fenced executions: executeFenced, getExecutionInfo and releaseExecution.
 
-A fenced execution is admitted like every execution (`execution_calls.admit`),
-answered at once with its handle and a new sync fence, and queued on the
-execution pool once its input fences are signalled (`fence_watcher`); its end
-signals the fence.
+A fenced execution is admitted like every socket execution (`execution_calls.
+admit`, the execution pipeline's admission), answered at once with its handle
+and a new sync fence, and queued on the execution pool once its input fences
+are signalled (`fence_watcher`); its end posts the report (a compact client's,
+unasked) and then signals the fence.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from mlts.hal.fence import SyncFence
 from mlts.hal.operation_times import OperationTimes
 from mlts.hal.types import ExecutionResult, Timing
 from mlts.ipc import compact_calls
+from mlts.ipc.service import pipeline
 from mlts.ipc.service.args import arg, handle, int_list, opt_ns
 from mlts.ipc.service.client import DEFERRED, Call, Client, Handler
-from mlts.ipc.service.execution_calls import Job, admit
+from mlts.ipc.service.execution_calls import admit
 from mlts.ipc.service.handles import Kind, Resource
+from mlts.ipc.service.pipeline import Job
 
 #: At most this many input fences per fenced execution.
 MAX_WAIT_FOR = 32
@@ -201,15 +204,9 @@ class _FencedRun:
             return
         fenced_ns = time.monotonic_ns()
         try:
-            self.client.host.exec_pool.submit(
-                lambda: self.run(fenced_ns), self.job.entry.priority, self.client.app
-            )
-        except RuntimeError:
-            self.finish(
-                None,
-                None,
-                HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"{self.method}: the service is stopping"),
-            )
+            pipeline.submit(self.client, self.method, lambda: self.run(fenced_ns), self.job.entry.priority)
+        except HalError as e:
+            self.finish(None, None, e)
 
     def run(self, fenced_ns: int) -> None:
         m, client = self.method, self.client
@@ -224,12 +221,9 @@ class _FencedRun:
                 limit_ns = deadlines.after_ns(self.after_fence, fenced_ns)
                 deadline = limit_ns if deadline is None else min(deadline, limit_ns)
             result = self.job.run(deadline)
-        except HalError as e:
-            self.finish(fenced_ns, None, e)
         except Exception as e:
-            error = HalError(ErrorStatus.GENERAL_FAILURE, f"{m}: {type(e).__name__}: {e}")
-            client.driver_raised(m, e, error)
-            self.finish(fenced_ns, None, error)
+            # Its report carries the error (not counted as a refusal of the call, answered already).
+            self.finish(fenced_ns, None, pipeline.failure(client, m, e, refuse=False))
         else:
             self.finish(fenced_ns, result, None)
 

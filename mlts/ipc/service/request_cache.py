@@ -1,101 +1,142 @@
-"""The requests of one prepared model that already passed decoding and validation, for reuse.
+"""The one cache of requests already decoded and validated: one per prepared model, for every path.
 
 A client that runs the same request again and again (a Session does) sends
-the same description each time. The service keeps, per prepared model, the
-last few `Request` records it built and validated together with the exact
-description they came from and the pool objects they were built on. A call
-whose description is equal and whose pools resolve (through the client's
-own handle table, as on every call) to the very same mappings reuses the
-record: it is neither decoded nor validated again, and the driver, handed
-the same object, recognises it too.
+the same request message each time: the binary form of docs/burst-protocol.md
+(a compact socket call carries it, a burst's request ring carries it, and a
+legacy JSON call is converted to it at the door). Its stable part (flags,
+counts, pools, arguments: everything but the kind, sequence number, timing
+flag, deadline and loop timeout) is the key. Per prepared model (the cache
+lives in the client's `PreparedEntry`), each key maps to
 
-Only descriptions that name cached memories and driver buffers are kept: a
-pool that brings an fd is a new mapping. A driver buffer's state changes, so
-a request naming buffers is kept with a guard (`buffer_calls.BufferGuard`):
-it is reused only while no buffer of the client was allocated or released
-since it was bound (so its tokens still name the same buffers of this
-client: a freed and reallocated token is another buffer and finds nothing)
-and every buffer is in the state binding read (`mlts.hal.buffer_use.
-buffer_state`); a request whose guard fails is bound again and replaces the
-entry. (The JSON path keys such a request by the buffers' state instead.)
-What makes a reuse exactly as safe as a fresh check: the prepared model is
-the client's own (the cache lives in its handle's entry); every memory pool
-is looked up in the client's handle table first (a freed or unknown id fails
-there, another client's ids are unknown); a replaced pool is a different
-object, so nothing matches; and `forget` drops the entries of a freed pool
-at once.
+- the request decoded once (`Known.decoded`, a `BurstRequest` whose per-call
+  fields are not used) with the references of its pools (`slots`: the memory
+  ids or burst slots, in order; `tokens`: the driver buffer tokens), and
+- the `Request` records built and validated from it on given mappings
+  (`Known.variants`): the identities of the pools the references resolved to,
+  the record, the driver-buffer guard it was bound under
+  (`buffer_calls.BufferGuard`, None without tokens) and whether a pool is a
+  client's file.
+
+A JSON call (protocol 1.3 and older) is converted to the message at the door;
+the last conversion is kept too (`RequestCache.converted`: a pure function of
+the JSON object, naming no mapping, so nothing invalidates it).
+
+A call whose key is known and whose references resolve (through the client's
+own handle table or the burst's slot cache, on every call) to the very same
+mappings reuses the record: it is neither decoded nor validated again, and the
+driver, handed the same object, recognises it too. What makes a reuse exactly
+as safe as a fresh check: the prepared model is the client's own; every pool
+is looked up on every call (a freed or unknown id fails there, another
+client's ids are unknown); a replaced pool is a different object, so nothing
+matches; a request naming driver buffers is reused only while its guard holds
+(no buffer of the client allocated or released since it was bound, every
+buffer in the state binding read); and the one invalidation point,
+`mlts.ipc.service.pipeline.unreachable`, drops at once every record built on a
+mapping that stops being reachable.
 """
 
 from __future__ import annotations
 
 import threading
-from operator import is_
+from collections.abc import Callable
 from typing import Any
 
 from mlts.hal.types import Request
+from mlts.ipc.burst_messages import POOL_TOKEN, BurstRequest
+from mlts.ipc.compact_calls import RequestKey
 
-#: Requests kept per prepared model (the most recently used).
-CACHED_REQUESTS = 8
+#: Distinct request messages kept per prepared model, and the records kept per message (on as many
+#: sets of mappings: a client that swaps pools from step to step uses a few in turn).
+CACHED_REQUESTS = 32
+VARIANTS = 4
+#: A request message longer than this is decoded on every call (not kept).
+MAX_KEPT_REQUEST = 64 << 10
+
+
+class Known:
+    """A request message decoded once, and the records validated from it on given mappings."""
+
+    __slots__ = ("decoded", "slots", "tokens", "variants")
+
+    def __init__(self, decoded: BurstRequest) -> None:
+        self.decoded = decoded
+        #: The values of the pools that are memories (memory ids or burst slots), in order.
+        self.slots = tuple(value for kind, value in decoded.pools if kind != POOL_TOKEN)
+        #: The driver buffer tokens among the pools, in order (empty: none).
+        self.tokens = [value for kind, value in decoded.pools if kind == POOL_TOKEN]
+        #: (pool identities, Request, guard or None, whether a pool is a file): replaced whole.
+        self.variants: tuple[tuple[tuple[Any, ...], Request, Any, bool], ...] = ()
+
+    def pools(self, memories: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The request's pools in order: `memories` for the memories, the tokens as they are."""
+        if not self.tokens:
+            return memories
+        it = iter(memories)
+        return tuple(value if kind == POOL_TOKEN else next(it) for kind, value in self.decoded.pools)
 
 
 class RequestCache:
-    """Validated requests by (description, pool identities), some with a guard; thread-safe."""
+    """Decoded request messages by key, each with its validated records; thread-safe.
 
-    def __init__(self, size: int = CACHED_REQUESTS) -> None:
+    Reads take no lock (entries are added, replaced and dropped whole under the lock)."""
+
+    def __init__(self, size: int = CACHED_REQUESTS, variants: int = VARIANTS) -> None:
         self.size = size
-        self._entries: list[tuple[object, tuple[Any, ...], Request, Any]] = []
+        self.variants = variants
+        self._known: dict[RequestKey, Known] = {}
+        #: The decoded request under a key, or None (the dictionary's own `get`: no Python frame).
+        self.known: Callable[[RequestKey], Known | None] = self._known.get
         self._lock = threading.Lock()
+        #: Executions that reused a validated record (serviceStatus' request_cache_hits).
         self.hits = 0
+        #: The last JSON request (protocol 1.3 and older) converted at the door: (its JSON object, the
+        #: message, its key). A pure function of the JSON object, replaced whole: it names no mapping,
+        #: so nothing invalidates it; an equal object is converted to the same message.
+        self.converted: tuple[dict[str, Any], BurstRequest, RequestKey | None] | None = None
 
-    def get(self, doc: object, pools: list[Any]) -> Request | None:
-        """The request built from an equal `doc` on these very pools while its guard holds, or None.
+    def learn(self, key: RequestKey | None, decoded: BurstRequest) -> Known:
+        """Keep `decoded` under `key` (None, or a key too long: not kept) and return its record."""
+        known = Known(decoded)
+        if key is not None and len(key if isinstance(key, bytes) else key[1]) <= MAX_KEPT_REQUEST:
+            with self._lock:
+                if len(self._known) >= self.size:
+                    del self._known[next(iter(self._known))]
+                self._known[key] = known
+        return known
 
-        `doc` is the request's JSON object, or the bytes of a compact call's request (protocol 1.4):
-        the two never compare equal, so each encoding finds only its own entries.
-        """
-        entries = self._entries  # replaced, never changed in place: safe to read without the lock
-        for n, (d, p, request, guard) in enumerate(entries):
-            if len(p) == len(pools) and all(map(is_, p, pools)) and d == doc:
+    def validated(self, known: Known, memories: tuple[Any, ...]) -> tuple[Request, bool] | None:
+        """(the record validated on these very mappings, whether a pool is a file) while its guard
+        holds, or None (the caller validates and `keep`s a new one)."""
+        for variant in known.variants:
+            # Mappings compare by identity (SharedMemory and FileMemory define no equality): one C
+            # comparison of the tuples.
+            if variant[0] == memories:
+                guard = variant[2]
                 if guard is not None and not guard.holds():
-                    return None  # bound again by the caller, whose `put` replaces this entry
+                    return None  # bound again by the caller, whose `keep` replaces this record
                 self.hits += 1
-                if n > 1:  # the two most recent stay put: requests used in turn (driver buffers
-                    self._touch(n, entries)  # swapped every step) would otherwise be moved every time
-                return request
+                return variant[1], variant[3]
         return None
 
-    def _touch(self, n: int, seen: list) -> None:
+    def keep(
+        self, known: Known, memories: tuple[Any, ...], request: Request, guard: Any, files: bool
+    ) -> None:
+        """Keep `request`, validated on `memories` (replacing a record on the same mappings)."""
         with self._lock:
-            if self._entries is seen:
-                entries = list(seen)
-                entries.insert(0, entries.pop(n))
-                self._entries = entries
-
-    def put(self, doc: object, pools: list[Any], request: Request, guard: Any = None) -> None:
-        """Keep `request`, built from `doc` on `pools`; with a `guard` (anything with `holds()`), it is
-        reused only while the guard holds. An entry of an equal `doc` on the same pools is replaced."""
-        with self._lock:
-            kept = [
-                e
-                for e in self._entries
-                if not (len(e[1]) == len(pools) and all(map(is_, e[1], pools)) and e[0] == doc)
-            ]
-            self._entries = [(doc, tuple(pools), request, guard), *kept[: self.size - 1]]
+            kept = [v for v in known.variants if v[0] != memories]
+            known.variants = ((memories, request, guard, files), *kept[: self.variants - 1])
 
     def forget(self, memory: object) -> None:
-        """Drop every request that uses `memory` (freed by its client)."""
+        """Drop every record built on `memory` (called by `pipeline.unreachable` only)."""
         with self._lock:
-            self._entries = [e for e in self._entries if not any(p is memory for p in e[1])]
+            for known in self._known.values():
+                if any(any(p is memory for p in v[0]) for v in known.variants):
+                    known.variants = tuple(v for v in known.variants if not any(p is memory for p in v[0]))
 
     def clear(self) -> None:
         with self._lock:
-            self._entries = []
+            self._known.clear()
 
     def __len__(self) -> int:
-        return len(self._entries)
-
-
-def cacheable(descs: list[dict[str, Any]]) -> bool:
-    """Whether a request with these pool descriptions may be cached: every pool a cached memory id or
-    a driver buffer token."""
-    return all(len(d) == 1 and ("memory" in d or "token" in d) for d in descs)
+        """The validated records kept."""
+        return sum(len(k.variants) for k in list(self._known.values()))
