@@ -161,3 +161,34 @@ def test_a_freed_memory_id_or_burst_slot_drops_the_records_of_every_path(served,
         _run(prepared, request, pool, mode, 2 * X, X)
     assert counts["validated"] == 4 and _records(caches) == 2
     pool.close()
+
+
+def test_map_memories_over_a_mapped_id_makes_the_old_mapping_unreachable(served, monkeypatch):
+    """mapMemories naming an id the client mapped already replaces the mapping: the old one goes through
+    the one invalidation point (its records could never match again, but they would keep it mapped)."""
+    from mlts.hal.memory import SharedMemory
+
+    device, caches, counts = served
+    dropped: list[object] = []
+    real = pipeline.unreachable
+
+    def unreachable(handles, memory):
+        dropped.append(memory)
+        real(handles, memory)
+
+    monkeypatch.setattr(pipeline, "unreachable", unreachable)
+    a, b = SharedMemory.create(4096), SharedMemory.create(4096)
+    try:
+        assert device.call("mapMemories", {"memories": [{"memory": 77, "fd": 0, "size": 4096}]}, [a.fd]) == {
+            "mapped": 1
+        }
+        assert dropped == []
+        assert device.call("mapMemories", {"memories": [{"memory": 77, "fd": 0, "size": 4096}]}, [b.fd]) == {
+            "mapped": 1
+        }
+        assert len(dropped) == 1 and dropped[0].size == 4096
+        assert device.call("freeMemory", {"ids": [77]}) == {"freed": 1}
+        assert len(dropped) == 2 and dropped[1] is not dropped[0]
+    finally:
+        a.close()
+        b.close()

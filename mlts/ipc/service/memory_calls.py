@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any
 
 from mlts.hal.errors import invalid
+from mlts.ipc.service import pipeline
 from mlts.ipc.service.args import arg, type_name
 from mlts.ipc.service.client import Call, Client, Handler
 from mlts.ipc.service.device_calls import close_memory, map_memory
@@ -50,6 +51,7 @@ def map_memories(client: Client, call: Call) -> dict[str, Any]:
             if handles.peek(Kind.MEMORY, mem_id) is None:
                 handles.check_room(Kind.MEMORY, m)
             memory = map_memory(call, ref, what)
+            old = handles.peek(Kind.MEMORY, mem_id)
             try:
                 handles.add(
                     Kind.MEMORY,
@@ -60,6 +62,8 @@ def map_memories(client: Client, call: Call) -> dict[str, Any]:
             except BaseException:
                 close_memory(memory)
                 raise
+            if old is not None:  # the id now names another mapping: the old one is unreachable
+                pipeline.unreachable(handles, old.value)
             added.append(mem_id)
     except BaseException:
         for mem_id in added:
