@@ -275,6 +275,8 @@ class CallPairTableQ8(ctypes.Structure):
 
     C_NAME = "mk_call_pair_table_q8_t"
     _fields_ = [("kind", _L), ("a", _P), ("b", _P), ("table", _P), ("y", _P), ("n", _L)]
+
+
 class CallLstmCellF32(ctypes.Structure):
     """CALL_LSTM_CELL_F32: mk_lstm_cell_f32 (cst: an LstmConst)."""
 

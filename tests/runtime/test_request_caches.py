@@ -341,3 +341,37 @@ def test_a_cached_burst_message_whose_slot_was_freed_asks_for_it_under_the_new_n
         pool.close()
     finally:
         device.close()
+
+
+def test_a_json_request_equal_to_a_cached_one_but_for_its_types_is_checked_afresh(tmp_path):
+    """`false` and `0` compare equal in Python; a JSON request that differs from the last one only by
+    such a type is not the same document and gets the request's checks (hasNoValue must be a boolean)."""
+    device = RemoteDevice.start(SAMPLE, name="sample-all", log_path=str(tmp_path / "d.log"))
+    try:
+        prepared = device.prepareModel(add_model())
+        pool = _pool(*_inputs(1))
+        execute(prepared, _request(pool))
+        mem_id = device._memories[id(pool)][0]
+        good = _wire_request(mem_id)
+        device.call("executeSynchronously", {"prepared": prepared.handle, "request": good})
+        for field, value in (("hasNoValue", 0), ("dimensions", [2.0, 3])):
+            bad = _wire_request(mem_id)
+            bad["inputs"][1][field] = value
+            with pytest.raises(HalError, match=rf"request.inputs\[1\].{field}") as info:
+                device.call("executeSynchronously", {"prepared": prepared.handle, "request": bad})
+            assert info.value.status == ErrorStatus.INVALID_ARGUMENT
+            device.call("executeSynchronously", {"prepared": prepared.handle, "request": good})
+        pool.close()
+    finally:
+        device.close()
+
+
+def test_same_document_tells_json_types_apart():
+    from mlts.ipc.service.execution_calls import same_document
+
+    assert same_document({"a": [1, {"b": False}], "c": "x"}, {"c": "x", "a": [1, {"b": False}]})
+    assert not same_document({"b": False}, {"b": 0})
+    assert not same_document([1], [1.0])
+    assert not same_document([True], [1])
+    assert not same_document({"a": 1}, {"a": 1, "b": 2})
+    assert not same_document([1, 2], [1])

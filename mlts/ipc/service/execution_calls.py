@@ -170,13 +170,25 @@ def _admit_json(client: Client, call: Call, job: Job) -> None:
     job.loop_timeout = opt_ns(args, m, "loop_timeout")
     cache = prepared.value.requests
     converted = cache.converted
-    if converted is not None and converted[0] == request_doc:
+    if converted is not None and same_document(converted[0], request_doc):
         decoded, key = converted[1], converted[2]
     else:
         decoded, key = _converted(request_doc, descs, pools)
         cache.converted = (request_doc, decoded, key)
     memories = tuple(p for p in pools if type(p) is not int)
     pipeline.admit(client, job, m, prepared.value, None, key, decoded, "request", lambda _known: memories)
+
+
+def same_document(a: Any, b: Any) -> bool:
+    """Whether two parsed JSON values are the same document: equal, and of the same types throughout
+    (`==` alone takes `false`, `0` and `0.0` for one another, which the request's checks do not)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is dict:
+        return a.keys() == b.keys() and all(same_document(v, b[k]) for k, v in a.items())
+    if type(a) is list:
+        return len(a) == len(b) and all(map(same_document, a, b))
+    return bool(a == b)
 
 
 def _converted(
