@@ -306,18 +306,10 @@ class RemoteDevice(Device):
         new: dict[int, tuple[int, SharedMemory]] = {}
         try:
             for n, pool in enumerate(request.pools):
-                if isinstance(pool, RemoteBuffer):
-                    if pool.device is not self or pool.closed:
-                        raise HalError(
-                            ErrorStatus.INVALID_ARGUMENT,
-                            f"request pool {n} ({pool!r}) is not a live buffer of driver {self.name!r}",
-                        )
-                    pool = pool.token
-                if isinstance(pool, int) and not isinstance(pool, bool):
+                pool = self._pool_of(n, pool)
+                if isinstance(pool, int):
                     descs.append({"token": pool})
                 elif isinstance(pool, SharedMemory):
-                    if pool.fd < 0:
-                        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"request pool {n} ({pool!r}) is closed")
                     entry = self._memories.get(id(pool)) or new.get(id(pool))
                     if entry is not None and entry[1] is pool:
                         descs.append({"memory": entry[0]})
@@ -328,25 +320,12 @@ class RemoteDevice(Device):
                     new[id(pool)] = (mem_id, pool)
                     descs.append({"memory": mem_id, "fd": len(fds), "size": pool.size})
                     fds.append(pool.fd)
-                elif isinstance(pool, HostMemory):
+                else:
                     # Host memory cannot cross processes: lend the driver a shared copy for this call.
-                    shared = SharedMemory.create(pool.size, "mlts-host-copy")
-                    copies.append((pool, shared))
-                    if pool.size:
-                        shared.buffer[:] = pool.buffer
+                    shared = _host_copy(pool, copies)
                     descs.append({"fd": len(fds), "size": pool.size})
                     fds.append(shared.fd)
-                else:
-                    raise HalError(
-                        ErrorStatus.INVALID_ARGUMENT,
-                        f"request pool {n} is a {type(pool).__name__}; expected SharedMemory, HostMemory, a RemoteBuffer or a buffer token",
-                    )
-            if len(fds) > wire.MAX_FDS:
-                raise HalError(
-                    ErrorStatus.INVALID_ARGUMENT,
-                    f"request brings {len(fds)} new memory pools; at most {wire.MAX_FDS} fit in one call "
-                    "(reuse pools or run a smaller request first)",
-                )
+            _check_new_pools(len(fds))
         except BaseException:
             for _, shared in copies:
                 shared.close()
@@ -620,6 +599,29 @@ class RemoteDevice(Device):
             self.connection.send("freeMemory", {"ids": self._evict_locked()}, (), timeout)
         return slot, copies
 
+    def _pool_of(self, n: int, pool: object) -> int | SharedMemory | HostMemory:
+        """Request pool `n` as it travels: a buffer token (int) for a live RemoteBuffer of this driver or a
+        token, else the open SharedMemory or the HostMemory itself; INVALID_ARGUMENT otherwise."""
+        if isinstance(pool, RemoteBuffer):
+            if pool.device is not self or pool.closed:
+                raise HalError(
+                    ErrorStatus.INVALID_ARGUMENT,
+                    f"request pool {n} ({pool!r}) is not a live buffer of driver {self.name!r}",
+                )
+            return pool.token
+        if isinstance(pool, int) and not isinstance(pool, bool):
+            return int(pool)
+        if isinstance(pool, SharedMemory):
+            if pool.fd < 0:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"request pool {n} ({pool!r}) is closed")
+            return pool
+        if isinstance(pool, HostMemory):
+            return pool
+        raise HalError(
+            ErrorStatus.INVALID_ARGUMENT,
+            f"request pool {n} is a {type(pool).__name__}; expected SharedMemory, HostMemory, a RemoteBuffer or a buffer token",
+        )
+
     def _map_pools(
         self, method: str, request: Request
     ) -> tuple[_Mapped, list[tuple[HostMemory, SharedMemory]], tuple[PoolRef, ...]]:
@@ -632,14 +634,8 @@ class RemoteDevice(Device):
         new: dict[int, tuple[int, SharedMemory]] = {}
         try:
             for n, pool in enumerate(request.pools):
-                if isinstance(pool, RemoteBuffer):
-                    if pool.device is not self or pool.closed:
-                        raise HalError(
-                            ErrorStatus.INVALID_ARGUMENT,
-                            f"request pool {n} ({pool!r}) is not a live buffer of driver {self.name!r}",
-                        )
-                    pool = pool.token
-                if isinstance(pool, int) and not isinstance(pool, bool):
+                pool = self._pool_of(n, pool)
+                if isinstance(pool, int):
                     if not 0 < pool <= compact_calls.MAX_U32:
                         raise HalError(
                             ErrorStatus.INVALID_ARGUMENT,
@@ -648,8 +644,6 @@ class RemoteDevice(Device):
                         )
                     refs.append(PoolRef.token(pool))
                 elif isinstance(pool, SharedMemory):
-                    if pool.fd < 0:
-                        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"request pool {n} ({pool!r}) is closed")
                     entry = self._memories.get(id(pool)) or new.get(id(pool))
                     if entry is None or entry[1] is not pool:
                         entry = new[id(pool)] = (self._new_memory_id(new), pool)
@@ -657,28 +651,15 @@ class RemoteDevice(Device):
                     elif id(pool) in self._memories:
                         self._memories.move_to_end(id(pool))
                     refs.append(PoolRef.slot(entry[0]))
-                elif isinstance(pool, HostMemory):
+                else:
                     # Host memory cannot cross processes: a shared copy, mapped for this call only.
-                    shared = SharedMemory.create(pool.size, "mlts-host-copy")
-                    copies.append((pool, shared))
-                    if pool.size:
-                        shared.buffer[:] = pool.buffer
+                    shared = _host_copy(pool, copies)
                     mem_id = self._new_memory_id(new)
                     self._temporary_ids.add(mem_id)
                     mapped.temporary.append(mem_id)
                     mapped.entries.append((0, mem_id, shared))
                     refs.append(PoolRef.slot(mem_id))
-                else:
-                    raise HalError(
-                        ErrorStatus.INVALID_ARGUMENT,
-                        f"request pool {n} is a {type(pool).__name__}; expected SharedMemory, HostMemory, a RemoteBuffer or a buffer token",
-                    )
-            if len(mapped.entries) > wire.MAX_FDS:
-                raise HalError(
-                    ErrorStatus.INVALID_ARGUMENT,
-                    f"request brings {len(mapped.entries)} new memory pools; at most {wire.MAX_FDS} fit in one call "
-                    "(reuse pools or run a smaller request first)",
-                )
+            _check_new_pools(len(mapped.entries))
         except BaseException:
             self._unmap(mapped, copies)
             raise
@@ -830,6 +811,25 @@ def _typed(value: Any, kind: type) -> Any:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
     return value
+
+
+def _host_copy(pool: HostMemory, copies: list[tuple[HostMemory, SharedMemory]]) -> SharedMemory:
+    """A shared copy of host memory for one call (host memory cannot cross processes), noted in `copies`."""
+    shared = SharedMemory.create(pool.size, "mlts-host-copy")
+    copies.append((pool, shared))
+    if pool.size:
+        shared.buffer[:] = pool.buffer
+    return shared
+
+
+def _check_new_pools(count: int) -> None:
+    """One call maps at most wire.MAX_FDS new pools."""
+    if count > wire.MAX_FDS:
+        raise HalError(
+            ErrorStatus.INVALID_ARGUMENT,
+            f"request brings {count} new memory pools; at most {wire.MAX_FDS} fit in one call "
+            "(reuse pools or run a smaller request first)",
+        )
 
 
 def _check_fd_count(method: str, count: int) -> None:
