@@ -78,6 +78,13 @@ def test_summary_and_junit_paths_are_checked_before_any_work(tmp_path, tiny):
     assert not (tmp_path / "o").exists()
 
 
+def _interruptible() -> None:
+    """In the child before it runs mlts: SIGINT's default action, as a command typed in a shell gets it.
+    A process started in the background by a shell without job control (a CI job, say) ignores SIGINT,
+    and its children inherit that: mlts would then never see the Ctrl-C this test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt_second_backend(
     tmp_path: Path, tiny: Path, sig: int
 ) -> tuple[subprocess.CompletedProcess, str]:
@@ -95,7 +102,9 @@ def _interrupt_second_backend(
         str(tmp_path / "j.xml"),
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_interruptible
+    )
     timing: list[str] = []
     assert proc.stderr is not None
     for line in proc.stderr:  # off a terminal: one plain progress line per phase

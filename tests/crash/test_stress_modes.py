@@ -272,11 +272,21 @@ def test_unknown_driver_or_model_is_a_one_line_error():
         assert result.exit_code == 2 and needle in result.output.strip().splitlines()[-1]
 
 
+def _interruptible() -> None:
+    """In the child before it runs mlts: SIGINT's default action, as a command typed in a shell gets it.
+    A process started in the background by a shell without job control (a CI job, say) ignores SIGINT,
+    and its children inherit that: mlts would then never see the Ctrl-C this test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_keeps_finished_tests_and_leaves_no_process(tmp_path):
     out = tmp_path / "o"
     cmd = [sys.executable, "-m", "mlts", "stress", "all", "--drivers", "^sample-all$", "--out", str(out)]
     proc = subprocess.Popen(
-        [*cmd, "--duration", "1", "--models", MODEL], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [*cmd, "--duration", "1", "--models", MODEL],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=_interruptible,
     )
     try:
         deadline = time.monotonic() + 120
