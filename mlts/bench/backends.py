@@ -22,6 +22,7 @@ from mlts.bench.memory import MemoryWatch, driver_pid
 from mlts.bench.progress import Progress
 from mlts.bench.reference import OnnxRuntimeReference
 from mlts.bench.stats import PERCENTILE_ESTIMATOR, describe
+from mlts.bench.stopping import EarlyStop, ci_halfwidth, default_early_stop
 from mlts.bench.timing import RunControl, Timed
 from mlts.hal.enums import UINT64_MAX
 from mlts.hal.errors import HalError
@@ -75,10 +76,27 @@ class BenchmarkConfig:
     profile: bool = False
     # The CPU reference (mlts.bench.reference_choice): auto, litert, onnxruntime or both.
     reference: str = "auto"
+    # Stop warm-ups, timed runs and compilation timings once precise (mlts.bench.stopping); the run
+    # lengths are then upper bounds. On with --quick, off by default.
+    early_stop: bool = False
+
+    @property
+    def stop_rules(self) -> EarlyStop | None:
+        """The early-stop rules of this run, or None when its durations are fixed."""
+        return default_early_stop(self.min_iterations) if self.early_stop else None
 
     @property
     def control(self) -> RunControl:
-        return RunControl(self.warmup_s, self.duration_s, self.min_iterations)
+        rules = self.stop_rules
+        if rules is None:
+            return RunControl(self.warmup_s, self.duration_s, self.min_iterations)
+        return RunControl(
+            self.warmup_s,
+            self.duration_s,
+            self.min_iterations,
+            precision=rules.timed,
+            warmup_rule=rules.warmup,
+        )
 
     def seconds_per_unit(self) -> float:
         """A rough duration of one model × backend run, for the first ETA."""
@@ -245,17 +263,25 @@ def timed_fields(timed: Timed, config: BenchmarkConfig) -> dict[str, Any]:
     """warmup, run, iterations and latency_ms (with the raw samples in ms) of one timed run, as records."""
     latency = describe(timed.samples)
     latency["samples"] = [s * 1000.0 for s in timed.samples]
+    rules = config.stop_rules
+    spread = ci_halfwidth(timed.samples)[3]
     return {
         "warmup": Warmup(
             iterations=timed.warmup_iterations,
             seconds=timed.warmup_seconds,
             target_seconds=config.warmup_s,
+            stopped=timed.warmup_stopped,
+            stop_rule=None if rules is None else rules.warmup.to_json(),
         ),
         "run": Run(
             iterations=timed.iterations,
             seconds=timed.duration_seconds,
             min_seconds=config.duration_s,
             min_iterations=config.min_iterations,
+            stopped=timed.stopped,
+            stop_rule=None if rules is None else rules.timed.to_json(),
+            ci95_percent=None if spread is None else round(100.0 * spread, 4),
+            checks=timed.checks,
         ),
         "iterations": timed.iterations,
         "latency_ms": Stats.of(latency),
@@ -291,6 +317,7 @@ def compilation_timings(
             cache_dir,
             max_iterations=config.compile_max_iterations,
             max_seconds=config.compile_max_seconds,
+            precision=None if config.stop_rules is None else config.stop_rules.compilation,
             on_step=progress.advance if progress is not None else None,
         )
 

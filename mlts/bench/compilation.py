@@ -1,8 +1,12 @@
 """MLTS's compilation benchmark: compile without cache, save to cache (miss), prepare from cache (hit).
 
-Each measurement repeats its call up to `max_iterations` times or until
-`max_seconds` have passed since its first call started, whichever comes first,
-and always at least once. Only the driver call is timed: opening or truncating
+Each measurement repeats its call up to `max_iterations` times and for at most
+`max_seconds` from its first call's start: another call is made only when the
+fastest call so far, after the untimed gap the last call needed, would still end
+within them (always at least one call). With a `precision` rule
+(mlts.bench.stopping, --quick) it also stops as soon as the median's 95%
+interval is within the rule's margin (each timing's `stopped`: "precise" or
+"bound"). Only the driver call is timed: opening or truncating
 the cache files and releasing the prepared model (after every iteration) are
 not. `prepare_from_cache` reads the files the last `save_to_cache` iteration
 wrote; `cache_size_bytes` is their total size.
@@ -18,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mlts.bench.stats import describe
+from mlts.bench.stopping import BOUND, PRECISE, PrecisionRule, PrecisionWatch
 from mlts.hal.errors import HalError
 from mlts.hal.interface import Device, PreparedModel
 from mlts.hal.types import Model
@@ -34,12 +39,16 @@ class _Limits:
     max_seconds: float
     clock: Callable[[], float]
     on_step: Callable[[], None] = lambda: None
+    precision: PrecisionRule | None = None
 
 
-def _repeat(limits: _Limits, paths: Sequence[Path], fresh: bool, prepare: Prepare) -> list[float]:
-    """Seconds per call of `prepare(fds)`; the files at `paths` are opened (untimed) for each call."""
+def _repeat(limits: _Limits, paths: Sequence[Path], fresh: bool, prepare: Prepare) -> tuple[list[float], str]:
+    """Seconds per call of `prepare(fds)` and what stopped the calls; the files at `paths` are opened
+    (untimed) for each call."""
     samples: list[float] = []
     start: float | None = None
+    last_end: float | None = None
+    watch = PrecisionWatch(limits.precision) if limits.precision is not None else None
     while len(samples) < limits.max_iterations:
         fds = open_files(tuple(paths), fresh=fresh)
         try:
@@ -52,15 +61,21 @@ def _repeat(limits: _Limits, paths: Sequence[Path], fresh: bool, prepare: Prepar
         samples.append(t1 - t0)
         limits.on_step()
         start = t0 if start is None else start
-        if t1 - start >= limits.max_seconds:
+        gap = 0.0 if last_end is None else t0 - last_end  # opening the files, closing the last model
+        last_end = t1
+        if t1 - start + gap + min(samples) > limits.max_seconds:
             break
-    return samples
+        if watch is not None and watch.stop(samples, t1 - start):
+            return samples, PRECISE
+    return samples, BOUND
 
 
-def _stats(samples_s: list[float]) -> dict[str, Any]:
-    """`describe` (milliseconds, no p99 warning) plus the samples in milliseconds."""
+def _stats(measured: tuple[list[float], str]) -> dict[str, Any]:
+    """`describe` (milliseconds, no p99 warning) plus the samples in milliseconds and what stopped them."""
+    samples_s, stopped = measured
     out = describe(samples_s, p99_wanted=False)
     out["samples"] = [s * 1000.0 for s in samples_s]
+    out["stopped"] = stopped
     return out
 
 
@@ -73,6 +88,7 @@ def measure_compilation(
     max_seconds: float = 10.0,
     clock: Callable[[], float] = time.perf_counter,
     on_step: Callable[[int, int | None], None] | None = None,
+    precision: PrecisionRule | None = None,
 ) -> dict[str, Any]:
     """The three timings (statistics in ms, or None with the reason in "note"), cache size and file counts.
 
@@ -92,7 +108,7 @@ def measure_compilation(
         if on_step is not None:
             on_step(calls[0], None)
 
-    limits = _Limits(max_iterations, max_seconds, clock, step)
+    limits = _Limits(max_iterations, max_seconds, clock, step, precision)
     needed = device.getNumberOfCacheFilesNeeded()
     result: dict[str, Any] = {
         "without_cache": _stats(_repeat(limits, (), False, lambda fds: device.prepareModel(model))),
@@ -101,6 +117,7 @@ def measure_compilation(
         "cache_size_bytes": None,
         "cache_files": {"model": int(needed.num_model_cache), "data": int(needed.num_data_cache)},
         "note": None,
+        "stop_rule": None if precision is None else precision.to_json(),
     }
     if needed.num_model_cache == 0 and needed.num_data_cache == 0:
         result["note"] = NO_CACHING_NOTE

@@ -47,8 +47,20 @@ from mlts.records.environment import environment
 from mlts.runtime.execution import ExecutionMode
 
 # MLTS's run lengths (seconds; LSTM dataset sequences), full and --quick.
-FULL_RUN: dict = {"warmup_s": 2.0, "duration_s": 10.0, "compile_max_seconds": 10.0, "sequences": 50}
-QUICK_RUN: dict = {"warmup_s": 0.3, "duration_s": 1.0, "compile_max_seconds": 0.3, "sequences": 10}
+FULL_RUN: dict = {
+    "warmup_s": 2.0,
+    "duration_s": 10.0,
+    "compile_max_seconds": 10.0,
+    "sequences": 50,
+    "early_stop": False,
+}
+QUICK_RUN: dict = {
+    "warmup_s": 0.3,
+    "duration_s": 1.0,
+    "compile_max_seconds": 0.3,
+    "sequences": 10,
+    "early_stop": True,
+}
 
 
 def run_lengths(
@@ -58,11 +70,14 @@ def run_lengths(
     duration_s: float | None = None,
     compile_seconds: float | None = None,
     sequences: int | None = None,
+    early_stop: bool | None = None,
 ) -> dict:
     """BenchmarkConfig's run lengths: the ones given, the others MLTS's defaults, or with `quick` its short run.
 
-    Full: 2 s warm-up, at least 10 s timed, each compilation timing up to 10 s, all 50 LSTM sequences.
-    Quick: 0.3 s warm-up, at least 1 s timed, each compilation timing up to 0.3 s, 10 LSTM sequences.
+    Full: 2 s warm-up, at least 10 s timed, each compilation timing up to 10 s, all 50 LSTM sequences,
+    fixed durations. Quick: 0.3 s warm-up, at least 1 s timed, each compilation timing up to 0.3 s,
+    10 LSTM sequences, each of these lengths an upper bound that a precise median ends early
+    (mlts.bench.stopping).
     """
     defaults = QUICK_RUN if quick else FULL_RUN
     given = {
@@ -70,6 +85,7 @@ def run_lengths(
         "duration_s": duration_s,
         "compile_max_seconds": compile_seconds,
         "sequences": sequences,
+        "early_stop": early_stop,
     }
     return {k: defaults[k] if v is None else v for k, v in given.items()}
 
@@ -312,7 +328,8 @@ def _timed_session(
         quality.timed(timed.iterations)
         progress.phase(work.name, label, "latency with and without MeasureTiming")
         median = sorted(timed.samples)[len(timed.samples) // 2] if timed.samples else 0.0
-        quality.timing_cost(session, feeds, median, config.duration_s)
+        # A share of the timed run as it ran (shorter when the run stopped early).
+        quality.timing_cost(session, feeds, median, timed.duration_seconds)
     progress.phase(work.name, label, f"accuracy over {len(feeds)} inputs ({len(first)} from the timed calls)")
     outputs = [first[k] if k in first else session.run(f)[0] for k, f in enumerate(feeds)]
     return timed, results[len(results) - timed.iterations :], outputs
@@ -404,8 +421,9 @@ def unit_summary(rec: BenchmarkRow) -> str:
     lat, run = rec.latency_ms, rec.run
     assert lat is not None and run is not None  # an ok row
     lo, hi = lat.median_ci95
+    stopped = f", stopped {run.stopped}" if run.stop_rule is not None and run.stopped else ""
     return (
-        f"{rec.model} on {rec.backend}: {run.iterations} timed calls in {run.seconds:.2f} s, "
+        f"{rec.model} on {rec.backend}: {run.iterations} timed calls in {run.seconds:.2f} s{stopped}, "
         f"median {lat.median:.3f} ms [{lo:.3f}, {hi:.3f}]"
     )
 

@@ -5,6 +5,11 @@ when it is 0). Timed run: fn is called until BOTH min_duration_s has passed and 
 were made, or until max_iterations calls (a cap that wins over both minimums). Each sample is
 clock() after minus clock() before, around fn only. fn receives the call index, counted from 0 in the
 warm-up and again from 0 in the timed run, so samples[i] belongs to call i (callers cycle inputs by it).
+
+Early stop (optional, mlts.bench.stopping): with a `warmup_rule` the warm-up also ends as soon as its
+calls have settled, and with a `precision` rule the timed run also ends at the first checkpoint where
+the median's 95% interval is narrow enough; the limits above are then upper bounds. `Timed.stopped`
+and `Timed.warmup_stopped` say which ended each ("precise"/"stable" or "bound").
 """
 
 from __future__ import annotations
@@ -12,6 +17,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from mlts.bench.stopping import BOUND, PRECISE, PrecisionRule, PrecisionWatch, StableRule
+
+STABLE = "stable"
 
 Clock = Callable[[], float]
 
@@ -24,6 +33,9 @@ class Timed:
     warmup_iterations: int
     warmup_seconds: float
     duration_seconds: float
+    stopped: str = BOUND
+    warmup_stopped: str = BOUND
+    checks: int = 0
 
     @property
     def iterations(self) -> int:
@@ -38,6 +50,8 @@ class RunControl:
     min_duration_s: float
     min_iterations: int
     max_iterations: int | None = None
+    precision: PrecisionRule | None = None
+    warmup_rule: StableRule | None = None
 
     def __post_init__(self) -> None:
         _check_control(self.warmup_s, self.min_duration_s, self.min_iterations, self.max_iterations)
@@ -51,6 +65,8 @@ class RunControl:
             min_iterations=self.min_iterations,
             max_iterations=self.max_iterations,
             clock=clock,
+            precision=self.precision,
+            warmup_rule=self.warmup_rule,
         )
 
 
@@ -67,18 +83,28 @@ def _check_control(
         raise ValueError(f"maximum iterations must be >= 1, got {max_iterations}")
 
 
-def _warm_up(fn: Callable[[int], object], warmup_s: float, clock: Clock) -> tuple[int, float]:
-    """Call fn until warmup_s has passed (none if 0); returns (calls made, seconds taken)."""
+def _warm_up(
+    fn: Callable[[int], object], warmup_s: float, clock: Clock, rule: StableRule | None
+) -> tuple[int, float, str]:
+    """Call fn until warmup_s has passed (none if 0) or, with `rule`, its calls have settled;
+    returns (calls made, seconds taken, what ended it)."""
     if warmup_s == 0:
-        return 0, 0.0
+        return 0, 0.0, BOUND
     start = clock()
     calls = 0
+    durations: list[float] = []
+    before = start
     while True:
         fn(calls)
         calls += 1
-        elapsed = clock() - start
+        after = clock()
+        durations.append(after - before)
+        elapsed = after - start
         if elapsed >= warmup_s:
-            return calls, elapsed
+            return calls, elapsed, BOUND
+        if rule is not None and rule.stable(durations):
+            return calls, elapsed, STABLE
+        before = clock()
 
 
 def run_timed(
@@ -89,11 +115,16 @@ def run_timed(
     min_iterations: int,
     clock: Clock = time.perf_counter,
     max_iterations: int | None = None,
+    precision: PrecisionRule | None = None,
+    warmup_rule: StableRule | None = None,
 ) -> Timed:
-    """Warm up (discarded), then time calls until both minimums are met or max_iterations is reached."""
+    """Warm up (discarded), then time calls until both minimums are met or max_iterations is reached,
+    or (with `precision`) the median is precise, whichever comes first."""
     _check_control(warmup_s, min_duration_s, min_iterations, max_iterations)
-    warmup_calls, warmup_seconds = _warm_up(fn, warmup_s, clock)
+    warmup_calls, warmup_seconds, warmup_stopped = _warm_up(fn, warmup_s, clock, warmup_rule)
+    watch = PrecisionWatch(precision) if precision is not None else None
     samples: list[float] = []
+    stopped = BOUND
     start = clock()
     after = start
     while True:
@@ -104,4 +135,15 @@ def run_timed(
         done = after - start >= min_duration_s and len(samples) >= min_iterations
         if done or (max_iterations is not None and len(samples) >= max_iterations):
             break
-    return Timed(tuple(samples), warmup_calls, warmup_seconds, after - start)
+        if watch is not None and watch.stop(samples, after - start):
+            stopped = PRECISE
+            break
+    return Timed(
+        tuple(samples),
+        warmup_calls,
+        warmup_seconds,
+        after - start,
+        stopped=stopped,
+        warmup_stopped=warmup_stopped,
+        checks=0 if watch is None else watch.checks,
+    )

@@ -124,7 +124,7 @@ def check_out_dir(out: Path, force: bool) -> None:
     type=seconds(0, MAX_BENCHMARK_SECONDS),
     default=None,
     metavar="SECONDS",
-    help="Warm-up per model × backend, discarded (default 2; 0.3 with --quick).",
+    help="Warm-up per model × backend, discarded (default 2; 0.3 with --quick, ended earlier once stable).",
 )
 @click.option(
     "--duration",
@@ -132,7 +132,7 @@ def check_out_dir(out: Path, force: bool) -> None:
     type=seconds(0, MAX_BENCHMARK_SECONDS),
     default=None,
     metavar="SECONDS",
-    help="Minimum timed run per model × backend (default 10; 1 with --quick).",
+    help="Minimum timed run per model × backend (default 10); with --early-stop an upper bound (1 with --quick).",
 )
 @click.option(
     "--iterations",
@@ -146,9 +146,20 @@ def check_out_dir(out: Path, force: bool) -> None:
     "-q",
     "--quick",
     is_flag=True,
-    help="MLTS's short run for CI: 0.3 s warm-up and at least 1 s (and --iterations calls) timed, each "
-    "compilation timing at most 0.3 s, 10 of the 50 LSTM sequences; every model, backend and accuracy "
-    "verdict as in a full run (-q as in the script).",
+    help="MLTS's short run for CI: at most 0.3 s warm-up and 1 s timed (at least --iterations calls), each "
+    "compilation timing at most 0.3 s, each ended early once its median is precise (--early-stop), 10 of "
+    "the 50 LSTM sequences; every model, backend and accuracy verdict as in a full run (-q as in the "
+    "script).",
+)
+@click.option(
+    "--early-stop/--fixed-durations",
+    "early_stop",
+    default=None,
+    help="Early stop (default with --quick): end each timed run once the median's 95% interval is within "
+    "±2% of it (after --iterations calls and 0.1 s), each warm-up once the last 10 calls' median is within "
+    "5% of the 10 before, each compilation timing once its interval is within ±5% (after 6 calls); "
+    "--duration, --warmup and --compile-seconds are then upper bounds. --fixed-durations (default "
+    "without --quick) runs them in full.",
 )
 @click.option(
     "--images",
@@ -274,6 +285,7 @@ def benchmark(
     duration_s: float | None,
     min_iterations: int,
     quick: bool,
+    early_stop: bool | None,
     images: int | None,
     dataset_dir: str | None,
     sequences: int | None,
@@ -394,6 +406,7 @@ def benchmark(
             duration_s=duration_s,
             compile_seconds=compile_seconds,
             sequences=sequences,
+            early_stop=early_stop,
         ),
     )
     verbose = bool((ctx.find_root().obj or {}).get("verbose"))

@@ -23,6 +23,9 @@ class Warmup(j.Record):
     iterations: int = j.value(j.count)
     seconds: float = j.value(j.number)
     target_seconds: float | None = j.value(j.nullable(j.number), default=None, omit=True)
+    # What ended it: "bound" (target_seconds passed) or "stable" (the early-stop rule, stop_rule).
+    stopped: str | None = j.value(j.one_of(("bound", "stable")), default=None, omit=True)
+    stop_rule: dict | None = j.value(j.nullable(j.obj), default=None, omit=True)
     extra: dict = j.extra()
 
 
@@ -34,6 +37,13 @@ class Run(j.Record):
     seconds: float = j.value(j.number)
     min_seconds: float | None = j.value(j.nullable(j.number), default=None, omit=True)
     min_iterations: int | None = j.value(j.nullable(j.count), default=None, omit=True)
+    # What ended it: "bound" (the limits above) or "precise" (the early-stop rule, stop_rule), the
+    # median's 95% interval at the end (its farther end from the median, % of the median) and how
+    # often the rule looked.
+    stopped: str | None = j.value(j.one_of(("bound", "precise")), default=None, omit=True)
+    stop_rule: dict | None = j.value(j.nullable(j.obj), default=None, omit=True)
+    ci95_percent: float | None = j.value(j.nullable(j.number), default=None, omit=True)
+    checks: int | None = j.value(j.count, default=None, omit=True)
     extra: dict = j.extra()
 
 
@@ -65,6 +75,8 @@ class Compilation(j.Record):
     cache_size_bytes: int | None = j.value(j.nullable(j.count), default=None, omit=True)
     cache_files: dict | None = j.value(j.obj, default=None, omit=True)
     note: str | None = j.value(j.nullable(j.text), default=None, omit=True)
+    # The early-stop rule of the three timings (mlts.bench.stopping), null when they ran to their bounds.
+    stop_rule: dict | None = j.value(j.nullable(j.obj), default=None, omit=True)
     extra: dict = j.extra()
 
 

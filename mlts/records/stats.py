@@ -56,6 +56,8 @@ class Stats(j.Record):
     histogram: Histogram = j.value(j.record_check(Histogram))
     warnings: tuple[str, ...] = j.value(j.texts)
     samples: tuple[float, ...] | None = j.value(j.numbers, default=None, omit=True)
+    # Compilation timings: what ended the calls, "bound" or "precise" (mlts.bench.stopping).
+    stopped: str | None = j.value(j.one_of(("bound", "precise")), default=None, omit=True)
     extra: dict = j.extra()
 
     @classmethod

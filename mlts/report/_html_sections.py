@@ -42,6 +42,7 @@ CONFIG_LABELS = {
     "duration_s": ("duration", " s"),
     "min_iterations": ("min iterations", ""),
     "quick": ("quick", ""),
+    "early_stop": ("early stop", ""),
     "images": ("images", ""),
     "sequences": ("sequences", ""),
     "threads": ("threads", ""),
@@ -77,10 +78,32 @@ def config_items(config: Mapping, rows: Sequence[BenchmarkRow] = ()) -> list[tup
             )
             items.append((label, f"{', '.join(sizes)} (default)" if sizes else "default"))
             continue
+        if key == "early_stop" and key in config:
+            items.append((label, early_stop_text(bool(config[key]), rows)))
+            continue
         if key in config:
             value = text_of(config[key])
             items.append((label, value + unit if number_of(config[key]) is not None else value))
     return items + [(str(k), text_of(v)) for k, v in config.items() if k not in CONFIG_LABELS]
+
+
+def early_stop_text(on: bool, rows: Sequence[BenchmarkRow]) -> str:
+    """The run's stopping rule in words and, when it was on, how many timed runs it ended early."""
+    if not on:
+        return "off (fixed durations)"
+    runs = [r.run for r in rows if r.run is not None and r.run.stop_rule is not None]
+    rule = runs[0].stop_rule if runs else {}
+    within = number_of(rule.get("ci95_within_percent")) if isinstance(rule, Mapping) else None
+    text = (
+        f"on: each timed run ends once the median's 95% interval is within ±{within:g}% of it"
+        if within is not None
+        else "on: each timed run ends once its median is precise"
+    )
+    text += " (else at the duration), each warm-up once its calls are stable, each compilation timing once precise"
+    if runs:
+        precise = sum(1 for r in runs if r.stopped == "precise")
+        text += f"; {precise} of {len(runs)} timed runs stopped precise, {len(runs) - precise} at the bound"
+    return text
 
 
 def devices_section(devices: Mapping) -> list[dict[str, Any]]:

@@ -184,3 +184,57 @@ def test_sample_driver_really_prepares_from_its_cache(tmp_path, monkeypatch) -> 
     sizes = sum(os.path.getsize(tmp_path / name) for name in os.listdir(tmp_path))
     assert result["cache_size_bytes"] == sizes > 0
     assert all(np.isfinite(result[k]["median"]) for k in TIMINGS)
+
+
+def test_precision_rule_ends_each_timing_early_only_once_precise(tmp_path) -> None:
+    from mlts.bench.stopping import PrecisionRule
+
+    # Every compilation takes exactly 1 s on the fake clock: precise at the first checkpoint (10 calls).
+    rule = PrecisionRule(0.05, 10)
+    device = FakeCaching()
+    result = measure_compilation(
+        device, add_model(), tmp_path, max_iterations=100, max_seconds=1e9, clock=_clock(), precision=rule
+    )
+    for key in TIMINGS:
+        assert result[key]["n"] == 10 and result[key]["stopped"] == "precise"
+    assert result["stop_rule"]["ci95_within_percent"] == 5.0
+    # Without the rule each timing runs to its bound and says so.
+    result = measure_compilation(
+        FakeCaching(), add_model(), tmp_path, max_iterations=12, max_seconds=1e9, clock=_clock()
+    )
+    assert all(result[k]["n"] == 12 and result[k]["stopped"] == "bound" for k in TIMINGS)
+    assert result["stop_rule"] is None
+
+
+def test_precision_rule_runs_a_noisy_timing_to_its_bound(tmp_path) -> None:
+    from mlts.bench.stopping import PrecisionRule
+
+    # Two readings per compilation (before, after), 1 s after the last: compilations alternately
+    # 1 s and 3 s long, a median whose interval stays far wider than +-5%.
+    gaps = itertools.cycle([1.0, 1.0, 1.0, 3.0])
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += next(gaps)
+        return now[0]
+
+    result = measure_compilation(
+        FakeCaching(),
+        add_model(),
+        tmp_path,
+        max_iterations=40,
+        max_seconds=1e9,
+        clock=clock,
+        precision=PrecisionRule(0.05, 10),
+    )
+    assert all(result[k]["n"] == 40 and result[k]["stopped"] == "bound" for k in TIMINGS)
+    assert sorted(set(result["without_cache"]["samples"])) == [1000.0, 3000.0]
+
+
+def test_time_cap_is_an_upper_bound_no_call_is_started_that_would_end_past_it(tmp_path) -> None:
+    # Calls of 1 s, 1 s apart (readings every 1 s): they end 1, 3, 5 s after the first start. With
+    # 4.5 s the third would end past the bound, so two are made, not three.
+    result = measure_compilation(
+        FakeCaching(), add_model(), tmp_path, max_iterations=100, max_seconds=4.5, clock=_clock()
+    )
+    assert [result[k]["n"] for k in TIMINGS] == [2, 2, 2]

@@ -52,12 +52,13 @@ def _base(model: str, family: str, backend: str) -> dict:
 
 def _compilation(seed: int) -> dict:
     return {
-        "without_cache": _stats(20.0, 30, seed),
-        "save_to_cache": _stats(26.0, 30, seed + 1),
-        "prepare_from_cache": _stats(6.0, 30, seed + 2),
+        "without_cache": {**_stats(20.0, 30, seed), "stopped": "bound"},
+        "save_to_cache": {**_stats(26.0, 30, seed + 1), "stopped": "bound"},
+        "prepare_from_cache": {**_stats(6.0, 30, seed + 2), "stopped": "precise"},
         "cache_size_bytes": 4_312_064,
         "cache_files": {"model": 1, "data": 1},
         "note": None,
+        "stop_rule": None,
     }
 
 
