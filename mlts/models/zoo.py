@@ -300,11 +300,38 @@ def _is_valid(path: Path, entry: ZooModel) -> bool:
     )
 
 
+#: Cached files this process checked (parsed, ONNX checker, signature) and found valid, by path, with
+#: their identity then (inode, size, modification and change times): the same unchanged file is not
+#: parsed again for every use in a run (a rewrite, atomic or in place, changes the identity).
+_checked: dict[Path, tuple[int, int, int, int]] = {}
+
+
+def _identity(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _is_valid_once(path: Path, entry: ZooModel) -> bool:
+    """_is_valid, remembered for the file as it is: an unchanged file checked before is not parsed again."""
+    before = _identity(path)
+    if before is not None and _checked.get(path) == before:
+        return True
+    valid = _is_valid(path, entry)
+    if valid and before is not None and _identity(path) == before:
+        _checked[path] = before
+    else:
+        _checked.pop(path, None)
+    return valid
+
+
 def model_path(name: str) -> Path:
     """Path of the cached ONNX file of model `name`, building it first when missing or corrupt."""
     entry = get(name)
     return cached_file(
-        cache_path(entry), partial(_is_valid, entry=entry), lambda: entry.build().SerializeToString()
+        cache_path(entry), partial(_is_valid_once, entry=entry), lambda: entry.build().SerializeToString()
     )
 
 

@@ -163,3 +163,25 @@ def test_concurrent_processes_end_with_the_same_valid_file(cache):
     data = Path(paths.pop()).read_bytes()
     expected = zoo.get(SMALL).build().SerializeToString()
     assert hashlib.sha256(data).digest() == hashlib.sha256(expected).digest()
+
+
+def test_an_unchanged_cached_file_is_checked_once_per_process_and_a_changed_one_again(
+    cache, counting, monkeypatch
+):
+    checks: list[Path] = []
+    real = zoo._is_valid
+
+    def counted(path: Path, entry) -> bool:
+        checks.append(path)
+        return real(path, entry)
+
+    monkeypatch.setattr(zoo, "_is_valid", counted)
+    monkeypatch.setattr(zoo, "_checked", {})
+    path = zoo.model_path(SMALL)  # built, then checked
+    assert zoo.model_path(SMALL) == path and zoo.model_path(SMALL) == path
+    assert len(checks) == 1 and len(counting) == 1
+    # Damaged in place (another size): checked again, found invalid and rebuilt.
+    data = path.read_bytes()
+    path.write_bytes(data[:100])
+    assert zoo.model_path(SMALL) == path and len(checks) >= 2 and len(counting) == 2
+    assert onnx.load(str(path)).graph.name == "mobilenet_v1_0.25_128"
