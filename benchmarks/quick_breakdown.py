@@ -8,7 +8,8 @@ onnxruntime reference outputs, golden outputs, compilation timings, prepare, war
 accuracy, ...). For each phase it prints the wall seconds and the CPU seconds of this process and
 of its child processes (the driver process and any worker pools: live children read from /proc,
 finished ones from os.times), summed over models, then the slowest models. The time from the last
-phase to the end (writing results and the report) is the phase "report". CPU above wall means
+phase to the end (writing results and the report) is the phase "report". With --out, the last line counts what ended the timed runs, warm-ups and compilation
+timings (early stop: precise/stable, or the bound). CPU above wall means
 several cores worked; CPU well below wall on a busy machine means waiting for a core.
 """
 
@@ -150,6 +151,32 @@ def summarise(rows: list[dict], top: int) -> str:
     return "\n".join(lines)
 
 
+def stop_counts(mlts_args: list[str]) -> str | None:
+    """What ended the timed runs, warm-ups and compilation timings of the run's results (--out DIR)."""
+    if "--out" not in mlts_args or mlts_args.index("--out") + 1 >= len(mlts_args):
+        return None
+    path = os.path.join(mlts_args[mlts_args.index("--out") + 1], "results.json")
+    try:
+        with open(path) as f:
+            rows = json.load(f).get("results", [])
+    except (OSError, ValueError):
+        return None
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for r in rows:
+        for part in ("run", "warmup"):
+            stopped = (r.get(part) or {}).get("stopped")
+            if stopped:
+                counts[part][stopped] += 1
+        for timing in ("without_cache", "save_to_cache", "prepare_from_cache"):
+            stopped = ((r.get("compilation") or {}).get(timing) or {}).get("stopped")
+            if stopped:
+                counts["compilation timings"][stopped] += 1
+    if not counts:
+        return None
+    parts = [f"{k}: " + ", ".join(f"{n} {why}" for why, n in sorted(v.items())) for k, v in counts.items()]
+    return "stopped by: " + "; ".join(parts)
+
+
 def _kind(backend: str) -> str:
     return "onnxruntime" if "onnxruntime" in backend else "driver"
 
@@ -186,6 +213,9 @@ def main(argv: list[str]) -> int:
     rows = made[0].rows
     print(summarise(rows, args.top))
     print(f"\nwall clock of the whole command: {total:.1f} s; load: {os.getloadavg()}")
+    stops = stop_counts(mlts_args)
+    if stops:
+        print(stops)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"total_s": total, "rows": rows}, f, indent=1)

@@ -134,6 +134,7 @@ def _document(doc: ResultsDocument | dict) -> ResultsDocument:
 # Run options whose difference makes the latencies or accuracies of two runs not alike.
 _CONFIG_FIELDS = {
     "quick": "quick",
+    "early_stop": "early stop",
     "threads": "threads",
     "images": "images",
     "sequences": "sequences",
@@ -166,6 +167,8 @@ def config_differences(old: dict, new: dict, kinds: set[str] | None = None) -> l
             a, b = old[key], new[key]
             if key == "quick":
                 a, b = ("quick" if a else "full"), ("quick" if b else "full")
+            elif key == "early_stop":
+                a, b = ("on" if a else "off (fixed durations)"), ("on" if b else "off (fixed durations)")
             out.append(f"{label} differs: {_short(a)} -> {_short(b)}")
     return out
 
