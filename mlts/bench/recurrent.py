@@ -24,6 +24,7 @@ import numpy as np
 
 from mlts.bench import speech_metrics
 from mlts.bench.stats import describe
+from mlts.bench.stopping import BOUND, STABLE, StableRule
 from mlts.records.benchmark import Run, Warmup, violation
 from mlts.records.stats import Stats
 
@@ -60,6 +61,9 @@ class SequenceRun:
     extras: list[Any]
     warmup_calls: int = 0
     warmup_seconds: float = 0.0
+    # What ended a step-by-step warm-up: "bound" (warmup_s passed) or "stable" (warmup_rule); None for
+    # whole-sequence runs, whose warm-up is one call per sequence.
+    warmup_stopped: str | None = None
 
 
 def _feed(sig: StepSignature, x: np.ndarray, state: Sequence[np.ndarray | None], n_inputs: int) -> list[Any]:
@@ -83,6 +87,7 @@ def run_sequences(
     warmup_s: float,
     clock: Callable[[], float] = time.perf_counter,
     reset: Callable[[], None] | None = None,
+    warmup_rule: StableRule | None = None,
 ) -> SequenceRun:
     """Every sequence step by step with state carried and reset per sequence; see the module docstring.
 
@@ -91,7 +96,8 @@ def run_sequences(
     state arrays fed to it are placeholders.
 
     Warm-up: steps through the first sequence (cycling, state carried) until `warmup_s` seconds have
-    passed, at least one step when warmup_s > 0; not timed, and the state is reset afterwards.
+    passed, at least one step when warmup_s > 0, or with `warmup_rule` (mlts.bench.stopping) sooner
+    once the steps' times have settled; not timed, and the state is reset afterwards.
     """
     state = _zero_state(sig)
     if reset is not None:
@@ -100,12 +106,21 @@ def run_sequences(
     calls = 0
     start = clock()
     elapsed = 0.0
+    durations: list[float] = []
+    stopped = BOUND
+    last = start
     while warmup_s > 0 and (calls == 0 or elapsed < warmup_s):
         outs, _ = step(_feed(sig, first[calls % len(first)][None], state, n_inputs))
+        after = clock()
+        durations.append(after - last)  # one reading per step: from the end of the step before
+        last = after
         state = [outs[o] for _, o, _ in sig.states]
         calls += 1
-        elapsed = clock() - start
-    run = SequenceRun([], [], [], [], calls, elapsed)
+        elapsed = after - start
+        if warmup_rule is not None and elapsed < warmup_s and warmup_rule.stable(durations):
+            stopped = STABLE
+            break
+    run = SequenceRun([], [], [], [], calls, elapsed, stopped)
     for seq in sequences:
         state = _zero_state(sig)
         if reset is not None:
@@ -220,16 +235,26 @@ def validation_errors(accuracy: dict) -> list[dict]:
     return errors
 
 
-def latency_fields(run: SequenceRun, warmup_s: float, whole: bool = False) -> dict:
+def latency_fields(
+    run: SequenceRun, warmup_s: float, whole: bool = False, warmup_rule: StableRule | None = None
+) -> dict:
     """Per-step latency statistics plus per-sequence totals for the results row (as records).
 
     `whole`: one sample per sequence (run_whole); the per-step figure is then
-    each sequence's latency divided by its steps.
+    each sequence's latency divided by its steps. `warmup_rule`: the early-stop rule the
+    step-by-step warm-up ran with, recorded beside what ended it.
     """
     latency = describe(run.samples)
     latency["samples"] = [s * 1000.0 for s in run.samples]
+    rule = warmup_rule.to_json() if warmup_rule is not None and run.warmup_stopped is not None else None
     common = {
-        "warmup": Warmup(iterations=run.warmup_calls, seconds=run.warmup_seconds, target_seconds=warmup_s),
+        "warmup": Warmup(
+            iterations=run.warmup_calls,
+            seconds=run.warmup_seconds,
+            target_seconds=warmup_s,
+            stopped=run.warmup_stopped,
+            stop_rule=rule,
+        ),
         "iterations": len(run.samples),
         # The run is the whole chosen test set, not time-bound: every step (or sequence) once.
         "run": Run(iterations=len(run.samples), seconds=float(sum(run.samples))),

@@ -65,7 +65,9 @@ class Scored:
                 execution=backend.mode,
                 family=family,
                 dataset={"name": f"{self.step_name}-sequences", "size": len(run.outputs), "labels": None},
-                **recurrent.latency_fields(run, config.warmup_s, whole=self.whole),
+                **recurrent.latency_fields(
+                    run, config.warmup_s, whole=self.whole, warmup_rule=_warmup_rule(config)
+                ),
                 driver_timing_us=None if reference else driver_timing(run.extras),
                 accuracy=accuracy,
                 validation_errors=recurrent.validation_errors(accuracy),
@@ -182,13 +184,20 @@ def benchmark_recurrent(
 
     def run_reference() -> recurrent.SequenceRun:
         return recurrent.run_sequences(
-            lambda feed: (reference.run(feed), None), sig, n_inputs, seqs, config.warmup_s
+            lambda feed: (reference.run(feed), None),
+            sig,
+            n_inputs,
+            seqs,
+            config.warmup_s,
+            warmup_rule=_warmup_rule(config),
         )
 
     def run_driver(open_session) -> recurrent.SequenceRun:
         session = open_session(conv.model)
         try:
-            return recurrent.run_sequences(session.run, sig, n_inputs, seqs, config.warmup_s)
+            return recurrent.run_sequences(
+                session.run, sig, n_inputs, seqs, config.warmup_s, warmup_rule=_warmup_rule(config)
+            )
         finally:
             session.close()
 
@@ -269,3 +278,9 @@ def _benchmark_whole_sequences(
     scored = Scored(source.name, step_name, sig, golden, whole=True)
     rows = scored.rows(collected, reference.backend, config, driver_backends(config, devices))
     return [r.to_json() for r in rows]
+
+
+def _warmup_rule(config: BenchmarkConfig):
+    """The step-by-step warm-up's early-stop rule (mlts.bench.stopping), or None with fixed durations."""
+    rules = config.stop_rules
+    return None if rules is None else rules.warmup

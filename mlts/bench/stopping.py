@@ -26,6 +26,7 @@ from mlts.bench.stats import median, median_ci95_ranks
 
 PRECISE = "precise"
 BOUND = "bound"
+STABLE = "stable"
 
 
 def ci_halfwidth(samples: Sequence[float]) -> tuple[float, float, float, float | None]:

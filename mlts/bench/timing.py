@@ -18,9 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mlts.bench.stopping import BOUND, PRECISE, PrecisionRule, PrecisionWatch, StableRule
-
-STABLE = "stable"
+from mlts.bench.stopping import BOUND, PRECISE, STABLE, PrecisionRule, PrecisionWatch, StableRule
 
 Clock = Callable[[], float]
 

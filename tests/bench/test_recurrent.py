@@ -82,3 +82,30 @@ def test_latency_fields_are_per_step():
     assert fields["warmup"].to_json() == {"iterations": 4, "seconds": 0.5, "target_seconds": 0.5}
     assert fields["latency_ms"].samples == pytest.approx([1.0, 2.0, 3.0])
     assert fields["latency_unit"] == "step" and fields["latency_ms"].median == pytest.approx(2.0)
+
+
+def test_a_warm_up_rule_ends_the_step_warm_up_once_the_steps_have_settled():
+    from mlts.bench.stopping import StableRule
+
+    seqs = [np.full((2, 2), 3.0, np.float32)]
+    # one reading per step (and one at the start): the first 5 steps take 3 s each, then 1 s each
+    gaps = iter([3.0] * 6 + [1.0] * 200)
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += next(gaps)
+        return now[0]
+
+    rule = StableRule(within=0.05, window=10, min_calls=20)
+    run = recurrent.run_sequences(_Accumulator(), SIG, 2, seqs, warmup_s=1000, clock=clock, warmup_rule=rule)
+    # after 20 steps the window before the last holds five 3 s steps (median 2 s against 1 s); after
+    # 21 only four: its median is 1 s, the last window's too
+    assert run.warmup_stopped == "stable" and run.warmup_calls == 21 and len(run.samples) == 2
+    fields = recurrent.latency_fields(run, 1000, warmup_rule=rule)
+    assert fields["warmup"].stopped == "stable" and fields["warmup"].stop_rule["window"] == 10
+    # without the rule the same steps run to the bound
+    gaps = iter([3.0] * 6 + [1.0] * 200)
+    now[0] = 0.0
+    run = recurrent.run_sequences(_Accumulator(), SIG, 2, seqs, warmup_s=30, clock=clock)
+    assert run.warmup_stopped == "bound" and run.warmup_seconds >= 30
+    assert recurrent.latency_fields(run, 30)["warmup"].stop_rule is None
