@@ -248,3 +248,19 @@ def test_quick_run_lengths_turn_early_stop_on_and_full_ones_off():
     assert run_lengths(True, early_stop=False)["early_stop"] is False
     assert run_lengths(False, early_stop=True)["early_stop"] is True
     assert BenchmarkConfig.from_json({}).early_stop is False  # older results documents
+
+
+def test_the_reports_run_settings_say_the_rule_and_how_many_runs_it_ended():
+    from mlts.records import BenchmarkRow
+    from mlts.report._html_sections import config_items
+
+    config = BenchmarkConfig(warmup_s=0.3, duration_s=1.0, early_stop=True)
+    rows = []
+    for seed, spread in ((5, 0.004), (6, 0.8), (7, 0.8)):  # one stable stream, two noisy ones
+        clock = FakeClock(_noisy(seed, 0.001, spread))
+        fields = timed_fields(config.control.run(clock.fn, clock=clock), config)
+        rows.append(BenchmarkRow(model=f"m{seed}", backend="cpu:onnxruntime", status="ok", **fields))
+    items = dict(config_items({"early_stop": True}, rows))
+    assert "within ±2% of it" in items["early stop"]
+    assert items["early stop"].endswith("1 of 3 timed runs stopped precise, 2 at the bound")
+    assert dict(config_items({"early_stop": False}, rows))["early stop"] == "off (fixed durations)"
