@@ -2,7 +2,7 @@
 # Build (install) mlts and run one MLTS mode, writing results.json, results.csv,
 # report.html and summary.md (the verdict in Markdown) under results/<date-time>/ and
 # printing the report's path. On a 2-core machine the full scoring run takes about
-# 26 minutes, -q about 2 to 4; all-stress about 2 minutes (see the README).
+# 26 minutes, -q about 1.5 to 4; all-stress about 2 minutes (see the README).
 #
 # usage: scripts/build_and_run_benchmark.sh [options] [MODE] [-- extra mlts options]
 #   -f, --filter-driver REGEX    only drivers whose name matches (default: all but sample-faulty)
@@ -12,8 +12,8 @@
 #       --nnapi-reference-only   run only the runtime's own device choice (and onnxruntime)
 #   -b, --skip-build             use the installed environment as it is (no install step)
 #   -o, --out DIR                results folder (default: results/<date-time>)
-#   -q, --quick                  MLTS's short run for CI (0.3 s warm-up, 1 s timed, 10 LSTM sequences;
-#                                stress: 1 s per test)
+#   -q, --quick                  MLTS's short run for CI (at most 0.3 s warm-up and 1 s timed, each ended
+#                                once precise; 10 LSTM sequences; stress: 1 s per test)
 #   -h, --help                   this text
 # MODE: scoring (default), a stress mode (inference-stress, model-loading-stress, ...,
 #       see `mlts stress --help`) or all-stress (every stress mode).
