@@ -91,18 +91,18 @@ def _warm_up(
     start = clock()
     calls = 0
     durations: list[float] = []
-    before = start
+    last = start
     while True:
         fn(calls)
         calls += 1
         after = clock()
-        durations.append(after - before)
+        durations.append(after - last)  # one clock reading per call, as without a rule
+        last = after
         elapsed = after - start
         if elapsed >= warmup_s:
             return calls, elapsed, BOUND
         if rule is not None and rule.stable(durations):
             return calls, elapsed, STABLE
-        before = clock()
 
 
 def run_timed(
