@@ -1357,6 +1357,21 @@ static inline __attribute__((always_inline)) void im2col_row(const im2col_job *j
         int lo = 0;
         while (lo < g.ow && lo * g.sw - g.pl < 0) lo++;
         for (; ox < lo; ox++) im2col_pixel(j, b, oy, ox, span, k, kind);
+#ifdef __AVX2__
+        if (span >= 8 && span <= 16) {
+            /* One window row: a vector and a second one overlapping it (3 x 3 windows of 3 to 5
+             * channels), without im2col_copy's tests per row. */
+            for (; ox < g.ow && ox * g.sw - g.pl + g.kw <= g.w; ox++) {
+                float *dst = j->cols + (r * g.ow + ox) * k;
+                int64_t at = ((int64_t)ox * g.sw - g.pl) * g.c;
+                for (int ky = 0; ky < g.kh; ky++, dst += span) {
+                    __m256 v0 = _mm256_loadu_ps(rowp[ky] + at), v1 = _mm256_loadu_ps(rowp[ky] + at + span - 8);
+                    _mm256_storeu_ps(dst, v0);
+                    _mm256_storeu_ps(dst + span - 8, v1);
+                }
+            }
+        }
+#endif
         for (; ox < g.ow && ox * g.sw - g.pl + g.kw <= g.w; ox++) {
             float *dst = j->cols + (r * g.ow + ox) * k;
             int64_t at = ((int64_t)ox * g.sw - g.pl) * g.c;
