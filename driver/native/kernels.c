@@ -908,6 +908,20 @@ static inline __attribute__((always_inline)) void packed_micro(int R, const floa
             }
         }
     }
+#ifdef __AVX2__
+    if (e->bias && (cols == 8 || cols == PANEL)) {
+        /* The epilogue's constants loaded once for the block's rows: stores through c may alias e and
+         * its bias, so epi8 would load them again for every vector stored (the same floats). */
+        const __m256 vlo = _mm256_set1_ps(e->lo), vhi = _mm256_set1_ps(e->hi);
+        const v8f b0 = ld_f32(e->bias + j, z), b1 = cols == PANEL ? ld_f32(e->bias + j + 8, z) : b0;
+        for (int r = 0; r < R; r++) {
+            float *o = c + r * ldc + j;
+            _mm256_storeu_ps(o, _mm256_min_ps(vhi, _mm256_max_ps(vlo, (__m256)(s0[r] + b0))));
+            if (cols == PANEL) _mm256_storeu_ps(o + 8, _mm256_min_ps(vhi, _mm256_max_ps(vlo, (__m256)(s1[r] + b1))));
+        }
+        return;
+    }
+#endif
     for (int r = 0; r < R; r++) {
         float *o = c + r * ldc + j;
         if (cols == 8) {
@@ -1266,8 +1280,23 @@ enum { IM2COL_F32, IM2COL_U8, IM2COL_S8 };
 static inline __attribute__((always_inline)) void im2col_copy(const void *x, int kind, int zp, int64_t at,
                                                               int n, float *dst) {
     if (kind == IM2COL_F32) {
-        /* A plain loop: the few channels of a first layer make memcpy calls dominate. */
+        /* The few channels of a first layer make memcpy calls dominate, and a compiled loop's set-up
+         * (overlap checks, a vector body, a scalar tail) costs about 9 instructions per float of a
+         * 9-float window row: whole vectors, the last one overlapping the one before. */
         const float *src = (const float *)x + at;
+#ifdef __AVX2__
+        if (n >= 8) {
+            int q = 0;
+            for (; q + 8 <= n; q += 8) _mm256_storeu_ps(dst + q, _mm256_loadu_ps(src + q));
+            if (q < n) _mm256_storeu_ps(dst + n - 8, _mm256_loadu_ps(src + n - 8));
+            return;
+        }
+        if (n >= 4) {
+            _mm_storeu_ps(dst, _mm_loadu_ps(src));
+            _mm_storeu_ps(dst + n - 4, _mm_loadu_ps(src + n - 4));
+            return;
+        }
+#endif
         for (int q = 0; q < n; q++) dst[q] = src[q];
     } else if (kind == IM2COL_S8) {
         const int8_t *src = (const int8_t *)x + at;
@@ -1278,6 +1307,36 @@ static inline __attribute__((always_inline)) void im2col_copy(const void *x, int
     }
 }
 
+/* The patch row of output pixel (b, oy, ox): its window rows and taps, 0 in the padding. */
+static inline __attribute__((always_inline)) void im2col_pixel(const im2col_job *j, int b, int oy, int ox,
+                                                               int span, int64_t k, int kind) {
+    const geom_t g = j->g;
+    int64_t r = (int64_t)b * g.oh + oy;
+    float *dst = j->cols + (r * g.ow + ox) * k;
+    int ix0 = ox * g.sw - g.pl;
+    int row_inside = g.dw == 1 && ix0 >= 0 && ix0 + g.kw <= g.w;
+    for (int ky = 0; ky < g.kh; ky++) {
+        int iy = oy * g.sh - g.pt + ky * g.dh;
+        if (iy < 0 || iy >= g.h) {
+            memset(dst, 0, sizeof(float) * (size_t)span);
+            dst += span;
+            continue;
+        }
+        if (row_inside) {
+            im2col_copy(j->x, kind, j->zp, (((int64_t)b * g.h + iy) * g.w + ix0) * g.c, span, dst);
+            dst += span;
+            continue;
+        }
+        for (int kx = 0; kx < g.kw; kx++, dst += g.c) {
+            int ix = ix0 + kx * g.dw;
+            if (ix < 0 || ix >= g.w)
+                memset(dst, 0, sizeof(float) * (size_t)g.c);
+            else
+                im2col_copy(j->x, kind, j->zp, (((int64_t)b * g.h + iy) * g.w + ix) * g.c, g.c, dst);
+        }
+    }
+}
+
 /* Row r (one output row of one image) of the patch matrix [N*OH*OW, KH*KW*C] of x as float32, 0 where
  * a tap falls in the padding (for 8-bit x, 0 = the zero point). Inlined once per element type. */
 static inline __attribute__((always_inline)) void im2col_row(const im2col_job *j, int64_t r, int kind) {
@@ -1285,31 +1344,41 @@ static inline __attribute__((always_inline)) void im2col_row(const im2col_job *j
     int64_t k = (int64_t)g.kh * g.kw * g.c;
     int b = (int)(r / g.oh), oy = (int)(r % g.oh);
     int span = g.kw * g.c; /* values of one window row, contiguous in x when dilation_w is 1 */
-    for (int ox = 0; ox < g.ow; ox++) {
-        float *dst = j->cols + (r * g.ow + ox) * k;
-        int ix0 = ox * g.sw - g.pl;
-        int row_inside = g.dw == 1 && ix0 >= 0 && ix0 + g.kw <= g.w;
-        for (int ky = 0; ky < g.kh; ky++) {
-            int iy = oy * g.sh - g.pt + ky * g.dh;
-            if (iy < 0 || iy >= g.h) {
-                memset(dst, 0, sizeof(float) * (size_t)span);
-                dst += span;
-                continue;
-            }
-            if (row_inside) {
-                im2col_copy(j->x, kind, j->zp, (((int64_t)b * g.h + iy) * g.w + ix0) * g.c, span, dst);
-                dst += span;
-                continue;
-            }
-            for (int kx = 0; kx < g.kw; kx++, dst += g.c) {
-                int ix = ix0 + kx * g.dw;
-                if (ix < 0 || ix >= g.w)
-                    memset(dst, 0, sizeof(float) * (size_t)g.c);
-                else
-                    im2col_copy(j->x, kind, j->zp, (((int64_t)b * g.h + iy) * g.w + ix) * g.c, g.c, dst);
+    int ox = 0;
+    if (kind == IM2COL_F32 && g.dw == 1 && g.kh <= 16 && oy * g.sh - g.pt >= 0 &&
+        oy * g.sh - g.pt + (g.kh - 1) * g.dh < g.h) {
+        /* Every window row of this output row inside the input vertically: the rows' starts found once,
+         * then the pixels whose windows are inside horizontally too are copies at fixed offsets (the
+         * first layer of a MobileNet: three copies of 9 floats per pixel, where the general loop below
+         * spent about 130 instructions a pixel on its bounds). */
+        const float *rowp[16];
+        for (int ky = 0; ky < g.kh; ky++)
+            rowp[ky] = (const float *)j->x + ((int64_t)b * g.h + oy * g.sh - g.pt + ky * g.dh) * g.w * g.c;
+        int lo = 0;
+        while (lo < g.ow && lo * g.sw - g.pl < 0) lo++;
+        for (; ox < lo; ox++) im2col_pixel(j, b, oy, ox, span, k, kind);
+#ifdef __AVX2__
+        if (span >= 8 && span <= 16) {
+            /* One window row: a vector and a second one overlapping it (3 x 3 windows of 3 to 5
+             * channels), without im2col_copy's tests per row. */
+            for (; ox < g.ow && ox * g.sw - g.pl + g.kw <= g.w; ox++) {
+                float *dst = j->cols + (r * g.ow + ox) * k;
+                int64_t at = ((int64_t)ox * g.sw - g.pl) * g.c;
+                for (int ky = 0; ky < g.kh; ky++, dst += span) {
+                    __m256 v0 = _mm256_loadu_ps(rowp[ky] + at), v1 = _mm256_loadu_ps(rowp[ky] + at + span - 8);
+                    _mm256_storeu_ps(dst, v0);
+                    _mm256_storeu_ps(dst + span - 8, v1);
+                }
             }
         }
+#endif
+        for (; ox < g.ow && ox * g.sw - g.pl + g.kw <= g.w; ox++) {
+            float *dst = j->cols + (r * g.ow + ox) * k;
+            int64_t at = ((int64_t)ox * g.sw - g.pl) * g.c;
+            for (int ky = 0; ky < g.kh; ky++, dst += span) im2col_copy(rowp[ky], kind, 0, at, span, dst);
+        }
     }
+    for (; ox < g.ow; ox++) im2col_pixel(j, b, oy, ox, span, k, kind);
 }
 
 static void im2col_f32_task(void *ctx, int64_t r) { im2col_row(ctx, r, IM2COL_F32); }
@@ -1368,55 +1437,17 @@ void mk_center_q8(const void *xv, int is_signed, int zp, int64_t count, float *o
 
 /* ------------------------------------------------------------ depthwise convolution */
 
-/* The float depthwise kernel (m == 1) sums one output pixel's taps 16 channels at a time in vector
- * registers (any remainder one channel at a time). */
-/* acc[0..cout) = sum over the in-bounds taps of pixel (b, oy, ox) of x * wt, for m == 1.
- * XT is the input element type, LD its 8-lane loader, SC(p) one element as float. */
-#define DW_PIXEL(XT, LD, SC)                                                                   \
-    do {                                                                                       \
-        const XT *tap_x[64];                                                                   \
-        const float *tap_w[64];                                                                \
-        int taps = 0;                                                                          \
-        for (int ky = 0; ky < g.kh; ky++) {                                                    \
-            int iy = oy * g.sh - g.pt + ky * g.dh;                                             \
-            if (iy < 0 || iy >= g.h) continue;                                                 \
-            for (int kx = 0; kx < g.kw; kx++) {                                                \
-                int ix = ox * g.sw - g.pl + kx * g.dw;                                         \
-                if (ix < 0 || ix >= g.w) continue;                                             \
-                tap_x[taps] = (const XT *)xv + (((int64_t)b * g.h + iy) * g.w + ix) * g.c;     \
-                tap_w[taps++] = wt + ((int64_t)ky * g.kw + kx) * cout;                         \
-            }                                                                                  \
-        }                                                                                      \
-        int c0 = 0;                                                                            \
-        for (; c0 + 16 <= cout; c0 += 16) {                                                    \
-            v8f a0 = {0}, a1 = {0};                                                            \
-            for (int t = 0; t < taps; t++) {                                                   \
-                a0 += LD(tap_x[t] + c0, zpv) * ld_f32(tap_w[t] + c0, zpv);                     \
-                a1 += LD(tap_x[t] + c0 + 8, zpv) * ld_f32(tap_w[t] + c0 + 8, zpv);             \
-            }                                                                                  \
-            memcpy(acc + c0, &a0, sizeof a0);                                                  \
-            memcpy(acc + c0 + 8, &a1, sizeof a1);                                              \
-        }                                                                                      \
-        for (; c0 + 8 <= cout; c0 += 8) {                                                      \
-            v8f a0 = {0};                                                                      \
-            for (int t = 0; t < taps; t++) a0 += LD(tap_x[t] + c0, zpv) * ld_f32(tap_w[t] + c0, zpv); \
-            memcpy(acc + c0, &a0, sizeof a0);                                                  \
-        }                                                                                      \
-        for (; c0 < cout; c0++) {                                                              \
-            float a0 = 0.0f;                                                                   \
-            for (int t = 0; t < taps; t++) a0 += SC(tap_x[t] + c0) * tap_w[t][c0];             \
-            acc[c0] = a0;                                                                      \
-        }                                                                                      \
-    } while (0)
-
-#define SC_F32(p) (*(p))
+/* The float depthwise kernel (m == 1): windows wholly inside the input take fixed tap offsets
+ * (dw_inside_f32, dw_inside4_f32), the others the taps inside the input in window order
+ * (dw_border_f32); each sums one pixel's taps 8 or 16 channels at a time in vector registers, any
+ * remainder one channel at a time. */
 
 /* The vectorised pixel loop handles windows of at most this many taps; larger ones take the generic loop. */
 #define DW_MAX_TAPS 64
 
 /* One output pixel of a float depthwise window lying wholly inside the input (m == 1): every tap at a
  * fixed offset `toff[t]` from the window's corner, weights tap by tap; the same sums in the same order
- * as DW_PIXEL, then bias and clamp, eight channels at a time. */
+ * as dw_border_f32, then bias and clamp, eight channels at a time. */
 static inline void dw_inside_f32(const float *corner, const int64_t *toff, int taps, const float *wt, int c,
                                  const float *bias, float lo, float hi, float *out) {
     v8i z = {0};
@@ -1512,6 +1543,55 @@ static void dw_inside4_any_f32(const float *corner, int64_t step, const int64_t 
     dw_inside4_f32(corner, step, toff, taps, wt, c, bias, lo, hi, out);
 }
 
+/* One output pixel whose window reaches into the padding (m == 1): the taps inside the input in window
+ * order, and the bias and clamp applied in the same registers (a separate
+ * scalar pass over the pixel's channels cost more than its taps: most pixels of the 4 x 4 and 8 x 8
+ * layers of a small MobileNet are border pixels). */
+static void dw_border_f32(const float *x, const geom_t *gp, int b, int oy, int ox, const float *wt,
+                          const float *bias, float lo, float hi, float *out) {
+    const geom_t g = *gp;
+    const int c = g.c;
+    const float *tap_x[DW_MAX_TAPS], *tap_w[DW_MAX_TAPS];
+    int taps = 0;
+    for (int ky = 0; ky < g.kh; ky++) {
+        int iy = oy * g.sh - g.pt + ky * g.dh;
+        if (iy < 0 || iy >= g.h) continue;
+        for (int kx = 0; kx < g.kw; kx++) {
+            int ix = ox * g.sw - g.pl + kx * g.dw;
+            if (ix < 0 || ix >= g.w) continue;
+            tap_x[taps] = x + (((int64_t)b * g.h + iy) * g.w + ix) * c;
+            tap_w[taps++] = wt + ((int64_t)ky * g.kw + kx) * c;
+        }
+    }
+    int c0 = 0;
+#ifdef __AVX2__
+    v8i z = {0};
+    const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    for (; c0 + 16 <= c; c0 += 16) {
+        v8f a0 = {0}, a1 = {0};
+        for (int t = 0; t < taps; t++) {
+            a0 += ld_f32(tap_x[t] + c0, z) * ld_f32(tap_w[t] + c0, z);
+            a1 += ld_f32(tap_x[t] + c0 + 8, z) * ld_f32(tap_w[t] + c0 + 8, z);
+        }
+        a0 += ld_f32(bias + c0, z);
+        a1 += ld_f32(bias + c0 + 8, z);
+        _mm256_storeu_ps(out + c0, _mm256_min_ps(vhi, _mm256_max_ps(vlo, (__m256)a0)));
+        _mm256_storeu_ps(out + c0 + 8, _mm256_min_ps(vhi, _mm256_max_ps(vlo, (__m256)a1)));
+    }
+    for (; c0 + 8 <= c; c0 += 8) {
+        v8f a0 = {0};
+        for (int t = 0; t < taps; t++) a0 += ld_f32(tap_x[t] + c0, z) * ld_f32(tap_w[t] + c0, z);
+        a0 += ld_f32(bias + c0, z);
+        _mm256_storeu_ps(out + c0, _mm256_min_ps(vhi, _mm256_max_ps(vlo, (__m256)a0)));
+    }
+#endif
+    for (; c0 < c; c0++) {
+        float a0 = 0.0f;
+        for (int t = 0; t < taps; t++) a0 = __builtin_fmaf(tap_x[t][c0], tap_w[t][c0], a0);
+        out[c0] = clampf(a0 + bias[c0], lo, hi);
+    }
+}
+
 /* Depthwise work (multiply-adds) from which it wakes sleeping workers, about 70 us of it: a
  * depthwise multiply-add costs several GEMM ones (one output per few taps, no reuse of a register
  * block). */
@@ -1536,10 +1616,8 @@ static void dw_f32_task(void *ctx, int64_t r) {
     const geom_t g = d->g;
     const int m = d->m, cout = g.c * m, taps = d->taps, ox_lo = d->ox_lo, ox_hi = d->ox_hi;
     const float *x = d->x, *wt = d->wt, *bias = d->bias;
-    const void *xv = x;
     const float lo = d->lo, hi = d->hi;
     float *y = d->y;
-    v8i zpv = {0};
     int b = (int)(r / g.oh), oy = (int)(r % g.oh);
     int iy0 = oy * g.sh - g.pt;
     int row_inside = d->inside && iy0 >= 0 && iy0 + (g.kh - 1) * g.dh < g.h;
@@ -1560,9 +1638,7 @@ static void dw_f32_task(void *ctx, int64_t r) {
             continue;
         }
         if (m == 1 && g.kh * g.kw <= DW_MAX_TAPS) {
-            float *acc = out;
-            DW_PIXEL(float, ld_f32, SC_F32);
-            for (int co = 0; co < cout; co++) out[co] = clampf(out[co] + bias[co], lo, hi);
+            dw_border_f32(x, &g, b, oy, ox, wt, bias, lo, hi, out);
             continue;
         }
         for (int co = 0; co < cout; co++) out[co] = 0.0f;
