@@ -26,6 +26,9 @@
  * - AVX2: panels of 8 columns, [panels][ceil(K/2)][8][2] int16 (k = 2q + r); each block of input rows
  *   is first widened to int16 (a ^ flip, zero-extended) in chunks of QKC along K, so rows need no
  *   padding (stride K).
+ *   Or, when every pair (k, k + 1), k even, of every column has |w'_k| + |w'_k+1| <= 128 (mk_qgemm_pack
+ *   checks), byte quads [panels][ceil(K/4)][8][4] summed by vpmaddubsw, which cannot saturate then; a
+ *   32-byte header before the panels names the layout.
  * Zeros past K and past n in both. Without VNNI or AVX2 at compile time mk_qgemm_available() is 0
  * and nothing else here is called.
  */
@@ -440,8 +443,8 @@ static inline uint32_t widen(const uint8_t *src, int64_t kc, uint8_t flip, int16
 /* epilogue_row for the rows r .. r + mr of a task's block (row i's sums at acc + i * GROUP_COLS, its
  * row term rowterm[i]): in the 32-bit form each group of 8 columns' constants (the product's odd-lane
  * multipliers, the shift's mask and half) are set up once for all the block's rows. */
-static void epilogue_block(const qjob *j, const int32_t *acc, int64_t r, int mr, int64_t c0, int nc,
-                           const uint32_t *rowterm) {
+static inline __attribute__((always_inline)) void epilogue_block(const qjob *j, const int32_t *acc, int64_t r, int mr, int64_t c0, int nc,
+                                                           const uint32_t *rowterm) {
     int i = 0;
     if (j->narrow) {
         const __m256i round = _mm256_set1_epi64x((int64_t)1 << 30), one = _mm256_set1_epi32(1);
