@@ -374,7 +374,7 @@ static void qgemm_task(void *ctx, int64_t t) {
  * they stay in registers; rows >= mr and panels >= np are compiled out. */
 #define ROW2(i)                                                                                 \
     if (mr > i) {                                                                               \
-        __m256i av = _mm256_set1_epi32(ld32(aw + i * QKC + 2 * q));                             \
+        __m256i av = _mm256_set1_epi32(ld32(ab + i * QKC * 2 + off));                           \
         c##i##0 = _mm256_add_epi32(c##i##0, _mm256_madd_epi16(av, b0));                         \
         if (np > 1) c##i##1 = _mm256_add_epi32(c##i##1, _mm256_madd_epi16(av, b1));             \
     }
@@ -398,9 +398,11 @@ static inline __attribute__((always_inline)) void block2(const int16_t *aw, cons
     const __m256i z = _mm256_setzero_si256();
     DECL2(0) DECL2(1) DECL2(2) DECL2(3) DECL2(4) DECL2(5)
     LOAD2(0) LOAD2(1) LOAD2(2) LOAD2(3) LOAD2(4) LOAD2(5)
-    for (int64_t q = 0; q < nq; q++) {
-        __m256i b0 = _mm256_loadu_si256((const __m256i *)(b + 16 * q)), b1 = b0;
-        if (np > 1) b1 = _mm256_loadu_si256((const __m256i *)(b + pstride + 16 * q));
+    /* one byte offset for the rows (4 a step) and the panels (32 a step): fewer loop instructions */
+    const char *ab = (const char *)aw, *bb0 = (const char *)b, *bb1 = (const char *)(b + pstride);
+    for (int64_t off = 0; off < 4 * nq; off += 4) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)(bb0 + 8 * off)), b1 = b0;
+        if (np > 1) b1 = _mm256_loadu_si256((const __m256i *)(bb1 + 8 * off));
         ROW2(0) ROW2(1) ROW2(2) ROW2(3) ROW2(4) ROW2(5)
     }
     STORE2(0) STORE2(1) STORE2(2) STORE2(3) STORE2(4) STORE2(5)
