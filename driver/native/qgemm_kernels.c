@@ -489,12 +489,13 @@ static inline __attribute__((always_inline)) void epilogue_block(const qjob *j, 
  * lane: at most 255 * 128 = 32640 in magnitude, so it never saturates and is exact), vpmaddwd with ones
  * (the two 16-bit sums of a lane pair into int32, exact), vpaddd into the row's accumulators. Three
  * instructions per 32 products where the pairs' path takes four, and no widening of the rows: they are
- * read in place, K at a time, the sums kept in registers (MR4 rows x 16 columns: 8 accumulators, the two
- * panels, the broadcast, a product and the ones: 13 ymm registers). */
-#define MR4 4
-#define ROW4(i)                                                                                 \
+ * read in place, K at a time, the sums kept in registers (MR4 = 6 rows x 16 columns: 12 accumulators,
+ * the first panel, the broadcast, a product and the ones: 16 ymm registers; the second panel is read
+ * as a memory operand). */
+#define MR4 6
+#define ROW4(i, ptr)                                                                            \
     if (mr > i) {                                                                               \
-        __m256i av = _mm256_set1_epi32(ld32(a##i + off));                                       \
+        __m256i av = _mm256_set1_epi32(ld32(ptr));                                              \
         if (flip) av = _mm256_xor_si256(av, flipv);                                             \
         c##i##0 = _mm256_add_epi32(c##i##0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
         if (np > 1) c##i##1 = _mm256_add_epi32(c##i##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones)); \
@@ -517,7 +518,8 @@ static inline __attribute__((always_inline)) void block4(const uint8_t *a, int64
     const __m256i z = _mm256_setzero_si256(), ones = _mm256_set1_epi16(1);
     const __m256i flipv = _mm256_set1_epi8((char)0x80);
     const uint8_t *a0 = a, *a1 = mr > 1 ? a + lda : a, *a2 = mr > 2 ? a + 2 * lda : a, *a3 = mr > 3 ? a + 3 * lda : a;
-    __m256i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z;
+    const uint8_t *a4 = mr > 4 ? a + 4 * lda : a, *a5 = mr > 5 ? a + 5 * lda : a;
+    __m256i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z, c40 = z, c41 = z, c50 = z, c51 = z;
     const int64_t kq = k / 4, kt = k % 4;
     const int8_t *b1p = b + pstride;
     /* The last k % 4 first (the sums are exact in any order): the loop's sums then go straight to the
@@ -525,13 +527,15 @@ static inline __attribute__((always_inline)) void block4(const uint8_t *a, int64
     if (kt) {
         __m256i b0 = _mm256_loadu_si256((const __m256i *)(b + 32 * kq)), b1 = b0;
         if (np > 1) b1 = _mm256_loadu_si256((const __m256i *)(b1p + 32 * kq));
-        ROW4T(0) ROW4T(1) ROW4T(2) ROW4T(3)
+        ROW4T(0) ROW4T(1) ROW4T(2) ROW4T(3) ROW4T(4) ROW4T(5)
     }
-    /* one index for the rows (4 bytes a step) and the panels (32 bytes a step) */
-    for (int64_t off = 0; off < 4 * kq; off += 4) {
-        __m256i b0 = _mm256_loadu_si256((const __m256i *)(b + 8 * off)), b1 = b0;
-        if (np > 1) b1 = _mm256_loadu_si256((const __m256i *)(b1p + 8 * off));
-        ROW4(0) ROW4(1) ROW4(2) ROW4(3)
+    /* rows 0-2 at p0 + {0, 1, 2} lda and 3-5 at p3 + {0, 1, 2} lda (base + index addressing): three
+     * pointers and lda instead of six pointers, which left GCC 12 short of registers */
+    const uint8_t *p0 = a, *p3 = mr > 3 ? a + 3 * lda : a;
+    for (const int8_t *bq = b, *bend = b + 32 * kq; bq < bend; bq += 32, p0 += 4, p3 += 4) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)bq), b1 = b0;
+        if (np > 1) b1 = _mm256_loadu_si256((const __m256i *)(bq + pstride));
+        ROW4(0, p0) ROW4(1, p0 + lda) ROW4(2, p0 + 2 * lda) ROW4(3, p3) ROW4(4, p3 + lda) ROW4(5, p3 + 2 * lda)
     }
     _mm256_storeu_si256((__m256i *)acc, c00);
     if (np > 1) _mm256_storeu_si256((__m256i *)(acc + 8), c01);
@@ -547,6 +551,14 @@ static inline __attribute__((always_inline)) void block4(const uint8_t *a, int64
         _mm256_storeu_si256((__m256i *)(acc + 3 * GROUP_COLS), c30);
         if (np > 1) _mm256_storeu_si256((__m256i *)(acc + 3 * GROUP_COLS + 8), c31);
     }
+    if (mr > 4) {
+        _mm256_storeu_si256((__m256i *)(acc + 4 * GROUP_COLS), c40);
+        if (np > 1) _mm256_storeu_si256((__m256i *)(acc + 4 * GROUP_COLS + 8), c41);
+    }
+    if (mr > 5) {
+        _mm256_storeu_si256((__m256i *)(acc + 5 * GROUP_COLS), c50);
+        if (np > 1) _mm256_storeu_si256((__m256i *)(acc + 5 * GROUP_COLS + 8), c51);
+    }
 }
 
 #define BLOCK4_NP(mr, flip)                                                 \
@@ -556,6 +568,8 @@ static inline __attribute__((always_inline)) void block4(const uint8_t *a, int64
         block4(a, j->lda, mr, b, pstride, 1, j->k, flip, ac);
 #define BLOCK4_MR(flip)                                                     \
     switch (mr) {                                                           \
+    case 6: BLOCK4_NP(6, flip); break;                                      \
+    case 5: BLOCK4_NP(5, flip); break;                                      \
     case 4: BLOCK4_NP(4, flip); break;                                      \
     case 3: BLOCK4_NP(3, flip); break;                                      \
     case 2: BLOCK4_NP(2, flip); break;                                      \
