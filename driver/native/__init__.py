@@ -136,6 +136,7 @@ _RESTYPES = {
     "mk_qgemm_available": _I,
     "mk_qgemm_row_stride": _L,
     "mk_qgemm_packed_bytes": _L,
+    "mk_qgemm_pack": _I,
     "mk_depthwise_q8_packed_size": _L,
 }
 

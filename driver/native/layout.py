@@ -21,7 +21,7 @@ _I32 = ctypes.c_int32
 _F = ctypes.c_float
 
 #: The interface's one ABI number (MK_ABI): the library's mk_abi() must return it.
-ABI = 15
+ABI = 17
 
 # Bound-call kinds (enum mk_call_kind).
 CALL_IM2COL_F32 = 1

@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#define MK_ABI 15
+#define MK_ABI 17
 
 /* Pointers travel as int64 words in bound calls and as 8-byte fields in the structures below. */
 _Static_assert(sizeof(void *) == 8, "the kernels' structures assume 64-bit pointers");
@@ -390,7 +390,10 @@ int mk_qgemm_available(void);
 int64_t mk_qgemm_row_stride(int64_t k);
 /* The bytes mk_qgemm_pack writes for weights [k, n]. */
 int64_t mk_qgemm_packed_bytes(int64_t k, int64_t n);
-void mk_qgemm_pack(const int8_t *w, int64_t k, int64_t n, void *bp);
+/* Packs w' [k, n] into bp; returns the layout it chose: 0 the VNNI variant's one layout, with AVX2
+ * 1 (int16 pairs along k, vpmaddwd) or 2 (byte quads along k, vpmaddubsw: only when every pair of k of
+ * every column has |w'_k| + |w'_k+1| <= 128, so that its 16-bit sums cannot saturate). */
+int mk_qgemm_pack(const int8_t *w, int64_t k, int64_t n, void *bp);
 int mk_qgemm_requant(const void *a, int64_t lda, int a_signed, const void *bp, const int32_t *colc, int32_t zw,
                      int64_t m, int64_t n, int64_t k, const int64_t *bias, const int64_t *mult, const int64_t *left,
                      const int64_t *right, int64_t zp, int64_t lo, int64_t hi, int is_signed, void *out);

@@ -26,6 +26,9 @@
  * - AVX2: panels of 8 columns, [panels][ceil(K/2)][8][2] int16 (k = 2q + r); each block of input rows
  *   is first widened to int16 (a ^ flip, zero-extended) in chunks of QKC along K, so rows need no
  *   padding (stride K).
+ *   Or, when every pair (k, k + 1), k even, of every column has |w'_k| + |w'_k+1| <= 128 (mk_qgemm_pack
+ *   checks), byte quads [panels][ceil(K/4)][8][4] summed by vpmaddubsw, which cannot saturate then; a
+ *   32-byte header before the panels names the layout.
  * Zeros past K and past n in both. Without VNNI or AVX2 at compile time mk_qgemm_available() is 0
  * and nothing else here is called.
  */
@@ -87,15 +90,53 @@ int64_t mk_qgemm_row_stride(int64_t k) {
 #endif
 }
 
+#ifdef QGEMM_AVX2
+/* AVX2: the packed weights start with a header of QHDR bytes whose first int32 names their layout. */
+#define QHDR 32
+#define LAYOUT_PAIRS 1 /* [panels][ceil(K/2)][8][2] int16: vpmaddwd on widened rows */
+#define LAYOUT_QUADS 2 /* [panels][ceil(K/4)][8][4] bytes: vpmaddubsw on the rows' bytes, exact */
+#define QUAD_PAIR_LIMIT 128 /* |w'_k| + |w'_k+1| <= 128: 255 * 128 = 32640 fits a vpmaddubsw lane */
+
+/* Every pair (k, k + 1), k even, of every column keeps |w'_k| + |w'_k+1| <= QUAD_PAIR_LIMIT. */
+static int quads_exact(const int8_t *w, int64_t k, int64_t n) {
+    for (int64_t kk = 0; kk < k; kk += 2)
+        for (int64_t c = 0; c < n; c++) {
+            int s = abs(w[kk * n + c]) + (kk + 1 < k ? abs(w[(kk + 1) * n + c]) : 0);
+            if (s > QUAD_PAIR_LIMIT) return 0;
+        }
+    return 1;
+}
+#endif
+
 /* The bytes of mk_qgemm_pack's output for weights [k, n]. */
 int64_t mk_qgemm_packed_bytes(int64_t k, int64_t n) {
+#ifdef QGEMM_AVX2
+    /* the pairs' layout is the larger of the two */
+    return QHDR + (n + QPANEL - 1) / QPANEL * ((k + QKG - 1) / QKG) * QPANEL * QKG * QUNIT;
+#else
     return (n + QPANEL - 1) / QPANEL * ((k + QKG - 1) / QKG) * QPANEL * QKG * QUNIT;
+#endif
 }
 
-/* w' [k, n] (s8, row-major) into the panel layout above (bp holds mk_qgemm_packed_bytes(k, n) bytes). */
-void mk_qgemm_pack(const int8_t *w, int64_t k, int64_t n, void *bp) {
-    int64_t kq = (k + QKG - 1) / QKG;
+/* w' [k, n] (s8, row-major) into the panel layout above (bp holds mk_qgemm_packed_bytes(k, n) bytes).
+ * AVX2: the quads' layout when every pair of k of every column is small enough for vpmaddubsw to sum
+ * it without saturating (quads_exact: per-channel filters quantized to 7 bits are), else the pairs'. */
+int mk_qgemm_pack(const int8_t *w, int64_t k, int64_t n, void *bp) {
     memset(bp, 0, (size_t)mk_qgemm_packed_bytes(k, n));
+#ifdef QGEMM_AVX2
+    int32_t layout = quads_exact(w, k, n) ? LAYOUT_QUADS : LAYOUT_PAIRS;
+    memcpy(bp, &layout, sizeof(layout));
+    if (layout == LAYOUT_QUADS) {
+        int8_t *dst = (int8_t *)bp + QHDR;
+        int64_t kq4 = (k + 3) / 4;
+        for (int64_t kk = 0; kk < k; kk++)
+            for (int64_t c = 0; c < n; c++)
+                dst[((c / QPANEL) * kq4 + kk / 4) * (QPANEL * 4) + (c % QPANEL) * 4 + kk % 4] = w[kk * n + c];
+        return layout;
+    }
+    bp = (char *)bp + QHDR;
+#endif
+    int64_t kq = (k + QKG - 1) / QKG;
     for (int64_t kk = 0; kk < k; kk++)
         for (int64_t c = 0; c < n; c++) {
             int64_t i = ((c / QPANEL) * kq + kk / QKG) * (QPANEL * QKG) + (c % QPANEL) * QKG + kk % QKG;
@@ -105,6 +146,11 @@ void mk_qgemm_pack(const int8_t *w, int64_t k, int64_t n, void *bp) {
             ((int8_t *)bp)[i] = w[kk * n + c];
 #endif
         }
+#ifdef QGEMM_AVX2
+    return LAYOUT_PAIRS;
+#else
+    return 0;
+#endif
 }
 
 typedef struct {
@@ -121,6 +167,7 @@ typedef struct {
     int is_signed;
     void *out;
     int64_t row_chunks, rows_per_task; /* rows_per_task: a multiple of MR, at most ROWS_PER_TASK */
+    int quads;                         /* AVX2: the weights are in LAYOUT_QUADS */
 } qjob;
 
 #ifdef QGEMM_ON
@@ -327,7 +374,7 @@ static void qgemm_task(void *ctx, int64_t t) {
  * they stay in registers; rows >= mr and panels >= np are compiled out. */
 #define ROW2(i)                                                                                 \
     if (mr > i) {                                                                               \
-        __m256i av = _mm256_set1_epi32(ld32(aw + i * QKC + 2 * q));                             \
+        __m256i av = _mm256_set1_epi32(ld32(ab + i * QKC * 2 + off));                           \
         c##i##0 = _mm256_add_epi32(c##i##0, _mm256_madd_epi16(av, b0));                         \
         if (np > 1) c##i##1 = _mm256_add_epi32(c##i##1, _mm256_madd_epi16(av, b1));             \
     }
@@ -351,9 +398,11 @@ static inline __attribute__((always_inline)) void block2(const int16_t *aw, cons
     const __m256i z = _mm256_setzero_si256();
     DECL2(0) DECL2(1) DECL2(2) DECL2(3) DECL2(4) DECL2(5)
     LOAD2(0) LOAD2(1) LOAD2(2) LOAD2(3) LOAD2(4) LOAD2(5)
-    for (int64_t q = 0; q < nq; q++) {
-        __m256i b0 = _mm256_loadu_si256((const __m256i *)(b + 16 * q)), b1 = b0;
-        if (np > 1) b1 = _mm256_loadu_si256((const __m256i *)(b + pstride + 16 * q));
+    /* one byte offset for the rows (4 a step) and the panels (32 a step): fewer loop instructions */
+    const char *ab = (const char *)aw, *bb0 = (const char *)b, *bb1 = (const char *)(b + pstride);
+    for (int64_t off = 0; off < 4 * nq; off += 4) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)(bb0 + 8 * off)), b1 = b0;
+        if (np > 1) b1 = _mm256_loadu_si256((const __m256i *)(bb1 + 8 * off));
         ROW2(0) ROW2(1) ROW2(2) ROW2(3) ROW2(4) ROW2(5)
     }
     STORE2(0) STORE2(1) STORE2(2) STORE2(3) STORE2(4) STORE2(5)
@@ -396,8 +445,8 @@ static inline uint32_t widen(const uint8_t *src, int64_t kc, uint8_t flip, int16
 /* epilogue_row for the rows r .. r + mr of a task's block (row i's sums at acc + i * GROUP_COLS, its
  * row term rowterm[i]): in the 32-bit form each group of 8 columns' constants (the product's odd-lane
  * multipliers, the shift's mask and half) are set up once for all the block's rows. */
-static void epilogue_block(const qjob *j, const int32_t *acc, int64_t r, int mr, int64_t c0, int nc,
-                           const uint32_t *rowterm) {
+static inline __attribute__((always_inline)) void epilogue_block(const qjob *j, const int32_t *acc, int64_t r, int mr, int64_t c0, int nc,
+                                                           const uint32_t *rowterm) {
     int i = 0;
     if (j->narrow) {
         const __m256i round = _mm256_set1_epi64x((int64_t)1 << 30), one = _mm256_set1_epi32(1);
@@ -434,6 +483,137 @@ static void epilogue_block(const qjob *j, const int32_t *acc, int64_t r, int mr,
             epilogue_row(j, acc + row * GROUP_COLS + i, r + row, c0 + i, nc - i, rowterm[row]);
 }
 
+/* The AVX2 variant on weights in LAYOUT_QUADS (mk_qgemm_pack chose it: every pair of k of every column
+ * has |w'_k| + |w'_k+1| <= 128). One k-quad step: row i's four bytes (as read: ^ flip) broadcast as one
+ * 32-bit word, vpmaddubsw with a panel's 8 columns x 4 k (u8 x s8, two products summed into each 16-bit
+ * lane: at most 255 * 128 = 32640 in magnitude, so it never saturates and is exact), vpmaddwd with ones
+ * (the two 16-bit sums of a lane pair into int32, exact), vpaddd into the row's accumulators. Three
+ * instructions per 32 products where the pairs' path takes four, and no widening of the rows: they are
+ * read in place, K at a time, the sums kept in registers (MR4 = 6 rows x 16 columns: 12 accumulators,
+ * the first panel, the broadcast, a product and the ones: 16 ymm registers; the second panel is read
+ * as a memory operand). */
+#define MR4 6
+#define ROW4(i, ptr)                                                                            \
+    if (mr > i) {                                                                               \
+        __m256i av = _mm256_set1_epi32(ld32(ptr));                                              \
+        if (flip) av = _mm256_xor_si256(av, flipv);                                             \
+        c##i##0 = _mm256_add_epi32(c##i##0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
+        if (np > 1) c##i##1 = _mm256_add_epi32(c##i##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones)); \
+    }
+#define ROW4T(i)                                                                                \
+    if (mr > i) {                                                                               \
+        int32_t w = 0;                                                                          \
+        memcpy(&w, a##i + 4 * kq, (size_t)kt); /* the last k % 4: zero bytes meet zero weights */ \
+        __m256i av = _mm256_set1_epi32(w);                                                      \
+        if (flip) av = _mm256_xor_si256(av, flipv);                                             \
+        c##i##0 = _mm256_add_epi32(c##i##0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
+        if (np > 1) c##i##1 = _mm256_add_epi32(c##i##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones)); \
+    }
+
+/* acc[i][0 .. 8 np) = sum over k of row i (a + i * lda, as read) times panel b (and the next panel,
+ * pstride bytes further), for rows i < mr. */
+static inline __attribute__((always_inline)) void block4(const uint8_t *a, int64_t lda, const int mr,
+                                                         const int8_t *b, int64_t pstride, const int np,
+                                                         int64_t k, const int flip, int32_t *acc) {
+    const __m256i z = _mm256_setzero_si256(), ones = _mm256_set1_epi16(1);
+    const __m256i flipv = _mm256_set1_epi8((char)0x80);
+    const uint8_t *a0 = a, *a1 = mr > 1 ? a + lda : a, *a2 = mr > 2 ? a + 2 * lda : a, *a3 = mr > 3 ? a + 3 * lda : a;
+    const uint8_t *a4 = mr > 4 ? a + 4 * lda : a, *a5 = mr > 5 ? a + 5 * lda : a;
+    __m256i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z, c40 = z, c41 = z, c50 = z, c51 = z;
+    const int64_t kq = k / 4, kt = k % 4;
+    const int8_t *b1p = b + pstride;
+    /* The last k % 4 first (the sums are exact in any order): the loop's sums then go straight to the
+     * stores, which keeps GCC 12 from copying and spilling the accumulators around the loop. */
+    if (kt) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)(b + 32 * kq)), b1 = b0;
+        if (np > 1) b1 = _mm256_loadu_si256((const __m256i *)(b1p + 32 * kq));
+        ROW4T(0) ROW4T(1) ROW4T(2) ROW4T(3) ROW4T(4) ROW4T(5)
+    }
+    /* rows 0-2 at p0 + {0, 1, 2} lda and 3-5 at p3 + {0, 1, 2} lda (base + index addressing): three
+     * pointers and lda instead of six pointers, which left GCC 12 short of registers */
+    const uint8_t *p0 = a, *p3 = mr > 3 ? a + 3 * lda : a;
+    for (const int8_t *bq = b, *bend = b + 32 * kq; bq < bend; bq += 32, p0 += 4, p3 += 4) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)bq), b1 = b0;
+        if (np > 1) b1 = _mm256_loadu_si256((const __m256i *)(bq + pstride));
+        ROW4(0, p0) ROW4(1, p0 + lda) ROW4(2, p0 + 2 * lda) ROW4(3, p3) ROW4(4, p3 + lda) ROW4(5, p3 + 2 * lda)
+    }
+    _mm256_storeu_si256((__m256i *)acc, c00);
+    if (np > 1) _mm256_storeu_si256((__m256i *)(acc + 8), c01);
+    if (mr > 1) {
+        _mm256_storeu_si256((__m256i *)(acc + GROUP_COLS), c10);
+        if (np > 1) _mm256_storeu_si256((__m256i *)(acc + GROUP_COLS + 8), c11);
+    }
+    if (mr > 2) {
+        _mm256_storeu_si256((__m256i *)(acc + 2 * GROUP_COLS), c20);
+        if (np > 1) _mm256_storeu_si256((__m256i *)(acc + 2 * GROUP_COLS + 8), c21);
+    }
+    if (mr > 3) {
+        _mm256_storeu_si256((__m256i *)(acc + 3 * GROUP_COLS), c30);
+        if (np > 1) _mm256_storeu_si256((__m256i *)(acc + 3 * GROUP_COLS + 8), c31);
+    }
+    if (mr > 4) {
+        _mm256_storeu_si256((__m256i *)(acc + 4 * GROUP_COLS), c40);
+        if (np > 1) _mm256_storeu_si256((__m256i *)(acc + 4 * GROUP_COLS + 8), c41);
+    }
+    if (mr > 5) {
+        _mm256_storeu_si256((__m256i *)(acc + 5 * GROUP_COLS), c50);
+        if (np > 1) _mm256_storeu_si256((__m256i *)(acc + 5 * GROUP_COLS + 8), c51);
+    }
+}
+
+#define BLOCK4_NP(mr, flip)                                                 \
+    if (np == 2)                                                            \
+        block4(a, j->lda, mr, b, pstride, 2, j->k, flip, ac);               \
+    else                                                                    \
+        block4(a, j->lda, mr, b, pstride, 1, j->k, flip, ac);
+#define BLOCK4_MR(flip)                                                     \
+    switch (mr) {                                                           \
+    case 6: BLOCK4_NP(6, flip); break;                                      \
+    case 5: BLOCK4_NP(5, flip); break;                                      \
+    case 4: BLOCK4_NP(4, flip); break;                                      \
+    case 3: BLOCK4_NP(3, flip); break;                                      \
+    case 2: BLOCK4_NP(2, flip); break;                                      \
+    default: BLOCK4_NP(1, flip); break;                                     \
+    }
+
+/* The sum of the k bytes of src as read (^ flip). */
+static inline uint32_t row_sum(const uint8_t *src, int64_t k, uint8_t flip) {
+    const __m128i f = _mm_set1_epi8((char)flip), z = _mm_setzero_si128();
+    __m128i sum = z;
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16)
+        sum = _mm_add_epi64(sum, _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128((const __m128i *)(src + i)), f), z));
+    uint32_t s = (uint32_t)(_mm_cvtsi128_si64(sum) + _mm_extract_epi64(sum, 1));
+    for (; i < k; i++) s += (uint8_t)(src[i] ^ flip);
+    return s;
+}
+
+/* qgemm_task on LAYOUT_QUADS weights: the task's rows MR4 at a time, every register block of its columns
+ * over the whole of K, then the block's epilogue. */
+static void qgemm_task_quads(const qjob *j, int64_t r0, int64_t r1, int64_t p0, int gp, int64_t c0, int nc) {
+    int64_t pstride = (j->k + 3) / 4 * 32; /* bytes per panel */
+    const int8_t *bpg = (const int8_t *)j->bp + QHDR + p0 * pstride;
+    int32_t acc[MR4 * GROUP_COLS];
+    for (int64_t r = r0; r < r1; r += MR4) {
+        int mr = (int)(r1 - r < MR4 ? r1 - r : MR4);
+        const uint8_t *a = j->a + r * j->lda;
+        uint32_t rowterm[MR4] = {0}; /* zw * the row's sum of a as read */
+        if (j->zw)
+            for (int i = 0; i < mr; i++) rowterm[i] = row_sum(a + i * j->lda, j->k, (uint8_t)j->flip) * (uint32_t)j->zw;
+        for (int pp = 0; pp < gp; pp += 2) {
+            int np = gp - pp < 2 ? gp - pp : 2;
+            const int8_t *b = bpg + pp * pstride;
+            int32_t *ac = acc + pp * QPANEL;
+            if (j->flip) {
+                BLOCK4_MR(1)
+            } else {
+                BLOCK4_MR(0)
+            }
+        }
+        epilogue_block(j, acc, r, mr, c0, nc, rowterm);
+    }
+}
+
 static void qgemm_task(void *ctx, int64_t t) {
     const qjob *j = ctx;
     int64_t rc = t % j->row_chunks, g = t / j->row_chunks;
@@ -443,8 +623,12 @@ static void qgemm_task(void *ctx, int64_t t) {
     int64_t c0 = p0 * QPANEL;
     int nc = (int)(j->n - c0 < GROUP_COLS ? j->n - c0 : GROUP_COLS);
     int64_t r0 = rc * j->rows_per_task, r1 = r0 + j->rows_per_task < j->m ? r0 + j->rows_per_task : j->m;
+    if (j->quads) {
+        qgemm_task_quads(j, r0, r1, p0, gp, c0, nc);
+        return;
+    }
     int64_t pstride = (j->k + 1) / 2 * 16; /* int16 per panel */
-    const int16_t *bpg = (const int16_t *)j->bp + p0 * pstride;
+    const int16_t *bpg = (const int16_t *)((const char *)j->bp + QHDR) + p0 * pstride;
     int16_t aw[MR * QKC];
     int32_t acc[MR * GROUP_COLS];
     for (int64_t r = r0; r < r1; r += MR) {
@@ -514,7 +698,16 @@ int mk_qgemm_requant(const void *a, int64_t lda, int a_signed, const void *bp, c
     int64_t rows_per_task = ((m + row_chunks - 1) / row_chunks + MR - 1) / MR * MR;
     qjob job = {a, lda, m, n, k, a_signed ? 0x80808080u : 0u, bp, colc, zw, bias, mult, left, right,
                 b32, m32, r32, cb32, narrow, (int32_t)zp, (int32_t)lo, (int32_t)hi, is_signed, out,
-                (m + rows_per_task - 1) / rows_per_task, rows_per_task};
+                (m + rows_per_task - 1) / rows_per_task, rows_per_task, 0};
+#ifdef QGEMM_AVX2
+    int32_t layout;
+    memcpy(&layout, bp, sizeof(layout));
+    if (layout != LAYOUT_PAIRS && layout != LAYOUT_QUADS) {
+        free(b32);
+        return -2;
+    }
+    job.quads = layout == LAYOUT_QUADS;
+#endif
     int64_t ntasks = job.row_chunks * groups;
     if (nt > 1)
         mk_parallel_for_job(nt, ntasks, qgemm_task, &job, work >= PARALLEL_QGEMM);

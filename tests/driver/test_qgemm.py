@@ -255,3 +255,110 @@ def test_refuses_what_it_cannot_sum_exactly() -> None:
     assert (y == 77).all()
     assert call(_qgemm.row_stride(k), k) == 0
     assert not (y == 77).all()
+
+
+def _bounded_pairs(rng: np.random.Generator, k: int, n: int) -> np.ndarray:
+    """Centred int8 weights [k, n] whose pairs (k, k + 1), k even, keep |w_k| + |w_k+1| <= 128, with the
+    extremes the bound allows: (-128, 0), (0, -128), (64, -64), (127, 1), (-127, -1), and 7-bit values."""
+    w = rng.integers(-64, 65, size=(k, n))
+    extremes = [(-128, 0), (0, -128), (64, -64), (-64, 64), (127, 1), (-127, -1), (1, 127), (128 - 9, -9)]
+    for i, (a, b) in enumerate(extremes):
+        kk = 2 * (i % ((k + 1) // 2))
+        c = i % n
+        w[kk, c] = a
+        if kk + 1 < k:
+            w[kk + 1, c] = b
+        elif abs(a) > 127 or a == 128 - 9:
+            w[kk, c] = -128  # an odd last k pairs with the padding's zero
+    return w
+
+
+def test_quads_layout_chosen_only_when_exact() -> None:
+    """With AVX2 (no VNNI) the byte quads' layout (vpmaddubsw) is chosen exactly when every pair of k of
+    every column has |w'_k| + |w'_k+1| <= 128: 7-bit filters, the pair bound's extremes; one pair past
+    it (|-128| + 1, 65 + 64), anywhere, keeps the int16 pairs' layout. A lone odd last k pairs with 0."""
+    layouts = {_qgemm.QWeights(np.zeros((4, 3), dtype=np.float32), 0, False).layout}
+    if layouts == {_qgemm.VNNI}:
+        pytest.skip("the VNNI variant has one layout")
+    rng = np.random.default_rng(128)
+    for k, n in [(1, 1), (2, 3), (5, 9), (27, 32), (64, 17)]:
+        w = _bounded_pairs(rng, k, n)
+        assert _qgemm.QWeights(w.astype(np.float32), 0, False).layout == _qgemm.QUADS, (k, n)
+        for a, b in [(-128, 1), (65, 64), (-65, -64), (127, 2)]:
+            bad = w.copy()
+            kk, c = 2 * int(rng.integers(0, k // 2)) if k > 1 else 0, int(rng.integers(0, n))
+            bad[kk, c] = a
+            if kk + 1 < k:
+                bad[kk + 1, c] = b
+            want = _qgemm.PAIRS if kk + 1 < k or abs(a) > 128 else _qgemm.QUADS
+            assert _qgemm.QWeights(bad.astype(np.float32), 0, False).layout == want, (k, n, a, b)
+    # a uint8 filter's centred values that do not fit int8 are centred by zw = -ceil((min + max) / 2): the
+    # bound applies to w' = centred + zw; so are those that fit int8 when that brings them within 7 bits.
+    # (128, 0) -> (64, -64) and (-120, 8) -> (-64, 64): quads; (-120, 10) stays (zw 0, 130 > 128),
+    # (255, 0) -> (127, -128) and (-129, 0) -> (-65, 64), one past the bound: pairs
+    cases = [((128, 0), -64, _qgemm.QUADS), ((-120, 8), 56, _qgemm.QUADS), ((-120, 10), 0, _qgemm.PAIRS),
+             ((255, 0), -128, _qgemm.PAIRS),
+             ((-129, 0), 64, _qgemm.PAIRS)]  # fmt: skip
+    for pair, zw, want in cases:
+        qw = _qgemm.QWeights(np.array(pair, dtype=np.float32).reshape(2, 1), 0, False)
+        assert (qw.zw, qw.layout) == (zw, want), pair
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_quads_layout_matches_int64_reference(signed: bool) -> None:
+    """The byte quads' path (vpmaddubsw) bit-exact against the int64 reference: pairs at the bound's
+    extremes against inputs at both ends of their range (the largest 16-bit sums: 255 * 128), K of every
+    remainder modulo 4 (the last quad read byte by byte), n off the panel and register block sizes, m off
+    the block of 4 rows and a task's 48, extreme and random zero points, per-channel multipliers that
+    differ widely, the int64 requantization form, junk past K, 1 to 3 threads."""
+    rng = np.random.default_rng(4 + int(signed))
+    dtype = np.int8 if signed else np.uint8
+    info = np.iinfo(dtype)
+    shapes = [(1, 1, 1), (5, 2, 8), (3, 3, 17), (4, 4, 16), (7, 5, 9), (49, 27, 32), (50, 32, 64),
+              (13, 259, 33), (97, 130, 65), (6, 1025, 24), (196, 64, 130)]  # fmt: skip
+    before = native.threads()
+    try:
+        for i, (m, k, n) in enumerate(shapes):
+            native.set_threads(1 + i % 3)
+            centred = _bounded_pairs(rng, k, n)
+            for zp_x in (info.min, info.max, int(rng.integers(info.min, info.max + 1))):
+                x = rng.integers(info.min, info.max + 1, size=(m, k)).astype(dtype)
+                x[0] = info.max if zp_x == info.min else info.min  # the row farthest from the zero point
+                x[-1, ::2] = info.max  # as read: 255 against the pairs' extremes
+                x[-1, 1::2] = info.min
+                wide = i % 3 == 1
+                _, _, bias = _case(rng, k, n, signed, "pc", wide)
+                q = _quant(rng, n, signed, True, wide)
+                q = QuantConv(0, 0, q.multiplier, q.shift + rng.integers(-6, 7, size=n) * (not wide),
+                              q.output_zp, q.lo, q.hi, q.output_type)  # fmt: skip
+                w = _qgemm.QWeights(centred.astype(np.float32), zp_x, signed)
+                assert w.layout in (_qgemm.VNNI, _qgemm.QUADS)
+                want = _reference(x, zp_x, centred.astype(np.float32), bias, q)
+                for lda in (_qgemm.row_stride(k), _qgemm.row_stride(k) + 3):
+                    got = _run(x, lda, zp_x, centred.astype(np.float32), bias, q)
+                    np.testing.assert_array_equal(
+                        got, want, err_msg=f"m={m} k={k} n={n} zp_x={zp_x} lda={lda}"
+                    )
+    finally:
+        native.set_threads(before)
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_quads_layout_with_a_filter_zero_point(signed: bool) -> None:
+    """A uint8 filter whose centred values span at most 129 but do not fit int8 (zw != 0: the row term
+    zw * rowsum, summed over the rows' bytes as read) on the quads' path, as the int64 reference."""
+    rng = np.random.default_rng(12 + int(signed))
+    dtype = np.int8 if signed else np.uint8
+    info = np.iinfo(dtype)
+    for m, k, n in [(5, 3, 7), (50, 40, 20), (9, 301, 70)]:
+        centred = rng.integers(70, 129, size=(k, n))  # zw = -99: w' in [-29, 29]
+        centred[0, 0], centred[-1, -1] = 128, 70
+        zp_x = int(rng.integers(info.min, info.max + 1))
+        w = _qgemm.QWeights(centred.astype(np.float32), zp_x, signed)
+        assert w.zw == -99 and w.layout in (_qgemm.VNNI, _qgemm.QUADS)
+        x = rng.integers(info.min, info.max + 1, size=(m, k)).astype(dtype)
+        _, _, bias = _case(rng, k, n, signed, "u8", False)
+        q = _quant(rng, n, signed, False, False)
+        want = _reference(x, zp_x, centred.astype(np.float32), bias, q)
+        got = _run(x, _qgemm.row_stride(k) + 1, zp_x, centred.astype(np.float32), bias, q)
+        np.testing.assert_array_equal(got, want, err_msg=f"m={m} k={k} n={n}")

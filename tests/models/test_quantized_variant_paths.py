@@ -95,3 +95,29 @@ def test_every_layer_requantizes_in_32_bits(monkeypatch, suffix):
         assert np.abs(rq.bias.array).max() <= NARROW_BIAS, f"{SMALL + suffix}: a bias beyond the 32-bit form"
     if suffix == "_quant_perchannel":  # the filters' scales really differ per channel
         assert any(np.unique(rq.mult.array).size > 1 for rq in params)
+
+
+def test_seven_bit_filters_take_the_byte_quads(monkeypatch):
+    """With AVX2 and no VNNI, every integer GEMM of the per-channel variant (filters quantized to 7 bits:
+    every pair of k sums to at most 128 in magnitude) runs vpmaddubsw on its byte quads; the unsigned and
+    signed variants' 8-bit filters keep the int16 pairs where one pair exceeds the bound."""
+    layouts: list[int] = []
+
+    class Recording(_qgemm.QWeights):
+        __slots__ = ()
+
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            layouts.append(self.layout)
+
+    monkeypatch.setattr(_qgemm, "QWeights", Recording)
+    seen = {}
+    for suffix in VARIANTS:
+        layouts.clear()
+        _paths(suffix, monkeypatch)
+        seen[suffix] = list(layouts)
+    if not _qgemm.available(64) or seen["_quant"][:1] == [_qgemm.VNNI]:
+        pytest.skip("no integer GEMM, or the VNNI variant (one layout)")
+    assert len(seen["_quant_perchannel"]) >= 14
+    assert set(seen["_quant_perchannel"]) == {_qgemm.QUADS}
+    assert _qgemm.PAIRS in seen["_quant"] and _qgemm.PAIRS in seen["_quant_signed"]
