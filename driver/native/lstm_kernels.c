@@ -4,12 +4,16 @@
  *
  * The weights are packed at prepare in panels of eight units: panel p holds, for every row kk of
  * the product, the columns of units 8p..8p+7 of each gate in the order i, f, g, o (no i under
- * CIFG), i.e. [panels][k][gates * 8], units padded with zeros to a multiple of eight. One pass
- * over a panel gives the pre-activations of all gates of eight units in registers, so the cell
- * update for those units follows at once: the weights are read once per step and nothing else is
- * stored in between. A large enough step is split by panels over kernels.c's thread pool, under
- * the pool's own rule (below), which deals them out in contiguous runs. Every run writes disjoint units, so results do not
- * depend on the thread count.
+ * CIFG), gates * 8 floats, units padded with zeros to a multiple of eight. Panels go in pairs: the
+ * pair of panels 2q and 2q+1 is stored row by row, each row the panel 2q's gates * 8 floats and then
+ * the panel 2q+1's, i.e. [pairs][k][2][gates * 8]; an odd last panel follows alone, [k][gates * 8].
+ * Every pair (and the last panel) starts where its first panel would in a plain [panels][k][gates * 8]
+ * array. One pass over a pair gives the pre-activations of all gates of sixteen units in eight
+ * registers (each row's input broadcast once for the sixteen units' gates), so the cell update for
+ * those units follows at once: the weights are read once per step, in memory order, and nothing else
+ * is stored in between. A large enough step is split by pairs over kernels.c's thread pool, under
+ * the pool's own rule (below), which deals them out in contiguous runs. Every run writes disjoint
+ * units, so results do not depend on the thread count.
  *
  * The exponential, tanh and sigmoid are vmath.h's (Cephes' expf and tanhf polynomials, shared with
  * kernels.c's TANH and LOGISTIC); they differ from NumPy's by a few ulp.
@@ -117,11 +121,37 @@ static inline __attribute__((always_inline)) void panel_dot_g(const float *restr
 }
 
 /* panel_dot_g for the LSTM's gate count: 4, or 3 under CIFG. */
-static void panel_dot(const float *a, int64_t k, const float *w, int gates, lv8f acc[4]) {
+static inline __attribute__((always_inline)) void panel_dot(const float *a, int64_t k, const float *w, int gates,
+                                                            lv8f acc[4]) {
     if (gates == 4)
         panel_dot_g(a, k, w, 4, acc);
     else
         panel_dot_g(a, k, w, 3, acc);
+}
+
+/* acc[n] += sum over kk < k of a[kk] * w[kk][n*8 .. n*8+7] for n < N (8, or 6 under CIFG: a pair of
+ * panels' gates, a constant once inlined), w's rows N * 8 floats apart. Each row's a[kk] is broadcast
+ * once for the N products; one chain of sums per accumulator, in row order (N = 6 or 8 independent
+ * FMAs in flight cover the FMA's latency); four rows per pass of the main loop. */
+static inline __attribute__((always_inline)) void pair_dot_g(const float *restrict a, int64_t k,
+                                                             const float *restrict w, const int N, lv8f acc[8]) {
+    const int64_t stride = (int64_t)N * 8;
+    lv8f s[8];
+    for (int n = 0; n < N; n++) s[n] = acc[n];
+    int64_t kk = 0;
+    for (; kk + 4 <= k; kk += 4) {
+        const float *w0 = w + kk * stride;
+        for (int r = 0; r < 4; r++) {
+            const lv8f x = bcast(a[kk + r]);
+            for (int n = 0; n < N; n++) s[n] += x * ld8(w0 + r * stride + n * 8);
+        }
+    }
+    for (; kk < k; kk++) {
+        const float *w0 = w + kk * stride;
+        const lv8f x = bcast(a[kk]);
+        for (int n = 0; n < N; n++) s[n] += x * ld8(w0 + n * 8);
+    }
+    for (int n = 0; n < N; n++) acc[n] = s[n];
 }
 
 /* What a prepared LSTM keeps for the kernel: mk_lstm_const_t (mlts_kernels.h). */
@@ -134,10 +164,12 @@ typedef struct {
     float *c_out, *h_out, *gates_out;
 } lstm_job_t;
 
-/* The step of units 8p..8p+7 (panel p) for every batch row. */
-static void cell_panel(const lstm_job_t *j, int64_t p) {
+/* The cell update of units 8p..8p+7 (panel p) of batch row r from their gates' pre-activations z
+ * (the products only: bias, added parts and peepholes are added here). */
+static inline __attribute__((always_inline)) void cell_update(const lstm_job_t *j, int64_t r, int64_t p,
+                                                              const lv8f *zp) {
     const lstm_const_t *cst = j->cst;
-    const int64_t units = cst->units, k1 = cst->k1, k2 = cst->k2, k = k1 + k2;
+    const int64_t units = cst->units;
     const int gates = (int)cst->gates, act = (int)cst->act;
     const float cell_clip = (float)cst->cell_clip;
     const float *bias = cst->bias, *peep_i = cst->peep_i, *peep_f = cst->peep_f, *peep_o = cst->peep_o;
@@ -145,41 +177,70 @@ static void cell_panel(const lstm_job_t *j, int64_t p) {
     const int fi = cifg ? 0 : 1; /* index of the forget gate */
     const int64_t u0 = p * 8;
     const int64_t nu = units - u0 < 8 ? units - u0 : 8;
-    const float *wp = cst->w + p * k * gates * 8;
-    for (int64_t r = 0; r < j->batch; r++) {
-        lv8f z[4] = {v8_splat(0.0f), v8_splat(0.0f), v8_splat(0.0f), v8_splat(0.0f)};
-        panel_dot(j->a1 + r * j->lda1, k1, wp, gates, z);
-        if (k2 > 0) panel_dot(j->a2 + r * j->lda2, k2, wp + k1 * gates * 8, gates, z);
-        for (int g = 0; g < gates; g++) {
-            if (bias) z[g] += load_n(bias + g * units + u0, nu);
-            if (j->add) z[g] += load_n(j->add + r * j->ldadd + g * units + u0, nu);
-        }
-        lv8f c = load_n(j->c_in + r * units + u0, nu);
-        if (peep_f) z[fi] += load_n(peep_f + u0, nu) * c;
-        if (peep_i && !cifg) z[0] += load_n(peep_i + u0, nu) * c;
-        lv8f f = v8_sigmoid(z[fi]);
-        lv8f g = vact(z[fi + 1], act);
-        lv8f i = cifg ? v8_splat(1.0f) - f : v8_sigmoid(z[0]);
-        lv8f cn = f * c + i * g;
-        if (cell_clip > 0) cn = v8_clamp(cn, v8_splat(-cell_clip), v8_splat(cell_clip));
-        lv8f pre_o = z[fi + 2];
-        if (peep_o) pre_o += load_n(peep_o + u0, nu) * cn;
-        lv8f o = v8_sigmoid(pre_o);
-        lv8f h = o * vact(cn, act);
-        store_n(j->c_out + r * units + u0, cn, nu);
-        store_n(j->h_out + r * units + u0, h, nu);
-        if (j->gates_out) {
-            float *go = j->gates_out + r * gates * units + u0;
-            if (!cifg) store_n(go, i, nu);
-            store_n(go + fi * units, f, nu);
-            store_n(go + (fi + 1) * units, g, nu);
-            store_n(go + (fi + 2) * units, o, nu);
+    lv8f z[4] = {zp[0], zp[1], zp[2], cifg ? zp[2] : zp[3]};
+    for (int g = 0; g < gates; g++) {
+        if (bias) z[g] += load_n(bias + g * units + u0, nu);
+        if (j->add) z[g] += load_n(j->add + r * j->ldadd + g * units + u0, nu);
+    }
+    lv8f c = load_n(j->c_in + r * units + u0, nu);
+    if (peep_f) z[fi] += load_n(peep_f + u0, nu) * c;
+    if (peep_i && !cifg) z[0] += load_n(peep_i + u0, nu) * c;
+    lv8f f = v8_sigmoid(z[fi]);
+    lv8f g = vact(z[fi + 1], act);
+    lv8f i = cifg ? v8_splat(1.0f) - f : v8_sigmoid(z[0]);
+    lv8f cn = f * c + i * g;
+    if (cell_clip > 0) cn = v8_clamp(cn, v8_splat(-cell_clip), v8_splat(cell_clip));
+    lv8f pre_o = z[fi + 2];
+    if (peep_o) pre_o += load_n(peep_o + u0, nu) * cn;
+    lv8f o = v8_sigmoid(pre_o);
+    lv8f h = o * vact(cn, act);
+    store_n(j->c_out + r * units + u0, cn, nu);
+    store_n(j->h_out + r * units + u0, h, nu);
+    if (j->gates_out) {
+        float *go = j->gates_out + r * gates * units + u0;
+        if (!cifg) store_n(go, i, nu);
+        store_n(go + fi * units, f, nu);
+        store_n(go + (fi + 1) * units, g, nu);
+        store_n(go + (fi + 2) * units, o, nu);
+    }
+}
+
+/* The step of the units of pairs q0..q1-1 (panels 2q0..2q1-1, the last one alone when the panel count
+ * is odd) for every batch row. */
+static void cell_pairs(const lstm_job_t *j, int64_t q0, int64_t q1) {
+    const lstm_const_t *cst = j->cst;
+    const int64_t units = cst->units, k1 = cst->k1, k2 = cst->k2, k = k1 + k2;
+    const int64_t panels = (units + 7) / 8;
+    const int gates = (int)cst->gates;
+    const int64_t gw = (int64_t)gates * 8; /* floats of one panel's row */
+    for (int64_t q = q0; q < q1; q++) {
+        const int64_t p = 2 * q;
+        const float *wp = cst->w + p * k * gw;
+        const int two = p + 1 < panels;
+        for (int64_t r = 0; r < j->batch; r++) {
+            const float *a1 = j->a1 + r * j->lda1, *a2 = k2 > 0 ? j->a2 + r * j->lda2 : NULL;
+            lv8f z[8] = {{0}};
+            if (two) {
+                if (gates == 4) {
+                    pair_dot_g(a1, k1, wp, 8, z);
+                    if (k2 > 0) pair_dot_g(a2, k2, wp + k1 * 2 * gw, 8, z);
+                } else {
+                    pair_dot_g(a1, k1, wp, 6, z);
+                    if (k2 > 0) pair_dot_g(a2, k2, wp + k1 * 2 * gw, 6, z);
+                }
+                cell_update(j, r, p, z);
+                cell_update(j, r, p + 1, z + gates);
+            } else {
+                panel_dot(a1, k1, wp, gates, z);
+                if (k2 > 0) panel_dot(a2, k2, wp + k1 * gw, gates, z);
+                cell_update(j, r, p, z);
+            }
         }
     }
 }
 
-/* Task t of the pool: panel t (the pool claims them in contiguous runs). */
-static void cell_task(void *ctx, int64_t t) { cell_panel(ctx, t); }
+/* Task t of the pool: pair t (the pool claims them in contiguous runs). */
+static void cell_task(void *ctx, int64_t t) { cell_pairs(ctx, t, t + 1); }
 
 /* One LSTM step for `batch` rows (see _lstm_cell for the formulas; no layer norm, no projection):
  *
@@ -196,13 +257,13 @@ void mk_lstm_cell_f32(const lstm_const_t *cst, int64_t batch, const float *a1, i
                       int64_t lda2, const float *add, int64_t ldadd, const float *c_in, float *c_out,
                       float *h_out, float *gates_out) {
     lstm_job_t job = {cst, batch, lda1, lda2, ldadd, a1, a2, add, c_in, c_out, h_out, gates_out};
-    const int64_t panels = (cst->units + 7) / 8;
+    const int64_t pairs = (cst->units + 15) / 16;
     const int64_t work = batch * (cst->k1 + cst->k2) * cst->units * cst->gates;
     int nt = mk_threads();
-    if (nt > 1 && panels >= 2 && work >= mk_split_work(LSTM_PARALLEL_WORK)) {
+    if (nt > 1 && pairs >= 2 && work >= mk_split_work(LSTM_PARALLEL_WORK)) {
         __atomic_fetch_add(&((lstm_const_t *)cst)->offered, 1, __ATOMIC_RELAXED); /* only this field */
-        mk_parallel_for_job(nt, panels, cell_task, &job, work >= LSTM_PARALLEL_WORK);
+        mk_parallel_for_job(nt, pairs, cell_task, &job, work >= LSTM_PARALLEL_WORK);
         return;
     }
-    for (int64_t p = 0; p < panels; p++) cell_panel(&job, p);
+    cell_pairs(&job, 0, pairs);
 }

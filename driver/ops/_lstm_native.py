@@ -4,8 +4,8 @@ Used by LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM and each direction of BIDIRECTIONAL_S
 the compiled kernels are loaded, every weight operand is a constant and there is no layer norm (its
 per-row mean needs every unit's gate before any is activated); otherwise they run
 `_lstm_cell.step` in NumPy. The weights are packed once at prepare in the kernel's panel layout
-(see the C file): eight units' columns of every gate side by side, so one pass over a panel gives
-those units' whole cell update. The projection, when present, follows in NumPy
+(see the C file): eight units' columns of every gate side by side, two such panels interleaved by
+rows, so one pass over a pair gives sixteen units' whole cell update. The projection, when present, follows in NumPy
 (`_lstm_cell.project`).
 
 The kernel's sigmoid and tanh are polynomial (Cephes); results agree with the NumPy path to a few
@@ -39,24 +39,35 @@ def available() -> bool:
 
 
 def panels(blocks: Sequence[np.ndarray], gates: int, units: int) -> np.ndarray:
-    """Gate-major columns [k_i, gates * units] of each block, stacked by rows, as the kernel's panels
-    [ceil(units / 8), sum k_i, gates * 8] (units padded with zeros to a multiple of eight)."""
+    """Gate-major columns [k_i, gates * units] of each block, stacked by rows, in the kernel's layout
+    (see the C file), one flat array: panels of eight units' columns of every gate, units padded with
+    zeros to a multiple of eight, plain [ceil(units / 8), sum k_i, gates * 8]; then each pair of
+    panels 2q, 2q + 1 interleaved by rows, [pairs][sum k_i][2][gates * 8] (an odd last panel alone)."""
     count = -(-units // 8)
     k = sum(b.shape[0] for b in blocks)
-    out = (np.zeros if units % 8 else np.empty)((count, k, gates, 8), dtype=F32)
+    plain = (np.zeros if units % 8 else np.empty)((count, k, gates, 8), dtype=F32)
     row = 0
     for b in blocks:
         kb = b.shape[0]
         v = b.reshape(kb, gates, units)
         whole = units // 8
         if whole:
-            out[:whole, row : row + kb] = (
+            plain[:whole, row : row + kb] = (
                 v[:, :, : whole * 8].reshape(kb, gates, whole, 8).transpose(2, 0, 1, 3)
             )
         if units % 8:
-            out[whole, row : row + kb, :, : units % 8] = v[:, :, whole * 8 :]
+            plain[whole, row : row + kb, :, : units % 8] = v[:, :, whole * 8 :]
         row += kb
-    return out.reshape(count, k, gates * 8)
+    plain = plain.reshape(count, k, gates * 8)
+    pairs = count // 2
+    if not pairs:
+        return plain.reshape(-1)
+    out = np.empty(plain.size, dtype=F32)
+    paired = out[: pairs * 2 * k * gates * 8].reshape(pairs, k, 2, gates * 8)
+    paired[...] = plain[: 2 * pairs].reshape(pairs, 2, k, gates * 8).transpose(0, 2, 1, 3)
+    if count % 2:
+        out[paired.size :] = plain[-1].reshape(-1)
+    return out
 
 
 def _vector(v: np.ndarray | None) -> np.ndarray | None:
