@@ -132,16 +132,16 @@ static inline __attribute__((always_inline)) void panel_dot(const float *a, int6
 /* acc[n] += sum over kk < k of a[kk] * w[kk][n*8 .. n*8+7] for n < N (8, or 6 under CIFG: a pair of
  * panels' gates, a constant once inlined), w's rows N * 8 floats apart. Each row's a[kk] is broadcast
  * once for the N products; one chain of sums per accumulator, in row order (N = 6 or 8 independent
- * FMAs in flight cover the FMA's latency); four rows per pass of the main loop. */
+ * FMAs in flight cover the FMA's latency); eight rows per pass of the main loop. */
 static inline __attribute__((always_inline)) void pair_dot_g(const float *restrict a, int64_t k,
                                                              const float *restrict w, const int N, lv8f acc[8]) {
     const int64_t stride = (int64_t)N * 8;
     lv8f s[8];
     for (int n = 0; n < N; n++) s[n] = acc[n];
     int64_t kk = 0;
-    for (; kk + 4 <= k; kk += 4) {
+    for (; kk + 8 <= k; kk += 8) {
         const float *w0 = w + kk * stride;
-        for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < 8; r++) {
             const lv8f x = bcast(a[kk + r]);
             for (int n = 0; n < N; n++) s[n] += x * ld8(w0 + r * stride + n * 8);
         }
