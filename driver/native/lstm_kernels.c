@@ -135,23 +135,42 @@ static inline __attribute__((always_inline)) void panel_dot(const float *a, int6
  * FMAs in flight cover the FMA's latency); eight rows per pass of the main loop. */
 static inline __attribute__((always_inline)) void pair_dot_g(const float *restrict a, int64_t k,
                                                              const float *restrict w, const int N, lv8f acc[8]) {
+    /* Named sums (an array indexed in an unrolled loop left the compiler shuffling them between
+     * registers, a move per FMA or two). */
     const int64_t stride = (int64_t)N * 8;
-    lv8f s[8];
-    for (int n = 0; n < N; n++) s[n] = acc[n];
+    lv8f s0 = acc[0], s1 = acc[1], s2 = acc[2], s3 = acc[3], s4 = acc[4], s5 = acc[5];
+    lv8f s6 = N == 8 ? acc[6] : s0, s7 = N == 8 ? acc[7] : s0;
+#define PAIR_ROW(x, wr)                                                                                     \
+    do {                                                                                                   \
+        const float *w_ = (wr);                                                                            \
+        s0 += (x) * ld8(w_);                                                                               \
+        s1 += (x) * ld8(w_ + 8);                                                                           \
+        s2 += (x) * ld8(w_ + 16);                                                                          \
+        s3 += (x) * ld8(w_ + 24);                                                                          \
+        s4 += (x) * ld8(w_ + 32);                                                                          \
+        s5 += (x) * ld8(w_ + 40);                                                                          \
+        if (N == 8) {                                                                                      \
+            s6 += (x) * ld8(w_ + 48);                                                                      \
+            s7 += (x) * ld8(w_ + 56);                                                                      \
+        }                                                                                                  \
+    } while (0)
     int64_t kk = 0;
     for (; kk + 8 <= k; kk += 8) {
         const float *w0 = w + kk * stride;
-        for (int r = 0; r < 8; r++) {
-            const lv8f x = bcast(a[kk + r]);
-            for (int n = 0; n < N; n++) s[n] += x * ld8(w0 + r * stride + n * 8);
-        }
+        const float *ak = a + kk;
+        PAIR_ROW(bcast(ak[0]), w0);
+        PAIR_ROW(bcast(ak[1]), w0 + stride);
+        PAIR_ROW(bcast(ak[2]), w0 + 2 * stride);
+        PAIR_ROW(bcast(ak[3]), w0 + 3 * stride);
+        PAIR_ROW(bcast(ak[4]), w0 + 4 * stride);
+        PAIR_ROW(bcast(ak[5]), w0 + 5 * stride);
+        PAIR_ROW(bcast(ak[6]), w0 + 6 * stride);
+        PAIR_ROW(bcast(ak[7]), w0 + 7 * stride);
     }
-    for (; kk < k; kk++) {
-        const float *w0 = w + kk * stride;
-        const lv8f x = bcast(a[kk]);
-        for (int n = 0; n < N; n++) s[n] += x * ld8(w0 + n * 8);
-    }
-    for (int n = 0; n < N; n++) acc[n] = s[n];
+    for (; kk < k; kk++) PAIR_ROW(bcast(a[kk]), w + kk * stride);
+#undef PAIR_ROW
+    acc[0] = s0, acc[1] = s1, acc[2] = s2, acc[3] = s3, acc[4] = s4, acc[5] = s5;
+    if (N == 8) acc[6] = s6, acc[7] = s7;
 }
 
 /* What a prepared LSTM keeps for the kernel: mk_lstm_const_t (mlts_kernels.h). */
@@ -165,9 +184,9 @@ typedef struct {
 } lstm_job_t;
 
 /* The cell update of units 8p..8p+7 (panel p) of batch row r from their gates' pre-activations z
- * (the products only: bias, added parts and peepholes are added here). */
-static inline __attribute__((always_inline)) void cell_update(const lstm_job_t *j, int64_t r, int64_t p,
-                                                              const lv8f *zp) {
+ * (the products only: bias, added parts and peepholes are added here). Not inlined: one copy of the
+ * elementwise code, called with the sums once they are final, leaves the product loops their registers. */
+static __attribute__((noinline)) void cell_update(const lstm_job_t *j, int64_t r, int64_t p, const lv8f *zp) {
     const lstm_const_t *cst = j->cst;
     const int64_t units = cst->units;
     const int gates = (int)cst->gates, act = (int)cst->act;
@@ -205,6 +224,19 @@ static inline __attribute__((always_inline)) void cell_update(const lstm_job_t *
     }
 }
 
+/* Batch row r of panels p and p + 1 from the pair's weights wp (N = 2 * gates, a constant once
+ * inlined, so that the sums stay in registers). */
+static inline __attribute__((always_inline)) void pair_step(const lstm_job_t *j, int64_t r, int64_t p,
+                                                            const float *wp, const float *a1, const float *a2,
+                                                            const int N) {
+    const int64_t k1 = j->cst->k1, k2 = j->cst->k2;
+    lv8f z[8] = {{0}};
+    pair_dot_g(a1, k1, wp, N, z);
+    if (k2 > 0) pair_dot_g(a2, k2, wp + k1 * N * 8, N, z);
+    cell_update(j, r, p, z);
+    cell_update(j, r, p + 1, z + N / 2);
+}
+
 /* The step of the units of pairs q0..q1-1 (panels 2q0..2q1-1, the last one alone when the panel count
  * is odd) for every batch row. */
 static void cell_pairs(const lstm_job_t *j, int64_t q0, int64_t q1) {
@@ -219,18 +251,13 @@ static void cell_pairs(const lstm_job_t *j, int64_t q0, int64_t q1) {
         const int two = p + 1 < panels;
         for (int64_t r = 0; r < j->batch; r++) {
             const float *a1 = j->a1 + r * j->lda1, *a2 = k2 > 0 ? j->a2 + r * j->lda2 : NULL;
-            lv8f z[8] = {{0}};
             if (two) {
-                if (gates == 4) {
-                    pair_dot_g(a1, k1, wp, 8, z);
-                    if (k2 > 0) pair_dot_g(a2, k2, wp + k1 * 2 * gw, 8, z);
-                } else {
-                    pair_dot_g(a1, k1, wp, 6, z);
-                    if (k2 > 0) pair_dot_g(a2, k2, wp + k1 * 2 * gw, 6, z);
-                }
-                cell_update(j, r, p, z);
-                cell_update(j, r, p + 1, z + gates);
+                if (gates == 4)
+                    pair_step(j, r, p, wp, a1, a2, 8);
+                else
+                    pair_step(j, r, p, wp, a1, a2, 6);
             } else {
+                lv8f z[4] = {{0}};
                 panel_dot(a1, k1, wp, gates, z);
                 if (k2 > 0) panel_dot(a2, k2, wp + k1 * gw, gates, z);
                 cell_update(j, r, p, z);
