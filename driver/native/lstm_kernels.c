@@ -183,44 +183,53 @@ typedef struct {
     float *c_out, *h_out, *gates_out;
 } lstm_job_t;
 
-/* The cell update of units 8p..8p+7 (panel p) of batch row r from their gates' pre-activations z
- * (the products only: bias, added parts and peepholes are added here). Not inlined: one copy of the
- * elementwise code, called with the sums once they are final, leaves the product loops their registers. */
-static __attribute__((noinline)) void cell_update(const lstm_job_t *j, int64_t r, int64_t p, const lv8f *zp) {
+/* The cell update of units 8p..8p+7 (panel p) and, when two, 8p+8..8p+15 (panel p + 1) of batch row
+ * r from their gates' pre-activations zp (panel p's gates, then panel p + 1's: the products only; bias,
+ * added parts and peepholes are added here). Not inlined: one copy of the elementwise code, called
+ * with the sums once they are final, leaves the product loops their registers; a pair per call pays
+ * the call and the reading of the constants once for sixteen units. */
+static __attribute__((noinline)) void cell_update(const lstm_job_t *j, int64_t r, int64_t p, const lv8f *zp,
+                                                  int two) {
     const lstm_const_t *cst = j->cst;
     const int64_t units = cst->units;
     const int gates = (int)cst->gates, act = (int)cst->act;
     const float cell_clip = (float)cst->cell_clip;
     const float *bias = cst->bias, *peep_i = cst->peep_i, *peep_f = cst->peep_f, *peep_o = cst->peep_o;
+    const float *add = j->add ? j->add + r * j->ldadd : NULL;
+    const float *c_in = j->c_in + r * units;
+    float *c_out = j->c_out + r * units, *h_out = j->h_out + r * units;
+    float *gates_out = j->gates_out ? j->gates_out + r * gates * units : NULL;
     const int cifg = gates == 3;
     const int fi = cifg ? 0 : 1; /* index of the forget gate */
-    const int64_t u0 = p * 8;
-    const int64_t nu = units - u0 < 8 ? units - u0 : 8;
-    lv8f z[4] = {zp[0], zp[1], zp[2], cifg ? zp[2] : zp[3]};
-    for (int g = 0; g < gates; g++) {
-        if (bias) z[g] += load_n(bias + g * units + u0, nu);
-        if (j->add) z[g] += load_n(j->add + r * j->ldadd + g * units + u0, nu);
-    }
-    lv8f c = load_n(j->c_in + r * units + u0, nu);
-    if (peep_f) z[fi] += load_n(peep_f + u0, nu) * c;
-    if (peep_i && !cifg) z[0] += load_n(peep_i + u0, nu) * c;
-    lv8f f = v8_sigmoid(z[fi]);
-    lv8f g = vact(z[fi + 1], act);
-    lv8f i = cifg ? v8_splat(1.0f) - f : v8_sigmoid(z[0]);
-    lv8f cn = f * c + i * g;
-    if (cell_clip > 0) cn = v8_clamp(cn, v8_splat(-cell_clip), v8_splat(cell_clip));
-    lv8f pre_o = z[fi + 2];
-    if (peep_o) pre_o += load_n(peep_o + u0, nu) * cn;
-    lv8f o = v8_sigmoid(pre_o);
-    lv8f h = o * vact(cn, act);
-    store_n(j->c_out + r * units + u0, cn, nu);
-    store_n(j->h_out + r * units + u0, h, nu);
-    if (j->gates_out) {
-        float *go = j->gates_out + r * gates * units + u0;
-        if (!cifg) store_n(go, i, nu);
-        store_n(go + fi * units, f, nu);
-        store_n(go + (fi + 1) * units, g, nu);
-        store_n(go + (fi + 2) * units, o, nu);
+    for (int q = 0; q <= two; q++, zp += gates) {
+        const int64_t u0 = (p + q) * 8;
+        const int64_t nu = units - u0 < 8 ? units - u0 : 8;
+        lv8f z[4] = {zp[0], zp[1], zp[2], cifg ? zp[2] : zp[3]};
+        for (int g = 0; g < gates; g++) {
+            if (bias) z[g] += load_n(bias + g * units + u0, nu);
+            if (add) z[g] += load_n(add + g * units + u0, nu);
+        }
+        lv8f c = load_n(c_in + u0, nu);
+        if (peep_f) z[fi] += load_n(peep_f + u0, nu) * c;
+        if (peep_i && !cifg) z[0] += load_n(peep_i + u0, nu) * c;
+        lv8f f = v8_sigmoid(z[fi]);
+        lv8f g = vact(z[fi + 1], act);
+        lv8f i = cifg ? v8_splat(1.0f) - f : v8_sigmoid(z[0]);
+        lv8f cn = f * c + i * g;
+        if (cell_clip > 0) cn = v8_clamp(cn, v8_splat(-cell_clip), v8_splat(cell_clip));
+        lv8f pre_o = z[fi + 2];
+        if (peep_o) pre_o += load_n(peep_o + u0, nu) * cn;
+        lv8f o = v8_sigmoid(pre_o);
+        lv8f h = o * vact(cn, act);
+        store_n(c_out + u0, cn, nu);
+        store_n(h_out + u0, h, nu);
+        if (gates_out) {
+            float *go = gates_out + u0;
+            if (!cifg) store_n(go, i, nu);
+            store_n(go + fi * units, f, nu);
+            store_n(go + (fi + 1) * units, g, nu);
+            store_n(go + (fi + 2) * units, o, nu);
+        }
     }
 }
 
@@ -233,8 +242,7 @@ static inline __attribute__((always_inline)) void pair_step(const lstm_job_t *j,
     lv8f z[8] = {{0}};
     pair_dot_g(a1, k1, wp, N, z);
     if (k2 > 0) pair_dot_g(a2, k2, wp + k1 * N * 8, N, z);
-    cell_update(j, r, p, z);
-    cell_update(j, r, p + 1, z + N / 2);
+    cell_update(j, r, p, z, 1);
 }
 
 /* The step of the units of pairs q0..q1-1 (panels 2q0..2q1-1, the last one alone when the panel count
@@ -260,7 +268,7 @@ static void cell_pairs(const lstm_job_t *j, int64_t q0, int64_t q1) {
                 lv8f z[4] = {{0}};
                 panel_dot(a1, k1, wp, gates, z);
                 if (k2 > 0) panel_dot(a2, k2, wp + k1 * gw, gates, z);
-                cell_update(j, r, p, z);
+                cell_update(j, r, p, z, 0);
             }
         }
     }
