@@ -188,11 +188,11 @@ typedef struct {
  * added parts and peepholes are added here). Not inlined: one copy of the elementwise code, called
  * with the sums once they are final, leaves the product loops their registers; a pair per call pays
  * the call and the reading of the constants once for sixteen units. */
-static __attribute__((noinline)) void cell_update(const lstm_job_t *j, int64_t r, int64_t p, const lv8f *zp,
-                                                  int two) {
+static inline __attribute__((always_inline)) void cell_update_g(const lstm_job_t *j, int64_t r, int64_t p,
+                                                                const lv8f *zp, int two, const int gates) {
     const lstm_const_t *cst = j->cst;
     const int64_t units = cst->units;
-    const int gates = (int)cst->gates, act = (int)cst->act;
+    const int act = (int)cst->act;
     const float cell_clip = (float)cst->cell_clip;
     const float *bias = cst->bias, *peep_i = cst->peep_i, *peep_f = cst->peep_f, *peep_o = cst->peep_o;
     const float *add = j->add ? j->add + r * j->ldadd : NULL;
@@ -205,6 +205,7 @@ static __attribute__((noinline)) void cell_update(const lstm_job_t *j, int64_t r
         const int64_t u0 = (p + q) * 8;
         const int64_t nu = units - u0 < 8 ? units - u0 : 8;
         lv8f z[4] = {zp[0], zp[1], zp[2], cifg ? zp[2] : zp[3]};
+#pragma GCC unroll 4
         for (int g = 0; g < gates; g++) {
             if (bias) z[g] += load_n(bias + g * units + u0, nu);
             if (add) z[g] += load_n(add + g * units + u0, nu);
@@ -231,6 +232,16 @@ static __attribute__((noinline)) void cell_update(const lstm_job_t *j, int64_t r
             store_n(go + (fi + 2) * units, o, nu);
         }
     }
+}
+
+/* cell_update_g for the LSTM's gate count (4, or 3 under CIFG), a constant in each copy: the gates'
+ * sums stay in registers. */
+static __attribute__((noinline)) void cell_update(const lstm_job_t *j, int64_t r, int64_t p, const lv8f *zp,
+                                                  int two) {
+    if (j->cst->gates == 4)
+        cell_update_g(j, r, p, zp, two, 4);
+    else
+        cell_update_g(j, r, p, zp, two, 3);
 }
 
 /* Batch row r of panels p and p + 1 from the pair's weights wp (N = 2 * gates, a constant once
