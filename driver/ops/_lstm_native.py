@@ -4,8 +4,8 @@ Used by LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM and each direction of BIDIRECTIONAL_S
 the compiled kernels are loaded, every weight operand is a constant and there is no layer norm (its
 per-row mean needs every unit's gate before any is activated); otherwise they run
 `_lstm_cell.step` in NumPy. The weights are packed once at prepare in the kernel's panel layout
-(see the C file): eight units' columns of every gate side by side, two such panels interleaved by
-rows, so one pass over a pair gives sixteen units' whole cell update. The projection, when present, follows in NumPy
+(see the C file): eight units' columns of every gate side by side, three such panels interleaved by
+rows, so one pass over a group gives 24 units' whole cell update. The projection, when present, follows in NumPy
 (`_lstm_cell.project`).
 
 The kernel's sigmoid and tanh are polynomial (Cephes); results agree with the NumPy path to a few
@@ -30,6 +30,8 @@ from driver.ops._lstm_cell import LstmConfig, Weights, project
 from driver.ops._workspace import CURRENT, Workspace, address, output, scratch
 
 F32 = np.float32
+#: Panels per group of the kernel's layout: one pass over a group gives its units' whole cell update.
+GROUP = 3
 #: mk_lstm_cell_f32 of the compiled kernels (typed by driver.native), or None without them.
 _CELL: Any = native.LIB.mk_lstm_cell_f32 if native.LIB is not None else None
 
@@ -41,8 +43,8 @@ def available() -> bool:
 def panels(blocks: Sequence[np.ndarray], gates: int, units: int) -> np.ndarray:
     """Gate-major columns [k_i, gates * units] of each block, stacked by rows, in the kernel's layout
     (see the C file), one flat array: panels of eight units' columns of every gate, units padded with
-    zeros to a multiple of eight, plain [ceil(units / 8), sum k_i, gates * 8]; then each pair of
-    panels 2q, 2q + 1 interleaved by rows, [pairs][sum k_i][2][gates * 8] (an odd last panel alone)."""
+    zeros to a multiple of eight, as [ceil(units / 8), sum k_i, gates * 8]; then each group of GROUP
+    panels interleaved by rows, [groups][sum k_i][GROUP][gates * 8] (the last group the panels left)."""
     count = -(-units // 8)
     k = sum(b.shape[0] for b in blocks)
     plain = (np.zeros if units % 8 else np.empty)((count, k, gates, 8), dtype=F32)
@@ -59,14 +61,12 @@ def panels(blocks: Sequence[np.ndarray], gates: int, units: int) -> np.ndarray:
             plain[whole, row : row + kb, :, : units % 8] = v[:, :, whole * 8 :]
         row += kb
     plain = plain.reshape(count, k, gates * 8)
-    pairs = count // 2
-    if not pairs:
-        return plain.reshape(-1)
     out = np.empty(plain.size, dtype=F32)
-    paired = out[: pairs * 2 * k * gates * 8].reshape(pairs, k, 2, gates * 8)
-    paired[...] = plain[: 2 * pairs].reshape(pairs, 2, k, gates * 8).transpose(0, 2, 1, 3)
-    if count % 2:
-        out[paired.size :] = plain[-1].reshape(-1)
+    for p in range(0, count, GROUP):
+        n = min(GROUP, count - p)
+        start = p * k * gates * 8
+        group = out[start : start + n * k * gates * 8].reshape(k, n, gates * 8)
+        group[...] = plain[p : p + n].transpose(1, 0, 2)
     return out
 
 

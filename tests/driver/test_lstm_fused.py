@@ -43,8 +43,8 @@ CASES = [
     ("act_relu6", (5, 8, 2, 3), dict(act=3, peephole=True)),
     ("act_sigmoid", (5, 8, 2, 3), dict(act=6, proj=3)),
     ("zero_state", (4, 16, 2, 3), dict(zero_state=True)),
-    # Panels go to the kernel in pairs (16 units), an odd last one alone: pairs with a partial panel,
-    # a pair and a lone panel, each option on both paths.
+    # Panels go to the kernel in groups of three (24 units), the last group of one or two: groups with
+    # a partial panel, a group of three and of two, of three and one, each option on both paths.
     ("units_30_pairs", (9, 30, 2, 3), {}),
     ("units_24_pair_and_one", (3, 24, 1, 3), {}),
     ("units_17_cifg", (6, 17, 2, 3), dict(cifg=True)),
@@ -104,23 +104,24 @@ def test_sequence_fused_equals_numpy(sizes, options, time_major, monkeypatch):
 
 
 @pytest.mark.parametrize("gates", [3, 4])
-@pytest.mark.parametrize("units", [8, 13, 3, 16, 20, 40, 47])
+@pytest.mark.parametrize("units", [8, 13, 3, 16, 20, 24, 40, 47, 64])
 def test_panel_layout(units, gates):
-    """Unit 8p + j of gate g, row kk (0 past units) sits in panel p's row kk at g * 8 + j; panels 2q and
-    2q + 1 are interleaved by rows ([pairs][k][2][gates * 8]), an odd last panel alone ([k][gates * 8])."""
+    """Unit 8p + j of gate g, row kk (0 past units) sits in panel p's row kk at g * 8 + j; panels 3t,
+    3t + 1, 3t + 2 are interleaved by rows ([groups][k][3][gates * 8]), the one or two panels left over
+    the same way ([k][2][gates * 8] or [k][gates * 8]), each group where its first panel would be in a
+    plain [panels][k][gates * 8] array."""
     rng = np.random.default_rng(units + gates)
     k = 7
     blocks = [rng.standard_normal((kb, gates * units)).astype(np.float32) for kb in (5, 2)]
     got = _lstm_native.panels(blocks, gates, units)
     rows = np.concatenate(blocks)
     count, gw = -(-units // 8), gates * 8
-    pairs = count // 2
+    assert _lstm_native.GROUP == 3
     assert got.shape == (count * k * gw,) and got.flags.c_contiguous and got.dtype == np.float32
     for p in range(count):
-        if p < 2 * pairs:
-            start, row_stride = (p // 2) * k * 2 * gw + (p % 2) * gw, 2 * gw
-        else:
-            start, row_stride = p * k * gw, gw
+        first = p - p % 3
+        size = min(3, count - first)
+        start, row_stride = first * k * gw + (p - first) * gw, size * gw
         for g in range(gates):
             for j in range(8):
                 unit = 8 * p + j
