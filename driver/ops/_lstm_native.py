@@ -42,31 +42,30 @@ def available() -> bool:
 
 def panels(blocks: Sequence[np.ndarray], gates: int, units: int) -> np.ndarray:
     """Gate-major columns [k_i, gates * units] of each block, stacked by rows, in the kernel's layout
-    (see the C file), one flat array: panels of eight units' columns of every gate, units padded with
-    zeros to a multiple of eight, as [ceil(units / 8), sum k_i, gates * 8]; then each group of GROUP
-    panels interleaved by rows, [groups][sum k_i][GROUP][gates * 8] (the last group the panels left)."""
+    (see the C file), one flat array written in place (no second copy of the weights): panels of eight
+    units' columns of every gate, units padded with zeros to a multiple of eight, in groups of GROUP
+    panels interleaved by rows, [groups][sum k_i][GROUP][gates * 8] (the last group the panels left),
+    each group where its first panel would be in a plain [panels][sum k_i][gates * 8] array."""
     count = -(-units // 8)
     k = sum(b.shape[0] for b in blocks)
-    plain = (np.zeros if units % 8 else np.empty)((count, k, gates, 8), dtype=F32)
-    row = 0
-    for b in blocks:
-        kb = b.shape[0]
-        v = b.reshape(kb, gates, units)
-        whole = units // 8
-        if whole:
-            plain[:whole, row : row + kb] = (
-                v[:, :, : whole * 8].reshape(kb, gates, whole, 8).transpose(2, 0, 1, 3)
-            )
-        if units % 8:
-            plain[whole, row : row + kb, :, : units % 8] = v[:, :, whole * 8 :]
-        row += kb
-    plain = plain.reshape(count, k, gates * 8)
-    out = np.empty(plain.size, dtype=F32)
+    out = (np.zeros if units % 8 else np.empty)(count * k * gates * 8, dtype=F32)
     for p in range(0, count, GROUP):
         n = min(GROUP, count - p)
         start = p * k * gates * 8
-        group = out[start : start + n * k * gates * 8].reshape(k, n, gates * 8)
-        group[...] = plain[p : p + n].transpose(1, 0, 2)
+        group = out[start : start + n * k * gates * 8].reshape(k, n, gates, 8)
+        u0, u1 = 8 * p, min(units, 8 * (p + n))
+        whole = (u1 - u0) // 8  # panels of eight units; a last partial one after them
+        row = 0
+        for b in blocks:
+            kb = b.shape[0]
+            v = b.reshape(kb, gates, units)[:, :, u0:u1]
+            if whole:
+                group[row : row + kb, :whole] = (
+                    v[:, :, : whole * 8].reshape(kb, gates, whole, 8).transpose(0, 2, 1, 3)
+                )
+            if whole < n:
+                group[row : row + kb, whole, :, : u1 - u0 - whole * 8] = v[:, :, whole * 8 :]
+            row += kb
     return out
 
 
