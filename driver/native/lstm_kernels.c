@@ -4,12 +4,17 @@
  *
  * The weights are packed at prepare in panels of eight units: panel p holds, for every row kk of
  * the product, the columns of units 8p..8p+7 of each gate in the order i, f, g, o (no i under
- * CIFG), i.e. [panels][k][gates * 8], units padded with zeros to a multiple of eight. One pass
- * over a panel gives the pre-activations of all gates of eight units in registers, so the cell
- * update for those units follows at once: the weights are read once per step and nothing else is
- * stored in between. A large enough step is split by panels over kernels.c's thread pool, under
- * the pool's own rule (below), which deals them out in contiguous runs. Every run writes disjoint units, so results do not
- * depend on the thread count.
+ * CIFG), gates * 8 floats, units padded with zeros to a multiple of eight. Panels go in groups of
+ * three: the group of panels 3t, 3t+1 and 3t+2 is stored row by row, each row the three panels'
+ * gates * 8 floats one after the other, i.e. [groups][k][3][gates * 8]; the one or two panels left
+ * over form the last group, interleaved the same way ([k][2][gates * 8] or [k][gates * 8]). Every
+ * group starts where its first panel would in a plain [panels][k][gates * 8] array. One pass over a
+ * group gives the pre-activations of all gates of 24 units in twelve registers (nine under CIFG),
+ * each row's input broadcast once for all of them, so the cell update for those units follows at
+ * once: the weights are read once per step, in memory order, and nothing else is stored in between.
+ * A large enough step is split by groups over kernels.c's thread pool, under the pool's own rule
+ * (below), which deals them out in contiguous runs. Every run writes disjoint units, so results do
+ * not depend on the thread count.
  *
  * The exponential, tanh and sigmoid are vmath.h's (Cephes' expf and tanhf polynomials, shared with
  * kernels.c's TANH and LOGISTIC); they differ from NumPy's by a few ulp.
@@ -117,11 +122,66 @@ static inline __attribute__((always_inline)) void panel_dot_g(const float *restr
 }
 
 /* panel_dot_g for the LSTM's gate count: 4, or 3 under CIFG. */
-static void panel_dot(const float *a, int64_t k, const float *w, int gates, lv8f acc[4]) {
+static inline __attribute__((always_inline)) void panel_dot(const float *a, int64_t k, const float *w, int gates,
+                                                            lv8f acc[4]) {
     if (gates == 4)
         panel_dot_g(a, k, w, 4, acc);
     else
         panel_dot_g(a, k, w, 3, acc);
+}
+
+/* acc[n] += sum over kk < k of a[kk] * w[kk][n*8 .. n*8+7] for n < N (a group's gates: 12, or 9 under
+ * CIFG, for three panels; 8 or 6 for two; a constant once inlined), w's rows N * 8 floats apart. Each
+ * row's a[kk] is broadcast once for the N products; one chain of sums per accumulator, in row order
+ * (6 to 12 independent FMAs in flight cover the FMA's latency); eight rows per pass of the main loop.
+ * The sums are named variables (an array indexed in an unrolled loop left the compiler shuffling
+ * them between registers, a move per FMA or two). */
+static inline __attribute__((always_inline)) void group_dot_g(const float *restrict a, int64_t k,
+                                                              const float *restrict w, const int N, lv8f acc[12]) {
+    const int64_t stride = (int64_t)N * 8;
+    lv8f s0 = acc[0], s1 = acc[1], s2 = acc[2], s3 = acc[3], s4 = acc[4], s5 = acc[5];
+    lv8f s6 = N > 6 ? acc[6] : s0, s7 = N > 6 ? acc[7] : s0, s8 = N > 8 ? acc[8] : s0;
+    lv8f s9 = N > 9 ? acc[9] : s0, s10 = N > 9 ? acc[10] : s0, s11 = N > 9 ? acc[11] : s0;
+#define GROUP_ROW(x, wr)                                                                                    \
+    do {                                                                                                   \
+        const float *w_ = (wr);                                                                            \
+        const lv8f x_ = (x);                                                                               \
+        s0 += x_ * ld8(w_);                                                                                \
+        s1 += x_ * ld8(w_ + 8);                                                                            \
+        s2 += x_ * ld8(w_ + 16);                                                                           \
+        s3 += x_ * ld8(w_ + 24);                                                                           \
+        s4 += x_ * ld8(w_ + 32);                                                                           \
+        s5 += x_ * ld8(w_ + 40);                                                                           \
+        if (N > 6) {                                                                                       \
+            s6 += x_ * ld8(w_ + 48);                                                                       \
+            s7 += x_ * ld8(w_ + 56);                                                                       \
+        }                                                                                                  \
+        if (N > 8) s8 += x_ * ld8(w_ + 64);                                                                \
+        if (N > 9) {                                                                                       \
+            s9 += x_ * ld8(w_ + 72);                                                                       \
+            s10 += x_ * ld8(w_ + 80);                                                                      \
+            s11 += x_ * ld8(w_ + 88);                                                                      \
+        }                                                                                                  \
+    } while (0)
+    int64_t kk = 0;
+    for (; kk + 8 <= k; kk += 8) {
+        const float *w0 = w + kk * stride;
+        const float *ak = a + kk;
+        GROUP_ROW(bcast(ak[0]), w0);
+        GROUP_ROW(bcast(ak[1]), w0 + stride);
+        GROUP_ROW(bcast(ak[2]), w0 + 2 * stride);
+        GROUP_ROW(bcast(ak[3]), w0 + 3 * stride);
+        GROUP_ROW(bcast(ak[4]), w0 + 4 * stride);
+        GROUP_ROW(bcast(ak[5]), w0 + 5 * stride);
+        GROUP_ROW(bcast(ak[6]), w0 + 6 * stride);
+        GROUP_ROW(bcast(ak[7]), w0 + 7 * stride);
+    }
+    for (; kk < k; kk++) GROUP_ROW(bcast(a[kk]), w + kk * stride);
+#undef GROUP_ROW
+    acc[0] = s0, acc[1] = s1, acc[2] = s2, acc[3] = s3, acc[4] = s4, acc[5] = s5;
+    if (N > 6) acc[6] = s6, acc[7] = s7;
+    if (N > 8) acc[8] = s8;
+    if (N > 9) acc[9] = s9, acc[10] = s10, acc[11] = s11;
 }
 
 /* What a prepared LSTM keeps for the kernel: mk_lstm_const_t (mlts_kernels.h). */
@@ -134,27 +194,34 @@ typedef struct {
     float *c_out, *h_out, *gates_out;
 } lstm_job_t;
 
-/* The step of units 8p..8p+7 (panel p) for every batch row. */
-static void cell_panel(const lstm_job_t *j, int64_t p) {
+/* The cell update of the units of panels p..p+count-1 (8p..) of batch row r from their gates'
+ * pre-activations zp (panel p's gates, then panel p + 1's, ...: the products only; bias, added parts
+ * and peepholes are added here). Not inlined: one copy of the elementwise code, called with the sums
+ * once they are final, leaves the product loops their registers; a group per call pays the call and
+ * the reading of the constants once for up to 24 units. */
+static inline __attribute__((always_inline)) void cell_update_g(const lstm_job_t *j, int64_t r, int64_t p,
+                                                                const lv8f *zp, int count, const int gates) {
     const lstm_const_t *cst = j->cst;
-    const int64_t units = cst->units, k1 = cst->k1, k2 = cst->k2, k = k1 + k2;
-    const int gates = (int)cst->gates, act = (int)cst->act;
+    const int64_t units = cst->units;
+    const int act = (int)cst->act;
     const float cell_clip = (float)cst->cell_clip;
     const float *bias = cst->bias, *peep_i = cst->peep_i, *peep_f = cst->peep_f, *peep_o = cst->peep_o;
+    const float *add = j->add ? j->add + r * j->ldadd : NULL;
+    const float *c_in = j->c_in + r * units;
+    float *c_out = j->c_out + r * units, *h_out = j->h_out + r * units;
+    float *gates_out = j->gates_out ? j->gates_out + r * gates * units : NULL;
     const int cifg = gates == 3;
     const int fi = cifg ? 0 : 1; /* index of the forget gate */
-    const int64_t u0 = p * 8;
-    const int64_t nu = units - u0 < 8 ? units - u0 : 8;
-    const float *wp = cst->w + p * k * gates * 8;
-    for (int64_t r = 0; r < j->batch; r++) {
-        lv8f z[4] = {v8_splat(0.0f), v8_splat(0.0f), v8_splat(0.0f), v8_splat(0.0f)};
-        panel_dot(j->a1 + r * j->lda1, k1, wp, gates, z);
-        if (k2 > 0) panel_dot(j->a2 + r * j->lda2, k2, wp + k1 * gates * 8, gates, z);
+    for (int q = 0; q < count; q++, zp += gates) {
+        const int64_t u0 = (p + q) * 8;
+        const int64_t nu = units - u0 < 8 ? units - u0 : 8;
+        lv8f z[4] = {zp[0], zp[1], zp[2], cifg ? zp[2] : zp[3]};
+#pragma GCC unroll 4
         for (int g = 0; g < gates; g++) {
             if (bias) z[g] += load_n(bias + g * units + u0, nu);
-            if (j->add) z[g] += load_n(j->add + r * j->ldadd + g * units + u0, nu);
+            if (add) z[g] += load_n(add + g * units + u0, nu);
         }
-        lv8f c = load_n(j->c_in + r * units + u0, nu);
+        lv8f c = load_n(c_in + u0, nu);
         if (peep_f) z[fi] += load_n(peep_f + u0, nu) * c;
         if (peep_i && !cifg) z[0] += load_n(peep_i + u0, nu) * c;
         lv8f f = v8_sigmoid(z[fi]);
@@ -166,10 +233,10 @@ static void cell_panel(const lstm_job_t *j, int64_t p) {
         if (peep_o) pre_o += load_n(peep_o + u0, nu) * cn;
         lv8f o = v8_sigmoid(pre_o);
         lv8f h = o * vact(cn, act);
-        store_n(j->c_out + r * units + u0, cn, nu);
-        store_n(j->h_out + r * units + u0, h, nu);
-        if (j->gates_out) {
-            float *go = j->gates_out + r * gates * units + u0;
+        store_n(c_out + u0, cn, nu);
+        store_n(h_out + u0, h, nu);
+        if (gates_out) {
+            float *go = gates_out + u0;
             if (!cifg) store_n(go, i, nu);
             store_n(go + fi * units, f, nu);
             store_n(go + (fi + 1) * units, g, nu);
@@ -178,8 +245,64 @@ static void cell_panel(const lstm_job_t *j, int64_t p) {
     }
 }
 
-/* Task t of the pool: panel t (the pool claims them in contiguous runs). */
-static void cell_task(void *ctx, int64_t t) { cell_panel(ctx, t); }
+/* cell_update_g for the LSTM's gate count (4, or 3 under CIFG), a constant in each copy: the gates'
+ * sums stay in registers. */
+static __attribute__((noinline)) void cell_update(const lstm_job_t *j, int64_t r, int64_t p, const lv8f *zp,
+                                                  int count) {
+    if (j->cst->gates == 4)
+        cell_update_g(j, r, p, zp, count, 4);
+    else
+        cell_update_g(j, r, p, zp, count, 3);
+}
+
+/* Batch row r of the N / gates panels from p on, from their group's weights wp (N a constant once
+ * inlined, so that the sums stay in registers). */
+static inline __attribute__((always_inline)) void group_step(const lstm_job_t *j, int64_t r, int64_t p,
+                                                             const float *wp, const float *a1, const float *a2,
+                                                             const int N, const int count) {
+    const int64_t k1 = j->cst->k1, k2 = j->cst->k2;
+    lv8f z[12] = {{0}};
+    group_dot_g(a1, k1, wp, N, z);
+    if (k2 > 0) group_dot_g(a2, k2, wp + k1 * N * 8, N, z);
+    cell_update(j, r, p, z, count);
+}
+
+/* The step of the units of groups t0..t1-1 (panels 3t0..3t1-1, fewer in the last group) for every
+ * batch row. */
+static void cell_groups(const lstm_job_t *j, int64_t t0, int64_t t1) {
+    const lstm_const_t *cst = j->cst;
+    const int64_t units = cst->units, k1 = cst->k1, k2 = cst->k2, k = k1 + k2;
+    const int64_t panels = (units + 7) / 8;
+    const int gates = (int)cst->gates;
+    const int64_t gw = (int64_t)gates * 8; /* floats of one panel's row */
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t p = 3 * t;
+        const float *wp = cst->w + p * k * gw;
+        const int count = panels - p < 3 ? (int)(panels - p) : 3;
+        for (int64_t r = 0; r < j->batch; r++) {
+            const float *a1 = j->a1 + r * j->lda1, *a2 = k2 > 0 ? j->a2 + r * j->lda2 : NULL;
+            if (count == 3) {
+                if (gates == 4)
+                    group_step(j, r, p, wp, a1, a2, 12, 3);
+                else
+                    group_step(j, r, p, wp, a1, a2, 9, 3);
+            } else if (count == 2) {
+                if (gates == 4)
+                    group_step(j, r, p, wp, a1, a2, 8, 2);
+                else
+                    group_step(j, r, p, wp, a1, a2, 6, 2);
+            } else {
+                lv8f z[4] = {{0}};
+                panel_dot(a1, k1, wp, gates, z);
+                if (k2 > 0) panel_dot(a2, k2, wp + k1 * gw, gates, z);
+                cell_update(j, r, p, z, 1);
+            }
+        }
+    }
+}
+
+/* Task t of the pool: group t (the pool claims them in contiguous runs). */
+static void cell_task(void *ctx, int64_t t) { cell_groups(ctx, t, t + 1); }
 
 /* One LSTM step for `batch` rows (see _lstm_cell for the formulas; no layer norm, no projection):
  *
@@ -196,13 +319,13 @@ void mk_lstm_cell_f32(const lstm_const_t *cst, int64_t batch, const float *a1, i
                       int64_t lda2, const float *add, int64_t ldadd, const float *c_in, float *c_out,
                       float *h_out, float *gates_out) {
     lstm_job_t job = {cst, batch, lda1, lda2, ldadd, a1, a2, add, c_in, c_out, h_out, gates_out};
-    const int64_t panels = (cst->units + 7) / 8;
+    const int64_t groups = (cst->units + 23) / 24;
     const int64_t work = batch * (cst->k1 + cst->k2) * cst->units * cst->gates;
     int nt = mk_threads();
-    if (nt > 1 && panels >= 2 && work >= mk_split_work(LSTM_PARALLEL_WORK)) {
+    if (nt > 1 && groups >= 2 && work >= mk_split_work(LSTM_PARALLEL_WORK)) {
         __atomic_fetch_add(&((lstm_const_t *)cst)->offered, 1, __ATOMIC_RELAXED); /* only this field */
-        mk_parallel_for_job(nt, panels, cell_task, &job, work >= LSTM_PARALLEL_WORK);
+        mk_parallel_for_job(nt, groups, cell_task, &job, work >= LSTM_PARALLEL_WORK);
         return;
     }
-    for (int64_t p = 0; p < panels; p++) cell_panel(&job, p);
+    cell_groups(&job, 0, groups);
 }

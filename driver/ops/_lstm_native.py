@@ -4,8 +4,8 @@ Used by LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM and each direction of BIDIRECTIONAL_S
 the compiled kernels are loaded, every weight operand is a constant and there is no layer norm (its
 per-row mean needs every unit's gate before any is activated); otherwise they run
 `_lstm_cell.step` in NumPy. The weights are packed once at prepare in the kernel's panel layout
-(see the C file): eight units' columns of every gate side by side, so one pass over a panel gives
-those units' whole cell update. The projection, when present, follows in NumPy
+(see the C file): eight units' columns of every gate side by side, three such panels interleaved by
+rows, so one pass over a group gives 24 units' whole cell update. The projection, when present, follows in NumPy
 (`_lstm_cell.project`).
 
 The kernel's sigmoid and tanh are polynomial (Cephes); results agree with the NumPy path to a few
@@ -30,6 +30,8 @@ from driver.ops._lstm_cell import LstmConfig, Weights, project
 from driver.ops._workspace import CURRENT, Workspace, address, output, scratch
 
 F32 = np.float32
+#: Panels per group of the kernel's layout: one pass over a group gives its units' whole cell update.
+GROUP = 3
 #: mk_lstm_cell_f32 of the compiled kernels (typed by driver.native), or None without them.
 _CELL: Any = native.LIB.mk_lstm_cell_f32 if native.LIB is not None else None
 
@@ -39,24 +41,32 @@ def available() -> bool:
 
 
 def panels(blocks: Sequence[np.ndarray], gates: int, units: int) -> np.ndarray:
-    """Gate-major columns [k_i, gates * units] of each block, stacked by rows, as the kernel's panels
-    [ceil(units / 8), sum k_i, gates * 8] (units padded with zeros to a multiple of eight)."""
+    """Gate-major columns [k_i, gates * units] of each block, stacked by rows, in the kernel's layout
+    (see the C file), one flat array written in place (no second copy of the weights): panels of eight
+    units' columns of every gate, units padded with zeros to a multiple of eight, in groups of GROUP
+    panels interleaved by rows, [groups][sum k_i][GROUP][gates * 8] (the last group the panels left),
+    each group where its first panel would be in a plain [panels][sum k_i][gates * 8] array."""
     count = -(-units // 8)
     k = sum(b.shape[0] for b in blocks)
-    out = (np.zeros if units % 8 else np.empty)((count, k, gates, 8), dtype=F32)
-    row = 0
-    for b in blocks:
-        kb = b.shape[0]
-        v = b.reshape(kb, gates, units)
-        whole = units // 8
-        if whole:
-            out[:whole, row : row + kb] = (
-                v[:, :, : whole * 8].reshape(kb, gates, whole, 8).transpose(2, 0, 1, 3)
-            )
-        if units % 8:
-            out[whole, row : row + kb, :, : units % 8] = v[:, :, whole * 8 :]
-        row += kb
-    return out.reshape(count, k, gates * 8)
+    out = (np.zeros if units % 8 else np.empty)(count * k * gates * 8, dtype=F32)
+    for p in range(0, count, GROUP):
+        n = min(GROUP, count - p)
+        start = p * k * gates * 8
+        group = out[start : start + n * k * gates * 8].reshape(k, n, gates, 8)
+        u0, u1 = 8 * p, min(units, 8 * (p + n))
+        whole = (u1 - u0) // 8  # panels of eight units; a last partial one after them
+        row = 0
+        for b in blocks:
+            kb = b.shape[0]
+            v = b.reshape(kb, gates, units)[:, :, u0:u1]
+            if whole:
+                group[row : row + kb, :whole] = (
+                    v[:, :, : whole * 8].reshape(kb, gates, whole, 8).transpose(0, 2, 1, 3)
+                )
+            if whole < n:
+                group[row : row + kb, whole, :, : u1 - u0 - whole * 8] = v[:, :, whole * 8 :]
+            row += kb
+    return out
 
 
 def _vector(v: np.ndarray | None) -> np.ndarray | None:

@@ -43,6 +43,14 @@ CASES = [
     ("act_relu6", (5, 8, 2, 3), dict(act=3, peephole=True)),
     ("act_sigmoid", (5, 8, 2, 3), dict(act=6, proj=3)),
     ("zero_state", (4, 16, 2, 3), dict(zero_state=True)),
+    # Panels go to the kernel in groups of three (24 units), the last group of one or two: groups with
+    # a partial panel, a group of three and of two, of three and one, each option on both paths.
+    ("units_30_pairs", (9, 30, 2, 3), {}),
+    ("units_24_pair_and_one", (3, 24, 1, 3), {}),
+    ("units_17_cifg", (6, 17, 2, 3), dict(cifg=True)),
+    ("units_40_cifg_peephole_clip", (5, 40, 2, 3), dict(cifg=True, peephole=True, cell_clip=0.5)),
+    ("units_33_peephole_projection", (7, 33, 2, 3), dict(peephole=True, proj=12, proj_clip=0.2)),
+    ("units_48_relu6_clip_projection", (11, 48, 3, 3), dict(act=3, cell_clip=0.7, proj=20, proj_bias=True)),
 ]  # fmt: skip
 
 
@@ -95,21 +103,31 @@ def test_sequence_fused_equals_numpy(sizes, options, time_major, monkeypatch):
         close(got, want.astype(np.float64))
 
 
-@pytest.mark.parametrize("units", [8, 13, 3])
-def test_panel_layout(units):
-    """Panel p, row kk, gate g, lane j holds column g * units + 8p + j of the stacked blocks (0 past units)."""
-    rng = np.random.default_rng(units)
-    blocks = [rng.standard_normal((k, 3 * units)).astype(np.float32) for k in (5, 2)]
-    got = _lstm_native.panels(blocks, 3, units)
+@pytest.mark.parametrize("gates", [3, 4])
+@pytest.mark.parametrize("units", [8, 13, 3, 16, 20, 24, 40, 47, 64])
+def test_panel_layout(units, gates):
+    """Unit 8p + j of gate g, row kk (0 past units) sits in panel p's row kk at g * 8 + j; panels 3t,
+    3t + 1, 3t + 2 are interleaved by rows ([groups][k][3][gates * 8]), the one or two panels left over
+    the same way ([k][2][gates * 8] or [k][gates * 8]), each group where its first panel would be in a
+    plain [panels][k][gates * 8] array."""
+    rng = np.random.default_rng(units + gates)
+    k = 7
+    blocks = [rng.standard_normal((kb, gates * units)).astype(np.float32) for kb in (5, 2)]
+    got = _lstm_native.panels(blocks, gates, units)
     rows = np.concatenate(blocks)
-    count = -(-units // 8)
-    assert got.shape == (count, 7, 24) and got.flags.c_contiguous
+    count, gw = -(-units // 8), gates * 8
+    assert _lstm_native.GROUP == 3
+    assert got.shape == (count * k * gw,) and got.flags.c_contiguous and got.dtype == np.float32
     for p in range(count):
-        for g in range(3):
+        first = p - p % 3
+        size = min(3, count - first)
+        start, row_stride = first * k * gw + (p - first) * gw, size * gw
+        for g in range(gates):
             for j in range(8):
                 unit = 8 * p + j
-                want = rows[:, g * units + unit] if unit < units else np.zeros(7, np.float32)
-                np.testing.assert_array_equal(got[p, :, g * 8 + j], want)
+                want = rows[:, g * units + unit] if unit < units else np.zeros(k, np.float32)
+                at = start + np.arange(k) * row_stride + g * 8 + j
+                np.testing.assert_array_equal(got[at], want)
 
 
 def test_fused_cell_is_used_only_where_it_applies(monkeypatch):
