@@ -10,7 +10,8 @@ plus WAKE_LEAD_US does not poll the window (`ExpectedWait.expects_after`): it co
 holding a CPU the other side's computation may need (a driver's kernel threads); the reader sleeps
 from the start (until the stretch's poll when one is planned, else until the answer). The sleep keeps the reader off the CPU while the other side
 works (it may need both cores); the lead covers the timer's slack (50 µs by default) and the CPU's
-wake-up. A longer wait (a large model, a client thinking between calls) leaves the window as it
+wake-up, plus how late the reader's own naps have been ending (`ExpectedWait.overslept`: a virtual
+machine's timer can end a sleep 50-100 µs late). A longer wait (a large model, a client thinking between calls) leaves the window as it
 is. The polling is bounded by `max_us * STRETCH_FACTOR`, and the windows' other rules (off after
 long waits, probing after empty windows) still apply.
 
@@ -40,8 +41,15 @@ STRETCH_MAX_US = 1000
 #: The stretch is the expected wait times this (executions of one model vary by a few percent).
 STRETCH_FACTOR = 1.25
 #: A stretched wait sleeps until this long before the expected answer (the sleep's timer slack is
-#: 1 µs: waking then takes about 25 µs here, against about 75 µs with Linux's default 50 µs slack).
+#: 1 µs: waking then takes about 25 µs here, against about 75 µs with Linux's default 50 µs slack),
+#: plus how late this reader's own naps have been ending (`ExpectedWait.overslept`).
 WAKE_LEAD_US = 50
+#: The most a nap's measured lateness adds to the lead (µs): a timer later than this, the answer
+#: is met by the wake-up the answer itself sends.
+MAX_LATE_US = 250
+#: A smaller lateness than the one held moves it this fraction of the way down (a larger one is taken
+#: at once): one punctual nap among late ones does not undo the lead.
+LATE_EASING = 1 / 8
 ENV = "MLTS_POLLING_STRETCH_US"
 #: A turn of a stretched poll this long after the one before means the CPU was taken from the reader.
 PREEMPTED_GAP_US = 50
@@ -116,7 +124,7 @@ def stretch_max_us(default: int = STRETCH_MAX_US) -> int:
 class ExpectedWait:
     """The last two waits of one reader and the plan of the next wait's stretch (seconds)."""
 
-    __slots__ = ("max_s", "_last", "_before", "_skip", "back_offs")
+    __slots__ = ("max_s", "_last", "_before", "_skip", "back_offs", "late", "stretches")
 
     def __init__(self, max_us: int) -> None:
         self.max_s = max(0, max_us) / 1e6
@@ -124,6 +132,25 @@ class ExpectedWait:
         self._before = math.inf
         self._skip = 0  # eligible waits left without a stretch after a crowded one
         self.back_offs = 0
+        self.late = 0.0  # how late this reader's naps end (s): see `overslept`
+        self.stretches = 0  # waits planned with a stretch
+
+    def overslept(self, asked: float, took: float) -> None:
+        """A stretch's nap asked to sleep `asked` seconds and came back, with nothing, after `took`.
+
+        On a virtual machine a timed sleep ends later than asked, by 50-100 µs on some hosts even with
+        a 1 µs timer slack: a lead of WAKE_LEAD_US alone then wakes the reader after the answer, which
+        it meets by the wake-up the answer sent (the cost the stretch exists to avoid), and the wait it
+        records grows by that lateness. The lead therefore adds the lateness measured on this reader's
+        own naps (at most MAX_LATE_US): a later nap raises it at once, an earlier one lowers it by
+        LATE_EASING of the difference. Input: the reader's own clock around its own sleeps; nothing
+        here compares the speed of one choice with another."""
+        late = min(max(0.0, took - asked), MAX_LATE_US / 1e6)
+        self.late = late if late > self.late else self.late + (late - self.late) * LATE_EASING
+
+    def lead(self) -> float:
+        """How long before the expected answer a stretch's nap ends (s)."""
+        return WAKE_LEAD_US / 1e6 + self.late
 
     def record(self, seconds: float) -> None:
         """A wait ended after `seconds`."""
@@ -152,4 +179,5 @@ class ExpectedWait:
             self._skip -= 1
             return None
         shorter = min(self._last, self._before)
-        return max(0.0, shorter - WAKE_LEAD_US / 1e6), shorter * STRETCH_FACTOR
+        self.stretches += 1
+        return max(0.0, shorter - self.lead()), shorter * STRETCH_FACTOR

@@ -88,11 +88,14 @@ class PollingWindow:
             return True
         if stretch is not None:
             # Off the CPU until shortly before the expected answer (woken by an earlier one), then poll.
-            wait = now + stretch[0] - clock()
-            if wait > 0 and nap(readable, wait):
-                self._empty = 0
-                self.expected.record(clock() - now)
-                return True
+            napped = clock()
+            wait = now + stretch[0] - napped
+            if wait > 0:
+                if nap(readable, wait):
+                    self._empty = 0
+                    self.expected.record(clock() - now)
+                    return True
+                self.expected.overslept(wait, clock() - napped)
             if not cpu_to_spare():
                 self.expected.back_off()
             elif self._spin(readable, now + stretch[1], PREEMPTED_GAP_US / 1e6):

@@ -8,7 +8,14 @@ import time
 import pytest
 
 from mlts.ipc import expected_wait, socket_polling
-from mlts.ipc.expected_wait import BACK_OFF, STRETCH_FACTOR, WAKE_LEAD_US, ExpectedWait
+from mlts.ipc.expected_wait import (
+    BACK_OFF,
+    LATE_EASING,
+    MAX_LATE_US,
+    STRETCH_FACTOR,
+    WAKE_LEAD_US,
+    ExpectedWait,
+)
 from mlts.ipc.socket_polling import PollingWindow
 from tests.hal.clockkit import FakeClock
 
@@ -27,6 +34,29 @@ def test_stretch_needs_two_waits_within_the_maximum() -> None:
     assert e.stretch() is None
     e.record(0.0008)
     assert e.stretch() == pytest.approx((0.0008 - WAKE_LEAD_US / 1e6, 0.0008 * STRETCH_FACTOR))
+
+
+def test_naps_that_end_late_lengthen_the_lead() -> None:
+    e = ExpectedWait(1000)
+    e.record(0.0008)
+    e.record(0.0008)
+    assert e.stretch() == pytest.approx((0.0008 - WAKE_LEAD_US / 1e6, 0.0008 * STRETCH_FACTOR))
+    e.overslept(0.0005, 0.0006)  # a nap 100 µs late: taken at once
+    assert e.late == pytest.approx(0.0001)
+    # Asleep 100 µs less; polling until the same time.
+    assert e.stretch() == pytest.approx((0.0008 - WAKE_LEAD_US / 1e6 - 0.0001, 0.0008 * STRETCH_FACTOR))
+    e.overslept(0.0005, 0.00052)  # 20 µs late: an eighth of the way down
+    assert e.late == pytest.approx(0.0001 + (0.00002 - 0.0001) * LATE_EASING)
+    held = e.late
+    e.overslept(0.0005, 0.0004)  # a clock that says it ended early counts as on time
+    assert e.late == pytest.approx(held * (1 - LATE_EASING))
+    e.overslept(0.0005, 2.0)  # a nap descheduled for seconds adds at most MAX_LATE_US
+    assert e.late == pytest.approx(MAX_LATE_US / 1e6)
+    assert e.stretch()[0] == pytest.approx(0.0008 - WAKE_LEAD_US / 1e6 - MAX_LATE_US / 1e6)
+    e.record(0.0002)
+    e.record(0.0002)
+    assert e.stretch() == pytest.approx((0.0, 0.0002 * STRETCH_FACTOR))  # never a negative sleep
+    assert e.stretches == 4
 
 
 def test_a_crowded_stretch_backs_off() -> None:
@@ -109,6 +139,41 @@ def test_socket_window_is_stretched_over_the_expected_answer(quiet_machine: Fake
         plain.waited()
     never = Never(clock)
     assert plain.poll(never) is False and never.timeouts == []
+
+
+class LateTimer(Never):
+    """Each sleep ends `late` seconds after it was asked to (a virtual machine's timer); the answer is
+    there at the first look after a sleep."""
+
+    def __init__(self, clock: FakeClock, late: float) -> None:
+        super().__init__(clock)
+        self.late = late
+
+    def __call__(self, timeout: float) -> bool:
+        self.timeouts.append(timeout)
+        if timeout > 0:
+            self.clock.sleep(timeout + self.late)
+            return False
+        return any(t > 0 for t in self.timeouts)
+
+
+def test_a_socket_window_wakes_earlier_when_its_naps_end_late(quiet_machine: FakeClock) -> None:
+    clock = quiet_machine
+    w = PollingWindow(100, stretch_max_us=50_000)
+    for _ in range(2):  # two answers after 10 ms
+        w.poll(lambda timeout: False)
+        clock.sleep(0.01)
+        w.waited()
+    timer = LateTimer(clock, 0.00008)
+    assert w.poll(timer) is True  # found by the poll after the nap
+    first = [t for t in timer.timeouts if t > 0]
+    assert len(first) == 1 and first[0] == pytest.approx(0.01 - WAKE_LEAD_US / 1e6, abs=0.00001)
+    assert w.expected.late == pytest.approx(0.00008, abs=0.000005)
+    timer.timeouts.clear()
+    assert w.poll(timer) is True
+    # The next nap ends the 80 µs the timer added earlier, so it wakes WAKE_LEAD_US before the answer.
+    second = [t for t in timer.timeouts if t > 0]
+    assert len(second) == 1 and second[0] == pytest.approx(first[0] - 0.00008, abs=0.00001)
 
 
 def test_an_answer_during_the_sleep_ends_the_wait(quiet_machine: FakeClock) -> None:

@@ -381,4 +381,9 @@ class Client:
             "compact_calls": self.compact_calls,
             # Executions that reused a request already decoded and validated (request_cache).
             "request_cache_hits": sum(e.requests.hits for e in self.handles.values(Kind.PREPARED)),
+            # Waits of the bursts' listeners stretched over the gap the client leaves between its
+            # requests (mlts.ipc.expected_wait), over its bursts now open.
+            "burst_stretches": sum(
+                b.expected.stretches for b in self.handles.values(Kind.BURST) if b.expected is not None
+            ),
         }
