@@ -12,8 +12,11 @@ from the start (until the stretch's poll when one is planned, else until the ans
 works (it may need both cores); the lead covers the timer's slack (50 µs by default) and the CPU's
 wake-up, plus how late the reader's own naps have been ending (`ExpectedWait.overslept`: a virtual
 machine's timer can end a sleep 50-100 µs late). A longer wait (a large model, a client thinking between calls) leaves the window as it
-is. The polling is bounded by `max_us * STRETCH_FACTOR`, and the windows' other rules (off after
-long waits, probing after empty windows) still apply.
+is. The polling ends at STRETCH_FACTOR times the expected wait and at most POLL_PAST_US past it,
+and the windows' other rules (off after long waits, probing after empty windows) still apply. A
+client stretches over answers up to STRETCH_MAX_US (a large model's call too: the poll is bounded in
+time, not by the call's length); a service's readers over their client's turn between calls up to
+SERVICE_STRETCH_MAX_US only (a client that thinks longer is not polled for).
 
 A polling reader holds a CPU, which other threads may need (more clients than cores, a driver
 splitting its work over every core: asr_float's step at 2 threads took 15% longer beside a polling
@@ -25,7 +28,7 @@ quiet machine the turns are a microsecond apart) ends it. Either way the next BA
 waits are plain (their windows only), so a reader beside a driver that uses every core does not
 wake early on every call to find that out.
 
-MLTS_POLLING_STRETCH_US sets `max_us` for every client reader (0: never stretch).
+MLTS_POLLING_STRETCH_US sets `max_us` for every reader, client and service (0: never stretch).
 """
 
 from __future__ import annotations
@@ -36,10 +39,19 @@ import os
 import select
 from collections.abc import Callable
 
-#: The longest expected answer a window is stretched over (µs), unless MLTS_POLLING_STRETCH_US says otherwise.
-STRETCH_MAX_US = 1000
-#: The stretch is the expected wait times this (executions of one model vary by a few percent).
+#: The longest expected answer a client's window is stretched over (µs), unless MLTS_POLLING_STRETCH_US
+#: says otherwise: a large model's 15-50 ms call is answered to a polling client too (its wake-up
+#: otherwise adds 100-150 µs here), at the cost of at most POLL_PAST_US (plus the lead) of polling.
+STRETCH_MAX_US = 100_000
+#: The same for a service's readers, whose waits are the client's turn between calls: a client that
+#: thinks longer than this between calls is not polled for.
+SERVICE_STRETCH_MAX_US = 1000
+#: The stretch polls until the expected wait times this (executions of one model vary by a few
+#: percent), and at most POLL_PAST_US past the expected wait.
 STRETCH_FACTOR = 1.25
+POLL_PAST_US = 1000
+#: MLTS_POLLING_STRETCH_US's largest value (µs).
+STRETCH_LIMIT_US = 1_000_000
 #: A stretched wait sleeps until this long before the expected answer (the sleep's timer slack is
 #: 1 µs: waking then takes about 25 µs here, against about 75 µs with Linux's default 50 µs slack),
 #: plus how late this reader's own naps have been ending (`ExpectedWait.overslept`).
@@ -114,10 +126,10 @@ def cpu_to_spare() -> bool:
 
 
 def stretch_max_us(default: int = STRETCH_MAX_US) -> int:
-    """MLTS_POLLING_STRETCH_US when set to a whole number (at most 10 000), else `default`."""
+    """MLTS_POLLING_STRETCH_US when set to a whole number (at most STRETCH_LIMIT_US), else `default`."""
     raw = os.environ.get(ENV, "").strip()
     if raw.isdigit():
-        return min(int(raw), 10_000)
+        return min(int(raw), STRETCH_LIMIT_US)
     return default
 
 
@@ -180,4 +192,6 @@ class ExpectedWait:
             return None
         shorter = min(self._last, self._before)
         self.stretches += 1
-        return max(0.0, shorter - self.lead()), shorter * STRETCH_FACTOR
+        return max(0.0, shorter - self.lead()), shorter + min(
+            shorter * (STRETCH_FACTOR - 1), POLL_PAST_US / 1e6
+        )

@@ -12,6 +12,7 @@ from mlts.ipc.expected_wait import (
     BACK_OFF,
     LATE_EASING,
     MAX_LATE_US,
+    POLL_PAST_US,
     STRETCH_FACTOR,
     WAKE_LEAD_US,
     ExpectedWait,
@@ -77,11 +78,28 @@ def test_zero_maximum_never_stretches() -> None:
 
 
 @pytest.mark.parametrize(
-    ("raw", "want"), [("", 1000), ("0", 0), ("250", 250), ("x", 1000), ("99999", 10_000)]
+    ("raw", "want"),
+    [("", 100_000), ("0", 0), ("250", 250), ("x", 100_000), ("99999", 99_999), ("9999999", 1_000_000)],
 )
 def test_maximum_from_the_environment(monkeypatch: pytest.MonkeyPatch, raw: str, want: int) -> None:
     monkeypatch.setenv(expected_wait.ENV, raw)
     assert expected_wait.stretch_max_us() == want
+    # A service's readers stretch over their client's turn, 1 ms by default; the variable sets it too.
+    assert expected_wait.stretch_max_us(expected_wait.SERVICE_STRETCH_MAX_US) == (
+        1000 if not raw.isdigit() else want
+    )
+
+
+def test_a_long_answer_is_polled_for_a_bounded_time() -> None:
+    e = ExpectedWait(100_000)
+    e.record(0.030)
+    e.record(0.031)  # a large model's calls: 30 ms
+    sleep, poll = e.stretch()
+    assert sleep == pytest.approx(0.030 - WAKE_LEAD_US / 1e6)
+    assert poll == pytest.approx(0.030 + POLL_PAST_US / 1e6)  # not 1.25 x 30 ms
+    e.record(0.0004)
+    e.record(0.0004)
+    assert e.stretch()[1] == pytest.approx(0.0004 * STRETCH_FACTOR)  # a short one: 1.25 times it
 
 
 class Never:
@@ -125,7 +143,8 @@ def test_socket_window_is_stretched_over_the_expected_answer(quiet_machine: Fake
     never = Never(clock)
     t0 = clock.now
     assert w.poll(never) is False
-    assert clock.now - t0 >= 0.01 * STRETCH_FACTOR  # went on past its 100 µs window
+    # Went on past its 100 µs window, to POLL_PAST_US past the expected answer.
+    assert clock.now - t0 >= 0.01 + POLL_PAST_US / 1e6
     # It slept once, at once (its 100 µs window cannot meet a 10 ms answer: no poll first), until
     # shortly before the expected answer, and polled after.
     naps = [t for t in never.timeouts if t > 0]

@@ -42,7 +42,7 @@ from mlts.hal.types import Request
 from mlts.ipc import burst_messages as msg
 from mlts.ipc.burst_ring import DEFAULT_POLLING_US, MessageTooLarge, Ring, RingError
 from mlts.ipc.compact_calls import request_head
-from mlts.ipc.expected_wait import ExpectedWait, stretch_max_us
+from mlts.ipc.expected_wait import SERVICE_STRETCH_MAX_US, ExpectedWait, stretch_max_us
 from mlts.ipc.service import pipeline
 from mlts.ipc.service.args import arg, handle
 from mlts.ipc.service.buffer_calls import buffers_of
@@ -248,7 +248,9 @@ class BurstContext:
                 # about as long after each answer: the window is stretched over that gap as a client's
                 # is over its answers (mlts.ipc.expected_wait), so the next request finds this thread
                 # polling instead of asleep. Never in low-power mode (no window).
-                expected = self.expected = ExpectedWait(stretch_max_us()) if polling > 0 else None
+                expected = self.expected = (
+                    ExpectedWait(stretch_max_us(SERVICE_STRETCH_MAX_US)) if polling > 0 else None
+                )
                 clock = time.perf_counter
                 while not self._stopping:
                     began = clock()

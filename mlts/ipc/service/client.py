@@ -121,7 +121,8 @@ class Client:
         # Polls briefly for the client's next call before blocking, while calls follow each other
         # quickly and no execution needs the CPUs (socket_polling).
         polling = socket_polling.PollingWindow(
-            socket_polling.window_us(socket_polling.SERVICE_WINDOW_US), expected_wait.stretch_max_us()
+            socket_polling.window_us(socket_polling.SERVICE_WINDOW_US),
+            expected_wait.stretch_max_us(expected_wait.SERVICE_STRETCH_MAX_US),
         )
         while True:
             # A client whose replies pile up unread gets no new call taken until it reads them.
