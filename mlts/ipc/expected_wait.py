@@ -4,8 +4,9 @@ A polling window (mlts.ipc.socket_polling, a burst's result ring) saves the wake
 only when the answer comes within it. A client that runs one small model call after call (an audio
 model step by step, a camera frame every few hundred microseconds) waits about as long every time:
 when the last two waits were both at most `max_us`, the next one, after its usual window, sleeps
-until WAKE_LEAD_US before the shorter of them would end (woken at once by an earlier answer), then
-polls until STRETCH_FACTOR times it. A reader whose last two waits both took at least its window
+until WAKE_LEAD_US before the shorter of them would end (woken at once by an earlier answer; no
+sleep when that would be shorter than the lead), then polls until STRETCH_FACTOR times it, or the
+longer of the two. A reader whose last two waits both took at least its window
 plus WAKE_LEAD_US does not poll the window (`ExpectedWait.expects_after`): it could only end empty,
 holding a CPU the other side's computation may need (a driver's kernel threads); the reader sleeps
 from the start (until the stretch's poll when one is planned, else until the answer). The sleep keeps the reader off the CPU while the other side
@@ -192,6 +193,10 @@ class ExpectedWait:
             return None
         shorter = min(self._last, self._before)
         self.stretches += 1
-        return max(0.0, shorter - self.lead()), shorter + min(
-            shorter * (STRETCH_FACTOR - 1), POLL_PAST_US / 1e6
-        )
+        lead = self.lead()
+        # A nap shorter than the lead is not taken: it would end about when it could be woken anyway,
+        # at the price of a wake-up. The poll covers the longer of the two waits too (a peer whose
+        # turn is sometimes longer: woken rather than found polling), at most POLL_PAST_US past the
+        # shorter.
+        sleep = shorter - lead if shorter >= 2 * lead else 0.0
+        return sleep, shorter + min(max(shorter * (STRETCH_FACTOR - 1), longer - shorter), POLL_PAST_US / 1e6)

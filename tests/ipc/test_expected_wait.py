@@ -27,8 +27,8 @@ def test_stretch_needs_two_waits_within_the_maximum() -> None:
     e.record(0.00004)
     assert e.stretch() is None  # one wait is not a pattern
     e.record(0.0003)
-    # The shorter of the two: no sleep (it is within the lead), polling until 1.25 times it.
-    assert e.stretch() == pytest.approx((0.0, 0.00004 * STRETCH_FACTOR))
+    # No sleep (the shorter is within the lead), polling until the longer of the two.
+    assert e.stretch() == pytest.approx((0.0, 0.0003))
     e.record(0.005)  # one long wait (a large model, a client thinking) ends it
     assert e.stretch() is None
     e.record(0.0009)
@@ -301,3 +301,16 @@ def test_an_answer_expected_within_the_window_is_polled_for_from_the_start(quiet
     # stretch polled on to 1.25 times the expected answer; nothing ever slept.
     assert never.timeouts and all(t == 0 for t in never.timeouts)
     assert clock.now - t0 >= 0.0001
+
+
+def test_a_nap_shorter_than_the_lead_is_not_taken_and_the_poll_covers_the_longer_wait() -> None:
+    e = ExpectedWait(1000)
+    e.record(0.00015)
+    e.record(0.00015)
+    assert e.stretch() == pytest.approx((0.00015 - WAKE_LEAD_US / 1e6, 0.00015 * STRETCH_FACTOR))
+    e.overslept(0.0001, 0.0002)  # naps end 100 µs late: the lead is 150 µs, as long as the wait
+    assert e.stretch() == pytest.approx((0.0, 0.00015 * STRETCH_FACTOR))  # polls from the start
+    # A peer whose turn is sometimes 200 µs, sometimes 500 µs: polled for until the longer.
+    e.record(0.0002)
+    e.record(0.0005)
+    assert e.stretch() == pytest.approx((0.0, 0.0005))
