@@ -425,7 +425,8 @@ class Ring:
         CPU is to spare (`expected_wait.cpu_to_spare`), and a turn more than PREEMPTED_GAP_US after
         the one before ends it; both make `expected` back off."""
         words, r = self._words, self._read
-        nap = (began + stretch[0] * 1e9 - time.perf_counter_ns()) / 1e9
+        napped = time.perf_counter_ns()
+        nap = (began + stretch[0] * 1e9 - napped) / 1e9
         if nap > 0 and self.event_fd < expected_wait.SELECT_FDS:  # else no sleep: it polls on
             self._flags[_AWAKE] = 0
             self._awake = False
@@ -438,6 +439,7 @@ class Ring:
                 except BlockingIOError:
                     pass
                 return True
+            expected.overslept(nap, (time.perf_counter_ns() - napped) / 1e9)
             self._flags[_AWAKE] = 1
             self._awake = True
         if not expected_wait.cpu_to_spare():

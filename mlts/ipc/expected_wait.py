@@ -4,15 +4,20 @@ A polling window (mlts.ipc.socket_polling, a burst's result ring) saves the wake
 only when the answer comes within it. A client that runs one small model call after call (an audio
 model step by step, a camera frame every few hundred microseconds) waits about as long every time:
 when the last two waits were both at most `max_us`, the next one, after its usual window, sleeps
-until WAKE_LEAD_US before the shorter of them would end (woken at once by an earlier answer), then
-polls until STRETCH_FACTOR times it. A reader whose last two waits both took at least its window
+until WAKE_LEAD_US before the shorter of them would end (woken at once by an earlier answer; no
+sleep when that would be shorter than the lead), then polls until STRETCH_FACTOR times it, or the
+longer of the two. A reader whose last two waits both took at least its window
 plus WAKE_LEAD_US does not poll the window (`ExpectedWait.expects_after`): it could only end empty,
 holding a CPU the other side's computation may need (a driver's kernel threads); the reader sleeps
 from the start (until the stretch's poll when one is planned, else until the answer). The sleep keeps the reader off the CPU while the other side
 works (it may need both cores); the lead covers the timer's slack (50 µs by default) and the CPU's
-wake-up. A longer wait (a large model, a client thinking between calls) leaves the window as it
-is. The polling is bounded by `max_us * STRETCH_FACTOR`, and the windows' other rules (off after
-long waits, probing after empty windows) still apply.
+wake-up, plus how late the reader's own naps have been ending (`ExpectedWait.overslept`: a virtual
+machine's timer can end a sleep 50-100 µs late). A longer wait (a large model, a client thinking between calls) leaves the window as it
+is. The polling ends at STRETCH_FACTOR times the expected wait and at most POLL_PAST_US past it,
+and the windows' other rules (off after long waits, probing after empty windows) still apply. A
+client stretches over answers up to STRETCH_MAX_US (a large model's call too: the poll is bounded in
+time, not by the call's length); a service's readers over their client's turn between calls up to
+SERVICE_STRETCH_MAX_US only (a client that thinks longer is not polled for).
 
 A polling reader holds a CPU, which other threads may need (more clients than cores, a driver
 splitting its work over every core: asr_float's step at 2 threads took 15% longer beside a polling
@@ -24,7 +29,7 @@ quiet machine the turns are a microsecond apart) ends it. Either way the next BA
 waits are plain (their windows only), so a reader beside a driver that uses every core does not
 wake early on every call to find that out.
 
-MLTS_POLLING_STRETCH_US sets `max_us` for every client reader (0: never stretch).
+MLTS_POLLING_STRETCH_US sets `max_us` for every reader, client and service (0: never stretch).
 """
 
 from __future__ import annotations
@@ -35,13 +40,29 @@ import os
 import select
 from collections.abc import Callable
 
-#: The longest expected answer a window is stretched over (µs), unless MLTS_POLLING_STRETCH_US says otherwise.
-STRETCH_MAX_US = 1000
-#: The stretch is the expected wait times this (executions of one model vary by a few percent).
+#: The longest expected answer a client's window is stretched over (µs), unless MLTS_POLLING_STRETCH_US
+#: says otherwise: a large model's 15-50 ms call is answered to a polling client too (its wake-up
+#: otherwise adds 100-150 µs here), at the cost of at most POLL_PAST_US (plus the lead) of polling.
+STRETCH_MAX_US = 100_000
+#: The same for a service's readers, whose waits are the client's turn between calls: a client that
+#: thinks longer than this between calls is not polled for.
+SERVICE_STRETCH_MAX_US = 1000
+#: The stretch polls until the expected wait times this (executions of one model vary by a few
+#: percent), and at most POLL_PAST_US past the expected wait.
 STRETCH_FACTOR = 1.25
+POLL_PAST_US = 1000
+#: MLTS_POLLING_STRETCH_US's largest value (µs).
+STRETCH_LIMIT_US = 1_000_000
 #: A stretched wait sleeps until this long before the expected answer (the sleep's timer slack is
-#: 1 µs: waking then takes about 25 µs here, against about 75 µs with Linux's default 50 µs slack).
+#: 1 µs: waking then takes about 25 µs here, against about 75 µs with Linux's default 50 µs slack),
+#: plus how late this reader's own naps have been ending (`ExpectedWait.overslept`).
 WAKE_LEAD_US = 50
+#: The most a nap's measured lateness adds to the lead (µs): a timer later than this, the answer
+#: is met by the wake-up the answer itself sends.
+MAX_LATE_US = 250
+#: A smaller lateness than the one held moves it this fraction of the way down (a larger one is taken
+#: at once): one punctual nap among late ones does not undo the lead.
+LATE_EASING = 1 / 8
 ENV = "MLTS_POLLING_STRETCH_US"
 #: A turn of a stretched poll this long after the one before means the CPU was taken from the reader.
 PREEMPTED_GAP_US = 50
@@ -106,17 +127,17 @@ def cpu_to_spare() -> bool:
 
 
 def stretch_max_us(default: int = STRETCH_MAX_US) -> int:
-    """MLTS_POLLING_STRETCH_US when set to a whole number (at most 10 000), else `default`."""
+    """MLTS_POLLING_STRETCH_US when set to a whole number (at most STRETCH_LIMIT_US), else `default`."""
     raw = os.environ.get(ENV, "").strip()
     if raw.isdigit():
-        return min(int(raw), 10_000)
+        return min(int(raw), STRETCH_LIMIT_US)
     return default
 
 
 class ExpectedWait:
     """The last two waits of one reader and the plan of the next wait's stretch (seconds)."""
 
-    __slots__ = ("max_s", "_last", "_before", "_skip", "back_offs")
+    __slots__ = ("max_s", "_last", "_before", "_skip", "back_offs", "late", "stretches")
 
     def __init__(self, max_us: int) -> None:
         self.max_s = max(0, max_us) / 1e6
@@ -124,6 +145,25 @@ class ExpectedWait:
         self._before = math.inf
         self._skip = 0  # eligible waits left without a stretch after a crowded one
         self.back_offs = 0
+        self.late = 0.0  # how late this reader's naps end (s): see `overslept`
+        self.stretches = 0  # waits planned with a stretch
+
+    def overslept(self, asked: float, took: float) -> None:
+        """A stretch's nap asked to sleep `asked` seconds and came back, with nothing, after `took`.
+
+        On a virtual machine a timed sleep ends later than asked, by 50-100 µs on some hosts even with
+        a 1 µs timer slack: a lead of WAKE_LEAD_US alone then wakes the reader after the answer, which
+        it meets by the wake-up the answer sent (the cost the stretch exists to avoid), and the wait it
+        records grows by that lateness. The lead therefore adds the lateness measured on this reader's
+        own naps (at most MAX_LATE_US): a later nap raises it at once, an earlier one lowers it by
+        LATE_EASING of the difference. Input: the reader's own clock around its own sleeps; nothing
+        here compares the speed of one choice with another."""
+        late = min(max(0.0, took - asked), MAX_LATE_US / 1e6)
+        self.late = late if late > self.late else self.late + (late - self.late) * LATE_EASING
+
+    def lead(self) -> float:
+        """How long before the expected answer a stretch's nap ends (s)."""
+        return WAKE_LEAD_US / 1e6 + self.late
 
     def record(self, seconds: float) -> None:
         """A wait ended after `seconds`."""
@@ -152,4 +192,11 @@ class ExpectedWait:
             self._skip -= 1
             return None
         shorter = min(self._last, self._before)
-        return max(0.0, shorter - WAKE_LEAD_US / 1e6), shorter * STRETCH_FACTOR
+        self.stretches += 1
+        lead = self.lead()
+        # A nap shorter than the lead is not taken: it would end about when it could be woken anyway,
+        # at the price of a wake-up. The poll covers the longer of the two waits too (a peer whose
+        # turn is sometimes longer: woken rather than found polling), at most POLL_PAST_US past the
+        # shorter.
+        sleep = shorter - lead if shorter >= 2 * lead else 0.0
+        return sleep, shorter + min(max(shorter * (STRETCH_FACTOR - 1), longer - shorter), POLL_PAST_US / 1e6)

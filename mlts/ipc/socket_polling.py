@@ -16,8 +16,9 @@ until a window finds the answer again. The polling is a
 window. MLTS_SOCKET_POLLING_US sets the window of both ends of every connection (0: never poll).
 
 A client's window is also stretched over the answer it expects (mlts.ipc.expected_wait): when its
-last two calls were answered within a millisecond, it polls about as long as they took, plus the
-window, so a model run call after call is answered to a polling client. A reader whose last two
+last two calls were answered within 100 ms, it sleeps until shortly before the answer is due and
+polls from then, so a model run call after call is answered to a polling client; the service's
+reader does the same for its client's next call when the client's turns took at most 1 ms. A reader whose last two
 waits both outlasted its window (plus the stretch's wake lead) does not poll the window at all
 (ExpectedWait.expects_after): it sleeps at once and holds no CPU while the other side works.
 """
@@ -88,11 +89,14 @@ class PollingWindow:
             return True
         if stretch is not None:
             # Off the CPU until shortly before the expected answer (woken by an earlier one), then poll.
-            wait = now + stretch[0] - clock()
-            if wait > 0 and nap(readable, wait):
-                self._empty = 0
-                self.expected.record(clock() - now)
-                return True
+            napped = clock()
+            wait = now + stretch[0] - napped
+            if wait > 0:
+                if nap(readable, wait):
+                    self._empty = 0
+                    self.expected.record(clock() - now)
+                    return True
+                self.expected.overslept(wait, clock() - napped)
             if not cpu_to_spare():
                 self.expected.back_off()
             elif self._spin(readable, now + stretch[1], PREEMPTED_GAP_US / 1e6):

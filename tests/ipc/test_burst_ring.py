@@ -315,6 +315,10 @@ class Plan:
         self.plan = (sleep, poll)
         self.back_offs = 0
         self.asked = threading.Event()
+        self.naps: list[tuple[float, float]] = []  # (asked, took) of each nap that ended at its time
+
+    def overslept(self, asked: float, took: float) -> None:
+        self.naps.append((asked, took))
 
     def stretch(self) -> tuple[float, float]:
         self.asked.set()
@@ -383,9 +387,13 @@ def test_a_stretched_window_finds_a_later_message_without_a_signal(monkeypatch):
         naps.ended.clear()
         late = WriteWhen(producer, b"d", lambda: naps.ended.is_set() and header.awake())
         late.start()
-        assert consumer.wait(60.0, polling_us=20, expected=Plan(0.003, 30.0)) and consumer.read() == b"d"
+        plan = Plan(0.003, 30.0)
+        assert consumer.wait(60.0, polling_us=20, expected=plan) and consumer.read() == b"d"
         late.join()
         assert late.in_time and naps.woken == [True, False] and producer.signals_saved == 2
+        # The nap that ended at its time told the plan how long it asked for and how long it took.
+        ((asked, took),) = plan.naps
+        assert 0 < asked <= 0.003 and took >= asked * 0.999
         # The stretch is bounded: with nothing coming the wait blocks after it.
         t0 = time.perf_counter()
         assert not consumer.wait(0.05, polling_us=20, expected=Plan(0.001, 0.003))

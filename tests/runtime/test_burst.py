@@ -347,3 +347,23 @@ def test_burst_executions_act_for_their_client(tmp_path):
             np.testing.assert_array_equal(burst_key, sync_key)
             keys.append(float(sync_key.flat[0]))
         assert keys[0] != keys[1]
+
+
+def test_listener_stretches_its_window_over_the_clients_turn(sample):
+    """A client that sends its next request a steady few hundred µs after each answer (an audio model
+    step by step) finds the listener's window stretched over that gap (mlts.ipc.expected_wait), counted
+    in serviceStatus; a low-power burst (no window) never stretches."""
+    prepared = sample.prepareModel(add_model())
+    pool = _pool(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32))
+    try:
+        for polling_us, stretches in ((0, False), (None, True)):
+            with prepared.configureExecutionBurst(polling_us=polling_us) as burst:
+                for _ in range(60):
+                    burst.execute(_request(pool))
+                    time.sleep(0.0003)  # longer than the listener's 50 µs window, within its 1 ms
+                planned = sample.service_status()["you"]["burst_stretches"]
+            assert (planned > 0) is stretches, (polling_us, planned)
+        np.testing.assert_array_equal(_out(pool), np.full((2, 3), 2, np.float32))
+    finally:
+        pool.close()
+        prepared.close()

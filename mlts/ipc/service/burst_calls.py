@@ -42,6 +42,7 @@ from mlts.hal.types import Request
 from mlts.ipc import burst_messages as msg
 from mlts.ipc.burst_ring import DEFAULT_POLLING_US, MessageTooLarge, Ring, RingError
 from mlts.ipc.compact_calls import request_head
+from mlts.ipc.expected_wait import SERVICE_STRETCH_MAX_US, ExpectedWait, stretch_max_us
 from mlts.ipc.service import pipeline
 from mlts.ipc.service.args import arg, handle
 from mlts.ipc.service.buffer_calls import buffers_of
@@ -108,6 +109,8 @@ class BurstContext:
         # Gives back the worker (or preempting) slot of `_exec_pool` this thread holds (see `_run`).
         self._slot: Callable[[], None] | None = None
         self.executions = 0
+        #: The listener's plan of its next wait (None in low-power mode), set when it starts.
+        self.expected: ExpectedWait | None = None
         self.thread = threading.Thread(target=self._listen, name="burst", daemon=True)
 
     # ------------------------------------------------------------ slot cache (client's reader thread)
@@ -241,8 +244,17 @@ class BurstContext:
             # the priority ticket of each is left once its result is written, as on the other paths.
             with qos.serving_client(self.client.key, self.client.app), qos.holding_tickets() as held:
                 polling = self.polling_us
+                # A client that sends step after step (an audio model's stream) sends its next request
+                # about as long after each answer: the window is stretched over that gap as a client's
+                # is over its answers (mlts.ipc.expected_wait), so the next request finds this thread
+                # polling instead of asleep. Never in low-power mode (no window).
+                expected = self.expected = (
+                    ExpectedWait(stretch_max_us(SERVICE_STRETCH_MAX_US)) if polling > 0 else None
+                )
+                clock = time.perf_counter
                 while not self._stopping:
-                    if not requests.wait(None, polling, self.results):
+                    began = clock()
+                    if not requests.wait(None, polling, self.results, expected if polling else None):
                         continue
                     if self._stopping:
                         break
@@ -254,6 +266,8 @@ class BurstContext:
                             break  # the client will send nothing more
                         polling = 0  # a stale signal: block again without another polling window
                         continue
+                    if expected is not None and polling:
+                        expected.record(clock() - began)
                     polling = self.polling_us
                     client.last_activity = time.monotonic()  # a burst execution: the client is not idle
                     try:

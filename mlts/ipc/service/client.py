@@ -121,7 +121,8 @@ class Client:
         # Polls briefly for the client's next call before blocking, while calls follow each other
         # quickly and no execution needs the CPUs (socket_polling).
         polling = socket_polling.PollingWindow(
-            socket_polling.window_us(socket_polling.SERVICE_WINDOW_US), expected_wait.stretch_max_us()
+            socket_polling.window_us(socket_polling.SERVICE_WINDOW_US),
+            expected_wait.stretch_max_us(expected_wait.SERVICE_STRETCH_MAX_US),
         )
         while True:
             # A client whose replies pile up unread gets no new call taken until it reads them.
@@ -381,4 +382,9 @@ class Client:
             "compact_calls": self.compact_calls,
             # Executions that reused a request already decoded and validated (request_cache).
             "request_cache_hits": sum(e.requests.hits for e in self.handles.values(Kind.PREPARED)),
+            # Waits of the bursts' listeners stretched over the gap the client leaves between its
+            # requests (mlts.ipc.expected_wait), over its bursts now open.
+            "burst_stretches": sum(
+                b.expected.stretches for b in self.handles.values(Kind.BURST) if b.expected is not None
+            ),
         }
