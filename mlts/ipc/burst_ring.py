@@ -341,37 +341,44 @@ class Ring:
         r = self._read
         if words[_W] != r or self._flags[_CLOSED]:
             return True
-        if polling_us > 0 and self._empty_windows >= EMPTY_WINDOWS_BEFORE_PROBING:
-            # The last windows all ended with nothing: poll only on every PROBE_EVERY-th wait.
-            self._skipped += 1
-            if self._skipped < PROBE_EVERY:
-                polling_us = 0
-            else:
-                self._skipped = 0
+        window = polling_us
+        plan = None
         if polling_us > 0:
+            # Asked on every wait that may poll, so a back-off after a crowded stretch lasts its count
+            # of waits, not of windows.
+            plan = None if expected is None else expected.stretch()
+            if self._empty_windows >= EMPTY_WINDOWS_BEFORE_PROBING:
+                # The last windows all ended with nothing: the window only on every PROBE_EVERY-th
+                # wait (a planned stretch has its own rules, and runs on every wait).
+                self._skipped += 1
+                if self._skipped < PROBE_EVERY:
+                    window = 0
+                else:
+                    self._skipped = 0
+        if window > 0 or plan is not None:
             if not self._awake:
                 self._flags[_AWAKE] = 1
                 self._awake = True
             clock = time.perf_counter_ns
             began = clock()
-            until = began + polling_us * 1000
-            if answered is not None:
-                peer_read, written = answered._words, answered._write
-                while peer_read[_R] != written:  # the peer has not read the answer yet
-                    if words[_W] != r:
-                        self._empty_windows = 0
-                        return True
-                    if clock() >= until:
-                        break
-                until = clock() + polling_us * 1000
-            # A window that cannot meet the message is not polled (ExpectedWait.expects_after): it
-            # would only spin while the peer works.
-            if expected is None or not expected.expects_after(polling_us / 1e6):
-                while clock() < until:
-                    if words[_W] != r:
-                        self._empty_windows = 0
-                        return True  # still awake: the flag stays set until this side blocks
-            plan = None if expected is None else expected.stretch()
+            if window > 0:
+                until = began + window * 1000
+                if answered is not None:
+                    peer_read, written = answered._words, answered._write
+                    while peer_read[_R] != written:  # the peer has not read the answer yet
+                        if words[_W] != r:
+                            self._empty_windows = 0
+                            return True
+                        if clock() >= until:
+                            break
+                    until = clock() + window * 1000
+                # A window that cannot meet the message is not polled (ExpectedWait.expects_after): it
+                # would only spin while the peer works.
+                if expected is None or not expected.expects_after(window / 1e6):
+                    while clock() < until:
+                        if words[_W] != r:
+                            self._empty_windows = 0
+                            return True  # still awake: the flag stays set until this side blocks
             if plan is not None and expected is not None and self._stretched(began, plan, expected):
                 self._empty_windows = 0
                 return True
@@ -455,7 +462,9 @@ class Ring:
             t = clock()
             if t >= until:
                 return False
-            if t - turn > gap:
+            if t - turn > gap and not expected_wait.cpu_to_spare():
+                # The CPU was taken by a thread that still runs (one taken while no more threads
+                # than CPUs are runnable went to the hypervisor or an interrupt: polling goes on).
                 expected.back_off()
                 return False
             turn = t

@@ -78,14 +78,23 @@ class PollingWindow:
         stretch = self.expected.stretch()
         if not self._short and stretch is None:
             return False
+        window = True
         if self._empty >= EMPTY_WINDOWS_BEFORE_PROBING:
+            # The window only on every PROBE_EVERY-th wait; a planned stretch runs on every wait.
             self._skipped += 1
             if self._skipped < PROBE_EVERY:
-                return False
-            self._skipped = 0
+                if stretch is None:
+                    return False
+                window = False
+            else:
+                self._skipped = 0
         clock = time.perf_counter
         # A window that cannot meet the answer is not polled (ExpectedWait.expects_after).
-        if not self.expected.expects_after(self.window) and self._spin(readable, now + self.window):
+        if (
+            window
+            and not self.expected.expects_after(self.window)
+            and self._spin(readable, now + self.window)
+        ):
             return True
         if stretch is not None:
             # Off the CPU until shortly before the expected answer (woken by an earlier one), then poll.
@@ -118,7 +127,8 @@ class PollingWindow:
             t = clock()
             if t >= end:
                 return False
-            if t - turn > gap:
+            if t - turn > gap and not cpu_to_spare():
+                # The CPU was taken by a thread that still runs (not by the hypervisor or an interrupt).
                 self.expected.back_off()
                 return False
             turn = t

@@ -417,10 +417,22 @@ def test_a_stretched_poll_that_loses_its_cpu_ends(monkeypatch):
             return n + (1_000_000 if n // 10_000 in jumps else 0)
 
         monkeypatch.setattr(time, "perf_counter_ns", fake_clock)
-        monkeypatch.setattr(expected_wait, "cpu_to_spare", lambda: True)
+        # A CPU to spare when the stretch starts, none when the jump is seen: a thread took the CPU and
+        # still runs.
+        looks = iter([True, False])
+        monkeypatch.setattr(expected_wait, "cpu_to_spare", lambda: next(looks))
         plan = Plan(0.0, 1.0)
         assert not consumer.wait(0.001, polling_us=1, expected=plan)
         assert plan.back_offs == 1
+        # The same jump while no more threads than CPUs are runnable (the hypervisor or an interrupt
+        # took the CPU): the stretch polls on to its end.
+        clock = iter(range(0, 10**12, 10_000))
+        jumps.clear()
+        jumps.add(5)
+        monkeypatch.setattr(expected_wait, "cpu_to_spare", lambda: True)
+        plan = Plan(0.0, 0.01)
+        assert not consumer.wait(0.001, polling_us=1, expected=plan)
+        assert plan.back_offs == 0
     finally:
         consumer.close()
 
