@@ -328,7 +328,8 @@ class Ring:
         still finds this side polling when its next message comes.
 
         After EMPTY_WINDOWS_BEFORE_PROBING windows in a row that found nothing, only every
-        PROBE_EVERY-th wait polls, until one finds a message. While polling the awake flag is set, so
+        PROBE_EVERY-th wait polls its window, until one finds a message (a stretch `expected` plans
+        runs on every wait). While polling the awake flag is set, so
         the producer need not signal; it is cleared (then a barrier, then a last look) before
         blocking. Returns False after `timeout` seconds (None: no limit) with nothing pending.
 

@@ -25,7 +25,9 @@ client, and two clients' throughput on one service fell 10%). So a stretch polls
 is to spare: when its sleep ends, the kernel's count of runnable threads (/proc/loadavg, this one
 included) must not exceed the CPUs this process may use, or it blocks instead; and a turn of the
 poll that finds more than PREEMPTED_GAP_US since the one before (the CPU was taken from it; on a
-quiet machine the turns are a microsecond apart) ends it. Either way the next BACK_OFF eligible
+quiet machine the turns are a microsecond apart) ends it when more threads than CPUs are runnable
+then (a thread that took the CPU still runs; a CPU taken while none waits went to the hypervisor or
+an interrupt, which a virtual machine sees every few milliseconds, and the poll goes on). Either way the next BACK_OFF eligible
 waits are plain (their windows only), so a reader beside a driver that uses every core does not
 wake early on every call to find that out.
 
