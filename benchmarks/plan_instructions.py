@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -54,41 +51,16 @@ def measure(models: list[str], runs: int, warmup: int, threads: int) -> None:
 
 
 def with_callgrind(a: argparse.Namespace) -> int:
-    from benchmarks.step_instructions import _top, _totals
+    from callgrind_dumps import run_counted, top, totals
 
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
-        print("valgrind is not installed: no instruction counts", file=sys.stderr)
-        return 2
-    with tempfile.TemporaryDirectory(prefix="mlts-callgrind-") as tmp:
-        where = a.keep or tmp
-        os.makedirs(where, exist_ok=True)
-        out = os.path.join(where, "callgrind.out")
-        cmd = [
-            valgrind, "--tool=callgrind", f"--callgrind-out-file={out}.%p", "--zero-before=getsid",
-            "--dump-before=getpgid", "--dump-instr=no", "--compress-strings=no", sys.executable,
-            os.path.abspath(__file__), "--child", "--runs", str(a.runs), "--warmup", str(a.warmup),
-            "--threads", str(a.threads), *a.models,
-        ]  # fmt: skip
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
-        lines = [line for line in run.stdout.splitlines() if line.split(" ", 1)[0] in a.models]
-        if run.returncode != 0 or len(lines) != len(a.models):
-            sys.stderr.write(run.stdout[-2000:] + run.stderr[-4000:])
-            return 1
-        dumps = sorted(
-            (p for p in os.listdir(where) if p.startswith("callgrind.out.") and p.count(".") == 3),
-            key=lambda p: int(p.rsplit(".", 1)[1]),
-        )
-        if len(dumps) < len(lines):
-            sys.stderr.write(f"expected {len(lines)} callgrind dumps, found {len(dumps)}\n")
-            return 1
-        for line, dump in zip(lines, dumps, strict=False):
-            path = os.path.join(where, dump)
-            name, n, threads = line.split()
-            print(f"{name} instructions/execution {_totals(path) / a.runs:,.0f} {n} {threads}", flush=True)
-            if a.top:
-                print("\n".join(_top(path, a.top, a.runs)), flush=True)
-    return 0
+    def report(line: str, dump: str) -> None:
+        name, n, threads = line.split()
+        print(f"{name} instructions/execution {totals(dump) / a.runs:,.0f} {n} {threads}", flush=True)
+        if a.top:
+            print("\n".join(top(dump, a.top, a.runs)), flush=True)
+
+    args = ["--runs", str(a.runs), "--warmup", str(a.warmup), "--threads", str(a.threads)]
+    return run_counted(__file__, [*args, *a.models], a.models, a.keep, a.timeout, report)
 
 
 def main() -> int:

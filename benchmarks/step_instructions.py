@@ -23,11 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
@@ -118,76 +114,17 @@ def measure(models: list[str], steps: int, warmup: int, threads: int, path: str,
         device.close()
 
 
-def _totals(dump: str) -> int:
-    with open(dump) as f:
-        for line in f:
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
-    raise RuntimeError(f"{dump}: no totals line")
-
-
-def _top(dump: str, count: int, steps: int) -> list[str]:
-    """The `count` functions of most self instructions, per step, from callgrind_annotate."""
-    annotate = shutil.which("callgrind_annotate")
-    if annotate is None:
-        return ["  (callgrind_annotate not found)"]
-    cmd = [annotate, "--inclusive=no", "--threshold=100", "--auto=no", dump]
-    out = subprocess.run(cmd, capture_output=True, text=True).stdout
-    rows, total = [], _totals(dump)
-    for line in out.splitlines():
-        found = re.match(r"\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(.*)$", line)
-        if found is None or "PROGRAM TOTALS" in line:
-            continue
-        n = int(found.group(1).replace(",", ""))
-        if n >= 0.995 * total:  # the frames a dump taken mid-run charges with everything
-            continue
-        rows.append(f"  {n / steps:>12,.0f} {100 * n / total:5.1f}%  {found.group(2)[:110]}")
-        if len(rows) >= count:
-            break
-    return rows
-
-
 def with_callgrind(a: argparse.Namespace) -> int:
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
-        print("valgrind is not installed: no instruction counts", file=sys.stderr)
-        return 2
-    keep = a.keep
-    with tempfile.TemporaryDirectory(prefix="mlts-callgrind-") as tmp:
-        out = os.path.join(keep or tmp, "callgrind.out")
-        if keep:
-            os.makedirs(keep, exist_ok=True)
-        cmd = [
-            valgrind, "--tool=callgrind", f"--callgrind-out-file={out}.%p", "--zero-before=getsid",
-            "--dump-before=getpgid", "--dump-instr=no", "--compress-strings=no", sys.executable,
-            os.path.abspath(__file__), "--child", "--steps", str(a.steps), "--warmup", str(a.warmup),
-            "--threads", str(a.threads), "--path", a.path, *a.models,
-        ]  # fmt: skip
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
-        lines = [line for line in run.stdout.splitlines() if line.split(" ", 1)[0] in a.models]
-        if run.returncode != 0 or len(lines) != len(a.models):
-            sys.stderr.write(run.stdout[-2000:] + run.stderr[-4000:])
-            return 1
-        dumps = sorted(
-            (
-                p
-                for p in os.listdir(os.path.dirname(out))
-                if p.startswith("callgrind.out.") and p.count(".") == 3
-            ),
-            key=lambda p: int(p.rsplit(".", 1)[1]),
-        )
-        if len(dumps) < len(lines):
-            sys.stderr.write(f"expected {len(lines)} callgrind dumps, found {len(dumps)}\n")
-            return 1
-        for line, dump in zip(lines, dumps, strict=False):
-            path = os.path.join(os.path.dirname(out), dump)
-            name, which, n, threads = line.split()
-            print(
-                f"{name} {which} instructions/step {_totals(path) / a.steps:,.0f} {n} {threads}", flush=True
-            )
-            if a.top:
-                print("\n".join(_top(path, a.top, a.steps)), flush=True)
-    return 0
+    from callgrind_dumps import run_counted, top, totals
+
+    def report(line: str, dump: str) -> None:
+        name, which, n, threads = line.split()
+        print(f"{name} {which} instructions/step {totals(dump) / a.steps:,.0f} {n} {threads}", flush=True)
+        if a.top:
+            print("\n".join(top(dump, a.top, a.steps)), flush=True)
+
+    args = ["--steps", str(a.steps), "--warmup", str(a.warmup), "--threads", str(a.threads), "--path", a.path]
+    return run_counted(__file__, [*args, *a.models], a.models, a.keep, a.timeout, report)
 
 
 def main() -> int:

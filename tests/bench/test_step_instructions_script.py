@@ -1,6 +1,6 @@
 """benchmarks/step_instructions.py's own parts: both step paths run a recurrent model's steps with
-the states carried (without valgrind), the profile lines it reads from callgrind_annotate, and the
-arguments it refuses."""
+the states carried (without valgrind), the profile lines it reads from callgrind_annotate
+(benchmarks/callgrind_dumps.py), and the arguments it refuses."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import callgrind_dumps  # noqa: E402
 import step_instructions as script  # noqa: E402
 
 
@@ -33,9 +34,9 @@ def test_the_profile_lines_are_per_step_self_costs(tmp_path, monkeypatch) -> Non
     class Done:
         stdout = listing
 
-    monkeypatch.setattr(script.shutil, "which", lambda name: "/usr/bin/" + name)
-    monkeypatch.setattr(script.subprocess, "run", lambda *a, **k: Done())
-    rows = script._top(str(dump), 5, 10)
+    monkeypatch.setattr(callgrind_dumps.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(callgrind_dumps.subprocess, "run", lambda *a, **k: Done())
+    rows = callgrind_dumps.top(str(dump), 5, 10)
     assert [r.split()[0] for r in rows] == ["60", "5"]
     assert "panel_dot" in rows[0] and "60.0%" in rows[0]
 
