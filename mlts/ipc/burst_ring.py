@@ -463,10 +463,7 @@ class Ring:
             t = clock()
             if t >= until:
                 return False
-            if t - turn > gap and not expected_wait.cpu_to_spare():
-                # The CPU was taken by a thread that still runs (one taken while no more threads
-                # than CPUs are runnable went to the hypervisor or an interrupt: polling goes on).
-                expected.back_off()
+            if t - turn > gap and expected.lost_cpu():
                 return False
             turn = t
 

@@ -163,6 +163,15 @@ class ExpectedWait:
         late = min(max(0.0, took - asked), MAX_LATE_US / 1e6)
         self.late = late if late > self.late else self.late + (late - self.late) * LATE_EASING
 
+    def lost_cpu(self) -> bool:
+        """A turn of a stretched poll came more than PREEMPTED_GAP_US after the one before: True (and
+        back off) when more threads than CPUs are runnable now, i.e. a thread that took the CPU still
+        runs; False when none waits (the hypervisor or an interrupt took it: the poll goes on)."""
+        if cpu_to_spare():
+            return False
+        self.back_off()
+        return True
+
     def lead(self) -> float:
         """How long before the expected answer a stretch's nap ends (s)."""
         return WAKE_LEAD_US / 1e6 + self.late

@@ -127,9 +127,7 @@ class PollingWindow:
             t = clock()
             if t >= end:
                 return False
-            if t - turn > gap and not cpu_to_spare():
-                # The CPU was taken by a thread that still runs (not by the hypervisor or an interrupt).
-                self.expected.back_off()
+            if t - turn > gap and self.expected.lost_cpu():
                 return False
             turn = t
 

@@ -327,6 +327,9 @@ class Plan:
     def back_off(self) -> None:
         self.back_offs += 1
 
+    def lost_cpu(self) -> bool:
+        return expected_wait.ExpectedWait.lost_cpu(self)  # type: ignore[arg-type]
+
     def expects_after(self, window: float) -> bool:
         return self.plan[0] >= window
 
